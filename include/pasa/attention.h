@@ -1,0 +1,60 @@
+// pasa/attention.h — the attention entry points (CPU reference, CPU policy emulator, CUDA kernels).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "pasa/policy.h"
+#include "pasa/tensor.h"
+
+namespace pasa {
+
+// Causal masking of a rectangular S_q x S_kv problem. Bottom-right: query r sees keys
+// k <= r + S_kv - S_q (the default; what decoding with a KV cache needs). Top-left: k <= r
+// (PyTorch SDPA's is_causal).
+enum class CausalAlignment { bottom_right, top_left };
+
+enum class Backend {
+  automatic,  // CUDA kernels for device tensors, the CPU emulator for host tensors
+  emulator,   // CPU: the tiled online-softmax loop, rounding as the policy says
+  cuda,       // GPU kernels (built with CUDA, run on sm_90)
+};
+
+struct AttentionArgs {
+  TensorView q;  // [B, H_q, S_q, D]
+  TensorView k;  // [B, H_kv, S_kv, D]; H_q must be a multiple of H_kv (GQA / MQA)
+  TensorView v;  // [B, H_kv, S_kv, D]
+  TensorView o;  // [B, H_q, S_q, D], written; f32, f16 or bf16
+  LseView lse;   // [B, H_q, S_q] natural-log fp32, written when lse.data is not null
+
+  std::optional<double> scale;  // alpha; 1/sqrt(D) when empty
+  bool causal = false;
+  CausalAlignment alignment = CausalAlignment::bottom_right;
+  Policy policy;                 // "exact" by default
+  Backend backend = Backend::automatic;
+  void* stream = nullptr;        // cudaStream_t for the CUDA backend (nullptr = default stream)
+};
+
+// Runs attention as args says. Throws pasa::Error, before touching any output, for bad input: null
+// pointers, shapes that disagree, H_q % H_kv != 0, unsupported D (1..1024 on the CPU, 64 or 128 on the GPU) or dtype,
+// S = 0, a non-finite scale, non-finite values in Q/K/V (CPU backends check; see docs/api.md).
+// Fully masked rows give O = 0 and LSE = -inf.
+void attention(const AttentionArgs& args);
+
+// fp64 attention on the same inputs (rounded to policy.input first), plain and readable: the
+// reference every other path is measured against. Output is contiguous [B, H_q, S_q, D] (and
+// [B, H_q, S_q] for the LSE). Reads q, k, v, scale, causal, alignment and policy.input; ignores o.
+struct ReferenceResult {
+  std::vector<double> o;
+  std::vector<double> lse;
+};
+ReferenceResult reference_attention(const AttentionArgs& args);
+
+// Exact merge of two partial results over disjoint key sets (spec section 1): o_a, o_b [B, H, S, D]
+// f32 with their LSEs; writes o and lse (which may alias a). A row with both LSEs -inf gives O = 0,
+// LSE = -inf.
+void merge_partials(const TensorView& o_a, const LseView& lse_a, const TensorView& o_b,
+                    const LseView& lse_b, const TensorView& o, const LseView& lse);
+
+}  // namespace pasa

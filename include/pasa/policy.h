@@ -1,0 +1,67 @@
+// pasa/policy.h — a precision policy: the format at every rounding point of the online-softmax loop,
+// where the softmax scale is applied, the shift, and the block sizes (spec/ALGORITHMS.md section 2).
+//
+// Named methods are presets of this one type. A policy prints and parses as text: the preset name,
+// then `key=value` for every field that differs from that preset, e.g. "pasa,beta=0.968994,s2=64".
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pasa/format.h"
+
+namespace pasa {
+
+// Where alpha (the softmax scale) multiplies in.
+enum class ScalePlacement {
+  scores,  // "s": S = fl_softmax(fl_s(Q K^T) * alpha), after the GEMM (the paper's Eq. 2)
+  query,   // "q": Q is pre-scaled, fl_input(alpha * Q), before the GEMM
+  key,     // "k": folded into K (for PASA: into the shifting matrix M, as Algorithm 1 does)
+};
+
+// What is subtracted from the scores before they are stored in the S format.
+enum class Shift {
+  none,
+  pasa,  // online pseudo-average shifting (Algorithm 1) with parameter beta
+};
+
+struct Policy {
+  std::string preset = "exact";  // the preset this policy was derived from (printing starts here)
+
+  Format input = Format::fp32();   // Q, K, V are converted to this on entry ("input")
+  Format qk_acc = Format::fp32();  // accumulator inside the Q K^T GEMM ("qk_acc")
+  Format s = Format::fp32();       // S as it leaves the Q K^T GEMM ("s")
+  ScalePlacement scale = ScalePlacement::scores;  // ("scale" = s | q | k)
+  Format softmax = Format::fp32(); // scaled S, max, exp, rowsum, l, m and shift terms ("softmax")
+  Format p = Format::fp32();       // P as the PV GEMM's operand ("p")
+  Format pv_acc = Format::fp32();  // accumulator inside the P V GEMM ("pv_acc")
+  Format o = Format::fp32();       // P V output, running O~ and its rescale, final O~ / l ("o")
+
+  Shift shift = Shift::none;       // ("shift" = none | pasa)
+  double beta = 0.0;               // PASA's beta in [0, 1) ("beta")
+
+  int block_q = 64;                // s1: query rows per block ("s1")
+  int block_kv = 64;               // s2: key rows per block ("s2"); PASA's M is s2 x s2
+
+  bool operator==(const Policy& o) const;
+  bool operator!=(const Policy& o) const { return !(*this == o); }
+};
+
+// The presets: "exact" (FA(FP32), every point fp32), "fa16_fp32" (FA(FP16-FP32): S leaves the GEMM
+// in fp16), "fa16" (FA(FP16): fully fp16 but fp32 matrix-engine accumulators), "pasa" (Algorithm 1,
+// fp16 throughout, beta 0.984497, s1 = s2 = 128). Throws pasa::Error for an unknown name.
+Policy preset_policy(std::string_view name);
+std::vector<std::string> preset_names();
+
+// Text form. parse_policy throws pasa::Error naming the offending key or value; the result is
+// validated. to_string(parse_policy(t)) is canonical and parses back to the same policy.
+Policy parse_policy(std::string_view text);
+std::string to_string(const Policy& policy);
+
+// Throws pasa::Error naming the field when the policy cannot run: beta outside [0, 1), block sizes
+// not in 1..1024, integer formats where a float is needed, a shift with a scale placement it cannot
+// fold, or formats wider than the emulator's carrier.
+void validate(const Policy& policy);
+
+}  // namespace pasa

@@ -1,0 +1,102 @@
+#include "attention_checks.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "pasa/error.h"
+#include "storage_convert.h"
+
+namespace pasa {
+namespace {
+
+void check_view(const TensorView& t, const char* name, bool is_output) {
+  if (t.data == nullptr) throw Error(fmt::format("{}: data pointer is null", name));
+  const int dt = static_cast<int>(t.dtype);
+  if (dt < 0 || dt > static_cast<int>(DType::bf16)) {
+    throw Error(fmt::format("{}: unsupported dtype (code {}); use f32, f16 or bf16", name, dt));
+  }
+  static const char* dims[] = {"batch", "heads", "sequence", "head dim"};
+  for (int i = 0; i < 4; ++i) {
+    if (t.shape[i] <= 0) {
+      throw Error(fmt::format("{}: {} size is {} (every dimension must be at least 1; zero-length "
+                              "sequences are not attention problems)", name, dims[i], t.shape[i]));
+    }
+    if (t.stride[i] < (is_output ? 1 : 0)) {
+      throw Error(fmt::format("{}: stride of the {} dimension is {} (must be {})", name, dims[i],
+                              t.stride[i], is_output ? "positive" : "non-negative"));
+    }
+  }
+}
+
+}  // namespace
+
+ProblemShape check_attention_args(const AttentionArgs& a) {
+  check_view(a.q, "q", false);
+  check_view(a.k, "k", false);
+  check_view(a.v, "v", false);
+  check_view(a.o, "o", true);
+  const ProblemShape p{a.q.batch(), a.q.heads(), a.k.heads(), a.q.seq(), a.k.seq(), a.q.dim()};
+  auto shape_str = [](const TensorView& t) {
+    return fmt::format("[{}, {}, {}, {}]", t.shape[0], t.shape[1], t.shape[2], t.shape[3]);
+  };
+  if (a.k.batch() != p.batch || a.v.batch() != p.batch) {
+    throw Error(fmt::format("k/v: batch sizes {} and {} differ from q's {}", a.k.batch(), a.v.batch(),
+                            p.batch));
+  }
+  if (a.v.shape != a.k.shape) {
+    throw Error(fmt::format("v: shape {} differs from k's {}", shape_str(a.v), shape_str(a.k)));
+  }
+  if (a.k.dim() != p.dim) {
+    throw Error(fmt::format("k: head dim {} differs from q's {}", a.k.dim(), p.dim));
+  }
+  if (p.heads_q % p.heads_kv != 0) {
+    throw Error(fmt::format("k: {} K/V heads do not divide the {} query heads (GQA needs H_q to be a "
+                            "multiple of H_kv)", p.heads_kv, p.heads_q));
+  }
+  if (a.o.shape != a.q.shape) {
+    throw Error(fmt::format("o: shape {} differs from q's {}", shape_str(a.o), shape_str(a.q)));
+  }
+  const Device dev = a.q.device;
+  if (a.k.device != dev || a.v.device != dev || a.o.device != dev) {
+    throw Error("q, k, v, o: tensors are on different devices");
+  }
+  if (a.lse.data != nullptr) {
+    if (a.lse.shape != std::array<std::int64_t, 3>{p.batch, p.heads_q, p.seq_q}) {
+      throw Error(fmt::format("lse: shape [{}, {}, {}] is not [B, H_q, S_q] = [{}, {}, {}]",
+                              a.lse.shape[0], a.lse.shape[1], a.lse.shape[2], p.batch, p.heads_q,
+                              p.seq_q));
+    }
+    if (a.lse.device != dev) throw Error("lse: on a different device than q");
+    for (int i = 0; i < 3; ++i) {
+      if (a.lse.stride[i] < 1) throw Error("lse: strides must be positive");
+    }
+  }
+  if (a.scale && !std::isfinite(*a.scale)) {
+    throw Error(fmt::format("scale: {} is not finite", *a.scale));
+  }
+  const int align = static_cast<int>(a.alignment);
+  if (align < 0 || align > static_cast<int>(CausalAlignment::top_left)) {
+    throw Error("alignment: not bottom_right or top_left");
+  }
+  validate(a.policy);
+  return p;
+}
+
+double resolve_scale(const AttentionArgs& args, std::int64_t dim) {
+  return args.scale ? *args.scale : 1.0 / std::sqrt(static_cast<double>(dim));
+}
+
+void check_finite_host(const TensorView& t, const char* name) {
+  for (std::int64_t b = 0; b < t.shape[0]; ++b)
+    for (std::int64_t h = 0; h < t.shape[1]; ++h)
+      for (std::int64_t s = 0; s < t.shape[2]; ++s)
+        for (std::int64_t d = 0; d < t.shape[3]; ++d) {
+          if (!std::isfinite(load_as_float(t.data, t.dtype, t.offset(b, h, s, d)))) {
+            throw Error(fmt::format("{}: non-finite value at [{}, {}, {}, {}] (inputs must be finite; "
+                                    "see docs/api.md)", name, b, h, s, d));
+          }
+        }
+}
+
+}  // namespace pasa

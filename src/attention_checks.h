@@ -1,0 +1,32 @@
+// Validation of AttentionArgs shared by every backend: each failure is a pasa::Error naming the
+// argument, raised before any output is touched.
+#pragma once
+
+#include "pasa/attention.h"
+
+namespace pasa {
+
+// The resolved problem size, after the checks.
+struct ProblemShape {
+  std::int64_t batch, heads_q, heads_kv, seq_q, seq_kv, dim;
+  std::int64_t group() const { return heads_q / heads_kv; }  // query heads per K/V head
+};
+
+// Checks pointers, shapes, GQA head counts, strides, devices, the LSE view and the scale.
+ProblemShape check_attention_args(const AttentionArgs& args);
+
+// alpha: the caller's scale or 1/sqrt(D).
+double resolve_scale(const AttentionArgs& args, std::int64_t dim);
+
+// Throws if a host tensor holds NaN or inf, naming it and the first [b, h, s, d] index.
+void check_finite_host(const TensorView& t, const char* name);
+
+// Whether key `key` is visible to query `query` (both 0-based) under the causal setting.
+inline bool key_visible(bool causal, CausalAlignment alignment, std::int64_t query, std::int64_t key,
+                        std::int64_t seq_q, std::int64_t seq_kv) {
+  if (!causal) return true;
+  const std::int64_t last = alignment == CausalAlignment::bottom_right ? query + seq_kv - seq_q : query;
+  return key <= last;
+}
+
+}  // namespace pasa

@@ -1,0 +1,59 @@
+// Exact merge of two partial attention results over disjoint key sets (spec section 1):
+//   LSE = log(exp(LSE_a) + exp(LSE_b)),  O = exp(LSE_a - LSE) O_a + exp(LSE_b - LSE) O_b.
+#include <cmath>
+#include <fmt/format.h>
+#include <limits>
+
+#include "pasa/attention.h"
+#include "pasa/error.h"
+#include "storage_convert.h"
+
+namespace pasa {
+namespace {
+
+float& lse_at(const LseView& l, std::int64_t b, std::int64_t h, std::int64_t s) {
+  return l.data[b * l.stride[0] + h * l.stride[1] + s * l.stride[2]];
+}
+
+void check_partial(const TensorView& o, const LseView& lse, const TensorView& like, const char* name) {
+  if (o.data == nullptr || lse.data == nullptr) throw Error(fmt::format("{}: null pointer", name));
+  if (o.device != Device::cpu || lse.device != Device::cpu) {
+    throw Error(fmt::format("{}: merge_partials runs on the CPU and needs host tensors", name));
+  }
+  if (o.shape != like.shape) throw Error(fmt::format("{}: shape differs from o_a's", name));
+  if (lse.shape != std::array<std::int64_t, 3>{o.shape[0], o.shape[1], o.shape[2]}) {
+    throw Error(fmt::format("{}: LSE shape is not [B, H, S] of its output", name));
+  }
+}
+
+}  // namespace
+
+void merge_partials(const TensorView& o_a, const LseView& lse_a, const TensorView& o_b,
+                    const LseView& lse_b, const TensorView& o, const LseView& lse) {
+  check_partial(o_a, lse_a, o_a, "o_a");
+  check_partial(o_b, lse_b, o_a, "o_b");
+  check_partial(o, lse, o_a, "o");
+  const auto [B, H, S, D] = o_a.shape;
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < H; ++h)
+      for (std::int64_t s = 0; s < S; ++s) {
+        const double la = lse_at(lse_a, b, h, s), lb = lse_at(lse_b, b, h, s);
+        const double hi = std::max(la, lb);
+        if (hi == -std::numeric_limits<double>::infinity()) {  // no key in either part
+          for (std::int64_t d = 0; d < D; ++d) store_from_double(o.data, o.dtype, o.offset(b, h, s, d), 0.0);
+          lse_at(lse, b, h, s) = static_cast<float>(hi);
+          continue;
+        }
+        // Stable log-sum-exp: factor out the larger term so neither exponential overflows.
+        const double merged = hi + std::log(std::exp(la - hi) + std::exp(lb - hi));
+        const double wa = std::exp(la - merged), wb = std::exp(lb - merged);
+        for (std::int64_t d = 0; d < D; ++d) {
+          const double va = load_as_float(o_a.data, o_a.dtype, o_a.offset(b, h, s, d));
+          const double vb = load_as_float(o_b.data, o_b.dtype, o_b.offset(b, h, s, d));
+          store_from_double(o.data, o.dtype, o.offset(b, h, s, d), wa * va + wb * vb);
+        }
+        lse_at(lse, b, h, s) = static_cast<float>(merged);
+      }
+}
+
+}  // namespace pasa

@@ -1,0 +1,66 @@
+// The fp64 reference: attention written as plainly as possible, the oracle for every other path.
+#include <cmath>
+#include <limits>
+
+#include "attention_checks.h"
+#include "cpu/host_inputs.h"
+#include "pasa/attention.h"
+#include "pasa/error.h"
+
+namespace pasa {
+
+ReferenceResult reference_attention(const AttentionArgs& args) {
+  const ProblemShape p = check_attention_args(args);
+  if (args.q.device != Device::cpu) throw Error("reference_attention: q, k, v must be host tensors");
+  check_finite_host(args.q, "q");
+  check_finite_host(args.k, "k");
+  check_finite_host(args.v, "v");
+  const double alpha = resolve_scale(args, p.dim);
+  const Rounder to_input(args.policy.input);
+  const std::int64_t D = p.dim;
+
+  ReferenceResult result;
+  result.o.assign(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q * D), 0.0);
+  result.lse.assign(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q), 0.0);
+
+#pragma omp parallel for collapse(2) schedule(dynamic)
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    for (std::int64_t h = 0; h < p.heads_q; ++h) {
+      const std::vector<double> q = gather_head<double>(args.q, b, h, to_input);
+      const std::vector<double> k = gather_head<double>(args.k, b, h / p.group(), to_input);
+      const std::vector<double> v = gather_head<double>(args.v, b, h / p.group(), to_input);
+      std::vector<double> scores(static_cast<std::size_t>(p.seq_kv));
+      for (std::int64_t r = 0; r < p.seq_q; ++r) {
+        double m = -std::numeric_limits<double>::infinity();
+        for (std::int64_t c = 0; c < p.seq_kv; ++c) {
+          if (!key_visible(args.causal, args.alignment, r, c, p.seq_q, p.seq_kv)) {
+            scores[c] = -std::numeric_limits<double>::infinity();
+            continue;
+          }
+          double dot = 0.0;
+          for (std::int64_t d = 0; d < D; ++d) dot += q[r * D + d] * k[c * D + d];
+          scores[c] = alpha * dot;
+          m = std::max(m, scores[c]);
+        }
+        const std::int64_t row = (b * p.heads_q + h) * p.seq_q + r;
+        double* o = &result.o[static_cast<std::size_t>(row * D)];
+        if (m == -std::numeric_limits<double>::infinity()) {  // every key masked: O = 0, LSE = -inf
+          result.lse[row] = m;
+          continue;
+        }
+        double l = 0.0;
+        for (std::int64_t c = 0; c < p.seq_kv; ++c) {
+          if (scores[c] == -std::numeric_limits<double>::infinity()) continue;
+          const double w = std::exp(scores[c] - m);
+          l += w;
+          for (std::int64_t d = 0; d < D; ++d) o[d] += w * v[c * D + d];
+        }
+        for (std::int64_t d = 0; d < D; ++d) o[d] /= l;
+        result.lse[row] = m + std::log(l);
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace pasa

@@ -1,0 +1,17 @@
+// The CUDA backend's entry points as the dispatcher sees them. Implemented by src/cuda/ when the build
+// has CUDA, and by src/cuda_absent/ (clear errors) when it does not.
+#pragma once
+
+#include "attention_checks.h"
+#include "pasa/attention.h"
+
+namespace pasa {
+
+// Whether this build has CUDA kernels and a usable sm_90 device is present.
+bool cuda_backend_available();
+
+// Runs args on the GPU (all tensors on the device, work on args.stream). Throws pasa::Error for
+// policies, head dims, dtypes or devices the kernels do not support, before any launch.
+void cuda_attention(const AttentionArgs& args, const ProblemShape& shape);
+
+}  // namespace pasa

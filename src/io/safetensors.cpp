@@ -1,0 +1,228 @@
+// .safetensors files (https://github.com/huggingface/safetensors): an 8-byte little-endian header length
+// N, N bytes of JSON {"name": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...,
+// "__metadata__": {"key": "value"}}, then the data section that the offsets index into.
+//
+// Reading enforces what the reference implementation does: every offset in range, each tensor's span
+// exactly its shape's size, and the tensors tiling the data section with no gap, overlap or tail.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "io/byte_io.h"
+#include "pasa/error.h"
+#include "pasa/io.h"
+
+namespace pasa::io {
+
+namespace {
+
+using nlohmann::json;
+
+struct Entry {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<std::int64_t> shape;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+};
+
+const char* safetensors_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "F32";
+    case DType::f16: return "F16";
+    case DType::bf16: return "BF16";
+  }
+  throw Error("safetensors_dtype: unknown dtype");
+}
+
+// A JSON value that must be a non-negative integer; `what` names the tensor and field for the message.
+std::uint64_t to_uint(const json& value, const std::string& what) {
+  if (value.is_number_unsigned()) return value.get<std::uint64_t>();
+  if (value.is_number_integer()) {
+    const auto v = value.get<std::int64_t>();
+    if (v >= 0) return static_cast<std::uint64_t>(v);
+    throw Error(what + " holds the negative value " + std::to_string(v));
+  }
+  throw Error(what + " holds a " + value.type_name() + " where a non-negative integer belongs");
+}
+
+const json& field(const json& info, const char* key, const std::string& what) {
+  const auto it = info.find(key);
+  if (it == info.end()) throw Error(what + ": missing \"" + key + "\"");
+  return *it;
+}
+
+Entry parse_entry(const std::string& name, const json& info, std::uint64_t data_size,
+                  const std::string& source) {
+  const std::string what = source + ": tensor " + detail::quoted(name);
+  if (!info.is_object()) throw Error(what + ": entry is a " + info.type_name() + ", not an object");
+  Entry entry;
+  entry.name = name;
+
+  const json& dtype = field(info, "dtype", what);
+  if (!dtype.is_string()) throw Error(what + ": \"dtype\" is a " + dtype.type_name() + ", not a string");
+  const auto& dtype_text = dtype.get_ref<const std::string&>();
+  if (dtype_text == "F32") {
+    entry.dtype = DType::f32;
+  } else if (dtype_text == "F16") {
+    entry.dtype = DType::f16;
+  } else if (dtype_text == "BF16") {
+    entry.dtype = DType::bf16;
+  } else {
+    throw Error(what + ": unsupported dtype " + detail::quoted(dtype_text) + " (supported: F32, F16, BF16)");
+  }
+
+  const json& shape = field(info, "shape", what);
+  if (!shape.is_array()) throw Error(what + ": \"shape\" is a " + shape.type_name() + ", not an array");
+  if (shape.size() > detail::kMaxRank) {
+    throw Error(what + ": rank " + std::to_string(shape.size()) + " exceeds the maximum of " +
+                std::to_string(detail::kMaxRank));
+  }
+  for (const json& d : shape) {
+    const std::uint64_t dim = to_uint(d, what + ": \"shape\"");
+    if (dim > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      throw Error(what + ": dimension " + std::to_string(dim) + " does not fit in 63 bits");
+    }
+    entry.shape.push_back(static_cast<std::int64_t>(dim));
+  }
+  const std::size_t nbytes = detail::checked_nbytes(entry.shape, entry.dtype, what);
+
+  const json& offsets = field(info, "data_offsets", what);
+  if (!offsets.is_array() || offsets.size() != 2) {
+    throw Error(what + ": \"data_offsets\" is not an array [begin, end]");
+  }
+  entry.begin = to_uint(offsets[0], what + ": \"data_offsets\"");
+  entry.end = to_uint(offsets[1], what + ": \"data_offsets\"");
+  const std::string span_text = "data_offsets [" + std::to_string(entry.begin) + ", " +
+                                std::to_string(entry.end) + "]";
+  if (entry.begin > entry.end) throw Error(what + ": " + span_text + " have begin > end");
+  if (entry.end > data_size) {
+    throw Error(what + ": " + span_text + " out of range: the data section has " +
+                std::to_string(data_size) + " bytes");
+  }
+  if (entry.end - entry.begin != nbytes) {
+    throw Error(what + ": size mismatch: " + span_text + " span " + std::to_string(entry.end - entry.begin) +
+                " bytes but shape " + detail::shape_text(entry.shape) + " (" + dtype_name(entry.dtype) +
+                ") needs " + std::to_string(nbytes));
+  }
+  return entry;
+}
+
+void check_metadata(const json& metadata, const std::string& source) {
+  const auto is_string = [](const json& v) { return v.is_string(); };
+  const bool strings = metadata.is_object() && std::all_of(metadata.begin(), metadata.end(), is_string);
+  if (!strings) throw Error(source + ": \"__metadata__\" must be an object of strings");
+}
+
+// A gap or overlap between tensors, or bytes after the last, means the header and data disagree.
+void check_tiling(std::vector<Entry>& entries, std::uint64_t data_size, const std::string& source) {
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+  });
+  std::uint64_t covered = 0;
+  for (const Entry& e : entries) {
+    if (e.begin < covered) {
+      throw Error(source + ": tensor " + detail::quoted(e.name) + " overlaps the bytes of another tensor");
+    }
+    if (e.begin > covered) {
+      throw Error(source + ": data bytes [" + std::to_string(covered) + ", " + std::to_string(e.begin) +
+                  ") before tensor " + detail::quoted(e.name) + " belong to no tensor");
+    }
+    covered = e.end;
+  }
+  if (covered != data_size) {
+    throw Error(source + ": extra data: " + std::to_string(data_size - covered) +
+                " bytes after the last tensor belong to no tensor");
+  }
+}
+
+}  // namespace
+
+std::map<std::string, HostTensor> parse_safetensors(std::span<const std::uint8_t> bytes,
+                                                    const std::string& source) {
+  if (bytes.size() < 8) {
+    throw Error(source + ": truncated header: " + std::to_string(bytes.size()) +
+                " bytes is too short for the 8-byte header length");
+  }
+  std::uint64_t header_length = 0;
+  for (int i = 0; i < 8; ++i) header_length |= std::uint64_t{bytes[i]} << (8 * i);
+  if (header_length > bytes.size() - 8) {
+    throw Error(source + ": header length " + std::to_string(header_length) + " exceeds the " +
+                std::to_string(bytes.size() - 8) + " bytes after the length field");
+  }
+  const auto header_bytes = bytes.subspan(8, header_length);
+  const auto data = bytes.subspan(8 + header_length);
+
+  json header;
+  try {
+    header = json::parse(header_bytes.begin(), header_bytes.end());
+  } catch (const json::exception& e) {
+    throw Error(source + ": header is not valid JSON: " + e.what());
+  }
+  if (!header.is_object()) {
+    throw Error(source + ": header is a JSON " + header.type_name() + ", not an object");
+  }
+
+  std::vector<Entry> entries;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      check_metadata(it.value(), source);
+    } else {
+      entries.push_back(parse_entry(it.key(), it.value(), data.size(), source));
+    }
+  }
+  check_tiling(entries, data.size(), source);
+
+  std::map<std::string, HostTensor> tensors;
+  for (Entry& e : entries) {
+    const auto span = data.subspan(e.begin, e.end - e.begin);
+    tensors.emplace(std::move(e.name), HostTensor{e.dtype, std::move(e.shape), {span.begin(), span.end()}});
+  }
+  return tensors;
+}
+
+std::map<std::string, HostTensor> read_safetensors(const std::string& path) {
+  return parse_safetensors(detail::read_file(path), path);
+}
+
+void write_safetensors(const std::string& path, const std::map<std::string, HostTensor>& tensors) {
+  // The data follows the map's (sorted) name order, so the offsets grow with the names.
+  json header = json::object();
+  std::vector<std::span<const std::uint8_t>> pieces(2);  // length and header, filled in below
+  std::uint64_t offset = 0;
+  for (const auto& [name, tensor] : tensors) {
+    const std::string what = path + ": tensor " + detail::quoted(name);
+    if (name == "__metadata__") throw Error(what + ": the name is reserved for the file's metadata");
+    const std::size_t nbytes = detail::checked_nbytes(tensor.shape, tensor.dtype, what);
+    if (tensor.bytes.size() != nbytes) {
+      throw Error(what + ": holds " + std::to_string(tensor.bytes.size()) + " bytes but shape " +
+                  detail::shape_text(tensor.shape) + " (" + dtype_name(tensor.dtype) + ") needs " +
+                  std::to_string(nbytes));
+    }
+    header[name] = {{"dtype", safetensors_dtype(tensor.dtype)},
+                    {"shape", tensor.shape},
+                    {"data_offsets", json::array({offset, offset + nbytes})}};
+    offset += nbytes;
+    pieces.push_back(tensor.bytes);
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const json::exception& e) {  // a name that is not valid UTF-8
+    throw Error(path + ": cannot encode the header: " + e.what());
+  }
+  // The format pads the header with spaces so the data section starts 8-byte aligned.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::uint8_t length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<std::uint8_t>(std::uint64_t{text.size()} >> (8 * i));
+  pieces[0] = length;
+  pieces[1] = detail::as_bytes(text);
+  detail::write_file(path, pieces);
+}
+
+}  // namespace pasa::io

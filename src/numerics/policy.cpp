@@ -1,0 +1,242 @@
+// Policies: presets, text form and validation.
+#include "pasa/policy.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "pasa/error.h"
+
+namespace pasa {
+namespace {
+
+// beta for fp16 and s2 = 128 from the paper's Table 3 (1 - 2^-6 as the initial value); `pasa beta`
+// reproduces it.
+constexpr double kPaperBeta = 0.984497;
+
+std::string scale_name(ScalePlacement s) {
+  switch (s) {
+    case ScalePlacement::scores: return "s";
+    case ScalePlacement::query: return "q";
+    case ScalePlacement::key: return "k";
+  }
+  return "?";
+}
+
+std::string shift_name(Shift s) { return s == Shift::pasa ? "pasa" : "none"; }
+
+// One row per text key: how to print it and how to set it. The order here is the printing order.
+struct Field {
+  const char* key;
+  std::function<std::string(const Policy&)> get;
+  std::function<void(Policy&, const std::string&)> set;
+};
+
+Format parse_field_format(const char* key, const std::string& value) {
+  try {
+    return parse_format(value);
+  } catch (const Error& e) {
+    throw Error(std::string("policy field '") + key + "': " + e.what());
+  }
+}
+
+double parse_number(const char* key, const std::string& value) {
+  std::size_t used = 0;
+  double x = 0;
+  try {
+    x = std::stod(value, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != value.size() || value.empty()) {
+    throw Error(std::string("policy field '") + key + "': '" + value + "' is not a number");
+  }
+  return x;
+}
+
+int parse_int(const char* key, const std::string& value) {
+  const double x = parse_number(key, value);
+  if (x != std::floor(x) || std::fabs(x) > 1e9) {
+    throw Error(std::string("policy field '") + key + "': '" + value + "' is not an integer");
+  }
+  return static_cast<int>(x);
+}
+
+Field format_field(const char* key, Format Policy::*member) {
+  return Field{key, [member](const Policy& p) { return (p.*member).name(); },
+               [key, member](Policy& p, const std::string& v) { p.*member = parse_field_format(key, v); }};
+}
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> table = {
+      format_field("input", &Policy::input),
+      format_field("qk_acc", &Policy::qk_acc),
+      format_field("s", &Policy::s),
+      {"scale", [](const Policy& p) { return scale_name(p.scale); },
+       [](Policy& p, const std::string& v) {
+         if (v == "s") p.scale = ScalePlacement::scores;
+         else if (v == "q") p.scale = ScalePlacement::query;
+         else if (v == "k") p.scale = ScalePlacement::key;
+         else throw Error("policy field 'scale': '" + v + "' is not s (scores), q (query) or k (key)");
+       }},
+      format_field("softmax", &Policy::softmax),
+      format_field("p", &Policy::p),
+      format_field("pv_acc", &Policy::pv_acc),
+      format_field("o", &Policy::o),
+      {"shift", [](const Policy& p) { return shift_name(p.shift); },
+       [](Policy& p, const std::string& v) {
+         if (v == "none") p.shift = Shift::none;
+         else if (v == "pasa") p.shift = Shift::pasa;
+         else throw Error("policy field 'shift': '" + v + "' is not none or pasa");
+       }},
+      {"beta", [](const Policy& p) { return fmt::format("{}", p.beta); },
+       [](Policy& p, const std::string& v) { p.beta = parse_number("beta", v); }},
+      {"s1", [](const Policy& p) { return std::to_string(p.block_q); },
+       [](Policy& p, const std::string& v) { p.block_q = parse_int("s1", v); }},
+      {"s2", [](const Policy& p) { return std::to_string(p.block_kv); },
+       [](Policy& p, const std::string& v) { p.block_kv = parse_int("s2", v); }},
+  };
+  return table;
+}
+
+std::string trim(std::string_view s) {
+  std::size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+bool fits_in_fp32(const Format& f) {
+  return f.is_integer() || (f.exp_bits <= 8 && f.man_bits <= 23);
+}
+
+}  // namespace
+
+bool Policy::operator==(const Policy& o) const {
+  for (const Field& f : fields()) {
+    if (f.get(*this) != f.get(o)) return false;
+  }
+  return true;
+}
+
+std::vector<std::string> preset_names() { return {"exact", "fa16_fp32", "fa16", "pasa"}; }
+
+Policy preset_policy(std::string_view name) {
+  Policy p;  // "exact": fp32 at every rounding point
+  p.preset = std::string(name);
+  if (name == "exact") return p;
+  // The paper's low-precision allocations (spec section 2). Matrix engines accumulate in fp32 inside
+  // a GEMM (Ascend Cube, NVIDIA HMMA .f32); what changes is the format of what leaves the GEMM.
+  p.input = Format::fp16();
+  p.s = Format::fp16();
+  p.p = Format::fp16();
+  p.block_q = 128;
+  p.block_kv = 128;
+  if (name == "fa16_fp32") return p;
+  p.softmax = Format::fp16();
+  p.o = Format::fp16();
+  if (name == "fa16") return p;
+  if (name == "pasa") {
+    p.shift = Shift::pasa;
+    p.beta = kPaperBeta;
+    p.scale = ScalePlacement::key;
+    return p;
+  }
+  std::string known;
+  for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+  throw Error("unknown policy '" + std::string(name) + "' (presets: " + known + ")");
+}
+
+Policy parse_policy(std::string_view text) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = text.find(',', start);
+    const std::size_t end = comma == std::string_view::npos ? text.size() : comma;
+    parts.push_back(trim(text.substr(start, end - start)));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  if (parts.empty() || parts[0].empty()) throw Error("policy text is empty (try 'exact' or 'pasa')");
+  Policy p = preset_policy(parts[0]);
+  for (std::size_t i = 1; i < parts.size(); ++i) {
+    const std::string& kv = parts[i];
+    const std::size_t eq = kv.find('=');
+    if (eq == std::string::npos) {
+      throw Error("policy '" + std::string(text) + "': '" + kv + "' is not key=value");
+    }
+    const std::string key = trim(kv.substr(0, eq));
+    const std::string value = trim(kv.substr(eq + 1));
+    bool found = false;
+    for (const Field& f : fields()) {
+      if (key == f.key) {
+        f.set(p, value);
+        found = true;
+      }
+    }
+    if (!found) {
+      std::string keys;
+      for (const Field& f : fields()) keys += std::string(keys.empty() ? "" : ", ") + f.key;
+      throw Error("policy '" + std::string(text) + "': unknown key '" + key + "' (keys: " + keys + ")");
+    }
+  }
+  validate(p);
+  return p;
+}
+
+std::string to_string(const Policy& policy) {
+  const Policy base = preset_policy(policy.preset);
+  std::string out = policy.preset;
+  for (const Field& f : fields()) {
+    const std::string value = f.get(policy);
+    if (value != f.get(base)) out += std::string(",") + f.key + "=" + value;
+  }
+  return out;
+}
+
+void validate(const Policy& p) {
+  auto require_float = [](const char* key, const Format& f) {
+    if (f.is_integer()) {
+      throw Error(std::string("policy field '") + key + "': " + f.name() +
+                  " is an integer format; this rounding point needs a floating-point format");
+    }
+  };
+  require_float("input", p.input);
+  require_float("qk_acc", p.qk_acc);
+  require_float("s", p.s);
+  require_float("softmax", p.softmax);
+  require_float("p", p.p);
+  require_float("pv_acc", p.pv_acc);
+  require_float("o", p.o);
+  // GEMM operands are carried as fp32 by the emulator (and by every matrix engine).
+  for (auto [key, f] : {std::pair{"input", p.input}, {"s", p.s}, {"p", p.p}}) {
+    if (!fits_in_fp32(f)) {
+      throw Error(std::string("policy field '") + key + "': " + f.name() +
+                  " is wider than fp32, the widest GEMM operand the emulator models");
+    }
+  }
+  // Masked scores and the initial running max are -inf: the softmax format must hold infinity.
+  if (p.softmax.fn || p.softmax.overflow != Overflow::to_inf) {
+    throw Error("policy field 'softmax': " + p.softmax.name() +
+                " has no infinity, which masking and the running max need");
+  }
+  if (!(p.beta >= 0.0 && p.beta < 1.0)) {
+    throw Error(fmt::format("policy field 'beta': {} is outside [0, 1) (beta = 1 makes the shifting "
+                            "matrix singular)", p.beta));
+  }
+  if (p.shift == Shift::none && p.beta != 0.0) {
+    throw Error("policy field 'beta': set to " + fmt::format("{}", p.beta) +
+                " but shift=none ignores it (use shift=pasa)");
+  }
+  for (auto [key, b] : {std::pair{"s1", p.block_q}, {"s2", p.block_kv}}) {
+    if (b < 1 || b > 1024) {
+      throw Error(std::string("policy field '") + key + "': block size " + std::to_string(b) +
+                  " is outside 1..1024");
+    }
+  }
+}
+
+}  // namespace pasa

@@ -1,0 +1,74 @@
+// Tensor views, host tensors and dtype conversions.
+#include "pasa/tensor.h"
+
+#include <array>
+#include <cstring>
+#include <string>
+
+#include "pasa/error.h"
+#include "pasa/format.h"
+#include "storage_convert.h"
+
+namespace pasa {
+
+std::size_t dtype_size(DType dtype) { return dtype == DType::f32 ? 4 : 2; }
+
+std::string dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+  }
+  return "?";
+}
+
+TensorView bhsd_view(void* data, DType dtype, std::int64_t B, std::int64_t H, std::int64_t S,
+                     std::int64_t D, Device device) {
+  return TensorView{data, dtype, {B, H, S, D}, {H * S * D, S * D, D, 1}, device};
+}
+
+TensorView bshd_view(void* data, DType dtype, std::int64_t B, std::int64_t S, std::int64_t H,
+                     std::int64_t D, Device device) {
+  return TensorView{data, dtype, {B, H, S, D}, {S * H * D, D, H * D, 1}, device};
+}
+
+LseView lse_view(float* data, std::int64_t B, std::int64_t H, std::int64_t S, Device device) {
+  return LseView{data, {B, H, S}, {H * S, S, 1}, device};
+}
+
+std::int64_t HostTensor::numel() const {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+TensorView HostTensor::view(const std::string& what) {
+  if (shape.size() != 4) {
+    throw Error(what + ": expected a rank-4 tensor [B, H, S, D], got rank " +
+                std::to_string(shape.size()));
+  }
+  return bhsd_view(bytes.data(), dtype, shape[0], shape[1], shape[2], shape[3]);
+}
+
+std::vector<float> to_float(const HostTensor& t) {
+  const std::int64_t n = t.numel();
+  if (static_cast<std::int64_t>(t.bytes.size()) != n * static_cast<std::int64_t>(dtype_size(t.dtype))) {
+    throw Error("to_float: tensor holds " + std::to_string(t.bytes.size()) + " bytes, its shape needs " +
+                std::to_string(n * dtype_size(t.dtype)));
+  }
+  std::vector<float> out(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) out[i] = load_as_float(t.bytes.data(), t.dtype, i);
+  return out;
+}
+
+HostTensor from_float(const std::vector<float>& values, std::vector<std::int64_t> shape, DType dtype) {
+  HostTensor t{dtype, std::move(shape), {}};
+  if (t.numel() != static_cast<std::int64_t>(values.size())) {
+    throw Error("from_float: " + std::to_string(values.size()) + " values do not fill the shape");
+  }
+  t.bytes.resize(values.size() * dtype_size(dtype));
+  for (std::size_t i = 0; i < values.size(); ++i) store_from_double(t.bytes.data(), dtype, i, values[i]);
+  return t;
+}
+
+}  // namespace pasa
