@@ -87,7 +87,9 @@ std::string Format::name() const {
   } else if (is_double(*this)) {
     base = "fp64";
   } else {
-    base = "e" + std::to_string(exp_bits) + "m" + std::to_string(man_bits);
+    // Appended piecewise: "e" + std::to_string(...) trips GCC 12's false -Wrestrict warning.
+    base = 'e';
+    base += std::to_string(exp_bits) + 'm' + std::to_string(man_bits);
   }
   if (overflow != default_overflow(*this)) {
     base += overflow == Overflow::saturate ? ":sat" : overflow == Overflow::to_nan ? ":nan" : ":inf";

@@ -1,0 +1,130 @@
+// Every bad-input class of the attention API gives a pasa::Error naming the argument.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "pasa/attention.h"
+#include "test_util.h"
+
+namespace pasa {
+namespace {
+
+using test::expect_error;
+using test::Tensor4;
+
+struct Problem {
+  Tensor4 q, k, v, o;
+  std::vector<float> lse;
+  AttentionArgs args;
+  Problem(std::int64_t Hq = 4, std::int64_t Hkv = 2, std::int64_t S = 8, std::int64_t D = 16) {
+    std::mt19937_64 rng(test::fresh_seed());
+    q = test::random_tensor(1, Hq, S, D, rng);
+    k = test::random_tensor(1, Hkv, S, D, rng);
+    v = test::random_tensor(1, Hkv, S, D, rng);
+    o = test::make_tensor(1, Hq, S, D, DType::f32);
+    lse.resize(Hq * S);
+    args = AttentionArgs{q.view, k.view, v.view, o.view, lse_view(lse.data(), 1, Hq, S)};
+  }
+};
+
+TEST(BadInput, NullPointers) {
+  Problem p;
+  p.args.q.data = nullptr;
+  expect_error([&] { attention(p.args); }, "q: data pointer is null");
+  Problem p2;
+  p2.args.o.data = nullptr;
+  expect_error([&] { attention(p2.args); }, "o: data pointer is null");
+}
+
+TEST(BadInput, MismatchedShapes) {
+  Problem p;
+  p.args.v.shape[2] = 7;
+  expect_error([&] { attention(p.args); }, "v: shape");
+  Problem p2;
+  p2.args.o.shape[3] = 8;
+  expect_error([&] { attention(p2.args); }, "o: shape");
+  Problem p3;
+  p3.args.k.shape[3] = 8;
+  p3.args.v.shape[3] = 8;
+  expect_error([&] { attention(p3.args); }, "k: head dim 8 differs from q's 16");
+  Problem p4;
+  p4.args.lse.shape[2] = 3;
+  expect_error([&] { attention(p4.args); }, "lse: shape");
+}
+
+TEST(BadInput, QueryHeadsNotAMultipleOfKvHeads) {
+  Problem p(3, 2);
+  expect_error([&] { attention(p.args); }, "2 K/V heads do not divide the 3 query heads");
+}
+
+TEST(BadInput, UnsupportedHeadDim) {
+  Problem p(1, 1, 2, 1100);
+  expect_error([&] { attention(p.args); }, "head dim 1100");
+}
+
+TEST(BadInput, ZeroLengthSequences) {
+  Problem p;
+  p.args.k.shape[2] = 0;
+  p.args.v.shape[2] = 0;
+  expect_error([&] { attention(p.args); }, "k: sequence size is 0");
+  Problem p2;
+  p2.args.q.shape[2] = 0;
+  expect_error([&] { attention(p2.args); }, "q: sequence size is 0");
+}
+
+TEST(BadInput, UnsupportedDtype) {
+  Problem p;
+  p.args.k.dtype = static_cast<DType>(9);
+  expect_error([&] { attention(p.args); }, "k: unsupported dtype");
+}
+
+TEST(BadInput, NonFiniteScale) {
+  Problem p;
+  p.args.scale = std::numeric_limits<double>::infinity();
+  expect_error([&] { attention(p.args); }, "scale: inf is not finite");
+  p.args.scale = std::nan("");
+  expect_error([&] { attention(p.args); }, "scale: nan is not finite");
+}
+
+TEST(BadInput, NonFiniteInputValues) {
+  Problem p;
+  static_cast<float*>(p.args.k.data)[p.args.k.offset(0, 1, 3, 5)] = std::nanf("");
+  expect_error([&] { attention(p.args); }, "k: non-finite value at [0, 1, 3, 5]");
+  Problem p2;
+  static_cast<float*>(p2.args.v.data)[0] = std::numeric_limits<float>::infinity();
+  expect_error([&] { attention(p2.args); }, "v: non-finite value at [0, 0, 0, 0]");
+}
+
+TEST(BadInput, BadStridesAndDevices) {
+  Problem p;
+  p.args.o.stride[3] = 0;
+  expect_error([&] { attention(p.args); }, "o: stride of the head dim dimension is 0");
+  Problem p2;
+  p2.args.k.device = Device::cuda;
+  expect_error([&] { attention(p2.args); }, "different devices");
+}
+
+TEST(BadInput, CudaRequestedWithHostTensors) {
+  Problem p;
+  p.args.backend = Backend::cuda;
+  try {
+    attention(p.args);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_FALSE(std::string(e.what()).empty());
+  }
+}
+
+TEST(BadInput, InvalidPolicy) {
+  Problem p;
+  p.args.policy.beta = 1.0;
+  p.args.policy.shift = Shift::pasa;
+  expect_error([&] { attention(p.args); }, "beta");
+  Problem p2;
+  p2.args.policy.block_kv = 0;
+  expect_error([&] { attention(p2.args); }, "s2");
+}
+
+}  // namespace
+}  // namespace pasa

@@ -1,0 +1,128 @@
+// pasa run: attention on tensors from files, optionally checked against the fp64 reference.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+
+#include "commands.h"
+#include "pasa/attention.h"
+#include "pasa/error.h"
+#include "pasa/io.h"
+#include "pasa/policy.h"
+#include "tensor_files.h"
+
+namespace pasa::cli {
+namespace {
+
+struct RunOptions {
+  std::string q, k, v, qkv, out, lse, policy = "exact", alignment = "bottom-right";
+  bool causal = false, check = false;
+  std::optional<double> scale;
+};
+
+std::string shape_text(const TensorView& t) {
+  return fmt::format("[{}, {}, {}, {}] {}", t.shape[0], t.shape[1], t.shape[2], t.shape[3],
+                     dtype_name(t.dtype));
+}
+
+void run(const RunOptions& opt) {
+  HostTensor q, k, v;
+  if (!opt.qkv.empty()) {
+    if (!opt.q.empty() || !opt.k.empty() || !opt.v.empty()) {
+      throw Error("--qkv: give either --qkv or --q/--k/--v, not both");
+    }
+    auto tensors = io::read_safetensors(opt.qkv);
+    for (const char* name : {"q", "k", "v"}) {
+      if (!tensors.count(name)) throw Error(opt.qkv + ": no tensor named '" + name + "'");
+    }
+    q = std::move(tensors["q"]);
+    k = std::move(tensors["k"]);
+    v = std::move(tensors["v"]);
+  } else {
+    if (opt.q.empty() || opt.k.empty() || opt.v.empty()) {
+      throw Error("give --q, --k and --v (or --qkv FILE.safetensors)");
+    }
+    q = load_tensor_file(opt.q, "q");
+    k = load_tensor_file(opt.k, "k");
+    v = load_tensor_file(opt.v, "v");
+  }
+  AttentionArgs args;
+  args.q = q.view("--q");
+  args.k = k.view("--k");
+  args.v = v.view("--v");
+  HostTensor o{q.dtype, q.shape, std::vector<std::uint8_t>(q.bytes.size())};
+  args.o = o.view("output");
+  std::vector<float> lse(static_cast<std::size_t>(q.shape[0] * q.shape[1] * q.shape[2]));
+  args.lse = lse_view(lse.data(), q.shape[0], q.shape[1], q.shape[2]);
+  args.scale = opt.scale;
+  args.causal = opt.causal;
+  if (opt.alignment == "top-left") {
+    args.alignment = CausalAlignment::top_left;
+  } else if (opt.alignment != "bottom-right") {
+    throw Error("--alignment: '" + opt.alignment + "' is not bottom-right or top-left");
+  }
+  args.policy = parse_policy(opt.policy);
+
+  fmt::print("q {}  k {}  v {}\npolicy {}{}\n", shape_text(args.q), shape_text(args.k), shape_text(args.v),
+             to_string(args.policy), opt.causal ? fmt::format("  causal ({})", opt.alignment) : "");
+  const auto t0 = std::chrono::steady_clock::now();
+  attention(args);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fmt::print("time {:.3f} s (CPU emulator)\n", seconds);
+
+  if (opt.check) {
+    const ReferenceResult ref = reference_attention(args);
+    const std::vector<float> got = to_float(o);
+    double num = 0, den = 0, max_abs = 0;
+    std::int64_t non_finite = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      if (!std::isfinite(got[i])) {
+        ++non_finite;
+        continue;
+      }
+      num += (got[i] - ref.o[i]) * (got[i] - ref.o[i]);
+      den += ref.o[i] * ref.o[i];
+      max_abs = std::max(max_abs, std::fabs(got[i] - ref.o[i]));
+    }
+    fmt::print("check against fp64: relative RMSE {:.3e}  max abs error {:.3e}  NaN share {:.4f}%\n",
+               den > 0 ? std::sqrt(num / den) : std::sqrt(num), max_abs,
+               100.0 * static_cast<double>(non_finite) / static_cast<double>(got.size()));
+  }
+  if (!opt.out.empty()) {
+    io::write_npy(opt.out, o);
+    fmt::print("wrote {}\n", opt.out);
+  }
+  if (!opt.lse.empty()) {
+    io::write_npy(opt.lse, from_float(lse, {q.shape[0], q.shape[1], q.shape[2]}, DType::f32));
+    fmt::print("wrote {}\n", opt.lse);
+  }
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto opt = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "run", "Run attention on Q/K/V from .npy/.safetensors files ([B, H, S, D]) on the CPU under a "
+             "precision policy; --check compares with the fp64 reference.");
+  cmd->add_option("--q", opt->q, "query tensor file (.npy, or .safetensors with one tensor)");
+  cmd->add_option("--k", opt->k, "key tensor file");
+  cmd->add_option("--v", opt->v, "value tensor file");
+  cmd->add_option("--qkv", opt->qkv, "one .safetensors file holding tensors named q, k and v");
+  cmd->add_option("--policy", opt->policy,
+                  "precision policy: a preset (exact, fa16_fp32, fa16, pasa) and key=value overrides, "
+                  "e.g. pasa,beta=0.968994,s2=64")
+      ->capture_default_str();
+  cmd->add_flag("--causal", opt->causal, "causal mask");
+  cmd->add_option("--alignment", opt->alignment, "causal alignment: bottom-right or top-left")
+      ->capture_default_str();
+  cmd->add_option("--scale", opt->scale, "softmax scale (default 1/sqrt(D))");
+  cmd->add_option("--out", opt->out, "write O here (.npy, dtype of Q)");
+  cmd->add_option("--lse", opt->lse, "write the LSE here (.npy, fp32 [B, H, S_q])");
+  cmd->add_flag("--check", opt->check,
+                "compare with the fp64 reference: relative RMSE, max abs error, NaN share");
+  cmd->callback([opt] { run(*opt); });
+}
+
+}  // namespace pasa::cli
