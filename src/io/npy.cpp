@@ -154,7 +154,7 @@ class HeaderParser {
         ++pos_;
         skip_space();
       } else if (!at(')')) {
-        fail("expected ',' or ')' in the shape tuple");
+        fail(at_end() ? "unterminated shape tuple" : "expected ',' or ')' in the shape tuple");
       }
     }
     ++pos_;
@@ -185,7 +185,7 @@ class HeaderParser {
     if (descr == "<V2" || descr == "|V2") {
       throw Error(source_ + ": descr " + detail::quoted(descr) +
                   " is an untyped 2-byte void (how np.save stores ml_dtypes bfloat16), which is "
-                  "ambiguous; write bf16 arrays with descr 'bfloat16'");
+                  "ambiguous; store bf16 as .safetensors, or as .npy with descr 'bfloat16'");
     }
     if (descr == ">f4" || descr == ">f2") {
       throw Error(source_ + ": big-endian descr " + detail::quoted(descr) +

@@ -1,0 +1,57 @@
+// What the host passes to the forward attention kernels, and the launch functions the dispatcher
+// calls (one per explicit instantiation family). Plain C++: included by .cpp and .cu files alike.
+#pragma once
+
+#include <cstdint>
+
+namespace pasa::cuda {
+
+// The element types the kernels read and write.
+enum class ElemType : int { f32 = 0, f16 = 1, bf16 = 2 };
+
+// A [B, H, S, D] operand: base pointer and element strides of the batch, head and sequence
+// dimensions (the head-dim stride is 1, checked by the dispatcher).
+struct Operand {
+  const void* data;
+  std::int64_t stride_b, stride_h, stride_s;
+};
+
+struct FwdParams {
+  Operand q;  // Q as given (f16 / bf16)
+  Operand k;  // exact: K as given; pasa: K' = M K in fp16 (the prepass's scratch)
+  Operand v;  // exact: V as given; pasa: V in fp16 (as given for f16, the prepass's copy for bf16)
+  void* o;
+  std::int64_t o_stride_b, o_stride_h, o_stride_s;
+  ElemType o_type;
+  float* lse;  // null: not written
+  std::int64_t lse_stride_b, lse_stride_h, lse_stride_s;
+
+  int seq_q, seq_kv, heads_q, group;  // group = H_q / H_kv
+  bool causal;
+  int causal_offset;  // key k is visible to query r iff k <= r + causal_offset (when causal)
+
+  float scale_log2;  // exact: alpha * log2(e), scores are exponentiated in base 2
+  float pasa_g;      // pasa: fl_fp16(beta / (1 - beta)), the invariance
+};
+
+// PASA's prepass: K' = M K per block of kBlockKv keys, and V converted to fp16 where it is bf16.
+struct PasaPrepareParams {
+  Operand k, v;
+  ElemType in_type;
+  void* k_out;  // [B, H_kv, S_kv, D] fp16, contiguous
+  void* v_out;  // same, written only when in_type is bf16
+  int heads_kv, seq_kv, block_kv;
+  // M's stored entries (already fp16 values) for a full block and for the last, shorter block.
+  float diag_full, off_full, diag_last, off_last;
+};
+
+// Launch functions (defined in the .cu files). Each throws pasa::Error on a CUDA error; `stream` is
+// a cudaStream_t. batch x heads x ceil(seq_q / 64) CTAs.
+void launch_exact_fwd(const FwdParams& p, int batch, int head_dim, ElemType in_type, void* stream);
+void launch_pasa_fwd(const FwdParams& p, int batch, int head_dim, ElemType q_type, void* stream);
+void launch_pasa_prepare(const PasaPrepareParams& p, int batch, int head_dim, void* stream);
+
+// The key-tile (PASA's s2) of the pasa kernels.
+constexpr int kPasaBlockKv = 128;
+
+}  // namespace pasa::cuda

@@ -1,0 +1,106 @@
+// Synthetic inputs. Each generator draws in fp64 from a std::mt19937_64 seeded by the caller, so a
+// (generator, parameters, seed) triple names the same tensors on every machine, and rounds to the
+// requested dtype once.
+#include "pasa/generators.h"
+
+#include <cmath>
+#include <numbers>
+#include <random>
+#include <vector>
+
+#include "pasa/error.h"
+#include "storage_convert.h"
+
+namespace pasa {
+namespace {
+
+HostTensor empty_tensor(const Shape4& s, DType dtype) {
+  if (s.batch < 1 || s.heads < 1 || s.seq < 1 || s.dim < 1) {
+    throw Error("generator: every dimension of the shape must be at least 1");
+  }
+  HostTensor t{dtype, {s.batch, s.heads, s.seq, s.dim}, {}};
+  t.bytes.resize(static_cast<std::size_t>(t.numel()) * dtype_size(dtype));
+  return t;
+}
+
+template <typename Draw>
+HostTensor fill(const Shape4& s, DType dtype, Draw&& draw) {
+  HostTensor t = empty_tensor(s, dtype);
+  for (std::int64_t i = 0; i < t.numel(); ++i) store_from_double(t.bytes.data(), dtype, i, draw(i));
+  return t;
+}
+
+}  // namespace
+
+QKV uniform_qkv(const Shape4& shape, double x0, double am, std::uint64_t seed, DType dtype) {
+  if (!(am >= 0.0)) throw Error("uniform: amplitude must be non-negative");
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> dist(x0 - am, x0 + am);
+  auto draw = [&](std::int64_t) { return dist(rng); };
+  QKV out;
+  out.q = fill(shape, dtype, draw);
+  out.k = fill(shape, dtype, draw);
+  out.v = fill(shape, dtype, draw);
+  return out;
+}
+
+QKV hybrid_qkv(const Shape4& shape, double x0, double am, std::uint64_t seed, DType dtype, double p) {
+  if (!(am >= 0.0)) throw Error("hybrid: amplitude must be non-negative");
+  if (!(p >= 0.0 && p <= 1.0)) throw Error("hybrid: outlier probability must be in [0, 1]");
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> base(x0, 1.0), outlier(0.0, am);
+  std::bernoulli_distribution is_outlier(p);
+  auto draw = [&](std::int64_t) {
+    const double x = base(rng);
+    return is_outlier(rng) ? x + outlier(rng) : x;
+  };
+  QKV out;
+  out.q = fill(shape, dtype, draw);
+  out.k = fill(shape, dtype, draw);
+  out.v = fill(shape, dtype, draw);
+  return out;
+}
+
+ResonanceParams resonance_preset(const std::string& name) {
+  ResonanceParams p;
+  if (name == "qwen2") return p;
+  if (name == "svd") {
+    // Every query out of phase, amplitudes of a few tens: uniformly large negative scores.
+    p.q_amp = 34.0;
+    p.k_amp = 34.0;
+    p.q_bias = 1.0;
+    p.k_bias = 4.0;
+    p.in_phase = 0.0;
+    return p;
+  }
+  throw Error("resonance: unknown preset '" + name + "' (qwen2, svd)");
+}
+
+QKV resonance_qkv(const Shape4& shape, const ResonanceParams& rp, std::uint64_t seed, DType dtype) {
+  if (rp.period < 2) throw Error("resonance: period must be at least 2");
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> noise(0.0, 1.0);
+  std::bernoulli_distribution in_phase(rp.in_phase);
+  const std::int64_t D = shape.dim;
+  std::vector<double> wave(static_cast<std::size_t>(D)), q_bias(D), k_bias(D);
+  for (std::int64_t d = 0; d < D; ++d) {
+    wave[d] = std::cos(2.0 * std::numbers::pi * static_cast<double>(d) / rp.period);
+    q_bias[d] = rp.q_bias * noise(rng);
+    k_bias[d] = rp.k_bias * noise(rng);
+  }
+  QKV out;
+  double amp = 0.0;
+  out.q = fill(shape, dtype, [&](std::int64_t i) {
+    const std::int64_t d = i % D;
+    if (d == 0) amp = in_phase(rng) ? rp.q_amp_in_phase : -rp.q_amp;  // one phase per query token
+    return amp * wave[d] + q_bias[d] + noise(rng);
+  });
+  out.k = fill(shape, dtype, [&](std::int64_t i) {
+    const std::int64_t d = i % D;
+    return rp.k_amp * wave[d] + k_bias[d] + rp.k_noise * noise(rng);
+  });
+  out.v = fill(shape, dtype, [&](std::int64_t) { return noise(rng); });
+  return out;
+}
+
+}  // namespace pasa

@@ -1,0 +1,44 @@
+#include "pasa/beta.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "pasa/error.h"
+
+namespace pasa {
+
+BetaSolution solve_beta(double initial, const Format& format, int block, std::optional<double> scale) {
+  if (!(initial > 0.0 && initial < 1.0)) {
+    throw Error(fmt::format("beta: initial value {} is outside (0, 1)", initial));
+  }
+  if (block < 1) throw Error(fmt::format("beta: block size {} must be at least 1", block));
+  if (format.is_integer()) throw Error("beta: format " + format.name() + " is not a float format");
+  if (scale && !(std::isfinite(*scale) && *scale > 0.0)) {
+    throw Error(fmt::format("beta: scale {} must be positive and finite", *scale));
+  }
+  const double n = block;
+  const double alpha = scale.value_or(1.0);
+  // The practical invariance of the rounded M, as a function of the beta it was built from.
+  auto invariance_of = [&](double beta) {
+    const double b = round_to(format, (beta / n) * alpha) / alpha;
+    const double a = round_to(format, (1.0 - beta / n) * alpha) / alpha + b;
+    return b * n / (a * (a - b * n)) + (1.0 - a) / a;
+  };
+  BetaSolution s{initial, initial, 0.0, 0.0, 0};
+  for (; s.iterations < 1000; ++s.iterations) {
+    const double f = invariance_of(s.beta);
+    const double next = f / (1.0 + f);
+    if (!(next >= 0.0 && next < 1.0)) {
+      throw Error(fmt::format("beta: iteration from {} left [0, 1) (block {} too small for {}?)", initial,
+                              block, format.name()));
+    }
+    if (next == s.beta) break;
+    s.beta = next;
+  }
+  s.invariance = s.beta / (1.0 - s.beta);
+  s.invariance_rounded = round_to(format, s.invariance);
+  return s;
+}
+
+}  // namespace pasa

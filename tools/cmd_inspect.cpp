@@ -1,0 +1,127 @@
+// pasa inspect: value ranges of K and of the scores before and after PASA's shift (section 3.3.2).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <memory>
+
+#include "commands.h"
+#include "pasa/error.h"
+#include "pasa/generators.h"
+#include "tensor_files.h"
+
+namespace pasa::cli {
+namespace {
+
+struct InspectOptions {
+  std::string q, k, gen = "resonance", preset = "qwen2";
+  double x0 = 20, am = 10, beta = 0.984497;
+  int block = 128;
+  std::int64_t seq = 1280, heads = 2;
+  std::uint64_t seed = 2024;
+};
+
+struct Range {
+  double lo = std::numeric_limits<double>::infinity(), hi = -std::numeric_limits<double>::infinity();
+  void add(double x) {
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+  }
+  std::string text() const { return fmt::format("[{:.6g}, {:.6g}]", lo, hi); }
+};
+
+void run(const InspectOptions& opt) {
+  HostTensor q, k;
+  std::string source;
+  if (!opt.q.empty() || !opt.k.empty()) {
+    if (opt.q.empty() || opt.k.empty()) throw Error("inspect: give both --q and --k");
+    q = load_tensor_file(opt.q, "q");
+    k = load_tensor_file(opt.k, "k");
+    source = opt.q + ", " + opt.k;
+  } else {
+    const Shape4 shape{1, opt.heads, opt.seq, 128};
+    QKV data;
+    if (opt.gen == "uniform") data = uniform_qkv(shape, opt.x0, opt.am, opt.seed);
+    else if (opt.gen == "hybrid") data = hybrid_qkv(shape, opt.x0, opt.am, opt.seed);
+    else if (opt.gen == "resonance") data = resonance_qkv(shape, resonance_preset(opt.preset), opt.seed);
+    else throw Error("--gen: '" + opt.gen + "' is not uniform, hybrid or resonance");
+    q = std::move(data.q);
+    k = std::move(data.k);
+    source = opt.gen == "resonance" ? "resonance (" + opt.preset + ")"
+                                    : fmt::format("{} x0={:g} Am={:g}", opt.gen, opt.x0, opt.am);
+  }
+  const TensorView qv = q.view("--q"), kv = k.view("--k");
+  if (qv.dim() != kv.dim() || qv.batch() != kv.batch() || qv.heads() % kv.heads() != 0) {
+    throw Error("inspect: q and k shapes do not form an attention problem");
+  }
+  const std::vector<float> qf = to_float(q), kf = to_float(k);
+  const std::int64_t D = qv.dim(), Sq = qv.seq(), Skv = kv.seq();
+  Range k_range, k_shift_range, s_range, s_shift_range;
+  std::vector<double> kshift(static_cast<std::size_t>(Skv * D));
+  for (std::int64_t b = 0; b < kv.batch(); ++b)
+    for (std::int64_t h = 0; h < kv.heads(); ++h) {
+      const float* kh = &kf[static_cast<std::size_t>(((b * kv.heads() + h) * Skv) * D)];
+      // K' = K - beta * mean over each block of s2 keys (M without the softmax scale, as the paper's
+      // section 3.3.2 reports it).
+      for (std::int64_t k0 = 0; k0 < Skv; k0 += opt.block) {
+        const std::int64_t n = std::min<std::int64_t>(opt.block, Skv - k0);
+        for (std::int64_t d = 0; d < D; ++d) {
+          double mean = 0;
+          for (std::int64_t r = k0; r < k0 + n; ++r) mean += kh[r * D + d];
+          mean /= static_cast<double>(n);
+          for (std::int64_t r = k0; r < k0 + n; ++r) {
+            k_range.add(kh[r * D + d]);
+            kshift[r * D + d] = kh[r * D + d] - opt.beta * mean;
+            k_shift_range.add(kshift[r * D + d]);
+          }
+        }
+      }
+      for (std::int64_t hq = h * (qv.heads() / kv.heads()); hq < (h + 1) * (qv.heads() / kv.heads()); ++hq) {
+        const float* qh = &qf[static_cast<std::size_t>(((b * qv.heads() + hq) * Sq) * D)];
+        for (std::int64_t r = 0; r < Sq; ++r)
+          for (std::int64_t c = 0; c < Skv; ++c) {
+            double s = 0, s_shift = 0;
+            for (std::int64_t d = 0; d < D; ++d) {
+              s += static_cast<double>(qh[r * D + d]) * kh[c * D + d];
+              s_shift += static_cast<double>(qh[r * D + d]) * kshift[c * D + d];
+            }
+            s_range.add(s);
+            s_shift_range.add(s_shift);
+          }
+      }
+    }
+  fmt::print("inputs: {}  q [{}, {}, {}, {}]  k [{}, {}, {}, {}]\n", source, qv.shape[0], qv.shape[1],
+             qv.shape[2], qv.shape[3], kv.shape[0], kv.shape[1], kv.shape[2], kv.shape[3]);
+  fmt::print("PASA shift: beta = {:g}, s2 = {} (scores unscaled: Q K^T)\n\n", opt.beta, opt.block);
+  fmt::print("| quantity | before shift | after shift |\n|---|---|---|\n");
+  fmt::print("| K range | {} | {} |\n", k_range.text(), k_shift_range.text());
+  fmt::print("| score range | {} | {} |\n", s_range.text(), s_shift_range.text());
+  const double fp16_max = 65504.0;
+  fmt::print("\nscores beyond fp16's 65504: before {}, after {}\n",
+             std::max(-s_range.lo, s_range.hi) > fp16_max ? "yes" : "no",
+             std::max(-s_shift_range.lo, s_shift_range.hi) > fp16_max ? "yes" : "no");
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& app) {
+  auto opt = std::make_shared<InspectOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "inspect", "Print the K range and the score range before and after PASA's shift, for given or "
+                 "generated inputs (default: the resonance generator, Qwen2-7B-like).");
+  cmd->add_option("--q", opt->q, "query tensor file (.npy / .safetensors)");
+  cmd->add_option("--k", opt->k, "key tensor file");
+  cmd->add_option("--gen", opt->gen, "generator when no files: uniform, hybrid or resonance")
+      ->capture_default_str();
+  cmd->add_option("--preset", opt->preset, "resonance preset: qwen2 or svd")->capture_default_str();
+  cmd->add_option("--x0", opt->x0, "mean for uniform/hybrid")->capture_default_str();
+  cmd->add_option("--am", opt->am, "amplitude for uniform/hybrid")->capture_default_str();
+  cmd->add_option("--beta", opt->beta, "PASA beta")->capture_default_str();
+  cmd->add_option("--block", opt->block, "key block size s2")->capture_default_str();
+  cmd->add_option("--seq", opt->seq, "sequence length of generated inputs")->capture_default_str();
+  cmd->add_option("--heads", opt->heads, "heads of generated inputs")->capture_default_str();
+  cmd->add_option("--seed", opt->seed, "seed of generated inputs")->capture_default_str();
+  cmd->callback([opt] { run(*opt); });
+}
+
+}  // namespace pasa::cli

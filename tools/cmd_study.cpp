@@ -1,0 +1,152 @@
+// pasa study: the PASA paper's random benchmarks on the CPU emulator, as markdown (and JSON, PNG).
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "commands.h"
+#include "paper_study.h"
+#include "pasa/error.h"
+#include "study_plot.h"
+
+namespace pasa::cli {
+namespace {
+
+struct StudyOptions {
+  bool full = false;
+  std::string json, plot;
+  std::vector<std::string> policies;
+  std::uint64_t seed = 2024;
+  std::int64_t seq = 1280, heads = 0;
+};
+
+std::string cell(const StudyRow& r) {
+  if (r.rmse) return fmt::format("{:.3e}", *r.rmse);
+  return fmt::format("NaN {:.2f}%", 100.0 * r.nan_share);
+}
+
+std::string number(double x) { return fmt::format("{:g}", x); }
+
+void print_tables(const std::vector<CaseGroup>& groups, const std::vector<StudyRow>& rows,
+                  const std::vector<std::string>& policies) {
+  auto find = [&](const StudyCase& c, const std::string& policy) -> const StudyRow& {
+    for (const StudyRow& r : rows) {
+      if (r.c.dist == c.dist && r.c.x0 == c.x0 && r.c.am == c.am && r.policy == policy) return r;
+    }
+    throw Error("study: missing result");
+  };
+  for (const CaseGroup& g : groups) {
+    fmt::print("\n### {}\n\n", g.title);
+    if (g.axis.empty()) {  // Table 4: NaN shares next to the paper's, then RMSE
+      std::string head = "| dist | x0 | Am | paper NaN (FA16-32) |", rule = "|---|---|---|---|";
+      for (const auto& p : policies) {
+        head += fmt::format(" {} NaN | {} RMSE |", p, p);
+        rule += "---|---|";
+      }
+      fmt::print("{}\n{}\n", head, rule);
+      for (const StudyCase& c : g.cases) {
+        std::string line = fmt::format("| {} | {} | {} | {:.2f}% |", c.dist, number(c.x0), number(c.am),
+                                       100.0 * paper_nan_share(c).value_or(0.0));
+        for (const auto& p : policies) {
+          const StudyRow& r = find(c, p);
+          line += fmt::format(" {:.2f}% | {} |", 100.0 * r.nan_share,
+                              r.rmse ? fmt::format("{:.3e}", *r.rmse) : "-");
+        }
+        fmt::print("{}\n", line);
+      }
+      continue;
+    }
+    std::string head = fmt::format("| {} |", g.axis == "x0" ? "x0" : "Am"), rule = "|---|";
+    for (const auto& p : policies) {
+      head += fmt::format(" {} |", p);
+      rule += "---|";
+    }
+    fmt::print("relative RMSE (Eq. 19) against fp64; 'NaN x%' where the output is not finite\n\n{}\n{}\n",
+               head, rule);
+    for (const StudyCase& c : g.cases) {
+      std::string line = fmt::format("| {} |", number(g.axis == "x0" ? c.x0 : c.am));
+      for (const auto& p : policies) line += fmt::format(" {} |", cell(find(c, p)));
+      fmt::print("{}\n", line);
+    }
+  }
+}
+
+nlohmann::json to_json(const std::vector<StudyRow>& rows) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const StudyRow& r : rows) {
+    out.push_back({{"dist", r.c.dist},
+                   {"x0", r.c.x0},
+                   {"am", r.c.am},
+                   {"policy", r.policy},
+                   {"nan_share", r.nan_share},
+                   {"rmse", r.rmse ? nlohmann::json(*r.rmse) : nlohmann::json(nullptr)}});
+  }
+  return out;
+}
+
+void run(const StudyOptions& opt) {
+  StudyConfig config;
+  config.shape = Shape4{1, opt.heads > 0 ? opt.heads : (opt.full ? 16 : 2), opt.seq, 128};
+  if (config.shape.seq < 1) throw Error("--seq: must be at least 1");
+  if (!opt.policies.empty()) config.policies = opt.policies;
+  config.seed = opt.seed;
+
+  const std::vector<CaseGroup> groups = paper_case_groups();
+  std::vector<StudyCase> cases;  // distinct cases, in first-seen order
+  std::set<std::tuple<std::string, double, double>> seen;
+  for (const CaseGroup& g : groups)
+    for (const StudyCase& c : g.cases)
+      if (seen.insert({c.dist, c.x0, c.am}).second) cases.push_back(c);
+
+  fmt::print("# pasa study: the PASA paper's random benchmarks on the CPU emulator\n\n");
+  fmt::print("shape (B, H, S, D) = ({}, {}, {}, {}), fp16 inputs, seed {}, policies: {}\n",
+             config.shape.batch, config.shape.heads, config.shape.seq, config.shape.dim, config.seed,
+             fmt::join(config.policies, ", "));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  const auto rows = run_study(cases, config, [&](int done, int total, const StudyCase& c) {
+    fmt::print(stderr, "[{:2}/{}] {} x0={:g} Am={:g}  ({:.1f} s)\n", done, total, c.dist, c.x0, c.am,
+               elapsed());
+  });
+  print_tables(groups, rows, config.policies);
+  fmt::print("\nstudy time {:.1f} s\n", elapsed());
+
+  if (!opt.json.empty()) {
+    std::ofstream f(opt.json);
+    if (!f) throw Error(opt.json + ": cannot open for writing");
+    f << to_json(rows).dump(1) << "\n";
+    if (!f) throw Error(opt.json + ": write failed");
+    fmt::print(stderr, "wrote {}\n", opt.json);
+  }
+  if (!opt.plot.empty()) {
+    for (const auto& png : write_study_plots(to_json(rows).dump(), opt.plot)) {
+      fmt::print(stderr, "wrote {}\n", png);
+    }
+  }
+}
+
+}  // namespace
+
+void add_study_command(CLI::App& app) {
+  auto opt = std::make_shared<StudyOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "study",
+      "Reproduce the PASA paper's random benchmarks on the CPU: Table 4 (NaN shares) and the "
+      "Figure 9/10 RMSE sweeps under exact, fa16_fp32, fa16 and pasa. No GPU needed.");
+  cmd->add_flag("--full", opt->full, "the paper's shape (1, 16, 1280, 128) instead of (1, 2, 1280, 128)");
+  cmd->add_option("--json", opt->json, "also write the results as JSON to this file");
+  cmd->add_option("--plot", opt->plot, "write PNG figures in the style of Figures 9 and 10 to this directory");
+  cmd->add_option("--policy", opt->policies, "policies to compare (repeatable; default: the four presets)");
+  cmd->add_option("--seed", opt->seed, "random seed of the inputs")->capture_default_str();
+  cmd->add_option("--seq", opt->seq, "sequence length")->capture_default_str();
+  cmd->add_option("--heads", opt->heads, "number of heads (default 2, or 16 with --full)");
+  cmd->callback([opt] { run(*opt); });
+}
+
+}  // namespace pasa::cli

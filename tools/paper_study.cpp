@@ -1,0 +1,92 @@
+#include "paper_study.h"
+
+#include <cmath>
+#include <map>
+
+#include "pasa/attention.h"
+#include "pasa/error.h"
+#include "pasa/policy.h"
+
+namespace pasa::cli {
+
+std::vector<CaseGroup> paper_case_groups() {
+  std::vector<CaseGroup> groups;
+  groups.push_back({"Table 4", "",
+                    {{"uniform", 30, 0.5}, {"uniform", 20, 15}, {"uniform", 20, 20},
+                     {"hybrid", 30, 10}, {"hybrid", 20, 50}, {"hybrid", 20, 100}}});
+  CaseGroup u_mean{"Figure 9a: uniform, Am = 0.5, growing mean", "x0", {}};
+  CaseGroup h_mean{"Figure 10a: hybrid, Am = 10, growing mean", "x0", {}};
+  for (double x0 = 0; x0 <= 30; x0 += 5) {
+    u_mean.cases.push_back({"uniform", x0, 0.5});
+    h_mean.cases.push_back({"hybrid", x0, 10});
+  }
+  CaseGroup u_amp{"Figure 9b: uniform, x0 = 20, growing amplitude", "am", {}};
+  for (double am : {0.5, 5.0, 10.0, 15.0, 20.0}) u_amp.cases.push_back({"uniform", 20, am});
+  CaseGroup h_amp{"Figure 10b: hybrid, x0 = 20, growing amplitude", "am", {}};
+  for (double am : {10.0, 25.0, 50.0, 75.0, 100.0}) h_amp.cases.push_back({"hybrid", 20, am});
+  groups.push_back(u_mean);
+  groups.push_back(u_amp);
+  groups.push_back(h_mean);
+  groups.push_back(h_amp);
+  return groups;
+}
+
+std::optional<double> paper_nan_share(const StudyCase& c) {
+  static const std::map<std::tuple<std::string, double, double>, double> table4 = {
+      {{"uniform", 30, 0.5}, 1.0},   {{"uniform", 20, 15}, 0.0012}, {{"uniform", 20, 20}, 0.0814},
+      {{"hybrid", 30, 10}, 1.0},     {{"hybrid", 20, 50}, 0.0004},  {{"hybrid", 20, 100}, 0.0111}};
+  if (auto it = table4.find({c.dist, c.x0, c.am}); it != table4.end()) return it->second;
+  return std::nullopt;
+}
+
+namespace {
+
+QKV generate(const StudyCase& c, const StudyConfig& config, std::uint64_t seed) {
+  if (c.dist == "uniform") return uniform_qkv(config.shape, c.x0, c.am, seed, DType::f16);
+  if (c.dist == "hybrid") return hybrid_qkv(config.shape, c.x0, c.am, seed, DType::f16);
+  throw Error("study: unknown distribution '" + c.dist + "'");
+}
+
+}  // namespace
+
+std::vector<StudyRow> run_study(const std::vector<StudyCase>& cases, const StudyConfig& config,
+                                const std::function<void(int, int, const StudyCase&)>& progress) {
+  std::vector<Policy> policies;
+  for (const auto& text : config.policies) policies.push_back(parse_policy(text));
+  std::vector<StudyRow> rows;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const StudyCase& c = cases[i];
+    // Each case gets its own seed so adding a case does not change the others' inputs.
+    QKV data = generate(c, config, config.seed + 1000003ull * i);
+    HostTensor o{DType::f32, data.q.shape, std::vector<std::uint8_t>(data.q.numel() * 4)};
+    AttentionArgs args;
+    args.q = data.q.view("q");
+    args.k = data.k.view("k");
+    args.v = data.v.view("v");
+    args.o = o.view("o");
+    const ReferenceResult ref = reference_attention(args);  // fp64 on the fp16 inputs
+    for (std::size_t p = 0; p < policies.size(); ++p) {
+      args.policy = policies[p];
+      attention(args);
+      const std::vector<float> out = to_float(o);
+      double num = 0, den = 0;
+      std::int64_t bad = 0;
+      for (std::size_t e = 0; e < out.size(); ++e) {
+        if (!std::isfinite(out[e])) {
+          ++bad;
+          continue;
+        }
+        num += (out[e] - ref.o[e]) * (out[e] - ref.o[e]);
+        den += ref.o[e] * ref.o[e];
+      }
+      StudyRow row{c, config.policies[p], static_cast<double>(bad) / static_cast<double>(out.size()),
+                   std::nullopt};
+      if (bad == 0) row.rmse = std::sqrt(num / den);
+      rows.push_back(row);
+    }
+    if (progress) progress(static_cast<int>(i + 1), static_cast<int>(cases.size()), c);
+  }
+  return rows;
+}
+
+}  // namespace pasa::cli

@@ -1,0 +1,45 @@
+#include "study_plot.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "pasa/error.h"
+#include "plot_script.h"  // generated: kPlotScript, the text of tools/plot_study.py
+
+namespace pasa::cli {
+
+std::vector<std::string> write_study_plots(const std::string& results_json, const std::string& directory) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(directory, ec);
+  if (ec) throw Error("--plot: cannot create directory " + directory + ": " + ec.message());
+  const fs::path json_path = fs::path(directory) / "study.json";
+  const fs::path script_path = fs::path(directory) / ".plot_study.py";
+  {
+    std::ofstream(json_path) << results_json;
+    std::ofstream(script_path) << kPlotScript;
+  }
+  const std::string command = "python3 '" + script_path.string() + "' '" + json_path.string() + "' '" +
+                              directory + "'";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) throw Error("--plot: cannot start python3");
+  std::vector<std::string> written;
+  char line[4096];
+  while (std::fgets(line, sizeof line, pipe) != nullptr) {
+    std::string s(line);
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+    if (!s.empty()) written.push_back(s);
+  }
+  const int status = pclose(pipe);
+  fs::remove(script_path, ec);
+  if (status != 0) {
+    throw Error("--plot: the plotting script failed (it needs python3 with matplotlib: "
+                "pip install matplotlib); the results are in " + json_path.string());
+  }
+  return written;
+}
+
+}  // namespace pasa::cli
