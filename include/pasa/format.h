@@ -48,7 +48,7 @@ struct Format {
   double epsilon() const;                          // 2^-man_bits (1 for integers)
 
   // Canonical text: "fp32", "fp16", "bf16", "e4m3", "e5m2", "int8", "int4", else "eXmY", with
-  // ":sat" / ":nan" / ":inf" appended where the overflow rule is not the format's default.
+  // "e4m3ieee" for the IEEE-style e4m3 with inf, and ":sat" / ":nan" / ":inf" appended where the overflow rule is not the format's default.
   std::string name() const;
   bool operator==(const Format& o) const;
   bool operator!=(const Format& o) const { return !(*this == o); }

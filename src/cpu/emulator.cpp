@@ -142,20 +142,24 @@ void run_query_block(const AttentionArgs& args, const ProblemShape& ps, std::int
         for (int c = 0; c < n; ++c) sum = sm(sum + x[c]);
         mean = sm(sum / n);
       }
+      // Masking is tracked apart from the values: a score that overflowed to -inf is not a masked
+      // key, and a row whose visible scores all overflowed must turn into NaN as it would on hardware.
       double m_blk = kNegInf;
+      int visible = 0;
       for (int c = 0; c < n; ++c) {
-        if (!key_visible(args.causal, args.alignment, r0 + rr, k0 + c, ps.seq_q, ps.seq_kv)) {
+        if (key_visible(args.causal, args.alignment, r0 + rr, k0 + c, ps.seq_q, ps.seq_kv)) {
+          m_blk = std::max(m_blk, x[c]);
+          ++visible;
+        } else {
           x[c] = kNegInf;
+          p[c] = 0.0f;
         }
-        m_blk = std::max(m_blk, x[c]);
       }
-      active[rr] = m_blk != kNegInf;
-      if (!active[rr]) {  // every key of this block masked for this row: it contributes nothing
-        std::fill(p, p + n, 0.0f);
-        continue;
-      }
+      active[rr] = visible > 0;
+      if (!active[rr]) continue;  // every key of this block masked for this row: it adds nothing
       double l_blk = 0.0;
       for (int c = 0; c < n; ++c) {
+        if (!key_visible(args.causal, args.alignment, r0 + rr, k0 + c, ps.seq_q, ps.seq_kv)) continue;
         const double e = sm(std::exp(sm(x[c] - m_blk)));
         l_blk = sm(l_blk + e);
         p[c] = static_cast<float>(R.p(e));
@@ -170,7 +174,7 @@ void run_query_block(const AttentionArgs& args, const ProblemShape& ps, std::int
         d_cur = sm(g * sm(mean - F_new));
       }
       double m_new, ep = 0.0;
-      if (st.m == kNegInf) {
+      if (st.blocks == 0) {
         m_new = sm(m_blk + d_cur);
       } else {
         m_new = std::max(sm(st.m + d_prev), sm(m_blk + d_cur));
@@ -197,7 +201,7 @@ void run_query_block(const AttentionArgs& args, const ProblemShape& ps, std::int
 
   for (int rr = 0; rr < rows; ++rr) {
     const RowState& st = state[rr];
-    const bool empty = st.m == kNegInf || st.l == 0.0;  // fully masked row: O = 0, LSE = -inf
+    const bool empty = st.blocks == 0;  // no visible key: O = 0, LSE = -inf
     for (int d = 0; d < D; ++d) {
       const double value = empty ? 0.0 : R.o(acc[static_cast<std::size_t>(rr) * D + d] / st.l);
       store_from_double(args.o.data, args.o.dtype, args.o.offset(b, h, r0 + rr, d), value);

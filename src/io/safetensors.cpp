@@ -150,7 +150,7 @@ std::map<std::string, HostTensor> parse_safetensors(std::span<const std::uint8_t
                 " bytes is too short for the 8-byte header length");
   }
   std::uint64_t header_length = 0;
-  for (int i = 0; i < 8; ++i) header_length |= std::uint64_t{bytes[i]} << (8 * i);
+  for (std::size_t i = 0; i < 8; ++i) header_length |= std::uint64_t{bytes[i]} << (8 * i);
   if (header_length > bytes.size() - 8) {
     throw Error(source + ": header length " + std::to_string(header_length) + " exceeds the " +
                 std::to_string(bytes.size() - 8) + " bytes after the length field");

@@ -82,6 +82,8 @@ std::string Format::name() const {
     base = "bf16";
   } else if (exp_bits == 4 && man_bits == 3 && fn) {
     base = "e4m3";
+  } else if (exp_bits == 4 && man_bits == 3) {
+    base = "e4m3ieee";  // the IEEE-style e4m3 with inf (max 240): not the fn format "e4m3" names
   } else if (exp_bits == 5 && man_bits == 2) {
     base = "e5m2";
   } else if (is_double(*this)) {
@@ -114,6 +116,8 @@ Format parse_format(std::string_view text) {
     f = Format::bf16();
   } else if (s == "e4m3" || s == "e4m3fn" || s == "fp8_e4m3" || s == "fp8e4m3") {
     f = Format::e4m3();
+  } else if (s == "e4m3ieee") {
+    f = Format::floating(4, 3);
   } else if (s == "e5m2" || s == "fp8_e5m2" || s == "fp8e5m2") {
     f = Format::e5m2();
   } else if (s == "fp22") {

@@ -164,25 +164,24 @@ TEST(Npy, RejectsHeaderLengthBeyondTheFile) {
 TEST(Npy, RejectsUnterminatedSyntax) {
   EXPECT_TRUE(parse_fails(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), "),
                           {"unterminated dict"}));
-  EXPECT_TRUE(parse_fails(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2,)"),
-                          {"unterminated dict"}));
+  EXPECT_TRUE(
+      parse_fails(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2,)"), {"unterminated dict"}));
   EXPECT_TRUE(parse_fails(npy_file("{'descr': '<f4"), {"unterminated string"}));
   EXPECT_TRUE(parse_fails(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3"),
                           {"unterminated shape"}));
   EXPECT_TRUE(parse_fails(npy_file("{'descr': '<f4' 'fortran_order': False}"), {"expected ',' or '}'"}));
   EXPECT_TRUE(parse_fails(npy_file("['descr', '<f4']"), {"expected '{'"}));
   EXPECT_TRUE(parse_fails(npy_file(dict("<f4", "(1,)") + " x", zeros(4)), {"after the closing '}'"}));
-  EXPECT_TRUE(parse_fails(npy_file("{'descr': '<\\x66', 'fortran_order': False, 'shape': ()}"),
-                          {"escape"}));
+  EXPECT_TRUE(parse_fails(npy_file("{'descr': '<\\x66', 'fortran_order': False, 'shape': ()}"), {"escape"}));
 }
 
 TEST(Npy, RejectsMissingDuplicateAndUnknownKeys) {
-  EXPECT_TRUE(parse_fails(npy_file("{'fortran_order': False, 'shape': (1,)}", zeros(4)),
-                          {"missing key 'descr'"}));
-  EXPECT_TRUE(parse_fails(npy_file("{'descr': '<f4', 'shape': (1,)}", zeros(4)),
-                          {"missing key 'fortran_order'"}));
-  EXPECT_TRUE(parse_fails(npy_file("{'descr': '<f4', 'fortran_order': False}", zeros(4)),
-                          {"missing key 'shape'"}));
+  EXPECT_TRUE(
+      parse_fails(npy_file("{'fortran_order': False, 'shape': (1,)}", zeros(4)), {"missing key 'descr'"}));
+  EXPECT_TRUE(
+      parse_fails(npy_file("{'descr': '<f4', 'shape': (1,)}", zeros(4)), {"missing key 'fortran_order'"}));
+  EXPECT_TRUE(
+      parse_fails(npy_file("{'descr': '<f4', 'fortran_order': False}", zeros(4)), {"missing key 'shape'"}));
   EXPECT_TRUE(parse_fails(npy_file("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': ()}"),
                           {"duplicate key 'descr'"}));
   EXPECT_TRUE(parse_fails(npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (), 'x': 1}"),
@@ -215,8 +214,7 @@ TEST(Npy, RejectsBadDimensions) {
 }
 
 TEST(Npy, RejectsElementAndByteCountOverflow) {
-  EXPECT_TRUE(parse_fails(npy_file(dict("<f4", "(4294967296, 4294967296)")),
-                          {"element count", "overflows"}));
+  EXPECT_TRUE(parse_fails(npy_file(dict("<f4", "(4294967296, 4294967296)")), {"element count", "overflows"}));
   EXPECT_TRUE(parse_fails(npy_file(dict("<f4", "(9223372036854775807,)")), {"byte size", "overflows"}));
 }
 
@@ -255,11 +253,13 @@ TEST(Npy, WriteRejectsInconsistentTensors) {
   const std::string path = dir.file("bad.npy");
   HostTensor t = random_tensor(DType::f16, {2, 3}, 1);
   t.bytes.pop_back();
-  EXPECT_TRUE(throws_error([&] { write_npy(path, t); }, path, {"holds 11 bytes", "needs 12"}));
-  EXPECT_TRUE(throws_error([&] { write_npy(path, HostTensor{DType::f32, {2, -1}, {}}); }, path,
-                           {"negative dimension"}));
-  EXPECT_TRUE(throws_error([&] { write_npy(path, HostTensor{DType::f32, std::vector<std::int64_t>(9, 1), {}}); },
-                           path, {"rank 9 exceeds"}));
+  const auto write = [&path](const HostTensor& tensor) {
+    return [&path, tensor] { write_npy(path, tensor); };
+  };
+  EXPECT_TRUE(throws_error(write(t), path, {"holds 11 bytes", "needs 12"}));
+  EXPECT_TRUE(throws_error(write(HostTensor{DType::f32, {2, -1}, {}}), path, {"negative dimension"}));
+  const HostTensor rank9{DType::f32, std::vector<std::int64_t>(9, 1), {}};
+  EXPECT_TRUE(throws_error(write(rank9), path, {"rank 9 exceeds"}));
 }
 
 }  // namespace

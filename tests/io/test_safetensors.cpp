@@ -24,7 +24,7 @@ const std::string kSource = "weights.safetensors";
 
 std::vector<std::uint8_t> st_file(std::string_view header, const std::vector<std::uint8_t>& data = {}) {
   std::vector<std::uint8_t> out;
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(std::uint64_t{header.size()} >> (8 * i)));
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(header.size() >> (8 * i)));
   append(out, header);
   out.insert(out.end(), data.begin(), data.end());
   return out;
@@ -163,29 +163,33 @@ TEST(Safetensors, RejectsMalformedEntries) {
                           {"tensor 'x'", "\"dtype\" is a number"}));
   EXPECT_TRUE(parse_fails(st_file(one_tensor(R"("dtype": "F32", "shape": 4, "data_offsets": [0, 16])")),
                           {"tensor 'x'", "\"shape\" is a number, not an array"}));
-  EXPECT_TRUE(parse_fails(st_file(one_tensor(R"("dtype": "F32", "shape": [], "data_offsets": [0])"), zeros(4)),
-                          {"tensor 'x'", "not an array [begin, end]"}));
+  EXPECT_TRUE(
+      parse_fails(st_file(one_tensor(R"("dtype": "F32", "shape": [], "data_offsets": [0])"), zeros(4)),
+                  {"tensor 'x'", "not an array [begin, end]"}));
 }
 
 TEST(Safetensors, RejectsUnsupportedDtypesNamingTheTensor) {
   for (const char* dtype : {"F64", "I8", "F8_E4M3", "f32"}) {
-    const auto file = st_file(R"({"layer.q": {"dtype": ")" + std::string(dtype) +
-                              R"(", "shape": [1], "data_offsets": [0, 4]}})", zeros(4));
+    const auto file = st_file(
+        R"({"layer.q": {"dtype": ")" + std::string(dtype) + R"(", "shape": [1], "data_offsets": [0, 4]}})",
+        zeros(4));
     EXPECT_TRUE(parse_fails(file, {"tensor 'layer.q'", "unsupported dtype '" + std::string(dtype) + "'"}));
   }
 }
 
 TEST(Safetensors, RejectsBadDimensions) {
   const auto with_shape = [](std::string_view shape) {
-    return st_file(one_tensor(R"("dtype": "F32", "shape": )" + std::string(shape) +
-                              R"(, "data_offsets": [0, 4])"), zeros(4));
+    return st_file(
+        one_tensor(R"("dtype": "F32", "shape": )" + std::string(shape) + R"(, "data_offsets": [0, 4])"),
+        zeros(4));
   };
   EXPECT_TRUE(parse_fails(with_shape("[-1]"), {"tensor 'x'", "negative value -1"}));
   EXPECT_TRUE(parse_fails(with_shape("[1.5]"), {"tensor 'x'", "\"shape\" holds a number"}));
   EXPECT_TRUE(parse_fails(with_shape("[\"4\"]"), {"tensor 'x'", "\"shape\" holds a string"}));
   EXPECT_TRUE(parse_fails(with_shape("[18446744073709551615]"), {"tensor 'x'", "does not fit in 63 bits"}));
   EXPECT_TRUE(parse_fails(with_shape("[1e300]"), {"tensor 'x'", "holds a number"}));
-  EXPECT_TRUE(parse_fails(with_shape("[4294967296, 4294967296]"), {"tensor 'x'", "element count", "overflows"}));
+  EXPECT_TRUE(
+      parse_fails(with_shape("[4294967296, 4294967296]"), {"tensor 'x'", "element count", "overflows"}));
   EXPECT_TRUE(parse_fails(with_shape("[4611686018427387904]"), {"tensor 'x'", "byte size", "overflows"}));
   EXPECT_TRUE(parse_fails(with_shape("[1, 1, 1, 1, 1, 1, 1, 1, 1]"), {"tensor 'x'", "rank 9 exceeds"}));
 }
@@ -206,9 +210,11 @@ TEST(Safetensors, RejectsBadOffsets) {
 TEST(Safetensors, RejectsGapsOverlapsAndExtraData) {
   const std::string two = R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
                           R"( "b": {"dtype": "F32", "shape": [1], "data_offsets": )";
-  EXPECT_TRUE(parse_fails(st_file(two + "[8, 12]}}", zeros(12)), {"[4, 8) before tensor 'b' belong to no tensor"}));
+  EXPECT_TRUE(
+      parse_fails(st_file(two + "[8, 12]}}", zeros(12)), {"[4, 8) before tensor 'b' belong to no tensor"}));
   EXPECT_TRUE(parse_fails(st_file(two + "[0, 4]}}", zeros(4)), {"overlaps"}));
-  EXPECT_TRUE(parse_fails(st_file(two + "[4, 8]}}", zeros(11)), {"extra data", "3 bytes after the last tensor"}));
+  EXPECT_TRUE(
+      parse_fails(st_file(two + "[4, 8]}}", zeros(11)), {"extra data", "3 bytes after the last tensor"}));
   EXPECT_TRUE(parse_fails(st_file("{}", zeros(1)), {"extra data", "1 bytes"}));
 }
 
@@ -237,12 +243,13 @@ TEST(Safetensors, WriteRejectsWhatCouldNotBeReadBack) {
   const std::string path = dir.file("bad.safetensors");
   HostTensor short_tensor = random_tensor(DType::bf16, {3}, 1);
   short_tensor.bytes.pop_back();
-  EXPECT_TRUE(throws_error([&] { write_safetensors(path, {{"s", short_tensor}}); }, path,
-                           {"tensor 's'", "holds 5 bytes", "needs 6"}));
-  EXPECT_TRUE(throws_error([&] { write_safetensors(path, {{"__metadata__", random_tensor(DType::f32, {1}, 1)}}); },
-                           path, {"reserved"}));
-  EXPECT_TRUE(throws_error([&] { write_safetensors(path, {{"\xff\xfe", random_tensor(DType::f32, {1}, 1)}}); },
-                           path, {"cannot encode the header"}));
+  const auto write_one = [&path](const std::string& name, const HostTensor& tensor) {
+    return [&path, name, tensor] { write_safetensors(path, {{name, tensor}}); };
+  };
+  EXPECT_TRUE(throws_error(write_one("s", short_tensor), path, {"tensor 's'", "holds 5 bytes", "needs 6"}));
+  const HostTensor ok = random_tensor(DType::f32, {1}, 1);
+  EXPECT_TRUE(throws_error(write_one("__metadata__", ok), path, {"reserved"}));
+  EXPECT_TRUE(throws_error(write_one("\xff\xfe", ok), path, {"cannot encode the header"}));
 }
 
 }  // namespace

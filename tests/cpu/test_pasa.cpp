@@ -1,0 +1,147 @@
+// PASA in the emulator: exactness in real arithmetic, beta = 0 is FlashAttention-2, the paper's
+// overflow cases, the resonance inputs, and the optimal-beta table.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "pasa/attention.h"
+#include "pasa/beta.h"
+#include "pasa/generators.h"
+#include "pasa/policy.h"
+#include "test_util.h"
+
+namespace pasa {
+namespace {
+
+struct PolicyRun {
+  std::vector<double> o;
+  std::vector<float> lse;
+};
+
+PolicyRun run_policy(QKV& data, const Policy& policy, bool causal = false) {
+  const auto& shape = data.q.shape;
+  HostTensor o{DType::f32, shape, std::vector<std::uint8_t>(static_cast<std::size_t>(data.q.numel()) * 4)};
+  PolicyRun r;
+  r.lse.resize(static_cast<std::size_t>(shape[0] * shape[1] * shape[2]));
+  AttentionArgs args{data.q.view("q"), data.k.view("k"), data.v.view("v"), o.view("o"),
+                     lse_view(r.lse.data(), shape[0], shape[1], shape[2])};
+  args.policy = policy;
+  args.causal = causal;
+  attention(args);
+  r.o = test::read_bhsd(args.o);
+  return r;
+}
+
+ReferenceResult reference_of(QKV& data, bool causal = false) {
+  HostTensor o{DType::f32, data.q.shape, std::vector<std::uint8_t>(data.q.bytes.size() * 2)};
+  AttentionArgs args{data.q.view("q"), data.k.view("k"), data.v.view("v"), o.view("o")};
+  args.causal = causal;
+  return reference_attention(args);
+}
+
+double non_finite_share(const std::vector<double>& o) {
+  double bad = 0;
+  for (double x : o) bad += std::isfinite(x) ? 0 : 1;
+  return bad / static_cast<double>(o.size());
+}
+
+TEST(Pasa, ExactInRealArithmetic) {
+  // With every rounding point in fp32 the shift and its recovery must cancel: O and the LSE agree
+  // with the fp64 reference, also with a tail block and causal masking.
+  const Policy p = parse_policy("pasa,input=fp32,s=fp32,softmax=fp32,p=fp32,o=fp32,s1=32,s2=48");
+  for (bool causal : {false, true}) {
+    QKV data = uniform_qkv({1, 2, 300, 64}, 3.0, 2.0, test::fresh_seed(), DType::f32);
+    const PolicyRun run = run_policy(data, p, causal);
+    const ReferenceResult ref = reference_of(data, causal);
+    EXPECT_LT(test::relative_rmse(run.o, ref.o), 1e-5) << "causal " << causal;
+    for (std::size_t i = 0; i < run.lse.size(); ++i) {
+      ASSERT_NEAR(run.lse[i], ref.lse[i], 1e-4 * (1 + std::fabs(ref.lse[i]))) << "row " << i;
+    }
+  }
+}
+
+TEST(Pasa, BetaZeroIsFlashAttention2BitForBit) {
+  // PASA with beta = 0 folds only alpha into M = alpha I: exactly FA with the scale on K.
+  QKV data = hybrid_qkv({1, 2, 200, 128}, 5.0, 10.0, test::fresh_seed());
+  for (bool causal : {false, true}) {
+    const PolicyRun a = run_policy(data, parse_policy("pasa,beta=0"), causal);
+    const PolicyRun b = run_policy(data, parse_policy("fa16,scale=k"), causal);
+    ASSERT_EQ(a.o.size(), b.o.size());
+    for (std::size_t i = 0; i < a.o.size(); ++i) ASSERT_EQ(a.o[i], b.o[i]) << "element " << i;
+    for (std::size_t i = 0; i < a.lse.size(); ++i) ASSERT_EQ(a.lse[i], b.lse[i]) << "row " << i;
+  }
+}
+
+TEST(Pasa, PaperTable4OverflowCases) {
+  // fa16_fp32 overflows where the paper reports shares of 1% or more; pasa and exact never do.
+  struct Case {
+    bool uniform;
+    double x0, am;
+  };
+  for (const Case& c : {Case{true, 30, 0.5}, Case{true, 20, 20}, Case{false, 30, 10}, Case{false, 20, 100}}) {
+    const Shape4 shape{1, 2, 1280, 128};
+    const std::uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(::testing::Message() << (c.uniform ? "uniform" : "hybrid") << " x0=" << c.x0
+                                      << " Am=" << c.am << " seed " << seed);
+    QKV data = c.uniform ? uniform_qkv(shape, c.x0, c.am, seed) : hybrid_qkv(shape, c.x0, c.am, seed);
+    EXPECT_GT(non_finite_share(run_policy(data, preset_policy("fa16_fp32")).o), 0.0);
+    const PolicyRun pasa = run_policy(data, preset_policy("pasa"));
+    EXPECT_EQ(non_finite_share(pasa.o), 0.0);
+    EXPECT_EQ(non_finite_share(run_policy(data, preset_policy("exact")).o), 0.0);
+    EXPECT_LT(test::relative_rmse(pasa.o, reference_of(data).o), 0.2);
+  }
+}
+
+TEST(Pasa, ResonanceInputsOverflowWithoutTheShiftOnly) {
+  for (const char* preset : {"qwen2", "svd"}) {
+    SCOPED_TRACE(preset);
+    QKV data = resonance_qkv({1, 2, 256, 128}, resonance_preset(preset), test::fresh_seed());
+    EXPECT_GT(non_finite_share(run_policy(data, preset_policy("fa16_fp32")).o), 0.0);
+    const PolicyRun pasa = run_policy(data, preset_policy("pasa"));
+    EXPECT_EQ(non_finite_share(pasa.o), 0.0);
+  }
+}
+
+TEST(Beta, ReproducesPaperTable3) {
+  // Initial value -> optimal beta for fp16 and s2 = 128 (the paper's Table 3, 6 decimals).
+  const std::pair<double, double> table[] = {{0.9, 0.899708},         {1 - 1.0 / 16, 0.937500},
+                                             {1 - 1.0 / 32, 0.968994}, {1 - 1.0 / 64, 0.984497},
+                                             {0.99, 0.990311},         {0.999, 0.999031}};
+  for (auto [initial, expected] : table) {
+    const BetaSolution s = solve_beta(initial);
+    EXPECT_NEAR(s.beta, expected, 5e-7) << "initial " << initial;
+  }
+  EXPECT_NEAR(solve_beta(1 - 1.0 / 64).invariance, 63.50, 0.005);
+  EXPECT_NEAR(solve_beta(0.9).invariance, 8.971, 0.0005);
+}
+
+TEST(Beta, FoldedScaleMovesTheOptimum) {
+  // alpha = 1/sqrt(128) is not a power of two, so rounding (1 - beta/n) alpha differs from rounding
+  // (1 - beta/n): the fixed point moves.
+  const BetaSolution plain = solve_beta(1 - 1.0 / 64);
+  const BetaSolution folded = solve_beta(1 - 1.0 / 64, Format::fp16(), 128, 1 / std::sqrt(128.0));
+  EXPECT_GT(std::fabs(plain.beta - folded.beta), 1e-5);
+  // A power-of-two scale rounds exactly, so it changes nothing.
+  EXPECT_EQ(solve_beta(1 - 1.0 / 64, Format::fp16(), 128, 0.125).beta, plain.beta);
+}
+
+TEST(Beta, BadInput) {
+  test::expect_error([] { solve_beta(1.0); }, "outside (0, 1)");
+  test::expect_error([] { solve_beta(0.9, Format::fp16(), 0); }, "block size 0");
+  test::expect_error([] { solve_beta(0.9, Format::int8()); }, "not a float format");
+}
+
+TEST(Generators, SeededAndReproducible) {
+  const Shape4 shape{1, 1, 33, 16};
+  EXPECT_EQ(uniform_qkv(shape, 1, 2, 7).k.bytes, uniform_qkv(shape, 1, 2, 7).k.bytes);
+  EXPECT_NE(uniform_qkv(shape, 1, 2, 7).k.bytes, uniform_qkv(shape, 1, 2, 8).k.bytes);
+  EXPECT_EQ(hybrid_qkv(shape, 1, 2, 7).v.bytes, hybrid_qkv(shape, 1, 2, 7).v.bytes);
+  const auto r = resonance_preset("qwen2");
+  EXPECT_EQ(resonance_qkv(shape, r, 3).q.bytes, resonance_qkv(shape, r, 3).q.bytes);
+  test::expect_error([] { resonance_preset("llama"); }, "unknown preset 'llama'");
+  const std::vector<float> u = to_float(uniform_qkv({1, 1, 100, 8}, 30, 0.5, 1).q);
+  for (float x : u) ASSERT_TRUE(x >= 29.5f && x <= 30.5f);
+}
+
+}  // namespace
+}  // namespace pasa

@@ -1,0 +1,80 @@
+// Policies: presets, the text form (print, parse, round trip) and validation errors naming the field.
+#include <gtest/gtest.h>
+
+#include "numerics/rounder.h"
+#include "pasa/policy.h"
+#include "test_util.h"
+
+namespace pasa {
+namespace {
+
+using test::expect_error;
+
+TEST(Policy, PresetsHoldThePapersAllocations) {
+  const Policy exact = preset_policy("exact");
+  EXPECT_EQ(exact.s, Format::fp32());
+  EXPECT_EQ(exact.p, Format::fp32());
+  const Policy mixed = preset_policy("fa16_fp32");
+  EXPECT_EQ(mixed.s, Format::fp16());
+  EXPECT_EQ(mixed.softmax, Format::fp32());
+  EXPECT_EQ(mixed.o, Format::fp32());
+  const Policy low = preset_policy("fa16");
+  EXPECT_EQ(low.softmax, Format::fp16());
+  EXPECT_EQ(low.o, Format::fp16());
+  const Policy pasa = preset_policy("pasa");
+  EXPECT_EQ(pasa.shift, Shift::pasa);
+  EXPECT_DOUBLE_EQ(pasa.beta, 0.984497);
+  EXPECT_EQ(pasa.block_q, 128);
+  EXPECT_EQ(pasa.block_kv, 128);
+  EXPECT_EQ(pasa.scale, ScalePlacement::key);
+  for (const auto& name : preset_names()) EXPECT_EQ(to_string(preset_policy(name)), name);
+}
+
+TEST(Policy, TextRoundTrip) {
+  for (const char* text : {"pasa,beta=0.968994,s2=64", "exact,p=bf16,input=bf16", "fa16,scale=k",
+                           "fa16_fp32,s=e5m10,pv_acc=fp22", "pasa,softmax=fp32,o=fp32,s1=64"}) {
+    const Policy p = parse_policy(text);
+    EXPECT_EQ(parse_policy(to_string(p)), p) << text;
+  }
+  EXPECT_EQ(to_string(parse_policy(" pasa , s2 = 64 , beta=0.968994 ")), "pasa,beta=0.968994,s2=64");
+  EXPECT_EQ(to_string(parse_policy("pasa,beta=0.984497")), "pasa");
+}
+
+TEST(Policy, ErrorsNameTheField) {
+  expect_error([] { parse_policy("flash"); }, "unknown policy 'flash'");
+  expect_error([] { parse_policy(""); }, "empty");
+  expect_error([] { parse_policy("pasa,gamma=1"); }, "unknown key 'gamma'");
+  expect_error([] { parse_policy("pasa,beta"); }, "'beta' is not key=value");
+  expect_error([] { parse_policy("pasa,beta=1"); }, "'beta': 1 is outside [0, 1)");
+  expect_error([] { parse_policy("pasa,beta=-0.1"); }, "'beta'");
+  expect_error([] { parse_policy("pasa,beta=abc"); }, "'beta': 'abc' is not a number");
+  expect_error([] { parse_policy("exact,beta=0.5"); }, "shift=none ignores it");
+  expect_error([] { parse_policy("pasa,s2=0"); }, "'s2': block size 0");
+  expect_error([] { parse_policy("pasa,s1=2000"); }, "'s1': block size 2000");
+  expect_error([] { parse_policy("pasa,s2=1.5"); }, "'s2': '1.5' is not an integer");
+  expect_error([] { parse_policy("exact,s=int8"); }, "'s': int8 is an integer format");
+  expect_error([] { parse_policy("exact,softmax=e4m3"); }, "'softmax': e4m3 has no infinity");
+  expect_error([] { parse_policy("exact,p=fp64"); }, "'p': fp64 is wider than fp32");
+  expect_error([] { parse_policy("exact,o=fp99"); }, "policy field 'o': unknown number format 'fp99'");
+  expect_error([] { parse_policy("exact,scale=x"); }, "'scale': 'x' is not s");
+  expect_error([] { parse_policy("exact,shift=max"); }, "'shift': 'max' is not none or pasa");
+}
+
+TEST(Rounder, AgreesWithRoundTo) {
+  std::mt19937_64 rng(test::fresh_seed());
+  std::uniform_real_distribution<double> mantissa(-2.0, 2.0);
+  std::uniform_int_distribution<int> exponent(-40, 40);
+  for (const Format& f : {Format::fp16(), Format::bf16(), Format::e4m3(), Format::e5m2(), Format::fp22(),
+                          Format::fp32(), Format::floating(3, 2), Format::int8()}) {
+    const Rounder r(f);
+    for (int i = 0; i < 200000; ++i) {
+      const double x = std::ldexp(mantissa(rng), exponent(rng));
+      const double want = round_to(f, x), got = r(x);
+      ASSERT_TRUE(want == got || (std::isnan(want) && std::isnan(got)))
+          << f.name() << " x=" << x << " round_to=" << want << " rounder=" << got;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pasa
