@@ -26,16 +26,18 @@ def main(results_path, outdir):
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     for name, dist, axis, keep, title in SWEEPS:
         fig, ax = plt.subplots(figsize=(5.5, 4))
+        overflowed = []  # (x, colour) of cases whose output is not finite
         for policy in policies:
             pts = sorted((r[axis], r["rmse"]) for r in rows
                          if r["dist"] == dist and r["policy"] == policy and keep(r))
             xs = [x for x, y in pts if y is not None and y > 0 and math.isfinite(y)]
             ys = [y for x, y in pts if y is not None and y > 0 and math.isfinite(y)]
-            ax.plot(xs, ys, marker="o", label=policy)
-            nan_x = [x for x, y in pts if y is None]
-            if nan_x:  # non-finite outputs: marked on the axis, as the paper leaves them out
-                ax.plot(nan_x, [ax.get_ylim()[0]] * len(nan_x), "x", color="red")
+            line, = ax.plot(xs, ys, marker="o", label=policy)
+            overflowed += [(x, line.get_color()) for x, y in pts if y is None]
         ax.set_yscale("log")
+        bottom = ax.get_ylim()[0]
+        for x, colour in overflowed:  # non-finite outputs: an x on the axis in the policy's colour
+            ax.plot([x], [bottom], "x", color=colour, markersize=10, mew=2, clip_on=False)
         ax.set_xlabel("mean x0" if axis == "x0" else "amplitude Am")
         ax.set_ylabel("relative RMSE (Eq. 19)")
         ax.set_title(title + " (x: output not finite)")
