@@ -21,6 +21,12 @@ enum class Backend {
   cuda,       // GPU kernels (built with CUDA, run on sm_90)
 };
 
+// Counters a run reports when AttentionArgs::stats is set.
+struct AttentionStats {
+  std::int64_t rows = 0;             // query rows computed
+  std::int64_t recomputed_rows = 0;  // rows FlashDecoding++'s unified max sent to the synchronized path
+};
+
 struct AttentionArgs {
   TensorView q;  // [B, H_q, S_q, D]
   TensorView k;  // [B, H_kv, S_kv, D]; H_q must be a multiple of H_kv (GQA / MQA)
@@ -34,6 +40,7 @@ struct AttentionArgs {
   Policy policy;                 // "exact" by default
   Backend backend = Backend::automatic;
   void* stream = nullptr;        // cudaStream_t for the CUDA backend (nullptr = default stream)
+  AttentionStats* stats = nullptr;  // filled (overwritten) when set
 };
 
 // Runs attention as args says. Throws pasa::Error, before touching any output, for bad input: null

@@ -5,11 +5,13 @@
 // then `key=value` for every field that differs from that preset, e.g. "pasa,beta=0.968994,s2=64".
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "pasa/format.h"
+#include "pasa/quantize.h"
 
 namespace pasa {
 
@@ -20,10 +22,11 @@ enum class ScalePlacement {
   key,     // "k": folded into K (for PASA: into the shifting matrix M, as Algorithm 1 does)
 };
 
-// What is subtracted from the scores before they are stored in the S format.
+// What the scores are measured against.
 enum class Shift {
-  none,
-  pasa,  // online pseudo-average shifting (Algorithm 1) with parameter beta
+  none,     // the running maximum (FlashAttention)
+  pasa,     // online pseudo-average shifting (Algorithm 1) with parameter beta
+  unified,  // FlashDecoding++: one fixed phi for every split, rows leaving the window recomputed
 };
 
 struct Policy {
@@ -44,13 +47,35 @@ struct Policy {
   int block_q = 64;                // s1: query rows per block ("s1")
   int block_kv = 64;               // s2: key rows per block ("s2"); PASA's M is s2 x s2
 
+  // SageAttention2 (spec section 4). Smoothing is exact in real arithmetic; the LSE is corrected.
+  bool smooth_q = false;           // Q -= mean_tokens(Q), dS = q_m K^T added to S ("smooth_q")
+  bool smooth_k = false;           // K -= mean_tokens(K) ("smooth_k")
+  bool smooth_v = false;           // V -= mean_tokens(V), added back to O ("smooth_v")
+  std::optional<Format> q_quant;   // Q quantizer format, none when empty ("q_quant")
+  std::optional<Format> k_quant;   // ("k_quant")
+  Granularity q_gran = Granularity::thread;  // ("q_gran")
+  Granularity k_gran = Granularity::thread;  // ("k_gran")
+  std::optional<Format> v_quant;   // V quantizer, one scale per channel ("v_quant")
+  double p_scale = 1.0;            // P is multiplied by this before rounding to `p`: 448 for FP8 ("p_scale")
+  bool two_level = true;           // PV of each block in pv_acc, then added into O in `o`; false: one
+                                   // pv_acc accumulator across all blocks ("two_level")
+
+  // FlashDecoding++ (spec section 5), with shift=unified.
+  double phi = 0.0;                // the unified maximum ("phi")
+  double window_lo = -20.0;        // a row with any x - phi outside (lo, hi) is recomputed with the
+  double window_hi = 10.0;         // synchronized algorithm ("window_lo", "window_hi")
+  int splits = 1;                  // the key axis cut into this many parts, merged exactly ("splits")
+
   bool operator==(const Policy& o) const;
   bool operator!=(const Policy& o) const { return !(*this == o); }
 };
 
 // The presets: "exact" (FA(FP32), every point fp32), "fa16_fp32" (FA(FP16-FP32): S leaves the GEMM
 // in fp16), "fa16" (FA(FP16): fully fp16 but fp32 matrix-engine accumulators), "pasa" (Algorithm 1,
-// fp16 throughout, beta 0.984497, s1 = s2 = 128). Throws pasa::Error for an unknown name.
+// fp16 throughout, beta 0.984497, s1 = s2 = 128), "sage8" (INT8 Q,K per thread, FP8 e4m3 P and V,
+// smooth K, FP22 PV accumulator with two-level accumulation: SageAttention2 on Hopper), "sage4" (INT4
+// Q,K per warp, smooth Q and K), "fdpp" (FlashDecoding++'s unified max phi = 0 with fp16 P).
+// Throws pasa::Error for an unknown name.
 Policy preset_policy(std::string_view name);
 std::vector<std::string> preset_names();
 

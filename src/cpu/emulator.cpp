@@ -1,23 +1,24 @@
 // The policy emulator: one online-softmax loop that rounds where the policy says.
 //
-// Structure (spec sections 1 and 3, the paper's Algorithm 1): for each query block i and key block j,
-//   S' = fl_s(Q_i K'_j^T)                  K' = K, alpha K, or M K (PASA's shifting matrix)
-//   x  = fl_sm(S' * alpha) or fl_sm(S')    scores in the softmax format
-//   m' = rowmax(x), P = exp(x - m'), l' = rowsum(P)          (the block's own maximum)
-//   shift terms dm'_prev, dm'_cur (zero without PASA), m_new, the two rescale factors
-//   l = e_prev l + e_cur l',  O~ = e_prev O~ + e_cur fl_o(P V_j)
+// For each query block i and key block j (spec sections 1, 3, 4, 5; the paper's Algorithm 1):
+//   S' = fl_s(Q_i K'_j^T * dq * dk + dS)     K' = K, alpha K or M K; dq, dk quantizer scales (else 1)
+//   x  = fl_sm(S' * alpha) or fl_sm(S')       scores in the softmax format
+//   m' = rowmax(x) (phi for the unified max), e = exp(x - m'), l' = rowsum(e)
+//   shift terms dm'_prev, dm'_cur (zero without PASA), m_new, the two rescale factors e_prev, e_cur
+//   l = e_prev l + e_cur l',  O~ = e_prev O~ + e_cur fl_o(fl_p(e * p_scale) V_j)   (two-level)
 // With shift=none the shift terms are exactly zero and this is FlashAttention-2 written with the
 // block-local maximum, so PASA with beta = 0 is the same computation bit for bit (tested).
 // Every arithmetic result is rounded by the format of the point it belongs to ("sm" = softmax).
+// The key axis may be cut into `splits` parts whose partial results are merged exactly at the end.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "cpu/backends.h"
 #include "cpu/gemm_model.h"
-#include "cpu/host_inputs.h"
-#include "numerics/rounder.h"
+#include "cpu/operands.h"
 #include "storage_convert.h"
 
 namespace pasa {
@@ -25,114 +26,72 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-// The policy's formats, compiled once per call.
-struct Rounders {
-  Rounder input, qk_acc, s, sm, p, pv_acc, o;
-  explicit Rounders(const Policy& pol)
-      : input(pol.input), qk_acc(pol.qk_acc), s(pol.s), sm(pol.softmax), p(pol.p),
-        pv_acc(pol.pv_acc), o(pol.o) {}
-};
-
-// K and V of one K/V head, ready for the loop: K' per key block, transposed to [D][n] so the score
-// GEMM's inner loop runs over keys; V as [S_kv][D].
-struct PreparedKV {
-  std::vector<float> kt;  // block j at offset j * block_kv * D, laid out [D][n_j]
-  std::vector<float> v;
-};
-
-// PASA's shifting matrix for a block of n keys: M = (I - beta/n J) * factor, stored in the input
-// format (diagonal a', off-diagonal -b', spec section 3).
-std::vector<float> shifting_matrix(int n, double beta, double factor, const Rounder& to_input) {
-  const double off = to_input(-(beta / n) * factor);
-  const double diag = to_input((1.0 - beta / n) * factor);
-  std::vector<float> m(static_cast<std::size_t>(n) * n, static_cast<float>(off));
-  for (int i = 0; i < n; ++i) m[static_cast<std::size_t>(i) * n + i] = static_cast<float>(diag);
-  return m;
-}
-
-PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::int64_t b,
-                      std::int64_t h_kv, double alpha, const Rounders& R) {
-  const Policy& pol = args.policy;
-  const int D = static_cast<int>(ps.dim);
-  const int s2 = pol.block_kv;
-  std::vector<float> k = gather_head<float>(args.k, b, h_kv, R.input);
-  PreparedKV out{std::vector<float>(k.size()), gather_head<float>(args.v, b, h_kv, R.input)};
-  const double key_factor = pol.scale == ScalePlacement::key ? alpha : 1.0;
-  if (pol.shift == Shift::none && pol.scale == ScalePlacement::key) {
-    const double a = R.input(alpha);
-    for (float& x : k) x = static_cast<float>(R.input(a * x));
-  }
-  std::vector<double> shifted;
-  for (std::int64_t k0 = 0; k0 < ps.seq_kv; k0 += s2) {
-    const int n = static_cast<int>(std::min<std::int64_t>(s2, ps.seq_kv - k0));
-    const float* kj = &k[static_cast<std::size_t>(k0 * D)];
-    std::vector<float> block(kj, kj + static_cast<std::size_t>(n) * D);
-    if (pol.shift == Shift::pasa) {
-      // K'_j = M K_j: a GEMM on the matrix engine, its output stored in the input format.
-      const std::vector<float> m = shifting_matrix(n, pol.beta, key_factor, R.input);
-      shifted.resize(static_cast<std::size_t>(n) * D);
-      model_gemm(m.data(), n, kj, D, n, n, D, R.qk_acc, R.input, shifted.data(), D);
-      std::copy(shifted.begin(), shifted.end(), block.begin());
-    }
-    float* dst = &out.kt[static_cast<std::size_t>(k0 * D)];
-    for (int c = 0; c < n; ++c)
-      for (int d = 0; d < D; ++d) dst[d * n + c] = block[static_cast<std::size_t>(c) * D + d];
-  }
-  return out;
-}
-
-// Running state of one query row.
+// Running state of one query row over one key range.
 struct RowState {
-  double m = kNegInf;  // running max, relative to the reference g * F
-  double l = 0.0;      // running sum of exponentials
-  double F = 0.0;      // PASA's global pseudo-average (Eq. 15)
-  int blocks = 0;      // key blocks seen (the j of Eq. 15)
+  double m = kNegInf;          // running max, relative to the reference g * F (phi when unified)
+  double l = 0.0;              // running sum of exponentials
+  double F = 0.0;              // PASA's global pseudo-average (Eq. 15)
+  int blocks = 0;              // key blocks with a visible key so far (the j of Eq. 15)
+  bool left_window = false;    // unified max: some x - phi left (window_lo, window_hi)
 };
 
-void run_query_block(const AttentionArgs& args, const ProblemShape& ps, std::int64_t b,
-                     std::int64_t h, std::int64_t r0, std::int64_t r1, const PreparedKV& kv,
-                     double alpha, const Rounders& R) {
-  const Policy& pol = args.policy;
+// The result of one query block over one key range: per-row state and the unnormalised O~.
+struct Partial {
+  std::vector<RowState> state;
+  std::vector<double> acc;  // [rows][D]
+};
+
+struct Task {
+  std::int64_t b, h, r0, r1;
+};
+
+Partial run_key_range(const AttentionArgs& args, const Policy& pol, const ProblemShape& ps, const Task& t,
+                      std::int64_t k_begin, std::int64_t k_end, const PreparedQ& pq,
+                      const PreparedKV& kv, double alpha, const Rounders& R) {
   const int D = static_cast<int>(ps.dim);
   const int s2 = pol.block_kv;
-  const int rows = static_cast<int>(r1 - r0);
+  const int rows = static_cast<int>(t.r1 - t.r0);
   const bool pasa = pol.shift == Shift::pasa;
+  const bool unified = pol.shift == Shift::unified;
   const auto& sm = R.sm;
   const double alpha_sm = sm(alpha);
   const double g = pasa ? sm(pol.beta / (1.0 - pol.beta)) : 0.0;
+  const double phi = sm(pol.phi);
+  // The accumulator O~ lives in the O format (two-level) or in the PV accumulator itself.
+  const Rounder& acc_round = pol.two_level ? R.o : R.pv_acc;
+  const float* q = &pq.q[static_cast<std::size_t>(t.r0 * D)];
 
-  std::vector<float> q = gather_rows<float>(args.q, b, h, r0, r1, R.input);
-  if (pol.scale == ScalePlacement::query) {
-    const double a = R.input(alpha);
-    for (float& x : q) x = static_cast<float>(R.input(a * x));
-  }
-
-  std::vector<RowState> state(rows);
-  std::vector<double> acc(static_cast<std::size_t>(rows) * D, 0.0);  // O~
+  Partial out{std::vector<RowState>(rows), std::vector<double>(static_cast<std::size_t>(rows) * D, 0.0)};
   std::vector<double> scores(static_cast<std::size_t>(rows) * s2);
-  std::vector<float> p_op(static_cast<std::size_t>(rows) * s2);        // P as the GEMM operand
+  std::vector<float> p_op(static_cast<std::size_t>(rows) * s2);  // P as the GEMM operand
   std::vector<double> pv(static_cast<std::size_t>(rows) * D);
   std::vector<double> e_prev(rows), e_cur(rows);
   std::vector<char> active(rows);
 
   // Key blocks past the last key any row of this block may see are skipped whole.
-  std::int64_t key_end = ps.seq_kv;
+  std::int64_t key_end = k_end;
   if (args.causal) {
-    const std::int64_t last =
-        args.alignment == CausalAlignment::bottom_right ? (r1 - 1) + ps.seq_kv - ps.seq_q : r1 - 1;
-    key_end = std::clamp<std::int64_t>(last + 1, 0, ps.seq_kv);
+    const std::int64_t last = args.alignment == CausalAlignment::bottom_right
+                                  ? (t.r1 - 1) + ps.seq_kv - ps.seq_q
+                                  : t.r1 - 1;
+    key_end = std::clamp<std::int64_t>(last + 1, k_begin, k_end);
   }
+  auto visible = [&](int rr, std::int64_t key) {
+    return key_visible(args.causal, args.alignment, t.r0 + rr, key, ps.seq_q, ps.seq_kv);
+  };
 
-  for (std::int64_t k0 = 0; k0 < key_end; k0 += s2) {
-    const int n = static_cast<int>(std::min<std::int64_t>(s2, ps.seq_kv - k0));
-    const float* kt = &kv.kt[static_cast<std::size_t>(k0 * D)];
-    model_gemm(q.data(), D, kt, n, rows, D, n, R.qk_acc, R.s, scores.data(), n);
+  for (std::int64_t k0 = k_begin; k0 < key_end; k0 += s2) {
+    const int n = static_cast<int>(std::min<std::int64_t>(s2, k_end - k0));
+    model_gemm(q, D, &kv.kt[static_cast<std::size_t>(k0 * D)], n, rows, D, n, R.qk_acc, R.qk_acc,
+               scores.data(), n);
 
     for (int rr = 0; rr < rows; ++rr) {
       double* x = &scores[static_cast<std::size_t>(rr) * n];
-      float* p = &p_op[static_cast<std::size_t>(rr) * n];
+      const double dq = pq.q_scale[t.r0 + rr];
       for (int c = 0; c < n; ++c) {
-        x[c] = pol.scale == ScalePlacement::scores ? sm(x[c] * alpha_sm) : sm(x[c]);
+        double s = R.s(x[c] * (dq * kv.k_scale[k0 + c]));  // dequantize (exact 1 * 1 otherwise)
+        if (!pq.ds.empty()) s = R.s(s + pq.ds[k0 + c]);
+        x[c] = pol.scale == ScalePlacement::scores ? sm(s * alpha_sm) : sm(s);
       }
       // PASA's local pseudo-average s' covers all n keys of the block, masked or not: K' = M K
       // subtracted the mean of all n keys, so recovering the true scores needs all of them.
@@ -145,26 +104,30 @@ void run_query_block(const AttentionArgs& args, const ProblemShape& ps, std::int
       // Masking is tracked apart from the values: a score that overflowed to -inf is not a masked
       // key, and a row whose visible scores all overflowed must turn into NaN as it would on hardware.
       double m_blk = kNegInf;
-      int visible = 0;
+      int n_visible = 0;
+      RowState& st = out.state[rr];
       for (int c = 0; c < n; ++c) {
-        if (key_visible(args.causal, args.alignment, r0 + rr, k0 + c, ps.seq_q, ps.seq_kv)) {
-          m_blk = std::max(m_blk, x[c]);
-          ++visible;
-        } else {
-          x[c] = kNegInf;
-          p[c] = 0.0f;
-        }
+        if (!visible(rr, k0 + c)) continue;
+        m_blk = std::max(m_blk, x[c]);
+        if (unified && !(x[c] - phi > pol.window_lo && x[c] - phi < pol.window_hi)) st.left_window = true;
+        ++n_visible;
       }
-      active[rr] = visible > 0;
-      if (!active[rr]) continue;  // every key of this block masked for this row: it adds nothing
+      active[rr] = n_visible > 0;
+      if (!active[rr]) {  // every key of this block masked for this row: it adds nothing
+        std::fill(p_op.begin() + static_cast<std::ptrdiff_t>(rr) * n,
+                  p_op.begin() + static_cast<std::ptrdiff_t>(rr + 1) * n, 0.0f);
+        continue;
+      }
+      if (unified) m_blk = phi;  // FlashDecoding++: every block measured against the same phi
       double l_blk = 0.0;
       for (int c = 0; c < n; ++c) {
-        if (!key_visible(args.causal, args.alignment, r0 + rr, k0 + c, ps.seq_q, ps.seq_kv)) continue;
-        const double e = sm(std::exp(sm(x[c] - m_blk)));
-        l_blk = sm(l_blk + e);
-        p[c] = static_cast<float>(R.p(e));
+        if (!visible(rr, k0 + c)) {
+          x[c] = 0.0;  // reused below as this key's exponential
+          continue;
+        }
+        x[c] = sm(std::exp(sm(x[c] - m_blk)));
+        l_blk = sm(l_blk + x[c]);
       }
-      RowState& st = state[rr];
       double d_prev = 0.0, d_cur = 0.0;  // dm'_prev, dm'_cur: moving the reference to F_new
       double F_new = 0.0;
       if (pasa) {
@@ -173,70 +136,175 @@ void run_query_block(const AttentionArgs& args, const ProblemShape& ps, std::int
         d_prev = sm(g * sm(st.F - F_new));
         d_cur = sm(g * sm(mean - F_new));
       }
-      double m_new, ep = 0.0;
-      if (st.blocks == 0) {
+      double m_new, ep = 0.0, ec = 1.0;
+      if (unified) {
+        m_new = phi;
+        ep = st.blocks == 0 ? 0.0 : 1.0;
+      } else if (st.blocks == 0) {
         m_new = sm(m_blk + d_cur);
+        ec = sm(std::exp(sm(sm(m_blk - m_new) + d_cur)));
       } else {
         m_new = std::max(sm(st.m + d_prev), sm(m_blk + d_cur));
         ep = sm(std::exp(sm(sm(st.m - m_new) + d_prev)));
+        ec = sm(std::exp(sm(sm(m_blk - m_new) + d_cur)));
       }
-      const double ec = sm(std::exp(sm(sm(m_blk - m_new) + d_cur)));
       st.l = sm(sm(ep * st.l) + sm(ec * l_blk));
       st.m = m_new;
       st.F = F_new;
       st.blocks += 1;
       e_prev[rr] = ep;
       e_cur[rr] = ec;
+      // One accumulator across blocks sees P relative to the new maximum (e_cur folded in), as
+      // FlashAttention-2 computes it; two-level accumulation rescales the block's P V instead.
+      float* p = &p_op[static_cast<std::size_t>(rr) * n];
+      for (int c = 0; c < n; ++c) {
+        const double e = pol.two_level ? x[c] : sm(x[c] * ec);
+        p[c] = static_cast<float>(R.p(e * pol.p_scale));
+      }
     }
 
-    model_gemm(p_op.data(), n, &kv.v[static_cast<std::size_t>(k0 * D)], D, rows, n, D, R.pv_acc,
-               R.o, pv.data(), D);
-    for (int rr = 0; rr < rows; ++rr) {
-      if (!active[rr]) continue;
-      double* o = &acc[static_cast<std::size_t>(rr) * D];
-      const double* add = &pv[static_cast<std::size_t>(rr) * D];
-      for (int d = 0; d < D; ++d) o[d] = R.o(R.o(e_prev[rr] * o[d]) + R.o(e_cur[rr] * add[d]));
+    const float* v = &kv.v[static_cast<std::size_t>(k0 * D)];
+    if (pol.two_level) {
+      model_gemm(p_op.data(), n, v, D, rows, n, D, R.pv_acc, R.o, pv.data(), D);
+      for (int rr = 0; rr < rows; ++rr) {
+        if (!active[rr]) continue;
+        double* o = &out.acc[static_cast<std::size_t>(rr) * D];
+        const double* add = &pv[static_cast<std::size_t>(rr) * D];
+        for (int d = 0; d < D; ++d) o[d] = R.o(R.o(e_prev[rr] * o[d]) + R.o(e_cur[rr] * add[d]));
+      }
+    } else {
+      for (int rr = 0; rr < rows; ++rr) {
+        if (!active[rr]) continue;
+        double* o = &out.acc[static_cast<std::size_t>(rr) * D];
+        for (int d = 0; d < D; ++d) o[d] = acc_round(e_prev[rr] * o[d]);
+      }
+      model_gemm(p_op.data(), n, v, D, rows, n, D, R.pv_acc, R.pv_acc, out.acc.data(), D, true);
     }
   }
+  return out;
+}
 
-  for (int rr = 0; rr < rows; ++rr) {
-    const RowState& st = state[rr];
-    const bool empty = st.blocks == 0;  // no visible key: O = 0, LSE = -inf
-    for (int d = 0; d < D; ++d) {
-      const double value = empty ? 0.0 : R.o(acc[static_cast<std::size_t>(rr) * D + d] / st.l);
-      store_from_double(args.o.data, args.o.dtype, args.o.offset(b, h, r0 + rr, d), value);
+// Runs every split of the key axis for one query block.
+std::vector<Partial> run_splits(const AttentionArgs& args, const Policy& pol, const ProblemShape& ps,
+                                const Task& t, const PreparedQ& pq, const PreparedKV& kv, double alpha,
+                                const Rounders& R) {
+  std::vector<Partial> parts;
+  const std::int64_t per_split = (ps.seq_kv + pol.splits - 1) / pol.splits;
+  // Split boundaries fall on key blocks so every split sees whole blocks (as split-KV kernels do).
+  const std::int64_t step = ((per_split + pol.block_kv - 1) / pol.block_kv) * pol.block_kv;
+  for (std::int64_t k0 = 0; k0 < ps.seq_kv; k0 += step) {
+    parts.push_back(run_key_range(args, pol, ps, t, k0, std::min(k0 + step, ps.seq_kv), pq, kv, alpha, R));
+  }
+  return parts;
+}
+
+// Merges the splits of one row and writes O and the LSE.
+void write_row(const AttentionArgs& args, const Policy& pol, const ProblemShape& ps, const Task& t, int rr,
+               const std::vector<Partial>& parts, const PreparedQ& pq, const PreparedKV& kv,
+               const Rounders& R) {
+  const int D = static_cast<int>(ps.dim);
+  const double g = pol.shift == Shift::pasa ? R.sm(pol.beta / (1.0 - pol.beta)) : 0.0;
+  std::vector<double> o(static_cast<std::size_t>(D), 0.0);
+  double lse = kNegInf;
+  int with_keys = 0;
+  for (const Partial& p : parts) with_keys += p.state[rr].blocks > 0;
+  if (with_keys == 0) {
+    // no visible key: O = 0, LSE = -inf
+  } else if (parts.size() == 1 || pol.shift == Shift::unified) {
+    // One part, or FlashDecoding++'s unified max: partials share one reference and simply add up.
+    double l = 0.0;
+    for (const Partial& p : parts) {
+      if (p.state[rr].blocks == 0) continue;
+      l = R.sm(l + p.state[rr].l);
+      for (int d = 0; d < D; ++d) o[d] = R.o(o[d] + p.acc[static_cast<std::size_t>(rr) * D + d]);
     }
-    if (args.lse.data != nullptr) {
-      // The state is relative to the reference g * F: add it back (spec section 3).
-      const double lse = empty ? kNegInf : st.m + std::log(st.l) + g * st.F;
-      args.lse.data[b * args.lse.stride[0] + h * args.lse.stride[1] + (r0 + rr) * args.lse.stride[2]] =
-          static_cast<float>(lse);
+    const RowState& st = parts.front().state[rr];
+    const double m = pol.shift == Shift::unified ? R.sm(pol.phi) : st.m;
+    for (int d = 0; d < D; ++d) o[d] = R.o(o[d] / l);
+    lse = m + std::log(l) + g * st.F;
+  } else {
+    // Exact merge (spec section 1) of the normalised partials, in fp64.
+    double top = kNegInf;
+    std::vector<double> part_lse;
+    for (const Partial& p : parts) {
+      const RowState& st = p.state[rr];
+      part_lse.push_back(st.blocks == 0 ? kNegInf : st.m + std::log(st.l) + g * st.F);
+      top = std::max(top, part_lse.back());
     }
+    double weight_sum = 0.0;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      if (parts[i].state[rr].blocks == 0) continue;
+      const double w = std::exp(part_lse[i] - top);
+      weight_sum += w;
+      for (int d = 0; d < D; ++d) {
+        o[d] += w * R.o(parts[i].acc[static_cast<std::size_t>(rr) * D + d] / parts[i].state[rr].l);
+      }
+    }
+    for (int d = 0; d < D; ++d) o[d] = R.o(o[d] / weight_sum);
+    lse = top + std::log(weight_sum);
+  }
+  const std::int64_t r = t.r0 + rr;
+  for (int d = 0; d < D; ++d) {
+    double value = o[d];
+    if (with_keys > 0) {  // undo P's static factor, V's quantization scale and V's smoothing
+      value = R.o(R.o(R.o(value / pol.p_scale) * kv.v_scale[d]) + kv.v_mean[d]);
+    }
+    store_from_double(args.o.data, args.o.dtype, args.o.offset(t.b, t.h, r, d), value);
+  }
+  if (args.lse.data != nullptr) {
+    if (with_keys > 0) lse += pq.lse_offset[r];  // what smooth K took out of every score of the row
+    args.lse.data[t.b * args.lse.stride[0] + t.h * args.lse.stride[1] + r * args.lse.stride[2]] =
+        static_cast<float>(lse);
   }
 }
 
 }  // namespace
 
 void emulate_attention(const AttentionArgs& args, const ProblemShape& ps) {
+  const Policy& pol = args.policy;
   const double alpha = resolve_scale(args, ps.dim);
-  const Rounders R(args.policy);
-  const std::int64_t kv_heads = ps.batch * ps.heads_kv;
-  std::vector<PreparedKV> prepared(static_cast<std::size_t>(kv_heads));
+  const Rounders R(pol);
+  const std::int64_t kv_heads = ps.batch * ps.heads_kv, q_heads = ps.batch * ps.heads_q;
+  std::vector<PreparedKV> kv(static_cast<std::size_t>(kv_heads));
 #pragma omp parallel for schedule(dynamic)
-  for (std::int64_t i = 0; i < kv_heads; ++i) {
-    prepared[i] = prepare_kv(args, ps, i / ps.heads_kv, i % ps.heads_kv, alpha, R);
+  for (std::int64_t i = 0; i < kv_heads; ++i) kv[i] = prepare_kv(args, ps, i / ps.heads_kv, i % ps.heads_kv, alpha, R);
+  std::vector<PreparedQ> qs(static_cast<std::size_t>(q_heads));
+#pragma omp parallel for schedule(dynamic)
+  for (std::int64_t i = 0; i < q_heads; ++i) {
+    const std::int64_t b = i / ps.heads_q, h = i % ps.heads_q;
+    qs[i] = prepare_q(args, ps, b, h, kv[b * ps.heads_kv + h / ps.group()], alpha, R);
   }
-  const std::int64_t s1 = args.policy.block_q;
+
+  Policy synchronized = pol;  // FlashDecoding++'s fallback: the max-tracking algorithm
+  synchronized.shift = Shift::none;
+  const std::int64_t s1 = pol.block_q;
   const std::int64_t q_blocks = (ps.seq_q + s1 - 1) / s1;
-  const std::int64_t tasks = ps.batch * ps.heads_q * q_blocks;
+  const std::int64_t tasks = q_heads * q_blocks;
+  std::atomic<std::int64_t> recomputed{0};
 #pragma omp parallel for schedule(dynamic)
-  for (std::int64_t t = 0; t < tasks; ++t) {
-    const std::int64_t blk = t % q_blocks;
-    const std::int64_t h = (t / q_blocks) % ps.heads_q;
-    const std::int64_t b = t / (q_blocks * ps.heads_q);
-    const std::int64_t r0 = blk * s1;
-    const std::int64_t r1 = std::min(r0 + s1, ps.seq_q);
-    run_query_block(args, ps, b, h, r0, r1, prepared[b * ps.heads_kv + h / ps.group()], alpha, R);
+  for (std::int64_t i = 0; i < tasks; ++i) {
+    const std::int64_t head = i / q_blocks, blk = i % q_blocks;
+    const Task t{head / ps.heads_q, head % ps.heads_q, blk * s1, std::min((blk + 1) * s1, ps.seq_q)};
+    const PreparedKV& kvh = kv[t.b * ps.heads_kv + t.h / ps.group()];
+    const PreparedQ& qh = qs[head];
+    const std::vector<Partial> parts = run_splits(args, pol, ps, t, qh, kvh, alpha, R);
+    std::vector<Partial> fallback;
+    for (int rr = 0; rr < static_cast<int>(t.r1 - t.r0); ++rr) {
+      const bool left = std::any_of(parts.begin(), parts.end(), [&](const Partial& p) {
+        return p.state[rr].left_window;
+      });
+      if (!left) {
+        write_row(args, pol, ps, t, rr, parts, qh, kvh, R);
+        continue;
+      }
+      if (fallback.empty()) fallback = run_splits(args, synchronized, ps, t, qh, kvh, alpha, R);
+      write_row(args, synchronized, ps, t, rr, fallback, qh, kvh, R);
+      recomputed.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (args.stats != nullptr) {
+    args.stats->rows = ps.batch * ps.heads_q * ps.seq_q;
+    args.stats->recomputed_rows = recomputed.load();
   }
 }
 

@@ -26,7 +26,14 @@ std::string scale_name(ScalePlacement s) {
   return "?";
 }
 
-std::string shift_name(Shift s) { return s == Shift::pasa ? "pasa" : "none"; }
+std::string shift_name(Shift s) {
+  switch (s) {
+    case Shift::none: return "none";
+    case Shift::pasa: return "pasa";
+    case Shift::unified: return "unified";
+  }
+  return "?";
+}
 
 // One row per text key: how to print it and how to set it. The order here is the printing order.
 struct Field {
@@ -65,6 +72,47 @@ int parse_int(const char* key, const std::string& value) {
   return static_cast<int>(x);
 }
 
+bool parse_bool(const char* key, const std::string& value) {
+  if (value == "1" || value == "true") return true;
+  if (value == "0" || value == "false") return false;
+  throw Error(std::string("policy field '") + key + "': '" + value + "' is not 1/0 or true/false");
+}
+
+Field bool_field(const char* key, bool Policy::*member) {
+  return Field{key, [member](const Policy& p) { return std::string(p.*member ? "1" : "0"); },
+               [key, member](Policy& p, const std::string& v) { p.*member = parse_bool(key, v); }};
+}
+
+Field number_field(const char* key, double Policy::*member) {
+  return Field{key, [member](const Policy& p) { return fmt::format("{}", p.*member); },
+               [key, member](Policy& p, const std::string& v) { p.*member = parse_number(key, v); }};
+}
+
+Field int_field(const char* key, int Policy::*member) {
+  return Field{key, [member](const Policy& p) { return std::to_string(p.*member); },
+               [key, member](Policy& p, const std::string& v) { p.*member = parse_int(key, v); }};
+}
+
+// A quantizer format, or "none".
+Field quantizer_field(const char* key, std::optional<Format> Policy::*member) {
+  return Field{key, [member](const Policy& p) { return p.*member ? (p.*member)->name() : std::string("none"); },
+               [key, member](Policy& p, const std::string& v) {
+                 if (v == "none") p.*member = std::nullopt;
+                 else p.*member = parse_field_format(key, v);
+               }};
+}
+
+Field granularity_field(const char* key, Granularity Policy::*member) {
+  return Field{key, [member](const Policy& p) { return granularity_name(p.*member); },
+               [key, member](Policy& p, const std::string& v) {
+                 try {
+                   p.*member = parse_granularity(v);
+                 } catch (const Error& e) {
+                   throw Error(std::string("policy field '") + key + "': " + e.what());
+                 }
+               }};
+}
+
 Field format_field(const char* key, Format Policy::*member) {
   return Field{key, [member](const Policy& p) { return (p.*member).name(); },
                [key, member](Policy& p, const std::string& v) { p.*member = parse_field_format(key, v); }};
@@ -90,14 +138,26 @@ const std::vector<Field>& fields() {
        [](Policy& p, const std::string& v) {
          if (v == "none") p.shift = Shift::none;
          else if (v == "pasa") p.shift = Shift::pasa;
-         else throw Error("policy field 'shift': '" + v + "' is not none or pasa");
+         else if (v == "unified") p.shift = Shift::unified;
+         else throw Error("policy field 'shift': '" + v + "' is not none, pasa or unified");
        }},
-      {"beta", [](const Policy& p) { return fmt::format("{}", p.beta); },
-       [](Policy& p, const std::string& v) { p.beta = parse_number("beta", v); }},
-      {"s1", [](const Policy& p) { return std::to_string(p.block_q); },
-       [](Policy& p, const std::string& v) { p.block_q = parse_int("s1", v); }},
-      {"s2", [](const Policy& p) { return std::to_string(p.block_kv); },
-       [](Policy& p, const std::string& v) { p.block_kv = parse_int("s2", v); }},
+      number_field("beta", &Policy::beta),
+      int_field("s1", &Policy::block_q),
+      int_field("s2", &Policy::block_kv),
+      bool_field("smooth_q", &Policy::smooth_q),
+      bool_field("smooth_k", &Policy::smooth_k),
+      bool_field("smooth_v", &Policy::smooth_v),
+      quantizer_field("q_quant", &Policy::q_quant),
+      quantizer_field("k_quant", &Policy::k_quant),
+      granularity_field("q_gran", &Policy::q_gran),
+      granularity_field("k_gran", &Policy::k_gran),
+      quantizer_field("v_quant", &Policy::v_quant),
+      number_field("p_scale", &Policy::p_scale),
+      bool_field("two_level", &Policy::two_level),
+      number_field("phi", &Policy::phi),
+      number_field("window_lo", &Policy::window_lo),
+      number_field("window_hi", &Policy::window_hi),
+      int_field("splits", &Policy::splits),
   };
   return table;
 }
@@ -122,12 +182,36 @@ bool Policy::operator==(const Policy& o) const {
   return true;
 }
 
-std::vector<std::string> preset_names() { return {"exact", "fa16_fp32", "fa16", "pasa"}; }
+std::vector<std::string> preset_names() {
+  return {"exact", "fa16_fp32", "fa16", "pasa", "sage8", "sage4", "fdpp"};
+}
 
 Policy preset_policy(std::string_view name) {
   Policy p;  // "exact": fp32 at every rounding point
   p.preset = std::string(name);
   if (name == "exact") return p;
+  if (name == "sage8" || name == "sage4") {
+    // SageAttention2: inputs as given (fp16/bf16 are exact in fp32), quantized on the way into the
+    // GEMMs; S, softmax and O in fp32; FP8 P with the static factor 448 and per-channel FP8 V; the FP8
+    // MMA's accumulator modelled as FP22 (e8m13), added block by block into fp32 O.
+    p.q_quant = Format::int8();
+    p.k_quant = Format::int8();
+    p.smooth_k = true;
+    p.p = Format::e4m3();
+    p.p_scale = 448.0;
+    p.v_quant = Format::e4m3();
+    p.pv_acc = Format::fp22();
+    p.block_q = 128;
+    p.block_kv = 64;
+    if (name == "sage4") {
+      p.q_quant = Format::int4();
+      p.k_quant = Format::int4();
+      p.q_gran = Granularity::warp;
+      p.k_gran = Granularity::warp;
+      p.smooth_q = true;
+    }
+    return p;
+  }
   // The paper's low-precision allocations (spec section 2). Matrix engines accumulate in fp32 inside
   // a GEMM (Ascend Cube, NVIDIA HMMA .f32); what changes is the format of what leaves the GEMM.
   p.input = Format::fp16();
@@ -143,6 +227,16 @@ Policy preset_policy(std::string_view name) {
     p.shift = Shift::pasa;
     p.beta = kPaperBeta;
     p.scale = ScalePlacement::key;
+    return p;
+  }
+  if (name == "fdpp") {
+    // FlashDecoding++: fp16 operands, fp32 statistics, one unified max for every split of the keys.
+    p.softmax = Format::fp32();
+    p.o = Format::fp32();
+    p.shift = Shift::unified;
+    p.block_q = 16;
+    p.block_kv = 128;
+    p.splits = 4;
     return p;
   }
   std::string known;
@@ -212,7 +306,8 @@ void validate(const Policy& p) {
   require_float("pv_acc", p.pv_acc);
   require_float("o", p.o);
   // GEMM operands are carried as fp32 by the emulator (and by every matrix engine).
-  for (auto [key, f] : {std::pair{"input", p.input}, {"s", p.s}, {"p", p.p}}) {
+  for (auto [key, f] : {std::pair{"input", p.input}, {"s", p.s}, {"p", p.p}, {"q_quant", p.q_quant.value_or(p.input)},
+                        {"k_quant", p.k_quant.value_or(p.input)}, {"v_quant", p.v_quant.value_or(p.input)}}) {
     if (!fits_in_fp32(f)) {
       throw Error(std::string("policy field '") + key + "': " + f.name() +
                   " is wider than fp32, the widest GEMM operand the emulator models");
@@ -227,9 +322,29 @@ void validate(const Policy& p) {
     throw Error(fmt::format("policy field 'beta': {} is outside [0, 1) (beta = 1 makes the shifting "
                             "matrix singular)", p.beta));
   }
-  if (p.shift == Shift::none && p.beta != 0.0) {
-    throw Error("policy field 'beta': set to " + fmt::format("{}", p.beta) +
-                " but shift=none ignores it (use shift=pasa)");
+  if (p.shift != Shift::pasa && p.beta != 0.0) {
+    throw Error("policy field 'beta': set to " + fmt::format("{}", p.beta) + " but shift=" +
+                shift_name(p.shift) + " ignores it (use shift=pasa)");
+  }
+  if (!std::isfinite(p.phi) || !(p.window_lo < p.window_hi)) {
+    throw Error(fmt::format("policy field 'phi'/'window_lo'/'window_hi': phi must be finite and "
+                            "window_lo < window_hi (got {}, {}, {})", p.phi, p.window_lo, p.window_hi));
+  }
+  if (p.splits < 1 || p.splits > 1024) {
+    throw Error(fmt::format("policy field 'splits': {} is outside 1..1024", p.splits));
+  }
+  if (!(p.p_scale > 0.0 && std::isfinite(p.p_scale))) {
+    throw Error(fmt::format("policy field 'p_scale': {} must be positive and finite", p.p_scale));
+  }
+  // Per-warp and per-thread query groups are 16-row slabs of a query block; per-thread key groups
+  // repeat every 8 keys of a key block.
+  auto slab_gran = [](Granularity g) { return g == Granularity::warp || g == Granularity::thread; };
+  if (p.q_quant && slab_gran(p.q_gran) && p.block_q % 16 != 0) {
+    throw Error(fmt::format("policy field 's1': {} must be a multiple of 16 for q_gran={}", p.block_q,
+                            granularity_name(p.q_gran)));
+  }
+  if (p.k_quant && p.k_gran == Granularity::thread && p.block_kv % 8 != 0) {
+    throw Error(fmt::format("policy field 's2': {} must be a multiple of 8 for k_gran=thread", p.block_kv));
   }
   for (auto [key, b] : {std::pair{"s1", p.block_q}, {"s2", p.block_kv}}) {
     if (b < 1 || b > 1024) {

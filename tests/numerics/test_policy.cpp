@@ -57,7 +57,7 @@ TEST(Policy, ErrorsNameTheField) {
   expect_error([] { parse_policy("exact,p=fp64"); }, "'p': fp64 is wider than fp32");
   expect_error([] { parse_policy("exact,o=fp99"); }, "policy field 'o': unknown number format 'fp99'");
   expect_error([] { parse_policy("exact,scale=x"); }, "'scale': 'x' is not s");
-  expect_error([] { parse_policy("exact,shift=max"); }, "'shift': 'max' is not none or pasa");
+  expect_error([] { parse_policy("exact,shift=max"); }, "'shift': 'max' is not none, pasa or unified");
 }
 
 TEST(Rounder, AgreesWithRoundTo) {

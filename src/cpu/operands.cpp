@@ -1,0 +1,133 @@
+#include "cpu/operands.h"
+
+#include <algorithm>
+
+#include "cpu/gemm_model.h"
+#include "cpu/host_inputs.h"
+
+namespace pasa {
+namespace {
+
+// Column means of a [rows][cols] matrix, in fp64.
+std::vector<double> column_means(const std::vector<float>& a, std::int64_t rows, int cols) {
+  std::vector<double> mean(static_cast<std::size_t>(cols), 0.0);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) mean[c] += a[r * cols + c];
+  for (double& m : mean) m /= static_cast<double>(rows);
+  return mean;
+}
+
+// Subtracts the column means in fp32 (what a smoothing prepass on the GPU produces).
+void subtract_means(std::vector<float>& a, std::int64_t rows, int cols, const std::vector<double>& mean) {
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) a[r * cols + c] = static_cast<float>(a[r * cols + c] - mean[c]);
+}
+
+// PASA's shifting matrix for a block of n keys: M = (I - beta/n J) * factor, stored in the input
+// format (diagonal a', off-diagonal -b', spec section 3).
+std::vector<float> shifting_matrix(int n, double beta, double factor, const Rounder& to_input) {
+  const double off = to_input(-(beta / n) * factor);
+  const double diag = to_input((1.0 - beta / n) * factor);
+  std::vector<float> m(static_cast<std::size_t>(n) * n, static_cast<float>(off));
+  for (int i = 0; i < n; ++i) m[static_cast<std::size_t>(i) * n + i] = static_cast<float>(diag);
+  return m;
+}
+
+}  // namespace
+
+PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::int64_t b,
+                      std::int64_t h_kv, double alpha, const Rounders& R) {
+  const Policy& pol = args.policy;
+  const int D = static_cast<int>(ps.dim);
+  const int s2 = pol.block_kv;
+  const std::int64_t S = ps.seq_kv;
+  PreparedKV out;
+  std::vector<float> k = gather_head<float>(args.k, b, h_kv, R.input);
+  out.k_mean.assign(D, 0.0);
+  if (pol.smooth_k) {
+    out.k_mean = column_means(k, S, D);
+    subtract_means(k, S, D, out.k_mean);
+  }
+  if (pol.shift != Shift::pasa && pol.scale == ScalePlacement::key) {
+    const double a = R.input(alpha);
+    for (float& x : k) x = static_cast<float>(R.input(a * x));
+  }
+  if (pol.shift == Shift::pasa) {
+    // K'_j = M K_j per key block: a GEMM on the matrix engine, its output stored in the input format.
+    const double key_factor = pol.scale == ScalePlacement::key ? alpha : 1.0;
+    std::vector<double> shifted;
+    for (std::int64_t k0 = 0; k0 < S; k0 += s2) {
+      const int n = static_cast<int>(std::min<std::int64_t>(s2, S - k0));
+      const std::vector<float> m = shifting_matrix(n, pol.beta, key_factor, R.input);
+      shifted.resize(static_cast<std::size_t>(n) * D);
+      float* kj = &k[static_cast<std::size_t>(k0 * D)];
+      model_gemm(m.data(), n, kj, D, n, n, D, R.qk_acc, R.input, shifted.data(), D);
+      std::copy(shifted.begin(), shifted.end(), kj);
+    }
+  }
+  out.k_used = k;
+  out.k_scale.assign(static_cast<std::size_t>(S), 1.0);
+  if (pol.k_quant) {
+    out.k_scale = quantize_rows(k, static_cast<int>(S), D, *pol.k_quant, pol.k_gran, OperandRole::key, s2);
+  }
+  out.kt.resize(k.size());
+  for (std::int64_t k0 = 0; k0 < S; k0 += s2) {
+    const int n = static_cast<int>(std::min<std::int64_t>(s2, S - k0));
+    float* dst = &out.kt[static_cast<std::size_t>(k0 * D)];
+    for (int c = 0; c < n; ++c)
+      for (int d = 0; d < D; ++d) dst[d * n + c] = k[static_cast<std::size_t>((k0 + c) * D + d)];
+  }
+
+  out.v = gather_head<float>(args.v, b, h_kv, R.input);
+  out.v_mean.assign(D, 0.0);
+  if (pol.smooth_v) {
+    out.v_mean = column_means(out.v, S, D);
+    subtract_means(out.v, S, D, out.v_mean);
+  }
+  out.v_scale.assign(D, 1.0);
+  if (pol.v_quant) out.v_scale = quantize_columns(out.v, static_cast<int>(S), D, *pol.v_quant);
+  return out;
+}
+
+PreparedQ prepare_q(const AttentionArgs& args, const ProblemShape& ps, std::int64_t b, std::int64_t h,
+                    const PreparedKV& kv, double alpha, const Rounders& R) {
+  const Policy& pol = args.policy;
+  const int D = static_cast<int>(ps.dim);
+  const std::int64_t S = ps.seq_q;
+  PreparedQ out;
+  out.q = gather_head<float>(args.q, b, h, R.input);
+  if (pol.scale == ScalePlacement::query) {
+    const double a = R.input(alpha);
+    for (float& x : out.q) x = static_cast<float>(R.input(a * x));
+  }
+  // Smooth K removed q . k_mean from every score of row r: a per-row constant, invisible to the
+  // softmax but part of the LSE.
+  out.lse_offset.assign(static_cast<std::size_t>(S), 0.0);
+  if (pol.smooth_k) {
+    const double factor = pol.scale == ScalePlacement::query ? 1.0 : alpha;
+    for (std::int64_t r = 0; r < S; ++r) {
+      double dot = 0;
+      for (int d = 0; d < D; ++d) dot += out.q[r * D + d] * kv.k_mean[d];
+      out.lse_offset[r] = factor * dot;
+    }
+  }
+  if (pol.smooth_q) {
+    const std::vector<double> q_mean = column_means(out.q, S, D);
+    subtract_means(out.q, S, D, q_mean);
+    // dS = q_m K^T: one value per key, added to every row of S (a GEMV next to the kernel).
+    out.ds.assign(static_cast<std::size_t>(ps.seq_kv), 0.0);
+    for (std::int64_t c = 0; c < ps.seq_kv; ++c) {
+      double dot = 0;
+      for (int d = 0; d < D; ++d) dot += q_mean[d] * kv.k_used[c * D + d];
+      out.ds[c] = static_cast<float>(dot);  // computed in fp32 on the GPU
+    }
+  }
+  out.q_scale.assign(static_cast<std::size_t>(S), 1.0);
+  if (pol.q_quant) {
+    out.q_scale = quantize_rows(out.q, static_cast<int>(S), D, *pol.q_quant, pol.q_gran, OperandRole::query,
+                                pol.block_q);
+  }
+  return out;
+}
+
+}  // namespace pasa

@@ -1,0 +1,91 @@
+#include "pasa/quantize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "pasa/error.h"
+
+namespace pasa {
+namespace {
+
+constexpr int kWarpRows = 16;   // rows of one warp's MMA tile (m16)
+constexpr int kThreadRows = 8;  // a thread's fragment rows/columns repeat every 8
+
+Format saturating(Format f) {
+  f.overflow = Overflow::saturate;
+  return f;
+}
+
+}  // namespace
+
+std::string granularity_name(Granularity g) {
+  switch (g) {
+    case Granularity::tensor: return "tensor";
+    case Granularity::block: return "block";
+    case Granularity::warp: return "warp";
+    case Granularity::thread: return "thread";
+    case Granularity::token: return "token";
+  }
+  return "?";
+}
+
+Granularity parse_granularity(std::string_view text) {
+  for (Granularity g : {Granularity::tensor, Granularity::block, Granularity::warp, Granularity::thread,
+                        Granularity::token}) {
+    if (text == granularity_name(g)) return g;
+  }
+  throw Error("granularity '" + std::string(text) + "' is not tensor, block, warp, thread or token");
+}
+
+int quant_group(Granularity g, OperandRole role, int row, int block_rows) {
+  switch (g) {
+    case Granularity::tensor: return 0;
+    case Granularity::block: return row / block_rows;
+    case Granularity::warp: return role == OperandRole::query ? row / kWarpRows : row / block_rows;
+    case Granularity::thread:
+      if (role == OperandRole::query) return (row / kWarpRows) * kThreadRows + row % kThreadRows;
+      return (row / block_rows) * kThreadRows + row % kThreadRows;
+    case Granularity::token: return row;
+  }
+  return row;
+}
+
+std::vector<double> quantize_rows(std::vector<float>& values, int rows, int cols, const Format& format,
+                                  Granularity granularity, OperandRole role, int block_rows) {
+  if (block_rows < 1) throw Error("quantize: block size must be at least 1");
+  const Format target = saturating(format);
+  const double qmax = target.max_finite();
+  std::map<int, double> group_max;
+  for (int r = 0; r < rows; ++r) {
+    double& m = group_max[quant_group(granularity, role, r, block_rows)];
+    for (int c = 0; c < cols; ++c) m = std::max(m, std::fabs(static_cast<double>(values[r * cols + c])));
+  }
+  std::vector<double> scale(static_cast<std::size_t>(rows));
+  for (int r = 0; r < rows; ++r) {
+    const double delta = group_max[quant_group(granularity, role, r, block_rows)] / qmax;
+    scale[r] = delta;
+    for (int c = 0; c < cols; ++c) {
+      float& x = values[r * cols + c];
+      x = delta == 0.0 ? 0.0f : static_cast<float>(round_to(target, x / delta));
+    }
+  }
+  return scale;
+}
+
+std::vector<double> quantize_columns(std::vector<float>& values, int rows, int cols, const Format& format) {
+  const Format target = saturating(format);
+  const double qmax = target.max_finite();
+  std::vector<double> scale(static_cast<std::size_t>(cols), 0.0);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) scale[c] = std::max(scale[c], std::fabs(static_cast<double>(values[r * cols + c])));
+  for (double& s : scale) s /= qmax;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      float& x = values[r * cols + c];
+      x = scale[c] == 0.0 ? 0.0f : static_cast<float>(round_to(target, x / scale[c]));
+    }
+  return scale;
+}
+
+}  // namespace pasa
