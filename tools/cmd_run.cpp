@@ -2,13 +2,13 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <cmath>
 #include <memory>
 
 #include "commands.h"
 #include "pasa/attention.h"
 #include "pasa/error.h"
 #include "pasa/io.h"
+#include "pasa/metrics.h"
 #include "pasa/policy.h"
 #include "tensor_files.h"
 
@@ -74,20 +74,10 @@ void run(const RunOptions& opt) {
   if (opt.check) {
     const ReferenceResult ref = reference_attention(args);
     const std::vector<float> got = to_float(o);
-    double num = 0, den = 0, max_abs = 0;
-    std::int64_t non_finite = 0;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      if (!std::isfinite(got[i])) {
-        ++non_finite;
-        continue;
-      }
-      num += (got[i] - ref.o[i]) * (got[i] - ref.o[i]);
-      den += ref.o[i] * ref.o[i];
-      max_abs = std::max(max_abs, std::fabs(got[i] - ref.o[i]));
-    }
-    fmt::print("check against fp64: relative RMSE {:.3e}  max abs error {:.3e}  NaN share {:.4f}%\n",
-               den > 0 ? std::sqrt(num / den) : std::sqrt(num), max_abs,
-               100.0 * static_cast<double>(non_finite) / static_cast<double>(got.size()));
+    const ErrorMetrics m = compare(std::vector<double>(got.begin(), got.end()), ref.o);
+    fmt::print("check against fp64: relative RMSE {:.3e}  max abs error {:.3e}  CosSim {:.6f}  "
+               "relative L1 {:.3e}  NaN share {:.4f}%\n",
+               m.rel_rmse, m.max_abs, m.cos_sim, m.rel_l1, 100.0 * m.nan_share);
   }
   if (!opt.out.empty()) {
     io::write_npy(opt.out, o);

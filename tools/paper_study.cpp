@@ -5,6 +5,7 @@
 
 #include "pasa/attention.h"
 #include "pasa/error.h"
+#include "pasa/metrics.h"
 #include "pasa/policy.h"
 
 namespace pasa::cli {
@@ -69,19 +70,9 @@ std::vector<StudyRow> run_study(const std::vector<StudyCase>& cases, const Study
       args.policy = policies[p];
       attention(args);
       const std::vector<float> out = to_float(o);
-      double num = 0, den = 0;
-      std::int64_t bad = 0;
-      for (std::size_t e = 0; e < out.size(); ++e) {
-        if (!std::isfinite(out[e])) {
-          ++bad;
-          continue;
-        }
-        num += (out[e] - ref.o[e]) * (out[e] - ref.o[e]);
-        den += ref.o[e] * ref.o[e];
-      }
-      StudyRow row{c, config.policies[p], static_cast<double>(bad) / static_cast<double>(out.size()),
-                   std::nullopt};
-      if (bad == 0) row.rmse = std::sqrt(num / den);
+      const ErrorMetrics m = compare(std::vector<double>(out.begin(), out.end()), ref.o);
+      StudyRow row{c, config.policies[p], m.nan_share, std::nullopt};
+      if (m.nan_share == 0.0) row.rmse = m.rel_rmse;
       rows.push_back(row);
     }
     if (progress) progress(static_cast<int>(i + 1), static_cast<int>(cases.size()), c);
