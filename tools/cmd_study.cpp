@@ -12,7 +12,9 @@
 
 #include "commands.h"
 #include "paper_study.h"
+#include "decode_study.h"
 #include "pasa/error.h"
+#include "sage_study.h"
 #include "study_plot.h"
 
 namespace pasa::cli {
@@ -146,7 +148,39 @@ void add_study_command(CLI::App& app) {
   cmd->add_option("--seed", opt->seed, "random seed of the inputs")->capture_default_str();
   cmd->add_option("--seq", opt->seq, "sequence length")->capture_default_str();
   cmd->add_option("--heads", opt->heads, "number of heads (default 2, or 16 with --full)");
-  cmd->callback([opt] { run(*opt); });
+  // Without a subcommand `pasa study` runs the PASA paper's study; `sage` and `decode` are the others.
+  cmd->callback([opt, cmd] {
+    if (cmd->get_subcommands().empty()) run(*opt);
+  });
+
+  auto write_json = [](const std::string& path, const nlohmann::json& rows) {
+    if (path.empty()) return;
+    std::ofstream f(path);
+    f << rows.dump(1) << "\n";
+    if (!f) throw Error(path + ": cannot write");
+    fmt::print(stderr, "wrote {}\n", path);
+  };
+  auto sage = std::make_shared<SageStudyConfig>();
+  auto sage_json = std::make_shared<std::string>();
+  CLI::App* sage_cmd = cmd->add_subcommand(
+      "sage", "SageAttention2's accuracy tables: quantization granularity, P/V data type, smooth V, "
+              "smoothing ablation, and which policies stay finite on the PASA paper's inputs.");
+  sage_cmd->add_option("--seq", sage->seq, "sequence length")->capture_default_str();
+  sage_cmd->add_option("--heads", sage->heads, "heads")->capture_default_str();
+  sage_cmd->add_option("--seed", sage->seed, "random seed")->capture_default_str();
+  sage_cmd->add_option("--json", *sage_json, "also write every measurement as JSON");
+  sage_cmd->callback([sage, sage_json, write_json] { write_json(*sage_json, run_sage_study(*sage)); });
+
+  auto decode = std::make_shared<DecodeStudyConfig>();
+  auto decode_json = std::make_shared<std::string>();
+  CLI::App* decode_cmd = cmd->add_subcommand(
+      "decode", "FlashDecoding++'s unified max on decode shapes: agreement with the synchronized "
+                "algorithm and recompute rates with calibrated phi, phi = 0, and phi = 0 after PASA's shift.");
+  decode_cmd->add_option("--seq-kv", decode->seq_kv, "KV cache length")->capture_default_str();
+  decode_cmd->add_option("--batch", decode->batch, "batch")->capture_default_str();
+  decode_cmd->add_option("--seed", decode->seed, "random seed")->capture_default_str();
+  decode_cmd->add_option("--json", *decode_json, "also write the results as JSON");
+  decode_cmd->callback([decode, decode_json, write_json] { write_json(*decode_json, run_decode_study(*decode)); });
 }
 
 }  // namespace pasa::cli

@@ -44,4 +44,10 @@ ResonanceParams resonance_preset(const std::string& name);
 QKV resonance_qkv(const Shape4& shape, const ResonanceParams& params, std::uint64_t seed,
                   DType dtype = DType::f16);
 
+// Channel-wise outliers as SageAttention2 shows in real Q and K: N(0, 1) entries plus, in `channels`
+// randomly chosen head-dim channels, a large same-signed offset (magnitude, with 10% spread) shared by
+// every token; V gets a small per-channel bias. Smoothing K (and Q) removes exactly this structure.
+QKV outlier_qkv(const Shape4& shape, int channels, double magnitude, std::uint64_t seed,
+                DType dtype = DType::f16);
+
 }  // namespace pasa

@@ -3,6 +3,7 @@
 // requested dtype once.
 #include "pasa/generators.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <random>
@@ -100,6 +101,35 @@ QKV resonance_qkv(const Shape4& shape, const ResonanceParams& rp, std::uint64_t 
     return rp.k_amp * wave[d] + k_bias[d] + rp.k_noise * noise(rng);
   });
   out.v = fill(shape, dtype, [&](std::int64_t) { return noise(rng); });
+  return out;
+}
+
+QKV outlier_qkv(const Shape4& shape, int channels, double magnitude, std::uint64_t seed, DType dtype) {
+  if (channels < 0 || channels > shape.dim) throw Error("outliers: channel count outside 0..D");
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> noise(0.0, 1.0);
+  const std::int64_t D = shape.dim;
+  // Per channel: the offset Q and K carry there (0 for ordinary channels) and V's small bias.
+  std::vector<double> q_off(static_cast<std::size_t>(D), 0.0), k_off(D, 0.0), v_bias(D);
+  std::vector<std::int64_t> order(static_cast<std::size_t>(D));
+  for (std::int64_t d = 0; d < D; ++d) order[d] = d;
+  std::shuffle(order.begin(), order.end(), rng);
+  for (int i = 0; i < channels; ++i) {
+    const double sign = noise(rng) < 0 ? -1.0 : 1.0;
+    q_off[order[i]] = sign * magnitude * 0.5;
+    k_off[order[i]] = sign * magnitude;
+  }
+  for (std::int64_t d = 0; d < D; ++d) v_bias[d] = 0.5 * noise(rng);
+  auto with_offsets = [&](const std::vector<double>& off) {
+    return [&, off_ptr = &off](std::int64_t i) {
+      const double o = (*off_ptr)[i % D];
+      return o * (1.0 + 0.1 * noise(rng)) + noise(rng);
+    };
+  };
+  QKV out;
+  out.q = fill(shape, dtype, with_offsets(q_off));
+  out.k = fill(shape, dtype, with_offsets(k_off));
+  out.v = fill(shape, dtype, [&](std::int64_t i) { return v_bias[i % D] + noise(rng); });
   return out;
 }
 

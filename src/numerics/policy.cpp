@@ -302,7 +302,7 @@ void validate(const Policy& p) {
   require_float("qk_acc", p.qk_acc);
   require_float("s", p.s);
   require_float("softmax", p.softmax);
-  require_float("p", p.p);
+  // p may be an integer grid: with p_scale it is then a quantizer of P (the report's INT8 P).
   require_float("pv_acc", p.pv_acc);
   require_float("o", p.o);
   // GEMM operands are carried as fp32 by the emulator (and by every matrix engine).

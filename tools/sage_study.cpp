@@ -1,0 +1,168 @@
+#include "sage_study.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "pasa/attention.h"
+#include "pasa/generators.h"
+#include "pasa/metrics.h"
+#include "pasa/policy.h"
+
+namespace pasa::cli {
+namespace {
+
+struct Input {
+  std::string name;
+  QKV data;
+  std::vector<double> reference;
+};
+
+struct Variant {
+  std::string label, policy;
+};
+
+struct Table {
+  std::string title, note;
+  std::vector<Variant> variants;
+};
+
+std::vector<double> run_policy(QKV& d, const std::string& policy) {
+  HostTensor o{DType::f32, d.q.shape, std::vector<std::uint8_t>(static_cast<std::size_t>(d.q.numel()) * 4)};
+  AttentionArgs args{d.q.view("q"), d.k.view("k"), d.v.view("v"), o.view("o")};
+  args.policy = parse_policy(policy);
+  attention(args);
+  const std::vector<float> f = to_float(o);
+  return {f.begin(), f.end()};
+}
+
+std::vector<double> reference_of(QKV& d) {
+  HostTensor o{DType::f32, d.q.shape, std::vector<std::uint8_t>(static_cast<std::size_t>(d.q.numel()) * 4)};
+  AttentionArgs args{d.q.view("q"), d.k.view("k"), d.v.view("v"), o.view("o")};
+  return reference_attention(args).o;
+}
+
+std::vector<Table> tables() {
+  return {
+      {"Quantization granularity (the report's Tables 2/3)",
+       "INT4 Q and K with smooth Q and K, FP8 P and V (sage4) at each granularity",
+       {{"per-token", "sage4,q_gran=token,k_gran=token"},
+        {"per-thread", "sage4,q_gran=thread,k_gran=thread"},
+        {"per-warp", "sage4"},
+        {"per-block", "sage4,q_gran=block,k_gran=block"},
+        {"per-tensor", "sage4,q_gran=tensor,k_gran=tensor"}}},
+      {"Data type of P and V (Tables 4/5)",
+       "INT8 Q, K per thread with smooth K; P and V in each type (P scaled to the type's maximum)",
+       {{"INT8", "sage8,p=int8,p_scale=127,v_quant=int8"},
+        {"E5M2", "sage8,p=e5m2,p_scale=57344,v_quant=e5m2"},
+        {"E4M3", "sage8"},
+        {"FP16", "sage8,p=fp16,p_scale=1,v_quant=none,pv_acc=fp32"}}},
+      {"Smooth V (Table 6)",
+       "sage8 with an FP22 PV accumulator, one accumulator across blocks or two-level",
+       {{"one FP22 accumulator", "sage8,two_level=0"},
+        {"one FP22 accumulator + smooth V", "sage8,two_level=0,smooth_v=1"},
+        {"two-level", "sage8"},
+        {"two-level + smooth V", "sage8,smooth_v=1"}}},
+      {"Smoothing ablation (Tables 9/10)",
+       "INT4 Q, K per warp, FP8 P and V",
+       {{"none", "sage4,smooth_q=0,smooth_k=0"},
+        {"smooth K", "sage4,smooth_q=0"},
+        {"smooth Q", "sage4,smooth_k=0"},
+        {"smooth Q + K", "sage4"}}},
+  };
+}
+
+}  // namespace
+
+nlohmann::json run_sage_study(const SageStudyConfig& cfg) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  const Shape4 shape{1, cfg.heads, cfg.seq, 128};
+  std::vector<Input> inputs;
+  inputs.push_back({"normal", hybrid_qkv(shape, 0, 0, cfg.seed), {}});
+  inputs.push_back({"uniform x0=1 Am=2", uniform_qkv(shape, 1, 2, cfg.seed + 1), {}});
+  inputs.push_back({"hybrid x0=0 Am=10", hybrid_qkv(shape, 0, 10, cfg.seed + 2), {}});
+  inputs.push_back({"channel outliers", outlier_qkv(shape, 4, 20, cfg.seed + 3), {}});
+  inputs.push_back({"resonance (svd)", resonance_qkv(shape, resonance_preset("svd"), cfg.seed + 4), {}});
+  for (Input& in : inputs) in.reference = reference_of(in.data);
+
+  fmt::print("# pasa study sage: SageAttention2's accuracy tables on the CPU emulator\n\n");
+  fmt::print("shape (1, {}, {}, 128), fp16 inputs, seed {}; each input plays the role of one layer. "
+             "Metrics against fp64: CosSim, relative L1, RMSE (section 4) and relative RMSE (Eq. 19); "
+             "average and worst over the inputs: {}.\n",
+             cfg.heads, cfg.seq, cfg.seed, [&] {
+               std::string s;
+               for (const Input& in : inputs) s += (s.empty() ? "" : ", ") + in.name;
+               return s;
+             }());
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Table& table : tables()) {
+    fmt::print("\n### {}\n\n{}\n\n", table.title, table.note);
+    fmt::print("| variant | CosSim avg | CosSim worst | rel. L1 avg | rel. L1 worst | RMSE avg | RMSE worst | "
+               "rel. RMSE worst | worst input |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (const Variant& v : table.variants) {
+      double cos_sum = 0, l1_sum = 0, rmse_sum = 0;
+      double cos_worst = 2, l1_worst = 0, rmse_worst = 0, rel_worst = 0;
+      std::string worst_input;
+      for (Input& in : inputs) {
+        const ErrorMetrics m = compare(run_policy(in.data, v.policy), in.reference);
+        rows.push_back({{"table", table.title}, {"variant", v.label}, {"policy", v.policy}, {"input", in.name},
+                        {"cos_sim", m.cos_sim}, {"rel_l1", m.rel_l1}, {"rmse", m.rmse},
+                        {"rel_rmse", m.rel_rmse}, {"nan_share", m.nan_share}});
+        cos_sum += m.cos_sim;
+        l1_sum += m.rel_l1;
+        rmse_sum += m.rmse;
+        if (!(m.cos_sim >= cos_worst)) {
+          cos_worst = m.cos_sim;
+          worst_input = in.name;
+        }
+        l1_worst = std::max(l1_worst, m.rel_l1);
+        rmse_worst = std::max(rmse_worst, m.rmse);
+        rel_worst = std::max(rel_worst, m.rel_rmse);
+      }
+      const double n = static_cast<double>(inputs.size());
+      fmt::print("| {} | {:.4f}% | {:.4f}% | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {:.3e} | {} |\n", v.label,
+                 100 * cos_sum / n, 100 * cos_worst, l1_sum / n, l1_worst, rmse_sum / n, rmse_worst, rel_worst,
+                 worst_input);
+      fmt::print(stderr, "[sage] {} / {} ({:.1f} s)\n", table.title, v.label, elapsed());
+    }
+  }
+
+  // Which policies stay finite on the PASA paper's Table 4 inputs.
+  fmt::print("\n### The PASA paper's Table 4 inputs: share of non-finite outputs\n\n");
+  const std::vector<std::string> policies = {"exact", "fa16_fp32", "pasa", "sage8", "sage4"};
+  fmt::print("| input |");
+  for (const auto& p : policies) fmt::print(" {} |", p);
+  fmt::print("\n|---|");
+  for (std::size_t i = 0; i < policies.size(); ++i) fmt::print("---|");
+  fmt::print("\n");
+  struct Case {
+    bool uniform;
+    double x0, am;
+  };
+  for (const Case& c : {Case{true, 30, 0.5}, Case{true, 20, 15}, Case{true, 20, 20}, Case{false, 30, 10},
+                        Case{false, 20, 50}, Case{false, 20, 100}}) {
+    const Shape4 s{1, cfg.heads, 1280, 128};
+    QKV d = c.uniform ? uniform_qkv(s, c.x0, c.am, cfg.seed + 10) : hybrid_qkv(s, c.x0, c.am, cfg.seed + 10);
+    const std::vector<double> ref = reference_of(d);
+    const std::string name = fmt::format("{} x0={:g} Am={:g}", c.uniform ? "uniform" : "hybrid", c.x0, c.am);
+    fmt::print("| {} |", name);
+    for (const auto& p : policies) {
+      const ErrorMetrics m = compare(run_policy(d, p), ref);
+      rows.push_back({{"table", "PASA Table 4 inputs"}, {"variant", p}, {"policy", p}, {"input", name},
+                      {"cos_sim", m.cos_sim}, {"rel_l1", m.rel_l1}, {"rmse", m.rmse},
+                      {"rel_rmse", m.rel_rmse}, {"nan_share", m.nan_share}});
+      fmt::print(" {:.2f}%{} |", 100 * m.nan_share,
+                 m.nan_share == 0 ? fmt::format(" ({:.1e})", m.rel_rmse) : "");
+    }
+    fmt::print("\n");
+    fmt::print(stderr, "[sage] Table 4 inputs / {} ({:.1f} s)\n", name, elapsed());
+  }
+  fmt::print("\n(in parentheses: relative RMSE where the output is finite)\n\nstudy time {:.1f} s\n", elapsed());
+  return rows;
+}
+
+}  // namespace pasa::cli
