@@ -1,0 +1,33 @@
+// pasa/plan.h — adaptive mixing (SageAttn-mix): which policy each (layer, timestep) uses, as written
+// by `pasa calibrate` and loaded by the C++ API and the Python package.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "pasa/policy.h"
+
+namespace pasa {
+
+struct MixPlan {
+  std::string fast, accurate;  // policy texts
+  double xi = 0;               // percent of entries sent to the accurate policy
+  // (layer, timestep or -1 for "any timestep") -> policy text
+  std::map<std::pair<int, int>, std::string> entries;
+
+  // The policy for a call: the entry for (layer, timestep), else the layer's timestep-free entry,
+  // else the fast policy.
+  Policy policy_for(int layer, std::optional<int> timestep = std::nullopt) const;
+};
+
+// Entry names are "layer<L>" or "layer<L>_t<T>" (what `pasa.capture` writes). Throws pasa::Error
+// naming the name otherwise.
+std::pair<int, int> parse_entry_name(const std::string& name);
+
+MixPlan load_plan(const std::string& path);  // throws pasa::Error naming the file and the problem
+void save_plan(const std::string& path, const MixPlan& plan,
+               const std::map<std::pair<int, int>, double>& scores);
+
+}  // namespace pasa

@@ -1,0 +1,250 @@
+"""pasa.capture and pasa.patch on a stand-in transformer. Skipped where torch is not installed."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed: capture/patch untested")
+F = torch.nn.functional
+
+import pasa  # noqa: E402
+
+
+class SelfAttention(torch.nn.Module):
+    """Calls F.scaled_dot_product_attention through the module attribute, as models do."""
+
+    def __init__(self, dim, heads, kv_heads):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.qkv = torch.nn.Linear(dim, (heads + 2 * kv_heads) * self.head_dim)
+        self.out = torch.nn.Linear(dim, dim)
+
+    def forward(self, x, mask=None):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).split(
+            [self.heads * self.head_dim, self.kv_heads * self.head_dim,
+             self.kv_heads * self.head_dim], dim=-1)
+        q = q.view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        o = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True)
+        return self.out(o.transpose(1, 2).reshape(b, s, -1))
+
+
+class Block(torch.nn.Module):
+    def __init__(self, dim, heads, kv_heads):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(dim)
+        self.attn = SelfAttention(dim, heads, kv_heads)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 2 * dim), torch.nn.GELU(),
+                                       torch.nn.Linear(2 * dim, dim))
+
+    def forward(self, x, mask=None):
+        x = x + self.attn(self.norm(x), mask)
+        return x + self.mlp(x)
+
+
+class TinyTransformer(torch.nn.Module):
+    def __init__(self, dim=128, heads=2, kv_heads=1, layers=3):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Block(dim, heads, kv_heads) for _ in range(layers))
+
+    def forward(self, x, mask=None):
+        for block in self.blocks:
+            x = block(x, mask)
+        return x
+
+
+@pytest.fixture
+def model(rng):
+    torch.manual_seed(int(rng.integers(2**62)))
+    return TinyTransformer().eval()
+
+
+@pytest.fixture
+def x(rng):
+    return torch.from_numpy(rng.standard_normal((2, 17, 128)).astype(np.float32))
+
+
+def test_capture_records_every_call(tmp_path, model, x):
+    original = F.scaled_dot_product_attention
+    with torch.no_grad(), pasa.capture(tmp_path / "cap") as cap:
+        assert F.scaled_dot_product_attention is not original
+        y = model(x)
+        model(x)
+    assert F.scaled_dot_product_attention is original
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), y, atol=0, rtol=0)  # capture changes nothing
+    names = [e["name"] for e in cap.entries]
+    assert names == [f"call{i:05d}" for i in range(6)]
+    index = json.loads((tmp_path / "cap" / "index.json").read_text())
+    assert index["entries"] == cap.entries
+    entry = index["entries"][0]
+    assert entry["shape"] == {"q": [2, 2, 17, 64], "k": [2, 1, 17, 64], "v": [2, 1, 17, 64]}
+    assert entry["dtype"] == "float32" and entry["is_causal"] and entry["enable_gqa"]
+    assert entry["layer"] is None and entry["timestep"] is None and not entry["attn_mask"]
+    t = pasa.load(tmp_path / "cap" / "call00000.safetensors")
+    assert sorted(t) == ["k", "q", "v"]
+    # The recorded q/k/v reproduce the layer: pasa on them equals the first block's attention.
+    with torch.no_grad():
+        block = model.blocks[0]
+        qkv = block.attn.qkv(block.norm(x))
+        q = qkv[..., :128].view(2, 17, 2, 64).transpose(1, 2)
+    np.testing.assert_array_equal(t["q"], q.numpy())
+    out = pasa.sdpa(t["q"], t["k"], t["v"], is_causal=True, enable_gqa=True)
+    assert np.all(np.isfinite(out))
+
+
+def test_capture_names_by_layer_and_timestep(tmp_path, model, x):
+    def name(call):
+        return f"t{call.timestep:02d}/{call.layer}"
+
+    with torch.no_grad(), pasa.capture(tmp_path, model=model, name_fn=name) as cap:
+        for cap.timestep in range(2):
+            model(x)
+    assert [e["name"] for e in cap.entries] == [
+        f"t{t:02d}/blocks.{i}.attn" for t in range(2) for i in range(3)]
+    assert [e["layer"] for e in cap.entries[:3]] == [f"blocks.{i}.attn" for i in range(3)]
+    assert (tmp_path / "t01" / "blocks.2.attn.safetensors").is_file()
+
+
+def test_capture_restores_on_error_and_rejects_duplicates(tmp_path, model, x):
+    original = F.scaled_dot_product_attention
+    with pytest.raises(pasa.PasaError, match=r"name_fn: name 'same' of call 1 was already used"):
+        with torch.no_grad(), pasa.capture(tmp_path, name_fn=lambda call: "same"):
+            model(x)
+    assert F.scaled_dot_product_attention is original
+    with pytest.raises(pasa.PasaError, match=r"already holds a capture \(index.json\)"):
+        with pasa.capture(tmp_path):
+            pass
+    with pasa.capture(tmp_path, overwrite=True):
+        pass
+    with pytest.raises(pasa.PasaError, match=r"name_fn: '../x' \(call 0\) is not a relative"):
+        with torch.no_grad(), pasa.capture(tmp_path / "b", name_fn=lambda call: "../x"):
+            model(x)
+    assert F.scaled_dot_product_attention is original
+
+
+def test_capture_3d_bf16_and_float64(tmp_path):
+    q = torch.randn(3, 5, 16, dtype=torch.bfloat16)
+    q64 = torch.randn(1, 2, 5, 16, dtype=torch.float64)
+    with pasa.capture(tmp_path) as cap:
+        F.scaled_dot_product_attention(q, q, q)
+        F.scaled_dot_product_attention(q64, q64, q64, scale=0.5)
+    assert cap.entries[0]["shape"]["q"] == [3, 1, 5, 16] and cap.entries[0]["dtype"] == "bfloat16"
+    t = pasa.load(tmp_path / "call00000.safetensors")
+    assert t["q"].dtype == np.float32  # bf16 loads as float32, exactly
+    np.testing.assert_array_equal(t["q"][:, 0], q.float().numpy())
+    assert cap.entries[1]["converted_from"] == "float64" and cap.entries[1]["scale"] == 0.5
+
+
+def test_patch_routes_sdpa_through_pasa(model, x, monkeypatch):
+    calls = []
+    real_sdpa = pasa._capture.sdpa
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs["policy"])
+        return real_sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(pasa._capture, "sdpa", spy)
+    original = F.scaled_dot_product_attention
+    with torch.no_grad():
+        want = model(x)
+        with pasa.patch(model, policy="exact") as handle:
+            got = model(x)
+            F.scaled_dot_product_attention(x[:, None], x[:, None], x[:, None])  # outside: torch
+    assert F.scaled_dot_product_attention is original
+    assert calls == ["exact"] * 3 and handle.calls == 3
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+
+
+def test_patch_low_precision_policy_stays_close(model, x):
+    with torch.no_grad():
+        want = model(x)
+        with pasa.patch(model, policy=pasa.Policy("pasa")):
+            got = model(x.half().float())
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, want, atol=0.05, rtol=0)
+
+
+def test_patch_with_plan(tmp_path, model, x, monkeypatch):
+    seen = []
+    real_sdpa = pasa._capture.sdpa
+    monkeypatch.setattr(pasa._capture, "sdpa",
+                        lambda *a, **kw: seen.append(kw["policy"]) or real_sdpa(*a, **kw))
+    plan = {"call00001": "pasa", "default": "fa16"}
+    with torch.no_grad(), pasa.patch(model, plan=plan) as handle:
+        model(x)
+        handle.reset()
+        model(x)
+    assert seen == ["fa16", "pasa", "fa16"] * 2
+
+    seen.clear()
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"default": "exact",
+                                "policies": {"blocks.1.attn": "pasa,s2=64"}}))
+    with torch.no_grad(), pasa.patch(model, plan=path, name_fn=lambda c: c.layer):
+        model(x)
+    assert seen == ["exact", "pasa,s2=64", "exact"]
+
+
+def test_patch_errors(model, x):
+    with pytest.raises(pasa.PasaError, match=r"^plan: give policy= or plan=, not both"):
+        pasa.patch(model, policy="exact", plan={})
+    with pytest.raises(pasa.PasaError, match=r"^plan: entry 'call00000': unknown policy 'x'"):
+        pasa.patch(model, plan={"call00000": "x"})
+    with pytest.raises(pasa.PasaError, match=r"^module: expected a torch.nn.Module"):
+        pasa.patch(lambda x: x)
+    with pytest.raises(pasa.PasaError, match=r"unknown policy 'nope'"):
+        pasa.patch(model, policy="nope")
+    with pasa.patch(model, plan={"call00000": "exact"}):
+        with pytest.raises(pasa.PasaError, match=r"^plan: no policy for call 'call00001'"):
+            with torch.no_grad():
+                model(x)
+    mask = torch.ones(17, 17, dtype=torch.bool).tril()
+    with pasa.patch(model):
+        with pytest.raises(pasa.PasaError, match=r"^attn_mask"):
+            with torch.no_grad():
+                model(x, mask)
+    assert F.scaled_dot_product_attention is torch._C._nn.scaled_dot_product_attention
+
+
+def test_patch_fallback(model, x):
+    mask = torch.ones(17, 17, dtype=torch.bool).tril()
+    with torch.no_grad():
+        want = model(x, mask)
+        with pasa.patch(model, fallback=True) as handle:
+            got = model(x, mask)
+    assert handle.fallbacks == 3 and handle.calls == 0
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+def test_capture_inside_patch(tmp_path, model, x):
+    with torch.no_grad(), pasa.patch(model, policy="fa16") as handle:
+        with pasa.capture(tmp_path) as cap:
+            model(x)
+    assert len(cap.entries) == 3 and handle.calls == 3
+    assert F.scaled_dot_product_attention is torch._C._nn.scaled_dot_product_attention
+
+
+def test_patch_is_per_thread(model, x):
+    other = TinyTransformer().eval()
+    results = {}
+
+    def run_other():
+        with torch.no_grad():
+            results["other"] = other(x)
+
+    with torch.no_grad(), pasa.patch(model, policy="exact") as handle:
+        thread = threading.Thread(target=run_other)
+        thread.start()
+        model(x)
+        thread.join()
+    assert handle.calls == 3  # the unpatched model's calls in the other thread went to torch
+    with torch.no_grad():
+        torch.testing.assert_close(results["other"], other(x), atol=0, rtol=0)

@@ -1,0 +1,185 @@
+"""The CUDA path through torch: run on the device (an H200 with torch). Skipped without a GPU or
+without a pasa build that has the CUDA kernels.
+
+Tolerances follow DESIGN.md: a kernel's error against the fp64 reference is at most k x the error
+of the CPU emulator running the same policy (or of torch's SDPA for the drop-in), plus a small atol.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+F = torch.nn.functional
+
+import pasa  # noqa: E402
+
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+if not pasa.built_with_cuda:
+    pytest.skip("this pasa build has no CUDA kernels (built without nvcc, or before they landed)",
+                allow_module_level=True)
+
+K = 2.0  # kernel error <= K x emulator / torch error + ATOL
+ATOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+# (B, H_q, H_kv, S_q, S_kv, D): the foundation issue's awkward shapes.
+SHAPES = [
+    (1, 1, 1, 1, 1, 64),
+    (2, 4, 4, 17, 17, 64),
+    (1, 8, 2, 1013, 1013, 128),
+    (2, 4, 1, 77, 300, 128),
+    (1, 2, 2, 300, 77, 64),
+    (1, 16, 16, 1024, 1024, 128),
+]
+
+
+@pytest.fixture
+def gen(rng):
+    return torch.Generator(device="cuda").manual_seed(int(rng.integers(2**62)))
+
+
+def randn(gen, *shape, dtype):
+    return torch.randn(*shape, generator=gen, device="cuda", dtype=torch.float32).to(dtype)
+
+
+def max_err(x, ref):
+    return (x.double().cpu() - torch.from_numpy(ref)).abs().max().item()
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_sdpa_matches_torch_sdpa(gen, shape, dtype, is_causal):
+    b, h_q, h_kv, s_q, s_kv, d = shape
+    q = randn(gen, b, h_q, s_q, d, dtype=dtype)
+    k, v = randn(gen, b, h_kv, s_kv, d, dtype=dtype), randn(gen, b, h_kv, s_kv, d, dtype=dtype)
+    gqa = h_q != h_kv
+    poison = torch.full_like(q, float("nan"))
+    got = pasa.attention(q, k, v, causal=is_causal, causal_alignment="top_left", out=poison)
+    torch.cuda.synchronize()
+    want = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=gqa)
+    ref = pasa.reference(q, k, v, causal=is_causal, causal_alignment="top_left")
+    assert torch.isfinite(got).all()
+    assert max_err(got, ref) <= K * max_err(want, ref) + ATOL[dtype]
+    torch.testing.assert_close(pasa.sdpa(q, k, v, is_causal=is_causal, enable_gqa=gqa), got,
+                               atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("policy", ["exact", "fa16", "pasa"])
+def test_kernel_against_emulator(gen, policy):
+    q, k, v = (randn(gen, 1, 4, 333, 128, dtype=torch.float16) for _ in range(3))
+    try:
+        got, lse = pasa.attention(q, k, v, policy=policy, causal=True, return_lse=True)
+    except pasa.PasaError as error:
+        pytest.skip(f"the kernels do not run policy {policy!r}: {error}")
+    emulated, emulated_lse = pasa.attention(q.cpu(), k.cpu(), v.cpu(), policy=policy, causal=True,
+                                            return_lse=True)
+    ref, ref_lse = pasa.reference(q, k, v, causal=True, return_lse=True)
+    assert max_err(got, ref) <= K * max_err(emulated, ref) + ATOL[torch.float16]
+    assert max_err(lse, ref_lse) <= K * max_err(emulated_lse, ref_lse) + 1e-3
+
+
+def test_bshd_and_lse(gen):
+    q, k, v = (randn(gen, 2, 130, 4, 64, dtype=torch.bfloat16) for _ in range(3))
+    out, lse = pasa.attention(q, k, v, layout="bshd", return_lse=True)
+    assert out.shape == q.shape and lse.shape == (2, 4, 130) and lse.device == q.device
+    want = F.scaled_dot_product_attention(*(x.transpose(1, 2) for x in (q, k, v))).transpose(1, 2)
+    torch.testing.assert_close(out.float(), want.float(), atol=2e-2, rtol=0)
+
+
+def test_side_stream(gen):
+    q, k, v = (randn(gen, 1, 8, 512, 128, dtype=torch.float16) for _ in range(3))
+    want = pasa.sdpa(q, k, v)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        got = pasa.sdpa(q, k, v)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("policy", ["exact", "pasa"])
+def test_cuda_graph_replay(gen, policy):
+    q, k, v = (randn(gen, 2, 8, 256, 64, dtype=torch.float16) for _ in range(3))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up outside the graph
+        pasa.sdpa(q, k, v, is_causal=True, policy=policy)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = pasa.sdpa(q, k, v, is_causal=True, policy=policy)
+    for _ in range(3):
+        for x in (q, k, v):
+            x.copy_(randn(gen, *x.shape, dtype=x.dtype))
+        graph.replay()
+        want = pasa.sdpa(q, k, v, is_causal=True, policy=policy)
+        torch.testing.assert_close(out, want, atol=0, rtol=0)
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, dim=256, heads=4, kv_heads=2):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.q = torch.nn.Linear(dim, dim)
+        self.kv = torch.nn.Linear(dim, 2 * kv_heads * self.head_dim)
+        self.o = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(x).view(b, s, 2, self.kv_heads, self.head_dim).unbind(2)
+        o = F.scaled_dot_product_attention(q, k.transpose(1, 2), v.transpose(1, 2),
+                                           is_causal=True, enable_gqa=True)
+        return self.o(o.transpose(1, 2).reshape(b, s, -1))
+
+
+class PasaAttention(Attention):
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(x).view(b, s, 2, self.kv_heads, self.head_dim).unbind(2)
+        o = pasa.sdpa(q, k.transpose(1, 2), v.transpose(1, 2), is_causal=True, enable_gqa=True)
+        return self.o(o.transpose(1, 2).reshape(b, s, -1))
+
+
+def test_torch_compile_fullgraph(gen):
+    model = PasaAttention().cuda().half().eval()
+    x = randn(gen, 2, 300, 256, dtype=torch.float16)
+    with torch.no_grad():
+        eager = model(x)
+        compiled = torch.compile(model, fullgraph=True)(x)
+    torch.testing.assert_close(compiled, eager, atol=2e-3, rtol=0)
+
+
+def test_capture_and_patch_on_cuda(tmp_path, gen):
+    model = torch.nn.Sequential(Attention(), Attention()).cuda().bfloat16().eval()
+    x = randn(gen, 2, 128, 256, dtype=torch.bfloat16)
+    with torch.no_grad():
+        want = model(x)
+        with pasa.capture(tmp_path, model=model) as cap:
+            model(x)
+        with pasa.patch(model, policy="exact") as handle:
+            got = model(x)
+    assert [e["layer"] for e in cap.entries] == ["0", "1"] and handle.calls == 2
+    t = pasa.load(tmp_path / "call00001.safetensors")
+    assert t["q"].shape == (2, 4, 128, 64) and t["k"].shape == (2, 2, 128, 64)
+    torch.testing.assert_close(got.float(), want.float(), atol=3e-2, rtol=0)
+
+
+def test_device_mismatch_names_the_argument(gen):
+    q, k, v = (randn(gen, 1, 2, 16, 64, dtype=torch.float16) for _ in range(3))
+    with pytest.raises(pasa.PasaError, match=r"^k: on cpu but q is on cuda:0"):
+        pasa.attention(q, k.cpu(), v)
+
+
+def test_cupy_arrays(gen):
+    cupy = pytest.importorskip("cupy", reason="cupy is not installed")
+    q, k, v = (randn(gen, 1, 4, 200, 64, dtype=torch.float16) for _ in range(3))
+    cq, ck, cv = (cupy.from_dlpack(x) for x in (q, k, v))
+    out, lse = pasa.attention(cq, ck, cv, causal=True, return_lse=True)
+    assert isinstance(out, cupy.ndarray) and out.dtype == cupy.float16 and lse.shape == (1, 4, 200)
+    want = pasa.attention(q, k, v, causal=True)
+    torch.testing.assert_close(torch.from_dlpack(out), want, atol=0, rtol=0)

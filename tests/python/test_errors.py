@@ -1,0 +1,165 @@
+"""Every class of bad input raises pasa.PasaError (a ValueError) whose message names the argument,
+before any output is written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pasa
+
+from conftest import qkv
+
+
+def raises(match):
+    return pytest.raises(pasa.PasaError, match=match)
+
+
+def test_pasa_error_is_a_value_error():
+    assert issubclass(pasa.PasaError, ValueError)
+    assert pasa.PasaError.__module__ == "pasa"
+
+
+@pytest.mark.parametrize("which", ["q", "k", "v"])
+def test_wrong_ndim(rng, which):
+    args = dict(zip("qkv", qkv(rng, 1, 2, 2, 8, 8, 64)))
+    args[which] = args[which][0]
+    with raises(rf"^{which}: expected a 4-D array \[B, H, S, D\] \(layout 'bhsd'\), got 3-D"):
+        pasa.attention(args["q"], args["k"], args["v"])
+
+
+def test_wrong_ndim_names_bshd(rng):
+    q, k, v = qkv(rng, 1, 2, 2, 8, 8, 64)
+    with raises(r"^q: expected a 4-D array \[B, S, H, D\] \(layout 'bshd'\), got 5-D"):
+        pasa.attention(q[None], k, v, layout="bshd")
+
+
+def test_mismatched_shapes(rng):
+    q, k, v = qkv(rng, 2, 4, 2, 8, 10, 64)
+    with raises(r"^v: shape .* differs from k's"):
+        pasa.attention(q, k, v[:, :, :9])
+    with raises(r"^k: head dim 32 differs from q's 64"):
+        pasa.attention(q, k[..., :32], v[..., :32])
+    with raises(r"^k/v: batch sizes"):
+        pasa.attention(q, k[:1], v[:1])
+    with raises(r"^k: 3 K/V heads do not divide the 4 query heads"):
+        pasa.attention(q, *qkv(rng, 2, 3, 3, 10, 10, 64)[1:])
+
+
+@pytest.mark.parametrize("dtype,name", [(np.float64, "float64"), (np.int32, "int32"),
+                                        (np.int8, "int8"), (np.bool_, "bool"),
+                                        (np.complex64, "complex64")])
+@pytest.mark.parametrize("which", ["q", "k", "v"])
+def test_unsupported_dtype(rng, dtype, name, which):
+    args = dict(zip("qkv", qkv(rng, 1, 2, 2, 8, 8, 64)))
+    args[which] = args[which].astype(dtype)
+    with raises(rf"^{which}: unsupported dtype {name} \(pasa takes float32, float16 or bfloat16\)"):
+        pasa.attention(args["q"], args["k"], args["v"])
+
+
+@pytest.mark.parametrize("which", ["q", "k", "v"])
+def test_non_contiguous_head_dim(rng, which):
+    args = dict(zip("qkv", qkv(rng, 1, 2, 2, 8, 8, 128)))
+    args[which] = args[which][..., ::2]
+    if which != "q":  # keep the head dims equal so the stride check is what fails
+        args["q"] = args["q"][..., :64]
+    with raises(rf"^{which}: the head dim \(last axis\) must be contiguous, but its stride is 2"):
+        pasa.attention(args["q"], args["k"], args["v"])
+
+
+def test_fortran_order_is_non_contiguous_head_dim(rng):
+    q, k, v = qkv(rng, 1, 2, 2, 8, 8, 64)
+    with raises(r"^q: the head dim \(last axis\) must be contiguous"):
+        pasa.attention(np.asfortranarray(q), k, v)
+
+
+def test_negative_strides(rng):
+    q, k, v = qkv(rng, 1, 2, 2, 8, 8, 64)
+    with raises(r"^k: stride of the sequence dimension is -64"):
+        pasa.attention(q, k[:, :, ::-1], v)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("which", ["q", "k", "v"])
+def test_non_finite_inputs(rng, bad, which):
+    args = dict(zip("qkv", qkv(rng, 1, 2, 2, 8, 8, 64)))
+    args[which][0, 1, 5, 7] = bad
+    out = np.full(args["q"].shape, 7.0, np.float32)
+    with raises(rf"^{which}: non-finite value at \[0, 1, 5, 7\]"):
+        pasa.attention(args["q"], args["k"], args["v"], out=out)
+    assert np.all(out == 7.0)  # untouched
+    with raises(rf"^{which}: non-finite value"):
+        pasa.reference(args["q"], args["k"], args["v"])
+
+
+@pytest.mark.parametrize("text,match", [
+    ("", r"policy text is empty"),
+    ("bogus", r"unknown policy 'bogus' \(presets: exact, fa16_fp32, fa16, pasa"),
+    ("exact,zz=1", r"policy 'exact,zz=1': unknown key 'zz'"),
+    ("exact,s2", r"'s2' is not key=value"),
+    ("pasa,beta=1.5", r"policy field 'beta': 1.5 is outside \[0, 1\)"),
+    ("pasa,beta=abc", r"policy field 'beta': 'abc' is not a number"),
+    ("exact,s1=0", r"policy field 's1': block size 0 is outside 1..1024"),
+    ("exact,input=fp12", r"policy field 'input'"),
+])
+def test_bad_policy_text(rng, text, match):
+    q, k, v = qkv(rng, 1, 1, 1, 4, 4, 64)
+    with raises(match):
+        pasa.attention(q, k, v, policy=text)
+    with raises(match):
+        pasa.Policy(text)
+
+
+def test_bad_policy_type(rng):
+    q, k, v = qkv(rng, 1, 1, 1, 4, 4, 64)
+    with raises(r"^policy: expected policy text .* got int"):
+        pasa.attention(q, k, v, policy=3)
+
+
+def test_empty_sequence(rng):
+    q, k, v = qkv(rng, 1, 2, 2, 8, 8, 64)
+    with raises(r"^k: sequence size is 0"):
+        pasa.attention(q, k[:, :, :0], v[:, :, :0])
+    with raises(r"^q: batch size is 0"):
+        pasa.attention(q[:0], k[:0], v[:0])
+
+
+def test_not_an_array(rng):
+    q, k, v = qkv(rng, 1, 2, 2, 8, 8, 64)
+    with raises(r"^k: expected an array .* got list"):
+        pasa.attention(q, k.tolist(), v)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(layout="sbhd"), r"^layout: 'sbhd' is not 'bhsd'"),
+    (dict(causal_alignment="top-left"), r"^causal_alignment: 'top-left' is not 'bottom_right'"),
+    (dict(causal="yes"), r"^causal: expected True or False"),
+    (dict(scale="0.1"), r"^scale: expected a number or None, got str"),
+    (dict(scale=float("nan")), r"^scale: nan is not finite"),
+    (dict(scale=float("inf")), r"^scale: inf is not finite"),
+    (dict(return_lse=1), r"^return_lse: expected True or False"),
+])
+def test_bad_options(rng, kwargs, match):
+    q, k, v = qkv(rng, 1, 2, 2, 8, 8, 64)
+    with raises(match):
+        pasa.attention(q, k, v, **kwargs)
+
+
+def test_bad_out(rng):
+    q, k, v = qkv(rng, 1, 2, 2, 8, 8, 64)
+    with raises(r"^out: shape \(1, 2, 8, 32\) differs from q's \(1, 2, 8, 64\)"):
+        pasa.attention(q, k, v, out=np.empty((1, 2, 8, 32), np.float32))
+    with raises(r"^out: unsupported dtype float64"):
+        pasa.attention(q, k, v, out=np.empty(q.shape, np.float64))
+    read_only = np.empty(q.shape, np.float32)
+    read_only.flags.writeable = False
+    with raises(r"^out: array is read-only"):
+        pasa.attention(q, k, v, out=read_only)
+    with raises(r"^out: expected an array"):
+        pasa.attention(q, k, v, out=[0.0])
+
+
+def test_head_dim_too_large_for_cpu(rng):
+    q, k, v = qkv(rng, 1, 1, 1, 2, 2, 1040)
+    with raises(r"^q: head dim 1040 is larger than the CPU backends' 1024"):
+        pasa.attention(q, k, v)

@@ -1,0 +1,126 @@
+"""pasa.load / pasa.save: .npy and .safetensors round trips and hostile files."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+import pytest
+
+import pasa
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 3, 4, 8), (1, 1, 1, 1, 3)])
+def test_npy_round_trip(tmp_path, rng, dtype, shape):
+    x = rng.standard_normal(shape).astype(dtype)
+    path = tmp_path / "x.npy"
+    pasa.save(path, x)
+    y = pasa.load(path)
+    assert y.dtype == dtype and y.shape == shape
+    np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(np.load(path), x)  # NumPy reads what pasa writes
+
+
+def test_npy_reads_numpy_files(tmp_path, rng):
+    x = rng.standard_normal((4, 6)).astype(np.float16)
+    np.save(tmp_path / "n.npy", x)
+    np.testing.assert_array_equal(pasa.load(str(tmp_path / "n.npy")), x)
+
+
+def test_non_contiguous_arrays_are_saved_in_c_order(tmp_path, rng):
+    x = rng.standard_normal((4, 6, 8)).astype(np.float32)
+    view = x.transpose(2, 0, 1)[::2]
+    pasa.save(tmp_path / "v.npy", view)
+    np.testing.assert_array_equal(pasa.load(tmp_path / "v.npy"), view)
+
+
+def test_safetensors_round_trip(tmp_path, rng):
+    tensors = {
+        "q": rng.standard_normal((1, 2, 5, 8)).astype(np.float32),
+        "k": rng.standard_normal((1, 2, 7, 8)).astype(np.float16),
+        "v": rng.standard_normal((1, 2, 7, 8)).astype(np.float16),
+    }
+    path = tmp_path / "qkv.safetensors"
+    pasa.save(path, tensors)
+    loaded = pasa.load(path)
+    assert sorted(loaded) == ["k", "q", "v"]
+    for name, x in tensors.items():
+        assert loaded[name].dtype == x.dtype
+        np.testing.assert_array_equal(loaded[name], x)
+
+
+def write_bf16_safetensors(path, name, values, shape):
+    """A .safetensors file written by hand: bf16 = the top 16 bits of each float32."""
+    bits = (np.asarray(values, np.float32).view(np.uint32) >> 16).astype("<u2")
+    data = bits.tobytes()
+    header = json.dumps({name: {"dtype": "BF16", "shape": list(shape),
+                                "data_offsets": [0, len(data)]}}).encode()
+    header += b" " * (-len(header) % 8)
+    path.write_bytes(struct.pack("<Q", len(header)) + header + data)
+
+
+def test_bf16_loads_as_float32(tmp_path, rng):
+    values = rng.standard_normal(24).astype(np.float32)
+    exact_bf16 = (values.view(np.uint32) & 0xFFFF0000).view(np.float32)  # representable values
+    path = tmp_path / "b.safetensors"
+    write_bf16_safetensors(path, "x", exact_bf16, (2, 3, 4))
+    x = pasa.load(path)["x"]
+    assert x.dtype == np.float32 and x.shape == (2, 3, 4)
+    np.testing.assert_array_equal(x.ravel(), exact_bf16)
+
+
+def test_loaded_arrays_run_attention(tmp_path, rng):
+    q, k, v = (rng.standard_normal((1, 2, 9, 64)).astype(np.float16) for _ in range(3))
+    pasa.save(tmp_path / "qkv.safetensors", {"q": q, "k": k, "v": v})
+    t = pasa.load(tmp_path / "qkv.safetensors")
+    np.testing.assert_array_equal(pasa.attention(t["q"], t["k"], t["v"]), pasa.attention(q, k, v))
+
+
+def test_save_errors(tmp_path, rng):
+    x = rng.standard_normal((2, 3))
+    with pytest.raises(pasa.PasaError, match=r"x\.npy: unsupported dtype float64"):
+        pasa.save(tmp_path / "x.npy", x)
+    with pytest.raises(pasa.PasaError, match=r"tensor 'a': unsupported dtype int64"):
+        pasa.save(tmp_path / "x.safetensors", {"a": np.arange(4)})
+    with pytest.raises(pasa.PasaError, match=r"a \.npy file holds one array"):
+        pasa.save(tmp_path / "x.npy", {"a": x.astype(np.float32)})
+    with pytest.raises(pasa.PasaError, match=r"holds named tensors; pass a dict"):
+        pasa.save(tmp_path / "x.safetensors", x.astype(np.float32))
+    with pytest.raises(pasa.PasaError, match=r"unknown file type \(expected \.npy or \.safetensors\)"):
+        pasa.save(tmp_path / "x.pt", x.astype(np.float32))
+    with pytest.raises(pasa.PasaError, match=r"tensor names must be non-empty strings"):
+        pasa.save(tmp_path / "x.safetensors", {"": x.astype(np.float32)})
+    with pytest.raises(pasa.PasaError, match=r"^path: expected a file path, got int"):
+        pasa.save(3, x.astype(np.float32))
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(pasa.PasaError, match="missing.npy"):
+        pasa.load(tmp_path / "missing.npy")
+    with pytest.raises(pasa.PasaError, match=r"unknown file type"):
+        pasa.load(tmp_path / "x.txt")
+    bad = tmp_path / "bad.npy"
+    bad.write_bytes(b"\x93NUMPY\x01\x00garbage")
+    with pytest.raises(pasa.PasaError, match="bad.npy"):
+        pasa.load(bad)
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(struct.pack("<Q", 1 << 40) + b"{}")
+    with pytest.raises(pasa.PasaError, match="bad.safetensors"):
+        pasa.load(bad)
+
+
+def test_truncated_files(tmp_path, rng):
+    pasa.save(tmp_path / "t.safetensors", {"q": rng.standard_normal((4, 8)).astype(np.float32)})
+    data = (tmp_path / "t.safetensors").read_bytes()
+    for cut in (0, 7, 12, len(data) // 2, len(data) - 1):
+        (tmp_path / "cut.safetensors").write_bytes(data[:cut])
+        with pytest.raises(pasa.PasaError, match="cut.safetensors"):
+            pasa.load(tmp_path / "cut.safetensors")
+    pasa.save(tmp_path / "t.npy", rng.standard_normal((4, 8)).astype(np.float32))
+    data = (tmp_path / "t.npy").read_bytes()
+    for cut in (0, 5, 20, len(data) - 1):
+        (tmp_path / "cut.npy").write_bytes(data[:cut])
+        with pytest.raises(pasa.PasaError, match="cut.npy"):
+            pasa.load(tmp_path / "cut.npy")

@@ -1,0 +1,104 @@
+"""pasa.Policy: parse, print, presets, read-only fields."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+import pasa
+
+
+def test_presets():
+    names = pasa.Policy.presets()
+    assert {"exact", "fa16_fp32", "fa16", "pasa"} <= set(names)
+    for name in names:
+        policy = pasa.Policy.preset(name)
+        assert str(policy) == name
+        assert policy.preset_name == name
+        assert pasa.Policy(name) == policy
+
+
+def test_fields():
+    exact = pasa.Policy("exact")
+    assert exact.to_dict() == {
+        "preset_name": "exact", "input": "fp32", "qk_acc": "fp32", "s": "fp32",
+        "scale_placement": "scores", "softmax": "fp32", "p": "fp32", "pv_acc": "fp32",
+        "o": "fp32", "shift": "none", "beta": 0.0, "block_q": 64, "block_kv": 64,
+    }
+    p = pasa.Policy("pasa")
+    assert (p.input, p.s, p.softmax, p.p, p.o) == ("fp16",) * 5
+    assert (p.qk_acc, p.pv_acc) == ("fp32", "fp32")
+    assert p.shift == "pasa" and p.scale_placement == "key"
+    assert p.beta == pytest.approx(0.984497)
+    assert (p.block_q, p.block_kv) == (128, 128)
+
+
+def test_fields_are_read_only():
+    p = pasa.Policy("pasa")
+    with pytest.raises(AttributeError):
+        p.beta = 0.5
+    with pytest.raises(AttributeError):
+        p.anything = 1
+
+
+def test_text_round_trip():
+    p = pasa.Policy.parse(" pasa , beta=0.968994 , s2=64 ")
+    assert str(p) == "pasa,beta=0.968994,s2=64"
+    assert p.beta == pytest.approx(0.968994) and p.block_kv == 64
+    assert pasa.Policy(str(p)) == p
+    assert repr(p) == "pasa.Policy('pasa,beta=0.968994,s2=64')"
+    q = pasa.Policy("exact,input=bf16,p=e4m3,scale=q")
+    assert (q.input, q.p, q.scale_placement) == ("bf16", "e4m3", "query")
+    assert pasa.Policy(str(q)) == q
+
+
+def test_replace():
+    p = pasa.Policy("fa16").replace(s2=32, o="fp32")
+    assert str(p) == "fa16,o=fp32,s2=32"
+    with pytest.raises(pasa.PasaError, match="unknown key 'nope'"):
+        pasa.Policy("fa16").replace(nope=1)
+
+
+def test_equality_hash_and_pickle():
+    a = pasa.Policy("pasa,s2=64")
+    b = pasa.Policy("pasa").replace(s2=64)
+    assert a == b and hash(a) == hash(b)
+    assert a == "pasa,s2=64" and a != "pasa" and a != "not a policy"
+    assert a != pasa.Policy("pasa")
+    assert len({a, b, pasa.Policy("exact")}) == 2
+    assert pickle.loads(pickle.dumps(a)) == a
+    assert pasa.Policy(a) == a
+
+
+def test_bad_preset_name():
+    with pytest.raises(pasa.PasaError, match=r"unknown policy 'sage9'"):
+        pasa.Policy.preset("sage9")
+    with pytest.raises(pasa.PasaError, match=r"^name: expected a preset name"):
+        pasa.Policy.preset(3)
+
+
+@pytest.mark.parametrize("initial,optimal", [(1 - 2**-5, 0.968994), (1 - 2**-6, 0.984497)])
+def test_beta_reproduces_the_presets(initial, optimal):
+    solution = pasa.beta(initial)
+    assert solution.initial == initial
+    assert solution.beta == pytest.approx(optimal, abs=5e-7)
+    assert solution.invariance == pytest.approx(solution.beta / (1 - solution.beta))
+    assert solution.iterations >= 1
+    # the pasa preset's beta is this fixed point
+    assert pasa.Policy("pasa").beta == pytest.approx(pasa.beta().beta, abs=5e-7)
+
+
+def test_beta_options_and_errors():
+    assert pasa.beta(0.9, format="bf16", block=64).beta != pasa.beta(0.9).beta
+    assert pasa.beta(scale=0.0883883).beta != pasa.beta().beta
+    with pytest.raises(pasa.PasaError, match=r"initial value 1.5 is outside \(0, 1\)"):
+        pasa.beta(1.5)
+    with pytest.raises(pasa.PasaError, match=r"format int8 is not a float format"):
+        pasa.beta(format="int8")
+    with pytest.raises(pasa.PasaError, match=r"unknown number format 'fp9x'"):
+        pasa.beta(format="fp9x")
+    with pytest.raises(pasa.PasaError, match=r"block size 0 must be at least 1"):
+        pasa.beta(block=0)
+    with pytest.raises(pasa.PasaError, match=r"^block: expected an integer"):
+        pasa.beta(block=1.5)

@@ -1,0 +1,153 @@
+"""torch integration on the CPU: the pasa::attention custom ops, torch.compile, pasa.sdpa against
+torch's scaled_dot_product_attention. Skipped where torch is not installed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed: torch integration untested")
+F = torch.nn.functional
+
+import pasa  # noqa: E402
+
+
+@pytest.fixture
+def gen(rng):
+    return torch.Generator().manual_seed(int(rng.integers(2**62)))
+
+
+def randn(gen, *shape, dtype=torch.float32):
+    return torch.randn(*shape, generator=gen).to(dtype)
+
+
+@pytest.mark.parametrize("h_q,h_kv,s_q,s_kv", [(4, 4, 17, 17), (8, 2, 9, 30), (4, 1, 30, 9)])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_sdpa_matches_torch(gen, h_q, h_kv, s_q, s_kv, is_causal):
+    q = randn(gen, 2, h_q, s_q, 64)
+    k, v = randn(gen, 2, h_kv, s_kv, 64), randn(gen, 2, h_kv, s_kv, 64)
+    gqa = h_q != h_kv
+    got = pasa.sdpa(q, k, v, is_causal=is_causal, enable_gqa=gqa)
+    want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=is_causal,
+                                          enable_gqa=gqa)
+    assert got.dtype == torch.float32 and got.shape == q.shape
+    torch.testing.assert_close(got.double(), want, atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_dtypes(gen, dtype):
+    q, k, v = (randn(gen, 1, 4, 33, 64, dtype=dtype) for _ in range(3))
+    out, lse = pasa.attention(q, k, v, return_lse=True)
+    assert out.dtype == dtype and lse.dtype == torch.float32 and lse.shape == (1, 4, 33)
+    want = F.scaled_dot_product_attention(q.double(), k.double(), v.double())
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(out.double(), want, atol=eps, rtol=0)
+
+
+def test_bshd_layout_and_out(gen):
+    q, k, v = (randn(gen, 2, 19, 4, 64) for _ in range(3))
+    out = torch.full_like(q, float("nan"))
+    result = pasa.attention(q, k, v, layout="bshd", out=out, causal=True)
+    assert result is out
+    want = F.scaled_dot_product_attention(*(x.transpose(1, 2) for x in (q, k, v)), is_causal=True)
+    torch.testing.assert_close(out, want.transpose(1, 2), atol=2e-5, rtol=0)
+
+
+def test_out_with_lse(gen):
+    q, k, v = (randn(gen, 1, 2, 9, 64) for _ in range(3))
+    out = torch.empty_like(q)
+    o, lse = pasa.attention(q, k, v, out=out, return_lse=True)
+    assert o is out and lse.shape == (1, 2, 9)
+    ref_o, ref_lse = pasa.reference(q, k, v, return_lse=True)
+    np.testing.assert_allclose(lse.numpy(), ref_lse, atol=2e-5)
+    np.testing.assert_allclose(o.numpy(), ref_o, atol=2e-5)
+
+
+def test_reference_accepts_tensors(gen):
+    q, k, v = (randn(gen, 1, 2, 9, 64) for _ in range(3))
+    ref = pasa.reference(q, k, v)
+    assert isinstance(ref, np.ndarray) and ref.dtype == np.float64
+
+
+def test_requires_grad_inputs_run(gen):
+    q = randn(gen, 1, 2, 9, 64).requires_grad_()
+    k, v = randn(gen, 1, 2, 9, 64), randn(gen, 1, 2, 9, 64)
+    with torch.no_grad():
+        out = pasa.sdpa(q, k, v)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q.detach(), k, v), atol=2e-5,
+                               rtol=0)
+
+
+def test_errors_name_the_argument(gen):
+    q, k, v = (randn(gen, 1, 2, 9, 64) for _ in range(3))
+    with pytest.raises(pasa.PasaError, match=r"^q: unsupported dtype float64"):
+        pasa.attention(q.double(), k, v)
+    with pytest.raises(pasa.PasaError, match=r"^k: expected a torch.Tensor like the other inputs"):
+        pasa.attention(q, k.numpy(), v)
+    with pytest.raises(pasa.PasaError, match=r"^out: shape \(1, 2, 9, 32\) differs"):
+        pasa.attention(q, k, v, out=torch.empty(1, 2, 9, 32))
+    with pytest.raises(pasa.PasaError, match=r"^v: non-finite value"):
+        pasa.attention(q, k, v * float("nan"))
+    with pytest.raises(pasa.PasaError, match=r"unknown policy 'nope'"):
+        pasa.attention(q, k, v, policy="nope")
+    with pytest.raises(pasa.PasaError, match=r"^q: the head dim \(last axis\) must be contiguous"):
+        pasa.attention(q.transpose(2, 3), k.transpose(2, 3), v.transpose(2, 3))
+    with pytest.raises(pasa.PasaError, match=r"^attn_mask"):
+        pasa.sdpa(q, k, v, attn_mask=torch.ones(9, 9, dtype=torch.bool))
+
+
+def test_opcheck(gen):
+    q = randn(gen, 1, 4, 9, 64)
+    k, v = randn(gen, 1, 2, 12, 64), randn(gen, 1, 2, 12, 64)
+    torch.library.opcheck(torch.ops.pasa.attention.default,
+                          (q, k, v, "exact", True, "top_left", None, "bhsd", True))
+    torch.library.opcheck(torch.ops.pasa.attention.default,
+                          (q.half(), k.half(), v.half(), "pasa", False, "bottom_right", 0.1, "bhsd",
+                           False))
+    out, lse = torch.empty_like(q), torch.empty(1, 4, 9)
+    torch.library.opcheck(torch.ops.pasa.attention_out.default,
+                          (q, k, v, out, lse, "exact", False, "bottom_right", None, "bhsd"))
+
+
+class Attention(torch.nn.Module):
+    """A small attention block calling pasa.sdpa."""
+
+    def __init__(self, dim=128, heads=2, kv_heads=1, policy="exact"):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
+        self.q = torch.nn.Linear(dim, dim)
+        self.kv = torch.nn.Linear(dim, 2 * kv_heads * self.head_dim)
+        self.policy = policy
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(x).view(b, s, 2, self.kv_heads, self.head_dim).unbind(2)
+        k, v = k.transpose(1, 2), v.transpose(1, 2)
+        o = pasa.sdpa(q, k, v, is_causal=True, enable_gqa=True, policy=self.policy)
+        return o.transpose(1, 2).reshape(b, s, -1)
+
+
+@pytest.mark.parametrize("policy", ["exact", "pasa"])
+def test_torch_compile_fullgraph(gen, policy):
+    torch.manual_seed(int(torch.randint(0, 2**30, (1,), generator=gen)))
+    model = Attention(policy=policy).eval()
+    x = randn(gen, 2, 21, 128)
+    with torch.no_grad():
+        eager = model(x)
+        compiled = torch.compile(model, fullgraph=True)(x)
+    torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=0)
+
+
+def test_torch_compile_reports_bad_policy_while_tracing(gen):
+    q, k, v = (randn(gen, 1, 2, 9, 64) for _ in range(3))
+    fn = torch.compile(lambda q, k, v: pasa.sdpa(q, k, v, policy="exact,zz=1"), fullgraph=True)
+    with pytest.raises(Exception, match="unknown key 'zz'"):
+        fn(q, k, v)
+
+
+def test_policy_object_under_compile(gen):
+    q, k, v = (randn(gen, 1, 2, 9, 64) for _ in range(3))
+    policy = pasa.Policy("fa16,s2=32")
+    fn = torch.compile(lambda q, k, v: pasa.attention(q, k, v, policy=policy), fullgraph=True)
+    torch.testing.assert_close(fn(q, k, v), pasa.attention(q, k, v, policy=policy), atol=0, rtol=0)
