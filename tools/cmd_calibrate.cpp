@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "host_attention.h"
 #include "pasa/attention.h"
 #include "pasa/error.h"
 #include "pasa/io.h"
@@ -26,7 +27,7 @@ struct CalibrateOptions {
 
 struct Entry {
   std::string name;
-  HostTensor q, k, v;
+  QKV data;
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -51,13 +52,13 @@ std::vector<Entry> load_entries(const std::string& dir) {
         if (!tensors.count(n)) throw Error(path.string() + ": no tensor named '" + n + "' (need q, k, v)");
       }
       const std::string name = file.substr(0, file.size() - 12);
-      found[name] = Entry{name, std::move(tensors["q"]), std::move(tensors["k"]), std::move(tensors["v"])};
+      found[name] = Entry{name, {std::move(tensors["q"]), std::move(tensors["k"]), std::move(tensors["v"])}};
     } else if (ends_with(file, "_q.npy") || ends_with(file, "_k.npy") || ends_with(file, "_v.npy")) {
       const std::string name = file.substr(0, file.size() - 6);
       Entry& e = found[name];
       e.name = name;
       const char which = file[file.size() - 5];
-      (which == 'q' ? e.q : which == 'k' ? e.k : e.v) = io::read_npy(path.string());
+      (which == 'q' ? e.data.q : which == 'k' ? e.data.k : e.data.v) = io::read_npy(path.string());
       npy_parts[name] += 1;
     }
   }
@@ -72,15 +73,6 @@ std::vector<Entry> load_entries(const std::string& dir) {
   return out;
 }
 
-std::vector<double> run_policy(Entry& e, const Policy& policy) {
-  HostTensor o{DType::f32, e.q.shape, std::vector<std::uint8_t>(static_cast<std::size_t>(e.q.numel()) * 4)};
-  AttentionArgs args{e.q.view(e.name + " q"), e.k.view(e.name + " k"), e.v.view(e.name + " v"), o.view("o")};
-  args.policy = policy;
-  attention(args);
-  const std::vector<float> f = to_float(o);
-  return {f.begin(), f.end()};
-}
-
 void calibrate_plan(const CalibrateOptions& opt) {
   if (!(opt.xi >= 0 && opt.xi <= 100)) throw Error(fmt::format("--xi: {} is outside 0..100", opt.xi));
   if (opt.out.empty()) throw Error("--out: give the plan file to write");
@@ -91,9 +83,12 @@ void calibrate_plan(const CalibrateOptions& opt) {
   std::map<std::pair<int, int>, double> scores;
   for (Entry& e : entries) {
     const auto key = parse_entry_name(e.name);
-    HostTensor o{DType::f32, e.q.shape, std::vector<std::uint8_t>(static_cast<std::size_t>(e.q.numel()) * 4)};
-    AttentionArgs ref_args{e.q.view(e.name + " q"), e.k.view(e.name + " k"), e.v.view(e.name + " v"), o.view("o")};
-    const ErrorMetrics m = compare(run_policy(e, fast), reference_attention(ref_args).o);
+    ErrorMetrics m;
+    try {
+      m = compare(attention_output(e.data, fast), reference_output(e.data));
+    } catch (const Error& err) {
+      throw Error(opt.inputs + "/" + e.name + ": " + err.what());
+    }
     // The report's score: CosSim * (1 - L1); a non-finite output is the worst possible.
     const double score = m.nan_share > 0 ? -1.0 : m.cos_sim * (1.0 - m.rel_l1);
     ranked.push_back({score, key});
@@ -115,7 +110,7 @@ void calibrate_phi_command(const CalibrateOptions& opt) {
   std::vector<Entry> entries = load_entries(opt.inputs);
   std::vector<double> all;
   for (Entry& e : entries) {
-    const std::vector<double> s = scaled_scores(e.q, e.k);
+    const std::vector<double> s = scaled_scores(e.data.q, e.data.k);
     all.insert(all.end(), s.begin(), s.end());
   }
   const Policy fdpp = preset_policy("fdpp");

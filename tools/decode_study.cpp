@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "host_attention.h"
 #include "pasa/attention.h"
 #include "pasa/generators.h"
 #include "pasa/metrics.h"
@@ -29,23 +30,6 @@ QKV decode_inputs(const std::string& kind, const DecodeStudyConfig& c, std::uint
   QKV q = make({c.batch, c.heads_q, 1, 128});
   QKV kv = make({c.batch, c.heads_kv, c.seq_kv, 128});
   return QKV{std::move(q.q), std::move(kv.k), std::move(kv.v)};
-}
-
-struct RunResult {
-  std::vector<double> o;
-  AttentionStats stats;
-};
-
-RunResult run(QKV& d, const Policy& policy) {
-  HostTensor o{DType::f32, d.q.shape, std::vector<std::uint8_t>(static_cast<std::size_t>(d.q.numel()) * 4)};
-  RunResult r;
-  AttentionArgs args{d.q.view("q"), d.k.view("k"), d.v.view("v"), o.view("o")};
-  args.policy = policy;
-  args.stats = &r.stats;
-  attention(args);
-  const std::vector<float> f = to_float(o);
-  r.o.assign(f.begin(), f.end());
-  return r;
 }
 
 }  // namespace
@@ -79,17 +63,16 @@ nlohmann::json run_decode_study(const DecodeStudyConfig& c) {
     calibrated.phi = cal.phi;
     Policy synchronized = base;
     synchronized.shift = Shift::none;
-    const RunResult with_cal = run(data, calibrated);
-    const RunResult with_zero = run(data, base);
-    const RunResult sync = run(data, synchronized);
-    HostTensor o{DType::f32, data.q.shape, std::vector<std::uint8_t>(static_cast<std::size_t>(data.q.numel()) * 4)};
-    AttentionArgs ref_args{data.q.view("q"), data.k.view("k"), data.v.view("v"), o.view("o")};
-    const std::vector<double> ref = reference_attention(ref_args).o;
-    const double rows_total = static_cast<double>(with_cal.stats.rows);
-    const double rate_cal = static_cast<double>(with_cal.stats.recomputed_rows) / rows_total;
-    const double rate_zero = static_cast<double>(with_zero.stats.recomputed_rows) / rows_total;
-    const double diff = compare(with_cal.o, sync.o).rel_rmse;
-    const double rmse = compare(with_cal.o, ref).rel_rmse;
+    AttentionStats cal_stats, zero_stats;
+    const std::vector<double> with_cal = attention_output(data, calibrated, &cal_stats);
+    attention_output(data, base, &zero_stats);
+    const std::vector<double> sync = attention_output(data, synchronized);
+    const std::vector<double> ref = reference_output(data);
+    const double rows_total = static_cast<double>(cal_stats.rows);
+    const double rate_cal = static_cast<double>(cal_stats.recomputed_rows) / rows_total;
+    const double rate_zero = static_cast<double>(zero_stats.recomputed_rows) / rows_total;
+    const double diff = compare(with_cal, sync).rel_rmse;
+    const double rmse = compare(with_cal, ref).rel_rmse;
     auto metric = [](double x) { return std::isfinite(x) ? fmt::format("{:.2e}", x) : std::string("not finite"); };
     fmt::print("| {} | [{:.4g}, {:.4g}] | {:.4g} | {:.1f}% | {:.1f}% | {:.1f}% | {} | {} |\n", kind,
                quantile(scores, 0.0), quantile(scores, 1.0), cal.phi, 100 * rate_cal, 100 * rate_zero,

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <map>
 
+#include "host_attention.h"
 #include "pasa/attention.h"
 #include "pasa/error.h"
 #include "pasa/metrics.h"
@@ -59,18 +60,9 @@ std::vector<StudyRow> run_study(const std::vector<StudyCase>& cases, const Study
     const StudyCase& c = cases[i];
     // Each case gets its own seed so adding a case does not change the others' inputs.
     QKV data = generate(c, config, config.seed + 1000003ull * i);
-    HostTensor o{DType::f32, data.q.shape, std::vector<std::uint8_t>(data.q.numel() * 4)};
-    AttentionArgs args;
-    args.q = data.q.view("q");
-    args.k = data.k.view("k");
-    args.v = data.v.view("v");
-    args.o = o.view("o");
-    const ReferenceResult ref = reference_attention(args);  // fp64 on the fp16 inputs
+    const std::vector<double> ref = reference_output(data);  // fp64 on the fp16 inputs
     for (std::size_t p = 0; p < policies.size(); ++p) {
-      args.policy = policies[p];
-      attention(args);
-      const std::vector<float> out = to_float(o);
-      const ErrorMetrics m = compare(std::vector<double>(out.begin(), out.end()), ref.o);
+      const ErrorMetrics m = compare(attention_output(data, policies[p]), ref);
       StudyRow row{c, config.policies[p], m.nan_share, std::nullopt};
       if (m.nan_share == 0.0) row.rmse = m.rel_rmse;
       rows.push_back(row);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "host_attention.h"
 #include "pasa/attention.h"
 #include "pasa/generators.h"
 #include "pasa/metrics.h"
@@ -29,21 +30,6 @@ struct Table {
   std::string title, note;
   std::vector<Variant> variants;
 };
-
-std::vector<double> run_policy(QKV& d, const std::string& policy) {
-  HostTensor o{DType::f32, d.q.shape, std::vector<std::uint8_t>(static_cast<std::size_t>(d.q.numel()) * 4)};
-  AttentionArgs args{d.q.view("q"), d.k.view("k"), d.v.view("v"), o.view("o")};
-  args.policy = parse_policy(policy);
-  attention(args);
-  const std::vector<float> f = to_float(o);
-  return {f.begin(), f.end()};
-}
-
-std::vector<double> reference_of(QKV& d) {
-  HostTensor o{DType::f32, d.q.shape, std::vector<std::uint8_t>(static_cast<std::size_t>(d.q.numel()) * 4)};
-  AttentionArgs args{d.q.view("q"), d.k.view("k"), d.v.view("v"), o.view("o")};
-  return reference_attention(args).o;
-}
 
 std::vector<Table> tables() {
   return {
@@ -87,7 +73,7 @@ nlohmann::json run_sage_study(const SageStudyConfig& cfg) {
   inputs.push_back({"hybrid x0=0 Am=10", hybrid_qkv(shape, 0, 10, cfg.seed + 2), {}});
   inputs.push_back({"channel outliers", outlier_qkv(shape, 4, 20, cfg.seed + 3), {}});
   inputs.push_back({"resonance (svd)", resonance_qkv(shape, resonance_preset("svd"), cfg.seed + 4), {}});
-  for (Input& in : inputs) in.reference = reference_of(in.data);
+  for (Input& in : inputs) in.reference = reference_output(in.data);
 
   fmt::print("# pasa study sage: SageAttention2's accuracy tables on the CPU emulator\n\n");
   fmt::print("shape (1, {}, {}, 128), fp16 inputs, seed {}; each input plays the role of one layer. "
@@ -108,7 +94,7 @@ nlohmann::json run_sage_study(const SageStudyConfig& cfg) {
       double cos_worst = 2, l1_worst = 0, rmse_worst = 0, rel_worst = 0;
       std::string worst_input;
       for (Input& in : inputs) {
-        const ErrorMetrics m = compare(run_policy(in.data, v.policy), in.reference);
+        const ErrorMetrics m = compare(attention_output(in.data, parse_policy(v.policy)), in.reference);
         rows.push_back({{"table", table.title}, {"variant", v.label}, {"policy", v.policy}, {"input", in.name},
                         {"cos_sim", m.cos_sim}, {"rel_l1", m.rel_l1}, {"rmse", m.rmse},
                         {"rel_rmse", m.rel_rmse}, {"nan_share", m.nan_share}});
@@ -147,11 +133,11 @@ nlohmann::json run_sage_study(const SageStudyConfig& cfg) {
                         Case{false, 20, 50}, Case{false, 20, 100}}) {
     const Shape4 s{1, cfg.heads, 1280, 128};
     QKV d = c.uniform ? uniform_qkv(s, c.x0, c.am, cfg.seed + 10) : hybrid_qkv(s, c.x0, c.am, cfg.seed + 10);
-    const std::vector<double> ref = reference_of(d);
+    const std::vector<double> ref = reference_output(d);
     const std::string name = fmt::format("{} x0={:g} Am={:g}", c.uniform ? "uniform" : "hybrid", c.x0, c.am);
     fmt::print("| {} |", name);
     for (const auto& p : policies) {
-      const ErrorMetrics m = compare(run_policy(d, p), ref);
+      const ErrorMetrics m = compare(attention_output(d, parse_policy(p)), ref);
       rows.push_back({{"table", "PASA Table 4 inputs"}, {"variant", p}, {"policy", p}, {"input", name},
                       {"cos_sim", m.cos_sim}, {"rel_l1", m.rel_l1}, {"rmse", m.rmse},
                       {"rel_rmse", m.rel_rmse}, {"nan_share", m.nan_share}});
