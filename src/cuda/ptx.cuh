@@ -89,6 +89,14 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
   }
 }
 
+// 2^x by the special-function unit (ex2.approx.ftz: about 2 ulp; results below 2^-126 flush to 0,
+// far under anything fp16 / bf16 P or an fp32 row sum can hold next to its maximum term, 1).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // fl_fp16(x) as a float: the rounding points of the fp16 policies.
 __device__ __forceinline__ float round_fp16(float x) { return __half2float(__float2half_rn(x)); }
 

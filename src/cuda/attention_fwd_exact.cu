@@ -1,0 +1,34 @@
+// Instantiations of the forward kernel for the exact policy: fp16 / bf16 inputs, head dims 64 and 128.
+// Key tiles: 128 keys for head dim 64, 64 keys for head dim 128 (about the same shared memory and
+// registers per warp).
+#include "cuda/attention_fwd_kernel.cuh"
+#include "pasa/error.h"
+
+namespace pasa::cuda {
+namespace {
+
+template <typename Elem>
+void launch_dim(const FwdParams& p, int batch, int head_dim, cudaStream_t s) {
+  if (head_dim == 64) {
+    launch_fwd<64, 128, Elem, false, kFwdWarps>(p, batch, s);
+  } else if (head_dim == 128) {
+    launch_fwd<128, 64, Elem, false, kFwdWarps>(p, batch, s);
+  } else {
+    throw Error("exact kernel: head dim must be 64 or 128");
+  }
+}
+
+}  // namespace
+
+void launch_exact_fwd(const FwdParams& p, int batch, int head_dim, ElemType in_type, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (in_type == ElemType::f16) {
+    launch_dim<__half>(p, batch, head_dim, s);
+  } else if (in_type == ElemType::bf16) {
+    launch_dim<__nv_bfloat16>(p, batch, head_dim, s);
+  } else {
+    throw Error("exact kernel: inputs must be f16 or bf16");
+  }
+}
+
+}  // namespace pasa::cuda

@@ -1,0 +1,340 @@
+// The CUDA kernels against the fp64 reference, with the CPU emulator running the same policy as the
+// yardstick (FlashAttention-3's rule): err_kernel <= 2 err_emulator + 1e-4, for O (relative RMSE)
+// and for the LSE (RMS over rows; fully masked rows must be -inf in both). Fresh random inputs each
+// run, outputs poisoned with NaN before each launch. Without an sm_90 GPU every test is skipped.
+#include <gtest/gtest.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda_backend.h"
+#include "pasa/attention.h"
+#include "pasa/policy.h"
+#include "test_util.h"
+
+namespace pasa {
+namespace {
+
+using test::Tensor4;
+
+bool have_sm90() {
+  static const bool ok = cuda_backend_available();
+  return ok;
+}
+
+#define REQUIRE_SM90()                                                    \
+  do {                                                                    \
+    if (!have_sm90()) GTEST_SKIP() << "no sm_90 GPU: CUDA tests skipped"; \
+  } while (0)
+
+void cuda_ok(cudaError_t status, const char* what) {
+  ASSERT_EQ(status, cudaSuccess) << what << ": " << cudaGetErrorString(status);
+}
+
+// An owning device buffer.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+  explicit DeviceBuffer(std::size_t n) : bytes(n) {
+    if (cudaMalloc(&ptr, n) != cudaSuccess) ptr = nullptr;
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+// A device copy of a host tensor: same dtype, shape and strides.
+struct DeviceTensor {
+  DeviceBuffer buf;
+  TensorView view;
+  explicit DeviceTensor(const Tensor4& host) : buf(host.bytes.size()), view(host.view) {
+    view.data = buf.ptr;
+    view.device = Device::cuda;
+    cudaMemcpy(buf.ptr, host.bytes.data(), host.bytes.size(), cudaMemcpyHostToDevice);
+  }
+  void poison() { cudaMemset(buf.ptr, 0xff, buf.bytes); }  // all-ones: NaN in f32, f16 and bf16
+  void copy_to(Tensor4& host) const {
+    cudaMemcpy(host.bytes.data(), buf.ptr, host.bytes.size(), cudaMemcpyDeviceToHost);
+  }
+};
+
+Format format_of(DType d) { return d == DType::bf16 ? Format::bf16() : Format::fp16(); }
+
+// The exact policy as the kernel runs it: P rounded to the input dtype.
+Policy exact_policy(DType in) {
+  Policy p = preset_policy("exact");
+  p.input = format_of(in);
+  p.p = format_of(in);
+  return p;
+}
+
+Policy pasa_policy() { return preset_policy("pasa"); }  // s1 = s2 = 128, beta 0.984497
+
+struct Case {
+  std::int64_t B, Hq, Hkv, Sq, Skv, D;
+  bool causal;
+  CausalAlignment alignment;
+  bool bshd;
+  DType in, out;
+};
+
+std::string describe(const Case& c) {
+  return "B" + std::to_string(c.B) + " Hq" + std::to_string(c.Hq) + " Hkv" + std::to_string(c.Hkv) +
+         " Sq" + std::to_string(c.Sq) + " Skv" + std::to_string(c.Skv) + " D" + std::to_string(c.D) +
+         (c.causal ? (c.alignment == CausalAlignment::bottom_right ? " causal-br" : " causal-tl") : "") +
+         (c.bshd ? " bshd" : " bhsd") + " in " + dtype_name(c.in) + " out " + dtype_name(c.out);
+}
+
+// RMS of (x - ref) over rows where ref is finite; NaN if x is not finite there or if x and ref
+// disagree on which rows are fully masked (-inf).
+double lse_rms_error(const std::vector<float>& x, const std::vector<double>& ref) {
+  double sum = 0;
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (std::isinf(ref[i])) {
+      if (!(std::isinf(x[i]) && x[i] < 0)) return std::nan("");
+      continue;
+    }
+    if (!std::isfinite(x[i])) return std::nan("");
+    sum += (x[i] - ref[i]) * (x[i] - ref[i]);
+    ++n;
+  }
+  return n == 0 ? 0.0 : std::sqrt(sum / n);
+}
+
+// RMS of the finite reference LSEs: the scale of the LSE's own rounding error.
+double lse_rms(const std::vector<double>& ref) {
+  double sum = 0;
+  std::size_t n = 0;
+  for (double x : ref) {
+    if (std::isfinite(x)) {
+      sum += x * x;
+      ++n;
+    }
+  }
+  return n == 0 ? 0.0 : std::sqrt(sum / n);
+}
+
+struct Result {
+  double err_kernel, err_emulator, lse_err_kernel, lse_err_emulator;
+  double lse_scale;  // RMS of the reference LSE
+};
+
+// Runs one case on the GPU (kernel_policy) and on the emulator (emulator_policy: the same
+// computation as the kernel performs it), both against the fp64 reference.
+Result run_case(const Case& c, const Policy& kernel_policy, const Policy& emulator_policy,
+                std::mt19937_64& rng, double lo = -1.0, double hi = 1.0) {
+  Tensor4 q = test::random_tensor(c.B, c.Hq, c.Sq, c.D, rng, c.in, c.bshd, lo, hi);
+  Tensor4 k = test::random_tensor(c.B, c.Hkv, c.Skv, c.D, rng, c.in, c.bshd, lo, hi);
+  Tensor4 v = test::random_tensor(c.B, c.Hkv, c.Skv, c.D, rng, c.in, c.bshd, lo, hi);
+  Tensor4 o_emu = test::make_tensor(c.B, c.Hq, c.Sq, c.D, c.out, c.bshd);
+  Tensor4 o_gpu = test::make_tensor(c.B, c.Hq, c.Sq, c.D, c.out, c.bshd);
+  test::poison(o_emu);
+  test::poison(o_gpu);
+  const std::size_t rows = static_cast<std::size_t>(c.B * c.Hq * c.Sq);
+  std::vector<float> lse_emu(rows, std::nanf("")), lse_gpu(rows, std::nanf(""));
+
+  AttentionArgs host;
+  host.q = q.view;
+  host.k = k.view;
+  host.v = v.view;
+  host.o = o_emu.view;
+  host.lse = lse_view(lse_emu.data(), c.B, c.Hq, c.Sq);
+  host.causal = c.causal;
+  host.alignment = c.alignment;
+  host.policy = emulator_policy;
+  host.backend = Backend::emulator;
+  attention(host);
+  const ReferenceResult ref = reference_attention(host);
+
+  DeviceTensor dq(q), dk(k), dv(v), d_o(o_gpu);
+  DeviceBuffer dlse(rows * sizeof(float));
+  d_o.poison();
+  cudaMemset(dlse.ptr, 0xff, dlse.bytes);
+  cudaStream_t stream = nullptr;
+  cudaStreamCreate(&stream);
+  AttentionArgs dev = host;
+  dev.q = dq.view;
+  dev.k = dk.view;
+  dev.v = dv.view;
+  dev.o = d_o.view;
+  dev.lse = lse_view(static_cast<float*>(dlse.ptr), c.B, c.Hq, c.Sq, Device::cuda);
+  dev.policy = kernel_policy;
+  dev.backend = Backend::cuda;
+  dev.stream = stream;
+  attention(dev);
+  const cudaError_t sync = cudaStreamSynchronize(stream);
+  cudaStreamDestroy(stream);
+  EXPECT_EQ(sync, cudaSuccess) << cudaGetErrorString(sync);
+  d_o.copy_to(o_gpu);
+  cudaMemcpy(lse_gpu.data(), dlse.ptr, dlse.bytes, cudaMemcpyDeviceToHost);
+
+  return {test::relative_rmse(test::read_bhsd(o_gpu.view), ref.o),
+          test::relative_rmse(test::read_bhsd(o_emu.view), ref.o), lse_rms_error(lse_gpu, ref.lse),
+          lse_rms_error(lse_emu, ref.lse), lse_rms(ref.lse)};
+}
+
+void check_case(const Case& c, const Policy& policy, const Policy& emulator_policy) {
+  const auto seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(c) << " policy "
+                                    << to_string(policy));
+  std::mt19937_64 rng(seed);
+  const Result r = run_case(c, policy, emulator_policy, rng);
+  ASSERT_TRUE(std::isfinite(r.err_emulator));
+  EXPECT_TRUE(std::isfinite(r.err_kernel)) << "kernel output has NaN/inf (or an unwritten element)";
+  EXPECT_LE(r.err_kernel, 2 * r.err_emulator + 1e-4)
+      << "O: kernel " << r.err_kernel << " vs emulator " << r.err_emulator;
+  EXPECT_TRUE(std::isfinite(r.lse_err_kernel)) << "LSE: non-finite or fully-masked rows differ";
+  // The LSE's atol adds one rounding of the softmax format at the LSE's own scale: PASA keeps m, l and
+  // F in fp16, so a case of a few rows (S_q = 1) can differ from the emulator by one fp16 ulp.
+  const double lse_atol = 1e-4 + policy.softmax.epsilon() * r.lse_scale;
+  EXPECT_LE(r.lse_err_kernel, 2 * r.lse_err_emulator + lse_atol)
+      << "LSE: kernel " << r.lse_err_kernel << " vs emulator " << r.lse_err_emulator;
+  std::printf("  %-60s O err %.3e (emulator %.3e)  LSE err %.3e (emulator %.3e)\n", describe(c).c_str(),
+              r.err_kernel, r.err_emulator, r.lse_err_kernel, r.lse_err_emulator);
+}
+
+void check_case(const Case& c, const Policy& policy) { check_case(c, policy, policy); }
+
+// Awkward shapes: S = 1, 17, 1013, S_q != S_kv both ways, MQA / GQA, fully masked rows, BSHD.
+std::vector<Case> awkward_cases(DType in) {
+  const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
+  const DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16;
+  return {
+      {1, 1, 1, 1, 1, 64, false, br, false, in, f32},
+      {2, 4, 2, 17, 17, 64, true, br, false, in, in},
+      {1, 2, 1, 1013, 1013, 128, true, br, false, in, f32},
+      {1, 2, 2, 1013, 1013, 64, true, tl, true, in, f16},
+      {1, 3, 1, 17, 300, 128, true, br, true, in, bf16},   // S_q < S_kv, MQA, BSHD
+      {1, 3, 3, 300, 17, 64, true, tl, false, in, f32},    // S_q > S_kv
+      {1, 2, 2, 300, 17, 128, true, br, false, in, f32},   // S_q > S_kv: fully masked rows
+      {2, 2, 1, 257, 513, 128, false, br, true, in, in},   // GQA, BSHD, tails
+      {1, 1, 1, 1, 1013, 128, true, br, false, in, f32},   // decode-like
+      {1, 2, 1, 700, 700, 64, false, br, false, in, f32},
+  };
+}
+
+TEST(CudaExact, MatchesReferenceFp16) {
+  REQUIRE_SM90();
+  for (const Case& c : awkward_cases(DType::f16)) check_case(c, exact_policy(DType::f16));
+}
+
+TEST(CudaExact, MatchesReferenceBf16) {
+  REQUIRE_SM90();
+  for (const Case& c : awkward_cases(DType::bf16)) check_case(c, exact_policy(DType::bf16));
+}
+
+TEST(CudaPasa, MatchesReferenceFp16) {
+  REQUIRE_SM90();
+  for (const Case& c : awkward_cases(DType::f16)) check_case(c, pasa_policy());
+}
+
+TEST(CudaPasa, MatchesReferenceBf16Inputs) {
+  REQUIRE_SM90();
+  for (const Case& c : awkward_cases(DType::bf16)) check_case(c, pasa_policy());
+}
+
+TEST(CudaPasa, BetaZeroIsAccurate) {
+  REQUIRE_SM90();
+  Policy p = pasa_policy();
+  p.beta = 0.0;
+  check_case({1, 2, 1, 300, 300, 128, true, CausalAlignment::bottom_right, false, DType::f16, DType::f32}, p);
+}
+
+// The default policy (exact: input and p fp32) runs as exact with P in the input dtype.
+TEST(CudaExact, DefaultPolicyRunsAsInputDtypeP) {
+  REQUIRE_SM90();
+  check_case({1, 2, 2, 129, 200, 64, true, CausalAlignment::top_left, false, DType::f16, DType::f32},
+             Policy{}, exact_policy(DType::f16));
+}
+
+// The paper's uniform case (x0 = 30, Am = 0.5, fp16, (1, 2, 1280, 128)): FA(FP16-FP32) overflows
+// to NaN on every row; the pasa kernel must stay finite.
+TEST(CudaPasa, UniformX0_30IsFinite) {
+  REQUIRE_SM90();
+  const auto seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const Case c{1, 2, 2, 1280, 1280, 128, false, CausalAlignment::bottom_right, false, DType::f16,
+               DType::f16};
+  const Result r = run_case(c, pasa_policy(), pasa_policy(), rng, 29.5, 30.5);
+  EXPECT_TRUE(std::isfinite(r.err_kernel)) << "pasa kernel output has NaN/inf";
+  EXPECT_TRUE(std::isfinite(r.lse_err_kernel));
+  std::printf("  uniform x0=30 Am=0.5: pasa kernel O err %.3e (emulator %.3e), LSE err %.3e (emulator %.3e)\n",
+              r.err_kernel, r.err_emulator, r.lse_err_kernel, r.lse_err_emulator);
+}
+
+// ----------------------------------------------------------------------------------------------
+// Bad input: a pasa::Error naming the argument, before any launch.
+
+struct DeviceProblem {
+  DeviceBuffer q, k, v, o;
+  AttentionArgs args;
+  explicit DeviceProblem(std::int64_t D = 64, std::int64_t S = 32, DType dtype = DType::f16)
+      : q(S * D * 8 + 64), k(S * D * 8 + 64), v(S * D * 8 + 64), o(S * D * 8 + 64) {
+    args.q = bhsd_view(q.ptr, dtype, 1, 1, S, D, Device::cuda);
+    args.k = bhsd_view(k.ptr, dtype, 1, 1, S, D, Device::cuda);
+    args.v = bhsd_view(v.ptr, dtype, 1, 1, S, D, Device::cuda);
+    args.o = bhsd_view(o.ptr, dtype, 1, 1, S, D, Device::cuda);
+    args.policy = exact_policy(dtype == DType::bf16 ? DType::bf16 : DType::f16);
+  }
+};
+
+TEST(CudaBadInput, HeadDim96) {
+  REQUIRE_SM90();
+  DeviceProblem p(96);
+  test::expect_error([&] { attention(p.args); }, "head dim 96");
+}
+
+TEST(CudaBadInput, HostPointers) {
+  REQUIRE_SM90();
+  DeviceProblem p;
+  std::vector<std::uint16_t> host(32 * 64);
+  p.args.k.data = host.data();  // claims Device::cuda, is host memory
+  test::expect_error([&] { attention(p.args); }, "k: pointer is host memory");
+}
+
+TEST(CudaBadInput, MisalignedPointer) {
+  REQUIRE_SM90();
+  DeviceProblem p;
+  p.args.q.data = static_cast<std::uint16_t*>(p.q.ptr) + 1;
+  test::expect_error([&] { attention(p.args); }, "q: data pointer is not 16-byte aligned");
+}
+
+TEST(CudaBadInput, HeadDimStrideNotOne) {
+  REQUIRE_SM90();
+  DeviceProblem p;
+  p.args.v.stride = {2 * 32 * 64, 2 * 32 * 64, 2 * 64, 2};
+  test::expect_error([&] { attention(p.args); }, "v: head-dim stride is 2");
+}
+
+TEST(CudaBadInput, UnsupportedPolicyDtypeAndBlock) {
+  REQUIRE_SM90();
+  DeviceProblem p;
+  p.args.policy = preset_policy("fa16_fp32");
+  test::expect_error([&] { attention(p.args); }, "policy field 's'");
+  p.args.policy = parse_policy("pasa,s2=64");
+  test::expect_error([&] { attention(p.args); }, "policy field 's2'");
+  p.args.policy = parse_policy("pasa,o=fp32");
+  test::expect_error([&] { attention(p.args); }, "policy field 'o'");
+  DeviceProblem f(64, 32, DType::f32);
+  f.args.policy = Policy{};
+  test::expect_error([&] { attention(f.args); }, "q: dtype f32");
+  DeviceProblem b(64, 32, DType::bf16);
+  b.args.policy = exact_policy(DType::f16);
+  test::expect_error([&] { attention(b.args); }, "policy field 'input'");
+}
+
+TEST(CudaBadInput, HostLseWithDeviceTensors) {
+  REQUIRE_SM90();
+  DeviceProblem p;
+  std::vector<float> lse(32);
+  p.args.lse = lse_view(lse.data(), 1, 1, 32);  // Device::cpu
+  test::expect_error([&] { attention(p.args); }, "lse");
+}
+
+}  // namespace
+}  // namespace pasa
