@@ -30,10 +30,9 @@ def np_attention(q, k, v, *, causal=False, alignment="bottom_right", scale=None,
     masked = np.isneginf(m)
     m_safe = np.where(masked, 0.0, m)
     p = np.exp(scores - m_safe)
-    l = p.sum(axis=-1, keepdims=True)
-    o = np.einsum("bhqk,bhkd->bhqd", p, v) / np.where(masked, 1.0, l)
-    o = np.where(masked, 0.0, o)
-    lse = np.where(masked, -np.inf, m_safe + np.log(np.where(masked, 1.0, l)))[..., 0]
+    rowsum = np.where(masked, 1.0, p.sum(axis=-1, keepdims=True))
+    o = np.where(masked, 0.0, np.einsum("bhqk,bhkd->bhqd", p, v) / rowsum)
+    lse = np.where(masked, -np.inf, m_safe + np.log(rowsum))[..., 0]
     if layout == "bshd":
         o = o.transpose(0, 2, 1, 3)
     return o, lse

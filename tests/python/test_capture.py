@@ -81,14 +81,14 @@ def test_capture_records_every_call(tmp_path, model, x):
     with torch.no_grad():
         torch.testing.assert_close(model(x), y, atol=0, rtol=0)  # capture changes nothing
     names = [e["name"] for e in cap.entries]
-    assert names == [f"call{i:05d}" for i in range(6)]
+    assert names == [f"layer{i}" for i in range(6)]
     index = json.loads((tmp_path / "cap" / "index.json").read_text())
     assert index["entries"] == cap.entries
     entry = index["entries"][0]
     assert entry["shape"] == {"q": [2, 2, 17, 64], "k": [2, 1, 17, 64], "v": [2, 1, 17, 64]}
     assert entry["dtype"] == "float32" and entry["is_causal"] and entry["enable_gqa"]
     assert entry["layer"] is None and entry["timestep"] is None and not entry["attn_mask"]
-    t = pasa.load(tmp_path / "cap" / "call00000.safetensors")
+    t = pasa.load(tmp_path / "cap" / "layer0.safetensors")
     assert sorted(t) == ["k", "q", "v"]
     # The recorded q/k/v reproduce the layer: pasa on them equals the first block's attention.
     with torch.no_grad():
@@ -137,7 +137,7 @@ def test_capture_3d_bf16_and_float64(tmp_path):
         F.scaled_dot_product_attention(q, q, q)
         F.scaled_dot_product_attention(q64, q64, q64, scale=0.5)
     assert cap.entries[0]["shape"]["q"] == [3, 1, 5, 16] and cap.entries[0]["dtype"] == "bfloat16"
-    t = pasa.load(tmp_path / "call00000.safetensors")
+    t = pasa.load(tmp_path / "layer0.safetensors")
     assert t["q"].dtype == np.float32  # bf16 loads as float32, exactly
     np.testing.assert_array_equal(t["q"][:, 0], q.float().numpy())
     assert cap.entries[1]["converted_from"] == "float64" and cap.entries[1]["scale"] == 0.5
@@ -177,7 +177,7 @@ def test_patch_with_plan(tmp_path, model, x, monkeypatch):
     real_sdpa = pasa._capture.sdpa
     monkeypatch.setattr(pasa._capture, "sdpa",
                         lambda *a, **kw: seen.append(kw["policy"]) or real_sdpa(*a, **kw))
-    plan = {"call00001": "pasa", "default": "fa16"}
+    plan = {"layer1": "pasa", "default": "fa16"}
     with torch.no_grad(), pasa.patch(model, plan=plan) as handle:
         model(x)
         handle.reset()
@@ -193,17 +193,36 @@ def test_patch_with_plan(tmp_path, model, x, monkeypatch):
     assert seen == ["exact", "pasa,s2=64", "exact"]
 
 
+def test_patch_with_a_calibrate_plan(tmp_path, model, x, monkeypatch):
+    # The JSON `pasa calibrate` writes: (layer, timestep) entries, the fast policy as the default.
+    seen = []
+    real_sdpa = pasa._capture.sdpa
+    monkeypatch.setattr(pasa._capture, "sdpa",
+                        lambda *a, **kw: seen.append(kw["policy"]) or real_sdpa(*a, **kw))
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"fast": "fa16", "accurate": "exact", "xi": 30, "entries": [
+        {"layer": 0, "timestep": 7, "policy": "exact", "score": 0.5},
+        {"layer": 2, "timestep": None, "policy": "pasa"}]}))
+    with torch.no_grad(), pasa.patch(model, plan=path) as handle:
+        handle.timestep = 7
+        model(x)           # layer0_t7 (exact), layer1_t7 (default), layer2_t7 (layer2's entry)
+        handle.reset()
+        handle.timestep = 8
+        model(x)           # layer0_t8 has no entry: the default
+    assert seen == ["exact", "fa16", "pasa", "fa16", "fa16", "pasa"]
+
+
 def test_patch_errors(model, x):
     with pytest.raises(pasa.PasaError, match=r"^plan: give policy= or plan=, not both"):
         pasa.patch(model, policy="exact", plan={})
-    with pytest.raises(pasa.PasaError, match=r"^plan: entry 'call00000': unknown policy 'x'"):
-        pasa.patch(model, plan={"call00000": "x"})
+    with pytest.raises(pasa.PasaError, match=r"^plan: entry 'layer0': unknown policy 'x'"):
+        pasa.patch(model, plan={"layer0": "x"})
     with pytest.raises(pasa.PasaError, match=r"^module: expected a torch.nn.Module"):
         pasa.patch(lambda x: x)
     with pytest.raises(pasa.PasaError, match=r"unknown policy 'nope'"):
         pasa.patch(model, policy="nope")
-    with pasa.patch(model, plan={"call00000": "exact"}):
-        with pytest.raises(pasa.PasaError, match=r"^plan: no policy for call 'call00001'"):
+    with pasa.patch(model, plan={"layer0": "exact"}):
+        with pytest.raises(pasa.PasaError, match=r"^plan: no policy for call 'layer1'"):
             with torch.no_grad():
                 model(x)
     mask = torch.ones(17, 17, dtype=torch.bool).tril()

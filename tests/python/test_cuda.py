@@ -7,7 +7,6 @@ of the CPU emulator running the same policy (or of torch's SDPA for the drop-in)
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
@@ -164,7 +163,7 @@ def test_capture_and_patch_on_cuda(tmp_path, gen):
         with pasa.patch(model, policy="exact") as handle:
             got = model(x)
     assert [e["layer"] for e in cap.entries] == ["0", "1"] and handle.calls == 2
-    t = pasa.load(tmp_path / "call00001.safetensors")
+    t = pasa.load(tmp_path / "layer1.safetensors")
     assert t["q"].shape == (2, 4, 128, 64) and t["k"].shape == (2, 2, 128, 64)
     torch.testing.assert_close(got.float(), want.float(), atol=3e-2, rtol=0)
 

@@ -163,3 +163,16 @@ def test_head_dim_too_large_for_cpu(rng):
     q, k, v = qkv(rng, 1, 1, 1, 2, 2, 1040)
     with raises(r"^q: head dim 1040 is larger than the CPU backends' 1024"):
         pasa.attention(q, k, v)
+
+
+def test_out_aliasing_an_input(rng):
+    q, k, v = qkv(rng, 1, 2, 2, 8, 8, 64)
+    with raises(r"^out: its memory overlaps q's"):
+        pasa.attention(q, k, v, out=q)
+    both = np.empty((2, 1, 2, 8, 64), np.float32)
+    both[0] = k
+    with raises(r"^out: its memory overlaps k's"):
+        pasa.attention(q, both[0], v, out=both.reshape(2, 2, 8, 64)[:1])
+    disjoint = np.empty((2, 1, 2, 8, 64), np.float32)
+    disjoint[1] = k
+    pasa.attention(q, disjoint[1], v, out=disjoint[0])  # neighbours, no overlap: fine

@@ -1,0 +1,119 @@
+"""What pasa needs to know about the caller's arrays, without importing any framework."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from ._errors import PasaError
+
+_DL_CPU = 1
+_DL_CUDA = 2
+
+
+_torch_module: Any = None  # torch, once seen imported (set by pasa._torch too)
+
+
+def _imported_torch() -> Any:
+    global _torch_module
+    _torch_module = sys.modules.get("torch")
+    return _torch_module
+
+
+def is_torch_tensor(x: Any) -> bool:
+    """True for a torch.Tensor (torch is only looked at if the caller already imported it).
+
+    torch.compile traces this; once torch is known it reads no sys.modules, which Dynamo cannot
+    always trace (other imports may change it during tracing).
+    """
+    torch = _torch_module or _imported_torch()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def is_cupy_array(x: Any) -> bool:
+    cupy = sys.modules.get("cupy")
+    return cupy is not None and isinstance(x, cupy.ndarray)
+
+
+def as_kernel_argument(x: Any) -> Any:
+    """What to hand the extension for x: a DLPack capsule made without stream synchronization for
+    CuPy (pasa runs on the caller's current stream, so none is needed), otherwise x itself."""
+    if is_cupy_array(x):
+        try:
+            return x.__dlpack__(stream=-1)
+        except (TypeError, BufferError):
+            return x
+    return x
+
+
+def check_array(x: Any, name: str) -> None:
+    """Raises PasaError unless x is an array pasa can read (NumPy or any DLPack producer)."""
+    if isinstance(x, np.ndarray) or hasattr(type(x), "__dlpack__"):
+        return
+    raise PasaError(
+        f"{name}: expected an array (numpy.ndarray, torch.Tensor, cupy/jax array or any DLPack "
+        f"producer), got {type(x).__name__}"
+    )
+
+
+def check_out_shape(out: Any, q_shape: Tuple[int, ...]) -> None:
+    """Raises PasaError unless ``out`` has q's shape (in the caller's layout)."""
+    out_shape = tuple(int(n) for n in out.shape)
+    if out_shape != tuple(q_shape):
+        raise PasaError(f"out: shape {out_shape} differs from q's {tuple(q_shape)}")
+
+
+def dlpack_device(x: Any) -> Tuple[int, int]:
+    """(DLPack device type, index); (1, 0) is the host."""
+    if isinstance(x, np.ndarray):
+        return (_DL_CPU, 0)
+    device = getattr(x, "__dlpack_device__", None)
+    if device is None:
+        return (_DL_CPU, 0)
+    kind, index = device()
+    return (int(kind), int(index))
+
+
+def allocate_outputs(q: Any, layout: str, return_lse: bool, out: Optional[Any],
+                     stream: Optional[int]) -> Tuple[Any, Optional[Any], int]:
+    """(out, lse, stream) for a non-torch call: NumPy outputs for host arrays, CuPy outputs and
+    CuPy's current stream for CuPy arrays; other device arrays need ``out=``."""
+    shape = tuple(int(n) for n in q.shape)
+    if len(shape) != 4:
+        dims = "[B, H, S, D]" if layout == "bhsd" else "[B, S, H, D]"
+        raise PasaError(f"q: expected a 4-D array {dims} (layout '{layout}'), got {len(shape)}-D "
+                        f"with shape {shape}")
+    b, h, s = (shape[0], shape[1], shape[2]) if layout == "bhsd" else (shape[0], shape[2], shape[1])
+    if out is not None:
+        check_array(out, "out")
+        if isinstance(out, np.ndarray) and not out.flags.writeable:
+            raise PasaError("out: array is read-only")
+        check_out_shape(out, shape)
+    if is_cupy_array(q):
+        import cupy
+
+        if out is None:
+            out = cupy.empty(shape, dtype=q.dtype)
+        lse = cupy.empty((b, h, s), dtype=cupy.float32) if return_lse else None
+        if stream is None:
+            stream = cupy.cuda.get_current_stream().ptr
+        return out, lse, int(stream)
+    kind, _ = dlpack_device(q)
+    if kind == _DL_CPU:
+        if out is None:
+            try:
+                dtype = q.dtype if isinstance(q, np.ndarray) else np.dtype(str(q.dtype))
+            except TypeError:
+                raise PasaError(f"out: NumPy has no dtype {q.dtype}; pass out= (a float32 NumPy "
+                                f"array, say)") from None
+            out = np.empty(shape, dtype=dtype)
+        lse = np.empty((b, h, s), dtype=np.float32) if return_lse else None
+        return out, lse, int(stream or 0)
+    if out is None or return_lse:
+        raise PasaError(
+            f"out: pasa allocates outputs for numpy, torch and cupy arrays; for a "
+            f"{type(q).__name__} on a device pass out= (and use torch or cupy for return_lse=True)"
+        )
+    return out, None, int(stream or 0)

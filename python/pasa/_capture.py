@@ -1,0 +1,473 @@
+"""pasa.capture and pasa.patch: recording and rerouting a torch model's attention calls.
+
+Both work on ``torch.nn.functional.scaled_dot_product_attention``: models that call it as
+``F.scaled_dot_product_attention`` (or through ``torch.nn.MultiheadAttention``) are covered; code
+that bound the function to its own name at import time (``from torch.nn.functional import
+scaled_dot_product_attention``) is not, and neither are graphs torch.compile built before.
+
+Calls are named the same way in both, so a plan written from a capture applies to a patch: by
+default ``layer0``, ``layer1``, ... in call order (``layer3_t10`` when the handle's ``timestep`` is set:
+the names ``pasa calibrate`` reads), or whatever ``name_fn(CallInfo)`` returns,
+where a :class:`CallInfo` holds the call's index, the name of the innermost submodule of ``model``
+that made it (its ``named_modules()`` name) and the ``timestep`` the caller set on the handle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import threading
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+
+from ._api import sdpa
+from ._errors import PasaError
+from ._io import save
+from ._policy import Policy, PolicyLike
+
+__all__ = ["CallInfo", "Capture", "Patch", "capture", "patch", "default_name"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CallInfo:
+    """One scaled_dot_product_attention call, as naming functions see it."""
+
+    index: int  #: order of the call since the capture began (or the patch's last reset), from 0
+    layer: Optional[str]  #: innermost running submodule of the model (None without a model)
+    timestep: Optional[int]  #: the handle's ``timestep`` attribute at the time of the call
+
+
+NameFn = Callable[[CallInfo], str]
+
+
+def default_name(call: CallInfo) -> str:
+    """``layer<index>``, or ``layer<index>_t<timestep>`` when a timestep is set: the default name."""
+    if call.timestep is None:
+        return f"layer{call.index}"
+    return f"layer{call.index}_t{call.timestep}"
+
+
+_SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+                "enable_gqa")
+
+
+def _bind(args: Tuple[Any, ...], kwargs: Mapping[str, Any]) -> Dict[str, Any]:
+    """scaled_dot_product_attention's arguments by name (torch validates them itself)."""
+    bound = dict(zip(_SDPA_PARAMS, args))
+    bound.update(kwargs)
+    return bound
+
+
+def _require_torch(what: str) -> Any:
+    try:
+        import torch
+    except ImportError as error:  # pragma: no cover - exercised where torch is absent
+        raise ImportError(f"{what} needs torch (pip install torch)") from error
+    return torch
+
+
+def _check_name(name: Any, call: CallInfo) -> str:
+    if not isinstance(name, str) or not name:
+        raise PasaError(f"name_fn: returned {name!r} for call {call.index}; expected a non-empty "
+                        f"string")
+    parts = name.split("/")
+    if name.startswith("/") or "\\" in name or "\0" in name or any(
+            part in ("", ".", "..") for part in parts):
+        raise PasaError(f"name_fn: {name!r} (call {call.index}) is not a relative file name "
+                        f"(use letters, digits, '.', '_', '-' and '/' between non-empty parts)")
+    return name
+
+
+class _LayerTracker:
+    """Which submodule of a model runs right now, per thread (forward hooks on every submodule)."""
+
+    def __init__(self, model: Any) -> None:
+        self._local = threading.local()
+        self._handles: List[Any] = []
+        for name, module in model.named_modules():
+            self._handles.append(
+                module.register_forward_pre_hook(functools.partial(self._enter, name)))
+            self._handles.append(module.register_forward_hook(
+                functools.partial(self._exit, name), always_call=True))
+
+    def _stack(self) -> List[str]:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def _enter(self, name: str, module: Any, args: Any) -> None:
+        self._stack().append(name)
+
+    def _exit(self, name: str, module: Any, args: Any, output: Any) -> None:
+        stack = self._stack()
+        if stack and stack[-1] == name:
+            stack.pop()
+
+    def current(self) -> Optional[str]:
+        stack = self._stack()
+        return stack[-1] if stack else None
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+
+class Capture:
+    """Records the Q/K/V of every scaled_dot_product_attention call; see :func:`capture`."""
+
+    def __init__(self, directory: Union[str, "os.PathLike[str]"], *, model: Any = None,
+                 name_fn: Optional[NameFn] = None, overwrite: bool = False) -> None:
+        if not isinstance(directory, (str, os.PathLike)):
+            raise PasaError(f"directory: expected a path, got {type(directory).__name__}")
+        if name_fn is not None and not callable(name_fn):
+            raise PasaError(f"name_fn: expected a callable CallInfo -> str, got "
+                            f"{type(name_fn).__name__}")
+        self.directory: str = os.fspath(directory)
+        self.timestep: Optional[int] = None  #: set by the caller; recorded with each call
+        self.entries: List[Dict[str, Any]] = []  #: one dict per recorded call (index.json)
+        self._model = model
+        self._name_fn: NameFn = name_fn or default_name
+        self._overwrite = overwrite
+        self._names: set = set()
+        self._lock = threading.Lock()
+        self._tracker: Optional[_LayerTracker] = None
+        self._functional: Any = None
+        self._original: Any = None
+
+    def __enter__(self) -> Capture:
+        torch = _require_torch("pasa.capture")
+        if self._functional is not None:
+            raise PasaError("capture: this capture is already active")
+        if self._model is not None and not isinstance(self._model, torch.nn.Module):
+            raise PasaError(f"model: expected a torch.nn.Module, got {type(self._model).__name__}")
+        index = os.path.join(self.directory, "index.json")
+        if os.path.exists(index) and not self._overwrite:
+            raise PasaError(f"directory: {self.directory} already holds a capture (index.json); "
+                            f"pass overwrite=True or choose another directory")
+        os.makedirs(self.directory, exist_ok=True)
+        self._tracker = _LayerTracker(self._model) if self._model is not None else None
+        self._functional = torch.nn.functional
+        self._original = self._functional.scaled_dot_product_attention
+        original = self._original
+
+        @functools.wraps(original)
+        def recording_sdpa(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            self._record(_bind(args, kwargs))
+            return result
+
+        self._functional.scaled_dot_product_attention = recording_sdpa
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._functional is None:
+            return
+        self._functional.scaled_dot_product_attention = self._original
+        self._functional = None
+        if self._tracker is not None:
+            self._tracker.remove()
+            self._tracker = None
+        self.write_index()
+
+    def write_index(self) -> None:
+        """Writes ``index.json`` (done on exit): one entry per call, in call order."""
+        with self._lock:
+            text = json.dumps({"format": "pasa-capture-1", "entries": self.entries}, indent=1)
+        with open(os.path.join(self.directory, "index.json"), "w") as f:
+            f.write(text + "\n")
+
+    def _record(self, bound: Dict[str, Any]) -> None:
+        with self._lock:
+            call = CallInfo(index=len(self.entries),
+                            layer=self._tracker.current() if self._tracker else None,
+                            timestep=self.timestep)
+            name = _check_name(self._name_fn(call), call)
+            if name in self._names:
+                raise PasaError(f"name_fn: name {name!r} of call {call.index} was already used in "
+                                f"this capture (include the index or a timestep in names)")
+            self._names.add(name)
+            tensors = {}
+            converted = None
+            for key, param in (("q", "query"), ("k", "key"), ("v", "value")):
+                tensors[key], from_dtype = _as_bhsd_host(bound[param], param)
+                converted = converted or from_dtype
+            path = os.path.join(self.directory, name + ".safetensors")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            save(path, tensors)
+            scale = bound.get("scale")
+            self.entries.append({
+                "name": name,
+                "file": name + ".safetensors",
+                "index": call.index,
+                "layer": call.layer,
+                "timestep": call.timestep,
+                "shape": {key: list(t.shape) for key, t in tensors.items()},
+                "dtype": str(tensors["q"].dtype).replace("torch.", ""),
+                "converted_from": converted,
+                "is_causal": bool(bound.get("is_causal", False)),
+                "causal_alignment": "top_left",
+                "scale": None if scale is None else float(scale),
+                "enable_gqa": bool(bound.get("enable_gqa", False)),
+                "dropout_p": float(bound.get("dropout_p", 0.0)),
+                "attn_mask": bound.get("attn_mask") is not None,
+            })
+
+
+def _as_bhsd_host(t: Any, name: str) -> Tuple[Any, Optional[str]]:
+    """A host copy of an SDPA operand as [B, H, S, D]; float64 and others become float32."""
+    import torch
+
+    t = t.detach()
+    converted = None
+    if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        converted = str(t.dtype).replace("torch.", "")
+        t = t.float()
+    if t.dim() == 3:
+        t = t.unsqueeze(1)
+    elif t.dim() > 4:
+        t = t.reshape(-1, *t.shape[-3:])
+    elif t.dim() < 3:
+        raise PasaError(f"{name}: {t.dim()}-D tensor in scaled_dot_product_attention; capture "
+                        f"records [N, ..., L, E] operands of rank 3 or more")
+    return t.cpu().contiguous(), converted
+
+
+def capture(directory: Union[str, "os.PathLike[str]"], *, model: Any = None,
+            name_fn: Optional[NameFn] = None, overwrite: bool = False) -> Capture:
+    """A context manager that records the Q/K/V of every SDPA call of a torch model.
+
+    While active, ``torch.nn.functional.scaled_dot_product_attention`` is replaced by a wrapper that
+    runs the original and saves its ``query``, ``key`` and ``value`` (detached, on the host, as
+    ``[B, H, S, D]``; 3-D operands get H = 1) to ``directory/NAME.safetensors`` under the names
+    ``q``, ``k``, ``v`` (what ``pasa run --qkv`` and ``pasa calibrate`` read). On exit the original
+    function is restored and ``directory/index.json`` lists every call with its name, layer,
+    timestep, shapes, dtype and arguments (is_causal is top-left aligned, torch's convention).
+
+    Args:
+        directory: created if needed; refused if it already holds an index.json, unless
+            ``overwrite=True``.
+        model: a ``torch.nn.Module``; when given, each call's ``CallInfo.layer`` is the innermost
+            running submodule (e.g. ``"blocks.3.attn"``).
+        name_fn: ``CallInfo -> str`` naming each file (may contain ``/`` for subdirectories);
+            default :func:`default_name` (``call00000``, ...). Names must be unique.
+        overwrite: allow a directory that holds an earlier capture.
+
+    The returned :class:`Capture` has a settable ``timestep`` (e.g. a diffusion step) recorded with
+    each call, and ``entries`` (the index). Example::
+
+        name = lambda call: f"t{call.timestep:03d}/{call.layer}"
+        with pasa.capture("qkv", model=unet, name_fn=name) as cap:
+            for cap.timestep, t in enumerate(scheduler.timesteps):
+                unet(latents, t)
+    """
+    return Capture(directory, model=model, name_fn=name_fn, overwrite=overwrite)
+
+
+# --- patch: route a module's SDPA calls through pasa --------------------------------------------
+#
+# One router replaces F.scaled_dot_product_attention while any Patch exists. It sends a call to the
+# innermost patched module running in the calling thread, and every other call to the original.
+
+_router_lock = threading.Lock()
+_router_users = 0
+_router_original: Any = None
+_active = threading.local()
+
+
+def _active_patches() -> List[Patch]:
+    stack = getattr(_active, "stack", None)
+    if stack is None:
+        stack = _active.stack = []
+    return stack
+
+
+def _router(*args: Any, **kwargs: Any) -> Any:
+    stack = getattr(_active, "stack", None)
+    if not stack:
+        return _router_original(*args, **kwargs)
+    return stack[-1]._call(args, kwargs)
+
+
+def _router_acquire(functional: Any) -> None:
+    global _router_users, _router_original
+    with _router_lock:
+        if functional.scaled_dot_product_attention is not _router:
+            if _router_users == 0 or _router_original is None:
+                _router_original = functional.scaled_dot_product_attention
+                functional.scaled_dot_product_attention = _router
+        _router_users += 1
+
+
+def _router_release(functional: Any) -> None:
+    global _router_users
+    with _router_lock:
+        _router_users -= 1
+        if _router_users == 0 and functional.scaled_dot_product_attention is _router:
+            functional.scaled_dot_product_attention = _router_original
+
+
+def _load_plan(plan: Any) -> Tuple[Optional[str], Dict[str, str]]:
+    """(default policy, {call name: policy}) from a mapping or a JSON file, every policy checked."""
+    if isinstance(plan, (str, os.PathLike)):
+        try:
+            with open(os.fspath(plan)) as f:
+                data = json.load(f)
+        except (OSError, ValueError) as error:
+            raise PasaError(f"plan: cannot read {os.fspath(plan)}: {error}") from error
+    else:
+        data = plan
+    if not isinstance(data, Mapping):
+        raise PasaError(f"plan: expected a mapping of call name -> policy (or a JSON file of one), "
+                        f"got {type(data).__name__}")
+    if "entries" in data and "fast" in data:  # a plan written by `pasa calibrate`
+        try:
+            default = data["fast"]
+            table = {(f"layer{e['layer']}" if e.get("timestep") is None
+                      else f"layer{e['layer']}_t{e['timestep']}"): e["policy"] for e in data["entries"]}
+        except (KeyError, TypeError) as error:
+            raise PasaError(f"plan: not a pasa calibrate plan ({error!r})") from None
+    elif isinstance(data.get("policies"), Mapping):
+        default, table = data.get("default"), data["policies"]
+    else:
+        default, table = data.get("default"), {k: v for k, v in data.items() if k != "default"}
+
+    def checked(name: str, policy: Any) -> str:
+        try:
+            return str(Policy(policy))
+        except PasaError as error:
+            raise PasaError(f"plan: entry {name!r}: {error}") from None
+
+    return (None if default is None else checked("default", default),
+            {str(name): checked(str(name), policy) for name, policy in table.items()})
+
+
+class Patch:
+    """Routes a module's SDPA calls through :func:`pasa.sdpa`; see :func:`patch`."""
+
+    def __init__(self, module: Any, *, policy: Optional[PolicyLike] = None,
+                 plan: Any = None, name_fn: Optional[NameFn] = None,
+                 fallback: bool = False) -> None:
+        torch = _require_torch("pasa.patch")
+        if not isinstance(module, torch.nn.Module):
+            raise PasaError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
+        if policy is not None and plan is not None:
+            raise PasaError("plan: give policy= or plan=, not both")
+        if name_fn is not None and not callable(name_fn):
+            raise PasaError(f"name_fn: expected a callable CallInfo -> str, got "
+                            f"{type(name_fn).__name__}")
+        self.policy: Optional[str] = None
+        if plan is None:
+            self.policy = str(Policy(policy if policy is not None else "exact"))
+        self.plan: Optional[Dict[str, str]] = None
+        self.plan_default: Optional[str] = None
+        if plan is not None:
+            self.plan_default, self.plan = _load_plan(plan)
+        self.timestep: Optional[int] = None  #: set by the caller; passed to name_fn
+        self.calls = 0  #: calls routed through pasa
+        self.fallbacks = 0  #: calls passed to torch (fallback=True and a mask or dropout)
+        self._index = 0
+        self._name_fn: NameFn = name_fn or default_name
+        self._fallback = fallback
+        self._functional = torch.nn.functional
+        self._tracker = _LayerTracker(module) if plan is not None or name_fn is not None else None
+        self._handles = [
+            module.register_forward_pre_hook(self._enter),
+            module.register_forward_hook(self._exit, always_call=True),
+        ]
+        _router_acquire(self._functional)
+        self._removed = False
+
+    def _enter(self, module: Any, args: Any) -> None:
+        _active_patches().append(self)
+
+    def _exit(self, module: Any, args: Any, output: Any) -> None:
+        stack = _active_patches()
+        if stack and stack[-1] is self:
+            stack.pop()
+
+    def reset(self) -> None:
+        """Restarts call numbering at 0 (e.g. before each generation, to match a capture's)."""
+        self._index = 0
+
+    def policy_for(self, call: CallInfo) -> str:
+        """The policy text for a call: the fixed policy, or the plan's entry for its name."""
+        if self.plan is None:
+            assert self.policy is not None
+            return self.policy
+        name = _check_name(self._name_fn(call), call)
+        # A (layer, timestep) entry, else the layer's timestep-free entry, else the default.
+        policy = self.plan.get(name)
+        if policy is None and "_t" in name:
+            policy = self.plan.get(name.rsplit("_t", 1)[0])
+        if policy is None:
+            policy = self.plan_default
+        if policy is None:
+            raise PasaError(f"plan: no policy for call {name!r} (layer {call.layer!r}, timestep "
+                            f"{call.timestep!r}) and no 'default' entry")
+        return policy
+
+    def _call(self, args: Tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        bound = _bind(args, kwargs)
+        call = CallInfo(index=self._index,
+                        layer=self._tracker.current() if self._tracker else None,
+                        timestep=self.timestep)
+        self._index += 1
+        unsupported = bound.get("attn_mask") is not None or bound.get("dropout_p", 0.0) != 0.0
+        if unsupported and self._fallback:
+            self.fallbacks += 1
+            return _router_original(*args, **kwargs)
+        policy = self.policy_for(call)
+        self.calls += 1
+        return sdpa(bound["query"], bound["key"], bound["value"],
+                    attn_mask=bound.get("attn_mask"), dropout_p=bound.get("dropout_p", 0.0),
+                    is_causal=bound.get("is_causal", False), scale=bound.get("scale"),
+                    enable_gqa=bound.get("enable_gqa", False), policy=policy)
+
+    def remove(self) -> None:
+        """Stops routing: removes the hooks and, with the last patch, restores torch's SDPA."""
+        if self._removed:
+            return
+        self._removed = True
+        for handle in self._handles:
+            handle.remove()
+        if self._tracker is not None:
+            self._tracker.remove()
+        _router_release(self._functional)
+
+    def __enter__(self) -> Patch:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        what = (f"policy={self.policy!r}" if self.plan is None
+                else f"plan of {len(self.plan)} entries")
+        return f"<pasa.Patch {what}, {self.calls} calls, {self.fallbacks} fallbacks>"
+
+
+def patch(module: Any, *, policy: Optional[PolicyLike] = None, plan: Any = None,
+          name_fn: Optional[NameFn] = None, fallback: bool = False) -> Patch:
+    """Routes the scaled_dot_product_attention calls made inside ``module``'s forward through
+    :func:`pasa.sdpa`, until ``.remove()`` (or the end of a ``with`` block).
+
+    Args:
+        module: a ``torch.nn.Module``; calls made while its forward runs (in that thread) are
+            routed.
+        policy: one policy for every call (text or :class:`Policy`; default ``"exact"``).
+        plan: instead of ``policy``, a policy per call: a mapping ``{call name: policy}`` with an
+            optional ``"default"`` entry, or ``{"default": ..., "policies": {...}}``, or the path of
+            a JSON file holding either. Call names come from ``name_fn`` exactly as in
+            :func:`capture` (default ``call00000``, ... counted from the patch or its last
+            ``reset()``); a name without an entry and no default raises PasaError.
+        name_fn: ``CallInfo -> str``, as for :func:`capture`.
+        fallback: send calls pasa does not support (``attn_mask``, ``dropout_p > 0``) to torch's
+            own SDPA instead of raising; they are counted in ``.fallbacks``.
+
+    Returns a :class:`Patch` (also a context manager) with ``timestep``, ``reset()``, ``calls``,
+    ``fallbacks`` and ``remove()``.
+    """
+    return Patch(module, policy=policy, plan=plan, name_fn=name_fn, fallback=fallback)

@@ -1,0 +1,77 @@
+"""pasa.load and pasa.save: .npy and .safetensors files through the C++ readers and writers.
+
+Files are untrusted input: a malformed, truncated or inconsistent file raises PasaError naming the
+file. pasa files hold float32, float16 or bfloat16 tensors in C order. NumPy has no bfloat16, so
+bfloat16 tensors load as float32 arrays (exactly: every bfloat16 value is a float32 value).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Mapping, Union
+
+import numpy as np
+
+from . import _core
+from ._arrays import check_array, is_torch_tensor
+from ._errors import PasaError
+
+__all__ = ["load", "save"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _kind(path: PathLike, argument: str = "path") -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise PasaError(f"{argument}: expected a file path, got {type(path).__name__}")
+    text = os.fspath(path)
+    for suffix in (".npy", ".safetensors"):
+        if text.endswith(suffix):
+            return suffix
+    raise PasaError(f"{text}: unknown file type (expected .npy or .safetensors)")
+
+
+def load(path: PathLike) -> Union[np.ndarray, Dict[str, np.ndarray]]:
+    """Reads a ``.npy`` file (one array) or a ``.safetensors`` file (a dict of name -> array).
+
+    float32 and float16 tensors load as such; bfloat16 tensors load as float32.
+    """
+    kind = _kind(path)
+    if kind == ".npy":
+        return _core.load_npy(os.fspath(path))
+    return dict(_core.load_safetensors(os.fspath(path)))
+
+
+def _host_array(x: Any, name: str) -> Any:
+    if is_torch_tensor(x):
+        return x.detach().cpu().contiguous()
+    check_array(x, name)
+    if isinstance(x, np.ndarray):
+        return np.ascontiguousarray(x)
+    return x
+
+
+def save(path: PathLike, data: Union[Any, Mapping[str, Any]]) -> None:
+    """Writes one array to a ``.npy`` file, or a dict of name -> array to a ``.safetensors`` file.
+
+    Arrays may be NumPy arrays or host DLPack arrays (torch tensors on any device are copied to
+    the host) of float32, float16 or bfloat16; other dtypes raise PasaError rather than being
+    converted silently.
+    """
+    kind = _kind(path)
+    text = os.fspath(path)
+    if kind == ".npy":
+        if isinstance(data, Mapping):
+            raise PasaError(f"{text}: a .npy file holds one array; save a dict as .safetensors")
+        _core.save_npy(text, _host_array(data, text))
+        return
+    if not isinstance(data, Mapping):
+        raise PasaError(
+            f"{text}: a .safetensors file holds named tensors; pass a dict such as {{'q': q}}"
+        )
+    arrays = {}
+    for name, array in data.items():
+        if not isinstance(name, str) or not name:
+            raise PasaError(f"{text}: tensor names must be non-empty strings, got {name!r}")
+        arrays[name] = _host_array(array, f"{text}: tensor '{name}'")
+    _core.save_safetensors(text, arrays)

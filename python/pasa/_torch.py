@@ -1,0 +1,129 @@
+"""torch integration, in pure Python: the ``pasa::attention`` custom ops.
+
+``torch.ops.pasa.attention`` is a functional op (new output) and ``torch.ops.pasa.attention_out``
+writes into given tensors. Both have fake (meta) implementations, so ``torch.compile`` (also with
+``fullgraph=True``) traces through them, and both allocate only through torch and launch on torch's
+current stream, so CUDA graphs capture them. The extension links no torch: tensors reach it through
+DLPack, so one build of pasa works with every torch version (2.4 or newer for ``torch.library``).
+
+This module imports torch; ``import pasa`` imports it only when torch was already imported.
+"""
+
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch.utils.dlpack import to_dlpack as _to_dlpack
+
+from . import _arrays, _core
+from ._arrays import check_out_shape
+from ._errors import PasaError
+from ._policy import core_policy
+
+__all__ = ["attention"]
+
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_arrays._torch_module = torch
+
+
+def _lse_shape(q: Tensor, layout: str) -> Tuple[int, int, int]:
+    if layout == "bshd":
+        return (q.shape[0], q.shape[2], q.shape[1])
+    return (q.shape[0], q.shape[1], q.shape[2])
+
+
+def _check_traceable(q: Tensor, k: Tensor, v: Tensor, policy: str, layout: str) -> None:
+    """What can be checked from metadata alone, so torch.compile reports it while tracing."""
+    core_policy(policy)  # raises PasaError for bad policy text
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.dim() != 4:
+            dims = "[B, H, S, D]" if layout == "bhsd" else "[B, S, H, D]"
+            raise PasaError(f"{name}: expected a 4-D array {dims} (layout '{layout}'), got "
+                            f"{x.dim()}-D with shape {tuple(x.shape)}")
+        if x.dtype not in _DTYPES:
+            raise PasaError(f"{name}: unsupported dtype {str(x.dtype).replace('torch.', '')} "
+                            f"(pasa takes float32, float16 or bfloat16)")
+
+
+def _launch(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor], policy: str,
+            causal: bool, causal_alignment: str, scale: Optional[float], layout: str) -> None:
+    stream = 0
+    if q.device.type == "cuda":
+        # The kernels launch on the current device; torch's current stream of q's device (the
+        # capturing stream inside torch.cuda.graph).
+        if q.device.index is not None and q.device.index != torch.cuda.current_device():
+            with torch.cuda.device(q.device):
+                _launch(q, k, v, out, lse, policy, causal, causal_alignment, scale, layout)
+            return
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+    _core.attention(_capsule(q), _capsule(k), _capsule(v), _capsule(out),
+                    None if lse is None else _capsule(lse), core_policy(policy), causal,
+                    causal_alignment, scale, layout, stream)
+
+
+def _capsule(t: Tensor) -> object:
+    """A DLPack capsule of t, made without any stream synchronization.
+
+    Handing the tensor itself to the extension would call ``t.__dlpack__()``, which in some torch
+    versions makes the default stream wait on the current one (an event per tensor, and an error
+    inside CUDA-graph capture). pasa works on the caller's current stream, so none is needed.
+    detach(): pasa only reads q, k, v, and DLPack refuses tensors that require grad.
+    """
+    return _to_dlpack(t.detach())
+
+
+@torch.library.custom_op("pasa::attention", mutates_args=())
+def _attention_op(q: Tensor, k: Tensor, v: Tensor, policy: str, causal: bool,
+                  causal_alignment: str, scale: Optional[float], layout: str,
+                  return_lse: bool) -> Tuple[Tensor, Tensor]:
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse_shape = _lse_shape(q, layout) if return_lse else (0,)
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+    _launch(q, k, v, out, lse if return_lse else None, policy, causal, causal_alignment, scale,
+            layout)
+    return out, lse
+
+
+@_attention_op.register_fake
+def _attention_fake(q: Tensor, k: Tensor, v: Tensor, policy: str, causal: bool,
+                    causal_alignment: str, scale: Optional[float], layout: str,
+                    return_lse: bool) -> Tuple[Tensor, Tensor]:
+    _check_traceable(q, k, v, policy, layout)
+    out = q.new_empty(q.shape)
+    lse = q.new_empty(_lse_shape(q, layout) if return_lse else (0,), dtype=torch.float32)
+    return out, lse
+
+
+@torch.library.custom_op("pasa::attention_out", mutates_args=("out", "lse"))
+def _attention_out_op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor],
+                      policy: str, causal: bool, causal_alignment: str, scale: Optional[float],
+                      layout: str) -> None:
+    _launch(q, k, v, out, lse, policy, causal, causal_alignment, scale, layout)
+
+
+@_attention_out_op.register_fake
+def _attention_out_fake(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor],
+                        policy: str, causal: bool, causal_alignment: str, scale: Optional[float],
+                        layout: str) -> None:
+    _check_traceable(q, k, v, policy, layout)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, *, policy: str, causal: bool,
+              causal_alignment: str, scale: Optional[float], layout: str, return_lse: bool,
+              out: Optional[Tensor]):
+    """pasa.attention for torch tensors (arguments already checked by pasa.attention)."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise PasaError(f"{name}: expected a torch.Tensor like the other inputs, got "
+                            f"{type(x).__name__}")
+    if out is None:
+        o, lse = torch.ops.pasa.attention(q, k, v, policy, causal, causal_alignment, scale, layout,
+                                          return_lse)
+        return (o, lse) if return_lse else o
+    if not isinstance(out, torch.Tensor):
+        raise PasaError(f"out: expected a torch.Tensor like q, got {type(out).__name__}")
+    check_out_shape(out, tuple(q.shape))
+    lse = (torch.empty(_lse_shape(q, layout), dtype=torch.float32, device=q.device)
+           if return_lse else None)
+    torch.ops.pasa.attention_out(q, k, v, out, lse, policy, causal, causal_alignment, scale, layout)
+    return (out, lse) if return_lse else out

@@ -1,0 +1,111 @@
+// pasa._core's file functions over include/pasa/io.h. Loads return NumPy arrays that own their
+// bytes (bfloat16 is widened to float32: NumPy has no bfloat16); saves take any C-contiguous host
+// DLPack array of float32, float16 or bfloat16.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/string.h>
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "array_views.h"
+#include "bindings.h"
+#include "pasa/error.h"
+#include "pasa/io.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace pasa::python {
+namespace {
+
+nb::object to_numpy(HostTensor&& tensor) {
+  if (tensor.dtype == DType::bf16) {
+    tensor = from_float(to_float(tensor), tensor.shape, DType::f32);
+  }
+  auto* owned = new HostTensor(std::move(tensor));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<HostTensor*>(p); });
+  std::vector<std::size_t> shape(owned->shape.begin(), owned->shape.end());
+  const nb::dlpack::dtype dtype{static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float),
+                                static_cast<std::uint8_t>(8 * dtype_size(owned->dtype)), 1};
+  return nb::ndarray<nb::numpy>(owned->bytes.data(), shape.size(), shape.data(), owner, nullptr, dtype)
+      .cast();
+}
+
+// A copy of a host array as a C-ordered HostTensor; `what` names it in errors.
+HostTensor from_array(const InputArray& array, const std::string& what) {
+  const ArrayInfo a = array_info(array);
+  const std::optional<DType> dtype = pasa_dtype(a.dtype);
+  if (!dtype) {
+    throw Error(fmt::format("{}: unsupported dtype {} (pasa files hold float32, float16 or bfloat16)",
+                            what, dtype_text(a.dtype)));
+  }
+  if (a.device_type != 1) {
+    throw Error(fmt::format("{}: array is on {}; copy it to the host first", what, device_text(a)));
+  }
+  HostTensor t;
+  t.dtype = *dtype;
+  std::int64_t expected = 1;  // C-order stride of axis i, in elements
+  for (std::size_t i = a.ndim; i-- > 0;) {
+    if (a.shape[i] > 1 && a.strides[i] != expected) {
+      throw Error(fmt::format("{}: array is not C-contiguous (shape {}); make it contiguous first",
+                              what, shape_text(a)));
+    }
+    expected *= a.shape[i];
+  }
+  t.shape.assign(a.shape, a.shape + a.ndim);
+  t.bytes.resize(static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype));
+  if (!t.bytes.empty()) std::memcpy(t.bytes.data(), a.data, t.bytes.size());
+  return t;
+}
+
+nb::object load_npy(const std::string& path) {
+  HostTensor t;
+  {
+    nb::gil_scoped_release release;
+    t = io::read_npy(path);
+  }
+  return to_numpy(std::move(t));
+}
+
+nb::dict load_safetensors(const std::string& path) {
+  std::map<std::string, HostTensor> tensors;
+  {
+    nb::gil_scoped_release release;
+    tensors = io::read_safetensors(path);
+  }
+  nb::dict out;
+  for (auto& [name, tensor] : tensors) out[nb::str(name.c_str())] = to_numpy(std::move(tensor));
+  return out;
+}
+
+void save_npy(const std::string& path, const InputArray& array) {
+  const HostTensor t = from_array(array, path);
+  nb::gil_scoped_release release;
+  io::write_npy(path, t);
+}
+
+void save_safetensors(const std::string& path, const std::map<std::string, InputArray>& arrays) {
+  std::map<std::string, HostTensor> tensors;
+  for (const auto& [name, array] : arrays) {
+    tensors.emplace(name, from_array(array, fmt::format("{}: tensor '{}'", path, name)));
+  }
+  nb::gil_scoped_release release;
+  io::write_safetensors(path, tensors);
+}
+
+}  // namespace
+
+void bind_io(nb::module_& m) {
+  m.def("load_npy", &load_npy, "path"_a);
+  m.def("load_safetensors", &load_safetensors, "path"_a);
+  m.def("save_npy", &save_npy, "path"_a, "array"_a);
+  m.def("save_safetensors", &save_safetensors, "path"_a, "arrays"_a);
+}
+
+}  // namespace pasa::python
