@@ -127,7 +127,7 @@ void run(const StudyOptions& opt) {
     fmt::print(stderr, "wrote {}\n", opt.json);
   }
   if (!opt.plot.empty()) {
-    for (const auto& png : write_study_plots(to_json(rows).dump(), opt.plot)) {
+    for (const auto& png : write_study_plots(PlotKind::paper_study, to_json(rows).dump(), opt.plot)) {
       fmt::print(stderr, "wrote {}\n", png);
     }
   }
@@ -162,6 +162,7 @@ void add_study_command(CLI::App& app) {
   };
   auto sage = std::make_shared<SageStudyConfig>();
   auto sage_json = std::make_shared<std::string>();
+  auto sage_plot = std::make_shared<std::string>();
   CLI::App* sage_cmd = cmd->add_subcommand(
       "sage", "SageAttention2's accuracy tables: quantization granularity, P/V data type, smooth V, "
               "smoothing ablation, and which policies stay finite on the PASA paper's inputs.");
@@ -169,7 +170,16 @@ void add_study_command(CLI::App& app) {
   sage_cmd->add_option("--heads", sage->heads, "heads")->capture_default_str();
   sage_cmd->add_option("--seed", sage->seed, "random seed")->capture_default_str();
   sage_cmd->add_option("--json", *sage_json, "also write every measurement as JSON");
-  sage_cmd->callback([sage, sage_json, write_json] { write_json(*sage_json, run_sage_study(*sage)); });
+  sage_cmd->add_option("--plot", *sage_plot, "write bar charts (CosSim per variant) to this directory");
+  sage_cmd->callback([sage, sage_json, sage_plot, write_json] {
+    const nlohmann::json rows = run_sage_study(*sage);
+    write_json(*sage_json, rows);
+    if (!sage_plot->empty()) {
+      for (const auto& png : write_study_plots(PlotKind::sage_study, rows.dump(), *sage_plot)) {
+        fmt::print(stderr, "wrote {}\n", png);
+      }
+    }
+  });
 
   auto decode = std::make_shared<DecodeStudyConfig>();
   auto decode_json = std::make_shared<std::string>();

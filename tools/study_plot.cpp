@@ -7,20 +7,22 @@
 #include <sstream>
 
 #include "pasa/error.h"
-#include "plot_script.h"  // generated: kPlotScript, the text of tools/plot_study.py
+#include "plot_script.h"  // generated: the texts of tools/plot_study.py and tools/plot_sage.py
 
 namespace pasa::cli {
 
-std::vector<std::string> write_study_plots(const std::string& results_json, const std::string& directory) {
+std::vector<std::string> write_study_plots(PlotKind kind, const std::string& results_json,
+                                           const std::string& directory) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(directory, ec);
   if (ec) throw Error("--plot: cannot create directory " + directory + ": " + ec.message());
-  const fs::path json_path = fs::path(directory) / "study.json";
+  const fs::path json_path =
+      fs::path(directory) / (kind == PlotKind::paper_study ? "study.json" : "study_sage.json");
   const fs::path script_path = fs::path(directory) / ".plot_study.py";
   {
     std::ofstream(json_path) << results_json;
-    std::ofstream(script_path) << kPlotScript;
+    std::ofstream(script_path) << (kind == PlotKind::paper_study ? kPlotStudyScript : kPlotSageScript);
   }
   const std::string command = "python3 '" + script_path.string() + "' '" + json_path.string() + "' '" +
                               directory + "'";

@@ -64,6 +64,20 @@ def check_study(tmp):
     assert any(r["nan_share"] > 0 for r in rows if r["policy"] == "fa16_fp32")
 
 
+def check_sage_and_decode_studies(tmp):
+    path = os.path.join(tmp, "sage.json")
+    pasa("study", "sage", "--seq", "64", "--heads", "1", "--json", path)
+    rows = json.load(open(path))
+    assert all({"table", "variant", "policy", "input", "cos_sim", "rel_l1", "rmse"} <= set(r) for r in rows)
+    table4 = [r for r in rows if r["table"] == "PASA Table 4 inputs"]
+    assert all(r["nan_share"] == 0 for r in table4 if r["policy"] in ("sage8", "sage4", "pasa"))
+    path = os.path.join(tmp, "decode.json")
+    pasa("study", "decode", "--seq-kv", "256", "--batch", "1", "--json", path)
+    rows = json.load(open(path))
+    normal = next(r for r in rows if r["input"] == "normal")
+    assert normal["recompute_calibrated"] == 0 and normal["unified_vs_sync"] < 1e-2, normal
+
+
 def check_calibrate(tmp):
     # Ten layers of N(0, 1) inputs; layers 2 and 7 carry channel outliers that INT4 struggles with.
     rng = np.random.default_rng()
@@ -99,6 +113,7 @@ def main():
         check_run(tmp)
         check_beta_and_inspect()
         check_study(tmp)
+        check_sage_and_decode_studies(tmp)
         check_calibrate(tmp)
     print("cli tests passed")
 
