@@ -4,18 +4,28 @@
 // calls, then the median of 30 calls timed one by one with CUDA events. TFLOP/s = 4 B H S^2 D / t,
 // halved for causal (the convention of docs/performance.md).
 //
+// Then the kernels' variants (fwd_tiles.h, FwdVariant: the tuned shape with one lever changed each),
+// exact and pasa, f16 at S = 4k / 16k through the internal launch, each checked against the tuned
+// kernel's output (max |difference|), so that one run prices every lever (bench/NOTES.md); and PASA's
+// prepass alone.
+//
 // Usage: bench_attention [csv_path]   (writes one row per point; prints a table either way)
-// Built by scripts/device_run.sh: nvcc ... bench/bench_attention.cu build/libpasa_core.a
+//        bench_attention --profile     (one exact and one pasa call per head dim, for ncu)
+// Built by scripts/device_run.sh: nvcc ... bench/bench_attention.cu bench/fwd_variants.cu
+// build/libpasa_core.a
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "fwd_variants.h"
 #include "pasa/attention.h"
 #include "pasa/error.h"
 #include "pasa/policy.h"
@@ -46,6 +56,17 @@ __global__ void fill_uniform(std::uint16_t* out, std::int64_t n, std::uint64_t s
       out[i] = *reinterpret_cast<const std::uint16_t*>(&h);
     }
   }
+}
+
+// max |a - b| over n f16 elements, into *out (an unsigned bit pattern of a non-negative float).
+__global__ void max_abs_diff(const __half* a, const __half* b, std::int64_t n, unsigned* out) {
+  float m = 0.0f;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float d = fabsf(__half2float(a[i]) - __half2float(b[i]));
+    m = fmaxf(m, d != d ? INFINITY : d);  // NaN counts as infinitely wrong
+  }
+  atomicMax(out, __float_as_uint(m));
 }
 
 struct Point {
@@ -96,6 +117,34 @@ int main(int argc, char** argv) {
       {"pasa-exact", pasa::DType::bf16, exact_for(pasa::Format::bf16())},
       {"pasa-pasa", pasa::DType::f16, pasa::preset_policy("pasa")},
   };
+
+  // --profile: one call of exact and of pasa (f16, non-causal, S = 4k) per head dim, for a profiler
+  // (ncu) to look at; nothing timed.
+  if (argc > 1 && std::string(argv[1]) == "--profile") {
+    for (const int D : {128, 64}) {
+      const int H = static_cast<int>(2048 / D);
+      const int S = 4096, B = static_cast<int>(kTokens / S);
+      const std::int64_t n = static_cast<std::int64_t>(B) * H * S * D;
+      for (const int vi : {0, 2}) {
+        fill_uniform<<<1024, 256, 0, stream>>>(q, n, 1, false);
+        fill_uniform<<<1024, 256, 0, stream>>>(k, n, 2, false);
+        fill_uniform<<<1024, 256, 0, stream>>>(v, n, 3, false);
+        pasa::AttentionArgs args;
+        args.q = pasa::bhsd_view(q, pasa::DType::f16, B, H, S, D, pasa::Device::cuda);
+        args.k = pasa::bhsd_view(k, pasa::DType::f16, B, H, S, D, pasa::Device::cuda);
+        args.v = pasa::bhsd_view(v, pasa::DType::f16, B, H, S, D, pasa::Device::cuda);
+        args.o = pasa::bhsd_view(o, pasa::DType::f16, B, H, S, D, pasa::Device::cuda);
+        args.lse = pasa::lse_view(lse, B, H, S, pasa::Device::cuda);
+        args.policy = variants[vi].policy;
+        args.backend = pasa::Backend::cuda;
+        args.stream = stream;
+        pasa::attention(args);
+      }
+    }
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    std::printf("profile calls done\n");
+    return 0;
+  }
 
   std::vector<Point> points;
   std::uint64_t seed = 12345;
@@ -150,6 +199,168 @@ int main(int argc, char** argv) {
       }
     }
   }
+
+  // The kernels' variants (fwd_tiles.h, FwdVariant), f16, through the internal launch (no dispatch
+  // checks: the same launch the dispatcher makes for the tuned shape). pasa variants run on one
+  // prepass's K' (so they time the attention kernel alone). Each variant's output is checked against
+  // the tuned one's (the per-row arithmetic is the same, so any difference is a bug; except for half
+  // key tiles, whose online softmax rescales at other points: rounding-level differences), then all variants
+  // of a point are timed round-robin (run i of every variant, then run i + 1), so that clock drift
+  // during the benchmark biases none of them.
+  std::uint16_t* o_ref = nullptr;
+  std::uint16_t* k_prep = nullptr;
+  unsigned* d_diff = nullptr;
+  check(cudaMalloc(&o_ref, max_elems * 2), "cudaMalloc");
+  check(cudaMalloc(&k_prep, max_elems * 2), "cudaMalloc");
+  check(cudaMalloc(&d_diff, sizeof(unsigned)), "cudaMalloc");
+  {
+    using pasa::cuda::FwdVariant;
+    const char* names[pasa::cuda::kFwdVariants] = {"tuned", "stages", "v1shape", "epilogue", "8warps", "halfN"};
+    for (const bool pasa_family : {false, true}) {
+      for (const int D : {64, 128}) {
+        const int H = static_cast<int>(2048 / D);
+        for (const int S : {4096, 16384}) {
+          const int B = static_cast<int>(kTokens / S);
+          for (const bool causal : {false, true}) {
+            const std::int64_t n = static_cast<std::int64_t>(B) * H * S * D;
+            fill_uniform<<<1024, 256, 0, stream>>>(q, n, ++seed, false);
+            fill_uniform<<<1024, 256, 0, stream>>>(k, n, ++seed, false);
+            fill_uniform<<<1024, 256, 0, stream>>>(v, n, ++seed, false);
+            check(cudaGetLastError(), "fill_uniform");
+            const std::int64_t sh = static_cast<std::int64_t>(S) * D, sb = H * sh;
+            const double alpha = 1.0 / std::sqrt(static_cast<double>(D));
+            pasa::cuda::FwdParams p{};
+            p.q = {q, sb, sh, D};
+            p.k = {k, sb, sh, D};
+            p.v = {v, sb, sh, D};
+            p.o = o;
+            p.o_stride_b = sb;
+            p.o_stride_h = sh;
+            p.o_stride_s = D;
+            p.o_type = pasa::cuda::ElemType::f16;
+            p.lse = lse;
+            p.lse_stride_b = static_cast<std::int64_t>(H) * S;
+            p.lse_stride_h = S;
+            p.lse_stride_s = 1;
+            p.seq_q = p.seq_kv = S;
+            p.heads_q = H;
+            p.group = 1;
+            p.causal = causal;
+            p.causal_offset = 0;
+            p.scale_log2 = static_cast<float>(1.4426950408889634 * alpha);
+            p.negate_q = false;
+            if (pasa_family) {  // the pasa preset's beta; K' = M K by the library's prepass
+              const double beta = 0.984497;
+              const auto fp16 = [](double x) { return __half2float(__float2half_rn(static_cast<float>(x))); };
+              pasa::cuda::PasaPrepareParams pp{};
+              pp.k = p.k;
+              pp.v = p.v;
+              pp.in_type = pasa::cuda::ElemType::f16;
+              pp.k_out = k_prep;
+              pp.v_out = nullptr;
+              pp.heads_kv = H;
+              pp.seq_kv = S;
+              pp.block_kv = pasa::cuda::kPasaBlockKv;
+              pp.diag_full = pp.diag_last = fp16((1.0 - beta / pp.block_kv) * alpha);
+              pp.off_full = pp.off_last = fp16(-(beta / pp.block_kv) * alpha);
+              pasa::cuda::launch_pasa_prepare(pp, B, D, stream);
+              p.k = {k_prep, sb, sh, D};
+              p.pasa_g = fp16(beta / (1.0 - beta));
+            }
+            std::vector<int> live;  // the variants this family has
+            for (int vi = 0; vi < pasa::cuda::kFwdVariants; ++vi) {
+              if (!(pasa_family && static_cast<FwdVariant>(vi) == FwdVariant::half_block_n)) live.push_back(vi);
+            }
+            std::vector<float> diffs(live.size(), 0.0f);
+            std::vector<std::vector<float>> times(live.size());
+            try {
+              for (std::size_t li = 0; li < live.size(); ++li) {  // warm-up and the output check
+                const auto variant = static_cast<FwdVariant>(live[li]);
+                for (int i = 0; i < kWarmup; ++i) pasa::cuda::launch_fwd_variant(p, B, D, pasa_family, variant, stream);
+                if (li == 0) {
+                  check(cudaMemcpyAsync(o_ref, o, n * 2, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+                  continue;
+                }
+                check(cudaMemsetAsync(d_diff, 0, sizeof(unsigned), stream), "cudaMemsetAsync");
+                max_abs_diff<<<1024, 256, 0, stream>>>(reinterpret_cast<const __half*>(o),
+                                                       reinterpret_cast<const __half*>(o_ref), n, d_diff);
+                unsigned bits = 0;
+                check(cudaMemcpyAsync(&bits, d_diff, sizeof(unsigned), cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
+                check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+                std::memcpy(&diffs[li], &bits, sizeof(float));
+              }
+              for (int i = 0; i < kRuns; ++i) {
+                for (std::size_t li = 0; li < live.size(); ++li) {
+                  check(cudaEventRecord(start, stream), "cudaEventRecord");
+                  pasa::cuda::launch_fwd_variant(p, B, D, pasa_family, static_cast<FwdVariant>(live[li]), stream);
+                  check(cudaEventRecord(stop, stream), "cudaEventRecord");
+                  check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+                  float ms = 0;
+                  check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+                  times[li].push_back(ms);
+                }
+              }
+            } catch (const pasa::Error& e) {
+              std::fprintf(stderr, "variants D%d S%d: %s\n", D, S, e.what());
+              continue;
+            }
+            for (std::size_t li = 0; li < live.size(); ++li) {
+              std::sort(times[li].begin(), times[li].end());
+              const double ms = times[li][times[li].size() / 2];
+              const double flops = 4.0 * B * H * static_cast<double>(S) * S * D * (causal ? 0.5 : 1.0);
+              const std::string name = std::string(pasa_family ? "p:" : "x:") + names[live[li]];
+              points.push_back({name, "fp16", D, H, S, B, causal, ms, flops / (ms * 1e-3) / 1e12});
+              const Point& pt = points.back();
+              std::printf("%-14s fp16 D%-3d H%-2d S%-5d B%-2d %-6s %9.3f ms %7.1f TFLOP/s  max|O - tuned| %.3g%s\n",
+                          pt.method.c_str(), D, H, S, B, causal ? "causal" : "full", ms, pt.tflops, diffs[li],
+                          diffs[li] > (live[li] == static_cast<int>(FwdVariant::half_block_n) ? 1e-2f : 0.0f)
+                              ? "  MISMATCH"
+                              : "");
+            }
+            std::fflush(stdout);
+          }
+        }
+      }
+    }
+
+    // PASA's prepass alone (K' = M K, f16): a copy of K, memory-bound; TB/s counts K read + K' written.
+    for (const int D : {64, 128}) {
+      const int H = static_cast<int>(2048 / D);
+      const int S = 4096, B = static_cast<int>(kTokens / S);
+      const std::int64_t n = static_cast<std::int64_t>(B) * H * S * D;
+      pasa::cuda::PasaPrepareParams pp{};
+      const std::int64_t sh = static_cast<std::int64_t>(S) * D, sb = H * sh;
+      pp.k = {k, sb, sh, D};
+      pp.v = {v, sb, sh, D};
+      pp.in_type = pasa::cuda::ElemType::f16;
+      pp.k_out = k_prep;
+      pp.v_out = nullptr;
+      pp.heads_kv = H;
+      pp.seq_kv = S;
+      pp.block_kv = pasa::cuda::kPasaBlockKv;
+      pp.diag_full = pp.diag_last = 0.0883f;
+      pp.off_full = pp.off_last = -0.000687f;
+      std::vector<float> times;
+      for (int i = 0; i < kWarmup; ++i) pasa::cuda::launch_pasa_prepare(pp, B, D, stream);
+      for (int i = 0; i < kRuns; ++i) {
+        check(cudaEventRecord(start, stream), "cudaEventRecord");
+        pasa::cuda::launch_pasa_prepare(pp, B, D, stream);
+        check(cudaEventRecord(stop, stream), "cudaEventRecord");
+        check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+        times.push_back(ms);
+      }
+      std::sort(times.begin(), times.end());
+      const double ms = times[times.size() / 2];
+      std::printf("pasa-prepass   fp16 D%-3d H%-2d S%-5d B%-2d %9.4f ms %6.2f TB/s (K read + K' written)\n", D, H, S,
+                  B, ms, 4.0 * n / (ms * 1e-3) / 1e12);
+    }
+  }
+  cudaFree(o_ref);
+  cudaFree(k_prep);
+  cudaFree(d_diff);
+
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   if (csv_path != nullptr) {
     FILE* f = std::fopen(csv_path, "w");

@@ -98,6 +98,32 @@ def main():
         cells = " ".join(f"{table[key][m]:12.1f}" if m in table[key] else f"{'-':>12}" for m in methods)
         print(f"{dname:<5} {D:>4} {S:>6} {'causal' if causal else 'full':<6} {cells}")
 
+    # The kernels' variants (bench_attention.cu), if any: one lever changed each, f16 (x: exact,
+    # p: pasa kernel alone, on a prepared K').
+    for prefix, title in (("x:", "exact"), ("p:", "pasa (kernel alone)")):
+        variants = sorted({r["method"] for r in rows if r["method"].startswith(prefix)},
+                          key=lambda m: (m != prefix + "tuned", m))
+        if not variants:
+            continue
+        extra = ["torch-flash"] if prefix == "x:" else ["pasa-exact", "pasa-pasa"]
+        print(f"\n{title} variants, fp16, TFLOP/s")
+        print(f"{'D':>4} {'S':>6} {'mask':<6} " + " ".join(f"{m:>11}" for m in variants + extra))
+        for key in sorted(k for k in table if k[0] == "fp16" and any(m in table[k] for m in variants)):
+            _, D, S, causal = key
+            cells = " ".join(f"{table[key][m]:11.1f}" if m in table[key] else f"{'-':>11}"
+                             for m in variants + extra)
+            print(f"{D:>4} {S:>6} {'causal' if causal else 'full':<6} {cells}")
+
+    # The targets: exact >= torch flash at S >= 4k; pasa >= 0.95 x exact.
+    print("\nratios: exact / torch-flash, pasa / exact (fp16)")
+    for key in sorted(k for k in table if k[0] in ("fp16", "bf16")):
+        t = table[key]
+        dname, D, S, causal = key
+        r1 = t["pasa-exact"] / t["torch-flash"] if "pasa-exact" in t and "torch-flash" in t else float("nan")
+        r2 = t["pasa-pasa"] / t["pasa-exact"] if "pasa-pasa" in t and "pasa-exact" in t else float("nan")
+        print(f"{dname:<5} {D:>4} {S:>6} {'causal' if causal else 'full':<6} exact/flash {r1:5.2f}"
+              + (f"  pasa/exact {r2:5.2f}" if r2 == r2 else ""))
+
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: build pasa with the CUDA kernels (fresh build dir, sm_90a), run the GPU tests,
-# compute-sanitizer (memcheck + racecheck) on a small filter, then the benchmarks (pasa's kernels and
-# torch SDPA flash / cuDNN on the same points) and print a TFLOP/s table last.
+# compute-sanitizer (memcheck + racecheck) on a small filter, then the benchmarks (pasa's kernels, the
+# exact kernel's variants, torch SDPA flash / cuDNN on the same points) and print the TFLOP/s tables
+# last.
 #
 # Run from the repository root on a machine with an sm_90 GPU: bash scripts/device_run.sh. Where that
 # machine lacks fmt / GoogleTest / nlohmann-json, copy a prefix of them to build-devdeps/usr first (it
@@ -38,6 +39,14 @@ cmake --build "$BUILD" -j16 --target pasa_core pasa_cuda_tests >>"$OUT/build.log
   || { grep -E "error|Error" "$OUT/build.log" | head -40; tail -20 "$OUT/build.log"; exit 1; }
 grep -E "spill|warning" "$OUT/build.log" | sort -u | head -20
 
+# The benchmark (with the exact kernel's variants) compiles on the CPUs while the tests use the GPU.
+LIBDIRS=()
+[ -d build-devdeps/usr ] && LIBDIRS=(-L"$ROOT/build-devdeps/usr/lib/x86_64-linux-gnu")
+( nvcc -O3 -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
+    -Xptxas -warn-spills bench/bench_attention.cu bench/fwd_variants.cu "$BUILD/libpasa_core.a" \
+    "${LIBDIRS[@]}" -lfmt -Xcompiler -fopenmp -o "$BUILD/bench_attention" >"$BUILD/bench_build.log" 2>&1 ) &
+BENCH_BUILD=$!
+
 phase "tests"
 "$BUILD/tests/pasa_cuda_tests" >"$OUT/tests.log" 2>&1
 TESTS_RC=$?
@@ -56,19 +65,48 @@ if command -v compute-sanitizer >/dev/null; then
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
 fi
 
-phase "bench build"
-LIBDIRS=()
-[ -d build-devdeps/usr ] && LIBDIRS=(-L"$ROOT/build-devdeps/usr/lib/x86_64-linux-gnu")
-nvcc -O3 -std=c++20 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc bench/bench_attention.cu \
-  "$BUILD/libpasa_core.a" "${LIBDIRS[@]}" -lfmt -Xcompiler -fopenmp -o "$BUILD/bench_attention" 2>&1 | tail -5
+# The Python package against the kernels: built with the machine's scikit-build-core and nanobind
+# (no network), then its whole test suite, the torch/CUDA tests included.
+if python3 -c "import scikit_build_core, nanobind, pytest, torch" 2>/dev/null; then
+  phase "python package (CUDA) and its tests"
+  PY_PREFIX=()
+  [ -d build-devdeps/usr ] && PY_PREFIX=(-Ccmake.define.CMAKE_PREFIX_PATH="$ROOT/build-devdeps/usr")
+  CMAKE_BUILD_PARALLEL_LEVEL=16 PASA_CUDA_ARCHS=90a python3 -m pip install -q --no-build-isolation \
+    --no-deps --target /tmp/pasa-py -Cbuild-dir=/tmp/pasa-pybuild "${PY_PREFIX[@]}" . \
+    >"$BUILD/python_build.log" 2>&1 || tail -20 "$BUILD/python_build.log"
+  PYTHONPATH=/tmp/pasa-py python3 -m pytest -q -p no:cacheprovider tests/python >"$BUILD/pytest.log" 2>&1
+  echo "pytest rc=$?"
+  grep -E "passed|failed|error" "$BUILD/pytest.log" | tail -5
+  cat "$BUILD/pytest.log" >>"$OUT/tests.log"
+fi
 
-phase "bench: pasa kernels"
+phase "bench build (started before the tests)"
+wait "$BENCH_BUILD"
+cat "$BUILD/bench_build.log" >>"$OUT/build.log"  # $OUT returns at most 8 files
+grep -E "error|spill" "$BUILD/bench_build.log" | head -10
+
+phase "bench: pasa's kernels, their variants, the prepass"
 [ -x "$BUILD/bench_attention" ] && "$BUILD/bench_attention" "$OUT/pasa_bench.csv" >"$OUT/pasa_bench.log" 2>&1
-head -1 "$OUT/pasa_bench.log"; grep -iE "error" "$OUT/pasa_bench.log" | head -5
+head -1 "$OUT/pasa_bench.log"; grep -i "error" "$OUT/pasa_bench.log" | head -5
+grep "pasa-prepass" "$OUT/pasa_bench.log"
+grep "MISMATCH" "$OUT/pasa_bench.log" | sed 's/^/variant output differs: /'
+
+# Hardware counters of one exact and one pasa call per head dim (S 4k, f16): pipe utilization,
+# issue slots, shared-memory and L2 traffic, warp stall reasons. Clocks left as they are.
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+if [ "${PASA_NCU:-0}" = 1 ] && [ -n "$NCU" ] && [ -x "$BUILD/bench_attention" ]; then
+  phase "ncu ($NCU)"
+  timeout 240 "$NCU" --clock-control none -k regex:attention_fwd_kernel --section SpeedOfLight \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed,lts__t_sectors.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active' \
+    "$BUILD/bench_attention" --profile >"$OUT/ncu.txt" 2>&1
+  echo "ncu rc=$?"
+  grep -E "attention_fwd_kernel<|Duration|hmma_cycles_active|smsp__issue_active|stalled_(wait|short_scoreboard|math_pipe_throttle)_" \
+    "$OUT/ncu.txt" | sed -E 's/ +/ /g; s/smsp__average_warps_issue_stalled_/stall /; s/_per_issue_active.ratio//' | cut -c1-100 | head -30
+fi
 
 phase "bench: torch SDPA (and the table)"
 PYTHONUNBUFFERED=1 python3 bench/torch_sdpa.py "$OUT/pasa_bench.csv" "$OUT/torch_sdpa.csv" 2>&1 \
-  | tee "$OUT/torch_sdpa.log" | grep -E -v "^torch-(flash|cudnn) "
+  | grep -E -v "^torch-(flash|cudnn) "
 
 phase "done: tests rc=$TESTS_RC"
 exit "$TESTS_RC"

@@ -1,6 +1,5 @@
-// Instantiations of the forward kernel for the exact policy: fp16 / bf16 inputs, head dims 64 and 128.
-// Key tiles: 128 keys for head dim 64, 64 keys for head dim 128 (about the same shared memory and
-// registers per warp).
+// Instantiations of the forward kernel for the exact policy: fp16 / bf16 inputs, head dims 64 and 128,
+// CTA shapes from fwd_tiles.h (exact_tile).
 #include "cuda/attention_fwd_kernel.cuh"
 #include "pasa/error.h"
 
@@ -10,9 +9,9 @@ namespace {
 template <typename Elem>
 void launch_dim(const FwdParams& p, int batch, int head_dim, cudaStream_t s) {
   if (head_dim == 64) {
-    launch_fwd<64, 128, Elem, false, kFwdWarps>(p, batch, s);
+    launch_fwd<FwdTileOf<64, false>, Elem, false>(p, batch, s);
   } else if (head_dim == 128) {
-    launch_fwd<128, 64, Elem, false, kFwdWarps>(p, batch, s);
+    launch_fwd<FwdTileOf<128, false>, Elem, false>(p, batch, s);
   } else {
     throw Error("exact kernel: head dim must be 64 or 128");
   }

@@ -1,6 +1,6 @@
 // Instantiations of the forward kernel for the pasa policy: K' = M K and V in fp16 from the prepass
 // (pasa_prepare.cu), Q in fp16 or bf16 (rounded to fp16 in shared memory), key blocks of
-// kPasaBlockKv = 128 keys (PASA's s2), head dims 64 and 128.
+// kPasaBlockKv = 128 keys (PASA's s2), head dims 64 and 128, CTA shapes from fwd_tiles.h (pasa_tile).
 #include "cuda/attention_fwd_kernel.cuh"
 #include "pasa/error.h"
 
@@ -10,9 +10,9 @@ namespace {
 template <typename QElem>
 void launch_dim(const FwdParams& p, int batch, int head_dim, cudaStream_t s) {
   if (head_dim == 64) {
-    launch_fwd<64, kPasaBlockKv, QElem, true, kFwdWarps>(p, batch, s);
+    launch_fwd<FwdTileOf<64, true>, QElem, true>(p, batch, s);
   } else if (head_dim == 128) {
-    launch_fwd<128, kPasaBlockKv, QElem, true, kFwdWarps>(p, batch, s);
+    launch_fwd<FwdTileOf<128, true>, QElem, true>(p, batch, s);
   } else {
     throw Error("pasa kernel: head dim must be 64 or 128");
   }

@@ -4,6 +4,7 @@
 // synchronization: PASA's scratch buffer is allocated and freed stream-ordered.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -273,7 +274,10 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
   p.causal = args.causal;
   p.causal_offset =
       args.alignment == CausalAlignment::bottom_right ? static_cast<int>(ps.seq_kv - ps.seq_q) : 0;
-  p.scale_log2 = static_cast<float>(alpha * 1.4426950408889634);
+  // The exact kernel scales by |alpha| > 0 (the row max is taken on raw scores) and flips Q's sign
+  // for a negative alpha; a zero alpha runs as 1e-30 (every visible key weighs the same either way).
+  p.scale_log2 = std::max(static_cast<float>(std::fabs(alpha) * 1.4426950408889634), 1e-30f);
+  p.negate_q = alpha < 0.0;
   const int batch = static_cast<int>(ps.batch);
   const int dim = static_cast<int>(ps.dim);
 

@@ -1,5 +1,10 @@
-// The forward kernels' epilogue: O = O~ / l and the LSE, from the mma C layout straight to global
-// memory in the output's dtype (f32, f16 or bf16). Rows past the sequence end are not written.
+// The forward kernels' epilogue: O = O~ / l and the LSE, out to global memory in the output's dtype
+// (f32, f16 or bf16). Rows past the sequence end are not written.
+//
+// Two ways out: direct (each thread stores its pairs from the mma C layout: 4 or 8 bytes a store,
+// eight rows a warp store) and staged (16-bit outputs: the warp writes its rows into its own rows of
+// the Q tile in shared memory, which only it ever read, then stores whole rows in 16-byte pieces,
+// coalesced). f32 outputs always go direct (their rows are twice the Q tile's).
 #pragma once
 
 #include <cstdint>
@@ -25,21 +30,66 @@ __device__ __forceinline__ void store_pair(void* row, ElemType type, int col, fl
   }
 }
 
-// Writes row `row` (global query index) of head (b, h): o_row holds kDTiles pairs, the pair of tile n
-// at head-dim columns 8n + 2t, 8n + 2t + 1.
+__device__ __forceinline__ void store_lse(const FwdParams& p, int b, int h, int row, float lse) {
+  if (p.lse != nullptr && row < p.seq_q && threadIdx.x % 4 == 0) {
+    p.lse[b * p.lse_stride_b + h * p.lse_stride_h + static_cast<std::int64_t>(row) * p.lse_stride_s] = lse;
+  }
+}
+
+__device__ __forceinline__ char* output_row(const FwdParams& p, int b, int h, int row) {
+  const std::int64_t elem = p.o_type == ElemType::f32 ? 4 : 2;
+  const std::int64_t offset =
+      b * p.o_stride_b + h * p.o_stride_h + static_cast<std::int64_t>(row) * p.o_stride_s;
+  return static_cast<char*>(p.o) + offset * elem;
+}
+
+// Direct: writes row `row` (global query index) of head (b, h) and its LSE. o_row holds kDTiles
+// pairs, the pair of tile n at head-dim columns 8n + 2t, 8n + 2t + 1.
 template <int kDTiles>
 __device__ __forceinline__ void store_output_row(const FwdParams& p, int b, int h, int row,
                                                  const float (&o_row)[kDTiles][2], float lse) {
+  store_lse(p, b, h, row, lse);
   if (row >= p.seq_q) return;
   const int t = static_cast<int>(threadIdx.x) % 4;
-  const std::size_t elem = p.o_type == ElemType::f32 ? 4 : 2;
-  const std::int64_t offset = b * p.o_stride_b + h * p.o_stride_h + row * p.o_stride_s;
-  void* out_row = static_cast<char*>(p.o) + offset * static_cast<std::int64_t>(elem);
+  void* out_row = output_row(p, b, h, row);
 #pragma unroll
   for (int n = 0; n < kDTiles; ++n) store_pair(out_row, p.o_type, 8 * n + 2 * t, o_row[n][0], o_row[n][1]);
-  if (p.lse != nullptr && t == 0) {
-    p.lse[b * p.lse_stride_b + h * p.lse_stride_h + row * p.lse_stride_s] = lse;
-  }
 }
+
+// Staged: one warp's kRows x kHeadDim output tile through its own rows of shared memory (row stride
+// kStride elements of 2 bytes). put() each pair, then flush() once.
+template <int kRows, int kHeadDim, int kStride>
+struct StagedOutput {
+  char* smem;  // the warp's first row
+
+  // The pair at (row r of the warp's tile, columns col, col + 1), converted to the output type (f16
+  // or bf16). Conflict-free: the eight rows of a store start 4 banks apart, the quad covers 4 banks.
+  __device__ __forceinline__ void put(ElemType type, int r, int col, float a, float b) const {
+    char* dst = smem + (r * kStride + col) * 2;
+    if (type == ElemType::f16) {
+      *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(a, b);
+    } else {
+      *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a, b);
+    }
+  }
+
+  // Rows [row0, row0 + kRows) of head (b, h), 16 bytes per lane per store, rows past seq_q skipped.
+  __device__ __forceinline__ void flush(const FwdParams& p, int b, int h, int row0) const {
+    constexpr int kChunksPerRow = kHeadDim * 2 / 16;
+    constexpr int kChunks = kRows * kChunksPerRow;
+    static_assert(kChunks % 32 == 0, "the warp's tile must split evenly over its lanes");
+    __syncwarp();
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+    for (int k = 0; k < kChunks / 32; ++k) {
+      const int chunk = k * 32 + lane;
+      const int r = chunk / kChunksPerRow, c = chunk % kChunksPerRow;
+      if (row0 + r < p.seq_q) {
+        const uint4 v = *reinterpret_cast<const uint4*>(smem + r * kStride * 2 + c * 16);
+        *reinterpret_cast<uint4*>(output_row(p, b, h, row0 + r) + c * 16) = v;
+      }
+    }
+  }
+};
 
 }  // namespace pasa::cuda

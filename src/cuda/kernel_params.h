@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "cuda/fwd_tiles.h"
+
 namespace pasa::cuda {
 
 // The element types the kernels read and write.
@@ -30,7 +32,9 @@ struct FwdParams {
   bool causal;
   int causal_offset;  // key k is visible to query r iff k <= r + causal_offset (when causal)
 
-  float scale_log2;  // exact: alpha * log2(e), scores are exponentiated in base 2
+  float scale_log2;  // exact: |alpha| * log2(e) (> 0: a zero alpha is passed as 1e-30), scores are
+                     // exponentiated in base 2
+  bool negate_q;     // exact: alpha < 0; the kernel flips Q's sign so that it scales by |alpha|
   float pasa_g;      // pasa: fl_fp16(beta / (1 - beta)), the invariance
 };
 
@@ -46,16 +50,9 @@ struct PasaPrepareParams {
 };
 
 // Launch functions (defined in the .cu files). Each throws pasa::Error on a CUDA error; `stream` is
-// a cudaStream_t. CTAs of 4 warps x 16 query rows: batch x heads x ceil(seq_q / 64) of them.
+// a cudaStream_t. CTA shapes: fwd_tiles.h (batch x heads x ceil(seq_q / block_m) CTAs).
 void launch_exact_fwd(const FwdParams& p, int batch, int head_dim, ElemType in_type, void* stream);
 void launch_pasa_fwd(const FwdParams& p, int batch, int head_dim, ElemType q_type, void* stream);
 void launch_pasa_prepare(const PasaPrepareParams& p, int batch, int head_dim, void* stream);
-
-// The key-tile (PASA's s2) of the pasa kernels.
-constexpr int kPasaBlockKv = 128;
-
-// Warps per CTA. 8-warp CTAs (128 query rows, half the K/V tile loads per row) measured 3-10% slower
-// than 4 on the H200 (one CTA per SM by registers instead of two), 2026-11-22.
-constexpr int kFwdWarps = 4;
 
 }  // namespace pasa::cuda

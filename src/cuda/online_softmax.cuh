@@ -1,17 +1,27 @@
-// The per-row online-softmax step of the forward kernels, on one warp's 16 x kBlockN score tile in
-// the mma C layout: each thread holds two rows (g and g + 8, index i = 0 / 1) and kBlockN / 4 of
-// their scores; the four threads of a quad (lanes 4g .. 4g + 3) share a row and reduce over it with
-// two shuffles.
+// The per-row online-softmax step of the forward kernels, on one warp's (16 kMTiles) x kBlockN score
+// tile in the mma C layout: each thread holds 2 kMTiles rows (row index r = 2 mt + i for rows g and
+// g + 8 of m-tile mt) and kBlockN / 4 scores of each; the four threads of a quad (lanes 4g .. 4g + 3)
+// share a row and reduce over it with two shuffles.
 //
-// ExactSoftmax: FlashAttention-2 in fp32 (spec section 1), base-2 exponentials on scores already
-//   multiplied by alpha * log2(e); the running sum stays a per-thread partial until the end.
-// PasaSoftmax: the paper's Algorithm 1 (spec section 3) exactly as the CPU emulator's
-//   run_query_block orders it, every intermediate rounded to fp16 (the pasa preset's softmax format)
-//   where the emulator rounds; sums over a row are taken in fp32 and rounded once (the emulator sums
-//   in fp16 one term at a time: ours is the more accurate of the two).
+// ExactSoftmax: FlashAttention-2 in fp32 (spec section 1) on raw scores: the row max is taken before
+//   scaling (the scale is > 0: the host passes |alpha| and flips Q for alpha < 0), and the scaling
+//   rides in the exponent's FFMA, P = 2^(s |alpha| log2 e - m). The running sum stays a per-thread
+//   partial until the end. step() reports whether any row's max moved, so that the kernel can skip
+//   rescaling O (a factor of exactly 1) for a warp whose maxima all stayed.
+// PasaSoftmax: the paper's Algorithm 1 (spec section 3) as the CPU emulator's run_query_block orders
+//   it, every intermediate an fp16 value where the emulator rounds. Scores and P are held as packed
+//   fp16 pairs (the A-fragment layout of the P V mma), so that the rounding points cost no
+//   conversions: S' - m is one HSUB2 per pair, P leaves the exponential through one F2FP per pair.
+//   The row sums (of S' for the pseudo-average, of P for l) are taken by the tensor cores (a product
+//   with a matrix of ones) in fp32 and rounded once (the emulator sums in fp16 one term at a time:
+//   ours is the more accurate of the two). The per-row scalar state (m, l, F and its dozen fp16
+//   roundings a block) lives in one lane of the quad per row, not in all four.
 #pragma once
 
+#include <cuda_fp16.h>
+
 #include <cmath>
+#include <cstdint>
 
 #include "cuda/ptx.cuh"
 
@@ -33,48 +43,64 @@ constexpr float kLn2 = 0.6931471805599453f;
 // ---------------------------------------------------------------------------------------------
 // exact
 
+template <int kMTiles>
 struct ExactSoftmax {
-  float m[2];  // running max of alpha * log2(e) * S (base-2 units), -inf before any visible key
-  float l[2];  // this thread's partial running sum of exponentials
+  static constexpr int kRows = 2 * kMTiles;
+  float m[kRows];  // running max of |alpha| log2(e) S (base-2 units), -inf before any visible key
+  float l[kRows];  // this thread's partial running sum of exponentials
 
   __device__ __forceinline__ void init() {
-    m[0] = m[1] = -INFINITY;
-    l[0] = l[1] = 0.0f;
-  }
-
-  // s: scaled and masked scores in; P = exp2(s - m_new) out (fp32). rescale[i]: factor for the
-  // running O of row i.
-  template <int kNTiles>
-  __device__ __forceinline__ void step(float (&s)[kNTiles][4], float (&rescale)[2]) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int n = 0; n < kNTiles; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * i], s[n][2 * i + 1]));
-      const float m_new = fmaxf(m[i], quad_max(mx));
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // no visible key yet: P = 0, not NaN
-      rescale[i] = exp2f(m[i] - m_use);
-      float sum = 0.0f;
-#pragma unroll
-      for (int n = 0; n < kNTiles; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float p = fast_exp2(s[n][2 * i + e] - m_use);
-          s[n][2 * i + e] = p;
-          sum += p;
-        }
-      }
-      l[i] = l[i] * rescale[i] + sum;
-      m[i] = m_new;
+    for (int r = 0; r < kRows; ++r) {
+      m[r] = -INFINITY;
+      l[r] = 0.0f;
     }
   }
 
-  // Final row sums (quad-reduced), and the LSE in natural log; -inf for a row that saw no key.
-  __device__ __forceinline__ void finish(float (&row_l)[2], float (&lse)[2]) const {
+  // s: raw masked scores in (-inf where masked); P = 2^(s scale - m_new) out (fp32). rescale[r]: the
+  // factor for row r's running O (exactly 1 where the max stayed). Returns whether any of this
+  // thread's rows moved its max.
+  template <int kNTiles>
+  __device__ __forceinline__ bool step(float (&s)[kMTiles][kNTiles][4], float scale_log2,
+                                       float (&rescale)[kRows]) {
+    bool moved = false;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      row_l[i] = quad_sum(l[i]);
-      lse[i] = (m[i] == -INFINITY || row_l[i] == 0.0f) ? -INFINITY : (m[i] + log2f(row_l[i])) * kLn2;
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = 2 * mt + i;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < kNTiles; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * i], s[mt][n][2 * i + 1]));
+        const float m_new = fmaxf(m[r], quad_max(mx) * scale_log2);
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // no visible key yet: P = 0, not NaN
+        const bool same = m_new == m[r];
+        moved |= !same;
+        rescale[r] = same ? 1.0f : fast_exp2(m[r] - m_use);
+        const float neg_m = -m_use;
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p = fast_exp2(fmaf(s[mt][n][2 * i + e], scale_log2, neg_m));
+            s[mt][n][2 * i + e] = p;
+            sum += p;
+          }
+        }
+        l[r] = l[r] * rescale[r] + sum;
+        m[r] = m_new;
+      }
+    }
+    return moved;
+  }
+
+  // Final row sums (quad-reduced), and the LSE in natural log; -inf for a row that saw no key.
+  __device__ __forceinline__ void finish(float (&row_l)[kRows], float (&lse)[kRows]) const {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      row_l[r] = quad_sum(l[r]);
+      lse[r] = (m[r] == -INFINITY || row_l[r] == 0.0f) ? -INFINITY : (m[r] + log2f(row_l[r])) * kLn2;
     }
   }
 };
@@ -82,95 +108,113 @@ struct ExactSoftmax {
 // ---------------------------------------------------------------------------------------------
 // pasa
 
+template <int kMTiles>
 struct PasaSoftmax {
-  float m[2];   // running max relative to the reference g * F (fp16 values)
-  float l[2];   // running sum of exponentials (fp16 values, complete: quad-reduced every block)
-  float F[2];   // global pseudo-average (Eq. 15)
-  int blocks[2];  // key blocks seen by the row (the j of Eq. 15)
+  static constexpr int kRows = 2 * kMTiles;
+  static_assert(kRows <= 4, "one row of the thread's fragments per lane of its quad");
+  // The scalar state of one row: lane t of each quad keeps row t of the quad's kRows rows (rows g,
+  // g + 8 of m-tile 0, then of m-tile 1), so each row's update runs once, not in all four lanes;
+  // the rescale factors then go to the whole quad by shuffles. Lanes t >= kRows keep nothing.
+  float m;  // running max relative to the reference g * F (an fp16 value)
+  float l;  // running sum of exponentials (an fp16 value, complete row)
+  float F;  // global pseudo-average (Eq. 15)
 
   __device__ __forceinline__ void init() {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      m[i] = -INFINITY;
-      l[i] = 0.0f;
-      F[i] = 0.0f;
-      blocks[i] = 0;
-    }
+    m = -INFINITY;
+    l = 0.0f;
+    F = 0.0f;
   }
 
-  // Local pseudo-average s' of each row: the mean of S' over all n_valid keys of the block, masked
-  // by causality or not (K' = M K subtracted the mean of all of them). Keys past the sequence end
-  // hold S' = 0 exactly (zero-filled K'), so the sum over the whole tile is the sum over the block.
-  template <int kNTiles>
-  __device__ __forceinline__ static void block_mean(const float (&s)[kNTiles][4], int n_valid,
-                                                    float (&mean)[2]) {
+  // This lane's own row among kRows per-row values (identical in all four lanes of the quad).
+  __device__ __forceinline__ static float own(const float (&x)[kRows]) {
+    const int t = static_cast<int>(threadIdx.x) % 4;
+    float v = x[0];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float sum = 0.0f;
-#pragma unroll
-      for (int n = 0; n < kNTiles; ++n) sum += s[n][2 * i] + s[n][2 * i + 1];
-      mean[i] = round_fp16(quad_sum(sum) / static_cast<float>(n_valid));
-    }
+    for (int r = 1; r < kRows; ++r) v = t == r ? x[r] : v;
+    return v;
   }
 
-  // s: fp16-valued, masked scores in; P (fp16 values) out. ep / ec: the rescale factors of the
-  // running O~ and of this block's P V (ep = 1, ec = 0 for a row that sees no key of the block:
-  // the emulator leaves such a row's state untouched).
-  template <int kNTiles>
-  __device__ __forceinline__ void step(float (&s)[kNTiles][4], const float (&mean)[2], float g,
-                                       float (&ep)[2], float (&ec)[2]) {
+  // Row r's value from the lane that owns it.
+  __device__ __forceinline__ static void broadcast(float mine, float (&x)[kRows]) {
+    const int quad = static_cast<int>(threadIdx.x) % 32 & ~3;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float mx = -INFINITY;
+    for (int r = 0; r < kRows; ++r) x[r] = __shfl_sync(0xffffffffu, mine, quad | r);
+  }
+
+  // s: masked S' as fp16 pairs in the A-fragment layout (tile n's pair of row i of m-tile mt in
+  // s[mt][n / 2][2 (n % 2) + i]) in; P = fl(e^(fl(S' - m_blk))) out, in place. m_blk[r]: the row's
+  // block max (-inf for a row that sees no key of the block, whose P is then 0).
+  template <int kNChunks>
+  __device__ __forceinline__ static void exponentiate(std::uint32_t (&s)[kMTiles][kNChunks][4],
+                                                      float (&m_blk)[kRows]) {
 #pragma unroll
-      for (int n = 0; n < kNTiles; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * i], s[n][2 * i + 1]));
-      const float m_blk = quad_max(mx);
-      const bool active = m_blk != -INFINITY;
-      const float m_use = active ? m_blk : 0.0f;
-      float sum = 0.0f;
+    for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-      for (int n = 0; n < kNTiles; ++n) {
+      for (int i = 0; i < 2; ++i) {
+        __half2 mx2 = __half2half2(__ushort_as_half(0xFC00u));  // -inf
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float p = round_fp16(fast_exp2(round_fp16(s[n][2 * i + e] - m_use) * kLog2e));
-          s[n][2 * i + e] = p;
-          sum += p;
+        for (int kk = 0; kk < kNChunks; ++kk) {
+          mx2 = __hmax2(mx2, as_half2(s[mt][kk][i]));
+          mx2 = __hmax2(mx2, as_half2(s[mt][kk][2 + i]));
+        }
+        const float mx = quad_max(fmaxf(__low2float(mx2), __high2float(mx2)));
+        m_blk[2 * mt + i] = mx;
+        const __half2 m_use = __float2half2_rn(mx == -INFINITY ? 0.0f : mx);  // an fp16 value: exact
+#pragma unroll
+        for (int kk = 0; kk < kNChunks; ++kk) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            std::uint32_t& w = s[mt][kk][2 * half + i];
+            const float2 x = __half22float2(__hsub2(as_half2(w), m_use));  // fl(S' - m), exact widening
+            w = pack2<__half>(fast_exp2(x.x * kLog2e), fast_exp2(x.y * kLog2e));
+          }
         }
       }
-      const float l_blk = round_fp16(quad_sum(sum));  // before the branch: the whole warp shuffles
-      ep[i] = 1.0f;
-      ec[i] = 0.0f;
-      if (!active) continue;
-      const int j = blocks[i] + 1;
-      const float F_new =
-          round_fp16(round_fp16(round_fp16(static_cast<float>(j - 1) * F[i]) + mean[i]) /
-                     static_cast<float>(j));
-      const float d_prev = round_fp16(g * round_fp16(F[i] - F_new));
-      const float d_cur = round_fp16(g * round_fp16(mean[i] - F_new));
-      float m_new, e_prev = 0.0f;
-      if (m[i] == -INFINITY) {
-        m_new = round_fp16(m_blk + d_cur);
-      } else {
-        m_new = fmaxf(round_fp16(m[i] + d_prev), round_fp16(m_blk + d_cur));
-        e_prev = round_fp16(expf(round_fp16(round_fp16(m[i] - m_new) + d_prev)));
-      }
-      const float e_cur = round_fp16(expf(round_fp16(round_fp16(m_blk - m_new) + d_cur)));
-      l[i] = round_fp16(round_fp16(e_prev * l[i]) + round_fp16(e_cur * l_blk));
-      m[i] = m_new;
-      F[i] = F_new;
-      blocks[i] = j;
-      ep[i] = e_prev;
-      ec[i] = e_cur;
     }
   }
 
-  // LSE = m + log(l) + g * F (the state is relative to the reference g * F); -inf for an empty row.
-  __device__ __forceinline__ void finish(float g, float (&row_l)[2], float (&lse)[2]) const {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      row_l[i] = l[i];
-      lse[i] = (m[i] == -INFINITY || l[i] == 0.0f) ? -INFINITY : m[i] + logf(l[i]) + g * F[i];
+  // The state update of key block `block` (0-based): mean[r] = the row's local pseudo-average
+  // (fp16), m_blk[r] its block max, psum[r] the fp32 row sum of its P (all identical across the
+  // quad). ep / ec: the rescale factors of the running O~ and of this block's P V for each of the
+  // thread's rows (ep = 1, ec = 0 for a row that sees no key of the block: the emulator leaves such a
+  // row's state untouched). A row's visible keys are a prefix [0, limit) and blocks are visited in
+  // order, so a row that sees the block has seen every block before it: the j of Eq. 15 is block + 1.
+  // Called by all lanes (it shuffles).
+  __device__ __forceinline__ void update(int block, const float (&m_blk)[kRows], const float (&mean)[kRows],
+                                         const float (&psum)[kRows], float g, float (&ep)[kRows],
+                                         float (&ec)[kRows]) {
+    const float mb = own(m_blk), mn = own(mean), ps = own(psum);
+    float e_prev = 1.0f, e_cur = 0.0f;
+    if (static_cast<int>(threadIdx.x) % 4 < kRows && mb != -INFINITY) {
+      const float j = static_cast<float>(block + 1);
+      const float l_blk = round_fp16(ps);
+      // (a quotient to 2 fp32 ulp, __fdividef, before its fp16 rounding: no division slow path)
+      const float F_new = round_fp16(__fdividef(round_fp16(round_fp16((j - 1.0f) * F) + mn), j));
+      const float d_prev = round_fp16(g * round_fp16(F - F_new));
+      const float d_cur = round_fp16(g * round_fp16(mn - F_new));
+      float m_new;
+      if (m == -INFINITY) {
+        m_new = round_fp16(mb + d_cur);
+        e_prev = 0.0f;
+      } else {
+        m_new = fmaxf(round_fp16(m + d_prev), round_fp16(mb + d_cur));
+        e_prev = round_fp16(expf(round_fp16(round_fp16(m - m_new) + d_prev)));
+      }
+      e_cur = round_fp16(expf(round_fp16(round_fp16(mb - m_new) + d_cur)));
+      l = round_fp16(round_fp16(e_prev * l) + round_fp16(e_cur * l_blk));
+      m = m_new;
+      F = F_new;
     }
+    broadcast(e_prev, ep);
+    broadcast(e_cur, ec);
+  }
+
+  // Final row sums and LSE = m + log(l) + g * F (the state is relative to the reference g * F), -inf
+  // for an empty row, for each of the thread's rows. Called by all lanes (it shuffles).
+  __device__ __forceinline__ void finish(float g, float (&row_l)[kRows], float (&lse)[kRows]) const {
+    const float my_lse = (m == -INFINITY || l == 0.0f) ? -INFINITY : m + logf(l) + g * F;
+    broadcast(l, row_l);
+    broadcast(my_lse, lse);
   }
 };
 

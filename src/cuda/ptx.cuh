@@ -1,5 +1,6 @@
 // Thin wrappers over the PTX instructions the sm_80+ attention kernels use: the m16n8k16 tensor-core
-// MMA (fp16 / bf16 operands, fp32 accumulators), ldmatrix, and cp.async with zero fill.
+// MMA (fp16 / bf16 operands, fp32 accumulators), ldmatrix, and cp.async with zero fill; and the bit
+// casts between a register of two 16-bit elements and its typed view.
 //
 // Fragment layouts of mma.m16n8k16 (PTX ISA, "Matrix Fragments for mma.m16n8k16"), with
 // g = lane / 4 (the "group") and t = lane % 4 (thread in group):
@@ -96,6 +97,24 @@ __device__ __forceinline__ float fast_exp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+
+// A register of two fp16 values, as the typed pair and back (low half = first element).
+__device__ __forceinline__ __half2 as_half2(std::uint32_t x) {
+  __half2 h;
+  static_assert(sizeof(h) == sizeof(x));
+  __builtin_memcpy(&h, &x, sizeof(x));
+  return h;
+}
+
+__device__ __forceinline__ std::uint32_t as_u32(__half2 h) {
+  std::uint32_t x;
+  __builtin_memcpy(&x, &h, sizeof(x));
+  return x;
+}
+
+// The B fragment of an all-ones 16 x 8 fp16 matrix: A x ones puts each row's sum of A in every
+// column of the product.
+constexpr std::uint32_t kOnesHalf2 = 0x3C003C00u;
 
 // fl_fp16(x) as a float: the rounding points of the fp16 policies.
 __device__ __forceinline__ float round_fp16(float x) { return __half2float(__float2half_rn(x)); }

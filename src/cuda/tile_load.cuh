@@ -2,6 +2,11 @@
 // 16 bytes per cp.async, rows past the end of the sequence zero-filled (so tails compute on zeros,
 // never on garbage). Shared tiles are padded by 16 bytes per row, which makes the 8-row ldmatrix
 // reads conflict-free (row r starts at bank 4r mod 32).
+//
+// Thread t copies column chunk t % kChunksPerRow of rows t / kChunksPerRow + i kRowStep: a warp's
+// copy covers whole rows (coalesced), and the thread's shared addresses are one base plus
+// compile-time offsets, its global addresses one pointer plus multiples of one step (nothing per
+// chunk stays live across the mainloop).
 #pragma once
 
 #include <cstdint>
@@ -22,17 +27,21 @@ template <int kRows, int kHeadDim, int kThreads, typename Elem>
 __device__ __forceinline__ void load_tile_async(Elem* smem, const Elem* base, std::int64_t row_stride,
                                                 int rows_valid) {
   constexpr int kChunksPerRow = kHeadDim / 8;  // 8 elements = 16 bytes
-  constexpr int kChunks = kRows * kChunksPerRow;
-  static_assert(kChunks % kThreads == 0, "tile must split evenly over the CTA");
+  static_assert(kThreads % kChunksPerRow == 0, "a thread keeps one column chunk");
+  constexpr int kRowStep = kThreads / kChunksPerRow;  // rows covered by one pass of the CTA
+  static_assert(kRows % kRowStep == 0, "tile must split evenly over the CTA");
   constexpr int kStride = smem_row_stride<kHeadDim>();
+  const unsigned tid = threadIdx.x;
+  const int row = static_cast<int>(tid / kChunksPerRow);
+  const int col = static_cast<int>(tid % kChunksPerRow) * 8;
+  const std::uint32_t dst = smem_addr(smem + row * kStride + col);
+  const Elem* src = base + row * row_stride + col;
+  const std::int64_t step = kRowStep * row_stride;
 #pragma unroll
-  for (int i = 0; i < kChunks / kThreads; ++i) {
-    const int chunk = i * kThreads + static_cast<int>(threadIdx.x);
-    const int row = chunk / kChunksPerRow;
-    const int col = (chunk % kChunksPerRow) * 8;
-    const bool valid = row < rows_valid;
-    const Elem* src = valid ? base + row * row_stride + col : base;
-    cp_async_16(smem_addr(smem + row * kStride + col), src, valid);
+  for (int i = 0; i < kRows / kRowStep; ++i) {
+    const bool valid = row + i * kRowStep < rows_valid;
+    cp_async_16(dst + i * kRowStep * kStride * 2, valid ? src : base, valid);
+    src += step;
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -126,7 +127,8 @@ struct Result {
 // Runs one case on the GPU (kernel_policy) and on the emulator (emulator_policy: the same
 // computation as the kernel performs it), both against the fp64 reference.
 Result run_case(const Case& c, const Policy& kernel_policy, const Policy& emulator_policy,
-                std::mt19937_64& rng, double lo = -1.0, double hi = 1.0) {
+                std::mt19937_64& rng, double lo = -1.0, double hi = 1.0,
+                std::optional<double> scale = std::nullopt) {
   Tensor4 q = test::random_tensor(c.B, c.Hq, c.Sq, c.D, rng, c.in, c.bshd, lo, hi);
   Tensor4 k = test::random_tensor(c.B, c.Hkv, c.Skv, c.D, rng, c.in, c.bshd, lo, hi);
   Tensor4 v = test::random_tensor(c.B, c.Hkv, c.Skv, c.D, rng, c.in, c.bshd, lo, hi);
@@ -145,6 +147,7 @@ Result run_case(const Case& c, const Policy& kernel_policy, const Policy& emulat
   host.lse = lse_view(lse_emu.data(), c.B, c.Hq, c.Sq);
   host.causal = c.causal;
   host.alignment = c.alignment;
+  host.scale = scale;
   host.policy = emulator_policy;
   host.backend = Backend::emulator;
   attention(host);
@@ -177,12 +180,14 @@ Result run_case(const Case& c, const Policy& kernel_policy, const Policy& emulat
           lse_rms_error(lse_emu, ref.lse), lse_rms(ref.lse)};
 }
 
-void check_case(const Case& c, const Policy& policy, const Policy& emulator_policy) {
+void check_case(const Case& c, const Policy& policy, const Policy& emulator_policy,
+                std::optional<double> scale = std::nullopt) {
   const auto seed = test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(c) << " policy "
-                                    << to_string(policy));
+                                    << to_string(policy) << " scale "
+                                    << (scale ? std::to_string(*scale) : std::string("default")));
   std::mt19937_64 rng(seed);
-  const Result r = run_case(c, policy, emulator_policy, rng);
+  const Result r = run_case(c, policy, emulator_policy, rng, -1.0, 1.0, scale);
   ASSERT_TRUE(std::isfinite(r.err_emulator));
   EXPECT_TRUE(std::isfinite(r.err_kernel)) << "kernel output has NaN/inf (or an unwritten element)";
   EXPECT_LE(r.err_kernel, 2 * r.err_emulator + 1e-4)
@@ -242,6 +247,34 @@ TEST(CudaPasa, BetaZeroIsAccurate) {
   Policy p = pasa_policy();
   p.beta = 0.0;
   check_case({1, 2, 1, 300, 300, 128, true, CausalAlignment::bottom_right, false, DType::f16, DType::f32}, p);
+}
+
+// The exact kernel takes the row max on raw scores and scales inside the exponent: it flips Q for a
+// negative scale and runs a zero scale as a tiny positive one. Both must still match the reference.
+TEST(CudaExact, NegativeZeroAndLargeScales) {
+  REQUIRE_SM90();
+  const auto br = CausalAlignment::bottom_right;
+  for (const double scale : {-0.2, 0.0, 1.5}) {
+    check_case({1, 2, 1, 300, 300, 128, true, br, false, DType::f16, DType::f32}, exact_policy(DType::f16),
+               exact_policy(DType::f16), scale);
+    check_case({1, 2, 2, 257, 700, 64, false, br, true, DType::bf16, DType::bf16}, exact_policy(DType::bf16),
+               exact_policy(DType::bf16), scale);
+  }
+}
+
+// Many key blocks through both pipeline stages, many query blocks, tails on both sides.
+TEST(CudaExact, LongSequences) {
+  REQUIRE_SM90();
+  const auto br = CausalAlignment::bottom_right;
+  check_case({1, 2, 1, 1500, 1500, 128, true, br, false, DType::f16, DType::f16}, exact_policy(DType::f16));
+  check_case({1, 2, 2, 1100, 1600, 64, false, br, false, DType::bf16, DType::bf16}, exact_policy(DType::bf16));
+}
+
+TEST(CudaPasa, LongSequences) {
+  REQUIRE_SM90();
+  const auto br = CausalAlignment::bottom_right;
+  check_case({1, 2, 1, 1500, 1500, 128, true, br, false, DType::f16, DType::f16}, pasa_policy());
+  check_case({1, 2, 2, 1100, 1600, 64, false, br, false, DType::bf16, DType::f16}, pasa_policy());
 }
 
 // The default policy (exact: input and p fp32) runs as exact with P in the input dtype.

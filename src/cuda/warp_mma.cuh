@@ -1,0 +1,115 @@
+// One warp's matrix products of the forward mainloop on mma.sync m16n8k16, operands from shared
+// memory through ldmatrix (the 16-byte row padding of the tiles makes every 8-row ldmatrix read
+// conflict-free: row r starts at bank 4r mod 32). The warp owns kMTiles m16 tiles of query rows;
+// each B fragment read from shared memory (K for Q K^T, V for P V) feeds all kMTiles of them.
+//
+// Addresses are shared-window byte addresses: each function takes the thread's own base (its
+// ldmatrix row pointer at the tile's origin, from the *_lane_offset helpers) and adds compile-time
+// offsets, so the loads use immediate offsets in SASS.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/ptx.cuh"
+
+namespace pasa::cuda {
+
+// Byte offset of this lane's ldmatrix row for an A operand (Q: 16 rows x 16 columns, row-major;
+// matrices 0..3 = rows 0-7 / 8-15 x columns 0-7 / 8-15, i.e. a0..a3).
+template <int kStride>
+__device__ __forceinline__ std::uint32_t a_lane_offset(int lane) {
+  return static_cast<std::uint32_t>(((lane % 8 + ((lane / 8) % 2) * 8) * kStride + (lane / 16) * 8) * 2);
+}
+
+// ... for the B operand of Q K^T (K row-major [key][d]: matrices = keys 0-7 x d 0-7, keys 0-7 x
+// d 8-15, keys 8-15 x d 0-7, keys 8-15 x d 8-15, i.e. b0, b1 of n-tile n and of n-tile n + 1).
+template <int kStride>
+__device__ __forceinline__ std::uint32_t k_lane_offset(int lane) {
+  return static_cast<std::uint32_t>((((lane / 16) * 8 + lane % 8) * kStride + ((lane / 8) % 2) * 8) * 2);
+}
+
+// ... for the B operand of P V (V row-major [key][d], read transposed: matrices = keys 0-7 / 8-15 x
+// d 0-7, then keys 0-7 / 8-15 x d 8-15, i.e. b0, b1 of d-tile n and of d-tile n + 1).
+template <int kStride>
+__device__ __forceinline__ std::uint32_t v_lane_offset(int lane) {
+  return static_cast<std::uint32_t>(((((lane / 8) % 2) * 8 + lane % 8) * kStride + (lane / 16) * 8) * 2);
+}
+
+// This warp's Q fragments of one k16 step (head-dim columns 16 kk ..), all m-tiles.
+template <int kMTiles, int kStride>
+__device__ __forceinline__ void load_q_fragments(std::uint32_t (&q)[kMTiles][4], std::uint32_t q_addr,
+                                                 int kk) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) ldmatrix_x4(q[mt], q_addr + (mt * 16 * kStride + kk * 16) * 2);
+}
+
+// acc += Q K^T for kNTiles n8 key tiles starting at k_addr's key row, over the head dim (kDChunks
+// k16 steps). Q fragments come from shared memory (q_addr) each k step, or from registers when
+// kQInRegs (then q_regs[kk] holds m-tile 0's fragments; kMTiles must be 1).
+template <int kMTiles, int kNTiles, int kDChunks, int kStride, typename Elem, bool kQInRegs = false>
+__device__ __forceinline__ void warp_qk(float (&acc)[kMTiles][kNTiles][4], std::uint32_t q_addr,
+                                        const std::uint32_t (&q_regs)[kQInRegs ? kDChunks : 1][4],
+                                        std::uint32_t k_addr) {
+  static_assert(kNTiles % 2 == 0, "ldmatrix.x4 loads two n8 tiles");
+  static_assert(!kQInRegs || kMTiles == 1, "Q in registers: one m-tile per warp");
+#pragma unroll
+  for (int kk = 0; kk < kDChunks; ++kk) {
+    std::uint32_t q[kMTiles][4];
+    if constexpr (kQInRegs) {
+#pragma unroll
+      for (int x = 0; x < 4; ++x) q[0][x] = q_regs[kk][x];
+    } else {
+      load_q_fragments<kMTiles, kStride>(q, q_addr, kk);
+    }
+#pragma unroll
+    for (int n = 0; n < kNTiles; n += 2) {
+      std::uint32_t b[4];
+      ldmatrix_x4(b, k_addr + (n * 8 * kStride + kk * 16) * 2);
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        mma_16816<Elem>(acc[mt][n], q[mt], b[0], b[1]);
+        mma_16816<Elem>(acc[mt][n + 1], q[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// acc += P V for kDTiles n8 head-dim tiles starting at v_addr's column, over kNChunks k16 key steps.
+// P: A fragments, p[mt][kk] for keys 16 kk .. 16 kk + 15.
+template <int kMTiles, int kNChunks, int kDTiles, int kStride, typename Elem>
+__device__ __forceinline__ void warp_pv(float (&acc)[kMTiles][kDTiles][4],
+                                        const std::uint32_t (&p)[kMTiles][kNChunks][4],
+                                        std::uint32_t v_addr) {
+  static_assert(kDTiles % 2 == 0, "ldmatrix.x4 loads two n8 tiles");
+#pragma unroll
+  for (int kk = 0; kk < kNChunks; ++kk) {
+#pragma unroll
+    for (int n = 0; n < kDTiles; n += 2) {
+      std::uint32_t b[4];
+      ldmatrix_x4_trans(b, v_addr + (kk * 16 * kStride + n * 8) * 2);
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        mma_16816<Elem>(acc[mt][n], p[mt][kk], b[0], b[1]);
+        mma_16816<Elem>(acc[mt][n + 1], p[mt][kk], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// Row sums of fp16 A fragments by the tensor cores: sum[mt][i] = the sum over all kNChunks * 16
+// columns of row i (g / g + 8) of m-tile mt, complete (no quad reduction needed), fp32 accumulation.
+template <int kMTiles, int kNChunks>
+__device__ __forceinline__ void rowsum_mma(const std::uint32_t (&a)[kMTiles][kNChunks][4],
+                                           float (&sum)[kMTiles][2]) {
+  // Two accumulators per m-tile (even and odd k steps): two short dependency chains, not one long one.
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    float c[2][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kNChunks; ++kk) mma_16816<__half>(c[kk % 2], a[mt][kk], kOnesHalf2, kOnesHalf2);
+    sum[mt][0] = c[0][0] + c[1][0];
+    sum[mt][1] = c[0][2] + c[1][2];
+  }
+}
+
+}  // namespace pasa::cuda
