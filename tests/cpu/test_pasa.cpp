@@ -92,6 +92,30 @@ TEST(Pasa, PaperTable4OverflowCases) {
   }
 }
 
+TEST(Pasa, Fp16ScoresOverflowExactlyWhereTheUnscaledScoreRoundsToInfinity) {
+  // fa16_fp32 rounds the fp32 sum Q K^T to fp16: a row turns NaN iff one of its scores rounds past
+  // 65504, i.e. reaches 65520 (the midpoint to the next binade, which rounds to even = inf).
+  const Shape4 shape{1, 4, 256, 128};
+  QKV data = uniform_qkv(shape, 20, 20, test::fresh_seed());
+  const PolicyRun run = run_policy(data, preset_policy("fa16_fp32"));
+  const std::vector<float> q = to_float(data.q), k = to_float(data.k);
+  const std::int64_t S = shape.seq, D = shape.dim;
+  int overflowing_rows = 0;
+  for (std::int64_t h = 0; h < shape.heads; ++h)
+    for (std::int64_t r = 0; r < S; ++r) {
+      bool overflow = false;
+      for (std::int64_t c = 0; c < S; ++c) {
+        float dot = 0.0f;  // the model's fp32 accumulation, in order
+        for (std::int64_t d = 0; d < D; ++d) dot = dot + q[(h * S + r) * D + d] * k[(h * S + c) * D + d];
+        overflow |= std::fabs(dot) >= 65520.0f;
+      }
+      overflowing_rows += overflow;
+      const double first = run.o[static_cast<std::size_t>((h * S + r) * D)];
+      ASSERT_EQ(!std::isfinite(first), overflow) << "head " << h << " row " << r;
+    }
+  EXPECT_GT(overflowing_rows, 0);  // U(0, 40) scores reach fp16's edge in some rows
+}
+
 TEST(Pasa, ResonanceInputsOverflowWithoutTheShiftOnly) {
   for (const char* preset : {"qwen2", "svd"}) {
     SCOPED_TRACE(preset);
