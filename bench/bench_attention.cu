@@ -4,12 +4,23 @@
 // calls, then the median of 30 calls timed one by one with CUDA events. TFLOP/s = 4 B H S^2 D / t,
 // halved for causal (the convention of docs/performance.md).
 //
+// pasa f16 is also timed with the scratch behaviour it had before its own memory pool
+// ("pasa-pasa-oldpool": a cudaMallocAsync / cudaFreeAsync of K''s size on the device's default pool
+// around each call, whose release threshold 0 hands the memory back at every synchronize).
+//
 // Then the kernels' variants (fwd_tiles.h, FwdVariant: the tuned shape with one lever changed each),
 // exact and pasa, f16 at S = 4k / 16k through the internal launch, each checked against the tuned
 // kernel's output (max |difference|), so that one run prices every lever (bench/NOTES.md); and PASA's
 // prepass alone.
 //
-// Usage: bench_attention [csv_path]   (writes one row per point; prints a table either way)
+// Then decoding (S_q = 1, the split-KV path) through the public API: 32 query / 8 KV heads, d = 128,
+// bf16, B = 64 at S_kv = 4k / 8k / 16k / 32k and two small batches; rows "decode:<policy>" whose
+// last column is TB/s (bytes of K and V read / time), not TFLOP/s. And the decode kernel's variants
+// (decode_params.h, DecodeVariant) at B = 64 through the internal launch, timed round-robin, each
+// output checked bit for bit against the tuned kernel's: rows "decode:v:<variant>".
+//
+// Usage: bench_attention [csv_path] [--no-variants]   (one CSV row per point; prints a table either way)
+//        (built with -DPASA_BENCH_NO_VARIANTS and without fwd_variants.cu: never the variants)
 //        bench_attention --profile     (one exact and one pasa call per head dim, for ncu)
 // Built by scripts/device_run.sh: nvcc ... bench/bench_attention.cu bench/fwd_variants.cu
 // build/libpasa_core.a
@@ -25,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "decode_variants.h"
 #include "fwd_variants.h"
 #include "pasa/attention.h"
 #include "pasa/error.h"
@@ -58,6 +70,16 @@ __global__ void fill_uniform(std::uint16_t* out, std::int64_t n, std::uint64_t s
   }
 }
 
+// The number of 16-bit words where a and b differ, added into *out.
+__global__ void count_diff(const std::uint16_t* a, const std::uint16_t* b, std::int64_t n, unsigned* out) {
+  unsigned c = 0;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    c += a[i] != b[i];
+  }
+  if (c != 0) atomicAdd(out, c);
+}
+
 // max |a - b| over n f16 elements, into *out (an unsigned bit pattern of a non-negative float).
 __global__ void max_abs_diff(const __half* a, const __half* b, std::int64_t n, unsigned* out) {
   float m = 0.0f;
@@ -69,6 +91,16 @@ __global__ void max_abs_diff(const __half* a, const __half* b, std::int64_t n, u
   atomicMax(out, __float_as_uint(m));
 }
 
+#ifdef PASA_BENCH_NO_VARIANTS
+}  // namespace
+namespace pasa::cuda {  // never called: the variants section is off in this build
+void launch_fwd_variant(const FwdParams&, int, int, bool, FwdVariant, void*) {
+  throw Error("bench built without the kernel variants");
+}
+}  // namespace pasa::cuda
+namespace {
+#endif
+
 struct Point {
   std::string method;
   std::string dtype;
@@ -77,10 +109,166 @@ struct Point {
   double ms, tflops;
 };
 
+// Decode through the public API (see the header). K / V are filled once at the largest shape; each
+// point reads a prefix of them.
+void bench_decode(cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, std::vector<Point>& points,
+                  int warmup, int runs) {
+  struct Shape {
+    int B, S;
+  };
+  const Shape shapes[] = {{64, 4096}, {64, 8192}, {64, 16384}, {64, 32768}, {1, 32768}, {8, 16384}};
+  constexpr int Hq = 32, Hkv = 8, D = 128;
+  std::int64_t kv_elems = 0;
+  for (const Shape& sh : shapes) kv_elems = std::max<std::int64_t>(kv_elems, std::int64_t{sh.B} * Hkv * sh.S * D);
+  const std::int64_t q_elems = std::int64_t{64} * Hq * D;
+  std::uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
+  float* lse = nullptr;
+  check(cudaMalloc(&k, kv_elems * 2), "cudaMalloc (decode K)");
+  check(cudaMalloc(&v, kv_elems * 2), "cudaMalloc (decode V)");
+  check(cudaMalloc(&q, q_elems * 2), "cudaMalloc");
+  check(cudaMalloc(&o, q_elems * 2), "cudaMalloc");
+  check(cudaMalloc(&lse, 64 * Hq * sizeof(float)), "cudaMalloc");
+  fill_uniform<<<4096, 256, 0, stream>>>(k, kv_elems, 777, true);
+  fill_uniform<<<4096, 256, 0, stream>>>(v, kv_elems, 778, true);
+  fill_uniform<<<256, 256, 0, stream>>>(q, q_elems, 779, true);
+  check(cudaGetLastError(), "fill_uniform");
+
+  pasa::Policy exact = pasa::preset_policy("exact");
+  exact.input = exact.p = pasa::Format::bf16();
+  pasa::Policy fdpp = pasa::preset_policy("fdpp");
+  fdpp.splits = 1;  // split count from the shape, as exact
+  const std::pair<const char*, pasa::Policy> methods[] = {{"decode:exact", exact}, {"decode:fdpp", fdpp}};
+  for (const Shape& sh : shapes) {
+    for (const auto& [name, policy] : methods) {
+      pasa::AttentionArgs args;
+      args.q = pasa::bhsd_view(q, pasa::DType::bf16, sh.B, Hq, 1, D, pasa::Device::cuda);
+      args.k = pasa::bhsd_view(k, pasa::DType::bf16, sh.B, Hkv, sh.S, D, pasa::Device::cuda);
+      args.v = pasa::bhsd_view(v, pasa::DType::bf16, sh.B, Hkv, sh.S, D, pasa::Device::cuda);
+      args.o = pasa::bhsd_view(o, pasa::DType::bf16, sh.B, Hq, 1, D, pasa::Device::cuda);
+      args.lse = pasa::lse_view(lse, sh.B, Hq, 1, pasa::Device::cuda);
+      args.policy = policy;
+      args.backend = pasa::Backend::cuda;
+      args.stream = stream;
+      std::vector<float> times;
+      try {
+        for (int i = 0; i < warmup; ++i) pasa::attention(args);
+        for (int i = 0; i < runs; ++i) {
+          check(cudaEventRecord(start, stream), "cudaEventRecord");
+          pasa::attention(args);
+          check(cudaEventRecord(stop, stream), "cudaEventRecord");
+          check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+          float ms = 0;
+          check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+          times.push_back(ms);
+        }
+      } catch (const pasa::Error& e) {
+        std::fprintf(stderr, "%s B%d S_kv %d: %s\n", name, sh.B, sh.S, e.what());
+        continue;
+      }
+      std::sort(times.begin(), times.end());
+      const double ms = times[times.size() / 2];
+      const double bytes = 2.0 * sh.B * Hkv * static_cast<double>(sh.S) * D * 2;  // K and V, bf16
+      const double tbps = bytes / (ms * 1e-3) / 1e12;
+      points.push_back({name, "bf16", D, Hq, sh.S, sh.B, false, ms, tbps});
+      std::printf("%-13s bf16 D%d Hq%d Hkv%d S_q1 S_kv%-6d B%-3d %9.4f ms %6.2f TB/s (K, V read)\n", name, D, Hq,
+                  Hkv, sh.S, sh.B, ms, tbps);
+      std::fflush(stdout);
+    }
+  }
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+
+  // The kernel's variants at B = 64 (one split: the CTAs write O directly, as the API's call does).
+  using pasa::cuda::DecodeVariant;
+  const char* names[pasa::cuda::kDecodeVariants] = {"tuned", "2stages", "4stages", "noprefetch", "prefetch256"};
+  std::uint16_t* o_ref = nullptr;
+  unsigned* d_count = nullptr;
+  check(cudaMalloc(&o_ref, q_elems * 2), "cudaMalloc");
+  check(cudaMalloc(&d_count, sizeof(unsigned)), "cudaMalloc");
+  for (const Shape& sh : shapes) {
+    if (sh.B != 64) continue;
+    pasa::cuda::FwdParams f{};
+    const std::int64_t kv_h = static_cast<std::int64_t>(sh.S) * D;
+    f.q = {q, Hq * D, D, D};
+    f.k = {k, Hkv * kv_h, kv_h, D};
+    f.v = {v, Hkv * kv_h, kv_h, D};
+    f.o = o;
+    f.o_stride_b = Hq * D;
+    f.o_stride_h = D;
+    f.o_stride_s = D;
+    f.o_type = pasa::cuda::ElemType::bf16;
+    f.lse = lse;
+    f.lse_stride_b = Hq;
+    f.lse_stride_h = 1;
+    f.lse_stride_s = 1;
+    f.seq_q = 1;
+    f.seq_kv = sh.S;
+    f.heads_q = Hq;
+    f.group = Hq / Hkv;
+    f.causal_offset = sh.S - 1;
+    f.scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(D)));
+    pasa::cuda::DecodeParams p{};
+    p.fwd = f;
+    p.heads_kv = Hkv;
+    p.rows = Hq / Hkv;
+    p.row_chunks = 1;
+    p.splits = 1;
+    p.split_keys = (sh.S + 63) / 64 * 64;
+    p.direct = true;
+    std::vector<std::vector<float>> times(pasa::cuda::kDecodeVariants);
+    std::vector<unsigned> differ(pasa::cuda::kDecodeVariants, 0);
+    try {
+      for (int vi = 0; vi < pasa::cuda::kDecodeVariants; ++vi) {
+        for (int i = 0; i < warmup; ++i) pasa::cuda::launch_decode_variant(p, sh.B, static_cast<DecodeVariant>(vi), stream);
+        if (vi == 0) {
+          check(cudaMemcpyAsync(o_ref, o, q_elems * 2, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+          continue;
+        }
+        check(cudaMemsetAsync(d_count, 0, sizeof(unsigned), stream), "cudaMemsetAsync");
+        count_diff<<<64, 256, 0, stream>>>(o, o_ref, std::int64_t{sh.B} * Hq * D, d_count);
+        check(cudaMemcpyAsync(&differ[vi], d_count, sizeof(unsigned), cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
+        check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      }
+      for (int i = 0; i < runs; ++i) {
+        for (int vi = 0; vi < pasa::cuda::kDecodeVariants; ++vi) {
+          check(cudaEventRecord(start, stream), "cudaEventRecord");
+          pasa::cuda::launch_decode_variant(p, sh.B, static_cast<DecodeVariant>(vi), stream);
+          check(cudaEventRecord(stop, stream), "cudaEventRecord");
+          check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+          float ms = 0;
+          check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+          times[vi].push_back(ms);
+        }
+      }
+    } catch (const pasa::Error& e) {
+      std::fprintf(stderr, "decode variants S_kv %d: %s\n", sh.S, e.what());
+      continue;
+    }
+    const double bytes = 2.0 * sh.B * Hkv * static_cast<double>(sh.S) * D * 2;
+    for (int vi = 0; vi < pasa::cuda::kDecodeVariants; ++vi) {
+      std::sort(times[vi].begin(), times[vi].end());
+      const double ms = times[vi][times[vi].size() / 2];
+      const std::string name = std::string("decode:v:") + names[vi];
+      points.push_back({name, "bf16", D, Hq, sh.S, sh.B, false, ms, bytes / (ms * 1e-3) / 1e12});
+      std::printf("%-22s bf16 D%d S_kv%-6d B%-3d %9.4f ms %6.2f TB/s  O words != tuned: %u%s\n", name.c_str(), D,
+                  sh.S, sh.B, ms, points.back().tflops, differ[vi], differ[vi] != 0 ? "  MISMATCH" : "");
+    }
+    std::fflush(stdout);
+  }
+  cudaFree(o_ref);
+  cudaFree(d_count);
+  cudaFree(q);
+  cudaFree(k);
+  cudaFree(v);
+  cudaFree(o);
+  cudaFree(lse);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* csv_path = argc > 1 ? argv[1] : nullptr;
+  const char* csv_path = argc > 1 && argv[1][0] != '-' ? argv[1] : nullptr;
+  bool run_variants = true;
+  for (int i = 1; i < argc; ++i) run_variants &= std::string(argv[i]) != "--no-variants";
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("device: %s (sm_%d%d), %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
@@ -105,6 +293,7 @@ int main(int argc, char** argv) {
     std::string name;
     pasa::DType dtype;
     pasa::Policy policy;
+    bool old_pool = false;  // emulate the default-pool scratch of before (see the header)
   };
   auto exact_for = [](pasa::Format f) {
     pasa::Policy p = pasa::preset_policy("exact");
@@ -116,6 +305,7 @@ int main(int argc, char** argv) {
       {"pasa-exact", pasa::DType::f16, exact_for(pasa::Format::fp16())},
       {"pasa-exact", pasa::DType::bf16, exact_for(pasa::Format::bf16())},
       {"pasa-pasa", pasa::DType::f16, pasa::preset_policy("pasa")},
+      {"pasa-pasa-oldpool", pasa::DType::f16, pasa::preset_policy("pasa"), true},
   };
 
   // --profile: one call of exact and of pasa (f16, non-causal, S = 4k) per head dim, for a profiler
@@ -172,11 +362,18 @@ int main(int argc, char** argv) {
           args.backend = pasa::Backend::cuda;
           args.stream = stream;
           std::vector<float> times;
+          const std::size_t old_bytes = static_cast<std::size_t>(n) * 2;  // K' of f16 inputs
+          const auto call = [&] {
+            void* old = nullptr;
+            if (m.old_pool) check(cudaMallocAsync(&old, old_bytes, stream), "cudaMallocAsync");
+            pasa::attention(args);
+            if (m.old_pool) check(cudaFreeAsync(old, stream), "cudaFreeAsync");
+          };
           try {
-            for (int i = 0; i < kWarmup; ++i) pasa::attention(args);
+            for (int i = 0; i < kWarmup; ++i) call();
             for (int i = 0; i < kRuns; ++i) {
               check(cudaEventRecord(start, stream), "cudaEventRecord");
-              pasa::attention(args);
+              call();
               check(cudaEventRecord(stop, stream), "cudaEventRecord");
               check(cudaEventSynchronize(stop), "cudaEventSynchronize");
               float ms = 0;
@@ -192,7 +389,7 @@ int main(int argc, char** argv) {
           const double flops = 4.0 * B * H * static_cast<double>(S) * S * D * (causal ? 0.5 : 1.0);
           points.push_back({name, bf16 ? "bf16" : "fp16", D, H, S, B, causal, ms, flops / (ms * 1e-3) / 1e12});
           const Point& p = points.back();
-          std::printf("%-11s %-4s D%-3d H%-2d S%-5d B%-2d %-6s %9.3f ms %7.1f TFLOP/s\n", p.method.c_str(),
+          std::printf("%-17s %-4s D%-3d H%-2d S%-5d B%-2d %-6s %9.3f ms %7.1f TFLOP/s\n", p.method.c_str(),
                       p.dtype.c_str(), D, H, S, B, causal ? "causal" : "full", ms, p.tflops);
           std::fflush(stdout);
         }
@@ -213,7 +410,10 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&o_ref, max_elems * 2), "cudaMalloc");
   check(cudaMalloc(&k_prep, max_elems * 2), "cudaMalloc");
   check(cudaMalloc(&d_diff, sizeof(unsigned)), "cudaMalloc");
-  {
+#ifdef PASA_BENCH_NO_VARIANTS  // built without fwd_variants.cu (scripts/device_run.sh, PASA_VARIANTS=0)
+  run_variants = false;
+#endif
+  if (run_variants) {
     using pasa::cuda::FwdVariant;
     const char* names[pasa::cuda::kFwdVariants] = {"tuned", "stages", "v1shape", "epilogue", "8warps", "halfN"};
     for (const bool pasa_family : {false, true}) {
@@ -360,6 +560,15 @@ int main(int argc, char** argv) {
   cudaFree(o_ref);
   cudaFree(k_prep);
   cudaFree(d_diff);
+  cudaFree(q);
+  cudaFree(k);
+  cudaFree(v);
+  cudaFree(o);
+  cudaFree(lse);
+  q = k = v = o = nullptr;
+  lse = nullptr;
+
+  bench_decode(stream, start, stop, points, kWarmup, kRuns);
 
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   if (csv_path != nullptr) {
@@ -373,10 +582,5 @@ int main(int argc, char** argv) {
       std::fclose(f);
     }
   }
-  cudaFree(q);
-  cudaFree(k);
-  cudaFree(v);
-  cudaFree(o);
-  cudaFree(lse);
   return 0;
 }

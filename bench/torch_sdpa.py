@@ -6,6 +6,10 @@ Usage: python3 bench/torch_sdpa.py [pasa_csv] [out_csv]
 Same points as the C++ bench: head dims 64 / 128, S = 1k / 4k / 16k, B * S = 32k tokens,
 H * D = 2048, causal and not, fp16 and bf16, BHSD contiguous, fresh uniform [-1, 1) inputs.
 5 warm-up calls, median of 30 timed with CUDA events. TFLOP/s = 4 B H S^2 D / t, halved for causal.
+
+Then decoding, as bench_attention's decode points: S_q = 1, 32 query / 8 KV heads, d = 128, bf16,
+B = 64 at S_kv = 4k / 8k / 16k / 32k and (1, 32k), (8, 16k); KV-cache read bandwidth TB/s = bytes of K
+and V / t. GQA through enable_gqa=True, else the backend's native head broadcast (said in the output).
 """
 import csv
 import statistics
@@ -35,6 +39,42 @@ def time_call(fn):
     return statistics.median(times)
 
 
+DECODE_SHAPES = [(64, 4096), (64, 8192), (64, 16384), (64, 32768), (1, 32768), (8, 16384)]
+DECODE_HQ, DECODE_HKV, DECODE_D = 32, 8, 128
+
+
+def bench_decode(backends):
+    """torch SDPA on the decode points; rows with tflops = TB/s of K and V read."""
+    rows = []
+    for B, S in DECODE_SHAPES:
+        q = torch.rand(B, DECODE_HQ, 1, DECODE_D, device="cuda", dtype=torch.bfloat16) * 2 - 1
+        k, v = (torch.rand(B, DECODE_HKV, S, DECODE_D, device="cuda", dtype=torch.bfloat16) * 2 - 1
+                for _ in range(2))
+        kv_bytes = 2.0 * B * DECODE_HKV * S * DECODE_D * 2
+        for name, backend in backends.items():
+            ms, how, err = None, None, None
+            for how_name, kwargs in (("enable_gqa", dict(enable_gqa=True)), ("native", {})):
+                def call():
+                    return F.scaled_dot_product_attention(q, k, v, **kwargs)
+                try:
+                    with sdpa_kernel(backend):
+                        ms = time_call(call)
+                    how = how_name
+                    break
+                except RuntimeError as e:
+                    err = str(e).splitlines()[0]
+            if ms is None:
+                print(f"decode {name} B{B} S_kv{S}: {err}")
+                continue
+            rows.append(dict(method=name, dtype="bf16", D=DECODE_D, H=DECODE_HQ, S=S, B=B, causal=0, ms=ms,
+                             tflops=kv_bytes / (ms * 1e-3) / 1e12))
+            print(f"decode {name:<11} bf16 B{B:<3} S_kv{S:<6} {ms:9.4f} ms {rows[-1]['tflops']:6.2f} TB/s ({how})",
+                  flush=True)
+        del q, k, v
+        torch.cuda.empty_cache()
+    return rows
+
+
 def main():
     pasa_csv = sys.argv[1] if len(sys.argv) > 1 else None
     out_csv = sys.argv[2] if len(sys.argv) > 2 else None
@@ -48,6 +88,7 @@ def main():
           f"{dev}, driver {driver}")
     rows = []
     backends = {"torch-flash": SDPBackend.FLASH_ATTENTION, "torch-cudnn": SDPBackend.CUDNN_ATTENTION}
+    decode_rows = bench_decode(backends)
     for D in (64, 128):
         H = 2048 // D
         for S in (1024, 4096, 16384):
@@ -73,21 +114,23 @@ def main():
                     del q, k, v
     if out_csv:
         with open(out_csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()) + ["kind"])
             w.writeheader()
             w.writerows(rows)
+            w.writerows(dict(r, kind="decode TB/s") for r in decode_rows)
     if pasa_csv:
         try:
             with open(pasa_csv) as f:
                 for r in csv.DictReader(f):
-                    rows.append(dict(method=r["method"], dtype=r["dtype"], D=int(r["D"]), H=int(r["H"]),
-                                     S=int(r["S"]), B=int(r["B"]), causal=int(r["causal"]),
-                                     ms=float(r["ms"]), tflops=float(r["tflops"])))
+                    row = dict(method=r["method"], dtype=r["dtype"], D=int(r["D"]), H=int(r["H"]),
+                               S=int(r["S"]), B=int(r["B"]), causal=int(r["causal"]),
+                               ms=float(r["ms"]), tflops=float(r["tflops"]))
+                    (decode_rows if row["method"].startswith("decode:") else rows).append(row)
         except OSError:
             print(f"(no pasa results at {pasa_csv})")
 
     # One table: a row per (dtype, D, S, causal), a column per method, TFLOP/s.
-    methods = ["pasa-exact", "pasa-pasa"] + list(backends)
+    methods = ["pasa-exact", "pasa-pasa", "pasa-pasa-oldpool"] + list(backends)
     table = {}
     for r in rows:
         table.setdefault((r["dtype"], r["D"], r["S"], r["causal"]), {})[r["method"]] = r["tflops"]
@@ -114,15 +157,31 @@ def main():
                              for m in variants + extra)
             print(f"{D:>4} {S:>6} {'causal' if causal else 'full':<6} {cells}")
 
-    # The targets: exact >= torch flash at S >= 4k; pasa >= 0.95 x exact.
-    print("\nratios: exact / torch-flash, pasa / exact (fp16)")
+    # The targets: exact >= torch flash at S >= 4k; pasa >= 0.95 x exact. oldpool: pasa with the
+    # scratch behaviour of before its own memory pool, in the same run.
+    print("\nratios: exact / torch-flash, pasa / exact, pasa-oldpool / exact (fp16)")
     for key in sorted(k for k in table if k[0] in ("fp16", "bf16")):
         t = table[key]
         dname, D, S, causal = key
         r1 = t["pasa-exact"] / t["torch-flash"] if "pasa-exact" in t and "torch-flash" in t else float("nan")
         r2 = t["pasa-pasa"] / t["pasa-exact"] if "pasa-pasa" in t and "pasa-exact" in t else float("nan")
+        r3 = t["pasa-pasa-oldpool"] / t["pasa-exact"] if "pasa-pasa-oldpool" in t and "pasa-exact" in t else float("nan")
         print(f"{dname:<5} {D:>4} {S:>6} {'causal' if causal else 'full':<6} exact/flash {r1:5.2f}"
-              + (f"  pasa/exact {r2:5.2f}" if r2 == r2 else ""))
+              + (f"  pasa/exact {r2:5.2f}  oldpool/exact {r3:5.2f}" if r2 == r2 else ""))
+
+    # Decode: KV-cache read bandwidth, pasa's split-KV path against torch's backends.
+    dmethods = ["decode:exact", "decode:fdpp"] + list(backends)
+    dtable = {}
+    for r in decode_rows:
+        dtable.setdefault((r["B"], r["S"]), {})[r["method"]] = r["tflops"]
+    print(f"\ndecode TB/s (K, V bytes / time; S_q 1, {DECODE_HQ}/{DECODE_HKV} heads, d {DECODE_D}, bf16)")
+    print(f"{'B':>4} {'S_kv':>6} " + " ".join(f"{m:>13}" for m in dmethods) + "   exact/cudnn  exact/flash")
+    for key in sorted(dtable, key=lambda k: (k[0] != 64, k)):
+        t = dtable[key]
+        cells = " ".join(f"{t[m]:13.2f}" if m in t else f"{'-':>13}" for m in dmethods)
+        rc = t["decode:exact"] / t["torch-cudnn"] if "decode:exact" in t and "torch-cudnn" in t else float("nan")
+        rf = t["decode:exact"] / t["torch-flash"] if "decode:exact" in t and "torch-flash" in t else float("nan")
+        print(f"{key[0]:>4} {key[1]:>6} {cells}   {rc:11.2f}  {rf:11.2f}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@
 # Run from the repository root on a machine with an sm_90 GPU: bash scripts/device_run.sh. Where that
 # machine lacks fmt / GoogleTest / nlohmann-json, copy a prefix of them to build-devdeps/usr first (it
 # is used as CMAKE_PREFIX_PATH when present). Logs and CSVs land in $OUT (default /tmp/pasa-out).
+# Phases that can be left out to fit a short device call: PASA_VARIANTS=0 (the prefill kernels'
+# variant benchmarks, and their compilation), PASA_PYTHON=0 (the Python package and its tests).
 set -uo pipefail
 ROOT=$(pwd)
 OUT=${OUT:-/tmp/pasa-out}
@@ -42,8 +44,10 @@ grep -E "spill|warning" "$OUT/build.log" | sort -u | head -20
 # The benchmark (with the exact kernel's variants) compiles on the CPUs while the tests use the GPU.
 LIBDIRS=()
 [ -d build-devdeps/usr ] && LIBDIRS=(-L"$ROOT/build-devdeps/usr/lib/x86_64-linux-gnu")
+VARIANT_SRC=(bench/fwd_variants.cu)
+[ "${PASA_VARIANTS:-1}" = 0 ] && VARIANT_SRC=(-DPASA_BENCH_NO_VARIANTS)
 ( nvcc -O3 -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
-    -Xptxas -warn-spills bench/bench_attention.cu bench/fwd_variants.cu "$BUILD/libpasa_core.a" \
+    -Xptxas -warn-spills bench/bench_attention.cu bench/decode_variants.cu "${VARIANT_SRC[@]}" "$BUILD/libpasa_core.a" \
     "${LIBDIRS[@]}" -lfmt -Xcompiler -fopenmp -o "$BUILD/bench_attention" >"$BUILD/bench_build.log" 2>&1 ) &
 BENCH_BUILD=$!
 
@@ -53,21 +57,21 @@ TESTS_RC=$?
 grep -E "Failure|FAILED|PASSED|SKIPPED|Expected|kernel .* vs emulator|uniform" "$OUT/tests.log" | tail -20
 
 if command -v compute-sanitizer >/dev/null; then
-  FILTER='CudaExact.DefaultPolicy*:CudaPasa.BetaZero*:CudaBadInput.*'
+  FILTER='CudaExact.DefaultPolicy*:CudaPasa.BetaZero*:CudaBadInput.*:CudaDecode.PolicySplits*:CudaDecode.FdppLarge*:CudaGraph.*'
   phase "compute-sanitizer memcheck ($FILTER)"
   compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/pasa_cuda_tests" \
     --gtest_filter="$FILTER" >"$OUT/sanitizer.log" 2>&1
   echo "memcheck rc=$?"
   phase "compute-sanitizer racecheck"
   compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/pasa_cuda_tests" \
-    --gtest_filter='CudaPasa.BetaZero*:CudaExact.DefaultPolicy*' >>"$OUT/sanitizer.log" 2>&1
+    --gtest_filter='CudaPasa.BetaZero*:CudaExact.DefaultPolicy*:CudaDecode.PolicySplits*' >>"$OUT/sanitizer.log" 2>&1
   echo "racecheck rc=$?"
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
 fi
 
 # The Python package against the kernels: built with the machine's scikit-build-core and nanobind
 # (no network), then its whole test suite, the torch/CUDA tests included.
-if python3 -c "import scikit_build_core, nanobind, pytest, torch" 2>/dev/null; then
+if [ "${PASA_PYTHON:-1}" != 0 ] && python3 -c "import scikit_build_core, nanobind, pytest, torch" 2>/dev/null; then
   phase "python package (CUDA) and its tests"
   PY_PREFIX=()
   [ -d build-devdeps/usr ] && PY_PREFIX=(-Ccmake.define.CMAKE_PREFIX_PATH="$ROOT/build-devdeps/usr")
@@ -85,9 +89,10 @@ wait "$BENCH_BUILD"
 cat "$BUILD/bench_build.log" >>"$OUT/build.log"  # $OUT returns at most 8 files
 grep -E "error|spill" "$BUILD/bench_build.log" | head -10
 
-phase "bench: pasa's kernels, their variants, the prepass"
+phase "bench: pasa's kernels, their variants, the prepass, decode"
 [ -x "$BUILD/bench_attention" ] && "$BUILD/bench_attention" "$OUT/pasa_bench.csv" >"$OUT/pasa_bench.log" 2>&1
 head -1 "$OUT/pasa_bench.log"; grep -i "error" "$OUT/pasa_bench.log" | head -5
+grep "^decode:" "$OUT/pasa_bench.log"
 grep "pasa-prepass" "$OUT/pasa_bench.log"
 grep "MISMATCH" "$OUT/pasa_bench.log" | sed 's/^/variant output differs: /'
 

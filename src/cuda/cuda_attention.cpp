@@ -1,7 +1,10 @@
 // The CUDA backend's dispatch: checks what the kernels support (device, pointers, layout, dtypes,
 // head dim, policy), each failure a pasa::Error naming the argument before anything is launched;
-// then picks the kernel family (exact or pasa) and launches on the caller's stream. No
-// synchronization: PASA's scratch buffer is allocated and freed stream-ordered.
+// then picks the path and launches on the caller's stream: the split-KV decode kernel for S_q <= 16
+// with the exact or fdpp policies, the prefill kernels (exact, pasa) otherwise. No synchronization:
+// scratch buffers come from pasa's own stream-ordered pool (device_pool.h). The one exception:
+// AttentionStats of an fdpp (unified max) call read the device's count of recomputed rows, which
+// waits for the stream.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -10,6 +13,8 @@
 #include <string>
 
 #include "cuda/cuda_check.h"
+#include "cuda/decode_params.h"
+#include "cuda/device_pool.h"
 #include "cuda/kernel_params.h"
 #include "cuda_backend.h"
 #include "pasa/error.h"
@@ -96,7 +101,7 @@ std::string field_error(const char* field, const Format& got, const std::string&
          "kernels (they need " + want + ")";
 }
 
-enum class Family { exact, pasa };
+enum class Family { exact, pasa, fdpp };
 
 // `normalized` is the policy with every field the kernel lets vary set back to `preset`'s value: any
 // field still printed by to_string (smoothing, quantizers, ... whatever the policy type grows) is one
@@ -110,13 +115,38 @@ void reject_other_fields(Policy normalized, const std::string& preset, const cha
   }
 }
 
-// The kernels implement two policies: exact (fp32 scores and softmax; P rounded to the input dtype
-// for the tensor cores; input and p may name that dtype or fp32; any s1, s2) and the pasa preset
-// (any beta and s1; s2 = 128). Everything else is an error naming the field.
+// The fdpp preset's family: its formats (fp16 input, S and P; fp32 softmax, accumulators and O), any
+// phi, window, splits and block sizes, and shift unified (FlashDecoding++) or none (the synchronized
+// algorithm in the same formats, "fdpp,shift=none"). Returns false for a shift=none policy that is not
+// fdpp-derived; throws naming the fields for an fdpp-derived one that differs elsewhere.
+bool is_fdpp_family(const Policy& pol) {
+  if (pol.shift != Shift::unified && !(pol.shift == Shift::none && pol.preset == "fdpp")) return false;
+  const Policy preset = preset_policy("fdpp");
+  Policy normalized = pol;
+  normalized.shift = preset.shift;
+  normalized.phi = preset.phi;
+  normalized.window_lo = preset.window_lo;
+  normalized.window_hi = preset.window_hi;
+  normalized.splits = preset.splits;
+  normalized.block_q = preset.block_q;
+  normalized.block_kv = preset.block_kv;
+  if (pol.shift == Shift::none) {
+    normalized.preset = "fdpp";
+    if (to_string(normalized) != "fdpp") return false;  // judged as an exact-family policy instead
+  }
+  reject_other_fields(normalized, "fdpp", "decode");
+  return true;
+}
+
+// The kernels implement three policy families: exact (fp32 scores and softmax; P rounded to the input
+// dtype for the tensor cores; input and p may name that dtype or fp32; any s1, s2, splits), the pasa
+// preset (any beta and s1; s2 = 128) and the fdpp preset (is_fdpp_family; decode shapes only).
+// Everything else is an error naming the field.
 Family classify_policy(const Policy& pol, DType in) {
   const Format in_fmt = in == DType::bf16 ? Format::bf16() : Format::fp16();
   const Format fp32 = Format::fp32();
   const Format fp16 = Format::fp16();
+  if (is_fdpp_family(pol)) return Family::fdpp;
   if (pol.shift == Shift::none) {
     const std::string in_name = in_fmt.name();
     if (pol.input != fp32 && pol.input != in_fmt) {
@@ -133,16 +163,19 @@ Family classify_policy(const Policy& pol, DType in) {
     if (pol.scale != ScalePlacement::scores) {
       throw Error("policy field 'scale': only s (scores) is supported by the CUDA exact kernel");
     }
-    // s1 / s2 only order fp32 roundings here: the kernel uses its own tiles.
+    // s1 / s2 / splits only order fp32 roundings here: the kernels use their own tiles (the decode
+    // path takes a policy's splits > 1 as its split count).
     Policy normalized = pol;
     normalized.input = normalized.p = fp32;
     normalized.block_q = preset_policy("exact").block_q;
     normalized.block_kv = preset_policy("exact").block_kv;
+    normalized.splits = preset_policy("exact").splits;
     reject_other_fields(normalized, "exact", "exact");
     return Family::exact;
   }
   if (pol.shift != Shift::pasa) {
-    throw Error("policy field 'shift': only none (exact) and pasa are supported by the CUDA kernels");
+    throw Error("policy field 'shift': only none (exact), pasa and unified (fdpp) are supported by the "
+                "CUDA kernels");
   }
   // shift == pasa: the pasa preset's formats.
   const std::pair<const char*, Format> want[] = {{"input", fp16}, {"qk_acc", fp32}, {"s", fp16},
@@ -172,23 +205,11 @@ Family classify_policy(const Policy& pol, DType in) {
 
 cuda::Operand operand(const TensorView& t) { return {t.data, t.stride[0], t.stride[1], t.stride[2]}; }
 
-// A stream-ordered device buffer, freed on the same stream when it goes out of scope.
-class StreamBuffer {
- public:
-  StreamBuffer(std::size_t bytes, cudaStream_t stream) : stream_(stream) {
-    check_cuda(cudaMallocAsync(&ptr_, bytes, stream), "cudaMallocAsync (pasa scratch)");
-  }
-  ~StreamBuffer() {
-    if (ptr_ != nullptr) cudaFreeAsync(ptr_, stream_);
-  }
-  StreamBuffer(const StreamBuffer&) = delete;
-  StreamBuffer& operator=(const StreamBuffer&) = delete;
-  void* get() const { return ptr_; }
-
- private:
-  void* ptr_ = nullptr;
-  cudaStream_t stream_;
-};
+void fill_stats(AttentionStats* stats, const ProblemShape& ps, long long recomputed) {
+  if (stats == nullptr) return;
+  stats->rows = ps.batch * ps.heads_q * ps.seq_q;
+  stats->recomputed_rows = recomputed;
+}
 
 }  // namespace
 
@@ -243,6 +264,12 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
     throw Error("q: batch and head counts above 65535 are not supported by the CUDA kernels");
   }
   const Family family = classify_policy(args.policy, in);
+  const bool decode = family != Family::pasa && ps.seq_q <= cuda::kDecodeMaxSeqQ;
+  if (family == Family::fdpp && !decode) {
+    throw Error("policy '" + to_string(args.policy) + "': the fdpp policies (FlashDecoding++) run on the "
+                "CUDA decode path only, which takes S_q <= " + std::to_string(cuda::kDecodeMaxSeqQ) +
+                " (q has S_q = " + std::to_string(ps.seq_q) + ")");
+  }
 
   const int device = check_device();
   check_device_pointer(args.q.data, "q", device);
@@ -281,6 +308,26 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
   const int batch = static_cast<int>(ps.batch);
   const int dim = static_cast<int>(ps.dim);
 
+  if (decode) {
+    cuda::DecodeRequest r{};
+    r.fwd = p;
+    r.batch = batch;
+    r.heads_kv = static_cast<int>(ps.heads_kv);
+    r.head_dim = dim;
+    r.in_type = elem_type(in);
+    r.device = device;
+    r.fdpp_formats = family == Family::fdpp;
+    r.unified = family == Family::fdpp && args.policy.shift == Shift::unified;
+    r.alpha = alpha;
+    r.phi = args.policy.phi;
+    r.window_lo = args.policy.window_lo;
+    r.window_hi = args.policy.window_hi;
+    r.policy_splits = args.policy.splits;
+    const long long recomputed = cuda::run_decode(r, args.stats != nullptr && r.unified, args.stream);
+    fill_stats(args.stats, ps, recomputed);
+    return;
+  }
+  fill_stats(args.stats, ps, 0);
   if (family == Family::exact) {
     cuda::launch_exact_fwd(p, batch, dim, elem_type(in), args.stream);
     return;
@@ -306,7 +353,7 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
 
   const std::size_t head_bytes = static_cast<std::size_t>(ps.batch * ps.heads_kv * ps.seq_kv * ps.dim) * 2;
   const bool convert_v = in == DType::bf16;
-  StreamBuffer scratch(head_bytes * (convert_v ? 2 : 1), stream);
+  cuda::StreamBuffer scratch(head_bytes * (convert_v ? 2 : 1), device, stream);
   prep.k_out = scratch.get();
   prep.v_out = convert_v ? static_cast<char*>(scratch.get()) + head_bytes : nullptr;
   cuda::launch_pasa_prepare(prep, batch, dim, args.stream);

@@ -16,6 +16,8 @@
 //   with a matrix of ones) in fp32 and rounded once (the emulator sums in fp16 one term at a time:
 //   ours is the more accurate of the two). The per-row scalar state (m, l, F and its dozen fp16
 //   roundings a block) lives in one lane of the quad per row, not in all four.
+// UnifiedSoftmax: FlashDecoding++'s unified max (spec section 5) for the decode kernel: every score
+//   against one fixed phi, no running max, no rescaling.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -215,6 +217,46 @@ struct PasaSoftmax {
     const float my_lse = (m == -INFINITY || l == 0.0f) ? -INFINITY : m + logf(l) + g * F;
     broadcast(l, row_l);
     broadcast(my_lse, lse);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// unified max (FlashDecoding++, spec section 5)
+
+// Every score is measured against the one fixed phi: P = 2^(s |alpha| log2 e - phi log2 e), no
+// running max and no rescaling, so that the splits of the key axis are simply summed. The window test
+// (a row with any visible x - phi outside (lo, hi), x = alpha s, goes to the synchronized path)
+// happens in the kernel, where the visibility of each key is known.
+template <int kMTiles>
+struct UnifiedSoftmax {
+  static constexpr int kRows = 2 * kMTiles;
+  float l[kRows];  // this thread's partial sum of exponentials
+
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) l[r] = 0.0f;
+  }
+
+  // s: raw masked scores in (-inf where masked: P = 0), P out (fp32).
+  template <int kNTiles>
+  __device__ __forceinline__ void step(float (&s)[kMTiles][kNTiles][4], float scale_log2, float phi_log2) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p = fast_exp2(fmaf(s[mt][n][2 * i + e], scale_log2, -phi_log2));
+            s[mt][n][2 * i + e] = p;
+            sum += p;
+          }
+        }
+        l[2 * mt + i] += sum;
+      }
+    }
   }
 };
 

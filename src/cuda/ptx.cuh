@@ -71,6 +71,22 @@ __device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 
+// The same with an L2 prefetch size hint (kPrefetch = 64, 128 or 256 bytes; 0: none).
+template <int kPrefetch>
+__device__ __forceinline__ void cp_async_16_hint(std::uint32_t dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  if constexpr (kPrefetch == 0) {
+    cp_async_16(dst, src, valid);
+  } else if constexpr (kPrefetch == 64) {
+    asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+  } else if constexpr (kPrefetch == 128) {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+  } else {
+    static_assert(kPrefetch == 256, "L2 prefetch hint of 0, 64, 128 or 256 bytes");
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+  }
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 template <int kPending>

@@ -23,7 +23,8 @@ constexpr int smem_row_stride() {
 
 // Copies kRows rows (row r at base + r * row_stride) into `smem`; rows r >= rows_valid are
 // zero-filled and not read. Issued by all kThreads threads of the CTA; the caller commits the group.
-template <int kRows, int kHeadDim, int kThreads, typename Elem>
+// kPrefetch: the cp.async's L2 prefetch size hint (0: none).
+template <int kRows, int kHeadDim, int kThreads, typename Elem, int kPrefetch = 0>
 __device__ __forceinline__ void load_tile_async(Elem* smem, const Elem* base, std::int64_t row_stride,
                                                 int rows_valid) {
   constexpr int kChunksPerRow = kHeadDim / 8;  // 8 elements = 16 bytes
@@ -40,8 +41,36 @@ __device__ __forceinline__ void load_tile_async(Elem* smem, const Elem* base, st
 #pragma unroll
   for (int i = 0; i < kRows / kRowStep; ++i) {
     const bool valid = row + i * kRowStep < rows_valid;
-    cp_async_16(dst + i * kRowStep * kStride * 2, valid ? src : base, valid);
+    cp_async_16_hint<kPrefetch>(dst + i * kRowStep * kStride * 2, valid ? src : base, valid);
     src += step;
+  }
+}
+
+// bf16 -> fp16 in place, for the chunks this thread copied with the same load_tile_async<kRows,
+// kHeadDim, kThreads> call (so that only its own, completed cp.async writes are read: call it after
+// cp_async_wait and before the barrier that publishes the tile). Values beyond fp16's range become
+// inf, as rounding to an fp16 input format does.
+template <int kRows, int kHeadDim, int kThreads>
+__device__ __forceinline__ void own_chunks_bf16_to_half(void* smem) {
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  constexpr int kRowStep = kThreads / kChunksPerRow;
+  constexpr int kStride = smem_row_stride<kHeadDim>();
+  const unsigned tid = threadIdx.x;
+  const int row = static_cast<int>(tid / kChunksPerRow);
+  const int col = static_cast<int>(tid % kChunksPerRow) * 8;
+  auto* base = static_cast<std::uint16_t*>(smem) + row * kStride + col;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowStep; ++i) {
+    uint4* chunk = reinterpret_cast<uint4*>(base + i * kRowStep * kStride);
+    uint4 x = *chunk;
+    std::uint32_t* w = &x.x;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      __nv_bfloat162 b;
+      __builtin_memcpy(&b, &w[e], sizeof(b));
+      w[e] = as_u32(__float22half2_rn(__bfloat1622float2(b)));
+    }
+    *chunk = x;
   }
 }
 

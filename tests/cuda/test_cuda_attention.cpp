@@ -124,11 +124,18 @@ struct Result {
   double lse_scale;  // RMS of the reference LSE
 };
 
+// What run_case can also hand back: both runs' AttentionStats and the kernel's output.
+struct Extra {
+  AttentionStats kernel_stats, emulator_stats;
+  std::vector<double> kernel_o;  // [B, H, S, D] order
+  std::vector<float> kernel_lse;
+};
+
 // Runs one case on the GPU (kernel_policy) and on the emulator (emulator_policy: the same
 // computation as the kernel performs it), both against the fp64 reference.
 Result run_case(const Case& c, const Policy& kernel_policy, const Policy& emulator_policy,
                 std::mt19937_64& rng, double lo = -1.0, double hi = 1.0,
-                std::optional<double> scale = std::nullopt) {
+                std::optional<double> scale = std::nullopt, Extra* extra = nullptr) {
   Tensor4 q = test::random_tensor(c.B, c.Hq, c.Sq, c.D, rng, c.in, c.bshd, lo, hi);
   Tensor4 k = test::random_tensor(c.B, c.Hkv, c.Skv, c.D, rng, c.in, c.bshd, lo, hi);
   Tensor4 v = test::random_tensor(c.B, c.Hkv, c.Skv, c.D, rng, c.in, c.bshd, lo, hi);
@@ -150,6 +157,7 @@ Result run_case(const Case& c, const Policy& kernel_policy, const Policy& emulat
   host.scale = scale;
   host.policy = emulator_policy;
   host.backend = Backend::emulator;
+  host.stats = extra != nullptr ? &extra->emulator_stats : nullptr;
   attention(host);
   const ReferenceResult ref = reference_attention(host);
 
@@ -168,12 +176,18 @@ Result run_case(const Case& c, const Policy& kernel_policy, const Policy& emulat
   dev.policy = kernel_policy;
   dev.backend = Backend::cuda;
   dev.stream = stream;
+  dev.stats = extra != nullptr ? &extra->kernel_stats : nullptr;
+  if (extra != nullptr) extra->kernel_stats = {-1, -1};  // must be overwritten
   attention(dev);
   const cudaError_t sync = cudaStreamSynchronize(stream);
   cudaStreamDestroy(stream);
   EXPECT_EQ(sync, cudaSuccess) << cudaGetErrorString(sync);
   d_o.copy_to(o_gpu);
   cudaMemcpy(lse_gpu.data(), dlse.ptr, dlse.bytes, cudaMemcpyDeviceToHost);
+  if (extra != nullptr) {
+    extra->kernel_o = test::read_bhsd(o_gpu.view);
+    extra->kernel_lse = lse_gpu;
+  }
 
   return {test::relative_rmse(test::read_bhsd(o_gpu.view), ref.o),
           test::relative_rmse(test::read_bhsd(o_emu.view), ref.o), lse_rms_error(lse_gpu, ref.lse),
@@ -181,13 +195,14 @@ Result run_case(const Case& c, const Policy& kernel_policy, const Policy& emulat
 }
 
 void check_case(const Case& c, const Policy& policy, const Policy& emulator_policy,
-                std::optional<double> scale = std::nullopt) {
-  const auto seed = test::fresh_seed();
+                std::optional<double> scale = std::nullopt, Extra* extra = nullptr,
+                std::optional<std::uint64_t> fixed_seed = std::nullopt, double lo = -1.0, double hi = 1.0) {
+  const auto seed = fixed_seed ? *fixed_seed : test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(c) << " policy "
                                     << to_string(policy) << " scale "
                                     << (scale ? std::to_string(*scale) : std::string("default")));
   std::mt19937_64 rng(seed);
-  const Result r = run_case(c, policy, emulator_policy, rng, -1.0, 1.0, scale);
+  const Result r = run_case(c, policy, emulator_policy, rng, lo, hi, scale, extra);
   ASSERT_TRUE(std::isfinite(r.err_emulator));
   EXPECT_TRUE(std::isfinite(r.err_kernel)) << "kernel output has NaN/inf (or an unwritten element)";
   EXPECT_LE(r.err_kernel, 2 * r.err_emulator + 1e-4)
@@ -301,6 +316,174 @@ TEST(CudaPasa, UniformX0_30IsFinite) {
 }
 
 // ----------------------------------------------------------------------------------------------
+// The split-KV decode path (S_q <= 16, exact and fdpp policies).
+
+// Decode shapes: B 1..4, 32 query heads over 8 K/V heads (GQA, 16 packed rows at S_q = 4) or one
+// (MQA: 32+ packed rows, two m-tiles, several row chunks), S_q 1 / 4 / 16, S_kv 1 to 16k+ (one
+// split to many), causal bottom-right (a shorter key range per query row; fully masked rows when
+// S_q > S_kv) and top-left.
+std::vector<Case> decode_cases(DType in) {
+  const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
+  const DType f32 = DType::f32;
+  return {
+      {1, 32, 8, 1, 1, 128, false, br, false, in, in},       // S_kv = 1
+      {2, 32, 8, 1, 17, 64, false, br, false, in, f32},
+      {4, 32, 8, 1, 1000, 128, false, br, true, in, in},     // BSHD
+      {1, 32, 8, 4, 1000, 64, true, br, false, in, f32},     // 16 packed rows, causal
+      {2, 32, 1, 1, 4096, 128, false, br, false, in, in},    // MQA: 32 packed rows, two m-tiles
+      {1, 32, 8, 16, 4096, 128, true, br, false, in, f32},   // 64 packed rows: two row chunks
+      {3, 32, 1, 4, 1000, 64, true, br, true, in, in},       // MQA, S_q = 4: four row chunks
+      {1, 32, 8, 1, 16411, 128, false, br, false, in, in},   // long: many splits, a tail tile
+      {1, 32, 8, 16, 17, 64, true, br, false, in, f32},
+      {1, 8, 8, 16, 10, 128, true, br, false, in, f32},      // S_q > S_kv: fully masked rows
+      {1, 4, 2, 16, 300, 64, true, tl, false, in, f32},      // top-left
+  };
+}
+
+TEST(CudaDecode, ExactMatchesReferenceFp16) {
+  REQUIRE_SM90();
+  for (const Case& c : decode_cases(DType::f16)) check_case(c, exact_policy(DType::f16));
+}
+
+TEST(CudaDecode, ExactMatchesReferenceBf16) {
+  REQUIRE_SM90();
+  for (const Case& c : decode_cases(DType::bf16)) check_case(c, exact_policy(DType::bf16));
+}
+
+// The policy's splits > 1 fix the split count (here against the emulator's exact merge of as many);
+// negative and zero scales as in the prefill kernel; stats are filled without a sync.
+TEST(CudaDecode, PolicySplitsScalesAndStats) {
+  REQUIRE_SM90();
+  const auto br = CausalAlignment::bottom_right;
+  Policy split5 = exact_policy(DType::f16);
+  split5.splits = 5;
+  Extra extra;
+  check_case({1, 32, 8, 4, 3000, 128, true, br, false, DType::f16, DType::f32}, split5, split5, std::nullopt,
+             &extra);
+  EXPECT_EQ(extra.kernel_stats.rows, 32 * 4);
+  EXPECT_EQ(extra.kernel_stats.recomputed_rows, 0);
+  for (const double scale : {-0.2, 0.0}) {
+    check_case({2, 32, 8, 1, 700, 64, false, br, false, DType::bf16, DType::bf16}, exact_policy(DType::bf16),
+               exact_policy(DType::bf16), scale);
+  }
+}
+
+// FlashDecoding++ with small scores: no row leaves the window, nothing is recomputed, and the result
+// equals the synchronized algorithm's (fdpp,shift=none, the same splits) within rounding.
+TEST(CudaDecode, FdppSmallScoresMatchTheSynchronizedResult) {
+  REQUIRE_SM90();
+  const auto br = CausalAlignment::bottom_right;
+  const Policy unified = preset_policy("fdpp");
+  const Policy sync = parse_policy("fdpp,shift=none");
+  Policy auto_splits = unified;
+  auto_splits.splits = 1;  // the split count chosen from the shape
+  const Case cases[] = {{2, 32, 8, 4, 2048, 128, false, br, false, DType::f16, DType::f32},
+                        {1, 32, 1, 16, 5000, 64, true, br, false, DType::bf16, DType::bf16},
+                        {3, 32, 8, 1, 1000, 128, false, br, true, DType::bf16, DType::f16}};
+  for (const Case& c : cases) {
+    for (const Policy& pol : {unified, auto_splits}) {
+      const auto seed = test::fresh_seed();
+      Extra u, s;
+      check_case(c, pol, pol, std::nullopt, &u, seed);
+      Policy pol_sync = sync;
+      pol_sync.splits = pol.splits;
+      check_case(c, pol_sync, pol_sync, std::nullopt, &s, seed);
+      SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(c) << " " << to_string(pol));
+      const std::int64_t rows = c.B * c.Hq * c.Sq;
+      EXPECT_EQ(u.kernel_stats.rows, rows);
+      EXPECT_EQ(u.kernel_stats.recomputed_rows, 0);
+      EXPECT_EQ(u.emulator_stats.recomputed_rows, 0);
+      EXPECT_LT(test::relative_rmse(u.kernel_o, s.kernel_o), 2e-3) << "unified vs synchronized kernel";
+    }
+  }
+}
+
+// Large scores (x - phi far above window_hi): every row is recomputed with the synchronized path and
+// counted, and the result is the synchronized kernel's, bit for bit.
+TEST(CudaDecode, FdppLargeScoresAreRecomputedAndCounted) {
+  REQUIRE_SM90();
+  const auto br = CausalAlignment::bottom_right;
+  const Policy unified = preset_policy("fdpp");
+  const Policy sync = parse_policy("fdpp,shift=none");
+  const Case cases[] = {{1, 32, 8, 4, 600, 64, false, br, false, DType::f16, DType::f32},
+                        {2, 32, 1, 1, 3000, 128, true, br, false, DType::bf16, DType::f16}};
+  for (const Case& c : cases) {
+    const auto seed = test::fresh_seed();
+    Extra u, s;
+    check_case(c, unified, unified, 2.0, &u, seed, 0.5, 1.5);
+    check_case(c, sync, sync, 2.0, &s, seed, 0.5, 1.5);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(c));
+    const std::int64_t rows = c.B * c.Hq * c.Sq;
+    EXPECT_EQ(u.emulator_stats.recomputed_rows, rows);
+    EXPECT_EQ(u.kernel_stats.recomputed_rows, rows);
+    EXPECT_EQ(u.kernel_stats.rows, rows);
+    ASSERT_EQ(u.kernel_o.size(), s.kernel_o.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < u.kernel_o.size(); ++i) differ += u.kernel_o[i] != s.kernel_o[i];
+    EXPECT_EQ(differ, 0u) << "recomputed rows differ from the synchronized kernel's";
+    EXPECT_EQ(std::memcmp(u.kernel_lse.data(), s.kernel_lse.data(), u.kernel_lse.size() * sizeof(float)), 0);
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
+// CUDA graphs: every scratch buffer is stream-ordered from pasa's pool, so a call can be captured
+// (pasa: K' scratch; decode: the split workspace) and replayed with the same result.
+
+TEST(CudaGraph, PasaAndDecodeCallsAreCapturable) {
+  REQUIRE_SM90();
+  const auto br = CausalAlignment::bottom_right;
+  struct Item {
+    Case c;
+    Policy policy;
+  };
+  Policy split3 = exact_policy(DType::f16);
+  split3.splits = 3;
+  const Item items[] = {{{1, 4, 2, 300, 300, 128, true, br, false, DType::f16, DType::f16}, pasa_policy()},
+                        {{2, 32, 8, 1, 2000, 128, false, br, false, DType::f16, DType::f16}, split3}};
+  for (const Item& it : items) {
+    const Case& c = it.c;
+    SCOPED_TRACE(describe(c) + " " + to_string(it.policy));
+    std::mt19937_64 rng(test::fresh_seed());
+    Tensor4 q = test::random_tensor(c.B, c.Hq, c.Sq, c.D, rng, c.in);
+    Tensor4 k = test::random_tensor(c.B, c.Hkv, c.Skv, c.D, rng, c.in);
+    Tensor4 v = test::random_tensor(c.B, c.Hkv, c.Skv, c.D, rng, c.in);
+    Tensor4 o1 = test::make_tensor(c.B, c.Hq, c.Sq, c.D, c.out), o2 = o1;
+    DeviceTensor dq(q), dk(k), dv(v), d_o(o1);
+    cudaStream_t stream = nullptr;
+    cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
+    AttentionArgs args;
+    args.q = dq.view;
+    args.k = dk.view;
+    args.v = dv.view;
+    args.o = d_o.view;
+    args.causal = c.causal;
+    args.policy = it.policy;
+    args.backend = Backend::cuda;
+    args.stream = stream;
+    d_o.poison();
+    attention(args);
+    cuda_ok(cudaStreamSynchronize(stream), "direct call");
+    d_o.copy_to(o1);
+
+    d_o.poison();
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+    attention(args);
+    cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    for (int i = 0; i < 2; ++i) cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    cuda_ok(cudaStreamSynchronize(stream), "graph replay");
+    d_o.copy_to(o2);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+    EXPECT_EQ(std::memcmp(o1.bytes.data(), o2.bytes.data(), o1.bytes.size()), 0)
+        << "graph replay differs from the direct call";
+  }
+}
+
+// ----------------------------------------------------------------------------------------------
 // Bad input: a pasa::Error naming the argument, before any launch.
 
 struct DeviceProblem {
@@ -359,6 +542,17 @@ TEST(CudaBadInput, UnsupportedPolicyDtypeAndBlock) {
   DeviceProblem b(64, 32, DType::bf16);
   b.args.policy = exact_policy(DType::f16);
   test::expect_error([&] { attention(b.args); }, "policy field 'input'");
+}
+
+// fdpp policies: decode shapes only, and only the preset's formats.
+TEST(CudaBadInput, FdppOutsideDecodeOrWithOtherFormats) {
+  REQUIRE_SM90();
+  DeviceProblem p(64, 32);  // S_q = 32
+  p.args.policy = preset_policy("fdpp");
+  test::expect_error([&] { attention(p.args); }, "decode path only");
+  DeviceProblem d(64, 16);
+  d.args.policy = parse_policy("fdpp,p=fp32");
+  test::expect_error([&] { attention(d.args); }, "policy fields 'p=fp32'");
 }
 
 TEST(CudaBadInput, HostLseWithDeviceTensors) {

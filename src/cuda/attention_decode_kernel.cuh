@@ -1,0 +1,475 @@
+// The split-KV decode kernel (S_q <= 16; decode_params.h has the CTA layout and the workspace):
+// memory-bound, so the design goal is to read K and V once, at HBM bandwidth. One CTA = one key
+// range (split) of one K/V head for 16 or 32 packed query rows (the heads of the GQA group times
+// S_q); K / V tiles stream through a ring of cp.async stages (two tiles in flight at head dim 128);
+// each of the four warps takes a quarter of every tile's keys, so the tensor cores see every key once
+// (Q K^T and P V on mma.sync m16n8k16, the prefill kernel's warp_mma pieces), and each warp runs its
+// own online softmax over its keys. At the end the warps combine through shared memory and the CTA
+// writes either O and the LSE (one split) or its partial (O~, m, l, window flag) for the merge kernel.
+//
+// Modes (runtime, uniform per launch): exact (running max, FlashAttention-2's step); fdpp's formats
+// (round_s: scores leave the GEMM rounded to fp16; bf16 inputs rounded to fp16 in shared memory by
+// the kToHalf instantiation); unified (FlashDecoding++: P = e^(x - phi) with no running max, rows whose
+// visible x - phi leave the window flagged); recompute (the synchronized second pass: CTAs holding no
+// flagged row return at once).
+//
+// v1 (this file): cp.async ring (with the .L2::128B prefetch hint at head dim 128), Q fragments in
+//   registers for one m-tile, in-CTA warp split of keys. B 64, 32/8 heads, d 128, bf16: 3.9-4.2 TB/s
+//   through the API, 0.92-0.98x cuDNN and 1.5x torch's flash backend (H200, bench/NOTES.md run 3);
+//   the stage count (2, 3 or 4) does not move it: the stream, not the bytes in flight, is the limit.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/cuda_check.h"
+#include "cuda/decode_params.h"
+#include "cuda/epilogue.cuh"
+#include "cuda/online_softmax.cuh"
+#include "cuda/ptx.cuh"
+#include "cuda/tile_load.cuh"
+#include "cuda/warp_mma.cuh"
+
+namespace pasa::cuda {
+
+// Packed row r of K/V head h_kv: query head h_kv group + r / S_q, query index r % S_q.
+__device__ __forceinline__ int packed_head(const DecodeParams& p, int h_kv, int r) {
+  return h_kv * p.fwd.group + r / p.fwd.seq_q;
+}
+
+// Keys [0, limit) are visible to packed row r (causal: a prefix ending at its query's diagonal).
+__device__ __forceinline__ int packed_row_limit(const DecodeParams& p, int r) {
+  return p.fwd.causal ? min(p.fwd.seq_kv, r % p.fwd.seq_q + p.fwd.causal_offset + 1) : p.fwd.seq_kv;
+}
+
+// Four consecutive output values of one row (the pointer is 16-byte aligned, col a multiple of 4).
+__device__ __forceinline__ void store_quad(char* row, ElemType type, int col, float4 v) {
+  switch (type) {
+    case ElemType::f32:
+      *reinterpret_cast<float4*>(reinterpret_cast<float*>(row) + col) = v;
+      break;
+    case ElemType::f16: {
+      const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+      *reinterpret_cast<uint2*>(reinterpret_cast<__half*>(row) + col) = make_uint2(as_u32(a), as_u32(b));
+      break;
+    }
+    case ElemType::bf16: {
+      const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+      std::uint32_t ua, ub;
+      __builtin_memcpy(&ua, &a, 4);
+      __builtin_memcpy(&ub, &b, 4);
+      *reinterpret_cast<uint2*>(reinterpret_cast<__nv_bfloat16*>(row) + col) = make_uint2(ua, ub);
+      break;
+    }
+  }
+}
+
+// The final O row piece and the LSE of packed row r from its (M, L, O~) (base-2 M; -inf or L = 0:
+// no visible key, O = 0 and LSE = -inf).
+__device__ __forceinline__ void store_final(const DecodeParams& p, int b, int h_kv, int r, int col, float M,
+                                            float L, float4 o) {
+  const FwdParams& f = p.fwd;
+  const bool empty = M == -INFINITY || L == 0.0f;
+  const float inv = empty ? 0.0f : 1.0f / L;
+  const int h = packed_head(p, h_kv, r), s = r % f.seq_q;
+  store_quad(output_row(f, b, h, s), f.o_type, col, make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv));
+  if (col == 0 && f.lse != nullptr) {
+    f.lse[b * f.lse_stride_b + h * f.lse_stride_h + static_cast<std::int64_t>(s) * f.lse_stride_s] =
+        empty ? -INFINITY : (M + log2f(L)) * kLn2;
+  }
+}
+
+// The tile of an instantiation, as a type (C++17 has no class-type template parameters).
+template <int kHeadDim, int kVariant = 0>
+struct DecodeTileOf {
+  static constexpr DecodeTile value = decode_variant_tile(decode_tile(kHeadDim), static_cast<DecodeVariant>(kVariant));
+};
+
+template <class TileOf, int kMTiles, typename InElem, bool kToHalf>
+__global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_per_sm)
+    attention_decode_kernel(const __grid_constant__ DecodeParams p) {
+  constexpr DecodeTile kT = TileOf::value;
+  constexpr int kHeadDim = kT.head_dim;
+  constexpr int kBlockN = kT.block_n;
+  constexpr int kStages = kT.stages;
+  constexpr int kThreads = kT.threads();
+  constexpr int kWarps = DecodeTile::kWarps;
+  constexpr int kStride = kT.smem_stride();
+  constexpr int kWarpKeys = kT.warp_keys();
+  constexpr int kNTiles = kWarpKeys / 8;   // n8 score tiles of a warp's keys
+  constexpr int kNChunks = kWarpKeys / 16; // k16 steps of its P V
+  constexpr int kDTiles = kHeadDim / 8;
+  constexpr int kDChunks = kHeadDim / 16;
+  constexpr int kRows = 2 * kMTiles;       // rows per thread
+  constexpr int kBlockM = 16 * kMTiles;    // packed rows per CTA
+  constexpr bool kQInRegs = kMTiles == 1;
+  constexpr std::uint32_t kTileBytes = kBlockN * kStride * 2;
+  static_assert(kStride == smem_row_stride<kHeadDim>(), "tile_load and the tile table agree on padding");
+  static_assert(kStages >= 2 && kWarpKeys % 16 == 0, "a ring of stages; whole k16 steps per warp");
+  static_assert(!kToHalf || std::is_same_v<InElem, __nv_bfloat16>, "only bf16 inputs are converted");
+  using MmaElem = std::conditional_t<kToHalf, __half, InElem>;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  InElem* sQ = reinterpret_cast<InElem*>(smem_raw);         // [kBlockM][kStride]
+  InElem* sK = sQ + kBlockM * kStride;                      // [kStages][kBlockN][kStride]
+  InElem* sV = sK + kStages * kBlockN * kStride;            // [kStages][kBlockN][kStride]
+
+  const FwdParams& f = p.fwd;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int split = static_cast<int>(blockIdx.x);
+  const int h_kv = static_cast<int>(blockIdx.y) % p.heads_kv;
+  const int chunk = static_cast<int>(blockIdx.y) / p.heads_kv;
+  const int b = static_cast<int>(blockIdx.z);
+  const int r0 = chunk * kBlockM;                        // the CTA's first packed row
+  const int r_last = min(r0 + kBlockM, p.rows) - 1;      // ... and its last valid one
+  const std::int64_t head_row0 = (static_cast<std::int64_t>(b) * p.heads_kv + h_kv) * p.rows;  // row index base
+  const int k_begin = split * p.split_keys;
+  const int k_end = min(f.seq_kv, k_begin + p.split_keys);
+
+  if (p.unified && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) {
+    *p.counter = 0;  // the first merge, which counts flagged rows, runs after this kernel
+  }
+  if (p.recompute) {  // the synchronized pass: only CTAs holding a flagged row
+    bool flagged = false;
+    if (static_cast<int>(threadIdx.x) < kBlockM && r0 + static_cast<int>(threadIdx.x) <= r_last) {
+      flagged = p.row_flag[head_row0 + r0 + threadIdx.x] != 0;
+    }
+    if (!__syncthreads_or(flagged)) return;
+  }
+
+  // This thread's rows (r = 2 mt + i: packed row r0 + 16 mt + 8 i + lane / 4) and their visible key
+  // ends within the split; padding rows (past p.rows) compute on Q = 0 and are never written.
+  int limit[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int row = r0 + 16 * (r / 2) + 8 * (r % 2) + lane / 4;
+    limit[r] = row < p.rows ? min(k_end, packed_row_limit(p, row)) : k_end;
+  }
+  // Keys [k_begin, n_end) are visible to some row of the CTA; keys below min_limit to all of them.
+  int n_end = k_end, min_limit = k_end;
+  if (f.causal) {
+    int s_max = f.seq_q - 1;
+    if (r_last - r0 + 1 < f.seq_q) {
+      const int s_first = r0 % f.seq_q, s_last = r_last % f.seq_q;
+      if (s_last >= s_first) s_max = s_last;
+    }
+    n_end = min(k_end, s_max + f.causal_offset + 1);
+    min_limit = min(k_end, f.causal_offset + 1);
+  }
+  const int n_tiles = n_end > k_begin ? (n_end - k_begin + kBlockN - 1) / kBlockN : 0;
+
+  const InElem* gK = static_cast<const InElem*>(f.k.data) + b * f.k.stride_b + h_kv * f.k.stride_h;
+  const InElem* gV = static_cast<const InElem*>(f.v.data) + b * f.v.stride_b + h_kv * f.v.stride_h;
+  const auto load_tile = [&](int t) {
+    const int n0 = k_begin + t * kBlockN;
+    const int stage = t % kStages;
+    load_tile_async<kBlockN, kHeadDim, kThreads, InElem, kT.l2_prefetch>(
+        sK + stage * kBlockN * kStride, gK + n0 * f.k.stride_s, f.k.stride_s, k_end - n0);
+    load_tile_async<kBlockN, kHeadDim, kThreads, InElem, kT.l2_prefetch>(
+        sV + stage * kBlockN * kStride, gV + n0 * f.v.stride_s, f.v.stride_s, k_end - n0);
+  };
+
+  // Prologue: Q (packed rows gathered from their heads, zero past p.rows) and the first tiles, one
+  // group per tile (Q rides with tile 0).
+  constexpr int kQChunks = kBlockM * kHeadDim / 8;
+  const InElem* gQ = static_cast<const InElem*>(f.q.data);
+#pragma unroll
+  for (int c = static_cast<int>(threadIdx.x); c < kQChunks; c += kThreads) {
+    const int rr = c / (kHeadDim / 8), col = (c % (kHeadDim / 8)) * 8;
+    const int row = r0 + rr;
+    const bool valid = row < p.rows;
+    const InElem* src = gQ;
+    if (valid) {
+      src = gQ + b * f.q.stride_b + packed_head(p, h_kv, row) * f.q.stride_h +
+            static_cast<std::int64_t>(row % f.seq_q) * f.q.stride_s + col;
+    }
+    cp_async_16(smem_addr(sQ + rr * kStride + col), src, valid);
+  }
+#pragma unroll
+  for (int t = 0; t < kStages - 1; ++t) {
+    if (t < n_tiles) load_tile(t);
+    cp_async_commit();
+  }
+  cp_async_wait<kStages - 2>();  // Q and tile 0 have landed (this thread's copies)
+  // Q in place, each thread on the chunks it copied: bf16 -> fp16 (fdpp's input format), and the
+  // sign flip for a negative scale (the softmax scales by |alpha|).
+#pragma unroll
+  for (int c = static_cast<int>(threadIdx.x); c < kQChunks; c += kThreads) {
+    const int rr = c / (kHeadDim / 8), col = (c % (kHeadDim / 8)) * 8;
+    uint4* q4 = reinterpret_cast<uint4*>(sQ + rr * kStride + col);
+    uint4 x = *q4;
+    std::uint32_t* w = &x.x;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if constexpr (kToHalf) {
+        __nv_bfloat162 bf;
+        __builtin_memcpy(&bf, &w[e], 4);
+        w[e] = as_u32(__float22half2_rn(__bfloat1622float2(bf)));
+      }
+      if (f.negate_q) w[e] ^= 0x80008000u;
+    }
+    *q4 = x;
+  }
+  if constexpr (kToHalf) {
+    if (n_tiles > 0) {
+      own_chunks_bf16_to_half<kBlockN, kHeadDim, kThreads>(sK);
+      own_chunks_bf16_to_half<kBlockN, kHeadDim, kThreads>(sV);
+    }
+  }
+  __syncthreads();
+
+  const std::uint32_t q_addr = smem_addr(sQ) + a_lane_offset<kStride>(lane);
+  const std::uint32_t k_addr = smem_addr(sK) + k_lane_offset<kStride>(lane) + warp * kWarpKeys * kStride * 2;
+  const std::uint32_t v_addr = smem_addr(sV) + v_lane_offset<kStride>(lane) + warp * kWarpKeys * kStride * 2;
+  std::uint32_t tSrQ[kQInRegs ? kDChunks : 1][4];
+  if constexpr (kQInRegs) {
+#pragma unroll
+    for (int kk = 0; kk < kDChunks; ++kk) ldmatrix_x4(tSrQ[kk], q_addr + kk * 16 * 2);
+  }
+
+  ExactSoftmax<kMTiles> exact;
+  UnifiedSoftmax<kMTiles> unified;
+  exact.init();
+  unified.init();
+  bool left[kRows] = {};                       // unified: a visible x - phi left the window
+  float tOrO[kMTiles][kDTiles][4] = {};        // running O~ in fp32
+  const int t4 = lane % 4;
+
+  for (int j = 0; j < n_tiles; ++j) {
+    if (j > 0) {
+      cp_async_wait<kStages - 2>();  // tile j has landed (this thread's copies)
+      if constexpr (kToHalf) {
+        own_chunks_bf16_to_half<kBlockN, kHeadDim, kThreads>(sK + (j % kStages) * kBlockN * kStride);
+        own_chunks_bf16_to_half<kBlockN, kHeadDim, kThreads>(sV + (j % kStages) * kBlockN * kStride);
+      }
+      __syncthreads();  // ... everyone's; and every warp is done with tile j - 1's stage
+    }
+    if (j + kStages - 1 < n_tiles) load_tile(j + kStages - 1);
+    cp_async_commit();
+
+    const std::uint32_t stage_off = (j % kStages) * kTileBytes;
+    const int key0 = k_begin + j * kBlockN + warp * kWarpKeys;  // the warp's first key
+    float tSrS[kMTiles][kNTiles][4] = {};
+    warp_qk<kMTiles, kNTiles, kDChunks, kStride, MmaElem, kQInRegs>(tSrS, q_addr, tSrQ, k_addr + stage_off);
+    if (p.round_s) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) tSrS[mt][n][e] = round_fp16(tSrS[mt][n][e]);
+    }
+    if (key0 + kWarpKeys > min_limit) {  // some key of the warp's part is masked for some row
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int key = key0 + 8 * n + 2 * t4 + e;
+              if (key >= limit[2 * mt + i]) tSrS[mt][n][2 * i + e] = -INFINITY;
+            }
+    }
+
+    bool rescale_o = false;
+    float rescale[kRows];
+    if (p.unified) {
+      // The window test on x = |alpha| s (Q's sign already carries alpha's), masked keys skipped.
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float s = tSrS[mt][n][2 * i + e];
+              const float d = s * p.alpha - p.phi;
+              if (s != -INFINITY && !(d > p.window_lo && d < p.window_hi)) left[2 * mt + i] = true;
+            }
+      unified.step(tSrS, f.scale_log2, p.phi_log2);
+    } else {
+      rescale_o = __any_sync(0xffffffffu, exact.step(tSrS, f.scale_log2, rescale));
+    }
+
+    std::uint32_t tOrP[kMTiles][kNChunks][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int kk = 0; kk < kNChunks; ++kk) {
+        tOrP[mt][kk][0] = pack2<MmaElem>(tSrS[mt][2 * kk][0], tSrS[mt][2 * kk][1]);
+        tOrP[mt][kk][1] = pack2<MmaElem>(tSrS[mt][2 * kk][2], tSrS[mt][2 * kk][3]);
+        tOrP[mt][kk][2] = pack2<MmaElem>(tSrS[mt][2 * kk + 1][0], tSrS[mt][2 * kk + 1][1]);
+        tOrP[mt][kk][3] = pack2<MmaElem>(tSrS[mt][2 * kk + 1][2], tSrS[mt][2 * kk + 1][3]);
+      }
+    }
+    if (rescale_o) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int n = 0; n < kDTiles; ++n) {
+          tOrO[mt][n][0] *= rescale[2 * mt];
+          tOrO[mt][n][1] *= rescale[2 * mt];
+          tOrO[mt][n][2] *= rescale[2 * mt + 1];
+          tOrO[mt][n][3] *= rescale[2 * mt + 1];
+        }
+    }
+    warp_pv<kMTiles, kNChunks, kDTiles, kStride, MmaElem>(tOrO, tOrP, v_addr + stage_off);
+  }
+
+  // The warps' partials (m, l, flag, O~) through shared memory (the stages are free once every
+  // warp is done with the last tile).
+  constexpr int kOStride = kHeadDim + 4;  // floats: rows 4 banks apart
+  float* sO = reinterpret_cast<float*>(smem_raw);            // [kWarps][kBlockM][kOStride]
+  float* sML = sO + kWarps * kBlockM * kOStride;              // [kWarps][kBlockM][2]
+  int* sFlag = reinterpret_cast<int*>(sML + kWarps * kBlockM * 2);  // [kWarps][kBlockM]
+  static_assert((kWarps * kBlockM * (kOStride + 3)) * 4 <= kT.smem_bytes(kMTiles), "combine fits");
+  cp_async_wait<0>();
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int rr = 16 * (r / 2) + 8 * (r % 2) + lane / 4;  // the row within the CTA's tile
+    float m, l;
+    if (p.unified) {
+      // phi for a warp that saw a visible key of the row (its first key is below the row's end).
+      const bool seen = n_tiles > 0 && k_begin + warp * kWarpKeys < limit[r];
+      m = seen ? p.phi_log2 : -INFINITY;
+      l = quad_sum(unified.l[r]);
+    } else {
+      m = exact.m[r];
+      l = quad_sum(exact.l[r]);
+    }
+    const bool row_left = (__ballot_sync(0xffffffffu, left[r]) >> (lane & ~3) & 0xFu) != 0;  // the quad's OR
+    if (t4 == 0) {
+      sML[(warp * kBlockM + rr) * 2] = m;
+      sML[(warp * kBlockM + rr) * 2 + 1] = l;
+      sFlag[warp * kBlockM + rr] = row_left ? 1 : 0;
+    }
+    float* o_row = sO + (warp * kBlockM + rr) * kOStride;
+#pragma unroll
+    for (int n = 0; n < kDTiles; ++n) {
+      *reinterpret_cast<float2*>(o_row + 8 * n + 2 * t4) =
+          make_float2(tOrO[r / 2][n][2 * (r % 2)], tOrO[r / 2][n][2 * (r % 2) + 1]);
+    }
+  }
+  __syncthreads();
+
+  constexpr int kQuads = kHeadDim / 4;
+  for (int item = static_cast<int>(threadIdx.x); item < kBlockM * kQuads; item += kThreads) {
+    const int rr = item / kQuads, col = (item % kQuads) * 4;
+    const int row = r0 + rr;
+    if (row >= p.rows) continue;
+    float M = -INFINITY;
+    int flag = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      M = fmaxf(M, sML[(w * kBlockM + rr) * 2]);
+      flag |= sFlag[w * kBlockM + rr];
+    }
+    float L = 0.0f;
+    float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float m = sML[(w * kBlockM + rr) * 2];
+      const float wt = m == -INFINITY ? 0.0f : exp2f(m - M);  // exactly 1 for the unified max
+      L += wt * sML[(w * kBlockM + rr) * 2 + 1];
+      const float4 x = *reinterpret_cast<const float4*>(sO + (w * kBlockM + rr) * kOStride + col);
+      o.x += wt * x.x;
+      o.y += wt * x.y;
+      o.z += wt * x.z;
+      o.w += wt * x.w;
+    }
+    if (p.direct) {
+      store_final(p, b, h_kv, row, col, M, L, o);
+    } else {
+      const std::int64_t R = static_cast<std::int64_t>(gridDim.z) * p.heads_kv * p.rows;
+      const std::int64_t idx = split * R + head_row0 + row;
+      *reinterpret_cast<float4*>(p.part_o + idx * kHeadDim + col) = o;
+      if (col == 0) {
+        *reinterpret_cast<float2*>(p.part_ml + idx * 2) = make_float2(M, L);
+        p.part_flag[idx] = flag;
+      }
+    }
+  }
+}
+
+// Host side: one launch of a split-kernel instantiation. Throws pasa::Error on a CUDA error.
+template <class TileOf, int kMTiles, typename InElem, bool kToHalf>
+void launch_decode_split_tile(const DecodeParams& p, int batch, cudaStream_t stream) {
+  constexpr DecodeTile kT = TileOf::value;
+  constexpr int smem = kT.smem_bytes(kMTiles);
+  auto* kernel = attention_decode_kernel<TileOf, kMTiles, InElem, kToHalf>;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+             "cudaFuncSetAttribute(attention_decode_kernel, max dynamic shared memory)");
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  cudaSharedmemCarveoutMaxShared),
+             "cudaFuncSetAttribute(attention_decode_kernel, carveout)");
+  const dim3 grid(p.splits, p.heads_kv * p.row_chunks, batch);
+  kernel<<<grid, kT.threads(), smem, stream>>>(p);
+  check_launch("attention_decode_kernel launch");
+}
+
+// Exact merge of the splits (spec section 1), one warp per packed row. pass 0: every row; with the
+// unified max a row some split flagged is not written but marked in row_flag and counted. pass 1:
+// only the rows marked (the synchronized pass's partials).
+template <int kHeadDim>
+__global__ void __launch_bounds__(128) attention_decode_merge_kernel(const __grid_constant__ DecodeParams p,
+                                                                    int batch, int pass) {
+  constexpr int kPerLane = kHeadDim / 32;
+  static_assert(kPerLane == 4 || kPerLane == 2, "head dim 64 or 128");
+  const std::int64_t R = static_cast<std::int64_t>(batch) * p.heads_kv * p.rows;
+  const std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
+  if (idx >= R) return;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  if (pass == 1 && p.row_flag[idx] == 0) return;
+  float M = -INFINITY;
+  int flag = 0;
+  for (int s = 0; s < p.splits; ++s) {
+    M = fmaxf(M, p.part_ml[(s * R + idx) * 2]);
+    flag |= p.part_flag[s * R + idx];
+  }
+  if (pass == 0 && p.unified) {
+    if (lane == 0) {
+      p.row_flag[idx] = flag;
+      if (flag) atomicAdd(p.counter, 1);
+    }
+    if (flag) return;
+  }
+  float L = 0.0f;
+  float acc[kPerLane] = {};
+  for (int s = 0; s < p.splits; ++s) {
+    const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + (s * R + idx) * 2);
+    const float wt = ml.x == -INFINITY ? 0.0f : exp2f(ml.x - M);  // exactly 1 for the unified max
+    L += wt * ml.y;
+    const float* src = p.part_o + (s * R + idx) * kHeadDim + lane * kPerLane;
+    if constexpr (kPerLane == 4) {
+      const float4 x = *reinterpret_cast<const float4*>(src);
+      acc[0] += wt * x.x;
+      acc[1] += wt * x.y;
+      acc[2] += wt * x.z;
+      acc[3] += wt * x.w;
+    } else {
+      const float2 x = *reinterpret_cast<const float2*>(src);
+      acc[0] += wt * x.x;
+      acc[1] += wt * x.y;
+    }
+  }
+  const int per_b = p.heads_kv * p.rows;
+  const int b = static_cast<int>(idx / per_b);
+  const int h_kv = static_cast<int>(idx % per_b) / p.rows;
+  const int r = static_cast<int>(idx % per_b) % p.rows;
+  if constexpr (kPerLane == 4) {
+    store_final(p, b, h_kv, r, lane * 4, M, L, make_float4(acc[0], acc[1], acc[2], acc[3]));
+  } else {
+    // Two lanes' pairs make one quad: even lanes store columns 4 (lane / 2) .. + 3.
+    const float x2 = __shfl_down_sync(0xffffffffu, acc[0], 1), y2 = __shfl_down_sync(0xffffffffu, acc[1], 1);
+    if (lane % 2 == 0) store_final(p, b, h_kv, r, lane * 2, M, L, make_float4(acc[0], acc[1], x2, y2));
+  }
+}
+
+}  // namespace pasa::cuda

@@ -1,0 +1,126 @@
+// The split-KV decode path (S_q <= 16): its tile table, what the host passes to its two kernels, and
+// their launch functions. Plain C++: included by .cpp and .cu files alike.
+//
+// One CTA = (split, K/V head and row chunk, batch). The query rows of one K/V head's GQA group are
+// packed together, packed row r = (query head within the group) * S_q + query index, so that all the
+// heads that share K/V read it once, as the rows of one m16 MMA tile (two tiles per CTA when the group
+// has more than 16 rows; more rows take more row chunks). The CTA's four warps split each K / V tile
+// between them (FlashDecoding inside the CTA) and combine their partial results through shared memory
+// at the end. Each split writes O~ (unnormalised, fp32), m and l to a workspace, which the merge
+// kernel combines exactly (spec section 1): O = sum_p w_p O~_p / sum_p w_p l_p with w_p = 2^(m_p - M).
+// With FlashDecoding++'s unified max (spec section 5) every m_p is phi, so every w_p is exactly 1 and
+// the partials are simply summed.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/kernel_params.h"
+
+namespace pasa::cuda {
+
+struct DecodeTile {
+  int head_dim;
+  int block_n;      // keys per K / V tile; each of the 4 warps takes block_n / 4 of them (16 or more)
+  int stages;       // K / V tiles in flight (cp.async ring)
+  int ctas_per_sm;  // what the shared memory allows (the launch bounds ask for it)
+  int l2_prefetch;  // 0, or 64 / 128 / 256: the cp.async's L2 prefetch size hint
+
+  static constexpr int kWarps = 4;
+  constexpr int threads() const { return 32 * kWarps; }
+  constexpr int warp_keys() const { return block_n / kWarps; }
+  constexpr int smem_stride() const { return head_dim + 8; }  // elements: 16 bytes of padding a row
+  constexpr int smem_bytes(int m_tiles) const {
+    return (16 * m_tiles + 2 * stages * block_n) * smem_stride() * 2;
+  }
+};
+
+// Shapes (H200; bench/NOTES.md, run 3): 64-key tiles; three stages at head dim 128 (106-110 KB of
+// shared memory, two CTAs per SM, two tiles = 64 KB of loads in flight per CTA; two or four stages
+// measured the same) with the .L2::128B prefetch hint (+2-2.5% at B 64, 4k-32k keys); four stages
+// at head dim 64 (77 KB; not measured separately).
+constexpr DecodeTile decode_tile(int head_dim) {
+  return head_dim == 64 ? DecodeTile{64, 64, 4, 2, 0} : DecodeTile{128, 64, 3, 2, 128};
+}
+
+// Variants the benchmark times beside the tuned shape (bench/decode_variants.cu; head dim 128, bf16,
+// one m-tile), one lever each (bench/NOTES.md, run 3).
+enum class DecodeVariant : int {
+  tuned = 0,
+  stages2 = 1,      // two stages: one tile in flight while the CTA computes (still 2 CTAs per SM)
+  stages4 = 2,      // four stages (143 KB): one CTA per SM, three tiles in flight
+  no_prefetch = 3,  // cp.async without an L2 prefetch hint (run 3a's tuned shape)
+  prefetch256 = 4,  // the .L2::256B hint
+};
+constexpr int kDecodeVariants = 5;
+
+constexpr DecodeTile decode_variant_tile(DecodeTile t, DecodeVariant v) {
+  switch (v) {
+    case DecodeVariant::tuned: break;
+    case DecodeVariant::stages2: t.stages = 2; break;
+    case DecodeVariant::stages4: t.stages = 4; t.ctas_per_sm = 1; break;
+    case DecodeVariant::no_prefetch: t.l2_prefetch = 0; break;
+    case DecodeVariant::prefetch256: t.l2_prefetch = 256; break;
+  }
+  return t;
+}
+
+constexpr int kDecodeMaxSeqQ = 16;     // the decode path takes S_q <= this
+constexpr int kDecodeMaxMTiles = 2;    // packed rows per CTA: 16 or 32
+
+struct DecodeParams {
+  FwdParams fwd;     // Q, K, V, O, LSE, S_q, S_kv, heads, group, causal, scale_log2, negate_q
+  int heads_kv;
+  int rows;          // packed rows of one K/V head: group * seq_q
+  int row_chunks;    // CTAs along the packed rows: ceil(rows / (16 m_tiles))
+  int splits;        // key ranges: split z covers [z split_keys, min((z + 1) split_keys, S_kv))
+  int split_keys;    // a multiple of the tile's block_n
+  bool direct;       // one split, no unified max: the CTA writes O and the LSE itself
+  bool round_s;      // fdpp: scores leave the Q K^T GEMM rounded to fp16 (the policy's s format)
+  bool unified;      // fdpp: P = e^(x - phi) for every split; rows with an x - phi outside the
+                     // window are flagged
+  bool recompute;    // the synchronized second pass: only CTAs holding a flagged row run
+  float alpha;       // |alpha| (x = alpha s for the window test; a zero alpha runs as 1e-30)
+  float phi;         // the unified max, fp32
+  float phi_log2;    // phi log2(e): P = 2^(s |alpha| log2 e - phi log2 e)
+  float window_lo, window_hi;
+
+  // Workspace (from pasa's pool), R = B H_kv rows packed rows, row index (b H_kv + h_kv) rows + r.
+  float* part_o;     // [splits][R][D]: the split's O~ (unnormalised)
+  float* part_ml;    // [splits][R][2]: m (base-2 units, -inf for no visible key), l
+  int* part_flag;    // [splits][R]: some visible x - phi of the split left the window
+  int* row_flag;     // [R]: written by the first merge: the row goes to the synchronized pass
+  int* counter;      // flagged rows (zeroed by the unified split kernel, counted by the first merge)
+};
+
+// The host side of one decode call (decode_dispatch.cpp): splits, workspace, launches.
+struct DecodeRequest {
+  FwdParams fwd;        // filled as for the prefill kernels
+  int batch, heads_kv, head_dim;
+  ElemType in_type;
+  int device;           // for the scratch pool and the SM count
+  bool fdpp_formats;    // the fdpp policy's formats: fp16 scores, bf16 inputs rounded to fp16
+  bool unified;         // FlashDecoding++'s unified max (fdpp_formats too)
+  double alpha;         // the softmax scale as given
+  double phi, window_lo, window_hi;
+  int policy_splits;    // > 1: the policy fixes the split count; otherwise chosen from the shape
+};
+
+// Runs the decode path on `stream`. Returns the number of rows sent to the synchronized pass when
+// `count_recomputed` (which then waits for the stream: the count lives on the device), else 0 with
+// no synchronization.
+long long run_decode(const DecodeRequest& r, bool count_recomputed, void* stream);
+
+// Splits of the key axis for `base_ctas` CTAs per split: enough CTAs to fill sm_count SMs at
+// ctas_per_sm each, in whole waves where possible, each split at least two key tiles.
+int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_count, int ctas_per_sm);
+
+// Launch functions (attention_decode.cu). Each throws pasa::Error on a CUDA error. Split kernel:
+// splits x (H_kv row_chunks) x batch CTAs of decode_tile(head_dim); m_tiles 1 or 2; in_type f16 or
+// bf16; to_half: bf16 inputs rounded to fp16 in shared memory (the fdpp policy's input format).
+void launch_decode_split(const DecodeParams& p, int batch, int head_dim, int m_tiles, ElemType in_type,
+                         bool to_half, void* stream);
+// Merge: one warp per packed row. pass 0 merges every row (and, with the unified max, flags and counts
+// the rows that left the window instead of writing them); pass 1 merges the flagged rows only.
+void launch_decode_merge(const DecodeParams& p, int batch, int head_dim, int pass, void* stream);
+
+}  // namespace pasa::cuda
