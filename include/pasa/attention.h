@@ -40,7 +40,9 @@ struct AttentionArgs {
   Policy policy;                 // "exact" by default
   Backend backend = Backend::automatic;
   void* stream = nullptr;        // cudaStream_t for the CUDA backend (nullptr = default stream)
-  AttentionStats* stats = nullptr;  // filled (overwritten) when set
+  AttentionStats* stats = nullptr;  // filled (overwritten) when set. On the GPU, reading the recompute
+                                    // count of a unified-max (fdpp) call waits for `stream`, so such a
+                                    // call cannot be graph-captured with stats set; other calls never wait.
 };
 
 // Runs attention as args says. Throws pasa::Error, before touching any output, for bad input: null

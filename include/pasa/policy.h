@@ -41,7 +41,7 @@ struct Policy {
   Format pv_acc = Format::fp32();  // accumulator inside the P V GEMM ("pv_acc")
   Format o = Format::fp32();       // P V output, running O~ and its rescale, final O~ / l ("o")
 
-  Shift shift = Shift::none;       // ("shift" = none | pasa)
+  Shift shift = Shift::none;       // ("shift" = none | pasa | unified)
   double beta = 0.0;               // PASA's beta in [0, 1) ("beta")
 
   int block_q = 64;                // s1: query rows per block ("s1")
