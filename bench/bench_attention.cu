@@ -306,6 +306,7 @@ int main(int argc, char** argv) {
       {"pasa-exact", pasa::DType::bf16, exact_for(pasa::Format::bf16())},
       {"pasa-pasa", pasa::DType::f16, pasa::preset_policy("pasa")},
       {"pasa-pasa-oldpool", pasa::DType::f16, pasa::preset_policy("pasa"), true},
+      {"pasa-sage8", pasa::DType::f16, pasa::preset_policy("sage8")},  // prepass + kernel, end to end
   };
 
   // --profile: one call of exact and of pasa (f16, non-causal, S = 4k) per head dim, for a profiler
@@ -395,6 +396,36 @@ int main(int argc, char** argv) {
         }
       }
     }
+  }
+
+  // sage8 (quantization prepass + INT8 / FP8 kernel, end to end) beside exact and SageAttention2's
+  // published sm90 numbers (TOPS of its 8-bit kernel, fp16 inputs, S = 1k / 4k / 16k).
+  {
+    struct SageRef {
+      int D;
+      bool causal;
+      double tops[3];
+    };
+    const SageRef refs[] = {{128, false, {211, 521, 722}}, {128, true, {115, 323, 572}},
+                            {64, false, {175, 376, 503}},  {64, true, {99, 261, 448}}};
+    auto find = [&](const char* method, int D, int S, bool causal) {
+      for (const Point& pt : points)
+        if (pt.method == method && pt.dtype == "fp16" && pt.D == D && pt.S == S && pt.causal == causal) return pt.tflops;
+      return 0.0;
+    };
+    std::printf("\nsage8-table: TFLOP/s, fp16 (sage8 = prepass + kernel; SageAttn2 = its published sm90 TOPS)\n");
+    std::printf("sage8-table: %4s %6s %-6s %10s %10s %10s %12s\n", "D", "S", "mask", "exact", "sage8", "SageAttn2",
+                "sage8/Sage2");
+    for (const SageRef& ref : refs) {
+      const int Ss[3] = {1024, 4096, 16384};
+      for (int i = 0; i < 3; ++i) {
+        const double ours = find("pasa-sage8", ref.D, Ss[i], ref.causal);
+        std::printf("sage8-table: %4d %6d %-6s %10.1f %10.1f %10.0f %12.2f\n", ref.D, Ss[i],
+                    ref.causal ? "causal" : "full", find("pasa-exact", ref.D, Ss[i], ref.causal), ours,
+                    ref.tops[i], ours / ref.tops[i]);
+      }
+    }
+    std::fflush(stdout);
   }
 
   // The kernels' variants (fwd_tiles.h, FwdVariant), f16, through the internal launch (no dispatch

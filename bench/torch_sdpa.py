@@ -130,7 +130,7 @@ def main():
             print(f"(no pasa results at {pasa_csv})")
 
     # One table: a row per (dtype, D, S, causal), a column per method, TFLOP/s.
-    methods = ["pasa-exact", "pasa-pasa", "pasa-pasa-oldpool"] + list(backends)
+    methods = ["pasa-exact", "pasa-pasa", "pasa-pasa-oldpool", "pasa-sage8"] + list(backends)
     table = {}
     for r in rows:
         table.setdefault((r["dtype"], r["D"], r["S"], r["causal"]), {})[r["method"]] = r["tflops"]

@@ -55,16 +55,17 @@ phase "tests"
 "$BUILD/tests/pasa_cuda_tests" >"$OUT/tests.log" 2>&1
 TESTS_RC=$?
 grep -E "Failure|FAILED|PASSED|SKIPPED|Expected|kernel .* vs emulator|uniform" "$OUT/tests.log" | tail -20
+echo "sage8 cases (kernel vs emulator):"; awk '/RUN .*CudaSage8/{on=1} /OK .*CudaSage8|FAILED .*CudaSage8/{on=0} on && /O err/' "$OUT/tests.log" | sed 's/  */ /g' | head -50
 
 if command -v compute-sanitizer >/dev/null; then
-  FILTER='CudaExact.DefaultPolicy*:CudaPasa.BetaZero*:CudaBadInput.*:CudaDecode.PolicySplits*:CudaDecode.FdppLarge*:CudaGraph.*'
+  FILTER='CudaExact.DefaultPolicy*:CudaPasa.BetaZero*:CudaBadInput.*:CudaDecode.PolicySplits*:CudaDecode.FdppLarge*:CudaGraph.*:CudaSage8.Small'
   phase "compute-sanitizer memcheck ($FILTER)"
   compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/pasa_cuda_tests" \
     --gtest_filter="$FILTER" >"$OUT/sanitizer.log" 2>&1
   echo "memcheck rc=$?"
   phase "compute-sanitizer racecheck"
   compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/pasa_cuda_tests" \
-    --gtest_filter='CudaPasa.BetaZero*:CudaExact.DefaultPolicy*:CudaDecode.PolicySplits*' >>"$OUT/sanitizer.log" 2>&1
+    --gtest_filter='CudaPasa.BetaZero*:CudaExact.DefaultPolicy*:CudaDecode.PolicySplits*:CudaSage8.Small' >>"$OUT/sanitizer.log" 2>&1
   echo "racecheck rc=$?"
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
 fi
@@ -94,6 +95,7 @@ phase "bench: pasa's kernels, their variants, the prepass, decode"
 head -1 "$OUT/pasa_bench.log"; grep -i "error" "$OUT/pasa_bench.log" | head -5
 grep "^decode:" "$OUT/pasa_bench.log"
 grep "pasa-prepass" "$OUT/pasa_bench.log"
+grep "^sage8-table" "$OUT/pasa_bench.log"
 grep "MISMATCH" "$OUT/pasa_bench.log" | sed 's/^/variant output differs: /'
 
 # Hardware counters of one exact and one pasa call per head dim (S 4k, f16): pipe utilization,

@@ -1,7 +1,7 @@
 // The CUDA backend's dispatch: checks what the kernels support (device, pointers, layout, dtypes,
 // head dim, policy), each failure a pasa::Error naming the argument before anything is launched;
 // then picks the path and launches on the caller's stream: the split-KV decode kernel for S_q <= 16
-// with the exact or fdpp policies, the prefill kernels (exact, pasa) otherwise. No synchronization:
+// with the exact or fdpp policies, the prefill kernels (exact, pasa, sage8) otherwise. No synchronization:
 // scratch buffers come from pasa's own stream-ordered pool (device_pool.h). The one exception:
 // AttentionStats of an fdpp (unified max) call read the device's count of recomputed rows, which
 // waits for the stream.
@@ -101,7 +101,7 @@ std::string field_error(const char* field, const Format& got, const std::string&
          "kernels (they need " + want + ")";
 }
 
-enum class Family { exact, pasa, fdpp };
+enum class Family { exact, pasa, fdpp, sage8 };
 
 // `normalized` is the policy with every field the kernel lets vary set back to `preset`'s value: any
 // field still printed by to_string (smoothing, quantizers, ... whatever the policy type grows) is one
@@ -138,6 +138,24 @@ bool is_fdpp_family(const Policy& pol) {
   return true;
 }
 
+// The sage8 preset (SageAttention2's 8-bit kernel): every field as the preset has it, any s1 (each
+// row's state is its own); s2 must be the kernel's 64 (it sets K's quantization groups and the
+// two-level PV accumulation). Returns false for any other policy (judged by the other families).
+bool is_sage8(const Policy& pol) {
+  const Policy preset = preset_policy("sage8");
+  Policy normalized = pol;
+  normalized.preset = "sage8";
+  normalized.block_q = preset.block_q;
+  normalized.block_kv = preset.block_kv;
+  if (to_string(normalized) != "sage8") return false;
+  if (pol.block_kv != cuda::kSage8BlockKv) {
+    throw Error("policy field 's2': " + std::to_string(pol.block_kv) + " is not supported by the CUDA "
+                "sage8 kernel (it quantizes K and accumulates P V in key blocks of s2 = " +
+                std::to_string(cuda::kSage8BlockKv) + ")");
+  }
+  return true;
+}
+
 // The kernels implement three policy families: exact (fp32 scores and softmax; P rounded to the input
 // dtype for the tensor cores; input and p may name that dtype or fp32; any s1, s2, splits), the pasa
 // preset (any beta and s1; s2 = 128) and the fdpp preset (is_fdpp_family; decode shapes only).
@@ -147,6 +165,7 @@ Family classify_policy(const Policy& pol, DType in) {
   const Format fp32 = Format::fp32();
   const Format fp16 = Format::fp16();
   if (is_fdpp_family(pol)) return Family::fdpp;
+  if (is_sage8(pol)) return Family::sage8;
   if (pol.shift == Shift::none) {
     const std::string in_name = in_fmt.name();
     if (pol.input != fp32 && pol.input != in_fmt) {
@@ -264,7 +283,7 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
     throw Error("q: batch and head counts above 65535 are not supported by the CUDA kernels");
   }
   const Family family = classify_policy(args.policy, in);
-  const bool decode = family != Family::pasa && ps.seq_q <= cuda::kDecodeMaxSeqQ;
+  const bool decode = (family == Family::exact || family == Family::fdpp) && ps.seq_q <= cuda::kDecodeMaxSeqQ;
   if (family == Family::fdpp && !decode) {
     throw Error("policy '" + to_string(args.policy) + "': the fdpp policies (FlashDecoding++) run on the "
                 "CUDA decode path only, which takes S_q <= " + std::to_string(cuda::kDecodeMaxSeqQ) +
@@ -330,6 +349,18 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
   fill_stats(args.stats, ps, 0);
   if (family == Family::exact) {
     cuda::launch_exact_fwd(p, batch, dim, elem_type(in), args.stream);
+    return;
+  }
+  if (family == Family::sage8) {
+    cuda::Sage8Request r{};
+    r.fwd = p;
+    r.batch = batch;
+    r.heads_kv = static_cast<int>(ps.heads_kv);
+    r.head_dim = dim;
+    r.in_type = elem_type(in);
+    r.device = device;
+    r.alpha = alpha;
+    cuda::launch_sage8(r, args.stream);
     return;
   }
 

@@ -49,10 +49,27 @@ struct PasaPrepareParams {
   float diag_full, off_full, diag_last, off_last;
 };
 
+// SageAttention2's 8-bit kernel (the sage8 preset, spec section 4): key blocks of s2 = 64 keys (the
+// INT8 K groups and the two-level PV accumulation follow them), query blocks of s1 = 128 rows.
+constexpr int kSage8BlockKv = 64;
+constexpr int kSage8BlockQ = 128;
+
+// What launch_sage8 needs beyond FwdParams (whose q, k, v are the inputs as given).
+struct Sage8Request {
+  FwdParams fwd;
+  int batch, heads_kv, head_dim;
+  ElemType in_type;
+  int device;
+  double alpha;  // the softmax scale (any sign)
+};
+
 // Launch functions (defined in the .cu files). Each throws pasa::Error on a CUDA error; `stream` is
 // a cudaStream_t. CTA shapes: fwd_tiles.h (batch x heads x ceil(seq_q / block_m) CTAs).
 void launch_exact_fwd(const FwdParams& p, int batch, int head_dim, ElemType in_type, void* stream);
 void launch_pasa_fwd(const FwdParams& p, int batch, int head_dim, ElemType q_type, void* stream);
 void launch_pasa_prepare(const PasaPrepareParams& p, int batch, int head_dim, void* stream);
+// sage8: the quantization prepass (smooth K, INT8 Q and K per thread group, FP8 V per channel) into
+// scratch from pasa's pool, then the INT8 / FP8 attention kernel; all on `stream`.
+void launch_sage8(const Sage8Request& r, void* stream);
 
 }  // namespace pasa::cuda

@@ -13,6 +13,7 @@
 
 #include "cuda_backend.h"
 #include "pasa/attention.h"
+#include "pasa/generators.h"
 #include "pasa/policy.h"
 #include "test_util.h"
 
@@ -131,14 +132,30 @@ struct Extra {
   std::vector<float> kernel_lse;
 };
 
+// Inputs other than uniform ones: Q, K, V as [B, H, S, D] host tensors in C order (BHSD cases only).
+struct GivenInputs {
+  HostTensor q, k, v;
+};
+
+Tensor4 tensor_from(const HostTensor& h, std::int64_t B, std::int64_t H, std::int64_t S, std::int64_t D) {
+  Tensor4 t = test::make_tensor(B, H, S, D, h.dtype);
+  EXPECT_EQ(t.bytes.size(), h.bytes.size());
+  std::memcpy(t.bytes.data(), h.bytes.data(), std::min(t.bytes.size(), h.bytes.size()));
+  return t;
+}
+
 // Runs one case on the GPU (kernel_policy) and on the emulator (emulator_policy: the same
 // computation as the kernel performs it), both against the fp64 reference.
 Result run_case(const Case& c, const Policy& kernel_policy, const Policy& emulator_policy,
                 std::mt19937_64& rng, double lo = -1.0, double hi = 1.0,
-                std::optional<double> scale = std::nullopt, Extra* extra = nullptr) {
-  Tensor4 q = test::random_tensor(c.B, c.Hq, c.Sq, c.D, rng, c.in, c.bshd, lo, hi);
-  Tensor4 k = test::random_tensor(c.B, c.Hkv, c.Skv, c.D, rng, c.in, c.bshd, lo, hi);
-  Tensor4 v = test::random_tensor(c.B, c.Hkv, c.Skv, c.D, rng, c.in, c.bshd, lo, hi);
+                std::optional<double> scale = std::nullopt, Extra* extra = nullptr,
+                const GivenInputs* given = nullptr) {
+  Tensor4 q = given ? tensor_from(given->q, c.B, c.Hq, c.Sq, c.D)
+                    : test::random_tensor(c.B, c.Hq, c.Sq, c.D, rng, c.in, c.bshd, lo, hi);
+  Tensor4 k = given ? tensor_from(given->k, c.B, c.Hkv, c.Skv, c.D)
+                    : test::random_tensor(c.B, c.Hkv, c.Skv, c.D, rng, c.in, c.bshd, lo, hi);
+  Tensor4 v = given ? tensor_from(given->v, c.B, c.Hkv, c.Skv, c.D)
+                    : test::random_tensor(c.B, c.Hkv, c.Skv, c.D, rng, c.in, c.bshd, lo, hi);
   Tensor4 o_emu = test::make_tensor(c.B, c.Hq, c.Sq, c.D, c.out, c.bshd);
   Tensor4 o_gpu = test::make_tensor(c.B, c.Hq, c.Sq, c.D, c.out, c.bshd);
   test::poison(o_emu);
@@ -196,13 +213,15 @@ Result run_case(const Case& c, const Policy& kernel_policy, const Policy& emulat
 
 void check_case(const Case& c, const Policy& policy, const Policy& emulator_policy,
                 std::optional<double> scale = std::nullopt, Extra* extra = nullptr,
-                std::optional<std::uint64_t> fixed_seed = std::nullopt, double lo = -1.0, double hi = 1.0) {
+                std::optional<std::uint64_t> fixed_seed = std::nullopt, double lo = -1.0, double hi = 1.0,
+                const GivenInputs* given = nullptr, const char* inputs = "uniform") {
   const auto seed = fixed_seed ? *fixed_seed : test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(c) << " policy "
                                     << to_string(policy) << " scale "
-                                    << (scale ? std::to_string(*scale) : std::string("default")));
+                                    << (scale ? std::to_string(*scale) : std::string("default"))
+                                    << " inputs " << inputs);
   std::mt19937_64 rng(seed);
-  const Result r = run_case(c, policy, emulator_policy, rng, lo, hi, scale, extra);
+  const Result r = run_case(c, policy, emulator_policy, rng, lo, hi, scale, extra, given);
   ASSERT_TRUE(std::isfinite(r.err_emulator));
   EXPECT_TRUE(std::isfinite(r.err_kernel)) << "kernel output has NaN/inf (or an unwritten element)";
   EXPECT_LE(r.err_kernel, 2 * r.err_emulator + 1e-4)
@@ -213,8 +232,9 @@ void check_case(const Case& c, const Policy& policy, const Policy& emulator_poli
   const double lse_atol = 1e-4 + policy.softmax.epsilon() * r.lse_scale;
   EXPECT_LE(r.lse_err_kernel, 2 * r.lse_err_emulator + lse_atol)
       << "LSE: kernel " << r.lse_err_kernel << " vs emulator " << r.lse_err_emulator;
-  std::printf("  %-60s O err %.3e (emulator %.3e)  LSE err %.3e (emulator %.3e)\n", describe(c).c_str(),
-              r.err_kernel, r.err_emulator, r.lse_err_kernel, r.lse_err_emulator);
+  std::printf("  %-60s O err %.3e (emulator %.3e)  LSE err %.3e (emulator %.3e)%s%s\n", describe(c).c_str(),
+              r.err_kernel, r.err_emulator, r.lse_err_kernel, r.lse_err_emulator, given ? " inputs " : "",
+              given ? inputs : "");
 }
 
 void check_case(const Case& c, const Policy& policy) { check_case(c, policy, policy); }
@@ -553,6 +573,69 @@ TEST(CudaBadInput, FdppOutsideDecodeOrWithOtherFormats) {
   DeviceProblem d(64, 16);
   d.args.policy = parse_policy("fdpp,p=fp32");
   test::expect_error([&] { attention(d.args); }, "policy fields 'p=fp32'");
+}
+
+// ----------------------------------------------------------------------------------------------
+// sage8 (SageAttention2's INT8 Q, K / FP8 P, V kernel): against the emulator running the preset.
+
+TEST(CudaSage8, MatchesReferenceFp16) {
+  REQUIRE_SM90();
+  for (const Case& c : awkward_cases(DType::f16)) check_case(c, preset_policy("sage8"));
+}
+
+TEST(CudaSage8, MatchesReferenceBf16) {
+  REQUIRE_SM90();
+  for (const Case& c : awkward_cases(DType::bf16)) check_case(c, preset_policy("sage8"));
+}
+
+// A small case for the sanitizers (scripts/device_run.sh).
+TEST(CudaSage8, Small) {
+  REQUIRE_SM90();
+  const auto br = CausalAlignment::bottom_right;
+  check_case({1, 2, 1, 130, 200, 64, true, br, false, DType::f16, DType::f16}, preset_policy("sage8"));
+  check_case({1, 2, 2, 70, 65, 128, false, br, false, DType::bf16, DType::f32}, preset_policy("sage8"));
+}
+
+// normal(0, 1) inputs and SageAttention2's channel outliers (pasa::outlier_qkv: a large same-signed
+// offset in a few channels of Q and K, which smooth K removes), GQA, causal both alignments.
+TEST(CudaSage8, NormalAndOutlierInputs) {
+  REQUIRE_SM90();
+  const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
+  const Case cases[] = {
+      {1, 4, 2, 1000, 1000, 128, false, br, false, DType::f16, DType::f32},
+      {1, 4, 1, 777, 1100, 64, true, br, false, DType::f16, DType::f16},
+      {2, 2, 2, 600, 300, 128, true, tl, false, DType::bf16, DType::bf16},
+      {1, 2, 1, 513, 513, 64, false, br, false, DType::bf16, DType::f32},
+  };
+  const Policy pol = preset_policy("sage8");
+  for (const Case& c : cases) {
+    const std::uint64_t seed = test::fresh_seed();
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    auto normal_tensor = [&](std::int64_t H, std::int64_t S) {
+      std::vector<float> x(static_cast<std::size_t>(c.B * H * S * c.D));
+      for (float& e : x) e = static_cast<float>(normal(rng));
+      return from_float(x, {c.B, H, S, c.D}, c.in);
+    };
+    GivenInputs normal_in{normal_tensor(c.Hq, c.Sq), normal_tensor(c.Hkv, c.Skv), normal_tensor(c.Hkv, c.Skv)};
+    check_case(c, pol, pol, std::nullopt, nullptr, seed, -1.0, 1.0, &normal_in, "normal(0,1)");
+    // The same seed gives Q's and K's calls the same outlier channels.
+    const QKV qs = outlier_qkv({c.B, c.Hq, c.Sq, c.D}, 4, 20.0, seed, c.in);
+    const QKV kv = outlier_qkv({c.B, c.Hkv, c.Skv, c.D}, 4, 20.0, seed, c.in);
+    GivenInputs outlier_in{qs.q, kv.k, kv.v};
+    check_case(c, pol, pol, std::nullopt, nullptr, seed, -1.0, 1.0, &outlier_in, "outliers(4 ch, 20)");
+  }
+}
+
+TEST(CudaBadInput, Sage8OtherBlockOrFields) {
+  REQUIRE_SM90();
+  DeviceProblem p(64, 32);
+  p.args.policy = parse_policy("sage8,s2=128");
+  test::expect_error([&] { attention(p.args); }, "policy field 's2'");
+  p.args.policy = preset_policy("sage4");  // INT4 Q, K: not a CUDA kernel
+  test::expect_error([&] { attention(p.args); }, "policy field");
+  p.args.policy = parse_policy("sage8,two_level=false");
+  test::expect_error([&] { attention(p.args); }, "policy field");
 }
 
 TEST(CudaBadInput, HostLseWithDeviceTensors) {

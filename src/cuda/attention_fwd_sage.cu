@@ -1,0 +1,534 @@
+// SageAttention2's 8-bit forward kernel (the sage8 preset, spec/ALGORITHMS.md section 4) on sm_90a:
+//
+// Prepass (scratch from pasa's stream-ordered pool, device_pool.h):
+//   1. per (b, h_kv): partial column sums of K and column maxima of |V| over chunks of kStatRows keys,
+//      then the K mean (smooth K) and V's per-channel FP8 scale max|V| / 448;
+//   2. K - mean quantized to INT8, one scale per thread group of quant_group(thread, key, s2 = 64):
+//      within each key block the 8 rows with the same key mod 8 (the B-fragment column of mma m16n8k32);
+//   3. Q quantized to INT8 per thread group of quant_group(thread, query): rows r and r + 8 of each
+//      16-row slab (one thread's A-fragment rows); the LSE's smooth-K correction alpha q . mean(K);
+//   4. V / scale rounded to FP8 e4m3 and stored transposed ([D][keys]) with the keys of every
+//      16-key chunk permuted so that the softmax's C fragments are the PV MMA's A fragments as they are.
+// Main kernel: S = (Q8 K8^T via mma m16n8k32 s8 -> s32) dq dk alpha, online softmax in fp32 (base 2)
+// against the block maximum, P~ = exp(S - m_blk) * 448 rounded to e4m3, each key block's P~ V8 by mma
+// m16n8k32 e4m3 (f32 accumulate) in a fresh accumulator, added into an fp32 O rescaled by
+// exp(m_old - m_new) and exp(m_blk - m_new) (two-level accumulation, as the emulator models it);
+// O = O / l / 448 * v_scale, LSE = m + log l + alpha q . mean(K).
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "cuda/cuda_check.h"
+#include "cuda/device_pool.h"
+#include "cuda/epilogue.cuh"
+#include "cuda/kernel_params.h"
+#include "cuda/ptx.cuh"
+#include "pasa/error.h"
+
+namespace pasa::cuda {
+namespace {
+
+constexpr int kBlockKv = kSage8BlockKv;  // 64
+constexpr int kBlockQ = kSage8BlockQ;    // 128
+constexpr int kStatRows = 256;           // keys per partial of the K / V statistics
+constexpr int kThreads = 256;            // every kernel here: 8 warps
+
+template <typename Elem>
+__device__ __forceinline__ float load_in(const void* base, std::int64_t idx) {
+  return static_cast<float>(static_cast<const Elem*>(base)[idx]);
+}
+
+__device__ __forceinline__ std::int64_t elem_index(const Operand& op, int b, int h, int s, int d) {
+  return b * op.stride_b + h * op.stride_h + static_cast<std::int64_t>(s) * op.stride_s + d;
+}
+
+struct Scratch {
+  std::int8_t* q8;      // [B, Hq, sq_pad, D]
+  float* q_scale;       // [B, Hq, sq_pad]: dq of each row
+  float* lse_off;       // [B, Hq, sq_pad]: alpha q . mean(K)
+  std::int8_t* k8;      // [B, Hkv, skv_pad, D]
+  float* k_scale;       // [B, Hkv, n_kb, 8]
+  float* k_mean;        // [B, Hkv, D]
+  std::uint8_t* vt8;    // [B, Hkv, D, skv_pad] e4m3, keys permuted within 16-key chunks
+  float* v_scale;       // [B, Hkv, D]
+  float* k_sum_part;    // [B, Hkv, n_chunk, D]
+  float* v_max_part;    // [B, Hkv, n_chunk, D]
+  int sq_pad, skv_pad, n_kb, n_chunk;
+};
+
+// ---- prepass ------------------------------------------------------------------------------------
+
+// grid (n_chunk, Hkv, B), block D threads: column sums of K and maxima of |V| over one chunk of keys.
+template <typename Elem, int D>
+__global__ void __launch_bounds__(D) sage_kv_partials(Operand k, Operand v, int heads_kv, int seq_kv, Scratch s) {
+  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = threadIdx.x;
+  const int r0 = c * kStatRows, r1 = min(r0 + kStatRows, seq_kv);
+  float sum = 0.0f, vmax = 0.0f;
+  for (int r = r0; r < r1; ++r) {
+    sum += load_in<Elem>(k.data, elem_index(k, b, h, r, d));
+    vmax = fmaxf(vmax, fabsf(load_in<Elem>(v.data, elem_index(v, b, h, r, d))));
+  }
+  const std::int64_t o = ((static_cast<std::int64_t>(b) * heads_kv + h) * s.n_chunk + c) * D + d;
+  s.k_sum_part[o] = sum;
+  s.v_max_part[o] = vmax;
+}
+
+// grid (Hkv, B), block D: K's column means and V's per-channel scales.
+template <int D>
+__global__ void __launch_bounds__(D) sage_kv_finalize(int heads_kv, int seq_kv, Scratch s) {
+  const int h = blockIdx.x, b = blockIdx.y, d = threadIdx.x;
+  const std::int64_t bh = static_cast<std::int64_t>(b) * heads_kv + h;
+  double sum = 0.0;
+  float vmax = 0.0f;
+  for (int c = 0; c < s.n_chunk; ++c) {
+    sum += s.k_sum_part[(bh * s.n_chunk + c) * D + d];
+    vmax = fmaxf(vmax, s.v_max_part[(bh * s.n_chunk + c) * D + d]);
+  }
+  s.k_mean[bh * D + d] = static_cast<float>(sum / seq_kv);
+  s.v_scale[bh * D + d] = vmax / 448.0f;
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+__device__ __forceinline__ std::uint32_t quant_i8(float x, float scale) {
+  if (scale == 0.0f) return 0;
+  const int q = max(-127, min(127, __float2int_rn(__fdiv_rn(x, scale))));
+  return static_cast<std::uint32_t>(q) & 0xffu;
+}
+
+// grid (n_kb, Hkv, B), block 256: warp w quantizes the group of key block blockIdx.x whose rows are
+// w, w + 8, ..., w + 56 (one scale), after subtracting K's mean. Padding keys (>= seq_kv) are zeros.
+template <typename Elem, int D>
+__global__ void __launch_bounds__(kThreads) sage_quant_k(Operand k, int heads_kv, int seq_kv, Scratch s) {
+  constexpr int kCols = D / 32;
+  const int kb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const std::int64_t bh = static_cast<std::int64_t>(b) * heads_kv + h;
+  float mean[kCols];
+#pragma unroll
+  for (int j = 0; j < kCols; ++j) mean[j] = s.k_mean[bh * D + lane * kCols + j];
+  float x[8][kCols];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int key = kb * kBlockKv + w + 8 * i;
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      x[i][j] = key < seq_kv ? load_in<Elem>(k.data, elem_index(k, b, h, key, lane * kCols + j)) - mean[j] : 0.0f;
+      amax = fmaxf(amax, fabsf(x[i][j]));
+    }
+  }
+  amax = warp_max(amax);
+  const float scale = amax / 127.0f;
+  if (lane == 0) s.k_scale[(bh * s.n_kb + kb) * 8 + w] = scale;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int key = kb * kBlockKv + w + 8 * i;
+    std::uint32_t packed = 0;
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) packed |= quant_i8(x[i][j], scale) << (8 * j);
+    std::int8_t* dst = s.k8 + (bh * s.skv_pad + key) * D + lane * kCols;
+    if constexpr (kCols == 4) {
+      *reinterpret_cast<std::uint32_t*>(dst) = packed;
+    } else {
+      *reinterpret_cast<std::uint16_t*>(dst) = static_cast<std::uint16_t>(packed);
+    }
+  }
+}
+
+// grid (sq_pad / 16, Hq, B), block 256: warp w quantizes rows w and w + 8 of 16-row slab blockIdx.x
+// (one scale); rows >= seq_q are zeros. With `lse`, also alpha q . mean(K) of both rows.
+template <typename Elem, int D>
+__global__ void __launch_bounds__(kThreads) sage_quant_q(Operand q, int heads_q, int group, int heads_kv,
+                                                         int seq_q, float alpha, bool lse, Scratch s) {
+  constexpr int kCols = D / 32;
+  const int slab = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const std::int64_t bh = static_cast<std::int64_t>(b) * heads_q + h;
+  const std::int64_t bhk = static_cast<std::int64_t>(b) * heads_kv + h / group;
+  float x[2][kCols];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = slab * 16 + w + 8 * i;
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      x[i][j] = row < seq_q ? load_in<Elem>(q.data, elem_index(q, b, h, row, lane * kCols + j)) : 0.0f;
+      amax = fmaxf(amax, fabsf(x[i][j]));
+    }
+  }
+  amax = warp_max(amax);
+  const float scale = amax / 127.0f;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = slab * 16 + w + 8 * i;
+    std::uint32_t packed = 0;
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) packed |= quant_i8(x[i][j], scale) << (8 * j);
+    std::int8_t* dst = s.q8 + (bh * s.sq_pad + row) * D + lane * kCols;
+    if constexpr (kCols == 4) {
+      *reinterpret_cast<std::uint32_t*>(dst) = packed;
+    } else {
+      *reinterpret_cast<std::uint16_t*>(dst) = static_cast<std::uint16_t>(packed);
+    }
+    if (lse) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kCols; ++j) dot += x[i][j] * s.k_mean[bhk * D + lane * kCols + j];
+      dot = warp_sum(dot);
+      if (lane == 0) s.lse_off[bh * s.sq_pad + row] = alpha * dot;
+    }
+    if (lane == 0) s.q_scale[bh * s.sq_pad + row] = scale;
+  }
+}
+
+// Where key p (0..15) of a 16-key chunk is stored: the softmax's C fragment gives thread t of a row the
+// keys 2t, 2t + 1 (n-tile 0) and 8 + 2t, 9 + 2t (n-tile 1); the PV MMA's A fragment wants its four
+// bytes at positions 4t .. 4t + 3. So key p goes to 4 ((p % 8) / 2) + (p & 1) + 2 (p / 8).
+__device__ __forceinline__ int permuted_key(int p) { return 4 * ((p & 7) >> 1) + (p & 1) + 2 * (p >> 3); }
+
+// grid (n_kb, Hkv, B), block 256: V / v_scale to e4m3, transposed into [D][keys], keys permuted.
+template <typename Elem, int D>
+__global__ void __launch_bounds__(kThreads) sage_quant_v(Operand v, int heads_kv, int seq_kv, Scratch s) {
+  __shared__ alignas(16) std::uint8_t tile[D][kBlockKv];
+  const int kb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const std::int64_t bh = static_cast<std::int64_t>(b) * heads_kv + h;
+  for (int i = threadIdx.x; i < kBlockKv * D; i += kThreads) {
+    const int kl = i / D, d = i % D;
+    const int key = kb * kBlockKv + kl;
+    const float scale = s.v_scale[bh * D + d];
+    float x = key < seq_kv ? load_in<Elem>(v.data, elem_index(v, b, h, key, d)) : 0.0f;
+    x = scale == 0.0f ? 0.0f : __fdiv_rn(x, scale);
+    tile[d][(kl & ~15) + permuted_key(kl & 15)] = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < D * (kBlockKv / 16); i += kThreads) {
+    const int d = i / (kBlockKv / 16), part = i % (kBlockKv / 16);
+    *reinterpret_cast<uint4*>(s.vt8 + (bh * D + d) * s.skv_pad + kb * kBlockKv + part * 16) =
+        *reinterpret_cast<const uint4*>(&tile[d][part * 16]);
+  }
+}
+
+// ---- main kernel --------------------------------------------------------------------------------
+
+__device__ __forceinline__ void mma_s8(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
+                                         std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four floats (times 448) to e4m3, first in the lowest byte.
+__device__ __forceinline__ std::uint32_t pack_e4m3(float a, float b, float c, float d) {
+  const std::uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a * 448.0f, b * 448.0f), __NV_SATFINITE, __NV_E4M3);
+  const std::uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c * 448.0f, d * 448.0f), __NV_SATFINITE, __NV_E4M3);
+  return lo | (hi << 16);
+}
+
+struct SageMain {
+  FwdParams p;
+  Scratch s;
+  int heads_kv;
+  float qk_scale;  // alpha * log2(e)
+};
+
+template <int D>
+struct SageSmem {
+  static constexpr int kKPitch = D + 16;          // bytes per K row (conflict-free 4-byte fragment loads)
+  static constexpr int kVPitch = kBlockKv + 16;   // bytes per V^T row
+  std::int8_t k[2][kBlockKv][kKPitch];
+  std::uint8_t v[2][D][kVPitch];
+};
+
+// grid (sq_pad / 128, Hq, B), block 256: warp w owns query rows 16 w .. 16 w + 15 of the block.
+template <int D>
+__global__ void __launch_bounds__(kThreads, 1) sage8_fwd_kernel(SageMain m) {
+  constexpr int kKT = D / 32;  // k32 steps of Q K^T
+  constexpr int kDT = D / 8;   // n8 tiles of O
+  __shared__ alignas(16) SageSmem<D> sm;
+  const FwdParams& p = m.p;
+  const Scratch& s = m.s;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int qb = p.causal ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x) : blockIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const std::int64_t bhq = static_cast<std::int64_t>(b) * p.heads_q + h;
+  const std::int64_t bhk = static_cast<std::int64_t>(b) * m.heads_kv + h / p.group;
+  const int r0 = qb * kBlockQ;
+  const int wr0 = r0 + warp * 16;
+  const int rows[2] = {wr0 + g, wr0 + g + 8};
+
+  // Q's A fragments, straight from global memory.
+  std::uint32_t qa[kKT][4];
+  {
+    const std::int8_t* q0 = s.q8 + (bhq * s.sq_pad + rows[0]) * D;
+    const std::int8_t* q1 = s.q8 + (bhq * s.sq_pad + rows[1]) * D;
+#pragma unroll
+    for (int kk = 0; kk < kKT; ++kk) {
+      qa[kk][0] = *reinterpret_cast<const std::uint32_t*>(q0 + kk * 32 + 4 * t);
+      qa[kk][1] = *reinterpret_cast<const std::uint32_t*>(q1 + kk * 32 + 4 * t);
+      qa[kk][2] = *reinterpret_cast<const std::uint32_t*>(q0 + kk * 32 + 16 + 4 * t);
+      qa[kk][3] = *reinterpret_cast<const std::uint32_t*>(q1 + kk * 32 + 16 + 4 * t);
+    }
+  }
+  const float dq[2] = {s.q_scale[bhq * s.sq_pad + rows[0]] * m.qk_scale, s.q_scale[bhq * s.sq_pad + rows[1]] * m.qk_scale};
+
+  int n_kb = s.n_kb;
+  if (p.causal) {
+    const int last = min(r0 + kBlockQ - 1, p.seq_q - 1) + p.causal_offset;
+    n_kb = last < 0 ? 0 : min(n_kb, last / kBlockKv + 1);
+  }
+
+  const std::int8_t* kbase = s.k8 + bhk * s.skv_pad * D;
+  const std::uint8_t* vbase = s.vt8 + bhk * D * s.skv_pad;
+  auto load_tile = [&](int kb, int st) {
+    constexpr int kKParts = D / 16;
+    for (int c = tid; c < kBlockKv * kKParts; c += kThreads) {
+      const int row = c / kKParts, part = c % kKParts;
+      cp_async_16(smem_addr(&sm.k[st][row][part * 16]),
+                  kbase + (static_cast<std::int64_t>(kb) * kBlockKv + row) * D + part * 16, true);
+    }
+    for (int c = tid; c < D * (kBlockKv / 16); c += kThreads) {
+      const int d = c / (kBlockKv / 16), part = c % (kBlockKv / 16);
+      cp_async_16(smem_addr(&sm.v[st][d][part * 16]),
+                  vbase + static_cast<std::int64_t>(d) * s.skv_pad + kb * kBlockKv + part * 16, true);
+    }
+    cp_async_commit();
+  };
+
+  float o[kDT][4];
+#pragma unroll
+  for (int i = 0; i < kDT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY};
+  float l_run[2] = {0.0f, 0.0f};  // this thread's part of each row's sum
+
+  if (n_kb > 0) load_tile(0, 0);
+  for (int kb = 0; kb < n_kb; ++kb) {
+    const int st = kb & 1;
+    if (kb + 1 < n_kb) {
+      load_tile(kb + 1, st ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+
+    // S = Q8 K8^T (int32), then dequantized into the base-2 softmax domain.
+    int acc[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0;
+#pragma unroll
+      for (int kk = 0; kk < kKT; ++kk) {
+        const std::int8_t* kr = &sm.k[st][nt * 8 + g][kk * 32 + 4 * t];
+        mma_s8(acc[nt], qa[kk], *reinterpret_cast<const std::uint32_t*>(kr),
+               *reinterpret_cast<const std::uint32_t*>(kr + 16));
+      }
+    }
+    const float* ksc = s.k_scale + (bhk * s.n_kb + kb) * 8;
+    const float dk[2] = {ksc[2 * t], ksc[2 * t + 1]};
+    float x[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) x[nt][i] = static_cast<float>(acc[nt][i]) * dq[i >> 1] * dk[i & 1];
+
+    const int key0 = kb * kBlockKv;
+    const bool need_mask = key0 + kBlockKv > p.seq_kv || (p.causal && key0 + kBlockKv - 1 > wr0 + p.causal_offset);
+    if (need_mask) {
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int key = key0 + nt * 8 + 2 * t + (i & 1);
+          if (key >= p.seq_kv || (p.causal && key > rows[i >> 1] + p.causal_offset)) x[nt][i] = -INFINITY;
+        }
+    }
+
+    float ep[2], ec[2], mx[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float mb = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) mb = fmaxf(mb, fmaxf(x[nt][2 * j], x[nt][2 * j + 1]));
+      mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
+      mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
+      if (mb == -INFINITY) {  // every key of the block masked for this row: it adds nothing
+        ep[j] = 1.0f;
+        ec[j] = 0.0f;
+        mx[j] = 0.0f;
+      } else {
+        const float mn = fmaxf(m_run[j], mb);
+        ep[j] = m_run[j] == -INFINITY ? 0.0f : fast_exp2(m_run[j] - mn);
+        ec[j] = fast_exp2(mb - mn);
+        mx[j] = mb;
+        m_run[j] = mn;
+      }
+    }
+    float lb[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        x[nt][i] = fast_exp2(x[nt][i] - mx[i >> 1]);
+        lb[i >> 1] += x[nt][i];
+      }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) l_run[j] = ep[j] * l_run[j] + ec[j] * lb[j];
+
+    // P~ * 448 in e4m3 as the PV MMA's A fragments (the key permutation of sage_quant_v).
+    std::uint32_t pa[2][4];
+#pragma unroll
+    for (int kc = 0; kc < 2; ++kc) {
+      const int n0 = 4 * kc;
+      pa[kc][0] = pack_e4m3(x[n0][0], x[n0][1], x[n0 + 1][0], x[n0 + 1][1]);
+      pa[kc][1] = pack_e4m3(x[n0][2], x[n0][3], x[n0 + 1][2], x[n0 + 1][3]);
+      pa[kc][2] = pack_e4m3(x[n0 + 2][0], x[n0 + 2][1], x[n0 + 3][0], x[n0 + 3][1]);
+      pa[kc][3] = pack_e4m3(x[n0 + 2][2], x[n0 + 2][3], x[n0 + 3][2], x[n0 + 3][3]);
+    }
+    // Two-level: this block's P~ V in the MMA accumulator, then into the fp32 O.
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt) {
+      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int kc = 0; kc < 2; ++kc) {
+        const std::uint8_t* vr = &sm.v[st][dt * 8 + g][kc * 32 + 4 * t];
+        mma_e4m3(c, pa[kc], *reinterpret_cast<const std::uint32_t*>(vr),
+                 *reinterpret_cast<const std::uint32_t*>(vr + 16));
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[dt][i] = o[dt][i] * ep[i >> 1] + c[i] * ec[i >> 1];
+    }
+    __syncthreads();  // the next iteration's load overwrites this stage
+  }
+
+  // Epilogue: O / l / 448 * v_scale, the LSE with smooth K's correction.
+  const float* vsc = s.v_scale + bhk * D;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    float l = l_run[j];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = rows[j];
+    if (row >= p.seq_q) continue;
+    const bool any = l > 0.0f;
+    const float inv = any ? 1.0f / l : 0.0f;
+    float lse = -INFINITY;
+    if (any && p.lse != nullptr) lse = m_run[j] * 0.6931471805599453f + logf(l) + s.lse_off[bhq * s.sq_pad + row];
+    store_lse(p, b, h, row, lse);
+    char* out = output_row(p, b, h, row);
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt) {
+      const int col = dt * 8 + 2 * t;
+      const float a = any ? o[dt][2 * j] * inv * (1.0f / 448.0f) * vsc[col] : 0.0f;
+      const float c = any ? o[dt][2 * j + 1] * inv * (1.0f / 448.0f) * vsc[col + 1] : 0.0f;
+      store_pair(out, p.o_type, col, a, c);
+    }
+  }
+}
+
+std::size_t align_up(std::size_t x) { return (x + 255) / 256 * 256; }
+
+template <typename Elem, int D>
+void launch_typed(const Sage8Request& r, cudaStream_t stream) {
+  const FwdParams& p = r.fwd;
+  const int B = r.batch, Hq = p.heads_q, Hkv = r.heads_kv;
+  Scratch s{};
+  s.n_kb = (p.seq_kv + kBlockKv - 1) / kBlockKv;
+  s.skv_pad = s.n_kb * kBlockKv;
+  s.sq_pad = (p.seq_q + kBlockQ - 1) / kBlockQ * kBlockQ;
+  s.n_chunk = (p.seq_kv + kStatRows - 1) / kStatRows;
+  const std::size_t bhq = static_cast<std::size_t>(B) * Hq, bhk = static_cast<std::size_t>(B) * Hkv;
+  const std::size_t sizes[] = {
+      bhq * s.sq_pad * D,                      // q8
+      bhq * s.sq_pad * 4,                      // q_scale
+      bhq * s.sq_pad * 4,                      // lse_off
+      bhk * s.skv_pad * D,                     // k8
+      bhk * s.n_kb * 8 * 4,                    // k_scale
+      bhk * D * 4,                             // k_mean
+      bhk * D * s.skv_pad,                     // vt8
+      bhk * D * 4,                             // v_scale
+      bhk * s.n_chunk * D * 4,                 // k_sum_part
+      bhk * s.n_chunk * D * 4,                 // v_max_part
+  };
+  std::size_t total = 0;
+  for (std::size_t z : sizes) total += align_up(z);
+  StreamBuffer scratch(total, r.device, stream);
+  char* base = static_cast<char*>(scratch.get());
+  void* ptrs[10];
+  for (int i = 0; i < 10; ++i) {
+    ptrs[i] = base;
+    base += align_up(sizes[i]);
+  }
+  s.q8 = static_cast<std::int8_t*>(ptrs[0]);
+  s.q_scale = static_cast<float*>(ptrs[1]);
+  s.lse_off = static_cast<float*>(ptrs[2]);
+  s.k8 = static_cast<std::int8_t*>(ptrs[3]);
+  s.k_scale = static_cast<float*>(ptrs[4]);
+  s.k_mean = static_cast<float*>(ptrs[5]);
+  s.vt8 = static_cast<std::uint8_t*>(ptrs[6]);
+  s.v_scale = static_cast<float*>(ptrs[7]);
+  s.k_sum_part = static_cast<float*>(ptrs[8]);
+  s.v_max_part = static_cast<float*>(ptrs[9]);
+
+  sage_kv_partials<Elem, D><<<dim3(s.n_chunk, Hkv, B), D, 0, stream>>>(p.k, p.v, Hkv, p.seq_kv, s);
+  check_launch("sage_kv_partials");
+  sage_kv_finalize<D><<<dim3(Hkv, B), D, 0, stream>>>(Hkv, p.seq_kv, s);
+  check_launch("sage_kv_finalize");
+  sage_quant_k<Elem, D><<<dim3(s.n_kb, Hkv, B), kThreads, 0, stream>>>(p.k, Hkv, p.seq_kv, s);
+  check_launch("sage_quant_k");
+  sage_quant_v<Elem, D><<<dim3(s.n_kb, Hkv, B), kThreads, 0, stream>>>(p.v, Hkv, p.seq_kv, s);
+  check_launch("sage_quant_v");
+  sage_quant_q<Elem, D><<<dim3(s.sq_pad / 16, Hq, B), kThreads, 0, stream>>>(
+      p.q, Hq, p.group, Hkv, p.seq_q, static_cast<float>(r.alpha), p.lse != nullptr, s);
+  check_launch("sage_quant_q");
+
+  SageMain m{p, s, Hkv, static_cast<float>(r.alpha * 1.4426950408889634)};
+  sage8_fwd_kernel<D><<<dim3(s.sq_pad / kBlockQ, Hq, B), kThreads, 0, stream>>>(m);
+  check_launch("sage8_fwd_kernel");
+}
+
+template <typename Elem>
+void launch_dim(const Sage8Request& r, cudaStream_t stream) {
+  if (r.head_dim == 64) {
+    launch_typed<Elem, 64>(r, stream);
+  } else if (r.head_dim == 128) {
+    launch_typed<Elem, 128>(r, stream);
+  } else {
+    throw Error("sage8 kernel: head dim must be 64 or 128");
+  }
+}
+
+}  // namespace
+
+void launch_sage8(const Sage8Request& r, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (r.in_type == ElemType::f16) {
+    launch_dim<__half>(r, s);
+  } else if (r.in_type == ElemType::bf16) {
+    launch_dim<__nv_bfloat16>(r, s);
+  } else {
+    throw Error("sage8 kernel: inputs must be f16 or bf16");
+  }
+}
+
+}  // namespace pasa::cuda
