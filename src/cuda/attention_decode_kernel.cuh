@@ -298,16 +298,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
     }
 
     std::uint32_t tOrP[kMTiles][kNChunks][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-      for (int kk = 0; kk < kNChunks; ++kk) {
-        tOrP[mt][kk][0] = pack2<MmaElem>(tSrS[mt][2 * kk][0], tSrS[mt][2 * kk][1]);
-        tOrP[mt][kk][1] = pack2<MmaElem>(tSrS[mt][2 * kk][2], tSrS[mt][2 * kk][3]);
-        tOrP[mt][kk][2] = pack2<MmaElem>(tSrS[mt][2 * kk + 1][0], tSrS[mt][2 * kk + 1][1]);
-        tOrP[mt][kk][3] = pack2<MmaElem>(tSrS[mt][2 * kk + 1][2], tSrS[mt][2 * kk + 1][3]);
-      }
-    }
+    scores_to_p_fragments<MmaElem>(tOrP, tSrS);
     if (rescale_o) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)

@@ -290,16 +290,7 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
       warp_qk<kMTiles, kNTiles, kDChunks, kStride, MmaElem, kQInRegs>(tSrS, q_addr, tSrQ, k_stage);
       if (needs_mask) apply_mask(tSrS, p, n0, row_lo);
       rescale_o = __any_sync(0xffffffffu, softmax.step(tSrS, p.scale_log2, rescale));
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-        for (int kk = 0; kk < kNChunks; ++kk) {
-          tOrP[mt][kk][0] = pack2<MmaElem>(tSrS[mt][2 * kk][0], tSrS[mt][2 * kk][1]);
-          tOrP[mt][kk][1] = pack2<MmaElem>(tSrS[mt][2 * kk][2], tSrS[mt][2 * kk][3]);
-          tOrP[mt][kk][2] = pack2<MmaElem>(tSrS[mt][2 * kk + 1][0], tSrS[mt][2 * kk + 1][1]);
-          tOrP[mt][kk][3] = pack2<MmaElem>(tSrS[mt][2 * kk + 1][2], tSrS[mt][2 * kk + 1][3]);
-        }
-      }
+      scores_to_p_fragments<MmaElem>(tOrP, tSrS);
     }
 
     if constexpr (kStages == 1) {

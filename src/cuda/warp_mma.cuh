@@ -112,4 +112,22 @@ __device__ __forceinline__ void rowsum_mma(const std::uint32_t (&a)[kMTiles][kNC
   }
 }
 
+// The C fragments of S (two n8 tiles per k16 chunk) repacked as the A fragments of P for the PV MMA:
+// the m16n8 accumulator layout of two adjacent key tiles is exactly the m16k16 operand layout.
+template <typename Elem, int kMTiles, int kNTiles, int kNChunks>
+__device__ __forceinline__ void scores_to_p_fragments(std::uint32_t (&p)[kMTiles][kNChunks][4],
+                                                      const float (&s)[kMTiles][kNTiles][4]) {
+  static_assert(kNTiles == 2 * kNChunks, "two key tiles per k16 chunk");
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int kk = 0; kk < kNChunks; ++kk) {
+      p[mt][kk][0] = pack2<Elem>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+      p[mt][kk][1] = pack2<Elem>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+      p[mt][kk][2] = pack2<Elem>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+      p[mt][kk][3] = pack2<Elem>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+    }
+  }
+}
+
 }  // namespace pasa::cuda
