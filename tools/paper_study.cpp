@@ -41,15 +41,11 @@ std::optional<double> paper_nan_share(const StudyCase& c) {
   return std::nullopt;
 }
 
-namespace {
-
-QKV generate(const StudyCase& c, const StudyConfig& config, std::uint64_t seed) {
-  if (c.dist == "uniform") return uniform_qkv(config.shape, c.x0, c.am, seed, DType::f16);
-  if (c.dist == "hybrid") return hybrid_qkv(config.shape, c.x0, c.am, seed, DType::f16);
+QKV generate_case(const StudyCase& c, const Shape4& shape, std::uint64_t seed) {
+  if (c.dist == "uniform") return uniform_qkv(shape, c.x0, c.am, seed, DType::f16);
+  if (c.dist == "hybrid") return hybrid_qkv(shape, c.x0, c.am, seed, DType::f16);
   throw Error("study: unknown distribution '" + c.dist + "'");
 }
-
-}  // namespace
 
 std::vector<StudyRow> run_study(const std::vector<StudyCase>& cases, const StudyConfig& config,
                                 const std::function<void(int, int, const StudyCase&)>& progress) {
@@ -59,7 +55,7 @@ std::vector<StudyRow> run_study(const std::vector<StudyCase>& cases, const Study
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const StudyCase& c = cases[i];
     // Each case gets its own seed so adding a case does not change the others' inputs.
-    QKV data = generate(c, config, config.seed + 1000003ull * i);
+    QKV data = generate_case(c, config.shape, config.seed + 1000003ull * i);
     const std::vector<double> ref = reference_output(data);  // fp64 on the fp16 inputs
     for (std::size_t p = 0; p < policies.size(); ++p) {
       const ErrorMetrics m = compare(attention_output(data, policies[p]), ref);

@@ -37,6 +37,9 @@ struct CaseGroup {
 };
 std::vector<CaseGroup> paper_case_groups();
 
+// The fp16 Q, K, V of a case (Eq. 17 or 18).
+QKV generate_case(const StudyCase& c, const Shape4& shape, std::uint64_t seed);
+
 // The paper's NaN share of FA(FP16-FP32) for a Table 4 case (Ascend NPU), if it is one.
 std::optional<double> paper_nan_share(const StudyCase& c);
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "host_attention.h"
+#include "paper_study.h"
 #include "pasa/attention.h"
 #include "pasa/generators.h"
 #include "pasa/metrics.h"
@@ -125,16 +126,11 @@ nlohmann::json run_sage_study(const SageStudyConfig& cfg) {
   fmt::print("\n|---|");
   for (std::size_t i = 0; i < policies.size(); ++i) fmt::print("---|");
   fmt::print("\n");
-  struct Case {
-    bool uniform;
-    double x0, am;
-  };
-  for (const Case& c : {Case{true, 30, 0.5}, Case{true, 20, 15}, Case{true, 20, 20}, Case{false, 30, 10},
-                        Case{false, 20, 50}, Case{false, 20, 100}}) {
-    const Shape4 s{1, cfg.heads, cfg.seq, 128};
-    QKV d = c.uniform ? uniform_qkv(s, c.x0, c.am, cfg.seed + 10) : hybrid_qkv(s, c.x0, c.am, cfg.seed + 10);
+  const std::vector<CaseGroup> groups = paper_case_groups();  // front(): the Table 4 cases
+  for (const StudyCase& c : groups.front().cases) {
+    QKV d = generate_case(c, Shape4{1, cfg.heads, cfg.seq, 128}, cfg.seed + 10);
     const std::vector<double> ref = reference_output(d);
-    const std::string name = fmt::format("{} x0={:g} Am={:g}", c.uniform ? "uniform" : "hybrid", c.x0, c.am);
+    const std::string name = fmt::format("{} x0={:g} Am={:g}", c.dist, c.x0, c.am);
     fmt::print("| {} |", name);
     for (const auto& p : policies) {
       const ErrorMetrics m = compare(attention_output(d, parse_policy(p)), ref);
