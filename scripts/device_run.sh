@@ -8,7 +8,8 @@
 # machine lacks fmt / GoogleTest / nlohmann-json, copy a prefix of them to build-devdeps/usr first (it
 # is used as CMAKE_PREFIX_PATH when present). Logs and CSVs land in $OUT (default /tmp/pasa-out).
 # Phases that can be left out to fit a short device call: PASA_VARIANTS=0 (the prefill kernels'
-# variant benchmarks, and their compilation), PASA_PYTHON=0 (the Python package and its tests).
+# variant benchmarks, and their compilation), PASA_PYTHON=0 (the Python package and its tests);
+# PASA_TEST_FILTER=<gtest filter> runs only those GPU tests.
 set -uo pipefail
 ROOT=$(pwd)
 OUT=${OUT:-/tmp/pasa-out}
@@ -52,7 +53,7 @@ VARIANT_SRC=(bench/fwd_variants.cu)
 BENCH_BUILD=$!
 
 phase "tests"
-"$BUILD/tests/pasa_cuda_tests" >"$OUT/tests.log" 2>&1
+"$BUILD/tests/pasa_cuda_tests" --gtest_filter="${PASA_TEST_FILTER:-*}" >"$OUT/tests.log" 2>&1
 TESTS_RC=$?
 grep -E "Failure|FAILED|PASSED|SKIPPED|Expected|kernel .* vs emulator|uniform" "$OUT/tests.log" | tail -20
 echo "sage8 cases (kernel vs emulator):"; awk '/RUN .*CudaSage8/{on=1} /OK .*CudaSage8|FAILED .*CudaSage8/{on=0} on && /O err/' "$OUT/tests.log" | sed 's/  */ /g' | head -50

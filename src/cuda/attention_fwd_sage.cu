@@ -4,14 +4,14 @@
 //   1. per (b, h_kv): partial column sums of K and column maxima of |V| over chunks of kStatRows keys,
 //      then the K mean (smooth K) and V's per-channel FP8 scale max|V| / 448;
 //   2. K - mean quantized to INT8, one scale per thread group of quant_group(thread, key, s2 = 64):
-//      within each key block the 8 rows with the same key mod 8 (the B-fragment column of mma m16n8k32);
+//      within each key block the 8 rows with the same key mod 8 (the accumulator column a thread holds);
 //   3. Q quantized to INT8 per thread group of quant_group(thread, query): rows r and r + 8 of each
 //      16-row slab (one thread's A-fragment rows); the LSE's smooth-K correction alpha q . mean(K);
 //   4. V / scale rounded to FP8 e4m3 and stored transposed ([D][keys]) with the keys of every
 //      16-key chunk permuted so that the softmax's C fragments are the PV MMA's A fragments as they are.
-// Main kernel: S = (Q8 K8^T via mma m16n8k32 s8 -> s32) dq dk alpha, online softmax in fp32 (base 2)
-// against the block maximum, P~ = exp(S - m_blk) * 448 rounded to e4m3, each key block's P~ V8 by mma
-// m16n8k32 e4m3 (f32 accumulate) in a fresh accumulator, added into an fp32 O rescaled by
+// Main kernel (Hopper wgmma, wgmma.cuh): S = (Q8 K8^T, s8 -> s32) dq dk alpha, online softmax in fp32
+// (base 2) against the block maximum, P~ = exp(S - m_blk) * 448 rounded to e4m3, each key block's
+// P~ V8 (e4m3, f32 accumulate) in a fresh accumulator, added into an fp32 O rescaled by
 // exp(m_old - m_new) and exp(m_blk - m_new) (two-level accumulation, as the emulator models it);
 // O = O / l / 448 * v_scale, LSE = m + log l + alpha q . mean(K).
 #include <cuda_fp8.h>
@@ -23,6 +23,7 @@
 #include "cuda/epilogue.cuh"
 #include "cuda/kernel_params.h"
 #include "cuda/ptx.cuh"
+#include "cuda/wgmma.cuh"
 #include "pasa/error.h"
 
 namespace pasa::cuda {
@@ -221,28 +222,38 @@ __global__ void __launch_bounds__(kThreads) sage_quant_v(Operand v, int heads_kv
 
 // ---- main kernel --------------------------------------------------------------------------------
 
-__device__ __forceinline__ void mma_s8(int (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+constexpr int kStages = 4;  // K / V^T stages: tile j - 1 (V^T in use), j (K in use), two loading
 
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                         std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// One stage: a K tile (64 keys x D int8, rows D bytes) then a V^T tile (D rows x 64 keys e4m3, rows 64
+// bytes), each swizzled (wgmma.cuh) and starting on a 1024-byte boundary.
+template <int D>
+struct SageStage {
+  static constexpr int kKBytes = kBlockKv * D;
+  static constexpr int kVBytes = D * kBlockKv;
+  static constexpr int kBytes = kKBytes + kVBytes;
+  static constexpr int kSmemBytes = kStages * kBytes + 1024;  // + slack to align the first stage
+};
 
-// Four floats (times 448) to e4m3, first in the lowest byte.
+// S's int32 accumulators to float: exact for |x| < 2^22 (|x| <= 127 * 127 * D here) with an integer
+// add and a float subtract, where the I2F instruction would run at a quarter of the rate.
+__device__ __forceinline__ float small_int_to_float(int x) { return __int_as_float(x + 0x4B400000) - 12582912.0f; }
+
+// Four floats to e4m3, first in the lowest byte.
 __device__ __forceinline__ std::uint32_t pack_e4m3(float a, float b, float c, float d) {
-  const std::uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a * 448.0f, b * 448.0f), __NV_SATFINITE, __NV_E4M3);
-  const std::uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c * 448.0f, d * 448.0f), __NV_SATFINITE, __NV_E4M3);
+  const std::uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+  const std::uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
   return lo | (hi << 16);
+}
+
+// One key block's P~ V8 step (k = 32 keys) into the fresh accumulator c.
+template <int D>
+__device__ __forceinline__ void wgmma_pv(float (&c)[D / 2], const std::uint32_t (&a)[4], std::uint64_t desc,
+                                         bool accumulate) {
+  if constexpr (D == 128) {
+    wgmma_e4m3_m64n128k32(c, a, desc, accumulate);
+  } else {
+    wgmma_e4m3_m64n64k32(c, a, desc, accumulate);
+  }
 }
 
 struct SageMain {
@@ -252,20 +263,16 @@ struct SageMain {
   float qk_scale;  // alpha * log2(e)
 };
 
-template <int D>
-struct SageSmem {
-  static constexpr int kKPitch = D + 16;          // bytes per K row (conflict-free 4-byte fragment loads)
-  static constexpr int kVPitch = kBlockKv + 16;   // bytes per V^T row
-  std::int8_t k[2][kBlockKv][kKPitch];
-  std::uint8_t v[2][D][kVPitch];
-};
-
-// grid (sq_pad / 128, Hq, B), block 256: warp w owns query rows 16 w .. 16 w + 15 of the block.
+// grid (sq_pad / 128, Hq, B), block 256 = two warpgroups of 64 query rows; warp w owns rows
+// 16 w .. 16 w + 15 of the block. Per key block: S = Q8 K8^T by wgmma (Q from registers, K from shared
+// memory), the softmax in registers, P~ V8 by wgmma (P~ from registers, V^T from shared memory).
 template <int D>
 __global__ void __launch_bounds__(kThreads, 1) sage8_fwd_kernel(SageMain m) {
   constexpr int kKT = D / 32;  // k32 steps of Q K^T
   constexpr int kDT = D / 8;   // n8 tiles of O
-  __shared__ alignas(16) SageSmem<D> sm;
+  using Stage = SageStage<D>;
+  extern __shared__ std::uint8_t sage_smem[];
+  const std::uint32_t smem_base = (smem_addr(sage_smem) + 1023u) & ~1023u;
   const FwdParams& p = m.p;
   const Scratch& s = m.s;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -300,19 +307,23 @@ __global__ void __launch_bounds__(kThreads, 1) sage8_fwd_kernel(SageMain m) {
 
   const std::int8_t* kbase = s.k8 + bhk * s.skv_pad * D;
   const std::uint8_t* vbase = s.vt8 + bhk * D * s.skv_pad;
-  auto load_tile = [&](int kb, int st) {
-    constexpr int kKParts = D / 16;
-    for (int c = tid; c < kBlockKv * kKParts; c += kThreads) {
-      const int row = c / kKParts, part = c % kKParts;
-      cp_async_16(smem_addr(&sm.k[st][row][part * 16]),
-                  kbase + (static_cast<std::int64_t>(kb) * kBlockKv + row) * D + part * 16, true);
+  auto load_tile = [&](int kb) {
+    if (kb < n_kb) {
+      const std::uint32_t k_tile = smem_base + (kb % kStages) * Stage::kBytes;
+      const std::uint32_t v_tile = k_tile + Stage::kKBytes;
+      constexpr int kKParts = D / 16;
+      for (int c = tid; c < kBlockKv * kKParts; c += kThreads) {
+        const int row = c / kKParts, part = c % kKParts;
+        cp_async_16(k_tile + swizzled_offset<D>(row * D + part * 16),
+                    kbase + (static_cast<std::int64_t>(kb) * kBlockKv + row) * D + part * 16, true);
+      }
+      for (int c = tid; c < D * (kBlockKv / 16); c += kThreads) {
+        const int d = c / (kBlockKv / 16), part = c % (kBlockKv / 16);
+        cp_async_16(v_tile + swizzled_offset<kBlockKv>(d * kBlockKv + part * 16),
+                    vbase + static_cast<std::int64_t>(d) * s.skv_pad + kb * kBlockKv + part * 16, true);
+      }
     }
-    for (int c = tid; c < D * (kBlockKv / 16); c += kThreads) {
-      const int d = c / (kBlockKv / 16), part = c % (kBlockKv / 16);
-      cp_async_16(smem_addr(&sm.v[st][d][part * 16]),
-                  vbase + static_cast<std::int64_t>(d) * s.skv_pad + kb * kBlockKv + part * 16, true);
-    }
-    cp_async_commit();
+    cp_async_commit();  // possibly empty: one group per tile index keeps the wait count fixed
   };
 
   float o[kDT][4];
@@ -321,37 +332,46 @@ __global__ void __launch_bounds__(kThreads, 1) sage8_fwd_kernel(SageMain m) {
   float m_run[2] = {-INFINITY, -INFINITY};
   float l_run[2] = {0.0f, 0.0f};  // this thread's part of each row's sum
 
-  if (n_kb > 0) load_tile(0, 0);
-  for (int kb = 0; kb < n_kb; ++kb) {
-    const int st = kb & 1;
-    if (kb + 1 < n_kb) {
-      load_tile(kb + 1, st ^ 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+  // Tile j: wait for this thread's copies, publish everyone's to the async proxy, then start the copy
+  // of tile j + kStages - 2 into the stage of tile j - 2, which every warp is done with (its PV ended
+  // an iteration ago; tile j - 1's V^T is still being read, so that stage is left alone).
+  auto acquire = [&](int j) {
+    cp_async_wait<kStages - 3>();
+    fence_proxy_async_shared();
     __syncthreads();
+    load_tile(j + kStages - 2);
+  };
+  // S of tile j = Q8 K8^T into acc (int32), issued and left running.
+  int acc[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) acc[i] = 0;
+  auto issue_qk = [&](int j) {
+    const std::uint64_t k_desc = kmajor_desc<D>(smem_base + (j % kStages) * Stage::kBytes);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKT; ++kk) wgmma_s8_m64n64k32(acc, qa[kk], k_desc + 2 * kk, kk > 0);
+    wgmma_commit();
+  };
 
-    // S = Q8 K8^T (int32), then dequantized into the base-2 softmax domain.
-    int acc[8][4];
+  float c[D / 2];  // one key block's P~ V8 (two-level accumulation: a fresh sum per block)
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0;
-#pragma unroll
-      for (int kk = 0; kk < kKT; ++kk) {
-        const std::int8_t* kr = &sm.k[st][nt * 8 + g][kk * 32 + 4 * t];
-        mma_s8(acc[nt], qa[kk], *reinterpret_cast<const std::uint32_t*>(kr),
-               *reinterpret_cast<const std::uint32_t*>(kr + 16));
-      }
-    }
+  for (int i = 0; i < D / 2; ++i) c[i] = 0.0f;
+  constexpr float kLog2Fp8Max = 8.807354922057604f;  // log2(448): P~ comes out of exp2 already * 448
+
+  // S of tile kb dequantized into the base-2 softmax domain; acc is then free for the next S.
+  auto dequantize = [&](int kb, float (&x)[8][4]) {
     const float* ksc = s.k_scale + (bhk * s.n_kb + kb) * 8;
     const float dk[2] = {ksc[2 * t], ksc[2 * t + 1]};
-    float x[8][4];
+    const float scale[4] = {dq[0] * dk[0], dq[0] * dk[1], dq[1] * dk[0], dq[1] * dk[1]};
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) x[nt][i] = static_cast<float>(acc[nt][i]) * dq[i >> 1] * dk[i & 1];
+      for (int i = 0; i < 4; ++i) x[nt][i] = small_int_to_float(acc[4 * nt + i]) * scale[i];
+  };
 
+  // Tile kb's softmax (masking, block maximum, running statistics) and the issue of its P~ V8 into c;
+  // returns through ep / ec the factors that fold c into O once it is done.
+  auto softmax_and_issue_pv = [&](int kb, float (&x)[8][4], float (&ep)[2], float (&ec)[2], std::uint32_t (&pa)[2][4]) {
     const int key0 = kb * kBlockKv;
     const bool need_mask = key0 + kBlockKv > p.seq_kv || (p.causal && key0 + kBlockKv - 1 > wr0 + p.causal_offset);
     if (need_mask) {
@@ -363,8 +383,7 @@ __global__ void __launch_bounds__(kThreads, 1) sage8_fwd_kernel(SageMain m) {
           if (key >= p.seq_kv || (p.causal && key > rows[i >> 1] + p.causal_offset)) x[nt][i] = -INFINITY;
         }
     }
-
-    float ep[2], ec[2], mx[2];
+    float shift[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       float mb = -INFINITY;
@@ -375,28 +394,27 @@ __global__ void __launch_bounds__(kThreads, 1) sage8_fwd_kernel(SageMain m) {
       if (mb == -INFINITY) {  // every key of the block masked for this row: it adds nothing
         ep[j] = 1.0f;
         ec[j] = 0.0f;
-        mx[j] = 0.0f;
+        shift[j] = 0.0f;
       } else {
         const float mn = fmaxf(m_run[j], mb);
         ep[j] = m_run[j] == -INFINITY ? 0.0f : fast_exp2(m_run[j] - mn);
         ec[j] = fast_exp2(mb - mn);
-        mx[j] = mb;
+        shift[j] = mb - kLog2Fp8Max;
         m_run[j] = mn;
       }
     }
-    float lb[2] = {0.0f, 0.0f};
+    float lb[2] = {0.0f, 0.0f};  // this block's sum of P~ * 448
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        x[nt][i] = fast_exp2(x[nt][i] - mx[i >> 1]);
+        x[nt][i] = fast_exp2(x[nt][i] - shift[i >> 1]);
         lb[i >> 1] += x[nt][i];
       }
 #pragma unroll
     for (int j = 0; j < 2; ++j) l_run[j] = ep[j] * l_run[j] + ec[j] * lb[j];
 
     // P~ * 448 in e4m3 as the PV MMA's A fragments (the key permutation of sage_quant_v).
-    std::uint32_t pa[2][4];
 #pragma unroll
     for (int kc = 0; kc < 2; ++kc) {
       const int n0 = 4 * kc;
@@ -405,23 +423,55 @@ __global__ void __launch_bounds__(kThreads, 1) sage8_fwd_kernel(SageMain m) {
       pa[kc][2] = pack_e4m3(x[n0 + 2][0], x[n0 + 2][1], x[n0 + 3][0], x[n0 + 3][1]);
       pa[kc][3] = pack_e4m3(x[n0 + 2][2], x[n0 + 2][3], x[n0 + 3][2], x[n0 + 3][3]);
     }
-    // Two-level: this block's P~ V in the MMA accumulator, then into the fp32 O.
+    wgmma_fence();
+    const std::uint64_t v_desc = kmajor_desc<kBlockKv>(smem_base + (kb % kStages) * Stage::kBytes + Stage::kKBytes);
+    wgmma_pv<D>(c, pa[0], v_desc, false);
+    wgmma_pv<D>(c, pa[1], v_desc + 2, true);
+    wgmma_commit();
+  };
+
+  auto fold = [&](const float (&ep)[2], const float (&ec)[2]) {
 #pragma unroll
-    for (int dt = 0; dt < kDT; ++dt) {
-      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int dt = 0; dt < kDT; ++dt)
 #pragma unroll
-      for (int kc = 0; kc < 2; ++kc) {
-        const std::uint8_t* vr = &sm.v[st][dt * 8 + g][kc * 32 + 4 * t];
-        mma_e4m3(c, pa[kc], *reinterpret_cast<const std::uint32_t*>(vr),
-                 *reinterpret_cast<const std::uint32_t*>(vr + 16));
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[dt][i] = o[dt][i] * ep[i >> 1] + c[i] * ec[i >> 1];
-    }
-    __syncthreads();  // the next iteration's load overwrites this stage
+      for (int i = 0; i < 4; ++i) o[dt][i] = o[dt][i] * ep[i >> 1] + c[4 * dt + i] * ec[i >> 1];
+  };
+
+  for (int i = 0; i < kStages - 2; ++i) load_tile(i);
+  if (n_kb > 0) {
+    acquire(0);
+    issue_qk(0);
+    wgmma_wait<0>();
+    wgmma_pin(acc);
+  }
+  // Every tile but the last: the next tile's S runs on the tensor cores during this softmax. (The
+  // last tile is peeled off so that no wgmma is issued conditionally, which would make the compiler
+  // serialize them.)
+  for (int kb = 0; kb + 1 < n_kb; ++kb) {
+    float x[8][4], ep[2], ec[2];
+    std::uint32_t pa[2][4];
+    dequantize(kb, x);
+    acquire(kb + 1);
+    issue_qk(kb + 1);
+    softmax_and_issue_pv(kb, x, ep, ec, pa);
+    wgmma_wait<0>();  // this block's P~ V and the next block's S
+    wgmma_pin(c);
+    wgmma_pin(pa);
+    wgmma_pin(acc);
+    fold(ep, ec);
+  }
+  if (n_kb > 0) {
+    float x[8][4], ep[2], ec[2];
+    std::uint32_t pa[2][4];
+    dequantize(n_kb - 1, x);
+    softmax_and_issue_pv(n_kb - 1, x, ep, ec, pa);
+    wgmma_wait<0>();
+    wgmma_pin(c);
+    wgmma_pin(pa);
+    fold(ep, ec);
   }
 
-  // Epilogue: O / l / 448 * v_scale, the LSE with smooth K's correction.
+  // Epilogue: O / l * v_scale (both O and l carry the factor 448), the LSE with smooth K's correction.
   const float* vsc = s.v_scale + bhk * D;
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
@@ -433,15 +483,17 @@ __global__ void __launch_bounds__(kThreads, 1) sage8_fwd_kernel(SageMain m) {
     const bool any = l > 0.0f;
     const float inv = any ? 1.0f / l : 0.0f;
     float lse = -INFINITY;
-    if (any && p.lse != nullptr) lse = m_run[j] * 0.6931471805599453f + logf(l) + s.lse_off[bhq * s.sq_pad + row];
+    if (any && p.lse != nullptr) {
+      lse = m_run[j] * 0.6931471805599453f + logf(l) - 6.104793232414985f + s.lse_off[bhq * s.sq_pad + row];  // - ln 448
+    }
     store_lse(p, b, h, row, lse);
     char* out = output_row(p, b, h, row);
 #pragma unroll
     for (int dt = 0; dt < kDT; ++dt) {
       const int col = dt * 8 + 2 * t;
-      const float a = any ? o[dt][2 * j] * inv * (1.0f / 448.0f) * vsc[col] : 0.0f;
-      const float c = any ? o[dt][2 * j + 1] * inv * (1.0f / 448.0f) * vsc[col + 1] : 0.0f;
-      store_pair(out, p.o_type, col, a, c);
+      const float lo = any ? o[dt][2 * j] * inv * vsc[col] : 0.0f;
+      const float hi = any ? o[dt][2 * j + 1] * inv * vsc[col + 1] : 0.0f;
+      store_pair(out, p.o_type, col, lo, hi);
     }
   }
 }
@@ -503,7 +555,10 @@ void launch_typed(const Sage8Request& r, cudaStream_t stream) {
   check_launch("sage_quant_q");
 
   SageMain m{p, s, Hkv, static_cast<float>(r.alpha * 1.4426950408889634)};
-  sage8_fwd_kernel<D><<<dim3(s.sq_pad / kBlockQ, Hq, B), kThreads, 0, stream>>>(m);
+  constexpr int kSmem = SageStage<D>::kSmemBytes;
+  check_cuda(cudaFuncSetAttribute(sage8_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+             "cudaFuncSetAttribute(sage8_fwd_kernel, max dynamic shared memory)");
+  sage8_fwd_kernel<D><<<dim3(s.sq_pad / kBlockQ, Hq, B), kThreads, kSmem, stream>>>(m);
   check_launch("sage8_fwd_kernel");
 }
 

@@ -1,0 +1,165 @@
+// The wgmma building blocks of src/cuda/wgmma.cuh on one warpgroup, against a CPU matrix product:
+// K-major swizzled B tiles with 64- and 128-byte rows placed at several shared-memory offsets, A
+// fragments from registers, the accumulator layout; INT8 and FP8 e4m3. The sage8 kernel's correctness
+// rests on these layouts, and a wrong descriptor or swizzle shows here as a plainly wrong product.
+// Small integer inputs keep every product exact, so the comparison is for equality.
+#include <gtest/gtest.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/ptx.cuh"
+#include "cuda/wgmma.cuh"
+#include "cuda_backend.h"
+
+namespace pasa::cuda {
+namespace {
+
+constexpr int kM = 64;  // one warpgroup's rows
+
+// D[64][N] = A[64][K] B[N][K]^T with K = kRowBytes: B copied into shared memory `offset` bytes past a
+// 1024-byte boundary, in the swizzled K-major layout; A's fragments read from global memory.
+template <int kRowBytes, int N, bool kFp8>
+__global__ void wgmma_product(const std::uint8_t* a, const std::uint8_t* b, int offset, float* d) {
+  extern __shared__ std::uint8_t smem[];
+  const std::uint32_t tile = ((smem_addr(smem) + 1023u) & ~1023u) + offset;
+  const int tid = threadIdx.x, warp = tid / 32, g = tid % 32 / 4, t = tid % 4;
+  constexpr int kParts = kRowBytes / 16;
+  for (int c = tid; c < N * kParts; c += 128) {
+    const int row = c / kParts, part = c % kParts;
+    cp_async_16(tile + swizzled_offset<kRowBytes>(row * kRowBytes + part * 16), b + row * kRowBytes + part * 16, true);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  fence_proxy_async_shared();
+  __syncthreads();
+
+  const int r0 = 16 * warp + g, r1 = r0 + 8;
+  std::uint32_t frag[kRowBytes / 32][4];
+  for (int kk = 0; kk < kRowBytes / 32; ++kk) {
+    const std::uint8_t* k0 = a + kk * 32 + 4 * t;
+    frag[kk][0] = *reinterpret_cast<const std::uint32_t*>(k0 + r0 * kRowBytes);
+    frag[kk][1] = *reinterpret_cast<const std::uint32_t*>(k0 + r1 * kRowBytes);
+    frag[kk][2] = *reinterpret_cast<const std::uint32_t*>(k0 + 16 + r0 * kRowBytes);
+    frag[kk][3] = *reinterpret_cast<const std::uint32_t*>(k0 + 16 + r1 * kRowBytes);
+  }
+  float out[N / 2];
+  const std::uint64_t desc = kmajor_desc<kRowBytes>(tile);
+  if constexpr (kFp8) {
+    for (int i = 0; i < N / 2; ++i) out[i] = 0.0f;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kRowBytes / 32; ++kk) {
+      if constexpr (N == 128) {
+        wgmma_e4m3_m64n128k32(out, frag[kk], desc + 2 * kk, kk > 0);
+      } else {
+        wgmma_e4m3_m64n64k32(out, frag[kk], desc + 2 * kk, kk > 0);
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_pin(out);
+  } else {
+    static_assert(N == 64, "the INT8 wrapper is m64n64k32");
+    int acc[32] = {};
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kRowBytes / 32; ++kk) wgmma_s8_m64n64k32(acc, frag[kk], desc + 2 * kk, kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_pin(acc);
+    for (int i = 0; i < 32; ++i) out[i] = static_cast<float>(acc[i]);
+  }
+  for (int i = 0; i < N / 2; ++i) {
+    const int row = (i % 4) < 2 ? r0 : r1, col = 8 * (i / 4) + 2 * t + i % 2;
+    d[row * N + col] = out[i];
+  }
+}
+
+struct Case {
+  int row_bytes, n;
+  bool fp8;
+  int offset;
+};
+
+std::string describe(const Case& c) {
+  return std::string(c.fp8 ? "e4m3" : "s8") + " rows " + std::to_string(c.row_bytes) + " B, N " + std::to_string(c.n) +
+         ", tile at +" + std::to_string(c.offset);
+}
+
+// One byte of an operand and its value: INT8 in [-127, 127], or e4m3 holding an integer in [-4, 4].
+std::uint8_t random_operand(std::mt19937& rng, bool fp8, float* value) {
+  if (!fp8) {
+    const int x = static_cast<int>(rng() % 255) - 127;
+    *value = static_cast<float>(x);
+    return static_cast<std::uint8_t>(static_cast<std::int8_t>(x));
+  }
+  const int x = static_cast<int>(rng() % 9) - 4;
+  *value = static_cast<float>(x);
+  return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(static_cast<float>(x), __NV_SATFINITE, __NV_E4M3));
+}
+
+template <int kRowBytes, int N, bool kFp8>
+void launch(const std::uint8_t* a, const std::uint8_t* b, int offset, float* d) {
+  const int smem = 1024 + offset + N * kRowBytes;
+  ASSERT_EQ(cudaFuncSetAttribute(wgmma_product<kRowBytes, N, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+            cudaSuccess);
+  wgmma_product<kRowBytes, N, kFp8><<<1, 128, smem>>>(a, b, offset, d);
+}
+
+void run_case(const Case& c) {
+  SCOPED_TRACE(describe(c));
+  std::mt19937 rng(1234u + c.offset + c.n + c.row_bytes);
+  const int k = c.row_bytes;
+  std::vector<std::uint8_t> a(kM * k), b(c.n * k);
+  std::vector<float> av(a.size()), bv(b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = random_operand(rng, c.fp8, &av[i]);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = random_operand(rng, c.fp8, &bv[i]);
+
+  std::uint8_t *da = nullptr, *db = nullptr;
+  float* dd = nullptr;
+  ASSERT_EQ(cudaMalloc(&da, a.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&db, b.size()), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&dd, sizeof(float) * kM * c.n), cudaSuccess);
+  cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice);
+  cudaMemset(dd, 0xff, sizeof(float) * kM * c.n);
+  if (!c.fp8 && k == 64) launch<64, 64, false>(da, db, c.offset, dd);
+  if (!c.fp8 && k == 128) launch<128, 64, false>(da, db, c.offset, dd);
+  if (c.fp8 && k == 64 && c.n == 64) launch<64, 64, true>(da, db, c.offset, dd);
+  if (c.fp8 && k == 64 && c.n == 128) launch<64, 128, true>(da, db, c.offset, dd);
+  if (c.fp8 && k == 128 && c.n == 128) launch<128, 128, true>(da, db, c.offset, dd);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  std::vector<float> d(kM * c.n);
+  ASSERT_EQ(cudaMemcpy(d.data(), dd, sizeof(float) * d.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dd);
+
+  int wrong = 0;
+  for (int i = 0; i < kM; ++i)
+    for (int j = 0; j < c.n; ++j) {
+      double ref = 0;
+      for (int x = 0; x < k; ++x) ref += static_cast<double>(av[i * k + x]) * bv[j * k + x];
+      if (d[i * c.n + j] != ref && ++wrong <= 5) ADD_FAILURE() << "D[" << i << "][" << j << "] = " << d[i * c.n + j] << ", expected " << ref;
+    }
+  EXPECT_EQ(wrong, 0);
+}
+
+TEST(WgmmaLayout, SwizzledKMajorTilesGiveTheMatrixProduct) {
+  if (!cuda_backend_available()) GTEST_SKIP() << "no sm_90 GPU: CUDA tests skipped";
+  for (const int offset : {0, 1024, 4096, 8192, 12288, 20480}) {
+    run_case({64, 64, false, offset});
+    run_case({128, 64, false, offset});
+    run_case({64, 64, true, offset});
+    run_case({64, 128, true, offset});
+    run_case({128, 128, true, offset});
+  }
+}
+
+}  // namespace
+}  // namespace pasa::cuda
