@@ -30,9 +30,8 @@ namespace pasa::cuda {
 namespace {
 
 constexpr int kBlockKv = kSage8BlockKv;  // 64
-constexpr int kBlockQ = kSage8BlockQ;    // 128
 constexpr int kStatRows = 256;           // keys per partial of the K / V statistics
-constexpr int kThreads = 256;            // every kernel here: 8 warps
+constexpr int kThreads = 256;            // the prepass kernels: 8 warps
 
 template <typename Elem>
 __device__ __forceinline__ float load_in(const void* base, std::int64_t idx) {
@@ -223,6 +222,13 @@ __global__ void __launch_bounds__(kThreads) sage_quant_v(Operand v, int heads_kv
 // ---- main kernel --------------------------------------------------------------------------------
 
 constexpr int kStages = 4;  // K / V^T stages: tile j - 1 (V^T in use), j (K in use), two loading
+constexpr int kMainThreads = 128;  // the main kernel: one warpgroup of 64 query rows per CTA
+constexpr int kMainRows = 64;
+
+// CTAs per SM the main kernel is built for: two at D = 128 (254 registers a thread), three at
+// D = 64. Independent CTAs drift out of step, so one's softmax overlaps another's MMAs.
+template <int D>
+constexpr int kMainCtasPerSm = D == 128 ? 2 : 3;
 
 // One stage: a K tile (64 keys x D int8, rows D bytes) then a V^T tile (D rows x 64 keys e4m3, rows 64
 // bytes), each swizzled (wgmma.cuh) and starting on a 1024-byte boundary.
@@ -263,11 +269,11 @@ struct SageMain {
   float qk_scale;  // alpha * log2(e)
 };
 
-// grid (sq_pad / 128, Hq, B), block 256 = two warpgroups of 64 query rows; warp w owns rows
+// grid (sq_pad / 64, Hq, B), block 128 = one warpgroup of 64 query rows; warp w owns rows
 // 16 w .. 16 w + 15 of the block. Per key block: S = Q8 K8^T by wgmma (Q from registers, K from shared
 // memory), the softmax in registers, P~ V8 by wgmma (P~ from registers, V^T from shared memory).
 template <int D>
-__global__ void __launch_bounds__(kThreads, 1) sage8_fwd_kernel(SageMain m) {
+__global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_kernel(SageMain m) {
   constexpr int kKT = D / 32;  // k32 steps of Q K^T
   constexpr int kDT = D / 8;   // n8 tiles of O
   using Stage = SageStage<D>;
@@ -280,7 +286,7 @@ __global__ void __launch_bounds__(kThreads, 1) sage8_fwd_kernel(SageMain m) {
   const int h = blockIdx.y, b = blockIdx.z;
   const std::int64_t bhq = static_cast<std::int64_t>(b) * p.heads_q + h;
   const std::int64_t bhk = static_cast<std::int64_t>(b) * m.heads_kv + h / p.group;
-  const int r0 = qb * kBlockQ;
+  const int r0 = qb * kMainRows;
   const int wr0 = r0 + warp * 16;
   const int rows[2] = {wr0 + g, wr0 + g + 8};
 
@@ -301,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, 1) sage8_fwd_kernel(SageMain m) {
 
   int n_kb = s.n_kb;
   if (p.causal) {
-    const int last = min(r0 + kBlockQ - 1, p.seq_q - 1) + p.causal_offset;
+    const int last = min(r0 + kMainRows - 1, p.seq_q - 1) + p.causal_offset;
     n_kb = last < 0 ? 0 : min(n_kb, last / kBlockKv + 1);
   }
 
@@ -312,12 +318,12 @@ __global__ void __launch_bounds__(kThreads, 1) sage8_fwd_kernel(SageMain m) {
       const std::uint32_t k_tile = smem_base + (kb % kStages) * Stage::kBytes;
       const std::uint32_t v_tile = k_tile + Stage::kKBytes;
       constexpr int kKParts = D / 16;
-      for (int c = tid; c < kBlockKv * kKParts; c += kThreads) {
+      for (int c = tid; c < kBlockKv * kKParts; c += kMainThreads) {
         const int row = c / kKParts, part = c % kKParts;
         cp_async_16(k_tile + swizzled_offset<D>(row * D + part * 16),
                     kbase + (static_cast<std::int64_t>(kb) * kBlockKv + row) * D + part * 16, true);
       }
-      for (int c = tid; c < D * (kBlockKv / 16); c += kThreads) {
+      for (int c = tid; c < D * (kBlockKv / 16); c += kMainThreads) {
         const int d = c / (kBlockKv / 16), part = c % (kBlockKv / 16);
         cp_async_16(v_tile + swizzled_offset<kBlockKv>(d * kBlockKv + part * 16),
                     vbase + static_cast<std::int64_t>(d) * s.skv_pad + kb * kBlockKv + part * 16, true);
@@ -507,7 +513,7 @@ void launch_typed(const Sage8Request& r, cudaStream_t stream) {
   Scratch s{};
   s.n_kb = (p.seq_kv + kBlockKv - 1) / kBlockKv;
   s.skv_pad = s.n_kb * kBlockKv;
-  s.sq_pad = (p.seq_q + kBlockQ - 1) / kBlockQ * kBlockQ;
+  s.sq_pad = (p.seq_q + kMainRows - 1) / kMainRows * kMainRows;
   s.n_chunk = (p.seq_kv + kStatRows - 1) / kStatRows;
   const std::size_t bhq = static_cast<std::size_t>(B) * Hq, bhk = static_cast<std::size_t>(B) * Hkv;
   const std::size_t sizes[] = {
@@ -558,7 +564,7 @@ void launch_typed(const Sage8Request& r, cudaStream_t stream) {
   constexpr int kSmem = SageStage<D>::kSmemBytes;
   check_cuda(cudaFuncSetAttribute(sage8_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute(sage8_fwd_kernel, max dynamic shared memory)");
-  sage8_fwd_kernel<D><<<dim3(s.sq_pad / kBlockQ, Hq, B), kThreads, kSmem, stream>>>(m);
+  sage8_fwd_kernel<D><<<dim3(s.sq_pad / kMainRows, Hq, B), kMainThreads, kSmem, stream>>>(m);
   check_launch("sage8_fwd_kernel");
 }
 

@@ -50,9 +50,8 @@ struct PasaPrepareParams {
 };
 
 // SageAttention2's 8-bit kernel (the sage8 preset, spec section 4): key blocks of s2 = 64 keys (the
-// INT8 K groups and the two-level PV accumulation follow them), query blocks of s1 = 128 rows.
+// INT8 K groups and the two-level PV accumulation follow them); any s1, each row's state is its own.
 constexpr int kSage8BlockKv = 64;
-constexpr int kSage8BlockQ = 128;
 
 // What launch_sage8 needs beyond FwdParams (whose q, k, v are the inputs as given).
 struct Sage8Request {
