@@ -1,7 +1,9 @@
 """torch SDPA baselines (flash and cuDNN backends) on the points of bench_attention.cu, then one
 table of TFLOP/s with pasa's numbers beside them.
 
-Usage: python3 bench/torch_sdpa.py [pasa_csv] [out_csv]
+Usage: python3 bench/torch_sdpa.py [pasa_csv[,more_csv...]] [out_csv]
+
+pasa's numbers come from `pasa bench --csv` (and bench/bench_attention's variants CSV, if given).
 
 Same points as the C++ bench: head dims 64 / 128, S = 1k / 4k / 16k, B * S = 32k tokens,
 H * D = 2048, causal and not, fp16 and bf16, BHSD contiguous, fresh uniform [-1, 1) inputs.
@@ -118,16 +120,16 @@ def main():
             w.writeheader()
             w.writerows(rows)
             w.writerows(dict(r, kind="decode TB/s") for r in decode_rows)
-    if pasa_csv:
+    for path in (pasa_csv.split(",") if pasa_csv else []):
         try:
-            with open(pasa_csv) as f:
+            with open(path) as f:
                 for r in csv.DictReader(f):
                     row = dict(method=r["method"], dtype=r["dtype"], D=int(r["D"]), H=int(r["H"]),
                                S=int(r["S"]), B=int(r["B"]), causal=int(r["causal"]),
                                ms=float(r["ms"]), tflops=float(r["tflops"]))
                     (decode_rows if row["method"].startswith("decode:") else rows).append(row)
         except OSError:
-            print(f"(no pasa results at {pasa_csv})")
+            print(f"(no pasa results at {path})")
 
     # One table: a row per (dtype, D, S, causal), a column per method, TFLOP/s.
     methods = ["pasa-exact", "pasa-pasa", "pasa-pasa-oldpool", "pasa-sage8"] + list(backends)
@@ -168,6 +170,18 @@ def main():
         r3 = t["pasa-pasa-oldpool"] / t["pasa-exact"] if "pasa-pasa-oldpool" in t and "pasa-exact" in t else float("nan")
         print(f"{dname:<5} {D:>4} {S:>6} {'causal' if causal else 'full':<6} exact/flash {r1:5.2f}"
               + (f"  pasa/exact {r2:5.2f}  oldpool/exact {r3:5.2f}" if r2 == r2 else ""))
+
+    # sage8 end to end (quantization included) against SageAttention2's sm90 kernel, TOPS measured on
+    # an H200 by the kernel issue (SageAttention is not installed here), fp16.
+    sage2 = {(128, 0): (211, 521, 722), (128, 1): (115, 323, 572), (64, 0): (175, 376, 503), (64, 1): (99, 261, 448)}
+    print("\nsage8 vs SageAttention2 (fp16, TFLOP/s; SageAttention2 as measured on this GPU type)")
+    print(f"{'D':>4} {'S':>6} {'mask':<6} {'exact':>8} {'sage8':>8} {'Sage2':>8} {'sage8/Sage2':>12}")
+    for (D, causal), tops in sorted(sage2.items(), reverse=True):
+        for S, ref in zip((1024, 4096, 16384), tops):
+            t = table.get(("fp16", D, S, causal), {})
+            if "pasa-sage8" in t:
+                print(f"{D:>4} {S:>6} {'causal' if causal else 'full':<6} {t.get('pasa-exact', float('nan')):8.1f} "
+                      f"{t['pasa-sage8']:8.1f} {ref:8d} {t['pasa-sage8'] / ref:12.2f}")
 
     # Decode: KV-cache read bandwidth, pasa's split-KV path against torch's backends.
     dmethods = ["decode:exact", "decode:fdpp"] + list(backends)

@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # One device call: build pasa with the CUDA kernels (fresh build dir, sm_90a), run the GPU tests,
-# compute-sanitizer (memcheck + racecheck) on a small filter, then the benchmarks (pasa's kernels, the
-# exact kernel's variants, torch SDPA flash / cuDNN on the same points) and print the TFLOP/s tables
-# last.
+# compute-sanitizer (memcheck + racecheck) on a small filter, then the benchmarks (`pasa bench`, the
+# kernels' variants, torch SDPA flash / cuDNN on the same points) and print the tables last.
 #
 # Run from the repository root on a machine with an sm_90 GPU: bash scripts/device_run.sh. Where that
 # machine lacks fmt / GoogleTest / nlohmann-json, copy a prefix of them to build-devdeps/usr first (it
 # is used as CMAKE_PREFIX_PATH when present). Logs and CSVs land in $OUT (default /tmp/pasa-out).
-# Phases that can be left out to fit a short device call: PASA_VARIANTS=0 (the prefill kernels'
-# variant benchmarks, and their compilation), PASA_PYTHON=0 (the Python package and its tests);
+# Phases that can be left out to fit a short device call: PASA_VARIANTS=0 (the prefill and decode
+# kernels' variant benchmarks in bench/, and their compilation), PASA_PYTHON=0 (the Python package and its tests);
 # PASA_TEST_FILTER=<gtest filter> runs only those GPU tests.
 set -uo pipefail
 ROOT=$(pwd)
@@ -33,21 +32,20 @@ command -v ninja >/dev/null && GEN=(-G Ninja)
 
 phase "configure"
 cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
-  -DPASA_BUILD_CLI=OFF "${PREFIX_ARGS[@]}" >"$OUT/build.log" 2>&1 \
+  "${PREFIX_ARGS[@]}" >"$OUT/build.log" 2>&1 \
   || { tail -40 "$OUT/build.log"; exit 1; }
 grep "pasa: CUDA" "$OUT/build.log"
 
 phase "build"
-cmake --build "$BUILD" -j16 --target pasa_core pasa_cuda_tests >>"$OUT/build.log" 2>&1 \
+cmake --build "$BUILD" -j16 --target pasa_core pasa_cuda_tests pasa_cli >>"$OUT/build.log" 2>&1 \
   || { grep -E "error|Error" "$OUT/build.log" | head -40; tail -20 "$OUT/build.log"; exit 1; }
 grep -E "spill|warning" "$OUT/build.log" | sort -u | head -20
 
-# The benchmark (with the exact kernel's variants) compiles on the CPUs while the tests use the GPU.
+# The variants benchmark (bench/) compiles on the CPUs while the tests use the GPU.
 LIBDIRS=()
 [ -d build-devdeps/usr ] && LIBDIRS=(-L"$ROOT/build-devdeps/usr/lib/x86_64-linux-gnu")
 VARIANT_SRC=(bench/fwd_variants.cu)
-[ "${PASA_VARIANTS:-1}" = 0 ] && VARIANT_SRC=(-DPASA_BENCH_NO_VARIANTS)
-( nvcc -O3 -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
+[ "${PASA_VARIANTS:-1}" = 0 ] || ( nvcc -O3 -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
     -Xptxas -warn-spills bench/bench_attention.cu bench/decode_variants.cu "${VARIANT_SRC[@]}" "$BUILD/libpasa_core.a" \
     "${LIBDIRS[@]}" -lfmt -Xcompiler -fopenmp -o "$BUILD/bench_attention" >"$BUILD/bench_build.log" 2>&1 ) &
 BENCH_BUILD=$!
@@ -88,16 +86,19 @@ fi
 
 phase "bench build (started before the tests)"
 wait "$BENCH_BUILD"
-cat "$BUILD/bench_build.log" >>"$OUT/build.log"  # $OUT returns at most 8 files
-grep -E "error|spill" "$BUILD/bench_build.log" | head -10
+cat "$BUILD/bench_build.log" >>"$OUT/build.log" 2>/dev/null  # $OUT returns at most 8 files
+grep -E "error|spill" "$BUILD/bench_build.log" 2>/dev/null | head -10
 
-phase "bench: pasa's kernels, their variants, the prepass, decode"
-[ -x "$BUILD/bench_attention" ] && "$BUILD/bench_attention" "$OUT/pasa_bench.csv" >"$OUT/pasa_bench.log" 2>&1
-head -1 "$OUT/pasa_bench.log"; grep -i "error" "$OUT/pasa_bench.log" | head -5
-grep "^decode:" "$OUT/pasa_bench.log"
-grep "pasa-prepass" "$OUT/pasa_bench.log"
-grep "^sage8-table" "$OUT/pasa_bench.log"
-grep "MISMATCH" "$OUT/pasa_bench.log" | sed 's/^/variant output differs: /'
+phase "pasa bench (the public API: exact, pasa, sage8 prefill; exact, fdpp decode)"
+"$BUILD/pasa" bench --csv "$OUT/pasa_bench.csv" >"$OUT/pasa_bench.log" 2>"$OUT/pasa_bench.err"
+echo "pasa bench rc=$?"; head -1 "$OUT/pasa_bench.log"; grep -i "error" "$OUT/pasa_bench.err" | head -5
+
+if [ -x "$BUILD/bench_attention" ]; then
+  phase "bench/: the kernels' variants, the prepass"
+  "$BUILD/bench_attention" "$OUT/variants_bench.csv" >>"$OUT/pasa_bench.log" 2>&1
+  grep -E "^decode:v:|pasa-prepass" "$OUT/pasa_bench.log"
+  grep "MISMATCH" "$OUT/pasa_bench.log" | sed 's/^/variant output differs: /'
+fi
 
 # Hardware counters of one exact and one pasa call per head dim (S 4k, f16): pipe utilization,
 # issue slots, shared-memory and L2 traffic, warp stall reasons. Clocks left as they are.
@@ -113,7 +114,9 @@ if [ "${PASA_NCU:-0}" = 1 ] && [ -n "$NCU" ] && [ -x "$BUILD/bench_attention" ];
 fi
 
 phase "bench: torch SDPA (and the table)"
-PYTHONUNBUFFERED=1 python3 bench/torch_sdpa.py "$OUT/pasa_bench.csv" "$OUT/torch_sdpa.csv" 2>&1 \
+CSVS="$OUT/pasa_bench.csv"
+[ -f "$OUT/variants_bench.csv" ] && CSVS="$CSVS,$OUT/variants_bench.csv"
+PYTHONUNBUFFERED=1 python3 bench/torch_sdpa.py "$CSVS" "$OUT/torch_sdpa.csv" 2>&1 \
   | grep -E -v "^torch-(flash|cudnn) "
 
 phase "done: tests rc=$TESTS_RC"

@@ -10,5 +10,6 @@ void add_study_command(CLI::App& app);
 void add_beta_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace pasa::cli

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   pasa::cli::add_beta_command(app);
   pasa::cli::add_inspect_command(app);
   pasa::cli::add_calibrate_command(app);
+  pasa::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,4 +1,4 @@
-"""End-to-end checks of the `pasa` command: run, beta, inspect, study (short), calibrate.
+"""End-to-end checks of the `pasa` command: run, beta, inspect, study (short), calibrate, bench.
 
 Usage: test_cli.py PATH_TO_PASA   (run by CTest; needs python3 with numpy)
 """
@@ -108,6 +108,22 @@ def check_calibrate(tmp):
     assert "layer3_t5 has 2 of its" in r.stderr, r.stderr
 
 
+def check_bench():
+    # Bad options fail before any GPU work, on any machine.
+    for args, words in ((("--head-dim", "96"), "64 or 128"), (("--runs", "0"), "--runs"),
+                        (("--seq", "1000"), "divide --tokens"), (("--policy", "nonsense"), "nonsense")):
+        r = pasa("bench", *args, ok=False)
+        assert r.returncode == 2 and words in r.stderr, r.stderr
+    # One small point: timed where there is an sm_90 GPU, a clear error where there is none.
+    r = subprocess.run([PASA, "bench", "--policy", "exact", "--dtype", "fp16", "--head-dim", "64", "--seq", "1024",
+                        "--tokens", "1024", "--hidden", "128", "--mask", "full", "--no-decode", "--runs", "3",
+                        "--warmup", "1"], capture_output=True, text=True)
+    if r.returncode == 0:
+        assert "pasa-exact" in r.stdout and "TFLOP/s" in r.stdout, r.stdout
+    else:
+        assert r.returncode == 2 and ("GPU" in r.stderr or "CUDA" in r.stderr), r.stderr
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         check_run(tmp)
@@ -115,6 +131,7 @@ def main():
         check_study(tmp)
         check_sage_and_decode_studies(tmp)
         check_calibrate(tmp)
+    check_bench()
     print("cli tests passed")
 
 

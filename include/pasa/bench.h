@@ -1,0 +1,36 @@
+// Timing pasa::attention on the GPU: the measurement behind `pasa bench` (docs/performance.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "pasa/policy.h"
+#include "pasa/tensor.h"
+
+namespace pasa {
+
+// One benchmark point: BHSD-contiguous Q [B, Hq, Sq, D], K and V [B, Hkv, Skv, D] of `dtype` on the
+// GPU, output of the same dtype, an fp32 LSE.
+struct BenchPoint {
+  Policy policy;
+  DType dtype = DType::f16;
+  int batch = 1, heads_q = 1, heads_kv = 1, seq_q = 1, seq_kv = 1, head_dim = 128;
+  bool causal = false;
+};
+
+struct BenchTiming {
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  int runs = 0;
+};
+
+// Fills the inputs with seeded uniform values in [-1, 1) on the device, makes `warmup` calls, then
+// times `runs` calls one by one with CUDA events, each after a write of twice the L2 size that
+// evicts the inputs from L2 (outside the timed interval). Everything a call does is timed: for sage8
+// its quantization prepass, for pasa its K' prepass. Throws pasa::Error without the CUDA backend or an
+// sm_90 GPU, or when the kernels do not support the point.
+BenchTiming bench_cuda_attention(const BenchPoint& point, int warmup, int runs, std::uint64_t seed);
+
+// "NVIDIA H200, driver 580.xx, CUDA runtime 13.0, 132 SMs": what the numbers were measured on.
+std::string bench_device_description();
+
+}  // namespace pasa

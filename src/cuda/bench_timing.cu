@@ -1,0 +1,143 @@
+// pasa::bench_cuda_attention: CUDA-event timing of the public attention call on device tensors
+// (include/pasa/bench.h). The scratch for inputs, outputs and the L2 flush comes from cudaMalloc once
+// per call of this function and is freed before it returns.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_check.h"
+#include "cuda_backend.h"
+#include "pasa/attention.h"
+#include "pasa/bench.h"
+#include "pasa/error.h"
+
+namespace pasa {
+namespace {
+
+// Uniform values in [-1, 1) from a per-element hash of (index, seed): fresh inputs, never all zero.
+__global__ void fill_uniform(std::uint16_t* out, std::int64_t n, std::uint64_t seed, bool bf16) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    std::uint64_t x = (static_cast<std::uint64_t>(i) + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    const float u = static_cast<float>(x >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f;
+    if (bf16) {
+      const __nv_bfloat16 b = __float2bfloat16_rn(u);
+      out[i] = *reinterpret_cast<const std::uint16_t*>(&b);
+    } else {
+      const __half h = __float2half_rn(u);
+      out[i] = *reinterpret_cast<const std::uint16_t*>(&h);
+    }
+  }
+}
+
+// Device memory released on every path out.
+struct DeviceMemory {
+  void* ptr = nullptr;
+  explicit DeviceMemory(std::size_t bytes) { cuda::check_cuda(cudaMalloc(&ptr, bytes), "cudaMalloc (bench)"); }
+  ~DeviceMemory() { cudaFree(ptr); }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+};
+
+struct Events {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  Events() {
+    cuda::check_cuda(cudaEventCreate(&start), "cudaEventCreate");
+    cuda::check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
+  }
+  ~Events() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+};
+
+void require_gpu() {
+  if (!cuda_backend_available()) throw Error("pasa bench needs an sm_90 GPU (H100 / H200); none was found");
+}
+
+}  // namespace
+
+std::string bench_device_description() {
+  require_gpu();
+  int device = 0, driver = 0, runtime = 0;
+  cuda::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  cudaDeviceProp prop{};
+  cuda::check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  cuda::check_cuda(cudaDriverGetVersion(&driver), "cudaDriverGetVersion");
+  cuda::check_cuda(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion");
+  return std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
+         std::to_string(prop.multiProcessorCount) + " SMs), CUDA driver " + std::to_string(driver / 1000) + "." +
+         std::to_string(driver % 1000 / 10) + ", runtime " + std::to_string(runtime / 1000) + "." +
+         std::to_string(runtime % 1000 / 10);
+}
+
+BenchTiming bench_cuda_attention(const BenchPoint& pt, int warmup, int runs, std::uint64_t seed) {
+  require_gpu();
+  if (pt.dtype == DType::f32) throw Error("pasa bench: inputs must be fp16 or bf16 (the kernels' types)");
+  if (runs < 1 || warmup < 0) throw Error("pasa bench: runs must be >= 1 and warmup >= 0");
+  const std::int64_t q_elems = std::int64_t{pt.batch} * pt.heads_q * pt.seq_q * pt.head_dim;
+  const std::int64_t kv_elems = std::int64_t{pt.batch} * pt.heads_kv * pt.seq_kv * pt.head_dim;
+  DeviceMemory q(q_elems * 2), k(kv_elems * 2), v(kv_elems * 2), o(q_elems * 2);
+  DeviceMemory lse(static_cast<std::size_t>(pt.batch) * pt.heads_q * pt.seq_q * sizeof(float));
+  int device = 0, l2_bytes = 0;
+  cuda::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  cuda::check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute");
+  const std::size_t flush_bytes = 2 * static_cast<std::size_t>(std::max(l2_bytes, 1 << 20));
+  DeviceMemory flush(flush_bytes);
+  cudaStream_t stream = nullptr;
+  cuda::check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  struct StreamGuard {
+    cudaStream_t s;
+    ~StreamGuard() { cudaStreamDestroy(s); }
+  } stream_guard{stream};
+  Events ev;
+
+  const bool bf16 = pt.dtype == DType::bf16;
+  fill_uniform<<<1024, 256, 0, stream>>>(static_cast<std::uint16_t*>(q.ptr), q_elems, seed, bf16);
+  fill_uniform<<<1024, 256, 0, stream>>>(static_cast<std::uint16_t*>(k.ptr), kv_elems, seed + 1, bf16);
+  fill_uniform<<<1024, 256, 0, stream>>>(static_cast<std::uint16_t*>(v.ptr), kv_elems, seed + 2, bf16);
+  cuda::check_launch("fill_uniform");
+
+  AttentionArgs args;
+  args.q = bhsd_view(q.ptr, pt.dtype, pt.batch, pt.heads_q, pt.seq_q, pt.head_dim, Device::cuda);
+  args.k = bhsd_view(k.ptr, pt.dtype, pt.batch, pt.heads_kv, pt.seq_kv, pt.head_dim, Device::cuda);
+  args.v = bhsd_view(v.ptr, pt.dtype, pt.batch, pt.heads_kv, pt.seq_kv, pt.head_dim, Device::cuda);
+  args.o = bhsd_view(o.ptr, pt.dtype, pt.batch, pt.heads_q, pt.seq_q, pt.head_dim, Device::cuda);
+  args.lse = lse_view(static_cast<float*>(lse.ptr), pt.batch, pt.heads_q, pt.seq_q, Device::cuda);
+  args.causal = pt.causal;
+  args.policy = pt.policy;
+  args.backend = Backend::cuda;
+  args.stream = stream;
+
+  for (int i = 0; i < warmup; ++i) attention(args);
+  std::vector<float> times;
+  for (int i = 0; i < runs; ++i) {
+    cuda::check_cuda(cudaMemsetAsync(flush.ptr, i & 0xff, flush_bytes, stream), "cudaMemsetAsync (L2 flush)");
+    cuda::check_cuda(cudaEventRecord(ev.start, stream), "cudaEventRecord");
+    attention(args);
+    cuda::check_cuda(cudaEventRecord(ev.stop, stream), "cudaEventRecord");
+    cuda::check_cuda(cudaEventSynchronize(ev.stop), "cudaEventSynchronize");
+    float ms = 0;
+    cuda::check_cuda(cudaEventElapsedTime(&ms, ev.start, ev.stop), "cudaEventElapsedTime");
+    times.push_back(ms);
+  }
+  std::sort(times.begin(), times.end());
+  BenchTiming t;
+  t.runs = runs;
+  t.median_ms = runs % 2 ? times[runs / 2] : 0.5 * (times[runs / 2 - 1] + times[runs / 2]);
+  t.min_ms = times.front();
+  t.max_ms = times.back();
+  return t;
+}
+
+}  // namespace pasa

@@ -1,0 +1,18 @@
+// Benchmarking in a build without CUDA: a clear error.
+#include "pasa/bench.h"
+#include "pasa/error.h"
+
+namespace pasa {
+
+namespace {
+[[noreturn]] void no_cuda() {
+  throw Error("pasa bench times the CUDA kernels, and this build of pasa has none (configure with nvcc on "
+              "the PATH, and run on an sm_90 GPU)");
+}
+}  // namespace
+
+BenchTiming bench_cuda_attention(const BenchPoint&, int, int, std::uint64_t) { no_cuda(); }
+
+std::string bench_device_description() { no_cuda(); }
+
+}  // namespace pasa

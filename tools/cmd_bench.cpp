@@ -1,0 +1,180 @@
+// pasa bench: times pasa's CUDA kernels through the public API (pasa::bench_cuda_attention: CUDA
+// events, L2 flushed before each timed call, median of --runs after --warmup). Prefill points follow
+// the kernel issue's grid: head dims 64 / 128, S = 1k / 4k / 16k with B * S = --tokens and
+// H * D = --hidden, causal and not, fp16 and bf16; then decode (S_q = 1, 32 query / 8 KV heads,
+// d = 128, bf16, B = 64 at S_kv = 4k .. 32k). Progress on stderr, a table on stdout, one CSV row per
+// point with --csv (the columns bench/torch_sdpa.py reads to put torch SDPA beside it).
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "pasa/bench.h"
+#include "pasa/error.h"
+#include "pasa/policy.h"
+
+namespace pasa::cli {
+namespace {
+
+struct BenchOptions {
+  std::vector<std::string> policies{"exact", "pasa", "sage8"};
+  std::vector<std::string> dtypes{"fp16", "bf16"};
+  std::vector<int> head_dims{64, 128};
+  std::vector<int> seqs{1024, 4096, 16384};
+  std::vector<std::string> masks{"full", "causal"};
+  std::vector<std::string> decode_policies{"exact", "fdpp"};
+  std::vector<int> decode_seqs{4096, 8192, 16384, 32768};
+  int tokens = 32768, hidden = 2048, decode_batch = 64, runs = 30, warmup = 5;
+  bool no_decode = false;
+  std::string csv;
+};
+
+struct Row {
+  std::string method, dtype;
+  int D, H, S, B;
+  bool causal;
+  double ms, rate;  // rate: TFLOP/s (prefill) or TB/s of K and V read (decode)
+};
+
+DType parse_dtype(const std::string& s) {
+  if (s == "fp16" || s == "f16") return DType::f16;
+  if (s == "bf16") return DType::bf16;
+  throw Error("--dtype: '" + s + "' is not fp16 or bf16");
+}
+
+bool parse_mask(const std::string& s) {
+  if (s == "causal") return true;
+  if (s == "full") return false;
+  throw Error("--mask: '" + s + "' is not full or causal");
+}
+
+void validate(const BenchOptions& o) {
+  if (o.runs < 1) throw Error("--runs must be at least 1");
+  if (o.warmup < 0) throw Error("--warmup must not be negative");
+  for (const int d : o.head_dims) {
+    if (d != 64 && d != 128) throw Error("--head-dim: the kernels take 64 or 128, not " + std::to_string(d));
+    if (o.hidden % d != 0) throw Error("--hidden " + std::to_string(o.hidden) + " is not a multiple of head dim " + std::to_string(d));
+  }
+  for (const int s : o.seqs) {
+    if (s < 1 || o.tokens % s != 0) {
+      throw Error("--seq " + std::to_string(s) + ": must be positive and divide --tokens " + std::to_string(o.tokens));
+    }
+  }
+  for (const int s : o.decode_seqs) {
+    if (s < 1) throw Error("--decode-seq must be positive");
+  }
+  for (const std::string& p : o.policies) parse_policy(p);  // a clear error before any GPU work
+  for (const std::string& p : o.decode_policies) parse_policy(p);
+  for (const std::string& d : o.dtypes) parse_dtype(d);
+  for (const std::string& m : o.masks) parse_mask(m);
+}
+
+void write_csv(const std::string& path, const std::vector<Row>& rows) {
+  std::ofstream f(path);
+  if (!f) throw Error("--csv: cannot write " + path);
+  f << "method,dtype,D,H,S,B,causal,ms,tflops\n";
+  for (const Row& r : rows) {
+    f << fmt::format("{},{},{},{},{},{},{},{:.4f},{:.2f}\n", r.method, r.dtype, r.D, r.H, r.S, r.B, r.causal ? 1 : 0,
+                     r.ms, r.rate);
+  }
+}
+
+void run(const BenchOptions& o) {
+  validate(o);
+  const std::string device = bench_device_description();
+  fmt::print(stderr, "pasa bench on {}: median of {} calls after {} warm-up, L2 flushed before each\n", device,
+             o.runs, o.warmup);
+  const int n_prefill = static_cast<int>(o.policies.size() * o.dtypes.size() * o.head_dims.size() * o.seqs.size() *
+                                         o.masks.size());
+  const int n_decode = o.no_decode ? 0 : static_cast<int>(o.decode_policies.size() * o.decode_seqs.size());
+  std::vector<Row> rows;
+  std::uint64_t seed = 1;
+  int done = 0;
+  auto progress = [&](const Row& r, const char* unit) {
+    fmt::print(stderr, "[{}/{}] {} {} D{} S{} B{} {}: {:.3f} ms, {:.1f} {}\n", ++done, n_prefill + n_decode, r.method,
+               r.dtype, r.D, r.S, r.B, r.causal ? "causal" : "full", r.ms, r.rate, unit);
+  };
+  for (const int D : o.head_dims) {
+    for (const int S : o.seqs) {
+      for (const std::string& mask : o.masks) {
+        for (const std::string& dt : o.dtypes) {
+          for (const std::string& pol : o.policies) {
+            BenchPoint pt;
+            pt.policy = parse_policy(pol);
+            pt.dtype = parse_dtype(dt);
+            pt.batch = o.tokens / S;
+            pt.heads_q = pt.heads_kv = o.hidden / D;
+            pt.seq_q = pt.seq_kv = S;
+            pt.head_dim = D;
+            pt.causal = parse_mask(mask);
+            const BenchTiming t = bench_cuda_attention(pt, o.warmup, o.runs, seed += 3);
+            const double flops = 4.0 * pt.batch * pt.heads_q * double(S) * S * D * (pt.causal ? 0.5 : 1.0);
+            rows.push_back({"pasa-" + pol, dt, D, pt.heads_q, S, pt.batch, pt.causal, t.median_ms,
+                            flops / (t.median_ms * 1e-3) / 1e12});
+            progress(rows.back(), "TFLOP/s");
+          }
+        }
+      }
+    }
+  }
+  if (!o.no_decode) {
+    for (const int S : o.decode_seqs) {
+      for (const std::string& pol : o.decode_policies) {
+        BenchPoint pt;
+        pt.policy = parse_policy(pol);
+        pt.dtype = DType::bf16;
+        pt.batch = o.decode_batch;
+        pt.heads_q = 32;
+        pt.heads_kv = 8;
+        pt.seq_q = 1;
+        pt.seq_kv = S;
+        pt.head_dim = 128;
+        const BenchTiming t = bench_cuda_attention(pt, o.warmup, o.runs, seed += 3);
+        const double bytes = 2.0 * pt.batch * pt.heads_kv * double(S) * pt.head_dim * 2;
+        rows.push_back({"decode:" + pol, "bf16", 128, 32, S, pt.batch, false, t.median_ms,
+                        bytes / (t.median_ms * 1e-3) / 1e12});
+        progress(rows.back(), "TB/s");
+      }
+    }
+  }
+
+  fmt::print("pasa bench: {}; median of {} calls\n", device, o.runs);
+  fmt::print("{:<18} {:<5} {:>4} {:>6} {:>4} {:<6} {:>10} {:>9}\n", "method", "dtype", "D", "S", "B", "mask", "ms", "rate");
+  for (const Row& r : rows) {
+    const bool decode = r.method.rfind("decode:", 0) == 0;
+    fmt::print("{:<18} {:<5} {:>4} {:>6} {:>4} {:<6} {:>10.4f} {:>9.1f} {}\n", r.method, r.dtype, r.D, r.S, r.B,
+               decode ? "-" : (r.causal ? "causal" : "full"), r.ms, r.rate, decode ? "TB/s" : "TFLOP/s");
+  }
+  if (!o.csv.empty()) {
+    write_csv(o.csv, rows);
+    fmt::print(stderr, "wrote {} rows to {}\n", rows.size(), o.csv);
+  }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto opt = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Time pasa's CUDA kernels (needs an sm_90 GPU): prefill TFLOP/s and decode KV-read TB/s");
+  cmd->add_option("--policy", opt->policies, "prefill policies, comma-separated")->delimiter(',')->capture_default_str();
+  cmd->add_option("--dtype", opt->dtypes, "input dtypes: fp16, bf16")->delimiter(',')->capture_default_str();
+  cmd->add_option("--head-dim", opt->head_dims, "head dims (64, 128)")->delimiter(',')->capture_default_str();
+  cmd->add_option("--seq", opt->seqs, "sequence lengths (S_q = S_kv)")->delimiter(',')->capture_default_str();
+  cmd->add_option("--mask", opt->masks, "full, causal")->delimiter(',')->capture_default_str();
+  cmd->add_option("--tokens", opt->tokens, "B * S of every prefill point")->capture_default_str();
+  cmd->add_option("--hidden", opt->hidden, "H * D of every prefill point")->capture_default_str();
+  cmd->add_option("--decode-policy", opt->decode_policies, "decode policies")->delimiter(',')->capture_default_str();
+  cmd->add_option("--decode-seq", opt->decode_seqs, "decode KV lengths")->delimiter(',')->capture_default_str();
+  cmd->add_option("--decode-batch", opt->decode_batch, "decode batch")->capture_default_str();
+  cmd->add_flag("--no-decode", opt->no_decode, "prefill points only");
+  cmd->add_option("--runs", opt->runs, "timed calls per point (the median is reported)")->capture_default_str();
+  cmd->add_option("--warmup", opt->warmup, "untimed calls before them")->capture_default_str();
+  cmd->add_option("--csv", opt->csv, "write one row per point here");
+  cmd->callback([opt] { run(*opt); });
+}
+
+}  // namespace pasa::cli
