@@ -5,11 +5,11 @@
 //      then the K mean (smooth K) and V's per-channel FP8 scale max|V| / 448;
 //   2. K - mean quantized to INT8, one scale per thread group of quant_group(thread, key, s2 = 64):
 //      within each key block the 8 rows with the same key mod 8 (the accumulator column a thread holds);
-//   3. Q quantized to INT8 per thread group of quant_group(thread, query): rows r and r + 8 of each
-//      16-row slab (one thread's A-fragment rows); the LSE's smooth-K correction alpha q . mean(K);
-//   4. V / scale rounded to FP8 e4m3 and stored transposed ([D][keys]) with the keys of every
+//   3. V / scale rounded to FP8 e4m3 and stored transposed ([D][keys]) with the keys of every
 //      16-key chunk permuted so that the softmax's C fragments are the PV MMA's A fragments as they are.
-// Main kernel (Hopper wgmma, wgmma.cuh): S = (Q8 K8^T, s8 -> s32) dq dk alpha, online softmax in fp32
+// Main kernel (Hopper wgmma, wgmma.cuh): Q quantized to INT8 in registers per thread group of
+// quant_group(thread, query) (rows r and r + 8 of each 16-row slab: one thread group's A-fragment rows),
+// with the LSE's smooth-K correction alpha q . mean(K); then S = (Q8 K8^T, s8 -> s32) dq dk alpha, online softmax in fp32
 // (base 2) against the block maximum, P~ = exp(S - m_blk) * 448 rounded to e4m3, each key block's
 // P~ V8 (e4m3, f32 accumulate) in a fresh accumulator, added into an fp32 O rescaled by
 // exp(m_old - m_new) and exp(m_blk - m_new) (two-level accumulation, as the emulator models it);
@@ -43,9 +43,6 @@ __device__ __forceinline__ std::int64_t elem_index(const Operand& op, int b, int
 }
 
 struct Scratch {
-  std::int8_t* q8;      // [B, Hq, sq_pad, D]
-  float* q_scale;       // [B, Hq, sq_pad]: dq of each row
-  float* lse_off;       // [B, Hq, sq_pad]: alpha q . mean(K)
   std::int8_t* k8;      // [B, Hkv, skv_pad, D]
   float* k_scale;       // [B, Hkv, n_kb, 8]
   float* k_mean;        // [B, Hkv, D]
@@ -53,7 +50,7 @@ struct Scratch {
   float* v_scale;       // [B, Hkv, D]
   float* k_sum_part;    // [B, Hkv, n_chunk, D]
   float* v_max_part;    // [B, Hkv, n_chunk, D]
-  int sq_pad, skv_pad, n_kb, n_chunk;
+  int skv_pad, n_kb, n_chunk;
 };
 
 // ---- prepass ------------------------------------------------------------------------------------
@@ -91,12 +88,6 @@ __global__ void __launch_bounds__(D) sage_kv_finalize(int heads_kv, int seq_kv, 
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
 }
 
@@ -146,76 +137,41 @@ __global__ void __launch_bounds__(kThreads) sage_quant_k(Operand k, int heads_kv
   }
 }
 
-// grid (sq_pad / 16, Hq, B), block 256: warp w quantizes rows w and w + 8 of 16-row slab blockIdx.x
-// (one scale); rows >= seq_q are zeros. With `lse`, also alpha q . mean(K) of both rows.
-template <typename Elem, int D>
-__global__ void __launch_bounds__(kThreads) sage_quant_q(Operand q, int heads_q, int group, int heads_kv,
-                                                         int seq_q, float alpha, bool lse, Scratch s) {
-  constexpr int kCols = D / 32;
-  const int slab = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const std::int64_t bh = static_cast<std::int64_t>(b) * heads_q + h;
-  const std::int64_t bhk = static_cast<std::int64_t>(b) * heads_kv + h / group;
-  float x[2][kCols];
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int row = slab * 16 + w + 8 * i;
-#pragma unroll
-    for (int j = 0; j < kCols; ++j) {
-      x[i][j] = row < seq_q ? load_in<Elem>(q.data, elem_index(q, b, h, row, lane * kCols + j)) : 0.0f;
-      amax = fmaxf(amax, fabsf(x[i][j]));
-    }
-  }
-  amax = warp_max(amax);
-  const float scale = amax / 127.0f;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int row = slab * 16 + w + 8 * i;
-    std::uint32_t packed = 0;
-#pragma unroll
-    for (int j = 0; j < kCols; ++j) packed |= quant_i8(x[i][j], scale) << (8 * j);
-    std::int8_t* dst = s.q8 + (bh * s.sq_pad + row) * D + lane * kCols;
-    if constexpr (kCols == 4) {
-      *reinterpret_cast<std::uint32_t*>(dst) = packed;
-    } else {
-      *reinterpret_cast<std::uint16_t*>(dst) = static_cast<std::uint16_t>(packed);
-    }
-    if (lse) {
-      float dot = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kCols; ++j) dot += x[i][j] * s.k_mean[bhk * D + lane * kCols + j];
-      dot = warp_sum(dot);
-      if (lane == 0) s.lse_off[bh * s.sq_pad + row] = alpha * dot;
-    }
-    if (lane == 0) s.q_scale[bh * s.sq_pad + row] = scale;
-  }
-}
-
 // Where key p (0..15) of a 16-key chunk is stored: the softmax's C fragment gives thread t of a row the
 // keys 2t, 2t + 1 (n-tile 0) and 8 + 2t, 9 + 2t (n-tile 1); the PV MMA's A fragment wants its four
 // bytes at positions 4t .. 4t + 3. So key p goes to 4 ((p % 8) / 2) + (p & 1) + 2 (p / 8).
-__device__ __forceinline__ int permuted_key(int p) { return 4 * ((p & 7) >> 1) + (p & 1) + 2 * (p >> 3); }
 
-// grid (n_kb, Hkv, B), block 256: V / v_scale to e4m3, transposed into [D][keys], keys permuted.
+// The e4m3 byte of x / scale (zero for a zero scale: an all-zero channel).
+__device__ __forceinline__ std::uint32_t fp8_of(float x, float scale) {
+  return __nv_cvt_float_to_fp8(scale == 0.0f ? 0.0f : __fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3);
+}
+
+// grid (n_kb, Hkv, B), block 2 D threads: V / v_scale to e4m3, transposed into [D][keys] with the keys
+// of each 16-key chunk permuted as above. Keys 2m, 2m + 1, 2m + 8, 2m + 9 of a chunk land in the
+// four bytes at 4m, so thread (m, chunk, d-group) reads those four keys' 8 channels with 16-byte loads
+// and writes one 32-bit word per channel: no shared-memory transposition. Padding keys are zeros.
 template <typename Elem, int D>
-__global__ void __launch_bounds__(kThreads) sage_quant_v(Operand v, int heads_kv, int seq_kv, Scratch s) {
-  __shared__ alignas(16) std::uint8_t tile[D][kBlockKv];
+__global__ void __launch_bounds__(2 * D) sage_quant_v(Operand v, int heads_kv, int seq_kv, Scratch s) {
   const int kb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int m = threadIdx.x & 3, chunk = (threadIdx.x >> 2) & 3, d0 = (threadIdx.x >> 4) * 8;
   const std::int64_t bh = static_cast<std::int64_t>(b) * heads_kv + h;
-  for (int i = threadIdx.x; i < kBlockKv * D; i += kThreads) {
-    const int kl = i / D, d = i % D;
-    const int key = kb * kBlockKv + kl;
-    const float scale = s.v_scale[bh * D + d];
-    float x = key < seq_kv ? load_in<Elem>(v.data, elem_index(v, b, h, key, d)) : 0.0f;
-    x = scale == 0.0f ? 0.0f : __fdiv_rn(x, scale);
-    tile[d][(kl & ~15) + permuted_key(kl & 15)] = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+  const int base = kb * kBlockKv + chunk * 16;
+  const int keys[4] = {base + 2 * m, base + 2 * m + 1, base + 2 * m + 8, base + 2 * m + 9};
+  float scale[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) scale[j] = s.v_scale[bh * D + d0 + j];
+  std::uint32_t word[8] = {};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (keys[i] >= seq_kv) continue;  // fp8 zero is the zero byte
+    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const Elem*>(v.data) + elem_index(v, b, h, keys[i], d0));
+    const Elem* x = reinterpret_cast<const Elem*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) word[j] |= fp8_of(static_cast<float>(x[j]), scale[j]) << (8 * i);
   }
-  __syncthreads();
-  for (int i = threadIdx.x; i < D * (kBlockKv / 16); i += kThreads) {
-    const int d = i / (kBlockKv / 16), part = i % (kBlockKv / 16);
-    *reinterpret_cast<uint4*>(s.vt8 + (bh * D + d) * s.skv_pad + kb * kBlockKv + part * 16) =
-        *reinterpret_cast<const uint4*>(&tile[d][part * 16]);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    *reinterpret_cast<std::uint32_t*>(s.vt8 + (bh * D + d0 + j) * s.skv_pad + base + 4 * m) = word[j];
   }
 }
 
@@ -266,13 +222,14 @@ struct SageMain {
   FwdParams p;
   Scratch s;
   int heads_kv;
+  float alpha;     // the softmax scale
   float qk_scale;  // alpha * log2(e)
 };
 
-// grid (sq_pad / 64, Hq, B), block 128 = one warpgroup of 64 query rows; warp w owns rows
+// grid (ceil(seq_q / 64), Hq, B), block 128 = one warpgroup of 64 query rows; warp w owns rows
 // 16 w .. 16 w + 15 of the block. Per key block: S = Q8 K8^T by wgmma (Q from registers, K from shared
 // memory), the softmax in registers, P~ V8 by wgmma (P~ from registers, V^T from shared memory).
-template <int D>
+template <typename Elem, int D>
 __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_kernel(SageMain m) {
   constexpr int kKT = D / 32;  // k32 steps of Q K^T
   constexpr int kDT = D / 8;   // n8 tiles of O
@@ -284,26 +241,13 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int qb = p.causal ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x) : blockIdx.x;
   const int h = blockIdx.y, b = blockIdx.z;
-  const std::int64_t bhq = static_cast<std::int64_t>(b) * p.heads_q + h;
   const std::int64_t bhk = static_cast<std::int64_t>(b) * m.heads_kv + h / p.group;
   const int r0 = qb * kMainRows;
   const int wr0 = r0 + warp * 16;
   const int rows[2] = {wr0 + g, wr0 + g + 8};
 
-  // Q's A fragments, straight from global memory.
-  std::uint32_t qa[kKT][4];
-  {
-    const std::int8_t* q0 = s.q8 + (bhq * s.sq_pad + rows[0]) * D;
-    const std::int8_t* q1 = s.q8 + (bhq * s.sq_pad + rows[1]) * D;
-#pragma unroll
-    for (int kk = 0; kk < kKT; ++kk) {
-      qa[kk][0] = *reinterpret_cast<const std::uint32_t*>(q0 + kk * 32 + 4 * t);
-      qa[kk][1] = *reinterpret_cast<const std::uint32_t*>(q1 + kk * 32 + 4 * t);
-      qa[kk][2] = *reinterpret_cast<const std::uint32_t*>(q0 + kk * 32 + 16 + 4 * t);
-      qa[kk][3] = *reinterpret_cast<const std::uint32_t*>(q1 + kk * 32 + 16 + 4 * t);
-    }
-  }
-  const float dq[2] = {s.q_scale[bhq * s.sq_pad + rows[0]] * m.qk_scale, s.q_scale[bhq * s.sq_pad + rows[1]] * m.qk_scale};
+  std::uint32_t qa[kKT][4];  // Q8's A fragments, quantized below
+  float dq[2] = {0.0f, 0.0f}, lse_off[2] = {0.0f, 0.0f};
 
   int n_kb = s.n_kb;
   if (p.causal) {
@@ -444,6 +388,68 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   };
 
   for (int i = 0; i < kStages - 2; ++i) load_tile(i);
+
+  // Q quantized here, in registers, while the first tiles load: one INT8 scale per thread group of
+  // quant_group(thread, query), rows g and g + 8 of the warp's slab over all D channels, which the
+  // four threads of group g hold between them as the wgmma A fragments; rows past seq_q are zeros.
+  // With an LSE, also
+  // alpha q . mean(K) for both rows (smooth K's correction).
+  {
+    float x[2][kKT][8];  // row j, k32 step kk: channels kk 32 + 4t + (0..3), then + 16
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int kk = 0; kk < kKT; ++kk)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float* dst = &x[j][kk][4 * half];
+          if (rows[j] < p.seq_q) {
+            const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const Elem*>(p.q.data) +
+                                                              elem_index(p.q, b, h, rows[j], kk * 32 + 16 * half + 4 * t));
+            const Elem* e = reinterpret_cast<const Elem*>(&raw);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) dst[i] = static_cast<float>(e[i]);
+          } else {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) dst[i] = 0.0f;
+          }
+#pragma unroll
+          for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(dst[i]));
+        }
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    dq[0] = dq[1] = amax / 127.0f * m.qk_scale;
+    const float inv = amax == 0.0f ? 0.0f : 127.0f / amax;  // x * inv: x / scale without a division each
+    auto pack = [&](const float* v4) {
+      std::uint32_t word = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) word |= (static_cast<std::uint32_t>(__float2int_rn(v4[i] * inv)) & 0xffu) << (8 * i);
+      return word;
+    };
+#pragma unroll
+    for (int kk = 0; kk < kKT; ++kk) {
+      qa[kk][0] = pack(&x[0][kk][0]);
+      qa[kk][1] = pack(&x[1][kk][0]);
+      qa[kk][2] = pack(&x[0][kk][4]);
+      qa[kk][3] = pack(&x[1][kk][4]);
+    }
+    if (p.lse != nullptr) {
+      const float* mean = s.k_mean + bhk * D;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < kKT; ++kk)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) dot += x[j][kk][i] * mean[kk * 32 + 16 * (i / 4) + 4 * t + i % 4];
+        dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+        dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+        lse_off[j] = m.alpha * dot;
+      }
+    }
+  }
+
   if (n_kb > 0) {
     acquire(0);
     issue_qk(0);
@@ -490,7 +496,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
     const float inv = any ? 1.0f / l : 0.0f;
     float lse = -INFINITY;
     if (any && p.lse != nullptr) {
-      lse = m_run[j] * 0.6931471805599453f + logf(l) - 6.104793232414985f + s.lse_off[bhq * s.sq_pad + row];  // - ln 448
+      lse = m_run[j] * 0.6931471805599453f + logf(l) - 6.104793232414985f + lse_off[j];  // - ln 448
     }
     store_lse(p, b, h, row, lse);
     char* out = output_row(p, b, h, row);
@@ -513,40 +519,34 @@ void launch_typed(const Sage8Request& r, cudaStream_t stream) {
   Scratch s{};
   s.n_kb = (p.seq_kv + kBlockKv - 1) / kBlockKv;
   s.skv_pad = s.n_kb * kBlockKv;
-  s.sq_pad = (p.seq_q + kMainRows - 1) / kMainRows * kMainRows;
   s.n_chunk = (p.seq_kv + kStatRows - 1) / kStatRows;
-  const std::size_t bhq = static_cast<std::size_t>(B) * Hq, bhk = static_cast<std::size_t>(B) * Hkv;
+  const std::size_t bhk = static_cast<std::size_t>(B) * Hkv;
   const std::size_t sizes[] = {
-      bhq * s.sq_pad * D,                      // q8
-      bhq * s.sq_pad * 4,                      // q_scale
-      bhq * s.sq_pad * 4,                      // lse_off
-      bhk * s.skv_pad * D,                     // k8
-      bhk * s.n_kb * 8 * 4,                    // k_scale
-      bhk * D * 4,                             // k_mean
-      bhk * D * s.skv_pad,                     // vt8
-      bhk * D * 4,                             // v_scale
-      bhk * s.n_chunk * D * 4,                 // k_sum_part
-      bhk * s.n_chunk * D * 4,                 // v_max_part
+      bhk * s.skv_pad * D,      // k8
+      bhk * s.n_kb * 8 * 4,     // k_scale
+      bhk * D * 4,              // k_mean
+      bhk * D * s.skv_pad,      // vt8
+      bhk * D * 4,              // v_scale
+      bhk * s.n_chunk * D * 4,  // k_sum_part
+      bhk * s.n_chunk * D * 4,  // v_max_part
   };
+  constexpr int kBuffers = sizeof(sizes) / sizeof(sizes[0]);
   std::size_t total = 0;
   for (std::size_t z : sizes) total += align_up(z);
   StreamBuffer scratch(total, r.device, stream);
   char* base = static_cast<char*>(scratch.get());
-  void* ptrs[10];
-  for (int i = 0; i < 10; ++i) {
+  void* ptrs[kBuffers];
+  for (int i = 0; i < kBuffers; ++i) {
     ptrs[i] = base;
     base += align_up(sizes[i]);
   }
-  s.q8 = static_cast<std::int8_t*>(ptrs[0]);
-  s.q_scale = static_cast<float*>(ptrs[1]);
-  s.lse_off = static_cast<float*>(ptrs[2]);
-  s.k8 = static_cast<std::int8_t*>(ptrs[3]);
-  s.k_scale = static_cast<float*>(ptrs[4]);
-  s.k_mean = static_cast<float*>(ptrs[5]);
-  s.vt8 = static_cast<std::uint8_t*>(ptrs[6]);
-  s.v_scale = static_cast<float*>(ptrs[7]);
-  s.k_sum_part = static_cast<float*>(ptrs[8]);
-  s.v_max_part = static_cast<float*>(ptrs[9]);
+  s.k8 = static_cast<std::int8_t*>(ptrs[0]);
+  s.k_scale = static_cast<float*>(ptrs[1]);
+  s.k_mean = static_cast<float*>(ptrs[2]);
+  s.vt8 = static_cast<std::uint8_t*>(ptrs[3]);
+  s.v_scale = static_cast<float*>(ptrs[4]);
+  s.k_sum_part = static_cast<float*>(ptrs[5]);
+  s.v_max_part = static_cast<float*>(ptrs[6]);
 
   sage_kv_partials<Elem, D><<<dim3(s.n_chunk, Hkv, B), D, 0, stream>>>(p.k, p.v, Hkv, p.seq_kv, s);
   check_launch("sage_kv_partials");
@@ -554,17 +554,15 @@ void launch_typed(const Sage8Request& r, cudaStream_t stream) {
   check_launch("sage_kv_finalize");
   sage_quant_k<Elem, D><<<dim3(s.n_kb, Hkv, B), kThreads, 0, stream>>>(p.k, Hkv, p.seq_kv, s);
   check_launch("sage_quant_k");
-  sage_quant_v<Elem, D><<<dim3(s.n_kb, Hkv, B), kThreads, 0, stream>>>(p.v, Hkv, p.seq_kv, s);
+  sage_quant_v<Elem, D><<<dim3(s.n_kb, Hkv, B), 2 * D, 0, stream>>>(p.v, Hkv, p.seq_kv, s);
   check_launch("sage_quant_v");
-  sage_quant_q<Elem, D><<<dim3(s.sq_pad / 16, Hq, B), kThreads, 0, stream>>>(
-      p.q, Hq, p.group, Hkv, p.seq_q, static_cast<float>(r.alpha), p.lse != nullptr, s);
-  check_launch("sage_quant_q");
 
-  SageMain m{p, s, Hkv, static_cast<float>(r.alpha * 1.4426950408889634)};
+  const SageMain m{p, s, Hkv, static_cast<float>(r.alpha), static_cast<float>(r.alpha * 1.4426950408889634)};
   constexpr int kSmem = SageStage<D>::kSmemBytes;
-  check_cuda(cudaFuncSetAttribute(sage8_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+  check_cuda(cudaFuncSetAttribute(sage8_fwd_kernel<Elem, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute(sage8_fwd_kernel, max dynamic shared memory)");
-  sage8_fwd_kernel<D><<<dim3(s.sq_pad / kMainRows, Hq, B), kMainThreads, kSmem, stream>>>(m);
+  const int q_blocks = (p.seq_q + kMainRows - 1) / kMainRows;
+  sage8_fwd_kernel<Elem, D><<<dim3(q_blocks, Hq, B), kMainThreads, kSmem, stream>>>(m);
   check_launch("sage8_fwd_kernel");
 }
 
