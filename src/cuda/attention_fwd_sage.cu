@@ -196,9 +196,14 @@ struct SageStage {
   static constexpr int kSmemBytes = kStages * kBytes + 1024;  // + slack to align the first stage
 };
 
-// S's int32 accumulators to float: exact for |x| < 2^22 (|x| <= 127 * 127 * D here) with an integer
-// add and a float subtract, where the I2F instruction would run at a quarter of the rate.
-__device__ __forceinline__ float small_int_to_float(int x) { return __int_as_float(x + 0x4B400000) - 12582912.0f; }
+// x * scale for an int32 accumulator x with |x| < 2^22 (|x| <= 127 * 127 * D here), in an integer add
+// and one FFMA where I2F (a quarter-rate instruction) and FMUL would take two: x + 1.5 * 2^23 as a float
+// is exact, and bias = -1.5 * 2^23 * scale rounded to fp32 leaves an absolute error of at most half
+// a unit of x times scale, far below the INT8 quantization error of the dot product.
+constexpr float kIntToFloatMagic = 12582912.0f;  // 1.5 * 2^23, bit pattern 0x4B400000
+__device__ __forceinline__ float dequantize_score(int x, float scale, float bias) {
+  return fmaf(__int_as_float(x + 0x4B400000), scale, bias);
+}
 
 // Four floats to e4m3, first in the lowest byte.
 __device__ __forceinline__ std::uint32_t pack_e4m3(float a, float b, float c, float d) {
@@ -313,10 +318,13 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
     const float* ksc = s.k_scale + (bhk * s.n_kb + kb) * 8;
     const float dk[2] = {ksc[2 * t], ksc[2 * t + 1]};
     const float scale[4] = {dq[0] * dk[0], dq[0] * dk[1], dq[1] * dk[0], dq[1] * dk[1]};
+    float bias[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) bias[i] = -kIntToFloatMagic * scale[i];
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) x[nt][i] = small_int_to_float(acc[4 * nt + i]) * scale[i];
+      for (int i = 0; i < 4; ++i) x[nt][i] = dequantize_score(acc[4 * nt + i], scale[i], bias[i]);
   };
 
   // Tile kb's softmax (masking, block maximum, running statistics) and the issue of its P~ V8 into c;
@@ -380,11 +388,20 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
     wgmma_commit();
   };
 
+  // O = O ep + c ec; when no row of the warp has a new maximum (ep = 1, the common case once the
+  // first blocks are in) the rescale of O is skipped.
   auto fold = [&](const float (&ep)[2], const float (&ec)[2]) {
+    if (__all_sync(0xffffffffu, ep[0] == 1.0f && ep[1] == 1.0f)) {
 #pragma unroll
-    for (int dt = 0; dt < kDT; ++dt)
+      for (int dt = 0; dt < kDT; ++dt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) o[dt][i] = o[dt][i] * ep[i >> 1] + c[4 * dt + i] * ec[i >> 1];
+        for (int i = 0; i < 4; ++i) o[dt][i] = fmaf(c[4 * dt + i], ec[i >> 1], o[dt][i]);
+    } else {
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[dt][i] = o[dt][i] * ep[i >> 1] + c[4 * dt + i] * ec[i >> 1];
+    }
   };
 
   for (int i = 0; i < kStages - 2; ++i) load_tile(i);
