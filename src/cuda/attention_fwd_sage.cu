@@ -300,7 +300,13 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   int acc[32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) acc[i] = 0;
+  // Tile j's K scales for this thread's two key columns, loaded when its S is issued so that the
+  // global load has the whole softmax of tile j - 1 to arrive in.
+  float dk[2] = {0.0f, 0.0f};
   auto issue_qk = [&](int j) {
+    const float* ksc = s.k_scale + (bhk * s.n_kb + j) * 8;
+    dk[0] = ksc[2 * t];
+    dk[1] = ksc[2 * t + 1];
     const std::uint64_t k_desc = kmajor_desc<D>(smem_base + (j % kStages) * Stage::kBytes);
     wgmma_fence();
 #pragma unroll
@@ -313,10 +319,9 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   for (int i = 0; i < D / 2; ++i) c[i] = 0.0f;
   constexpr float kLog2Fp8Max = 8.807354922057604f;  // log2(448): P~ comes out of exp2 already * 448
 
-  // S of tile kb dequantized into the base-2 softmax domain; acc is then free for the next S.
-  auto dequantize = [&](int kb, float (&x)[8][4]) {
-    const float* ksc = s.k_scale + (bhk * s.n_kb + kb) * 8;
-    const float dk[2] = {ksc[2 * t], ksc[2 * t + 1]};
+  // S of the tile whose QK was issued last, dequantized into the base-2 softmax domain; acc is then
+  // free for the next S.
+  auto dequantize = [&](float (&x)[8][4]) {
     const float scale[4] = {dq[0] * dk[0], dq[0] * dk[1], dq[1] * dk[0], dq[1] * dk[1]};
     float bias[4];
 #pragma unroll
@@ -344,9 +349,14 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
     float shift[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      float mb = -INFINITY;
+      float part[8];  // a tree, not a chain: independent maxima keep the pipes busy
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) mb = fmaxf(mb, fmaxf(x[nt][2 * j], x[nt][2 * j + 1]));
+      for (int nt = 0; nt < 8; ++nt) part[nt] = fmaxf(x[nt][2 * j], x[nt][2 * j + 1]);
+#pragma unroll
+      for (int w = 4; w > 0; w /= 2)
+#pragma unroll
+        for (int i = 0; i < w; ++i) part[i] = fmaxf(part[i], part[i + w]);
+      float mb = part[0];
       mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
       mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
       if (mb == -INFINITY) {  // every key of the block masked for this row: it adds nothing
@@ -361,16 +371,19 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
         m_run[j] = mn;
       }
     }
-    float lb[2] = {0.0f, 0.0f};  // this block's sum of P~ * 448
+    float part[2][4] = {};  // this block's sum of P~ * 448 per row, in four independent chains
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         x[nt][i] = fast_exp2(x[nt][i] - shift[i >> 1]);
-        lb[i >> 1] += x[nt][i];
+        part[i >> 1][(nt & 1) * 2 + (i & 1)] += x[nt][i];
       }
 #pragma unroll
-    for (int j = 0; j < 2; ++j) l_run[j] = ep[j] * l_run[j] + ec[j] * lb[j];
+    for (int j = 0; j < 2; ++j) {
+      const float lb = (part[j][0] + part[j][1]) + (part[j][2] + part[j][3]);
+      l_run[j] = ep[j] * l_run[j] + ec[j] * lb;
+    }
 
     // P~ * 448 in e4m3 as the PV MMA's A fragments (the key permutation of sage_quant_v).
 #pragma unroll
@@ -479,7 +492,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   for (int kb = 0; kb + 1 < n_kb; ++kb) {
     float x[8][4], ep[2], ec[2];
     std::uint32_t pa[2][4];
-    dequantize(kb, x);
+    dequantize(x);
     acquire(kb + 1);
     issue_qk(kb + 1);
     softmax_and_issue_pv(kb, x, ep, ec, pa);
@@ -492,7 +505,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   if (n_kb > 0) {
     float x[8][4], ep[2], ec[2];
     std::uint32_t pa[2][4];
-    dequantize(n_kb - 1, x);
+    dequantize(x);
     softmax_and_issue_pv(n_kb - 1, x, ep, ec, pa);
     wgmma_wait<0>();
     wgmma_pin(c);
