@@ -1,5 +1,6 @@
-// Forward-attention benchmark of pasa's CUDA kernels through the public API (pasa::attention on
-// device tensors): exact (fp16, bf16) and pasa (fp16), head dims 64 / 128, S = 1k / 4k / 16k with
+// The developers' benchmark of kernel variants (the user-facing benchmark is `pasa bench`). It first
+// times pasa's CUDA kernels through the public API (pasa::attention on device tensors), as a baseline
+// for the variants in the same process: exact (fp16, bf16) and pasa (fp16), head dims 64 / 128, S = 1k / 4k / 16k with
 // B * S = 32k tokens, H * D = 2048 (16 heads of 128, 32 of 64), causal and not. Each point: 5 warm-up
 // calls, then the median of 30 calls timed one by one with CUDA events. TFLOP/s = 4 B H S^2 D / t,
 // halved for causal (the convention of docs/performance.md).
@@ -36,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/device_fill.h"
 #include "decode_variants.h"
 #include "fwd_variants.h"
 #include "pasa/attention.h"
@@ -48,25 +50,6 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
     std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(e));
     std::exit(1);
-  }
-}
-
-// Uniform values in [-1, 1) from a per-element hash: fresh (seeded) and never zeros.
-__global__ void fill_uniform(std::uint16_t* out, std::int64_t n, std::uint64_t seed, bool bf16) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    std::uint64_t x = (static_cast<std::uint64_t>(i) + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 29;
-    const float u = static_cast<float>(x >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f;
-    if (bf16) {
-      const __nv_bfloat16 b = __float2bfloat16_rn(u);
-      out[i] = *reinterpret_cast<const std::uint16_t*>(&b);
-    } else {
-      const __half h = __float2half_rn(u);
-      out[i] = *reinterpret_cast<const std::uint16_t*>(&h);
-    }
   }
 }
 
@@ -128,10 +111,9 @@ void bench_decode(cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, std:
   check(cudaMalloc(&q, q_elems * 2), "cudaMalloc");
   check(cudaMalloc(&o, q_elems * 2), "cudaMalloc");
   check(cudaMalloc(&lse, 64 * Hq * sizeof(float)), "cudaMalloc");
-  fill_uniform<<<4096, 256, 0, stream>>>(k, kv_elems, 777, true);
-  fill_uniform<<<4096, 256, 0, stream>>>(v, kv_elems, 778, true);
-  fill_uniform<<<256, 256, 0, stream>>>(q, q_elems, 779, true);
-  check(cudaGetLastError(), "fill_uniform");
+  pasa::cuda::fill_uniform_16bit(k, kv_elems, 777, true, stream);
+  pasa::cuda::fill_uniform_16bit(v, kv_elems, 778, true, stream);
+  pasa::cuda::fill_uniform_16bit(q, q_elems, 779, true, stream);
 
   pasa::Policy exact = pasa::preset_policy("exact");
   exact.input = exact.p = pasa::Format::bf16();
@@ -317,9 +299,9 @@ int main(int argc, char** argv) {
       const int S = 4096, B = static_cast<int>(kTokens / S);
       const std::int64_t n = static_cast<std::int64_t>(B) * H * S * D;
       for (const int vi : {0, 2}) {
-        fill_uniform<<<1024, 256, 0, stream>>>(q, n, 1, false);
-        fill_uniform<<<1024, 256, 0, stream>>>(k, n, 2, false);
-        fill_uniform<<<1024, 256, 0, stream>>>(v, n, 3, false);
+        pasa::cuda::fill_uniform_16bit(q, n, 1, false, stream);
+        pasa::cuda::fill_uniform_16bit(k, n, 2, false, stream);
+        pasa::cuda::fill_uniform_16bit(v, n, 3, false, stream);
         pasa::AttentionArgs args;
         args.q = pasa::bhsd_view(q, pasa::DType::f16, B, H, S, D, pasa::Device::cuda);
         args.k = pasa::bhsd_view(k, pasa::DType::f16, B, H, S, D, pasa::Device::cuda);
@@ -348,11 +330,10 @@ int main(int argc, char** argv) {
           const std::string& name = m.name;
           const std::int64_t n = static_cast<std::int64_t>(B) * H * S * D;
           const bool bf16 = m.dtype == pasa::DType::bf16;
-          fill_uniform<<<1024, 256, 0, stream>>>(q, n, ++seed, bf16);
-          fill_uniform<<<1024, 256, 0, stream>>>(k, n, ++seed, bf16);
-          fill_uniform<<<1024, 256, 0, stream>>>(v, n, ++seed, bf16);
-          check(cudaGetLastError(), "fill_uniform");
-          pasa::AttentionArgs args;
+          pasa::cuda::fill_uniform_16bit(q, n, ++seed, bf16, stream);
+          pasa::cuda::fill_uniform_16bit(k, n, ++seed, bf16, stream);
+          pasa::cuda::fill_uniform_16bit(v, n, ++seed, bf16, stream);
+                  pasa::AttentionArgs args;
           args.q = pasa::bhsd_view(q, m.dtype, B, H, S, D, pasa::Device::cuda);
           args.k = pasa::bhsd_view(k, m.dtype, B, H, S, D, pasa::Device::cuda);
           args.v = pasa::bhsd_view(v, m.dtype, B, H, S, D, pasa::Device::cuda);
@@ -454,11 +435,10 @@ int main(int argc, char** argv) {
           const int B = static_cast<int>(kTokens / S);
           for (const bool causal : {false, true}) {
             const std::int64_t n = static_cast<std::int64_t>(B) * H * S * D;
-            fill_uniform<<<1024, 256, 0, stream>>>(q, n, ++seed, false);
-            fill_uniform<<<1024, 256, 0, stream>>>(k, n, ++seed, false);
-            fill_uniform<<<1024, 256, 0, stream>>>(v, n, ++seed, false);
-            check(cudaGetLastError(), "fill_uniform");
-            const std::int64_t sh = static_cast<std::int64_t>(S) * D, sb = H * sh;
+            pasa::cuda::fill_uniform_16bit(q, n, ++seed, false, stream);
+            pasa::cuda::fill_uniform_16bit(k, n, ++seed, false, stream);
+            pasa::cuda::fill_uniform_16bit(v, n, ++seed, false, stream);
+                      const std::int64_t sh = static_cast<std::int64_t>(S) * D, sb = H * sh;
             const double alpha = 1.0 / std::sqrt(static_cast<double>(D));
             pasa::cuda::FwdParams p{};
             p.q = {q, sb, sh, D};

@@ -1,8 +1,6 @@
 // pasa::bench_cuda_attention: CUDA-event timing of the public attention call on device tensors
 // (include/pasa/bench.h). The scratch for inputs, outputs and the L2 flush comes from cudaMalloc once
 // per call of this function and is freed before it returns.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -11,6 +9,7 @@
 #include <vector>
 
 #include "cuda/cuda_check.h"
+#include "cuda/device_fill.h"
 #include "cuda_backend.h"
 #include "pasa/attention.h"
 #include "pasa/bench.h"
@@ -18,25 +17,6 @@
 
 namespace pasa {
 namespace {
-
-// Uniform values in [-1, 1) from a per-element hash of (index, seed): fresh inputs, never all zero.
-__global__ void fill_uniform(std::uint16_t* out, std::int64_t n, std::uint64_t seed, bool bf16) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    std::uint64_t x = (static_cast<std::uint64_t>(i) + 1) * 0x9E3779B97F4A7C15ull ^ seed;
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 29;
-    const float u = static_cast<float>(x >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f;
-    if (bf16) {
-      const __nv_bfloat16 b = __float2bfloat16_rn(u);
-      out[i] = *reinterpret_cast<const std::uint16_t*>(&b);
-    } else {
-      const __half h = __float2half_rn(u);
-      out[i] = *reinterpret_cast<const std::uint16_t*>(&h);
-    }
-  }
-}
 
 // Device memory released on every path out.
 struct DeviceMemory {
@@ -103,10 +83,9 @@ BenchTiming bench_cuda_attention(const BenchPoint& pt, int warmup, int runs, std
   Events ev;
 
   const bool bf16 = pt.dtype == DType::bf16;
-  fill_uniform<<<1024, 256, 0, stream>>>(static_cast<std::uint16_t*>(q.ptr), q_elems, seed, bf16);
-  fill_uniform<<<1024, 256, 0, stream>>>(static_cast<std::uint16_t*>(k.ptr), kv_elems, seed + 1, bf16);
-  fill_uniform<<<1024, 256, 0, stream>>>(static_cast<std::uint16_t*>(v.ptr), kv_elems, seed + 2, bf16);
-  cuda::check_launch("fill_uniform");
+  cuda::fill_uniform_16bit(static_cast<std::uint16_t*>(q.ptr), q_elems, seed, bf16, stream);
+  cuda::fill_uniform_16bit(static_cast<std::uint16_t*>(k.ptr), kv_elems, seed + 1, bf16, stream);
+  cuda::fill_uniform_16bit(static_cast<std::uint16_t*>(v.ptr), kv_elems, seed + 2, bf16, stream);
 
   AttentionArgs args;
   args.q = bhsd_view(q.ptr, pt.dtype, pt.batch, pt.heads_q, pt.seq_q, pt.head_dim, Device::cuda);
