@@ -5,15 +5,17 @@
 //      then the K mean (smooth K) and V's per-channel FP8 scale max|V| / 448;
 //   2. K - mean quantized to INT8, one scale per thread group of quant_group(thread, key, s2 = 64):
 //      within each key block the 8 rows with the same key mod 8 (the accumulator column a thread holds);
-//   3. V / scale rounded to FP8 e4m3 and stored transposed ([D][keys]) with the keys of every
-//      16-key chunk permuted so that the softmax's C fragments are the PV MMA's A fragments as they are.
-// Main kernel (Hopper wgmma, wgmma.cuh): Q quantized to INT8 in registers per thread group of
-// quant_group(thread, query) (rows r and r + 8 of each 16-row slab: one thread group's A-fragment rows),
-// with the LSE's smooth-K correction alpha q . mean(K); then S = (Q8 K8^T, s8 -> s32) dq dk alpha, online softmax in fp32
-// (base 2) against the block maximum, P~ = exp(S - m_blk) * 448 rounded to e4m3, each key block's
-// P~ V8 (e4m3, f32 accumulate) in a fresh accumulator, added into an fp32 O rescaled by
-// exp(m_old - m_new) and exp(m_blk - m_new) (two-level accumulation, as the emulator models it);
-// O = O / l / 448 * v_scale, LSE = m + log l + alpha q . mean(K).
+//   3. V / scale rounded to FP8 e4m3, transposed ([D][keys]) with the keys of every 16-key chunk
+//      permuted so that the softmax's C fragments are the PV MMA's A fragments as they are.
+//   K8 and V8^T are written tile-major and pre-swizzled: each key block's two tiles, byte for byte as
+//   the main kernel's shared memory holds them, so that one bulk copy brings in a stage.
+// Main kernel (Hopper wgmma, wgmma.cuh; stages on mbarriers, mbarrier.cuh): Q quantized to INT8 in
+// registers per thread group of quant_group(thread, query) (rows r and r + 8 of each 16-row slab: one
+// thread group's A-fragment rows), with the LSE's smooth-K correction alpha q . mean(K); then
+// S = (Q8 K8^T, s8 -> s32) dq dk alpha, online softmax in fp32 (base 2) against the block maximum,
+// P~ = exp(S - m_blk) * 448 rounded to e4m3, each key block's P~ V8 (e4m3, f32 accumulate) in a fresh
+// accumulator, added into an fp32 O rescaled by exp(m_old - m_new) and exp(m_blk - m_new) (two-level
+// accumulation, as the emulator models it); O = O / l / 448 * v_scale, LSE = m + log l + alpha q . mean(K).
 #include <cuda_fp8.h>
 
 #include <cstdint>
@@ -22,6 +24,7 @@
 #include "cuda/device_pool.h"
 #include "cuda/epilogue.cuh"
 #include "cuda/kernel_params.h"
+#include "cuda/mbarrier.cuh"
 #include "cuda/ptx.cuh"
 #include "cuda/wgmma.cuh"
 #include "pasa/error.h"
@@ -42,15 +45,36 @@ __device__ __forceinline__ std::int64_t elem_index(const Operand& op, int b, int
   return b * op.stride_b + h * op.stride_h + static_cast<std::int64_t>(s) * op.stride_s + d;
 }
 
+constexpr int kStages = 4;  // K / V^T stages: tile j - 1 (V^T in use), j (K in use), two loading
+constexpr int kMainThreads = 128;  // the main kernel: one warpgroup of 64 query rows per CTA
+constexpr int kMainRows = 64;
+
+// CTAs per SM the main kernel is built for: two at D = 128 (254 registers a thread), three at
+// D = 64. Independent CTAs drift out of step, so one's softmax overlaps another's MMAs.
+template <int D>
+constexpr int kMainCtasPerSm = D == 128 ? 2 : 3;
+
+// One stage: a K tile (64 keys x D int8, rows D bytes) then a V^T tile (D rows x 64 keys e4m3, rows 64
+// bytes, keys permuted within 16-key chunks), each swizzled (wgmma.cuh) and starting on a 1024-byte
+// boundary; the prepass writes them in this form to global memory.
+template <int D>
+struct SageStage {
+  static constexpr int kKBytes = kBlockKv * D;
+  static constexpr int kVBytes = D * kBlockKv;
+  static constexpr int kBytes = kKBytes + kVBytes;
+  static constexpr int kSmemBytes = kStages * kBytes + 1024;  // + slack to align the first stage
+};
+
 struct Scratch {
-  std::int8_t* k8;      // [B, Hkv, skv_pad, D]
+  std::uint8_t* tiles;  // [B, Hkv, n_kb] stages: each key block's K8 tile then its V8^T tile, swizzled
+                        // as the main kernel's shared memory holds them (SageStage), so one bulk copy
+                        // moves a whole stage
   float* k_scale;       // [B, Hkv, n_kb, 8]
   float* k_mean;        // [B, Hkv, D]
-  std::uint8_t* vt8;    // [B, Hkv, D, skv_pad] e4m3, keys permuted within 16-key chunks
   float* v_scale;       // [B, Hkv, D]
   float* k_sum_part;    // [B, Hkv, n_chunk, D]
   float* v_max_part;    // [B, Hkv, n_chunk, D]
-  int skv_pad, n_kb, n_chunk;
+  int n_kb, n_chunk;
 };
 
 // ---- prepass ------------------------------------------------------------------------------------
@@ -124,11 +148,11 @@ __global__ void __launch_bounds__(kThreads) sage_quant_k(Operand k, int heads_kv
   if (lane == 0) s.k_scale[(bh * s.n_kb + kb) * 8 + w] = scale;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const int key = kb * kBlockKv + w + 8 * i;
     std::uint32_t packed = 0;
 #pragma unroll
     for (int j = 0; j < kCols; ++j) packed |= quant_i8(x[i][j], scale) << (8 * j);
-    std::int8_t* dst = s.k8 + (bh * s.skv_pad + key) * D + lane * kCols;
+    std::uint8_t* dst = s.tiles + (bh * s.n_kb + kb) * SageStage<D>::kBytes +
+                        swizzled_offset<D>((w + 8 * i) * D + lane * kCols);
     if constexpr (kCols == 4) {
       *reinterpret_cast<std::uint32_t*>(dst) = packed;
     } else {
@@ -160,6 +184,7 @@ __global__ void __launch_bounds__(2 * D) sage_quant_v(Operand v, int heads_kv, i
   float scale[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) scale[j] = s.v_scale[bh * D + d0 + j];
+  std::uint8_t* v_tile = s.tiles + (bh * s.n_kb + kb) * SageStage<D>::kBytes + SageStage<D>::kKBytes;
   std::uint32_t word[8] = {};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -171,30 +196,12 @@ __global__ void __launch_bounds__(2 * D) sage_quant_v(Operand v, int heads_kv, i
   }
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    *reinterpret_cast<std::uint32_t*>(s.vt8 + (bh * D + d0 + j) * s.skv_pad + base + 4 * m) = word[j];
+    *reinterpret_cast<std::uint32_t*>(v_tile + swizzled_offset<kBlockKv>((d0 + j) * kBlockKv + chunk * 16 + 4 * m)) =
+        word[j];
   }
 }
 
 // ---- main kernel --------------------------------------------------------------------------------
-
-constexpr int kStages = 4;  // K / V^T stages: tile j - 1 (V^T in use), j (K in use), two loading
-constexpr int kMainThreads = 128;  // the main kernel: one warpgroup of 64 query rows per CTA
-constexpr int kMainRows = 64;
-
-// CTAs per SM the main kernel is built for: two at D = 128 (254 registers a thread), three at
-// D = 64. Independent CTAs drift out of step, so one's softmax overlaps another's MMAs.
-template <int D>
-constexpr int kMainCtasPerSm = D == 128 ? 2 : 3;
-
-// One stage: a K tile (64 keys x D int8, rows D bytes) then a V^T tile (D rows x 64 keys e4m3, rows 64
-// bytes), each swizzled (wgmma.cuh) and starting on a 1024-byte boundary.
-template <int D>
-struct SageStage {
-  static constexpr int kKBytes = kBlockKv * D;
-  static constexpr int kVBytes = D * kBlockKv;
-  static constexpr int kBytes = kKBytes + kVBytes;
-  static constexpr int kSmemBytes = kStages * kBytes + 1024;  // + slack to align the first stage
-};
 
 // x * scale for an int32 accumulator x with |x| < 2^22 (|x| <= 127 * 127 * D here), in an integer add
 // and one FFMA where I2F (a quarter-rate instruction) and FMUL would take two: x + 1.5 * 2^23 as a float
@@ -260,25 +267,31 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
     n_kb = last < 0 ? 0 : min(n_kb, last / kBlockKv + 1);
   }
 
-  const std::int8_t* kbase = s.k8 + bhk * s.skv_pad * D;
-  const std::uint8_t* vbase = s.vt8 + bhk * D * s.skv_pad;
-  auto load_tile = [&](int kb) {
-    if (kb < n_kb) {
-      const std::uint32_t k_tile = smem_base + (kb % kStages) * Stage::kBytes;
-      const std::uint32_t v_tile = k_tile + Stage::kKBytes;
-      constexpr int kKParts = D / 16;
-      for (int c = tid; c < kBlockKv * kKParts; c += kMainThreads) {
-        const int row = c / kKParts, part = c % kKParts;
-        cp_async_16(k_tile + swizzled_offset<D>(row * D + part * 16),
-                    kbase + (static_cast<std::int64_t>(kb) * kBlockKv + row) * D + part * 16, true);
-      }
-      for (int c = tid; c < D * (kBlockKv / 16); c += kMainThreads) {
-        const int d = c / (kBlockKv / 16), part = c % (kBlockKv / 16);
-        cp_async_16(v_tile + swizzled_offset<kBlockKv>(d * kBlockKv + part * 16),
-                    vbase + static_cast<std::int64_t>(d) * s.skv_pad + kb * kBlockKv + part * 16, true);
-      }
+  // Stage pipeline on mbarriers: full[st] completes when tile j's bulk copy (one thread starts it) has
+  // landed, empty[st] when the four warps are done with the tile that was there. Tile j sits in stage
+  // j % kStages and uses phase (j / kStages) & 1 of both barriers.
+  __shared__ alignas(8) std::uint64_t full_bar[kStages], empty_bar[kStages];
+  if (tid == 0) {
+    for (int st = 0; st < kStages; ++st) {
+      mbar_init(smem_addr(&full_bar[st]), 1);
+      mbar_init(smem_addr(&empty_bar[st]), kMainThreads / 32);
     }
-    cp_async_commit();  // possibly empty: one group per tile index keeps the wait count fixed
+    mbar_fence_init();
+  }
+  __syncthreads();
+  const std::uint8_t* tile_src = s.tiles + bhk * s.n_kb * Stage::kBytes;
+  auto load_tile = [&](int j) {  // thread 0 only
+    if (j >= n_kb) return;
+    const int st = j % kStages;
+    if (j >= kStages) mbar_wait(smem_addr(&empty_bar[st]), (j / kStages - 1) & 1);
+    mbar_arrive_expect_tx(smem_addr(&full_bar[st]), Stage::kBytes);
+    bulk_copy_to_shared(smem_base + st * Stage::kBytes, tile_src + static_cast<std::int64_t>(j) * Stage::kBytes,
+                        Stage::kBytes, smem_addr(&full_bar[st]));
+  };
+  // This warp is done with tile j (its PV has completed): one arrival on the stage's empty barrier.
+  auto release = [&](int j) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(smem_addr(&empty_bar[j % kStages]));
   };
 
   float o[kDT][4];
@@ -287,14 +300,11 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   float m_run[2] = {-INFINITY, -INFINITY};
   float l_run[2] = {0.0f, 0.0f};  // this thread's part of each row's sum
 
-  // Tile j: wait for this thread's copies, publish everyone's to the async proxy, then start the copy
-  // of tile j + kStages - 2 into the stage of tile j - 2, which every warp is done with (its PV ended
-  // an iteration ago; tile j - 1's V^T is still being read, so that stage is left alone).
+  // Tile j: start the copy of tile j + kStages - 2 (into the stage of tile j - 2, which every warp
+  // has released: the warps of a warpgroup meet at every wgmma), then wait until tile j has landed.
   auto acquire = [&](int j) {
-    cp_async_wait<kStages - 3>();
-    fence_proxy_async_shared();
-    __syncthreads();
-    load_tile(j + kStages - 2);
+    if (tid == 0) load_tile(j + kStages - 2);
+    mbar_wait(smem_addr(&full_bar[j % kStages]), (j / kStages) & 1);
   };
   // S of tile j = Q8 K8^T into acc (int32), issued and left running.
   int acc[32];
@@ -417,7 +427,8 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
     }
   };
 
-  for (int i = 0; i < kStages - 2; ++i) load_tile(i);
+  if (tid == 0)
+    for (int i = 0; i < kStages - 2; ++i) load_tile(i);
 
   // Q quantized here, in registers, while the first tiles load: one INT8 scale per thread group of
   // quant_group(thread, query), rows g and g + 8 of the warp's slab over all D channels, which the
@@ -500,6 +511,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
     wgmma_pin(c);
     wgmma_pin(pa);
     wgmma_pin(acc);
+    release(kb);
     fold(ep, ec);
   }
   if (n_kb > 0) {
@@ -507,7 +519,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
     std::uint32_t pa[2][4];
     dequantize(x);
     softmax_and_issue_pv(n_kb - 1, x, ep, ec, pa);
-    wgmma_wait<0>();
+    wgmma_wait<0>();  // (no release: nothing loads after the last tile)
     wgmma_pin(c);
     wgmma_pin(pa);
     fold(ep, ec);
@@ -548,17 +560,15 @@ void launch_typed(const Sage8Request& r, cudaStream_t stream) {
   const int B = r.batch, Hq = p.heads_q, Hkv = r.heads_kv;
   Scratch s{};
   s.n_kb = (p.seq_kv + kBlockKv - 1) / kBlockKv;
-  s.skv_pad = s.n_kb * kBlockKv;
   s.n_chunk = (p.seq_kv + kStatRows - 1) / kStatRows;
   const std::size_t bhk = static_cast<std::size_t>(B) * Hkv;
   const std::size_t sizes[] = {
-      bhk * s.skv_pad * D,      // k8
-      bhk * s.n_kb * 8 * 4,     // k_scale
-      bhk * D * 4,              // k_mean
-      bhk * D * s.skv_pad,      // vt8
-      bhk * D * 4,              // v_scale
-      bhk * s.n_chunk * D * 4,  // k_sum_part
-      bhk * s.n_chunk * D * 4,  // v_max_part
+      bhk * s.n_kb * SageStage<D>::kBytes,  // tiles
+      bhk * s.n_kb * 8 * 4,                 // k_scale
+      bhk * D * 4,                          // k_mean
+      bhk * D * 4,                          // v_scale
+      bhk * s.n_chunk * D * 4,              // k_sum_part
+      bhk * s.n_chunk * D * 4,              // v_max_part
   };
   constexpr int kBuffers = sizeof(sizes) / sizeof(sizes[0]);
   std::size_t total = 0;
@@ -570,13 +580,12 @@ void launch_typed(const Sage8Request& r, cudaStream_t stream) {
     ptrs[i] = base;
     base += align_up(sizes[i]);
   }
-  s.k8 = static_cast<std::int8_t*>(ptrs[0]);
+  s.tiles = static_cast<std::uint8_t*>(ptrs[0]);
   s.k_scale = static_cast<float*>(ptrs[1]);
   s.k_mean = static_cast<float*>(ptrs[2]);
-  s.vt8 = static_cast<std::uint8_t*>(ptrs[3]);
-  s.v_scale = static_cast<float*>(ptrs[4]);
-  s.k_sum_part = static_cast<float*>(ptrs[5]);
-  s.v_max_part = static_cast<float*>(ptrs[6]);
+  s.v_scale = static_cast<float*>(ptrs[3]);
+  s.k_sum_part = static_cast<float*>(ptrs[4]);
+  s.v_max_part = static_cast<float*>(ptrs[5]);
 
   sage_kv_partials<Elem, D><<<dim3(s.n_chunk, Hkv, B), D, 0, stream>>>(p.k, p.v, Hkv, p.seq_kv, s);
   check_launch("sage_kv_partials");
