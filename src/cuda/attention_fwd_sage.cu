@@ -49,8 +49,10 @@ constexpr int kStages = 4;  // K / V^T stages: tile j - 1 (V^T in use), j (K in 
 constexpr int kMainThreads = 128;  // the main kernel: one warpgroup of 64 query rows per CTA
 constexpr int kMainRows = 64;
 
-// CTAs per SM the main kernel is built for: two at D = 128 (254 registers a thread), three at
-// D = 64. Independent CTAs drift out of step, so one's softmax overlaps another's MMAs.
+// CTAs per SM the main kernel is built for: two at D = 128 (~250 registers a thread), three at
+// D = 64 (~166). Independent CTAs drift out of step, so one's softmax overlaps another's MMAs. (CTAs
+// of two or three warpgroups sharing each tile, which reads K / V from L2 once for all of them, were
+// measured slower: bench/NOTES.md.)
 template <int D>
 constexpr int kMainCtasPerSm = D == 128 ? 2 : 3;
 
@@ -300,8 +302,9 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   float m_run[2] = {-INFINITY, -INFINITY};
   float l_run[2] = {0.0f, 0.0f};  // this thread's part of each row's sum
 
-  // Tile j: start the copy of tile j + kStages - 2 (into the stage of tile j - 2, which every warp
-  // has released: the warps of a warpgroup meet at every wgmma), then wait until tile j has landed.
+  // Tile j: start the copy of tile j + kStages - 2 into the stage of tile j - 2 (which every warp has
+  // released or is about to: the warps of a warpgroup meet at every wgmma), then wait until tile j has
+  // landed.
   auto acquire = [&](int j) {
     if (tid == 0) load_tile(j + kStages - 2);
     mbar_wait(smem_addr(&full_bar[j % kStages]), (j / kStages) & 1);
