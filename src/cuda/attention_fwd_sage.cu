@@ -117,9 +117,9 @@ __device__ __forceinline__ float warp_max(float x) {
   return x;
 }
 
-__device__ __forceinline__ std::uint32_t quant_i8(float x, float scale) {
-  if (scale == 0.0f) return 0;
-  const int q = max(-127, min(127, __float2int_rn(__fdiv_rn(x, scale))));
+// The INT8 byte of x / scale, given inv = 1 / scale (0 for a zero scale): one multiply, no division.
+__device__ __forceinline__ std::uint32_t quant_i8(float x, float inv) {
+  const int q = max(-127, min(127, __float2int_rn(x * inv)));
   return static_cast<std::uint32_t>(q) & 0xffu;
 }
 
@@ -146,13 +146,13 @@ __global__ void __launch_bounds__(kThreads) sage_quant_k(Operand k, int heads_kv
     }
   }
   amax = warp_max(amax);
-  const float scale = amax / 127.0f;
+  const float scale = amax / 127.0f, inv = amax == 0.0f ? 0.0f : 127.0f / amax;
   if (lane == 0) s.k_scale[(bh * s.n_kb + kb) * 8 + w] = scale;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     std::uint32_t packed = 0;
 #pragma unroll
-    for (int j = 0; j < kCols; ++j) packed |= quant_i8(x[i][j], scale) << (8 * j);
+    for (int j = 0; j < kCols; ++j) packed |= quant_i8(x[i][j], inv) << (8 * j);
     std::uint8_t* dst = s.tiles + (bh * s.n_kb + kb) * SageStage<D>::kBytes +
                         swizzled_offset<D>((w + 8 * i) * D + lane * kCols);
     if constexpr (kCols == 4) {
@@ -167,9 +167,9 @@ __global__ void __launch_bounds__(kThreads) sage_quant_k(Operand k, int heads_kv
 // keys 2t, 2t + 1 (n-tile 0) and 8 + 2t, 9 + 2t (n-tile 1); the PV MMA's A fragment wants its four
 // bytes at positions 4t .. 4t + 3. So key p goes to 4 ((p % 8) / 2) + (p & 1) + 2 (p / 8).
 
-// The e4m3 byte of x / scale (zero for a zero scale: an all-zero channel).
-__device__ __forceinline__ std::uint32_t fp8_of(float x, float scale) {
-  return __nv_cvt_float_to_fp8(scale == 0.0f ? 0.0f : __fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3);
+// The e4m3 byte of x / scale given inv = 1 / scale (0 for an all-zero channel, whose scale is 0).
+__device__ __forceinline__ std::uint32_t fp8_of(float x, float inv) {
+  return __nv_cvt_float_to_fp8(x * inv, __NV_SATFINITE, __NV_E4M3);
 }
 
 // grid (n_kb, Hkv, B), block 2 D threads: V / v_scale to e4m3, transposed into [D][keys] with the keys
@@ -183,9 +183,12 @@ __global__ void __launch_bounds__(2 * D) sage_quant_v(Operand v, int heads_kv, i
   const std::int64_t bh = static_cast<std::int64_t>(b) * heads_kv + h;
   const int base = kb * kBlockKv + chunk * 16;
   const int keys[4] = {base + 2 * m, base + 2 * m + 1, base + 2 * m + 8, base + 2 * m + 9};
-  float scale[8];
+  float inv[8];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) scale[j] = s.v_scale[bh * D + d0 + j];
+  for (int j = 0; j < 8; ++j) {
+    const float scale = s.v_scale[bh * D + d0 + j];
+    inv[j] = scale == 0.0f ? 0.0f : 1.0f / scale;
+  }
   std::uint8_t* v_tile = s.tiles + (bh * s.n_kb + kb) * SageStage<D>::kBytes + SageStage<D>::kKBytes;
   std::uint32_t word[8] = {};
 #pragma unroll
@@ -194,7 +197,7 @@ __global__ void __launch_bounds__(2 * D) sage_quant_v(Operand v, int heads_kv, i
     const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const Elem*>(v.data) + elem_index(v, b, h, keys[i], d0));
     const Elem* x = reinterpret_cast<const Elem*>(&raw);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) word[j] |= fp8_of(static_cast<float>(x[j]), scale[j]) << (8 * i);
+    for (int j = 0; j < 8; ++j) word[j] |= fp8_of(static_cast<float>(x[j]), inv[j]) << (8 * i);
   }
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
