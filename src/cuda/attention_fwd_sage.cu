@@ -264,7 +264,8 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   const int rows[2] = {wr0 + g, wr0 + g + 8};
 
   std::uint32_t qa[kKT][4];  // Q8's A fragments, quantized below
-  float dq[2] = {0.0f, 0.0f}, lse_off[2] = {0.0f, 0.0f};
+  float dq = 0.0f;  // Q's scale times alpha log2(e): one per thread group, so both rows share it
+  float lse_off[2] = {0.0f, 0.0f};
 
   int n_kb = s.n_kb;
   if (p.causal) {
@@ -338,14 +339,12 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   // S of the tile whose QK was issued last, dequantized into the base-2 softmax domain; acc is then
   // free for the next S.
   auto dequantize = [&](float (&x)[8][4]) {
-    const float scale[4] = {dq[0] * dk[0], dq[0] * dk[1], dq[1] * dk[0], dq[1] * dk[1]};
-    float bias[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) bias[i] = -kIntToFloatMagic * scale[i];
+    const float scale[2] = {dq * dk[0], dq * dk[1]};  // by key column parity
+    const float bias[2] = {-kIntToFloatMagic * scale[0], -kIntToFloatMagic * scale[1]};
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) x[nt][i] = dequantize_score(acc[4 * nt + i], scale[i], bias[i]);
+      for (int i = 0; i < 4; ++i) x[nt][i] = dequantize_score(acc[4 * nt + i], scale[i & 1], bias[i & 1]);
   };
 
   // Tile kb's softmax (masking, block maximum, running statistics) and the issue of its P~ V8 into c;
@@ -466,7 +465,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
         }
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-    dq[0] = dq[1] = amax / 127.0f * m.qk_scale;
+    dq = amax / 127.0f * m.qk_scale;
     const float inv = amax == 0.0f ? 0.0f : 127.0f / amax;  // x * inv: x / scale without a division each
     auto pack = [&](const float* v4) {
       std::uint32_t word = 0;
