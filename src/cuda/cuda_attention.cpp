@@ -327,17 +327,20 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
   const int batch = static_cast<int>(ps.batch);
   const int dim = static_cast<int>(ps.dim);
 
+  cuda::KernelRequest call{};
+  call.fwd = p;
+  call.batch = batch;
+  call.heads_kv = static_cast<int>(ps.heads_kv);
+  call.head_dim = dim;
+  call.in_type = elem_type(in);
+  call.device = device;
+  call.alpha = alpha;
+
   if (decode) {
     cuda::DecodeRequest r{};
-    r.fwd = p;
-    r.batch = batch;
-    r.heads_kv = static_cast<int>(ps.heads_kv);
-    r.head_dim = dim;
-    r.in_type = elem_type(in);
-    r.device = device;
+    static_cast<cuda::KernelRequest&>(r) = call;
     r.fdpp_formats = family == Family::fdpp;
     r.unified = family == Family::fdpp && args.policy.shift == Shift::unified;
-    r.alpha = alpha;
     r.phi = args.policy.phi;
     r.window_lo = args.policy.window_lo;
     r.window_hi = args.policy.window_hi;
@@ -352,15 +355,7 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
     return;
   }
   if (family == Family::sage8) {
-    cuda::Sage8Request r{};
-    r.fwd = p;
-    r.batch = batch;
-    r.heads_kv = static_cast<int>(ps.heads_kv);
-    r.head_dim = dim;
-    r.in_type = elem_type(in);
-    r.device = device;
-    r.alpha = alpha;
-    cuda::launch_sage8(r, args.stream);
+    cuda::launch_sage8(call, args.stream);
     return;
   }
 

@@ -93,14 +93,9 @@ struct DecodeParams {
 };
 
 // The host side of one decode call (decode_dispatch.cpp): splits, workspace, launches.
-struct DecodeRequest {
-  FwdParams fwd;        // filled as for the prefill kernels
-  int batch, heads_kv, head_dim;
-  ElemType in_type;
-  int device;           // for the scratch pool and the SM count
+struct DecodeRequest : KernelRequest {
   bool fdpp_formats;    // the fdpp policy's formats: fp16 scores, bf16 inputs rounded to fp16
   bool unified;         // FlashDecoding++'s unified max (fdpp_formats too)
-  double alpha;         // the softmax scale as given
   double phi, window_lo, window_hi;
   int policy_splits;    // > 1: the policy fixes the split count; otherwise chosen from the shape
 };

@@ -53,14 +53,18 @@ struct PasaPrepareParams {
 // INT8 K groups and the two-level PV accumulation follow them); any s1, each row's state is its own.
 constexpr int kSage8BlockKv = 64;
 
-// What launch_sage8 needs beyond FwdParams (whose q, k, v are the inputs as given).
-struct Sage8Request {
+// A call as the kernels that allocate scratch or choose their own grid (sage8, decode) see it:
+// FwdParams (whose q, k, v are the inputs as given) and the shape and device around it.
+struct KernelRequest {
   FwdParams fwd;
   int batch, heads_kv, head_dim;
   ElemType in_type;
-  int device;
-  double alpha;  // the softmax scale (any sign)
+  int device;    // for the scratch pool and the SM count
+  double alpha;  // the softmax scale as given (any sign)
 };
+
+// launch_sage8 needs nothing beyond it.
+using Sage8Request = KernelRequest;
 
 // Launch functions (defined in the .cu files). Each throws pasa::Error on a CUDA error; `stream` is
 // a cudaStream_t. CTA shapes: fwd_tiles.h (batch x heads x ceil(seq_q / block_m) CTAs).
