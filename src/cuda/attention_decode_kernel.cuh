@@ -299,17 +299,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
 
     std::uint32_t tOrP[kMTiles][kNChunks][4];
     scores_to_p_fragments<MmaElem>(tOrP, tSrS);
-    if (rescale_o) {
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-        for (int n = 0; n < kDTiles; ++n) {
-          tOrO[mt][n][0] *= rescale[2 * mt];
-          tOrO[mt][n][1] *= rescale[2 * mt];
-          tOrO[mt][n][2] *= rescale[2 * mt + 1];
-          tOrO[mt][n][3] *= rescale[2 * mt + 1];
-        }
-    }
+    if (rescale_o) scale_rows(tOrO, rescale);
     warp_pv<kMTiles, kNChunks, kDTiles, kStride, MmaElem>(tOrO, tOrP, v_addr + stage_off);
   }
 

@@ -333,18 +333,7 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
         }
       }
     } else {
-      if (rescale_o) {
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-          for (int n = 0; n < kDTiles; ++n) {
-            tOrO[mt][n][0] *= rescale[2 * mt];
-            tOrO[mt][n][1] *= rescale[2 * mt];
-            tOrO[mt][n][2] *= rescale[2 * mt + 1];
-            tOrO[mt][n][3] *= rescale[2 * mt + 1];
-          }
-        }
-      }
+      if (rescale_o) scale_rows(tOrO, rescale);
       warp_pv<kMTiles, kNChunks, kDTiles, kStride, MmaElem>(tOrO, tOrP, v_stage);  // O~ += P V_j
     }
   }

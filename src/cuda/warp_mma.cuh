@@ -112,6 +112,21 @@ __device__ __forceinline__ void rowsum_mma(const std::uint32_t (&a)[kMTiles][kNC
   }
 }
 
+// O's fp32 accumulators (C layout: c0, c1 in row g, c2, c3 in row g + 8 of each m-tile) times a
+// factor per row, row 2 mt + i of `factor` for half i of m-tile mt: the online softmax's rescale.
+template <int kMTiles, int kDTiles>
+__device__ __forceinline__ void scale_rows(float (&o)[kMTiles][kDTiles][4], const float (&factor)[2 * kMTiles]) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int n = 0; n < kDTiles; ++n) {
+      o[mt][n][0] *= factor[2 * mt];
+      o[mt][n][1] *= factor[2 * mt];
+      o[mt][n][2] *= factor[2 * mt + 1];
+      o[mt][n][3] *= factor[2 * mt + 1];
+    }
+}
+
 // The C fragments of S (two n8 tiles per k16 chunk) repacked as the A fragments of P for the PV MMA:
 // the m16n8 accumulator layout of two adjacent key tiles is exactly the m16k16 operand layout.
 template <typename Elem, int kMTiles, int kNTiles, int kNChunks>
