@@ -74,6 +74,18 @@ __global__ void max_abs_diff(const __half* a, const __half* b, std::int64_t n, u
   atomicMax(out, __float_as_uint(m));
 }
 
+// One call timed with CUDA events on `stream`: milliseconds from just before it to just after it.
+template <typename Call>
+float time_ms(cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, Call&& call) {
+  check(cudaEventRecord(start, stream), "cudaEventRecord");
+  call();
+  check(cudaEventRecord(stop, stream), "cudaEventRecord");
+  check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  return ms;
+}
+
 #ifdef PASA_BENCH_NO_VARIANTS
 }  // namespace
 namespace pasa::cuda {  // never called: the variants section is off in this build
@@ -135,13 +147,7 @@ void bench_decode(cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, std:
       try {
         for (int i = 0; i < warmup; ++i) pasa::attention(args);
         for (int i = 0; i < runs; ++i) {
-          check(cudaEventRecord(start, stream), "cudaEventRecord");
-          pasa::attention(args);
-          check(cudaEventRecord(stop, stream), "cudaEventRecord");
-          check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-          float ms = 0;
-          check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-          times.push_back(ms);
+          times.push_back(time_ms(stream, start, stop, [&] { pasa::attention(args); }));
         }
       } catch (const pasa::Error& e) {
         std::fprintf(stderr, "%s B%d S_kv %d: %s\n", name, sh.B, sh.S, e.what());
@@ -212,13 +218,9 @@ void bench_decode(cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, std:
       }
       for (int i = 0; i < runs; ++i) {
         for (int vi = 0; vi < pasa::cuda::kDecodeVariants; ++vi) {
-          check(cudaEventRecord(start, stream), "cudaEventRecord");
-          pasa::cuda::launch_decode_variant(p, sh.B, static_cast<DecodeVariant>(vi), stream);
-          check(cudaEventRecord(stop, stream), "cudaEventRecord");
-          check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-          float ms = 0;
-          check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-          times[vi].push_back(ms);
+          times[vi].push_back(time_ms(stream, start, stop, [&] {
+            pasa::cuda::launch_decode_variant(p, sh.B, static_cast<DecodeVariant>(vi), stream);
+          }));
         }
       }
     } catch (const pasa::Error& e) {
@@ -354,13 +356,7 @@ int main(int argc, char** argv) {
           try {
             for (int i = 0; i < kWarmup; ++i) call();
             for (int i = 0; i < kRuns; ++i) {
-              check(cudaEventRecord(start, stream), "cudaEventRecord");
-              call();
-              check(cudaEventRecord(stop, stream), "cudaEventRecord");
-              check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-              float ms = 0;
-              check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-              times.push_back(ms);
+              times.push_back(time_ms(stream, start, stop, call));
             }
           } catch (const pasa::Error& e) {
             std::fprintf(stderr, "%s D%d S%d: %s\n", name.c_str(), D, S, e.what());
@@ -422,7 +418,7 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&o_ref, max_elems * 2), "cudaMalloc");
   check(cudaMalloc(&k_prep, max_elems * 2), "cudaMalloc");
   check(cudaMalloc(&d_diff, sizeof(unsigned)), "cudaMalloc");
-#ifdef PASA_BENCH_NO_VARIANTS  // built without fwd_variants.cu (scripts/device_run.sh, PASA_VARIANTS=0)
+#ifdef PASA_BENCH_NO_VARIANTS  // built without fwd_variants.cu
   run_variants = false;
 #endif
   if (run_variants) {
@@ -502,13 +498,9 @@ int main(int argc, char** argv) {
               }
               for (int i = 0; i < kRuns; ++i) {
                 for (std::size_t li = 0; li < live.size(); ++li) {
-                  check(cudaEventRecord(start, stream), "cudaEventRecord");
-                  pasa::cuda::launch_fwd_variant(p, B, D, pasa_family, static_cast<FwdVariant>(live[li]), stream);
-                  check(cudaEventRecord(stop, stream), "cudaEventRecord");
-                  check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-                  float ms = 0;
-                  check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-                  times[li].push_back(ms);
+                  times[li].push_back(time_ms(stream, start, stop, [&] {
+                    pasa::cuda::launch_fwd_variant(p, B, D, pasa_family, static_cast<FwdVariant>(live[li]), stream);
+                  }));
                 }
               }
             } catch (const pasa::Error& e) {
@@ -554,13 +546,7 @@ int main(int argc, char** argv) {
       std::vector<float> times;
       for (int i = 0; i < kWarmup; ++i) pasa::cuda::launch_pasa_prepare(pp, B, D, stream);
       for (int i = 0; i < kRuns; ++i) {
-        check(cudaEventRecord(start, stream), "cudaEventRecord");
-        pasa::cuda::launch_pasa_prepare(pp, B, D, stream);
-        check(cudaEventRecord(stop, stream), "cudaEventRecord");
-        check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-        float ms = 0;
-        check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-        times.push_back(ms);
+        times.push_back(time_ms(stream, start, stop, [&] { pasa::cuda::launch_pasa_prepare(pp, B, D, stream); }));
       }
       std::sort(times.begin(), times.end());
       const double ms = times[times.size() / 2];
