@@ -8,7 +8,8 @@
 # is used as CMAKE_PREFIX_PATH when present). Logs and CSVs land in $OUT (default /tmp/pasa-out).
 # Phases that can be left out to fit a short device call: PASA_VARIANTS=0 (the prefill and decode
 # kernels' variant benchmarks in bench/, and their compilation), PASA_PYTHON=0 (the Python package and its tests);
-# PASA_TEST_FILTER=<gtest filter> runs only those GPU tests.
+# PASA_TEST_FILTER=<gtest filter> runs only those GPU tests; PASA_BENCH_ARGS="--policy sage8 ..." narrows
+# `pasa bench` to some points.
 set -uo pipefail
 ROOT=$(pwd)
 OUT=${OUT:-/tmp/pasa-out}
@@ -90,7 +91,7 @@ cat "$BUILD/bench_build.log" >>"$OUT/build.log" 2>/dev/null  # $OUT returns at m
 grep -E "error|spill" "$BUILD/bench_build.log" 2>/dev/null | head -10
 
 phase "pasa bench (the public API: exact, pasa, sage8 prefill; exact, fdpp decode)"
-"$BUILD/pasa" bench --csv "$OUT/pasa_bench.csv" >"$OUT/pasa_bench.log" 2>"$OUT/pasa_bench.err"
+"$BUILD/pasa" bench ${PASA_BENCH_ARGS:-} --csv "$OUT/pasa_bench.csv" >"$OUT/pasa_bench.log" 2>"$OUT/pasa_bench.err"
 echo "pasa bench rc=$?"; head -1 "$OUT/pasa_bench.log"; grep -i "error" "$OUT/pasa_bench.err" | head -5
 
 if [ -x "$BUILD/bench_attention" ]; then

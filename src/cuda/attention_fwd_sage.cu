@@ -3,21 +3,23 @@
 // Prepass (scratch from pasa's stream-ordered pool, device_pool.h):
 //   1. per (b, h_kv): partial column sums of K and column maxima of |V| over chunks of kStatRows keys,
 //      then the K mean (smooth K) and V's per-channel FP8 scale max|V| / 448;
-//   2. K - mean quantized to INT8, one scale per thread group of quant_group(thread, key, s2 = 64):
-//      within each key block the 8 rows with the same key mod 8 (the accumulator column a thread holds);
+//   2. K - mean quantized to INT8, one scale per thread group of quant_group(thread, key, s2 = 128):
+//      within each key block the 16 rows with the same key mod 8 (the accumulator columns a thread holds);
 //   3. V / scale rounded to FP8 e4m3, transposed ([D][keys]) with the keys of every 16-key chunk
 //      permuted so that the softmax's C fragments are the PV MMA's A fragments as they are.
 //   K8 and V8^T are written tile-major and pre-swizzled: each key block's two tiles, byte for byte as
 //   the main kernel's shared memory holds them, so that one bulk copy brings in a stage.
 // Main kernel (Hopper wgmma, wgmma.cuh; stages on mbarriers, mbarrier.cuh): Q quantized to INT8 in
 // registers per thread group of quant_group(thread, query) (rows r and r + 8 of each 16-row slab: one
-// thread group's A-fragment rows), with the LSE's smooth-K correction alpha q . mean(K); then
-// S = (Q8 K8^T, s8 -> s32) dq dk alpha, online softmax in fp32 (base 2) against the block maximum,
-// P~ = exp(S - m_blk) * 448 rounded to e4m3, each key block's P~ V8 (e4m3, f32 accumulate) in a fresh
-// accumulator, added into an fp32 O rescaled by exp(m_old - m_new) and exp(m_blk - m_new) (two-level
-// accumulation, as the emulator models it); O = O / l / 448 * v_scale, LSE = m + log l + alpha q . mean(K).
+// thread group's A-fragment rows), with the LSE's smooth-K correction alpha q . mean(K); then per key
+// block of 128: S = (Q8 K8^T, s8 -> s32) dq dk alpha, online softmax in fp32 (base 2) against the block
+// maximum, P~ = exp(S - m_blk) * 448 rounded to e4m3, the block's P~ V8 (e4m3, f32 accumulate) in a
+// fresh accumulator, added into an fp32 O rescaled by exp(m_old - m_new) and exp(m_blk - m_new)
+// (two-level accumulation, as the emulator models it); O = O / l / 448 * v_scale,
+// LSE = m + log l + alpha q . mean(K).
 #include <cuda_fp8.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "cuda/cuda_check.h"
@@ -32,7 +34,7 @@
 namespace pasa::cuda {
 namespace {
 
-constexpr int kBlockKv = kSage8BlockKv;  // 64
+constexpr int kBlockKv = kSage8BlockKv;  // 128
 constexpr int kStatRows = 256;           // keys per partial of the K / V statistics
 constexpr int kThreads = 256;            // the prepass kernels: 8 warps
 
@@ -45,26 +47,30 @@ __device__ __forceinline__ std::int64_t elem_index(const Operand& op, int b, int
   return b * op.stride_b + h * op.stride_h + static_cast<std::int64_t>(s) * op.stride_s + d;
 }
 
-constexpr int kStages = 4;  // K / V^T stages: tile j - 1 (V^T in use), j (K in use), two loading
 constexpr int kMainThreads = 128;  // the main kernel: one warpgroup of 64 query rows per CTA
 constexpr int kMainRows = 64;
 
-// CTAs per SM the main kernel is built for: two at D = 128 (~250 registers a thread), three at
-// D = 64 (~166). Independent CTAs drift out of step, so one's softmax overlaps another's MMAs. (CTAs
-// of two or three warpgroups sharing each tile, which reads K / V from L2 once for all of them, were
-// measured slower: bench/NOTES.md.)
+// CTAs per SM the main kernel is built for: two at D = 128 (~240 registers a thread), three at
+// D = 64. Independent CTAs drift out of step, so one's softmax overlaps another's MMAs. (CTAs of two
+// or three warpgroups sharing each tile, which reads K / V from L2 once for all of them, were measured
+// slower: bench/NOTES.md.)
 template <int D>
 constexpr int kMainCtasPerSm = D == 128 ? 2 : 3;
 
-// One stage: a K tile (64 keys x D int8, rows D bytes) then a V^T tile (D rows x 64 keys e4m3, rows 64
-// bytes, keys permuted within 16-key chunks), each swizzled (wgmma.cuh) and starting on a 1024-byte
+// K / V^T stages: tile j (its P~ V running), j + 1 (its Q K^T running), the rest loading. Three at
+// D = 128 and four at D = 64 fill about 100 KB and 66 KB, what two or three CTAs an SM leave.
+template <int D>
+constexpr int kStages = D == 128 ? 3 : 4;
+
+// One stage: a K tile (128 keys x D int8, rows D bytes) then a V^T tile (D rows x 128 keys e4m3, rows
+// 128 bytes, keys permuted within 16-key chunks), each swizzled (wgmma.cuh) and starting on a 1024-byte
 // boundary; the prepass writes them in this form to global memory.
 template <int D>
 struct SageStage {
   static constexpr int kKBytes = kBlockKv * D;
   static constexpr int kVBytes = D * kBlockKv;
   static constexpr int kBytes = kKBytes + kVBytes;
-  static constexpr int kSmemBytes = kStages * kBytes + 1024;  // + slack to align the first stage
+  static constexpr int kSmemBytes = kStages<D> * kBytes + 1024;  // + slack to align the first stage
 };
 
 struct Scratch {
@@ -124,20 +130,21 @@ __device__ __forceinline__ std::uint32_t quant_i8(float x, float inv) {
 }
 
 // grid (n_kb, Hkv, B), block 256: warp w quantizes the group of key block blockIdx.x whose rows are
-// w, w + 8, ..., w + 56 (one scale), after subtracting K's mean. Padding keys (>= seq_kv) are zeros.
+// w, w + 8, ..., w + 120 (one scale), after subtracting K's mean. Padding keys (>= seq_kv) are zeros.
 template <typename Elem, int D>
 __global__ void __launch_bounds__(kThreads) sage_quant_k(Operand k, int heads_kv, int seq_kv, Scratch s) {
   constexpr int kCols = D / 32;
+  constexpr int kGroupRows = kBlockKv / 8;
   const int kb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
   const std::int64_t bh = static_cast<std::int64_t>(b) * heads_kv + h;
   float mean[kCols];
 #pragma unroll
   for (int j = 0; j < kCols; ++j) mean[j] = s.k_mean[bh * D + lane * kCols + j];
-  float x[8][kCols];
+  float x[kGroupRows][kCols];
   float amax = 0.0f;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kGroupRows; ++i) {
     const int key = kb * kBlockKv + w + 8 * i;
 #pragma unroll
     for (int j = 0; j < kCols; ++j) {
@@ -149,7 +156,7 @@ __global__ void __launch_bounds__(kThreads) sage_quant_k(Operand k, int heads_kv
   const float scale = amax / 127.0f, inv = amax == 0.0f ? 0.0f : 127.0f / amax;
   if (lane == 0) s.k_scale[(bh * s.n_kb + kb) * 8 + w] = scale;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kGroupRows; ++i) {
     std::uint32_t packed = 0;
 #pragma unroll
     for (int j = 0; j < kCols; ++j) packed |= quant_i8(x[i][j], inv) << (8 * j);
@@ -172,14 +179,19 @@ __device__ __forceinline__ std::uint32_t fp8_of(float x, float inv) {
   return __nv_cvt_float_to_fp8(x * inv, __NV_SATFINITE, __NV_E4M3);
 }
 
-// grid (n_kb, Hkv, B), block 2 D threads: V / v_scale to e4m3, transposed into [D][keys] with the keys
-// of each 16-key chunk permuted as above. Keys 2m, 2m + 1, 2m + 8, 2m + 9 of a chunk land in the
-// four bytes at 4m, so thread (m, chunk, d-group) reads those four keys' 8 channels with 16-byte loads
-// and writes one 32-bit word per channel: no shared-memory transposition. Padding keys are zeros.
+// grid (n_kb, Hkv, B), block 4 D threads (one per 16-key chunk, chunk quarter m and 8-channel
+// group): V / v_scale to e4m3, transposed into [D][keys] with the keys of each 16-key chunk permuted as
+// above. Keys 2m, 2m + 1, 2m + 8, 2m + 9 of a chunk land in the four bytes at 4m, so thread (m, chunk,
+// d-group) reads those four keys' 8 channels with 16-byte loads and writes one 32-bit word per channel:
+// no shared-memory transposition. Padding keys are zeros.
+constexpr int kChunks = kBlockKv / 16;
+template <int D>
+constexpr int kQuantVThreads = 4 * kChunks * (D / 8);
+
 template <typename Elem, int D>
-__global__ void __launch_bounds__(2 * D) sage_quant_v(Operand v, int heads_kv, int seq_kv, Scratch s) {
+__global__ void __launch_bounds__(kQuantVThreads<D>) sage_quant_v(Operand v, int heads_kv, int seq_kv, Scratch s) {
   const int kb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const int m = threadIdx.x & 3, chunk = (threadIdx.x >> 2) & 3, d0 = (threadIdx.x >> 4) * 8;
+  const int m = threadIdx.x % 4, chunk = threadIdx.x / 4 % kChunks, d0 = threadIdx.x / (4 * kChunks) * 8;
   const std::int64_t bh = static_cast<std::int64_t>(b) * heads_kv + h;
   const int base = kb * kBlockKv + chunk * 16;
   const int keys[4] = {base + 2 * m, base + 2 * m + 1, base + 2 * m + 8, base + 2 * m + 9};
@@ -208,14 +220,17 @@ __global__ void __launch_bounds__(2 * D) sage_quant_v(Operand v, int heads_kv, i
 
 // ---- main kernel --------------------------------------------------------------------------------
 
-// x * scale for an int32 accumulator x with |x| < 2^22 (|x| <= 127 * 127 * D here), in an integer add
-// and one FFMA where I2F (a quarter-rate instruction) and FMUL would take two: x + 1.5 * 2^23 as a float
-// is exact, and bias = -1.5 * 2^23 * scale rounded to fp32 leaves an absolute error of at most half
-// a unit of x times scale, far below the INT8 quantization error of the dot product.
+// An int32 accumulator x with |x| < 2^22 (|x| <= 127 * 127 * D here) as a float in one integer add:
+// x + 1.5 * 2^23 read as a float is exact and equals 1.5 * 2^23 + x, so x * scale + c is one FFMA of
+// it with the bias c - 1.5 * 2^23 * scale (I2F, a quarter-rate instruction, and FMUL would take two).
+// Rounding the bias to fp32 leaves an absolute error of at most half a unit of the bias's last place,
+// far below the INT8 quantization error of the dot product.
 constexpr float kIntToFloatMagic = 12582912.0f;  // 1.5 * 2^23, bit pattern 0x4B400000
-__device__ __forceinline__ float dequantize_score(int x, float scale, float bias) {
-  return fmaf(__int_as_float(x + 0x4B400000), scale, bias);
+__device__ __forceinline__ float magic_float(int x) {
+  return __int_as_float(static_cast<int>(static_cast<std::uint32_t>(x) + 0x4B400000u));
 }
+// A score masked out of the softmax: below every INT8 dot product, so integer maxima skip it.
+constexpr int kMaskedScore = INT_MIN;
 
 // Four floats to e4m3, first in the lowest byte.
 __device__ __forceinline__ std::uint32_t pack_e4m3(float a, float b, float c, float d) {
@@ -224,7 +239,7 @@ __device__ __forceinline__ std::uint32_t pack_e4m3(float a, float b, float c, fl
   return lo | (hi << 16);
 }
 
-// One key block's P~ V8 step (k = 32 keys) into the fresh accumulator c.
+// One k = 32 step of a key block's P~ V8 into the fresh accumulator c.
 template <int D>
 __device__ __forceinline__ void wgmma_pv(float (&c)[D / 2], const std::uint32_t (&a)[4], std::uint64_t desc,
                                          bool accumulate) {
@@ -244,12 +259,17 @@ struct SageMain {
 };
 
 // grid (ceil(seq_q / 64), Hq, B), block 128 = one warpgroup of 64 query rows; warp w owns rows
-// 16 w .. 16 w + 15 of the block. Per key block: S = Q8 K8^T by wgmma (Q from registers, K from shared
-// memory), the softmax in registers, P~ V8 by wgmma (P~ from registers, V^T from shared memory).
+// 16 w .. 16 w + 15 of the block. Per key block of 128: S = Q8 K8^T by wgmma (Q from registers, K from
+// shared memory), the softmax in registers, P~ V8 by wgmma (P~ from registers, V^T from shared memory).
+// The order within a block: softmax (this CTA's tensor work idle, another CTA's running), then this
+// block's P~ V and the next block's Q K^T issued back to back, O updated under the Q K^T.
 template <typename Elem, int D>
 __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_kernel(SageMain m) {
-  constexpr int kKT = D / 32;  // k32 steps of Q K^T
-  constexpr int kDT = D / 8;   // n8 tiles of O
+  constexpr int kKT = D / 32;         // k32 steps of Q K^T
+  constexpr int kNT = kBlockKv / 8;   // n8 column tiles of S
+  constexpr int kPT = kBlockKv / 32;  // k32 steps of P~ V
+  constexpr int kDT = D / 8;          // n8 tiles of O
+  constexpr int kStg = kStages<D>;
   using Stage = SageStage<D>;
   extern __shared__ std::uint8_t sage_smem[];
   const std::uint32_t smem_base = (smem_addr(sage_smem) + 1023u) & ~1023u;
@@ -275,10 +295,10 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
 
   // Stage pipeline on mbarriers: full[st] completes when tile j's bulk copy (one thread starts it) has
   // landed, empty[st] when the four warps are done with the tile that was there. Tile j sits in stage
-  // j % kStages and uses phase (j / kStages) & 1 of both barriers.
-  __shared__ alignas(8) std::uint64_t full_bar[kStages], empty_bar[kStages];
+  // j % kStg and uses phase (j / kStg) & 1 of both barriers.
+  __shared__ alignas(8) std::uint64_t full_bar[kStg], empty_bar[kStg];
   if (tid == 0) {
-    for (int st = 0; st < kStages; ++st) {
+    for (int st = 0; st < kStg; ++st) {
       mbar_init(smem_addr(&full_bar[st]), 1);
       mbar_init(smem_addr(&empty_bar[st]), kMainThreads / 32);
     }
@@ -288,16 +308,16 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   const std::uint8_t* tile_src = s.tiles + bhk * s.n_kb * Stage::kBytes;
   auto load_tile = [&](int j) {  // thread 0 only
     if (j >= n_kb) return;
-    const int st = j % kStages;
-    if (j >= kStages) mbar_wait(smem_addr(&empty_bar[st]), (j / kStages - 1) & 1);
+    const int st = j % kStg;
+    if (j >= kStg) mbar_wait(smem_addr(&empty_bar[st]), (j / kStg - 1) & 1);
     mbar_arrive_expect_tx(smem_addr(&full_bar[st]), Stage::kBytes);
     bulk_copy_to_shared(smem_base + st * Stage::kBytes, tile_src + static_cast<std::int64_t>(j) * Stage::kBytes,
                         Stage::kBytes, smem_addr(&full_bar[st]));
   };
-  // This warp is done with tile j (its PV has completed): one arrival on the stage's empty barrier.
+  // This warp is done with tile j (its P~ V has completed): one arrival on the stage's empty barrier.
   auto release = [&](int j) {
     __syncwarp();
-    if (lane == 0) mbar_arrive(smem_addr(&empty_bar[j % kStages]));
+    if (lane == 0) mbar_arrive(smem_addr(&empty_bar[j % kStg]));
   };
 
   float o[kDT][4];
@@ -306,113 +326,112 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   float m_run[2] = {-INFINITY, -INFINITY};
   float l_run[2] = {0.0f, 0.0f};  // this thread's part of each row's sum
 
-  // Tile j: start the copy of tile j + kStages - 2 into the stage of tile j - 2 (which every warp has
-  // released or is about to: the warps of a warpgroup meet at every wgmma), then wait until tile j has
-  // landed.
-  auto acquire = [&](int j) {
-    if (tid == 0) load_tile(j + kStages - 2);
-    mbar_wait(smem_addr(&full_bar[j % kStages]), (j / kStages) & 1);
-  };
-  // S of tile j = Q8 K8^T into acc (int32), issued and left running.
-  int acc[32];
+  // S of one block, then (in place, as float bits) its P~ * 448: 64 values a thread, column
+  // 8 (i / 4) + 2 t + i % 2 of row g + 8 ((i % 4) / 2). One array for both keeps the softmax at the
+  // register count of S alone (the next Q K^T overwrites it).
+  int acc[kBlockKv / 2];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) acc[i] = 0;
-  // Tile j's K scales for this thread's two key columns, loaded when its S is issued so that the
-  // global load has the whole softmax of tile j - 1 to arrive in.
+  for (int i = 0; i < kBlockKv / 2; ++i) acc[i] = 0;
+  // The K scales of the block whose S is in acc, for this thread's two key columns (key mod 8 = 2t,
+  // 2t + 1); loaded when its Q K^T is issued, so that the load is covered by the MMAs.
   float dk[2] = {0.0f, 0.0f};
   auto issue_qk = [&](int j) {
     const float* ksc = s.k_scale + (bhk * s.n_kb + j) * 8;
     dk[0] = ksc[2 * t];
     dk[1] = ksc[2 * t + 1];
-    const std::uint64_t k_desc = kmajor_desc<D>(smem_base + (j % kStages) * Stage::kBytes);
-    wgmma_fence();
+    const std::uint64_t k_desc = kmajor_desc<D>(smem_base + (j % kStg) * Stage::kBytes);
 #pragma unroll
-    for (int kk = 0; kk < kKT; ++kk) wgmma_s8_m64n64k32(acc, qa[kk], k_desc + 2 * kk, kk > 0);
+    for (int kk = 0; kk < kKT; ++kk) wgmma_s8_m64n128k32(acc, qa[kk], k_desc + 2 * kk, kk > 0);
     wgmma_commit();
   };
+  auto wait_full = [&](int j) { mbar_wait(smem_addr(&full_bar[j % kStg]), (j / kStg) & 1); };
 
   float c[D / 2];  // one key block's P~ V8 (two-level accumulation: a fresh sum per block)
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) c[i] = 0.0f;
+  std::uint32_t pa[kPT][4];  // P~ in e4m3 as the P~ V MMA's A fragments
   constexpr float kLog2Fp8Max = 8.807354922057604f;  // log2(448): P~ comes out of exp2 already * 448
 
-  // S of the tile whose QK was issued last, dequantized into the base-2 softmax domain; acc is then
-  // free for the next S.
-  auto dequantize = [&](float (&x)[8][4]) {
-    const float scale[2] = {dq * dk[0], dq * dk[1]};  // by key column parity
-    const float bias[2] = {-kIntToFloatMagic * scale[0], -kIntToFloatMagic * scale[1]};
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) x[nt][i] = dequantize_score(acc[4 * nt + i], scale[i & 1], bias[i & 1]);
-  };
-
-  // Tile kb's softmax (masking, block maximum, running statistics) and the issue of its P~ V8 into c;
-  // returns through ep / ec the factors that fold c into O once it is done.
-  auto softmax_and_issue_pv = [&](int kb, float (&x)[8][4], float (&ep)[2], float (&ec)[2], std::uint32_t (&pa)[2][4]) {
+  // Block kb's softmax on acc: masking, block maximum, running statistics, P~ into pa; returns the
+  // factors that fold its P~ V into O. The maximum is taken on the integers (one scale per key column
+  // parity, both positive) so that only it is dequantized; each exponent is then one FFMA of the
+  // magic float with the block shift folded into the bias.
+  auto softmax = [&](int kb, float (&ep)[2], float (&ec)[2]) {
     const int key0 = kb * kBlockKv;
     const bool need_mask = key0 + kBlockKv > p.seq_kv || (p.causal && key0 + kBlockKv - 1 > wr0 + p.causal_offset);
     if (need_mask) {
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int key = key0 + nt * 8 + 2 * t + (i & 1);
-          if (key >= p.seq_kv || (p.causal && key > rows[i >> 1] + p.causal_offset)) x[nt][i] = -INFINITY;
-        }
+      for (int i = 0; i < kBlockKv / 2; ++i) {
+        const int key = key0 + (i / 4) * 8 + 2 * t + (i & 1);
+        if (key >= p.seq_kv || (p.causal && key > rows[(i >> 1) & 1] + p.causal_offset)) acc[i] = kMaskedScore;
+      }
     }
-    float shift[2];
+    const float scale[2] = {dq * dk[0], dq * dk[1]};  // by key column parity
+    float bias[2][2];                                 // [row][parity]: the magic's and the shift's bias
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      float part[8];  // a tree, not a chain: independent maxima keep the pipes busy
+      int part[2][kNT / 2];  // [parity]: a tree, not a chain, keeps the pipes busy
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt) part[nt] = fmaxf(x[nt][2 * j], x[nt][2 * j + 1]);
+      for (int par = 0; par < 2; ++par)
 #pragma unroll
-      for (int w = 4; w > 0; w /= 2)
+        for (int nt = 0; nt < kNT / 2; ++nt)
+          part[par][nt] = max(acc[4 * nt + 2 * j + par], acc[4 * (nt + kNT / 2) + 2 * j + par]);
 #pragma unroll
-        for (int i = 0; i < w; ++i) part[i] = fmaxf(part[i], part[i + w]);
-      float mb = part[0];
+      for (int w = kNT / 4; w > 0; w /= 2)
+#pragma unroll
+        for (int par = 0; par < 2; ++par)
+#pragma unroll
+          for (int i = 0; i < w; ++i) part[par][i] = max(part[par][i], part[par][i + w]);
+      float mb = -INFINITY;
+#pragma unroll
+      for (int par = 0; par < 2; ++par)
+        if (part[par][0] != kMaskedScore)
+          mb = fmaxf(mb, fmaf(magic_float(part[par][0]), scale[par], -kIntToFloatMagic * scale[par]));
       mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
       mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
+      float shift = 0.0f;
       if (mb == -INFINITY) {  // every key of the block masked for this row: it adds nothing
         ep[j] = 1.0f;
         ec[j] = 0.0f;
-        shift[j] = 0.0f;
       } else {
         const float mn = fmaxf(m_run[j], mb);
         ep[j] = m_run[j] == -INFINITY ? 0.0f : fast_exp2(m_run[j] - mn);
         ec[j] = fast_exp2(mb - mn);
-        shift[j] = mb - kLog2Fp8Max;
+        shift = mb - kLog2Fp8Max;
         m_run[j] = mn;
       }
+#pragma unroll
+      for (int par = 0; par < 2; ++par) bias[j][par] = -kIntToFloatMagic * scale[par] - shift;
     }
     float part[2][4] = {};  // this block's sum of P~ * 448 per row, in four independent chains
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        x[nt][i] = fast_exp2(x[nt][i] - shift[i >> 1]);
-        part[i >> 1][(nt & 1) * 2 + (i & 1)] += x[nt][i];
-      }
+    for (int i = 0; i < kBlockKv / 2; ++i) {
+      const int j = (i >> 1) & 1, par = i & 1;
+      float e = fast_exp2(fmaf(magic_float(acc[i]), scale[par], bias[j][par]));
+      if (need_mask && acc[i] == kMaskedScore) e = 0.0f;
+      part[j][(i / 4) % 2 * 2 + par] += e;
+      acc[i] = __float_as_int(e);
+    }
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const float lb = (part[j][0] + part[j][1]) + (part[j][2] + part[j][3]);
       l_run[j] = ep[j] * l_run[j] + ec[j] * lb;
     }
-
-    // P~ * 448 in e4m3 as the PV MMA's A fragments (the key permutation of sage_quant_v).
+    // The PV MMA's A fragments (the key permutation of sage_quant_v): n-tiles 4 kc .. 4 kc + 3.
+    auto f = [&](int nt, int i) { return __int_as_float(acc[4 * nt + i]); };
 #pragma unroll
-    for (int kc = 0; kc < 2; ++kc) {
+    for (int kc = 0; kc < kPT; ++kc) {
       const int n0 = 4 * kc;
-      pa[kc][0] = pack_e4m3(x[n0][0], x[n0][1], x[n0 + 1][0], x[n0 + 1][1]);
-      pa[kc][1] = pack_e4m3(x[n0][2], x[n0][3], x[n0 + 1][2], x[n0 + 1][3]);
-      pa[kc][2] = pack_e4m3(x[n0 + 2][0], x[n0 + 2][1], x[n0 + 3][0], x[n0 + 3][1]);
-      pa[kc][3] = pack_e4m3(x[n0 + 2][2], x[n0 + 2][3], x[n0 + 3][2], x[n0 + 3][3]);
+      pa[kc][0] = pack_e4m3(f(n0, 0), f(n0, 1), f(n0 + 1, 0), f(n0 + 1, 1));
+      pa[kc][1] = pack_e4m3(f(n0, 2), f(n0, 3), f(n0 + 1, 2), f(n0 + 1, 3));
+      pa[kc][2] = pack_e4m3(f(n0 + 2, 0), f(n0 + 2, 1), f(n0 + 3, 0), f(n0 + 3, 1));
+      pa[kc][3] = pack_e4m3(f(n0 + 2, 2), f(n0 + 2, 3), f(n0 + 3, 2), f(n0 + 3, 3));
     }
-    wgmma_fence();
-    const std::uint64_t v_desc = kmajor_desc<kBlockKv>(smem_base + (kb % kStages) * Stage::kBytes + Stage::kKBytes);
-    wgmma_pv<D>(c, pa[0], v_desc, false);
-    wgmma_pv<D>(c, pa[1], v_desc + 2, true);
+  };
+  auto issue_pv = [&](int kb) {
+    const std::uint64_t v_desc = kmajor_desc<kBlockKv>(smem_base + (kb % kStg) * Stage::kBytes + Stage::kKBytes);
+#pragma unroll
+    for (int kc = 0; kc < kPT; ++kc) wgmma_pv<D>(c, pa[kc], v_desc + 2 * kc, kc > 0);
     wgmma_commit();
   };
 
@@ -433,7 +452,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   };
 
   if (tid == 0)
-    for (int i = 0; i < kStages - 2; ++i) load_tile(i);
+    for (int i = 0; i < kStg; ++i) load_tile(i);
 
   // Q quantized here, in registers, while the first tiles load: one INT8 scale per thread group of
   // quant_group(thread, query), rows g and g + 8 of the warp's slab over all D channels, which the
@@ -497,34 +516,37 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   }
 
   if (n_kb > 0) {
-    acquire(0);
+    wait_full(0);
+    wgmma_fence();
     issue_qk(0);
     wgmma_wait<0>();
     wgmma_pin(acc);
   }
-  // Every tile but the last: the next tile's S runs on the tensor cores during this softmax. (The
-  // last tile is peeled off so that no wgmma is issued conditionally, which would make the compiler
-  // serialize them.)
+  // Every block but the last: its softmax, then its P~ V and the next block's Q K^T on the tensor
+  // cores while O takes in the P~ V. (The last block is peeled off so that no wgmma is issued
+  // conditionally, which would make the compiler serialize them.)
   for (int kb = 0; kb + 1 < n_kb; ++kb) {
-    float x[8][4], ep[2], ec[2];
-    std::uint32_t pa[2][4];
-    dequantize(x);
-    acquire(kb + 1);
+    float ep[2], ec[2];
+    softmax(kb, ep, ec);
+    wait_full(kb + 1);
+    wgmma_fence();
+    issue_pv(kb);
     issue_qk(kb + 1);
-    softmax_and_issue_pv(kb, x, ep, ec, pa);
-    wgmma_wait<0>();  // this block's P~ V and the next block's S
+    wgmma_wait<1>();  // this block's P~ V
     wgmma_pin(c);
     wgmma_pin(pa);
-    wgmma_pin(acc);
     release(kb);
     fold(ep, ec);
+    if (tid == 0) load_tile(kb + kStg);  // into kb's stage, once every warp has released it
+    wgmma_wait<0>();  // the next block's S
+    wgmma_pin(acc);
   }
   if (n_kb > 0) {
-    float x[8][4], ep[2], ec[2];
-    std::uint32_t pa[2][4];
-    dequantize(x);
-    softmax_and_issue_pv(n_kb - 1, x, ep, ec, pa);
-    wgmma_wait<0>();  // (no release: nothing loads after the last tile)
+    float ep[2], ec[2];
+    softmax(n_kb - 1, ep, ec);
+    wgmma_fence();
+    issue_pv(n_kb - 1);
+    wgmma_wait<0>();  // (no release: nothing loads after the last block)
     wgmma_pin(c);
     wgmma_pin(pa);
     fold(ep, ec);
@@ -598,7 +620,7 @@ void launch_typed(const Sage8Request& r, cudaStream_t stream) {
   check_launch("sage_kv_finalize");
   sage_quant_k<Elem, D><<<dim3(s.n_kb, Hkv, B), kThreads, 0, stream>>>(p.k, Hkv, p.seq_kv, s);
   check_launch("sage_quant_k");
-  sage_quant_v<Elem, D><<<dim3(s.n_kb, Hkv, B), 2 * D, 0, stream>>>(p.v, Hkv, p.seq_kv, s);
+  sage_quant_v<Elem, D><<<dim3(s.n_kb, Hkv, B), kQuantVThreads<D>, 0, stream>>>(p.v, Hkv, p.seq_kv, s);
   check_launch("sage_quant_v");
 
   const SageMain m{p, s, Hkv, static_cast<float>(r.alpha), static_cast<float>(r.alpha * 1.4426950408889634)};

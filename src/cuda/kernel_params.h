@@ -49,9 +49,9 @@ struct PasaPrepareParams {
   float diag_full, off_full, diag_last, off_last;
 };
 
-// SageAttention2's 8-bit kernel (the sage8 preset, spec section 4): key blocks of s2 = 64 keys (the
+// SageAttention2's 8-bit kernel (the sage8 preset, spec section 4): key blocks of s2 = 128 keys (the
 // INT8 K groups and the two-level PV accumulation follow them); any s1, each row's state is its own.
-constexpr int kSage8BlockKv = 64;
+constexpr int kSage8BlockKv = 128;
 
 // A call as the kernels that allocate scratch or choose their own grid (sage8, decode) see it:
 // FwdParams (whose q, k, v are the inputs as given) and the shape and device around it.

@@ -202,7 +202,9 @@ Policy preset_policy(std::string_view name) {
     p.v_quant = Format::e4m3();
     p.pv_acc = Format::fp22();
     p.block_q = 128;
-    p.block_kv = 64;
+    // Key blocks of 128 as SageAttention2's Hopper kernel uses (CTA_K = 128), so the CUDA kernel's
+    // softmax, K scales and two-level accumulation work on whole 128-key tiles; sage4 keeps 64.
+    p.block_kv = name == "sage8" ? 128 : 64;
     if (name == "sage4") {
       p.q_quant = Format::int4();
       p.k_quant = Format::int4();

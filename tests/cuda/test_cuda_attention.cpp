@@ -630,7 +630,7 @@ TEST(CudaSage8, NormalAndOutlierInputs) {
 TEST(CudaBadInput, Sage8OtherBlockOrFields) {
   REQUIRE_SM90();
   DeviceProblem p(64, 32);
-  p.args.policy = parse_policy("sage8,s2=128");
+  p.args.policy = parse_policy("sage8,s2=64");
   test::expect_error([&] { attention(p.args); }, "policy field 's2'");
   p.args.policy = preset_policy("sage4");  // INT4 Q, K: not a CUDA kernel
   test::expect_error([&] { attention(p.args); }, "policy field");

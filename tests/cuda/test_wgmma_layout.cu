@@ -1,8 +1,9 @@
 // The wgmma building blocks of src/cuda/wgmma.cuh on one warpgroup, against a CPU matrix product:
 // K-major swizzled B tiles with 64- and 128-byte rows placed at several shared-memory offsets, A
-// fragments from registers, the accumulator layout; INT8 and FP8 e4m3. The sage8 kernel's correctness
-// rests on these layouts, and a wrong descriptor or swizzle shows here as a plainly wrong product.
-// Small integer inputs keep every product exact, so the comparison is for equality.
+// fragments from registers, the accumulator layout; INT8 and FP8 e4m3 in the shapes the sage8 kernel
+// uses. Its correctness rests on these layouts, and a wrong descriptor or swizzle shows here as a
+// plainly wrong product. Small integer inputs keep every product exact, so the comparison is for
+// equality.
 #include <gtest/gtest.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -64,15 +65,15 @@ __global__ void wgmma_product(const std::uint8_t* a, const std::uint8_t* b, int 
     wgmma_wait<0>();
     wgmma_pin(out);
   } else {
-    static_assert(N == 64, "the INT8 wrapper is m64n64k32");
-    int acc[32] = {};
+    static_assert(N == 128, "the INT8 wrapper is m64n128k32");
+    int acc[64] = {};
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kRowBytes / 32; ++kk) wgmma_s8_m64n64k32(acc, frag[kk], desc + 2 * kk, kk > 0);
+    for (int kk = 0; kk < kRowBytes / 32; ++kk) wgmma_s8_m64n128k32(acc, frag[kk], desc + 2 * kk, kk > 0);
     wgmma_commit();
     wgmma_wait<0>();
     wgmma_pin(acc);
-    for (int i = 0; i < 32; ++i) out[i] = static_cast<float>(acc[i]);
+    for (int i = 0; i < 64; ++i) out[i] = static_cast<float>(acc[i]);
   }
   for (int i = 0; i < N / 2; ++i) {
     const int row = (i % 4) < 2 ? r0 : r1, col = 8 * (i / 4) + 2 * t + i % 2;
@@ -128,11 +129,10 @@ void run_case(const Case& c) {
   cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
   cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice);
   cudaMemset(dd, 0xff, sizeof(float) * kM * c.n);
-  if (!c.fp8 && k == 64) launch<64, 64, false>(da, db, c.offset, dd);
-  if (!c.fp8 && k == 128) launch<128, 64, false>(da, db, c.offset, dd);
-  if (c.fp8 && k == 64 && c.n == 64) launch<64, 64, true>(da, db, c.offset, dd);
-  if (c.fp8 && k == 64 && c.n == 128) launch<64, 128, true>(da, db, c.offset, dd);
-  if (c.fp8 && k == 128 && c.n == 128) launch<128, 128, true>(da, db, c.offset, dd);
+  if (!c.fp8 && k == 64) launch<64, 128, false>(da, db, c.offset, dd);
+  if (!c.fp8 && k == 128) launch<128, 128, false>(da, db, c.offset, dd);
+  if (c.fp8 && c.n == 64) launch<128, 64, true>(da, db, c.offset, dd);
+  if (c.fp8 && c.n == 128) launch<128, 128, true>(da, db, c.offset, dd);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   std::vector<float> d(kM * c.n);
   ASSERT_EQ(cudaMemcpy(d.data(), dd, sizeof(float) * d.size(), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -153,11 +153,10 @@ void run_case(const Case& c) {
 TEST(WgmmaLayout, SwizzledKMajorTilesGiveTheMatrixProduct) {
   if (!cuda_backend_available()) GTEST_SKIP() << "no sm_90 GPU: CUDA tests skipped";
   for (const int offset : {0, 1024, 4096, 8192, 12288, 20480}) {
-    run_case({64, 64, false, offset});
-    run_case({128, 64, false, offset});
-    run_case({64, 64, true, offset});
-    run_case({64, 128, true, offset});
-    run_case({128, 128, true, offset});
+    run_case({64, 128, false, offset});   // Q K^T at D = 64: K tile rows of 64 bytes, 128 keys
+    run_case({128, 128, false, offset});  // Q K^T at D = 128
+    run_case({128, 64, true, offset});    // P~ V at D = 64: V^T tile rows of 128 keys
+    run_case({128, 128, true, offset});   // P~ V at D = 128
   }
 }
 
