@@ -19,7 +19,6 @@
 // LSE = m + log l + alpha q . mean(K).
 #include <cuda_fp8.h>
 
-#include <climits>
 #include <cstdint>
 
 #include "cuda/cuda_check.h"
@@ -229,8 +228,12 @@ constexpr float kIntToFloatMagic = 12582912.0f;  // 1.5 * 2^23, bit pattern 0x4B
 __device__ __forceinline__ float magic_float(int x) {
   return __int_as_float(static_cast<int>(static_cast<std::uint32_t>(x) + 0x4B400000u));
 }
-// A score masked out of the softmax: below every INT8 dot product, so integer maxima skip it.
-constexpr int kMaskedScore = INT_MIN;
+// A score masked out of the softmax: below every INT8 dot product, so integer maxima skip it, and
+// its magic float is -inf (bits 0xFF800000), so its exponential comes out 0 with no test.
+constexpr int kMaskedScore = static_cast<int>(0xFF800000u - 0x4B400000u);
+// The least dequantization scale: -inf times it stays -inf where a zero scale (an all-zero Q row
+// group or K group, whose dot products are all 0 anyway) would make NaN.
+constexpr float kMinScale = 1e-30f;
 
 // Four floats to e4m3, first in the lowest byte.
 __device__ __forceinline__ std::uint32_t pack_e4m3(float a, float b, float c, float d) {
@@ -366,7 +369,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
         if (key >= p.seq_kv || (p.causal && key > rows[(i >> 1) & 1] + p.causal_offset)) acc[i] = kMaskedScore;
       }
     }
-    const float scale[2] = {dq * dk[0], dq * dk[1]};  // by key column parity
+    const float scale[2] = {fmaxf(dq * dk[0], kMinScale), fmaxf(dq * dk[1], kMinScale)};  // by key parity
     float bias[2][2];                                 // [row][parity]: the magic's and the shift's bias
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -385,8 +388,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
       float mb = -INFINITY;
 #pragma unroll
       for (int par = 0; par < 2; ++par)
-        if (part[par][0] != kMaskedScore)
-          mb = fmaxf(mb, fmaf(magic_float(part[par][0]), scale[par], -kIntToFloatMagic * scale[par]));
+        mb = fmaxf(mb, fmaf(magic_float(part[par][0]), scale[par], -kIntToFloatMagic * scale[par]));
       mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
       mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
       float shift = 0.0f;
@@ -407,8 +409,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
 #pragma unroll
     for (int i = 0; i < kBlockKv / 2; ++i) {
       const int j = (i >> 1) & 1, par = i & 1;
-      float e = fast_exp2(fmaf(magic_float(acc[i]), scale[par], bias[j][par]));
-      if (need_mask && acc[i] == kMaskedScore) e = 0.0f;
+      const float e = fast_exp2(fmaf(magic_float(acc[i]), scale[par], bias[j][par]));
       part[j][(i / 4) % 2 * 2 + par] += e;
       acc[i] = __float_as_int(e);
     }
