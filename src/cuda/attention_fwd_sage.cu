@@ -37,9 +37,28 @@ constexpr int kBlockKv = kSage8BlockKv;  // 128
 constexpr int kStatRows = 256;           // keys per partial of the K / V statistics
 constexpr int kThreads = 256;            // the prepass kernels: 8 warps
 
+// One 16-bit element as a float. (K's quantization reads its four or two channels a lane this way:
+// measured faster than one 8- or 4-byte load a lane, bench/NOTES.md.)
 template <typename Elem>
 __device__ __forceinline__ float load_in(const void* base, std::int64_t idx) {
   return static_cast<float>(static_cast<const Elem*>(base)[idx]);
+}
+
+// N = 4 or 8 consecutive 16-bit elements from element idx as floats, in one 8- or 16-byte load (rows
+// are 16-byte aligned, cuda_attention.cpp checks it; idx is a multiple of N).
+template <int N>
+struct VecOf;
+template <>
+struct VecOf<4> { using type = uint2; };
+template <>
+struct VecOf<8> { using type = uint4; };
+template <typename Elem, int N>
+__device__ __forceinline__ void load_vec(const void* base, std::int64_t idx, float (&x)[N]) {
+  using Vec = typename VecOf<N>::type;
+  const Vec raw = *reinterpret_cast<const Vec*>(static_cast<const Elem*>(base) + idx);
+  const Elem* e = reinterpret_cast<const Elem*>(&raw);
+#pragma unroll
+  for (int i = 0; i < N; ++i) x[i] = static_cast<float>(e[i]);
 }
 
 __device__ __forceinline__ std::int64_t elem_index(const Operand& op, int b, int h, int s, int d) {
@@ -86,19 +105,44 @@ struct Scratch {
 
 // ---- prepass ------------------------------------------------------------------------------------
 
-// grid (n_chunk, Hkv, B), block D threads: column sums of K and maxima of |V| over one chunk of keys.
+// grid (n_chunk, Hkv, B), block kThreads: column sums of K and maxima of |V| over one chunk of keys.
+// Thread (row lane r, 8-channel group cg) reads 16 bytes of K and of V per key, keys r, r + kLanes, ...
+// of the chunk; the row lanes then meet in shared memory.
 template <typename Elem, int D>
-__global__ void __launch_bounds__(D) sage_kv_partials(Operand k, Operand v, int heads_kv, int seq_kv, Scratch s) {
-  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, d = threadIdx.x;
-  const int r0 = c * kStatRows, r1 = min(r0 + kStatRows, seq_kv);
-  float sum = 0.0f, vmax = 0.0f;
-  for (int r = r0; r < r1; ++r) {
-    sum += load_in<Elem>(k.data, elem_index(k, b, h, r, d));
-    vmax = fmaxf(vmax, fabsf(load_in<Elem>(v.data, elem_index(v, b, h, r, d))));
+__global__ void __launch_bounds__(kThreads) sage_kv_partials(Operand k, Operand v, int heads_kv, int seq_kv, Scratch s) {
+  constexpr int kGroups = D / 8, kLanes = kThreads / kGroups;
+  __shared__ float sum_sh[kLanes][D], max_sh[kLanes][D];
+  const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int cg = threadIdx.x % kGroups, lane_r = threadIdx.x / kGroups;
+  const int r1 = min((c + 1) * kStatRows, seq_kv);
+  float sum[8] = {}, vmax[8] = {};
+#pragma unroll 4
+  for (int r = c * kStatRows + lane_r; r < r1; r += kLanes) {
+    float kx[8], vx[8];
+    load_vec<Elem, 8>(k.data, elem_index(k, b, h, r, cg * 8), kx);
+    load_vec<Elem, 8>(v.data, elem_index(v, b, h, r, cg * 8), vx);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      sum[j] += kx[j];
+      vmax[j] = fmaxf(vmax[j], fabsf(vx[j]));
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    sum_sh[lane_r][cg * 8 + j] = sum[j];
+    max_sh[lane_r][cg * 8 + j] = vmax[j];
+  }
+  __syncthreads();
+  const int d = threadIdx.x;
+  if (d >= D) return;
+  float total = 0.0f, m = 0.0f;
+  for (int i = 0; i < kLanes; ++i) {
+    total += sum_sh[i][d];
+    m = fmaxf(m, max_sh[i][d]);
   }
   const std::int64_t o = ((static_cast<std::int64_t>(b) * heads_kv + h) * s.n_chunk + c) * D + d;
-  s.k_sum_part[o] = sum;
-  s.v_max_part[o] = vmax;
+  s.k_sum_part[o] = total;
+  s.v_max_part[o] = m;
 }
 
 // grid (Hkv, B), block D: K's column means and V's per-channel scales.
@@ -205,10 +249,10 @@ __global__ void __launch_bounds__(kQuantVThreads<D>) sage_quant_v(Operand v, int
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     if (keys[i] >= seq_kv) continue;  // fp8 zero is the zero byte
-    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const Elem*>(v.data) + elem_index(v, b, h, keys[i], d0));
-    const Elem* x = reinterpret_cast<const Elem*>(&raw);
+    float x[8];
+    load_vec<Elem, 8>(v.data, elem_index(v, b, h, keys[i], d0), x);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) word[j] |= fp8_of(static_cast<float>(x[j]), inv[j]) << (8 * i);
+    for (int j = 0; j < 8; ++j) word[j] |= fp8_of(x[j], inv[j]) << (8 * i);
   }
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
@@ -264,8 +308,9 @@ struct SageMain {
 // grid (ceil(seq_q / 64), Hq, B), block 128 = one warpgroup of 64 query rows; warp w owns rows
 // 16 w .. 16 w + 15 of the block. Per key block of 128: S = Q8 K8^T by wgmma (Q from registers, K from
 // shared memory), the softmax in registers, P~ V8 by wgmma (P~ from registers, V^T from shared memory).
-// The order within a block: softmax (this CTA's tensor work idle, another CTA's running), then this
-// block's P~ V and the next block's Q K^T issued back to back, O updated under the Q K^T.
+// The order within a block: the softmax, with each k32 step of P~ V issued as soon as its 32 keys'
+// exponentials are packed; then the next block's Q K^T; O updated under the Q K^T. Another CTA on the
+// SM fills the tensor cores during this one's softmax.
 template <typename Elem, int D>
 __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_kernel(SageMain m) {
   constexpr int kKT = D / 32;         // k32 steps of Q K^T
@@ -329,9 +374,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   float m_run[2] = {-INFINITY, -INFINITY};
   float l_run[2] = {0.0f, 0.0f};  // this thread's part of each row's sum
 
-  // S of one block, then (in place, as float bits) its P~ * 448: 64 values a thread, column
-  // 8 (i / 4) + 2 t + i % 2 of row g + 8 ((i % 4) / 2). One array for both keeps the softmax at the
-  // register count of S alone (the next Q K^T overwrites it).
+  // S of one block: 64 values a thread, column 8 (i / 4) + 2 t + i % 2 of row g + 8 ((i % 4) / 2).
   int acc[kBlockKv / 2];
 #pragma unroll
   for (int i = 0; i < kBlockKv / 2; ++i) acc[i] = 0;
@@ -355,11 +398,13 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   std::uint32_t pa[kPT][4];  // P~ in e4m3 as the P~ V MMA's A fragments
   constexpr float kLog2Fp8Max = 8.807354922057604f;  // log2(448): P~ comes out of exp2 already * 448
 
-  // Block kb's softmax on acc: masking, block maximum, running statistics, P~ into pa; returns the
-  // factors that fold its P~ V into O. The maximum is taken on the integers (one scale per key column
+  // Block kb's softmax on acc, then its P~ V: masking, block maximum, running statistics; then per
+  // k32 step of P~ V its 32 keys' exponentials, packed into that step's A fragment and issued at once,
+  // so the tensor cores start on P~ V while the later keys' exponentials are computed. Returns the
+  // factors that fold P~ V into O. The maximum is taken on the integers (one scale per key column
   // parity, both positive) so that only it is dequantized; each exponent is then one FFMA of the
   // magic float with the block shift folded into the bias.
-  auto softmax = [&](int kb, float (&ep)[2], float (&ec)[2]) {
+  auto softmax_and_issue_pv = [&](int kb, float (&ep)[2], float (&ec)[2]) {
     const int key0 = kb * kBlockKv;
     const bool need_mask = key0 + kBlockKv > p.seq_kv || (p.causal && key0 + kBlockKv - 1 > wr0 + p.causal_offset);
     if (need_mask) {
@@ -406,34 +451,30 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
       for (int par = 0; par < 2; ++par) bias[j][par] = -kIntToFloatMagic * scale[par] - shift;
     }
     float part[2][4] = {};  // this block's sum of P~ * 448 per row, in four independent chains
+    const std::uint64_t v_desc = kmajor_desc<kBlockKv>(smem_base + (kb % kStg) * Stage::kBytes + Stage::kKBytes);
 #pragma unroll
-    for (int i = 0; i < kBlockKv / 2; ++i) {
-      const int j = (i >> 1) & 1, par = i & 1;
-      const float e = fast_exp2(fmaf(magic_float(acc[i]), scale[par], bias[j][par]));
-      part[j][(i / 4) % 2 * 2 + par] += e;
-      acc[i] = __float_as_int(e);
+    for (int kc = 0; kc < kPT; ++kc) {
+      float e[16];  // n-tiles 4 kc .. 4 kc + 3: the keys of P~ V's k32 step kc
+#pragma unroll
+      for (int x = 0; x < 16; ++x) {
+        const int i = 16 * kc + x, j = (i >> 1) & 1, par = i & 1;
+        e[x] = fast_exp2(fmaf(magic_float(acc[i]), scale[par], bias[j][par]));
+        part[j][(i / 4) % 2 * 2 + par] += e[x];
+      }
+      // The A fragment (the key permutation of sage_quant_v).
+      pa[kc][0] = pack_e4m3(e[0], e[1], e[4], e[5]);
+      pa[kc][1] = pack_e4m3(e[2], e[3], e[6], e[7]);
+      pa[kc][2] = pack_e4m3(e[8], e[9], e[12], e[13]);
+      pa[kc][3] = pack_e4m3(e[10], e[11], e[14], e[15]);
+      wgmma_fence();
+      wgmma_pv<D>(c, pa[kc], v_desc + 2 * kc, kc > 0);
     }
+    wgmma_commit();
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const float lb = (part[j][0] + part[j][1]) + (part[j][2] + part[j][3]);
       l_run[j] = ep[j] * l_run[j] + ec[j] * lb;
     }
-    // The PV MMA's A fragments (the key permutation of sage_quant_v): n-tiles 4 kc .. 4 kc + 3.
-    auto f = [&](int nt, int i) { return __int_as_float(acc[4 * nt + i]); };
-#pragma unroll
-    for (int kc = 0; kc < kPT; ++kc) {
-      const int n0 = 4 * kc;
-      pa[kc][0] = pack_e4m3(f(n0, 0), f(n0, 1), f(n0 + 1, 0), f(n0 + 1, 1));
-      pa[kc][1] = pack_e4m3(f(n0, 2), f(n0, 3), f(n0 + 1, 2), f(n0 + 1, 3));
-      pa[kc][2] = pack_e4m3(f(n0 + 2, 0), f(n0 + 2, 1), f(n0 + 3, 0), f(n0 + 3, 1));
-      pa[kc][3] = pack_e4m3(f(n0 + 2, 2), f(n0 + 2, 3), f(n0 + 3, 2), f(n0 + 3, 3));
-    }
-  };
-  auto issue_pv = [&](int kb) {
-    const std::uint64_t v_desc = kmajor_desc<kBlockKv>(smem_base + (kb % kStg) * Stage::kBytes + Stage::kKBytes);
-#pragma unroll
-    for (int kc = 0; kc < kPT; ++kc) wgmma_pv<D>(c, pa[kc], v_desc + 2 * kc, kc > 0);
-    wgmma_commit();
   };
 
   // O = O ep + c ec; when no row of the warp has a new maximum (ep = 1, the common case once the
@@ -461,7 +502,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   // With an LSE, also
   // alpha q . mean(K) for both rows (smooth K's correction).
   {
-    float x[2][kKT][8];  // row j, k32 step kk: channels kk 32 + 4t + (0..3), then + 16
+    float x[2][kKT][2][4];  // row j, k32 step kk, half: channels kk 32 + 16 half + 4t + (0..3)
     float amax = 0.0f;
 #pragma unroll
     for (int j = 0; j < 2; ++j)
@@ -469,13 +510,9 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
       for (int kk = 0; kk < kKT; ++kk)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          float* dst = &x[j][kk][4 * half];
+          float(&dst)[4] = x[j][kk][half];
           if (rows[j] < p.seq_q) {
-            const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const Elem*>(p.q.data) +
-                                                              elem_index(p.q, b, h, rows[j], kk * 32 + 16 * half + 4 * t));
-            const Elem* e = reinterpret_cast<const Elem*>(&raw);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) dst[i] = static_cast<float>(e[i]);
+            load_vec<Elem, 4>(p.q.data, elem_index(p.q, b, h, rows[j], kk * 32 + 16 * half + 4 * t), dst);
           } else {
 #pragma unroll
             for (int i = 0; i < 4; ++i) dst[i] = 0.0f;
@@ -487,7 +524,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
     dq = amax / 127.0f * m.qk_scale;
     const float inv = amax == 0.0f ? 0.0f : 127.0f / amax;  // x * inv: x / scale without a division each
-    auto pack = [&](const float* v4) {
+    auto pack = [&](const float (&v4)[4]) {
       std::uint32_t word = 0;
 #pragma unroll
       for (int i = 0; i < 4; ++i) word |= (static_cast<std::uint32_t>(__float2int_rn(v4[i] * inv)) & 0xffu) << (8 * i);
@@ -495,10 +532,10 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
     };
 #pragma unroll
     for (int kk = 0; kk < kKT; ++kk) {
-      qa[kk][0] = pack(&x[0][kk][0]);
-      qa[kk][1] = pack(&x[1][kk][0]);
-      qa[kk][2] = pack(&x[0][kk][4]);
-      qa[kk][3] = pack(&x[1][kk][4]);
+      qa[kk][0] = pack(x[0][kk][0]);
+      qa[kk][1] = pack(x[1][kk][0]);
+      qa[kk][2] = pack(x[0][kk][1]);
+      qa[kk][3] = pack(x[1][kk][1]);
     }
     if (p.lse != nullptr) {
       const float* mean = s.k_mean + bhk * D;
@@ -508,7 +545,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
 #pragma unroll
         for (int kk = 0; kk < kKT; ++kk)
 #pragma unroll
-          for (int i = 0; i < 8; ++i) dot += x[j][kk][i] * mean[kk * 32 + 16 * (i / 4) + 4 * t + i % 4];
+          for (int i = 0; i < 8; ++i) dot += x[j][kk][i / 4][i % 4] * mean[kk * 32 + 16 * (i / 4) + 4 * t + i % 4];
         dot += __shfl_xor_sync(0xffffffffu, dot, 1);
         dot += __shfl_xor_sync(0xffffffffu, dot, 2);
         lse_off[j] = m.alpha * dot;
@@ -523,15 +560,14 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
     wgmma_wait<0>();
     wgmma_pin(acc);
   }
-  // Every block but the last: its softmax, then its P~ V and the next block's Q K^T on the tensor
-  // cores while O takes in the P~ V. (The last block is peeled off so that no wgmma is issued
+  // Every block but the last: its softmax and P~ V, then the next block's Q K^T on the tensor cores
+  // while O takes in the P~ V. (The last block is peeled off so that no wgmma is issued
   // conditionally, which would make the compiler serialize them.)
   for (int kb = 0; kb + 1 < n_kb; ++kb) {
     float ep[2], ec[2];
-    softmax(kb, ep, ec);
+    softmax_and_issue_pv(kb, ep, ec);
     wait_full(kb + 1);
     wgmma_fence();
-    issue_pv(kb);
     issue_qk(kb + 1);
     wgmma_wait<1>();  // this block's P~ V
     wgmma_pin(c);
@@ -544,9 +580,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   }
   if (n_kb > 0) {
     float ep[2], ec[2];
-    softmax(n_kb - 1, ep, ec);
-    wgmma_fence();
-    issue_pv(n_kb - 1);
+    softmax_and_issue_pv(n_kb - 1, ep, ec);
     wgmma_wait<0>();  // (no release: nothing loads after the last block)
     wgmma_pin(c);
     wgmma_pin(pa);
@@ -615,7 +649,7 @@ void launch_typed(const Sage8Request& r, cudaStream_t stream) {
   s.k_sum_part = static_cast<float*>(ptrs[4]);
   s.v_max_part = static_cast<float*>(ptrs[5]);
 
-  sage_kv_partials<Elem, D><<<dim3(s.n_chunk, Hkv, B), D, 0, stream>>>(p.k, p.v, Hkv, p.seq_kv, s);
+  sage_kv_partials<Elem, D><<<dim3(s.n_chunk, Hkv, B), kThreads, 0, stream>>>(p.k, p.v, Hkv, p.seq_kv, s);
   check_launch("sage_kv_partials");
   sage_kv_finalize<D><<<dim3(Hkv, B), D, 0, stream>>>(Hkv, p.seq_kv, s);
   check_launch("sage_kv_finalize");
