@@ -415,7 +415,8 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
       }
     }
     const float scale[2] = {fmaxf(dq * dk[0], kMinScale), fmaxf(dq * dk[1], kMinScale)};  // by key parity
-    float bias[2][2];                                 // [row][parity]: the magic's and the shift's bias
+    const float magic_bias[2] = {-kIntToFloatMagic * scale[0], -kIntToFloatMagic * scale[1]};  // dequantizes
+    float bias[2][2];  // [row][parity]: magic_bias less the row's block shift
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       int part[2][kNT / 2];  // [parity]: a tree, not a chain, keeps the pipes busy
@@ -433,7 +434,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
       float mb = -INFINITY;
 #pragma unroll
       for (int par = 0; par < 2; ++par)
-        mb = fmaxf(mb, fmaf(magic_float(part[par][0]), scale[par], -kIntToFloatMagic * scale[par]));
+        mb = fmaxf(mb, fmaf(magic_float(part[par][0]), scale[par], magic_bias[par]));
       mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
       mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
       float shift = 0.0f;
@@ -448,7 +449,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
         m_run[j] = mn;
       }
 #pragma unroll
-      for (int par = 0; par < 2; ++par) bias[j][par] = -kIntToFloatMagic * scale[par] - shift;
+      for (int par = 0; par < 2; ++par) bias[j][par] = magic_bias[par] - shift;
     }
     float part[2][4] = {};  // this block's sum of P~ * 448 per row, in four independent chains
     const std::uint64_t v_desc = kmajor_desc<kBlockKv>(smem_base + (kb % kStg) * Stage::kBytes + Stage::kKBytes);
