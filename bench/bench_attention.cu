@@ -9,10 +9,10 @@
 // ("pasa-pasa-oldpool": a cudaMallocAsync / cudaFreeAsync of K''s size on the device's default pool
 // around each call, whose release threshold 0 hands the memory back at every synchronize).
 //
-// Then the kernels' variants (fwd_tiles.h, FwdVariant: the tuned shape with one lever changed each),
-// exact and pasa, f16 at S = 4k / 16k through the internal launch, each checked against the tuned
-// kernel's output (max |difference|), so that one run prices every lever (bench/NOTES.md); and PASA's
-// prepass alone.
+// Then the exact kernel's variants (fwd_tiles.h, FwdVariant: the tuned shape with one lever changed
+// each), f16 at S = 4k / 16k through the internal launch, each checked against the tuned kernel's
+// output (max |difference|), so that one run prices every lever (bench/NOTES.md); and PASA's prepass
+// alone.
 //
 // Then decoding (S_q = 1, the split-KV path) through the public API: 32 query / 8 KV heads, d = 128,
 // bf16, B = 64 at S_kv = 4k / 8k / 16k / 32k and two small batches; rows "decode:<policy>" whose
@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "cuda/device_fill.h"
+#include "cuda/pasa_stage.cuh"
 #include "decode_variants.h"
 #include "fwd_variants.h"
 #include "pasa/attention.h"
@@ -89,7 +90,7 @@ float time_ms(cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, Call&& c
 #ifdef PASA_BENCH_NO_VARIANTS
 }  // namespace
 namespace pasa::cuda {  // never called: the variants section is off in this build
-void launch_fwd_variant(const FwdParams&, int, int, bool, FwdVariant, void*) {
+void launch_fwd_variant(const FwdParams&, int, int, FwdVariant, void*) {
   throw Error("bench built without the kernel variants");
 }
 }  // namespace pasa::cuda
@@ -405,18 +406,15 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
 
-  // The kernels' variants (fwd_tiles.h, FwdVariant), f16, through the internal launch (no dispatch
-  // checks: the same launch the dispatcher makes for the tuned shape). pasa variants run on one
-  // prepass's K' (so they time the attention kernel alone). Each variant's output is checked against
+  // The exact kernel's variants (fwd_tiles.h, FwdVariant), f16, through the internal launch (no
+  // dispatch checks: the same launch the dispatcher makes for the tuned shape). Each variant's output is checked against
   // the tuned one's (the per-row arithmetic is the same, so any difference is a bug; except for half
   // key tiles, whose online softmax rescales at other points: rounding-level differences), then all variants
   // of a point are timed round-robin (run i of every variant, then run i + 1), so that clock drift
   // during the benchmark biases none of them.
   std::uint16_t* o_ref = nullptr;
-  std::uint16_t* k_prep = nullptr;
   unsigned* d_diff = nullptr;
   check(cudaMalloc(&o_ref, max_elems * 2), "cudaMalloc");
-  check(cudaMalloc(&k_prep, max_elems * 2), "cudaMalloc");
   check(cudaMalloc(&d_diff, sizeof(unsigned)), "cudaMalloc");
 #ifdef PASA_BENCH_NO_VARIANTS  // built without fwd_variants.cu
   run_variants = false;
@@ -424,7 +422,7 @@ int main(int argc, char** argv) {
   if (run_variants) {
     using pasa::cuda::FwdVariant;
     const char* names[pasa::cuda::kFwdVariants] = {"tuned", "stages", "v1shape", "epilogue", "8warps", "halfN"};
-    for (const bool pasa_family : {false, true}) {
+    {
       for (const int D : {64, 128}) {
         const int H = static_cast<int>(2048 / D);
         for (const int S : {4096, 16384}) {
@@ -456,34 +454,14 @@ int main(int argc, char** argv) {
             p.causal_offset = 0;
             p.scale_log2 = static_cast<float>(1.4426950408889634 * alpha);
             p.negate_q = false;
-            if (pasa_family) {  // the pasa preset's beta; K' = M K by the library's prepass
-              const double beta = 0.984497;
-              const auto fp16 = [](double x) { return __half2float(__float2half_rn(static_cast<float>(x))); };
-              pasa::cuda::PasaPrepareParams pp{};
-              pp.k = p.k;
-              pp.v = p.v;
-              pp.in_type = pasa::cuda::ElemType::f16;
-              pp.k_out = k_prep;
-              pp.v_out = nullptr;
-              pp.heads_kv = H;
-              pp.seq_kv = S;
-              pp.block_kv = pasa::cuda::kPasaBlockKv;
-              pp.diag_full = pp.diag_last = fp16((1.0 - beta / pp.block_kv) * alpha);
-              pp.off_full = pp.off_last = fp16(-(beta / pp.block_kv) * alpha);
-              pasa::cuda::launch_pasa_prepare(pp, B, D, stream);
-              p.k = {k_prep, sb, sh, D};
-              p.pasa_g = fp16(beta / (1.0 - beta));
-            }
-            std::vector<int> live;  // the variants this family has
-            for (int vi = 0; vi < pasa::cuda::kFwdVariants; ++vi) {
-              if (!(pasa_family && static_cast<FwdVariant>(vi) == FwdVariant::half_block_n)) live.push_back(vi);
-            }
+            std::vector<int> live;  // every variant
+            for (int vi = 0; vi < pasa::cuda::kFwdVariants; ++vi) live.push_back(vi);
             std::vector<float> diffs(live.size(), 0.0f);
             std::vector<std::vector<float>> times(live.size());
             try {
               for (std::size_t li = 0; li < live.size(); ++li) {  // warm-up and the output check
                 const auto variant = static_cast<FwdVariant>(live[li]);
-                for (int i = 0; i < kWarmup; ++i) pasa::cuda::launch_fwd_variant(p, B, D, pasa_family, variant, stream);
+                for (int i = 0; i < kWarmup; ++i) pasa::cuda::launch_fwd_variant(p, B, D, variant, stream);
                 if (li == 0) {
                   check(cudaMemcpyAsync(o_ref, o, n * 2, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
                   continue;
@@ -499,7 +477,7 @@ int main(int argc, char** argv) {
               for (int i = 0; i < kRuns; ++i) {
                 for (std::size_t li = 0; li < live.size(); ++li) {
                   times[li].push_back(time_ms(stream, start, stop, [&] {
-                    pasa::cuda::launch_fwd_variant(p, B, D, pasa_family, static_cast<FwdVariant>(live[li]), stream);
+                    pasa::cuda::launch_fwd_variant(p, B, D, static_cast<FwdVariant>(live[li]), stream);
                   }));
                 }
               }
@@ -511,7 +489,304 @@ int main(int argc, char** argv) {
               std::sort(times[li].begin(), times[li].end());
               const double ms = times[li][times[li].size() / 2];
               const double flops = 4.0 * B * H * static_cast<double>(S) * S * D * (causal ? 0.5 : 1.0);
-              const std::string name = std::string(pasa_family ? "p:" : "x:") + names[live[li]];
+              const std::string name = std::string("x:") + names[live[li]];
+              points.push_back({name, "fp16", D, H, S, B, causal, ms, flops / (ms * 1e-3) / 1e12});
+              const Point& pt = points.back();
+              std::printf("%-14s fp16 D%-3d H%-2d S%-5d B%-2d %-6s %9.3f ms %7.1f TFLOP/s  max|O - tuned| %.3g%s\n",
+                          pt.method.c_str(), D, H, S, B, causal ? "causal" : "full", ms, pt.tflops, diffs[li],
+                          diffs[li] > (live[li] == static_cast<int>(FwdVariant::half_block_n) ? 1e-2f : 0.0f)
+                              ? "  MISMATCH"
+                              : "");
+            }
+            std::fflush(stdout);
+          }
+        }
+      }
+    }
+
+    // PASA's prepass alone (K' = M K and V^T as the wgmma kernel's tiles, f16): memory-bound; TB/s
+    // counts K and V read and the tiles written.
+    for (const int D : {64, 128}) {
+      const int H = static_cast<int>(2048 / D);
+      const int S = 4096, B = static_cast<int>(kTokens / S);
+      const std::int64_t n = static_cast<std::int64_t>(B) * H * S * D;
+      const std::int64_t sh = static_cast<std::int64_t>(S) * D, sb = H * sh;
+      pasa::cuda::PasaRequest r{};
+      r.call.fwd.k = {k, sb, sh, D};
+      r.call.fwd.v = {v, sb, sh, D};
+      r.call.fwd.seq_kv = S;
+      r.call.batch = B;
+      r.call.heads_kv = H;
+      r.call.head_dim = D;
+      r.call.in_type = pasa::cuda::ElemType::f16;
+      r.diag_full = r.diag_last = 0.0883f;
+      r.off_full = r.off_last = -0.000687f;
+      const int n_kb = (S + pasa::cuda::kPasaBlockKv - 1) / pasa::cuda::kPasaBlockKv;
+      const std::size_t tile_bytes = pasa::cuda::pasa_tile_bytes(B, H, n_kb, D);
+      void* tiles = nullptr;
+      check(cudaMalloc(&tiles, tile_bytes), "cudaMalloc");
+      const auto prepass = [&] { pasa::cuda::launch_pasa_tiles(r, static_cast<std::uint8_t*>(tiles), n_kb, stream); };
+      std::vector<float> times;
+      for (int i = 0; i < kWarmup; ++i) prepass();
+      for (int i = 0; i < kRuns; ++i) times.push_back(time_ms(stream, start, stop, prepass));
+      cudaFree(tiles);
+      std::sort(times.begin(), times.end());
+      const double ms = times[times.size() / 2];
+      std::printf("pasa-prepass   fp16 D%-3d H%-2d S%-5d B%-2d %9.4f ms %6.2f TB/s (K, V read + tiles written)\n", D, H,
+                  S, B, ms, (4.0 * n + static_cast<double>(tile_bytes)) / (ms * 1e-3) / 1e12);
+    }
+  }
+  cudaFree(o_ref);
+  cudaFree(d_count);
+  cudaFree(q);
+  cudaFree(k);
+  cudaFree(v);
+  cudaFree(o);
+  cudaFree(lse);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* csv_path = argc > 1 && argv[1][0] != '-' ? argv[1] : nullptr;
+  bool run_variants = true;
+  for (int i = 1; i < argc; ++i) run_variants &= std::string(argv[i]) != "--no-variants";
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf("device: %s (sm_%d%d), %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+
+  constexpr std::int64_t kTokens = 32768;
+  constexpr int kWarmup = 5, kRuns = 30;
+  const std::int64_t max_elems = kTokens * 2048;
+  std::uint16_t *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr;
+  float* lse = nullptr;
+  check(cudaMalloc(&q, max_elems * 2), "cudaMalloc");
+  check(cudaMalloc(&k, max_elems * 2), "cudaMalloc");
+  check(cudaMalloc(&v, max_elems * 2), "cudaMalloc");
+  check(cudaMalloc(&o, max_elems * 2), "cudaMalloc");
+  check(cudaMalloc(&lse, kTokens * 32 * sizeof(float)), "cudaMalloc");
+  cudaStream_t stream;
+  check(cudaStreamCreate(&stream), "cudaStreamCreate");
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+
+  struct Variant {
+    std::string name;
+    pasa::DType dtype;
+    pasa::Policy policy;
+    bool old_pool = false;  // emulate the default-pool scratch of before (see the header)
+  };
+  auto exact_for = [](pasa::Format f) {
+    pasa::Policy p = pasa::preset_policy("exact");
+    p.input = f;
+    p.p = f;
+    return p;
+  };
+  const Variant variants[] = {
+      {"pasa-exact", pasa::DType::f16, exact_for(pasa::Format::fp16())},
+      {"pasa-exact", pasa::DType::bf16, exact_for(pasa::Format::bf16())},
+      {"pasa-pasa", pasa::DType::f16, pasa::preset_policy("pasa")},
+      {"pasa-pasa-oldpool", pasa::DType::f16, pasa::preset_policy("pasa"), true},
+      {"pasa-sage8", pasa::DType::f16, pasa::preset_policy("sage8")},  // prepass + kernel, end to end
+  };
+
+  // --profile: one call of exact and of pasa (f16, non-causal, S = 4k) per head dim, for a profiler
+  // (ncu) to look at; nothing timed.
+  if (argc > 1 && std::string(argv[1]) == "--profile") {
+    for (const int D : {128, 64}) {
+      const int H = static_cast<int>(2048 / D);
+      const int S = 4096, B = static_cast<int>(kTokens / S);
+      const std::int64_t n = static_cast<std::int64_t>(B) * H * S * D;
+      for (const int vi : {0, 2}) {
+        pasa::cuda::fill_uniform_16bit(q, n, 1, false, stream);
+        pasa::cuda::fill_uniform_16bit(k, n, 2, false, stream);
+        pasa::cuda::fill_uniform_16bit(v, n, 3, false, stream);
+        pasa::AttentionArgs args;
+        args.q = pasa::bhsd_view(q, pasa::DType::f16, B, H, S, D, pasa::Device::cuda);
+        args.k = pasa::bhsd_view(k, pasa::DType::f16, B, H, S, D, pasa::Device::cuda);
+        args.v = pasa::bhsd_view(v, pasa::DType::f16, B, H, S, D, pasa::Device::cuda);
+        args.o = pasa::bhsd_view(o, pasa::DType::f16, B, H, S, D, pasa::Device::cuda);
+        args.lse = pasa::lse_view(lse, B, H, S, pasa::Device::cuda);
+        args.policy = variants[vi].policy;
+        args.backend = pasa::Backend::cuda;
+        args.stream = stream;
+        pasa::attention(args);
+      }
+    }
+    check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    std::printf("profile calls done\n");
+    return 0;
+  }
+
+  std::vector<Point> points;
+  std::uint64_t seed = 12345;
+  for (const int D : {64, 128}) {
+    const int H = static_cast<int>(2048 / D);
+    for (const int S : {1024, 4096, 16384}) {
+      const int B = static_cast<int>(kTokens / S);
+      for (const bool causal : {false, true}) {
+        for (const Variant& m : variants) {
+          const std::string& name = m.name;
+          const std::int64_t n = static_cast<std::int64_t>(B) * H * S * D;
+          const bool bf16 = m.dtype == pasa::DType::bf16;
+          pasa::cuda::fill_uniform_16bit(q, n, ++seed, bf16, stream);
+          pasa::cuda::fill_uniform_16bit(k, n, ++seed, bf16, stream);
+          pasa::cuda::fill_uniform_16bit(v, n, ++seed, bf16, stream);
+                  pasa::AttentionArgs args;
+          args.q = pasa::bhsd_view(q, m.dtype, B, H, S, D, pasa::Device::cuda);
+          args.k = pasa::bhsd_view(k, m.dtype, B, H, S, D, pasa::Device::cuda);
+          args.v = pasa::bhsd_view(v, m.dtype, B, H, S, D, pasa::Device::cuda);
+          args.o = pasa::bhsd_view(o, m.dtype, B, H, S, D, pasa::Device::cuda);
+          args.lse = pasa::lse_view(lse, B, H, S, pasa::Device::cuda);
+          args.causal = causal;
+          args.policy = m.policy;
+          args.backend = pasa::Backend::cuda;
+          args.stream = stream;
+          std::vector<float> times;
+          const std::size_t old_bytes = static_cast<std::size_t>(n) * 2;  // K' of f16 inputs
+          const auto call = [&] {
+            void* old = nullptr;
+            if (m.old_pool) check(cudaMallocAsync(&old, old_bytes, stream), "cudaMallocAsync");
+            pasa::attention(args);
+            if (m.old_pool) check(cudaFreeAsync(old, stream), "cudaFreeAsync");
+          };
+          try {
+            for (int i = 0; i < kWarmup; ++i) call();
+            for (int i = 0; i < kRuns; ++i) {
+              times.push_back(time_ms(stream, start, stop, call));
+            }
+          } catch (const pasa::Error& e) {
+            std::fprintf(stderr, "%s D%d S%d: %s\n", name.c_str(), D, S, e.what());
+            continue;
+          }
+          std::sort(times.begin(), times.end());
+          const double ms = times[times.size() / 2];
+          const double flops = 4.0 * B * H * static_cast<double>(S) * S * D * (causal ? 0.5 : 1.0);
+          points.push_back({name, bf16 ? "bf16" : "fp16", D, H, S, B, causal, ms, flops / (ms * 1e-3) / 1e12});
+          const Point& p = points.back();
+          std::printf("%-17s %-4s D%-3d H%-2d S%-5d B%-2d %-6s %9.3f ms %7.1f TFLOP/s\n", p.method.c_str(),
+                      p.dtype.c_str(), D, H, S, B, causal ? "causal" : "full", ms, p.tflops);
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+
+  // sage8 (quantization prepass + INT8 / FP8 kernel, end to end) beside exact and SageAttention2's
+  // published sm90 numbers (TOPS of its 8-bit kernel, fp16 inputs, S = 1k / 4k / 16k).
+  {
+    struct SageRef {
+      int D;
+      bool causal;
+      double tops[3];
+    };
+    const SageRef refs[] = {{128, false, {211, 521, 722}}, {128, true, {115, 323, 572}},
+                            {64, false, {175, 376, 503}},  {64, true, {99, 261, 448}}};
+    auto find = [&](const char* method, int D, int S, bool causal) {
+      for (const Point& pt : points)
+        if (pt.method == method && pt.dtype == "fp16" && pt.D == D && pt.S == S && pt.causal == causal) return pt.tflops;
+      return 0.0;
+    };
+    std::printf("\nsage8-table: TFLOP/s, fp16 (sage8 = prepass + kernel; SageAttn2 = its published sm90 TOPS)\n");
+    std::printf("sage8-table: %4s %6s %-6s %10s %10s %10s %12s\n", "D", "S", "mask", "exact", "sage8", "SageAttn2",
+                "sage8/Sage2");
+    for (const SageRef& ref : refs) {
+      const int Ss[3] = {1024, 4096, 16384};
+      for (int i = 0; i < 3; ++i) {
+        const double ours = find("pasa-sage8", ref.D, Ss[i], ref.causal);
+        std::printf("sage8-table: %4d %6d %-6s %10.1f %10.1f %10.0f %12.2f\n", ref.D, Ss[i],
+                    ref.causal ? "causal" : "full", find("pasa-exact", ref.D, Ss[i], ref.causal), ours,
+                    ref.tops[i], ours / ref.tops[i]);
+      }
+    }
+    std::fflush(stdout);
+  }
+
+  // The exact kernel's variants (fwd_tiles.h, FwdVariant), f16, through the internal launch (no
+  // dispatch checks: the same launch the dispatcher makes for the tuned shape). Each variant's output is checked against
+  // the tuned one's (the per-row arithmetic is the same, so any difference is a bug; except for half
+  // key tiles, whose online softmax rescales at other points: rounding-level differences), then all variants
+  // of a point are timed round-robin (run i of every variant, then run i + 1), so that clock drift
+  // during the benchmark biases none of them.
+  std::uint16_t* o_ref = nullptr;
+  unsigned* d_diff = nullptr;
+  check(cudaMalloc(&o_ref, max_elems * 2), "cudaMalloc");
+  check(cudaMalloc(&d_diff, sizeof(unsigned)), "cudaMalloc");
+#ifdef PASA_BENCH_NO_VARIANTS  // built without fwd_variants.cu
+  run_variants = false;
+#endif
+  if (run_variants) {
+    using pasa::cuda::FwdVariant;
+    const char* names[pasa::cuda::kFwdVariants] = {"tuned", "stages", "v1shape", "epilogue", "8warps", "halfN"};
+    {
+      for (const int D : {64, 128}) {
+        const int H = static_cast<int>(2048 / D);
+        for (const int S : {4096, 16384}) {
+          const int B = static_cast<int>(kTokens / S);
+          for (const bool causal : {false, true}) {
+            const std::int64_t n = static_cast<std::int64_t>(B) * H * S * D;
+            pasa::cuda::fill_uniform_16bit(q, n, ++seed, false, stream);
+            pasa::cuda::fill_uniform_16bit(k, n, ++seed, false, stream);
+            pasa::cuda::fill_uniform_16bit(v, n, ++seed, false, stream);
+                      const std::int64_t sh = static_cast<std::int64_t>(S) * D, sb = H * sh;
+            const double alpha = 1.0 / std::sqrt(static_cast<double>(D));
+            pasa::cuda::FwdParams p{};
+            p.q = {q, sb, sh, D};
+            p.k = {k, sb, sh, D};
+            p.v = {v, sb, sh, D};
+            p.o = o;
+            p.o_stride_b = sb;
+            p.o_stride_h = sh;
+            p.o_stride_s = D;
+            p.o_type = pasa::cuda::ElemType::f16;
+            p.lse = lse;
+            p.lse_stride_b = static_cast<std::int64_t>(H) * S;
+            p.lse_stride_h = S;
+            p.lse_stride_s = 1;
+            p.seq_q = p.seq_kv = S;
+            p.heads_q = H;
+            p.group = 1;
+            p.causal = causal;
+            p.causal_offset = 0;
+            p.scale_log2 = static_cast<float>(1.4426950408889634 * alpha);
+            p.negate_q = false;
+            std::vector<int> live;  // every variant
+            for (int vi = 0; vi < pasa::cuda::kFwdVariants; ++vi) live.push_back(vi);
+            std::vector<float> diffs(live.size(), 0.0f);
+            std::vector<std::vector<float>> times(live.size());
+            try {
+              for (std::size_t li = 0; li < live.size(); ++li) {  // warm-up and the output check
+                const auto variant = static_cast<FwdVariant>(live[li]);
+                for (int i = 0; i < kWarmup; ++i) pasa::cuda::launch_fwd_variant(p, B, D, variant, stream);
+                if (li == 0) {
+                  check(cudaMemcpyAsync(o_ref, o, n * 2, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+                  continue;
+                }
+                check(cudaMemsetAsync(d_diff, 0, sizeof(unsigned), stream), "cudaMemsetAsync");
+                max_abs_diff<<<1024, 256, 0, stream>>>(reinterpret_cast<const __half*>(o),
+                                                       reinterpret_cast<const __half*>(o_ref), n, d_diff);
+                unsigned bits = 0;
+                check(cudaMemcpyAsync(&bits, d_diff, sizeof(unsigned), cudaMemcpyDeviceToHost, stream), "cudaMemcpy");
+                check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+                std::memcpy(&diffs[li], &bits, sizeof(float));
+              }
+              for (int i = 0; i < kRuns; ++i) {
+                for (std::size_t li = 0; li < live.size(); ++li) {
+                  times[li].push_back(time_ms(stream, start, stop, [&] {
+                    pasa::cuda::launch_fwd_variant(p, B, D, static_cast<FwdVariant>(live[li]), stream);
+                  }));
+                }
+              }
+            } catch (const pasa::Error& e) {
+              std::fprintf(stderr, "variants D%d S%d: %s\n", D, S, e.what());
+              continue;
+            }
+            for (std::size_t li = 0; li < live.size(); ++li) {
+              std::sort(times[li].begin(), times[li].end());
+              const double ms = times[li][times[li].size() / 2];
+              const double flops = 4.0 * B * H * static_cast<double>(S) * S * D * (causal ? 0.5 : 1.0);
+              const std::string name = std::string("x:") + names[live[li]];
               points.push_back({name, "fp16", D, H, S, B, causal, ms, flops / (ms * 1e-3) / 1e12});
               const Point& pt = points.back();
               std::printf("%-14s fp16 D%-3d H%-2d S%-5d B%-2d %-6s %9.3f ms %7.1f TFLOP/s  max|O - tuned| %.3g%s\n",
@@ -555,7 +830,6 @@ int main(int argc, char** argv) {
     }
   }
   cudaFree(o_ref);
-  cudaFree(k_prep);
   cudaFree(d_diff);
   cudaFree(q);
   cudaFree(k);

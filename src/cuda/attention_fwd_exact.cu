@@ -9,9 +9,9 @@ namespace {
 template <typename Elem>
 void launch_dim(const FwdParams& p, int batch, int head_dim, cudaStream_t s) {
   if (head_dim == 64) {
-    launch_fwd<FwdTileOf<64, false>, Elem, false>(p, batch, s);
+    launch_fwd<FwdTileOf<64>, Elem>(p, batch, s);
   } else if (head_dim == 128) {
-    launch_fwd<FwdTileOf<128, false>, Elem, false>(p, batch, s);
+    launch_fwd<FwdTileOf<128>, Elem>(p, batch, s);
   } else {
     throw Error("exact kernel: head dim must be 64 or 128");
   }

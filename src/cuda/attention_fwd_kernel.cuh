@@ -1,27 +1,25 @@
-// The forward attention kernel (FlashAttention-2 structure on mma.sync m16n8k16), composed from the
-// pieces beside it: fwd_tiles (the CTA shape), tile_load (cp.async with zero fill), warp_mma (the
-// warp's Q K^T, P V and row sums), online_softmax (the exact / PASA row step), epilogue (O and LSE).
+// The exact policy's forward attention kernel (FlashAttention-2 structure on mma.sync m16n8k16),
+// composed from the pieces beside it: fwd_tiles (the CTA shape), tile_load (cp.async with zero fill),
+// warp_mma (the warp's Q K^T and P V), fwd_mask, online_softmax (the exact row step), epilogue (O and
+// LSE).
 //
 // One CTA = kWarps warps = one block of kBlockM = 16 kMTiles kWarps query rows of one (batch, head);
 // each warp owns 16 kMTiles rows and reads its Q fragments from shared memory each k step (one m-tile
-// per warp keeps them in registers instead). Key blocks of kBlockN rows are visited in ascending
-// order (PASA's pseudo-average depends on the order). With two stages, K_j+1 and V_j+1 load into the
-// other buffers while block j computes (one barrier per block); with one, V_j loads under Q K_j^T and
+// per warp keeps them in registers instead). With two stages, K_j+1 and V_j+1 load into the other
+// buffers while block j computes (one barrier per block); with one, V_j loads under Q K_j^T and
 // K_j+1 under P V_j (two barriers per block). Causal CTAs are launched longest first.
 //
 // v1: 1 m-tile per warp, one stage, direct O stores: exact at 215-278 TFLOP/s on an H200
-//   (2026-11-22), 0.8x torch's FlashAttention-2 backend; pasa at 0.6-0.7x exact.
+//   (2026-11-22), 0.8x torch's FlashAttention-2 backend.
 // v2 (this file): 2 m-tiles per warp (each K / V fragment read feeds two MMAs: +26%), tile loads
 //   whose addressing stays out of the mainloop's registers, the exact scale folded into the
-//   exponent's FFMA, O's rescale skipped for warps whose row maxima all stayed; pasa's softmax in
-//   packed fp16 with row sums on the tensor cores and its per-row state update once per row (not
-//   per quad lane). Two stages and O staged through shared memory are supported and chosen per
-//   shape by fwd_tiles.h (measured: one stage everywhere). Exact 294-346 TFLOP/s at S >= 4k,
-//   0.97-1.09x FA2; the pasa kernel at 0.87-0.99x exact. ncu: HMMA pipe 46-56% busy, issue slots
-//   35-42%, stalls mostly fixed-latency waits with 2 warps per scheduler: the mma.sync /
-//   255-register ceiling. bench/NOTES.md has the numbers. Next: wgmma + TMA with warp
-//   specialization (the tile table and the split into mainloop / softmax / epilogue pieces are
-//   meant to carry over).
+//   exponent's FFMA, O's rescale skipped for warps whose row maxima all stayed. Two stages and O
+//   staged through shared memory are supported and chosen per shape by fwd_tiles.h (measured: one
+//   stage everywhere). Exact 294-346 TFLOP/s at S >= 4k, 0.97-1.09x FA2. ncu: HMMA pipe 46-56% busy,
+//   issue slots 35-42%, stalls mostly fixed-latency waits with 2 warps per scheduler: the mma.sync /
+//   255-register ceiling. bench/NOTES.md has the numbers. (The pasa policy ran on this kernel until
+//   the fourth session; it now has its own wgmma kernel, attention_fwd_pasa.cu.) Next: wgmma + bulk
+//   copies as the pasa and sage8 kernels have them.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,6 +30,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/epilogue.cuh"
 #include "cuda/fwd_tiles.h"
+#include "cuda/fwd_mask.cuh"
 #include "cuda/kernel_params.h"
 #include "cuda/online_softmax.cuh"
 #include "cuda/ptx.cuh"
@@ -41,60 +40,12 @@
 namespace pasa::cuda {
 
 // The tile of an instantiation, as a type (C++17 has no class-type template parameters).
-template <int kHeadDim, bool kPasa, int kVariant = 0>
+template <int kHeadDim, int kVariant = 0>
 struct FwdTileOf {
-  static constexpr FwdTile value =
-      variant_tile(kPasa ? pasa_tile(kHeadDim) : exact_tile(kHeadDim), static_cast<FwdVariant>(kVariant));
+  static constexpr FwdTile value = variant_tile(exact_tile(kHeadDim), static_cast<FwdVariant>(kVariant));
 };
 
-// Keys a row may not see: past the sequence end, and (causal) after the row's last visible key.
-__device__ __forceinline__ int visible_limit(const FwdParams& p, int row) {
-  return p.causal ? min(p.seq_kv, row + p.causal_offset + 1) : p.seq_kv;
-}
-
-// exact: scores of keys a row may not see become -inf.
-template <int kMTiles, int kNTiles>
-__device__ __forceinline__ void apply_mask(float (&s)[kMTiles][kNTiles][4], const FwdParams& p, int n0,
-                                           int row_lo) {
-  const int t = static_cast<int>(threadIdx.x) % 4;
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int limit = visible_limit(p, row_lo + 16 * mt + 8 * i);
-#pragma unroll
-      for (int n = 0; n < kNTiles; ++n) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          if (n0 + 8 * n + 2 * t + e >= limit) s[mt][n][2 * i + e] = -INFINITY;
-        }
-      }
-    }
-  }
-}
-
-// pasa: the same on fp16 pairs in the A-fragment layout (tile n, row i: s[mt][n / 2][2 (n % 2) + i]).
-template <int kMTiles, int kNChunks>
-__device__ __forceinline__ void apply_mask(std::uint32_t (&s)[kMTiles][kNChunks][4], const FwdParams& p,
-                                           int n0, int row_lo) {
-  const int t = static_cast<int>(threadIdx.x) % 4;
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int limit = visible_limit(p, row_lo + 16 * mt + 8 * i);
-#pragma unroll
-      for (int n = 0; n < 2 * kNChunks; ++n) {
-        std::uint32_t& w = s[mt][n / 2][2 * (n % 2) + i];
-        const int key = n0 + 8 * n + 2 * t;
-        if (key >= limit) w = (w & 0xFFFF0000u) | 0x0000FC00u;      // -inf in the low half
-        if (key + 1 >= limit) w = (w & 0x0000FFFFu) | 0xFC000000u;  // ... and the high half
-      }
-    }
-  }
-}
-
-template <class TileOf, typename QElem, bool kPasa>
+template <class TileOf, typename QElem>
 __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_ctas_per_sm())
     attention_fwd_kernel(const __grid_constant__ FwdParams p) {
   constexpr FwdTile kT = TileOf::value;
@@ -113,11 +64,10 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
   constexpr std::uint32_t kTileBytes = kBlockN * kStride * 2;
   static_assert(kStride == smem_row_stride<kHeadDim>(), "tile_load and the tile table agree on padding");
   static_assert(kStages == 1 || kStages == 2, "one or two K / V stages");
-  // Exact keeps Q in registers where a warp has one m-tile (the v1 shape); pasa never does.
-  constexpr bool kQInRegs = !kPasa && kMTiles == 1;
-  // PASA's K' and V are fp16 (the prepass wrote them); exact reads K and V as given.
-  using KVElem = std::conditional_t<kPasa, __half, QElem>;
-  using MmaElem = KVElem;
+  // Q stays in registers where a warp has one m-tile (the v1 shape).
+  constexpr bool kQInRegs = kMTiles == 1;
+  using KVElem = QElem;
+  using MmaElem = QElem;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   QElem* sQ = reinterpret_cast<QElem*>(smem_raw);                  // [kBlockM][kStride]
@@ -171,25 +121,12 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
   cp_async_wait<0>();
   __syncthreads();
 
-  // Q in place: pasa rounds bf16 queries to its fp16 input format; exact flips Q's sign for a
-  // negative scale (so that the softmax scales by |alpha| > 0).
-  if constexpr (kPasa && std::is_same_v<QElem, __nv_bfloat16>) {
-    constexpr int kPairs = kBlockM * kHeadDim / 2;
-    for (int i = static_cast<int>(threadIdx.x); i < kPairs; i += kThreads) {
-      const int r = i / (kHeadDim / 2), c = 2 * (i % (kHeadDim / 2));
-      auto* pair = reinterpret_cast<__nv_bfloat162*>(sQ + r * kStride + c);
-      const __half2 hv = __float22half2_rn(__bfloat1622float2(*pair));
-      *reinterpret_cast<__half2*>(pair) = hv;
-    }
+  // Q in place: flipped in sign for a negative scale (so that the softmax scales by |alpha| > 0).
+  if (p.negate_q) {
+    constexpr int kWords = kBlockM * kStride / 2;
+    auto* words = reinterpret_cast<std::uint32_t*>(sQ);
+    for (int i = static_cast<int>(threadIdx.x); i < kWords; i += kThreads) words[i] ^= 0x80008000u;
     __syncthreads();
-  }
-  if constexpr (!kPasa) {
-    if (p.negate_q) {
-      constexpr int kWords = kBlockM * kStride / 2;
-      auto* words = reinterpret_cast<std::uint32_t*>(sQ);
-      for (int i = static_cast<int>(threadIdx.x); i < kWords; i += kThreads) words[i] ^= 0x80008000u;
-      __syncthreads();
-    }
   }
 
   // The thread's ldmatrix row addresses at the tiles' origins (stage 0).
@@ -202,18 +139,9 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
     for (int kk = 0; kk < kDChunks; ++kk) ldmatrix_x4(tSrQ[kk], q_addr + kk * 16 * 2);
   }
 
-  using Softmax = std::conditional_t<kPasa, PasaSoftmax<kMTiles>, ExactSoftmax<kMTiles>>;
-  Softmax softmax;
+  ExactSoftmax<kMTiles> softmax;
   softmax.init();
-  float tOrO[kPasa ? 1 : kMTiles][kPasa ? 1 : kDTiles][4] = {};  // exact: running O~ in fp32
-  __half2 tOrAcc[kPasa ? kMTiles : 1][kPasa ? kDTiles : 1][2];     // pasa: running O~ in fp16 (rows g, g + 8)
-  if constexpr (kPasa) {
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-      for (int n = 0; n < kDTiles; ++n) tOrAcc[mt][n][0] = tOrAcc[mt][n][1] = __float2half2_rn(0.0f);
-    }
-  }
+  float tOrO[kMTiles][kDTiles][4] = {};  // running O~ in fp32
 
   for (int j = 0; j < n_blocks; ++j) {
     const int n0 = j * kBlockN;
@@ -241,57 +169,14 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
 
     // P of this block as A fragments of the P V mma (keys 16 kk .. 16 kk + 15 in tOrP[mt][kk]).
     std::uint32_t tOrP[kMTiles][kNChunks][4];
-    float ep[kRows], ec[kRows];  // pasa: rescale factors of the running O~ and of this block's P V
-    bool rescale_o = false;      // exact: some row of the warp moved its max
-    float rescale[kRows];        // exact: the factor of each row's running O
+    float rescale[kRows];  // the factor of each row's running O
 
-    if constexpr (kPasa) {
-      // S' = Q K'_j^T, leaving the fp32 accumulators as fp16 pairs, kSChunks key parts at a time.
-      constexpr int kSChunks = kT.s_chunks;
-      constexpr int kPartTiles = kNTiles / kSChunks;
-      static_assert(kNTiles % kSChunks == 0 && kPartTiles % 2 == 0, "score parts of whole k16 steps");
-#pragma unroll
-      for (int part = 0; part < kSChunks; ++part) {
-        float tSrS[kMTiles][kPartTiles][4] = {};
-        const std::uint32_t k_part = k_stage + part * kPartTiles * 8 * kStride * 2;  // its first key row
-        warp_qk<kMTiles, kPartTiles, kDChunks, kStride, MmaElem>(tSrS, q_addr, tSrQ, k_part);
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-          for (int n = 0; n < kPartTiles; ++n) {
-            const int tile = part * kPartTiles + n;
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-              tOrP[mt][tile / 2][2 * (tile % 2) + i] =
-                  pack2<__half>(tSrS[mt][n][2 * i], tSrS[mt][n][2 * i + 1]);
-            }
-          }
-        }
-      }
-      // Local pseudo-averages: the mean of S' over the block's n_valid keys, masked or not (keys past
-      // the sequence end hold S' = 0 exactly: K' is zero-filled there).
-      float sums[kMTiles][2];
-      rowsum_mma<kMTiles, kNChunks>(tOrP, sums);
-      const float n_valid = static_cast<float>(min(kBlockN, p.seq_kv - n0));
-      float mean[kRows];  // (quotients to 2 fp32 ulp before the fp16 rounding, as in PasaSoftmax)
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) mean[r] = round_fp16(__fdividef(sums[r / 2][r % 2], n_valid));
-      if (needs_mask) apply_mask(tOrP, p, n0, row_lo);
-      float m_blk[kRows];
-      Softmax::exponentiate(tOrP, m_blk);  // tOrP now holds P
-      rowsum_mma<kMTiles, kNChunks>(tOrP, sums);
-      float psum[kRows];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) psum[r] = sums[r / 2][r % 2];
-      softmax.update(j, m_blk, mean, psum, p.pasa_g, ep, ec);
-    } else {
-      // S = Q K_j^T (raw: the scale rides in the exponent).
-      float tSrS[kMTiles][kNTiles][4] = {};
-      warp_qk<kMTiles, kNTiles, kDChunks, kStride, MmaElem, kQInRegs>(tSrS, q_addr, tSrQ, k_stage);
-      if (needs_mask) apply_mask(tSrS, p, n0, row_lo);
-      rescale_o = __any_sync(0xffffffffu, softmax.step(tSrS, p.scale_log2, rescale));
-      scores_to_p_fragments<MmaElem>(tOrP, tSrS);
-    }
+    // S = Q K_j^T (raw: the scale rides in the exponent).
+    float tSrS[kMTiles][kNTiles][4] = {};
+    warp_qk<kMTiles, kNTiles, kDChunks, kStride, MmaElem, kQInRegs>(tSrS, q_addr, tSrQ, k_stage);
+    if (needs_mask) apply_mask(tSrS, p, n0, row_lo);
+    const bool rescale_o = __any_sync(0xffffffffu, softmax.step(tSrS, p.scale_log2, rescale));  // a max moved
+    scores_to_p_fragments<MmaElem>(tOrP, tSrS);
 
     if constexpr (kStages == 1) {
       cp_async_wait<0>();  // V_j has landed
@@ -302,61 +187,19 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
       }
     }
 
-    if constexpr (kPasa) {
-      // O~ = fl(fl(ep O~) + fl(ec fl(P V_j))), all in fp16 (the pasa preset's o format). P V_j is
-      // formed in parts of the head dim so that its fp32 accumulators fit beside O~ and P.
-      constexpr int kParts = kT.pv_parts;
-      constexpr int kPartTiles = kDTiles / kParts;
-      static_assert(kDTiles % kParts == 0 && kPartTiles % 2 == 0, "head-dim parts of whole tile pairs");
-      __half2 ep2[kRows], ec2[kRows];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        ep2[r] = __float2half2_rn(ep[r]);
-        ec2[r] = __float2half2_rn(ec[r]);
-      }
-#pragma unroll
-      for (int part = 0; part < kParts; ++part) {
-        float tOrPV[kMTiles][kPartTiles][4] = {};
-        const std::uint32_t v_part = v_stage + part * kPartTiles * 8 * 2;  // its first head-dim column
-        warp_pv<kMTiles, kNChunks, kPartTiles, kStride, MmaElem>(tOrPV, tOrP, v_part);
-#pragma unroll
-        for (int mt = 0; mt < kMTiles; ++mt) {
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-#pragma unroll
-            for (int n = 0; n < kPartTiles; ++n) {
-              const __half2 pv = __floats2half2_rn(tOrPV[mt][n][2 * i], tOrPV[mt][n][2 * i + 1]);
-              __half2& acc = tOrAcc[mt][part * kPartTiles + n][i];
-              acc = __hadd2(__hmul2(ep2[2 * mt + i], acc), __hmul2(ec2[2 * mt + i], pv));
-            }
-          }
-        }
-      }
-    } else {
-      if (rescale_o) scale_rows(tOrO, rescale);
-      warp_pv<kMTiles, kNChunks, kDTiles, kStride, MmaElem>(tOrO, tOrP, v_stage);  // O~ += P V_j
-    }
+    if (rescale_o) scale_rows(tOrO, rescale);
+    warp_pv<kMTiles, kNChunks, kDTiles, kStride, MmaElem>(tOrO, tOrP, v_stage);  // O~ += P V_j
   }
 
   // Epilogue: O = O~ / l (0 for a fully masked row), in the output type.
   float row_l[kRows], lse[kRows];
-  if constexpr (kPasa) {
-    softmax.finish(p.pasa_g, row_l, lse);
-  } else {
-    softmax.finish(row_l, lse);
-  }
+  softmax.finish(row_l, lse);
   const int t = lane % 4;
   float inv_l[kRows];  // 0 for a fully masked row (LSE -inf: no visible key, or a zero sum)
 #pragma unroll
   for (int r = 0; r < kRows; ++r) inv_l[r] = lse[r] == -INFINITY ? 0.0f : 1.0f / row_l[r];
   const auto out_value = [&](int mt, int i, int n, int e) {
-    const int r = 2 * mt + i;
-    if constexpr (kPasa) {  // the emulator divides in fp32 and rounds to the o format
-      const float2 acc = __half22float2(tOrAcc[mt][n][i]);
-      return round_fp16((e == 0 ? acc.x : acc.y) * inv_l[r]);
-    } else {
-      return tOrO[mt][n][2 * i + e] * inv_l[r];
-    }
+    return tOrO[mt][n][2 * i + e] * inv_l[2 * mt + i];
   };
   if (kT.epilogue == Epilogue::staged && p.o_type != ElemType::f32) {
     // The warp's rows of sQ: only this warp ever read them; its lanes' last reads are done.
@@ -394,10 +237,10 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
 }
 
 // Host side: one launch of an instantiation. Throws pasa::Error on a CUDA error.
-template <class TileOf, typename QElem, bool kPasa>
+template <class TileOf, typename QElem>
 void launch_fwd(const FwdParams& p, int batch, cudaStream_t stream) {
   constexpr FwdTile kT = TileOf::value;
-  auto* kernel = attention_fwd_kernel<TileOf, QElem, kPasa>;
+  auto* kernel = attention_fwd_kernel<TileOf, QElem>;
   constexpr int smem = kT.smem_bytes();
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
              "cudaFuncSetAttribute(attention_fwd_kernel, max dynamic shared memory)");

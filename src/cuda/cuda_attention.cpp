@@ -14,7 +14,6 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/decode_params.h"
-#include "cuda/device_pool.h"
 #include "cuda/kernel_params.h"
 #include "cuda_backend.h"
 #include "pasa/error.h"
@@ -364,30 +363,14 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
   const double beta = args.policy.beta;
   const int s2 = cuda::kPasaBlockKv;
   const int n_last = static_cast<int>(ps.seq_kv - (ps.seq_kv - 1) / s2 * s2);
-  cuda::PasaPrepareParams prep{};
-  prep.k = operand(args.k);
-  prep.v = operand(args.v);
-  prep.in_type = elem_type(in);
-  prep.heads_kv = static_cast<int>(ps.heads_kv);
-  prep.seq_kv = p.seq_kv;
-  prep.block_kv = s2;
-  prep.diag_full = static_cast<float>(round_to(fp16, (1.0 - beta / s2) * alpha));
-  prep.off_full = static_cast<float>(round_to(fp16, -(beta / s2) * alpha));
-  prep.diag_last = static_cast<float>(round_to(fp16, (1.0 - beta / n_last) * alpha));
-  prep.off_last = static_cast<float>(round_to(fp16, -(beta / n_last) * alpha));
-  p.pasa_g = static_cast<float>(round_to(fp16, beta / (1.0 - beta)));
-
-  const std::size_t head_bytes = static_cast<std::size_t>(ps.batch * ps.heads_kv * ps.seq_kv * ps.dim) * 2;
-  const bool convert_v = in == DType::bf16;
-  cuda::StreamBuffer scratch(head_bytes * (convert_v ? 2 : 1), device, stream);
-  prep.k_out = scratch.get();
-  prep.v_out = convert_v ? static_cast<char*>(scratch.get()) + head_bytes : nullptr;
-  cuda::launch_pasa_prepare(prep, batch, dim, args.stream);
-
-  const std::int64_t sh = ps.seq_kv * ps.dim, sb = ps.heads_kv * sh;
-  p.k = {prep.k_out, sb, sh, ps.dim};
-  if (convert_v) p.v = {prep.v_out, sb, sh, ps.dim};
-  cuda::launch_pasa_fwd(p, batch, dim, elem_type(in), args.stream);
+  cuda::PasaRequest r{};
+  r.call = call;
+  r.call.fwd.pasa_g = static_cast<float>(round_to(fp16, beta / (1.0 - beta)));
+  r.diag_full = static_cast<float>(round_to(fp16, (1.0 - beta / s2) * alpha));
+  r.off_full = static_cast<float>(round_to(fp16, -(beta / s2) * alpha));
+  r.diag_last = static_cast<float>(round_to(fp16, (1.0 - beta / n_last) * alpha));
+  r.off_last = static_cast<float>(round_to(fp16, -(beta / n_last) * alpha));
+  cuda::launch_pasa(r, args.stream);
 }
 
 }  // namespace pasa

@@ -1,5 +1,5 @@
-// The forward kernels' tile table: one constexpr shape per (policy family, head dim), and the few
-// named variants the benchmark times against it. Plain C++ (no CUDA): the host dispatch, the kernel
+// The exact forward kernel's tile table: one constexpr shape per head dim, and the few named
+// variants the benchmark times against it. Plain C++ (no CUDA): the host dispatch, the kernel
 // and the benchmark all read it.
 //
 // A CTA is kWarps warps; each warp owns kMTiles m16 row tiles (16 * kMTiles query rows), so a CTA
@@ -19,14 +19,11 @@ enum class Epilogue : int { direct = 0, staged = 1 };
 
 struct FwdTile {
   int head_dim;
-  int block_n;    // keys per K / V tile (for pasa: PASA's s2, the block its shift is taken over)
+  int block_n;    // keys per K / V tile
   int m_tiles;    // m16 row tiles per warp
   int warps;      // warps per CTA
   int stages;     // shared-memory buffers per K and per V tile: 1 (V_j loads under Q K_j^T, K_j+1
                   // under P V_j, two barriers per block) or 2 (K, V_j+1 load under all of block j)
-  int s_chunks;   // pasa: the key block's scores are formed in this many parts (fp32 accumulators
-                  // of one part at a time, then fp16), to fit beside the fp16 O~
-  int pv_parts;   // pasa: P V_j is formed in this many head-dim parts (fp32 accumulators of one part)
   Epilogue epilogue;
 
   constexpr int block_m() const { return 16 * m_tiles * warps; }
@@ -36,35 +33,24 @@ struct FwdTile {
   constexpr int smem_bytes() const { return (block_m() + 2 * stages * block_n) * smem_stride() * 2; }
 };
 
-// The pasa kernels' key block: PASA's s2 (the policy's block_kv must equal it).
-constexpr int kPasaBlockKv = 128;
-
 // The tuned shapes (bench/NOTES.md has the measurements behind them, H200 2026-11-22). Two m-tiles
-// per warp everywhere. One stage everywhere: two measured no faster for exact (the other CTA on the
-// SM already hides the loads) and 5-9% slower for pasa D 64. O staged through shared memory except
-// for exact D 128, where the direct stores measured 0-3% faster. Shared memory per CTA: 68 KB
-// (D 128 exact), 54 KB (D 64 exact), 102 KB (D 128 pasa: two stages of 128-key tiles would be
-// 170 KB, one CTA per SM, 28% slower), 54 KB (D 64 pasa). Registers (<= 255 a thread) allow two
-// CTAs, 8 warps, per SM.
+// per warp everywhere. One stage everywhere: two measured no faster (the other CTA on the SM
+// already hides the loads). O staged through shared memory except at D 128, where the direct stores
+// measured 0-3% faster. Shared memory per CTA: 68 KB (D 128), 54 KB (D 64). Registers (<= 255 a
+// thread) allow two CTAs, 8 warps, per SM.
 constexpr FwdTile exact_tile(int head_dim) {
-  return head_dim == 64 ? FwdTile{64, 128, 2, 4, 1, 1, 1, Epilogue::staged}
-                        : FwdTile{128, 64, 2, 4, 1, 1, 1, Epilogue::direct};
-}
-
-constexpr FwdTile pasa_tile(int head_dim) {
-  return head_dim == 64 ? FwdTile{64, kPasaBlockKv, 2, 4, 1, 1, 1, Epilogue::staged}
-                        : FwdTile{128, kPasaBlockKv, 2, 4, 1, 2, 4, Epilogue::staged};
+  return head_dim == 64 ? FwdTile{64, 128, 2, 4, 1, Epilogue::staged} : FwdTile{128, 64, 2, 4, 1, Epilogue::direct};
 }
 
 // Variants the benchmark times beside the tuned shapes (f16 inputs; bench/fwd_variants.cu), each one
-// lever of bench/NOTES.md changed. `tuned` is exact_tile() / pasa_tile().
+// lever of bench/NOTES.md changed. `tuned` is exact_tile().
 enum class FwdVariant : int {
   tuned = 0,
   other_stages = 1,     // two stages where tuned has one, one where it has two
   v1_shape = 2,         // 1 m-tile per warp, 1 stage, direct epilogue (the v1 structure)
   direct_epilogue = 3,  // O stored from the accumulator layout (staged where tuned is direct)
   warps8 = 4,           // 8 warps (256 query rows) per CTA sharing each K / V tile, one CTA per SM
-  half_block_n = 5,     // key tiles of half the keys (exact only: pasa's tile is its s2)
+  half_block_n = 5,     // key tiles of half the keys
 };
 constexpr int kFwdVariants = 6;
 

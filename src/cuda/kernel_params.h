@@ -20,8 +20,8 @@ struct Operand {
 
 struct FwdParams {
   Operand q;  // Q as given (f16 / bf16)
-  Operand k;  // exact: K as given; pasa: K' = M K in fp16 (the prepass's scratch)
-  Operand v;  // exact: V as given; pasa: V in fp16 (as given for f16, the prepass's copy for bf16)
+  Operand k;  // K as given (pasa: read by its prepass only)
+  Operand v;  // V as given (pasa: read by its prepass only)
   void* o;
   std::int64_t o_stride_b, o_stride_h, o_stride_s;
   ElemType o_type;
@@ -36,17 +36,6 @@ struct FwdParams {
                      // exponentiated in base 2
   bool negate_q;     // exact: alpha < 0; the kernel flips Q's sign so that it scales by |alpha|
   float pasa_g;      // pasa: fl_fp16(beta / (1 - beta)), the invariance
-};
-
-// PASA's prepass: K' = M K per block of kBlockKv keys, and V converted to fp16 where it is bf16.
-struct PasaPrepareParams {
-  Operand k, v;
-  ElemType in_type;
-  void* k_out;  // [B, H_kv, S_kv, D] fp16, contiguous
-  void* v_out;  // same, written only when in_type is bf16
-  int heads_kv, seq_kv, block_kv;
-  // M's stored entries (already fp16 values) for a full block and for the last, shorter block.
-  float diag_full, off_full, diag_last, off_last;
 };
 
 // SageAttention2's 8-bit kernel (the sage8 preset, spec section 4): key blocks of s2 = 128 keys (the
@@ -66,11 +55,23 @@ struct KernelRequest {
 // launch_sage8 needs nothing beyond it.
 using Sage8Request = KernelRequest;
 
+// The pasa kernel's key block: PASA's s2 (the policy's block_kv must equal it).
+constexpr int kPasaBlockKv = 128;
+
+// pasa (Algorithm 1, spec section 3): the call and PASA's M = (I - beta/n J) alpha as its stored fp16
+// entries, for a full key block of s2 = kPasaBlockKv keys and for the last, shorter one (n keys);
+// call.fwd.pasa_g carries the invariance g.
+struct PasaRequest {
+  KernelRequest call;
+  float diag_full, off_full, diag_last, off_last;
+};
+
 // Launch functions (defined in the .cu files). Each throws pasa::Error on a CUDA error; `stream` is
 // a cudaStream_t. CTA shapes: fwd_tiles.h (batch x heads x ceil(seq_q / block_m) CTAs).
 void launch_exact_fwd(const FwdParams& p, int batch, int head_dim, ElemType in_type, void* stream);
-void launch_pasa_fwd(const FwdParams& p, int batch, int head_dim, ElemType q_type, void* stream);
-void launch_pasa_prepare(const PasaPrepareParams& p, int batch, int head_dim, void* stream);
+// pasa: the prepass (K' = M K and V^T in fp16, as tiles) into scratch from pasa's pool, then the
+// fp16 wgmma kernel; both on `stream`.
+void launch_pasa(const PasaRequest& r, void* stream);
 // sage8: the quantization prepass (smooth K, INT8 Q and K per thread group, FP8 V per channel) into
 // scratch from pasa's pool, then the INT8 / FP8 attention kernel; all on `stream`.
 void launch_sage8(const Sage8Request& r, void* stream);

@@ -10,12 +10,12 @@
 //   rescaling O (a factor of exactly 1) for a warp whose maxima all stayed.
 // PasaSoftmax: the paper's Algorithm 1 (spec section 3) as the CPU emulator's run_query_block orders
 //   it, every intermediate an fp16 value where the emulator rounds. Scores and P are held as packed
-//   fp16 pairs (the A-fragment layout of the P V mma), so that the rounding points cost no
+//   fp16 pairs (the A-fragment layout of the P V MMA), so that the rounding points cost no
 //   conversions: S' - m is one HSUB2 per pair, P leaves the exponential through one F2FP per pair.
-//   The row sums (of S' for the pseudo-average, of P for l) are taken by the tensor cores (a product
-//   with a matrix of ones) in fp32 and rounded once (the emulator sums in fp16 one term at a time:
-//   ours is the more accurate of the two). The per-row scalar state (m, l, F and its dozen fp16
-//   roundings a block) lives in one lane of the quad per row, not in all four.
+//   The row sums (of S' for the pseudo-average, of P for l) come from the tensor cores in fp32 and
+//   are rounded once (the emulator sums in fp16 one term at a time: ours is the more accurate of the
+//   two). The per-row scalar state (m, l, F and its dozen fp16 roundings a block) lives in one lane
+//   of the quad per row, not in all four.
 // UnifiedSoftmax: FlashDecoding++'s unified max (spec section 5) for the decode kernel: every score
 //   against one fixed phi, no running max, no rescaling.
 #pragma once
@@ -120,6 +120,7 @@ struct PasaSoftmax {
   float m;  // running max relative to the reference g * F (an fp16 value)
   float l;  // running sum of exponentials (an fp16 value, complete row)
   float F;  // global pseudo-average (Eq. 15)
+  float e_prev, e_cur;  // the owned row's rescale factors of the last block (rescale -> add_block)
 
   __device__ __forceinline__ void init() {
     m = -INFINITY;
@@ -144,11 +145,12 @@ struct PasaSoftmax {
   }
 
   // s: masked S' as fp16 pairs in the A-fragment layout (tile n's pair of row i of m-tile mt in
-  // s[mt][n / 2][2 (n % 2) + i]) in; P = fl(e^(fl(S' - m_blk))) out, in place. m_blk[r]: the row's
-  // block max (-inf for a row that sees no key of the block, whose P is then 0).
+  // s[mt][n / 2][2 (n % 2) + i]). m_blk[r]: row r's block max (-inf for a row that sees no key of the
+  // block); m_use[r]: the fp16 shift its exponentials are taken against (0 for such a row, whose P is
+  // then 0, not NaN).
   template <int kNChunks>
-  __device__ __forceinline__ static void exponentiate(std::uint32_t (&s)[kMTiles][kNChunks][4],
-                                                      float (&m_blk)[kRows]) {
+  __device__ __forceinline__ static void block_max(const std::uint32_t (&s)[kMTiles][kNChunks][4],
+                                                   float (&m_blk)[kRows], __half2 (&m_use)[kRows]) {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -161,35 +163,35 @@ struct PasaSoftmax {
         }
         const float mx = quad_max(fmaxf(__low2float(mx2), __high2float(mx2)));
         m_blk[2 * mt + i] = mx;
-        const __half2 m_use = __float2half2_rn(mx == -INFINITY ? 0.0f : mx);  // an fp16 value: exact
-#pragma unroll
-        for (int kk = 0; kk < kNChunks; ++kk) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            std::uint32_t& w = s[mt][kk][2 * half + i];
-            const float2 x = __half22float2(__hsub2(as_half2(w), m_use));  // fl(S' - m), exact widening
-            w = pack2<__half>(fast_exp2(x.x * kLog2e), fast_exp2(x.y * kLog2e));
-          }
-        }
+        m_use[2 * mt + i] = __float2half2_rn(mx == -INFINITY ? 0.0f : mx);  // an fp16 value: exact
       }
     }
   }
 
-  // The state update of key block `block` (0-based): mean[r] = the row's local pseudo-average
-  // (fp16), m_blk[r] its block max, psum[r] the fp32 row sum of its P (all identical across the
-  // quad). ep / ec: the rescale factors of the running O~ and of this block's P V for each of the
-  // thread's rows (ep = 1, ec = 0 for a row that sees no key of the block: the emulator leaves such a
-  // row's state untouched). A row's visible keys are a prefix [0, limit) and blocks are visited in
-  // order, so a row that sees the block has seen every block before it: the j of Eq. 15 is block + 1.
-  // Called by all lanes (it shuffles).
-  __device__ __forceinline__ void update(int block, const float (&m_blk)[kRows], const float (&mean)[kRows],
-                                         const float (&psum)[kRows], float g, float (&ep)[kRows],
-                                         float (&ec)[kRows]) {
-    const float mb = own(m_blk), mn = own(mean), ps = own(psum);
-    float e_prev = 1.0f, e_cur = 0.0f;
+  // P = fl(e^(fl(S' - m))) in place for one k16 chunk w (= s[mt][kk]) of m-tile mt.
+  __device__ __forceinline__ static void exponentiate_chunk(std::uint32_t (&w)[4], const __half2 (&m_use)[kRows],
+                                                            int mt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 x = __half22float2(__hsub2(as_half2(w[e]), m_use[2 * mt + e % 2]));  // exact widening
+      w[e] = pack2<__half>(fast_exp2(x.x * kLog2e), fast_exp2(x.y * kLog2e));
+    }
+  }
+
+  // The state update of key block `block` (0-based) but for l: mean[r] = the row's local
+  // pseudo-average (fp16), m_blk[r] its block max (identical across the quad). ep / ec: the rescale
+  // factors of the running O~ and of this block's P V for each of the thread's rows (ep = 1, ec = 0
+  // for a row that sees no key of the block: the emulator leaves such a row's state untouched). A
+  // row's visible keys are a prefix [0, limit) and blocks are visited in order, so a row that sees the
+  // block has seen every block before it: the j of Eq. 15 is block + 1. Called by all lanes (it
+  // shuffles); add_block() completes it.
+  __device__ __forceinline__ void rescale(int block, const float (&m_blk)[kRows], const float (&mean)[kRows], float g,
+                                          float (&ep)[kRows], float (&ec)[kRows]) {
+    const float mb = own(m_blk), mn = own(mean);
+    e_prev = 1.0f;
+    e_cur = 0.0f;
     if (static_cast<int>(threadIdx.x) % 4 < kRows && mb != -INFINITY) {
       const float j = static_cast<float>(block + 1);
-      const float l_blk = round_fp16(ps);
       // (a quotient to 2 fp32 ulp, __fdividef, before its fp16 rounding: no division slow path)
       const float F_new = round_fp16(__fdividef(round_fp16(round_fp16((j - 1.0f) * F) + mn), j));
       const float d_prev = round_fp16(g * round_fp16(F - F_new));
@@ -203,12 +205,18 @@ struct PasaSoftmax {
         e_prev = round_fp16(expf(round_fp16(round_fp16(m - m_new) + d_prev)));
       }
       e_cur = round_fp16(expf(round_fp16(round_fp16(mb - m_new) + d_cur)));
-      l = round_fp16(round_fp16(e_prev * l) + round_fp16(e_cur * l_blk));
       m = m_new;
       F = F_new;
     }
     broadcast(e_prev, ep);
     broadcast(e_cur, ec);
+  }
+
+  // l = fl(fl(ep l) + fl(ec fl(psum))) with the factors of the last rescale(); psum[r] = the fp32 row
+  // sum of the block's P (identical across the quad). (A row that saw no key: l unchanged.)
+  __device__ __forceinline__ void add_block(const float (&psum)[kRows]) {
+    const float ps = own(psum);
+    if (static_cast<int>(threadIdx.x) % 4 < kRows) l = round_fp16(round_fp16(e_prev * l) + round_fp16(e_cur * round_fp16(ps)));
   }
 
   // Final row sums and LSE = m + log(l) + g * F (the state is relative to the reference g * F), -inf

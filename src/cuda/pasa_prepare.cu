@@ -1,26 +1,30 @@
-// PASA's pre-processing (Algorithm 1, step 1) as a small prepass: for each block of s2 keys,
-// K'_j = M K_j with M = (I - beta/n J) alpha stored in fp16 (diagonal a', off-diagonal -b', n the
-// block's key count), written in fp16. Each row of M K is a' k_r - b' sum_{t != r} k_t, i.e.
-// (a' + b') k_r - b' colsum: one column sum per block in fp32, then one fused multiply-add per
-// element rounded once to fp16 (the emulator forms the same GEMM in fp32 term by term).
-// bf16 inputs are rounded to fp16 first (the pasa policy's input format), and V is copied to fp16.
+// PASA's pre-processing (Algorithm 1, step 1) as a prepass that also lays the operands out for the
+// wgmma kernel (pasa_stage.cuh): for each block of s2 keys, K'_j = M K_j with M = (I - beta/n J)
+// alpha stored in fp16 (diagonal a', off-diagonal -b', n the block's key count), written in fp16.
+// Each row of M K is a' k_r - b' sum_{t != r} k_t, i.e. (a' + b') k_r - b' colsum: one column sum per
+// block in fp32, then one fused multiply-add per element rounded once to fp16 (the emulator forms the
+// same GEMM in fp32 term by term). bf16 inputs are rounded to fp16 first (the pasa policy's input
+// format). Also per block: the column mean of the fp16 K' rows (the rows that give the kernel its
+// sums of S'), and V in fp16 transposed to V^T.
 //
-// One CTA of 128 threads per (key block, K/V head, batch); each thread owns 8 consecutive head-dim
-// columns (16-byte loads) of every kRowLanes-th row.
+// One CTA of kPrepThreads per (key block, K/V head, batch); thread (row lane, column group) owns 8
+// consecutive channels (16-byte loads and stores) of every kRowLanes-th key. V goes through shared
+// memory to be written transposed, 16 bytes (8 keys of one channel) a store.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <type_traits>
 
 #include "cuda/cuda_check.h"
-#include "cuda/kernel_params.h"
+#include "cuda/pasa_stage.cuh"
 #include "cuda/ptx.cuh"
+#include "cuda/wgmma.cuh"
 #include "pasa/error.h"
 
 namespace pasa::cuda {
 namespace {
 
-constexpr int kPrepThreads = 128;
+constexpr int kPrepThreads = 256;
 
 // Eight 16-bit elements (16 bytes) as floats rounded to fp16.
 template <typename InElem>
@@ -37,27 +41,39 @@ __device__ __forceinline__ void load8_as_fp16(const InElem* src, float (&x)[8]) 
   }
 }
 
-__device__ __forceinline__ void store8_fp16(__half* dst, const float (&x)[8]) {
+__device__ __forceinline__ uint4 pack8_fp16(const float (&x)[8]) {
   uint4 raw;
-  __half2* h = reinterpret_cast<__half2*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(x[2 * i], x[2 * i + 1]);
-  *reinterpret_cast<uint4*>(dst) = raw;
+  raw.x = pack2<__half>(x[0], x[1]);
+  raw.y = pack2<__half>(x[2], x[3]);
+  raw.z = pack2<__half>(x[4], x[5]);
+  raw.w = pack2<__half>(x[6], x[7]);
+  return raw;
 }
 
-template <int kHeadDim, typename InElem>
-__global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid_constant__ PasaPrepareParams p) {
-  constexpr int kGroups = kHeadDim / 8;                 // 16-byte column groups per row
-  constexpr int kRowLanes = kPrepThreads / kGroups;     // threads sharing one column group
-  __shared__ float partial[kRowLanes][kHeadDim];
-  __shared__ float colsum[kHeadDim];
+struct PrepParams {
+  Operand k, v;
+  int heads_kv, seq_kv, n_kb;
+  float diag_full, off_full, diag_last, off_last;
+  std::uint8_t* tiles;
+};
+
+template <int D, typename InElem>
+__global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid_constant__ PrepParams p) {
+  using Stage = PasaStage<D>;
+  constexpr int kKeys = Stage::kKeys;
+  constexpr int kGroups = D / 8;                  // 16-byte column groups per row
+  constexpr int kRowLanes = kPrepThreads / kGroups;  // threads sharing one column group
+  constexpr int kVStride = D + 8;                 // V's shared rows, padded against bank conflicts
+  __shared__ float partial[kRowLanes][D];
+  __shared__ float colsum[D];
+  __shared__ __align__(16) __half v_sh[kKeys][kVStride];
 
   const int kb = static_cast<int>(blockIdx.x);
   const int h = static_cast<int>(blockIdx.y);
   const int b = static_cast<int>(blockIdx.z);
-  const int k0 = kb * p.block_kv;
-  const int n = min(p.block_kv, p.seq_kv - k0);
-  const bool last = k0 + p.block_kv >= p.seq_kv;
+  const int k0 = kb * kKeys;
+  const int n = min(kKeys, p.seq_kv - k0);
+  const bool last = k0 + kKeys >= p.seq_kv;
   const float diag = last ? p.diag_last : p.diag_full;
   const float off = last ? p.off_last : p.off_full;
   const int cg = static_cast<int>(threadIdx.x) % kGroups;
@@ -66,62 +82,105 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
 
   const InElem* gK = static_cast<const InElem*>(p.k.data) + b * p.k.stride_b + h * p.k.stride_h + col;
   const InElem* gV = static_cast<const InElem*>(p.v.data) + b * p.v.stride_b + h * p.v.stride_h + col;
-  const std::int64_t out_base = ((static_cast<std::int64_t>(b) * p.heads_kv + h) * p.seq_kv) * kHeadDim + col;
-  __half* oK = static_cast<__half*>(p.k_out) + out_base;
-  __half* oV = static_cast<__half*>(p.v_out) + out_base;
+  std::uint8_t* stage = p.tiles + ((static_cast<std::int64_t>(b) * p.heads_kv + h) * p.n_kb + kb) * Stage::kBytes;
 
+  // Column sums of the block's keys; meanwhile V's rows into shared memory (zeros past the end).
   float sum[8] = {};
-  for (int r = lane_row; r < n; r += kRowLanes) {
-    float x[8];
-    load8_as_fp16(gK + (k0 + r) * p.k.stride_s, x);
+  for (int r = lane_row; r < kKeys; r += kRowLanes) {
+    float x[8] = {};
+    if (r < n) {
+      load8_as_fp16(gK + (k0 + r) * p.k.stride_s, x);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) sum[i] += x[i];
+      for (int i = 0; i < 8; ++i) sum[i] += x[i];
+    }
+    float y[8] = {};
+    if (r < n) load8_as_fp16(gV + (k0 + r) * p.v.stride_s, y);
+    *reinterpret_cast<uint4*>(&v_sh[r][col]) = pack8_fp16(y);
   }
+  const auto reduce = [&](float (&s)[8]) {  // the row lanes' partial sums -> colsum (ends synced)
 #pragma unroll
-  for (int i = 0; i < 8; ++i) partial[lane_row][col + i] = sum[i];
-  __syncthreads();
-  if (threadIdx.x < kHeadDim) {
-    float s = 0.0f;
+    for (int i = 0; i < 8; ++i) partial[lane_row][col + i] = s[i];
+    __syncthreads();
+    if (threadIdx.x < D) {
+      float total = 0.0f;
 #pragma unroll
-    for (int r = 0; r < kRowLanes; ++r) s += partial[r][threadIdx.x];
-    colsum[threadIdx.x] = s;
-  }
-  __syncthreads();
+      for (int r = 0; r < kRowLanes; ++r) total += partial[r][threadIdx.x];
+      colsum[threadIdx.x] = total;
+    }
+    __syncthreads();
+  };
+  reduce(sum);
 
+  // K' rows (zeros past the end), and the sums of their fp16 values for the mean rows.
   const float a = diag - off;  // a' + b': exact in fp32 for fp16 a', b'
   float shift[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) shift[i] = off * colsum[col + i];
-  for (int r = lane_row; r < n; r += kRowLanes) {
-    float x[8];
-    load8_as_fp16(gK + (k0 + r) * p.k.stride_s, x);
+  float ksum[8] = {};
+  for (int r = lane_row; r < kKeys; r += kRowLanes) {
+    float x[8] = {};
+    if (r < n) {
+      load8_as_fp16(gK + (k0 + r) * p.k.stride_s, x);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) x[i] = fmaf(a, x[i], shift[i]);
-    store8_fp16(oK + static_cast<std::int64_t>(k0 + r) * kHeadDim, x);
-    if constexpr (std::is_same_v<InElem, __nv_bfloat16>) {
-      load8_as_fp16(gV + (k0 + r) * p.v.stride_s, x);
-      store8_fp16(oV + static_cast<std::int64_t>(k0 + r) * kHeadDim, x);
+      for (int i = 0; i < 8; ++i) {
+        x[i] = round_fp16(fmaf(a, x[i], shift[i]));
+        ksum[i] += x[i];
+      }
     }
+    *reinterpret_cast<uint4*>(stage + swizzled_offset<128>(Stage::k_offset(r, col))) = pack8_fp16(x);
+  }
+  reduce(ksum);  // (its first barrier also orders v_sh's writes before the reads below)
+  if (threadIdx.x < D) {
+    const int ch = static_cast<int>(threadIdx.x);
+    const float mean = colsum[ch] / kKeys;  // the kernel scales the sum back by 128 / n
+    const __half hi = __float2half_rn(mean);
+    const __half lo = __float2half_rn(mean - __half2float(hi));
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      *reinterpret_cast<__half*>(stage + swizzled_offset<128>(Stage::k_offset(kKeys + r, ch))) = r % 2 ? lo : hi;
+    }
+  }
+
+  // V^T: item i is channel ch, keys 8 c .. 8 c + 7 (one 16-byte store); neighbouring threads take
+  // neighbouring channels, so that their shared-memory reads share banks' words, not banks.
+  constexpr int kChunks = kKeys / 8;
+  for (int i = static_cast<int>(threadIdx.x); i < D * kChunks; i += kPrepThreads) {
+    const int ch = i % D, c = i / D;
+    std::uint32_t w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const __half2 pair = __halves2half2(v_sh[8 * c + 2 * j][ch], v_sh[8 * c + 2 * j + 1][ch]);
+      w[j] = as_u32(pair);
+    }
+    *reinterpret_cast<uint4*>(stage + swizzled_offset<128>(Stage::v_offset(ch, 8 * c))) = make_uint4(w[0], w[1], w[2], w[3]);
   }
 }
 
-template <int kHeadDim, typename InElem>
-void launch_prepare(const PasaPrepareParams& p, int batch, cudaStream_t stream) {
-  const dim3 grid((p.seq_kv + p.block_kv - 1) / p.block_kv, p.heads_kv, batch);
-  pasa_prepare_kernel<kHeadDim, InElem><<<grid, kPrepThreads, 0, stream>>>(p);
+template <int D, typename InElem>
+void launch_prepare(const PrepParams& p, int batch, cudaStream_t stream) {
+  const dim3 grid(p.n_kb, p.heads_kv, batch);
+  pasa_prepare_kernel<D, InElem><<<grid, kPrepThreads, 0, stream>>>(p);
   check_launch("pasa_prepare_kernel launch");
 }
 
 }  // namespace
 
-void launch_pasa_prepare(const PasaPrepareParams& p, int batch, int head_dim, void* stream) {
+std::size_t pasa_tile_bytes(int batch, int heads_kv, int n_kb, int head_dim) {
+  const std::size_t stage = head_dim == 64 ? PasaStage<64>::kBytes : PasaStage<128>::kBytes;
+  return static_cast<std::size_t>(batch) * heads_kv * n_kb * stage;
+}
+
+void launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, int n_kb, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  const bool bf16 = p.in_type == ElemType::bf16;
-  if (p.in_type != ElemType::f16 && !bf16) throw Error("pasa prepass: k/v must be f16 or bf16");
-  if (head_dim == 64) {
-    bf16 ? launch_prepare<64, __nv_bfloat16>(p, batch, s) : launch_prepare<64, __half>(p, batch, s);
-  } else if (head_dim == 128) {
-    bf16 ? launch_prepare<128, __nv_bfloat16>(p, batch, s) : launch_prepare<128, __half>(p, batch, s);
+  const KernelRequest& c = r.call;
+  const PrepParams p{c.fwd.k,     c.fwd.v,    c.heads_kv,  c.fwd.seq_kv, n_kb, r.diag_full,
+                     r.off_full, r.diag_last, r.off_last, tiles};
+  const bool bf16 = c.in_type == ElemType::bf16;
+  if (c.in_type != ElemType::f16 && !bf16) throw Error("pasa prepass: k/v must be f16 or bf16");
+  if (c.head_dim == 64) {
+    bf16 ? launch_prepare<64, __nv_bfloat16>(p, c.batch, s) : launch_prepare<64, __half>(p, c.batch, s);
+  } else if (c.head_dim == 128) {
+    bf16 ? launch_prepare<128, __nv_bfloat16>(p, c.batch, s) : launch_prepare<128, __half>(p, c.batch, s);
   } else {
     throw Error("pasa prepass: head dim must be 64 or 128");
   }

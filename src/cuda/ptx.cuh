@@ -128,8 +128,8 @@ __device__ __forceinline__ std::uint32_t as_u32(__half2 h) {
   return x;
 }
 
-// The B fragment of an all-ones 16 x 8 fp16 matrix: A x ones puts each row's sum of A in every
-// column of the product.
+// Two fp16 ones: the pasa kernel's all-ones B tile, whose product with A puts each row's sum of A
+// in every column.
 constexpr std::uint32_t kOnesHalf2 = 0x3C003C00u;
 
 // fl_fp16(x) as a float: the rounding points of the fp16 policies.

@@ -96,22 +96,6 @@ __device__ __forceinline__ void warp_pv(float (&acc)[kMTiles][kDTiles][4],
   }
 }
 
-// Row sums of fp16 A fragments by the tensor cores: sum[mt][i] = the sum over all kNChunks * 16
-// columns of row i (g / g + 8) of m-tile mt, complete (no quad reduction needed), fp32 accumulation.
-template <int kMTiles, int kNChunks>
-__device__ __forceinline__ void rowsum_mma(const std::uint32_t (&a)[kMTiles][kNChunks][4],
-                                           float (&sum)[kMTiles][2]) {
-  // Two accumulators per m-tile (even and odd k steps): two short dependency chains, not one long one.
-#pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
-    float c[2][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < kNChunks; ++kk) mma_16816<__half>(c[kk % 2], a[mt][kk], kOnesHalf2, kOnesHalf2);
-    sum[mt][0] = c[0][0] + c[1][0];
-    sum[mt][1] = c[0][2] + c[1][2];
-  }
-}
-
 // O's fp32 accumulators (C layout: c0, c1 in row g, c2, c3 in row g + 8 of each m-tile) times a
 // factor per row, row 2 mt + i of `factor` for half i of m-tile mt: the online softmax's rescale.
 template <int kMTiles, int kDTiles>

@@ -319,20 +319,41 @@ TEST(CudaExact, DefaultPolicyRunsAsInputDtypeP) {
              Policy{}, exact_policy(DType::f16));
 }
 
-// The paper's uniform case (x0 = 30, Am = 0.5, fp16, (1, 2, 1280, 128)): FA(FP16-FP32) overflows
-// to NaN on every row; the pasa kernel must stay finite.
-TEST(CudaPasa, UniformX0_30IsFinite) {
+// The inputs on which a fully-fp16 attention without the shift overflows: the PASA paper's Table 4
+// (uniform and hybrid Q, K, V at (1, 2, 1280, 128), fp16; FA(FP16-FP32) turns 0.04-100% of its
+// output into NaN) and the resonance inputs (tests/cpu/test_pasa.cpp shows the overflow without the
+// shift), GQA and causal among them. The pasa kernel must stay finite and as accurate as its emulator.
+TEST(CudaPasa, PaperTable4AndResonanceInputs) {
   REQUIRE_SM90();
-  const auto seed = test::fresh_seed();
-  SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  std::mt19937_64 rng(seed);
-  const Case c{1, 2, 2, 1280, 1280, 128, false, CausalAlignment::bottom_right, false, DType::f16,
-               DType::f16};
-  const Result r = run_case(c, pasa_policy(), pasa_policy(), rng, 29.5, 30.5);
-  EXPECT_TRUE(std::isfinite(r.err_kernel)) << "pasa kernel output has NaN/inf";
-  EXPECT_TRUE(std::isfinite(r.lse_err_kernel));
-  std::printf("  uniform x0=30 Am=0.5: pasa kernel O err %.3e (emulator %.3e), LSE err %.3e (emulator %.3e)\n",
-              r.err_kernel, r.err_emulator, r.lse_err_kernel, r.lse_err_emulator);
+  const auto br = CausalAlignment::bottom_right;
+  const Policy pol = pasa_policy();
+  struct Table4 {
+    bool hybrid;
+    double x0, am;
+  };
+  for (const Table4 t : {Table4{false, 30, 0.5}, Table4{false, 20, 15}, Table4{false, 20, 20},
+                         Table4{true, 30, 10}, Table4{true, 20, 50}, Table4{true, 20, 100}}) {
+    const Case c{1, 2, 2, 1280, 1280, 128, false, br, false, DType::f16, DType::f16};
+    const std::uint64_t seed = test::fresh_seed();
+    const Shape4 shape{c.B, c.Hq, c.Sq, c.D};
+    const QKV data = t.hybrid ? hybrid_qkv(shape, t.x0, t.am, seed) : uniform_qkv(shape, t.x0, t.am, seed);
+    GivenInputs in{data.q, data.k, data.v};
+    const std::string name = std::string(t.hybrid ? "hybrid" : "uniform") + " x0 " + std::to_string(t.x0) +
+                             " Am " + std::to_string(t.am);
+    check_case(c, pol, pol, std::nullopt, nullptr, seed, -1.0, 1.0, &in, name.c_str());
+  }
+  for (const char* preset : {"qwen2", "svd"}) {
+    for (const Case& c : {Case{1, 4, 2, 256, 256, 128, true, br, false, DType::f16, DType::f16},
+                          Case{1, 2, 2, 300, 300, 128, false, br, false, DType::bf16, DType::f32}}) {
+      const std::uint64_t seed = test::fresh_seed();
+      const ResonanceParams params = resonance_preset(preset);
+      const QKV qs = resonance_qkv({c.B, c.Hq, c.Sq, c.D}, params, seed, c.in);
+      const QKV kv = resonance_qkv({c.B, c.Hkv, c.Skv, c.D}, params, seed, c.in);
+      GivenInputs in{qs.q, kv.k, kv.v};
+      const std::string name = std::string("resonance ") + preset;
+      check_case(c, pol, pol, std::nullopt, nullptr, seed, -1.0, 1.0, &in, name.c_str());
+    }
+  }
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 // The wgmma building blocks of src/cuda/wgmma.cuh on one warpgroup, against a CPU matrix product:
 // K-major swizzled B tiles with 64- and 128-byte rows placed at several shared-memory offsets, A
 // fragments from registers, the accumulator layout; INT8 and FP8 e4m3 in the shapes the sage8 kernel
-// uses. Its correctness rests on these layouts, and a wrong descriptor or swizzle shows here as a
+// uses, fp16 in the shapes of the pasa kernel. Its correctness rests on these layouts, and a wrong descriptor or swizzle shows here as a
 // plainly wrong product. Small integer inputs keep every product exact, so the comparison is for
 // equality.
 #include <gtest/gtest.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
@@ -22,9 +23,11 @@ namespace {
 
 constexpr int kM = 64;  // one warpgroup's rows
 
-// D[64][N] = A[64][K] B[N][K]^T with K = kRowBytes: B copied into shared memory `offset` bytes past a
+enum class Elem { s8, e4m3, f16 };
+
+// D[64][N] = A[64][K] B[N][K]^T with K = kRowBytes (bytes) of elements: B copied into shared memory `offset` bytes past a
 // 1024-byte boundary, in the swizzled K-major layout; A's fragments read from global memory.
-template <int kRowBytes, int N, bool kFp8>
+template <int kRowBytes, int N, Elem kElem>
 __global__ void wgmma_product(const std::uint8_t* a, const std::uint8_t* b, int offset, float* d) {
   extern __shared__ std::uint8_t smem[];
   const std::uint32_t tile = ((smem_addr(smem) + 1023u) & ~1023u) + offset;
@@ -50,7 +53,23 @@ __global__ void wgmma_product(const std::uint8_t* a, const std::uint8_t* b, int 
   }
   float out[N / 2];
   const std::uint64_t desc = kmajor_desc<kRowBytes>(tile);
-  if constexpr (kFp8) {
+  if constexpr (kElem == Elem::f16) {
+    for (int i = 0; i < N / 2; ++i) out[i] = 0.0f;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kRowBytes / 32; ++kk) {
+      if constexpr (N == 136) {
+        wgmma_f16_m64n136k16(out, frag[kk], desc + 2 * kk, kk > 0);
+      } else if constexpr (N == 128) {
+        wgmma_f16_m64n128k16(out, frag[kk], desc + 2 * kk, kk > 0);
+      } else {
+        wgmma_f16_m64n64k16(out, frag[kk], desc + 2 * kk, kk > 0);
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_pin(out);
+  } else if constexpr (kElem == Elem::e4m3) {
     for (int i = 0; i < N / 2; ++i) out[i] = 0.0f;
     wgmma_fence();
 #pragma unroll
@@ -83,43 +102,53 @@ __global__ void wgmma_product(const std::uint8_t* a, const std::uint8_t* b, int 
 
 struct Case {
   int row_bytes, n;
-  bool fp8;
+  Elem elem;
   int offset;
 };
 
 std::string describe(const Case& c) {
-  return std::string(c.fp8 ? "e4m3" : "s8") + " rows " + std::to_string(c.row_bytes) + " B, N " + std::to_string(c.n) +
+  const char* names[] = {"s8", "e4m3", "f16"};
+  return std::string(names[static_cast<int>(c.elem)]) + " rows " + std::to_string(c.row_bytes) + " B, N " + std::to_string(c.n) +
          ", tile at +" + std::to_string(c.offset);
 }
 
-// One byte of an operand and its value: INT8 in [-127, 127], or e4m3 holding an integer in [-4, 4].
-std::uint8_t random_operand(std::mt19937& rng, bool fp8, float* value) {
-  if (!fp8) {
+// One element of an operand, stored little-endian at `bytes`, and its value: INT8 in [-127, 127],
+// e4m3 holding an integer in [-4, 4], or fp16 holding an integer in [-16, 16].
+void random_operand(std::mt19937& rng, Elem elem, std::uint8_t* bytes, float* value) {
+  if (elem == Elem::s8) {
     const int x = static_cast<int>(rng() % 255) - 127;
     *value = static_cast<float>(x);
-    return static_cast<std::uint8_t>(static_cast<std::int8_t>(x));
+    bytes[0] = static_cast<std::uint8_t>(static_cast<std::int8_t>(x));
+  } else if (elem == Elem::e4m3) {
+    const int x = static_cast<int>(rng() % 9) - 4;
+    *value = static_cast<float>(x);
+    bytes[0] = static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(static_cast<float>(x), __NV_SATFINITE, __NV_E4M3));
+  } else {
+    const int x = static_cast<int>(rng() % 33) - 16;
+    *value = static_cast<float>(x);
+    const std::uint16_t h = __half_as_ushort(__float2half(static_cast<float>(x)));
+    bytes[0] = static_cast<std::uint8_t>(h & 0xff);
+    bytes[1] = static_cast<std::uint8_t>(h >> 8);
   }
-  const int x = static_cast<int>(rng() % 9) - 4;
-  *value = static_cast<float>(x);
-  return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(static_cast<float>(x), __NV_SATFINITE, __NV_E4M3));
 }
 
-template <int kRowBytes, int N, bool kFp8>
+template <int kRowBytes, int N, Elem kElem>
 void launch(const std::uint8_t* a, const std::uint8_t* b, int offset, float* d) {
   const int smem = 1024 + offset + N * kRowBytes;
-  ASSERT_EQ(cudaFuncSetAttribute(wgmma_product<kRowBytes, N, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+  ASSERT_EQ(cudaFuncSetAttribute(wgmma_product<kRowBytes, N, kElem>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
             cudaSuccess);
-  wgmma_product<kRowBytes, N, kFp8><<<1, 128, smem>>>(a, b, offset, d);
+  wgmma_product<kRowBytes, N, kElem><<<1, 128, smem>>>(a, b, offset, d);
 }
 
 void run_case(const Case& c) {
   SCOPED_TRACE(describe(c));
   std::mt19937 rng(1234u + c.offset + c.n + c.row_bytes);
-  const int k = c.row_bytes;
-  std::vector<std::uint8_t> a(kM * k), b(c.n * k);
-  std::vector<float> av(a.size()), bv(b.size());
-  for (std::size_t i = 0; i < a.size(); ++i) a[i] = random_operand(rng, c.fp8, &av[i]);
-  for (std::size_t i = 0; i < b.size(); ++i) b[i] = random_operand(rng, c.fp8, &bv[i]);
+  const int size = c.elem == Elem::f16 ? 2 : 1;
+  const int k = c.row_bytes / size;  // elements per row
+  std::vector<std::uint8_t> a(kM * c.row_bytes), b(c.n * c.row_bytes);
+  std::vector<float> av(kM * k), bv(c.n * k);
+  for (std::size_t i = 0; i < av.size(); ++i) random_operand(rng, c.elem, &a[i * size], &av[i]);
+  for (std::size_t i = 0; i < bv.size(); ++i) random_operand(rng, c.elem, &b[i * size], &bv[i]);
 
   std::uint8_t *da = nullptr, *db = nullptr;
   float* dd = nullptr;
@@ -129,10 +158,13 @@ void run_case(const Case& c) {
   cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
   cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice);
   cudaMemset(dd, 0xff, sizeof(float) * kM * c.n);
-  if (!c.fp8 && k == 64) launch<64, 128, false>(da, db, c.offset, dd);
-  if (!c.fp8 && k == 128) launch<128, 128, false>(da, db, c.offset, dd);
-  if (c.fp8 && c.n == 64) launch<128, 64, true>(da, db, c.offset, dd);
-  if (c.fp8 && c.n == 128) launch<128, 128, true>(da, db, c.offset, dd);
+  if (c.elem == Elem::s8 && c.row_bytes == 64) launch<64, 128, Elem::s8>(da, db, c.offset, dd);
+  if (c.elem == Elem::s8 && c.row_bytes == 128) launch<128, 128, Elem::s8>(da, db, c.offset, dd);
+  if (c.elem == Elem::e4m3 && c.n == 64) launch<128, 64, Elem::e4m3>(da, db, c.offset, dd);
+  if (c.elem == Elem::e4m3 && c.n == 128) launch<128, 128, Elem::e4m3>(da, db, c.offset, dd);
+  if (c.elem == Elem::f16 && c.n == 64) launch<128, 64, Elem::f16>(da, db, c.offset, dd);
+  if (c.elem == Elem::f16 && c.n == 128) launch<128, 128, Elem::f16>(da, db, c.offset, dd);
+  if (c.elem == Elem::f16 && c.n == 136) launch<128, 136, Elem::f16>(da, db, c.offset, dd);
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   std::vector<float> d(kM * c.n);
   ASSERT_EQ(cudaMemcpy(d.data(), dd, sizeof(float) * d.size(), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -153,10 +185,13 @@ void run_case(const Case& c) {
 TEST(WgmmaLayout, SwizzledKMajorTilesGiveTheMatrixProduct) {
   if (!cuda_backend_available()) GTEST_SKIP() << "no sm_90 GPU: CUDA tests skipped";
   for (const int offset : {0, 1024, 4096, 8192, 12288, 20480}) {
-    run_case({64, 128, false, offset});   // Q K^T at D = 64: K tile rows of 64 bytes, 128 keys
-    run_case({128, 128, false, offset});  // Q K^T at D = 128
-    run_case({128, 64, true, offset});    // P~ V at D = 64: V^T tile rows of 128 keys
-    run_case({128, 128, true, offset});   // P~ V at D = 128
+    run_case({64, 128, Elem::s8, offset});    // sage8 Q K^T at D = 64: K tile rows of 64 bytes, 128 keys
+    run_case({128, 128, Elem::s8, offset});   // sage8 Q K^T at D = 128
+    run_case({128, 64, Elem::e4m3, offset});  // sage8 P~ V at D = 64: V^T tile rows of 128 keys
+    run_case({128, 128, Elem::e4m3, offset}); // sage8 P~ V at D = 128
+    run_case({128, 136, Elem::f16, offset});  // pasa Q K'^T: an atom of 64 channels, 128 keys + 8 mean rows
+    run_case({128, 64, Elem::f16, offset});   // pasa P V at D = 64: an atom of 64 keys
+    run_case({128, 128, Elem::f16, offset});  // pasa P V at D = 128
   }
 }
 
