@@ -8,8 +8,8 @@
 // emulator's order and at its fp16 rounding points (PasaSoftmax, online_softmax.cuh):
 //   S' = Q K'^T by one m64n136k16 wgmma chain (fp32 accumulators rounded to fp16 pairs, which are the
 //     A fragments of P V as they stand); its 8 extra columns are Q against the block's mean K' row,
-//     the row sums of S' that the local pseudo-average needs (summed in fp32, the rows of the
-//     prepass's mean in fp16 hi + lo);
+//     the row sums of S' that the local pseudo-average needs (in fp32, from the prepass's mean rows
+//     in fp16 hi + lo, about 22 bits);
 //   the block max, then per k16 step P = fl(e^(fl(S' - m_blk))) packed in place and sent at once to
 //     the tensor cores: P V^T (fp32 accumulators, a fresh sum per block) and P times a matrix of ones
 //     (m64n8k16: the row sums of P, for l, in fp32);
@@ -218,8 +218,9 @@ __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_ke
 #pragma unroll
     for (int q = 0; q < kKeys / 4; ++q) pa[0][q / 4][q % 4] = pack2<__half>(acc[2 * q], acc[2 * q + 1]);
     const float n_valid = static_cast<float>(min(kKeys, p.seq_kv - key0));
-    const float mean[2] = {round_fp16(__fdividef((acc[kKeys / 2] + acc[kKeys / 2 + 1]) * kKeys, n_valid)),
-                           round_fp16(__fdividef((acc[kKeys / 2 + 2] + acc[kKeys / 2 + 3]) * kKeys, n_valid))};
+    constexpr float kLo = 1.0f / kMeanLoScale;
+    const float mean[2] = {round_fp16(__fdividef(fmaf(acc[kKeys / 2 + 1], kLo, acc[kKeys / 2]) * kKeys, n_valid)),
+                           round_fp16(__fdividef(fmaf(acc[kKeys / 2 + 3], kLo, acc[kKeys / 2 + 2]) * kKeys, n_valid))};
     release(k_empty, kb % kKS);  // this block's S' has completed: its K' slot is free
     if (tid == 0) load_k(kb + kKS);
     if (key0 + kKeys > p.seq_kv || (p.causal && key0 + kKeys - 1 > wr0 + p.causal_offset)) {

@@ -297,7 +297,6 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
   if (args.lse.data != nullptr) check_device_pointer(args.lse.data, "lse", device);
 
   const double alpha = resolve_scale(args, ps.dim);
-  const auto stream = static_cast<cudaStream_t>(args.stream);
 
   cuda::FwdParams p{};
   p.q = operand(args.q);

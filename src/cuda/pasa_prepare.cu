@@ -63,10 +63,10 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
   constexpr int kKeys = Stage::kKeys;
   constexpr int kGroups = D / 8;                  // 16-byte column groups per row
   constexpr int kRowLanes = kPrepThreads / kGroups;  // threads sharing one column group
-  constexpr int kVStride = D + 8;                 // V's shared rows, padded against bank conflicts
+  constexpr int kVStride = D + 2;  // V's shared rows: rows 8 apart fall 8 banks apart (see V^T below)
   __shared__ float partial[kRowLanes][D];
   __shared__ float colsum[D];
-  __shared__ __align__(16) __half v_sh[kKeys][kVStride];
+  __shared__ __half2 v_sh[kKeys][kVStride / 2];
 
   const int kb = static_cast<int>(blockIdx.x);
   const int h = static_cast<int>(blockIdx.y);
@@ -95,7 +95,8 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
     }
     float y[8] = {};
     if (r < n) load8_as_fp16(gV + (k0 + r) * p.v.stride_s, y);
-    *reinterpret_cast<uint4*>(&v_sh[r][col]) = pack8_fp16(y);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v_sh[r][col / 2 + i] = __floats2half2_rn(y[2 * i], y[2 * i + 1]);
   }
   const auto reduce = [&](float (&s)[8]) {  // the row lanes' partial sums -> colsum (ends synced)
 #pragma unroll
@@ -132,25 +133,30 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
   reduce(ksum);  // (its first barrier also orders v_sh's writes before the reads below)
   if (threadIdx.x < D) {
     const int ch = static_cast<int>(threadIdx.x);
-    const float mean = colsum[ch] / kKeys;  // the kernel scales the sum back by 128 / n
+    // hi = fl(mean), lo = fl((mean - hi) 2^11): the rest scaled up to hi's magnitude, so that it stays
+    // a normal fp16 number (with its 11 bits) wherever hi is one. The kernel forms
+    // Q.hi + Q.lo 2^-11 = (the row's sum of S') / 128.
+    const float mean = colsum[ch] / kKeys;
     const __half hi = __float2half_rn(mean);
-    const __half lo = __float2half_rn(mean - __half2float(hi));
+    const __half lo = __float2half_rn((mean - __half2float(hi)) * kMeanLoScale);
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
       *reinterpret_cast<__half*>(stage + swizzled_offset<128>(Stage::k_offset(kKeys + r, ch))) = r % 2 ? lo : hi;
     }
   }
 
-  // V^T: item i is channel ch, keys 8 c .. 8 c + 7 (one 16-byte store); neighbouring threads take
-  // neighbouring channels, so that their shared-memory reads share banks' words, not banks.
+  // V^T: item i is channel ch, keys 8 c .. 8 c + 7 (one 16-byte store); eight neighbouring threads
+  // take the eight chunks of one 128-byte row of an atom (coalesced stores). Their shared-memory reads
+  // (rows 8 apart) meet at most two to a bank.
   constexpr int kChunks = kKeys / 8;
+  const __half* v_elems = reinterpret_cast<const __half*>(v_sh);
   for (int i = static_cast<int>(threadIdx.x); i < D * kChunks; i += kPrepThreads) {
-    const int ch = i % D, c = i / D;
+    const int ch = i / 8 % D, c = i % 8 + 8 * (i / (8 * D));
     std::uint32_t w[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const __half2 pair = __halves2half2(v_sh[8 * c + 2 * j][ch], v_sh[8 * c + 2 * j + 1][ch]);
-      w[j] = as_u32(pair);
+      const int r = 8 * c + 2 * j;
+      w[j] = as_u32(__halves2half2(v_elems[r * kVStride + ch], v_elems[(r + 1) * kVStride + ch]));
     }
     *reinterpret_cast<uint4*>(stage + swizzled_offset<128>(Stage::v_offset(ch, 8 * c))) = make_uint4(w[0], w[1], w[2], w[3]);
   }

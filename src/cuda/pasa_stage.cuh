@@ -6,9 +6,9 @@
 // 128-byte XOR swizzle, every atom starting on a 1024-byte boundary:
 //   K' tile, B of S' = Q K'^T (N = keys, K = channels): D / 64 atoms of 64 channels, each of
 //     kKRows = 136 rows: the 128 keys (zeros past the sequence end), then 8 rows holding the column
-//     mean of the block's fp16 K' (sum over its keys / 128) split as hi, lo, hi, lo, ... (fp16 hi
-//     and fp16 lo = the rest), so that the same wgmma (N = 136) also gives every thread its rows'
-//     sum of S' over the block, which PASA's local pseudo-average needs;
+//     mean of the block's fp16 K' (sum over its keys / 128) split as hi, lo, hi, lo, ... (fp16 hi,
+//     and fp16 lo = the rest times kMeanLoScale), so that the same wgmma (N = 136) also gives every
+//     thread its rows' sum of S' over the block, which PASA's local pseudo-average needs;
 //   V^T tile, B of P V (N = channels, K = keys): 2 atoms of 64 keys, each of D rows (channels).
 #pragma once
 
@@ -19,6 +19,9 @@
 #include "cuda/kernel_params.h"
 
 namespace pasa::cuda {
+
+// The mean rows' lo part is scaled by 2^11 (fp16's precision) so that it stays normal.
+constexpr float kMeanLoScale = 2048.0f;
 
 template <int D>
 struct PasaStage {
