@@ -114,6 +114,20 @@ __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_ke
     n_kb = last < 0 ? 0 : min(n_kb, last / kKeys + 1);
   }
 
+  // Q's A fragments (fp16; zeros past seq_q): the loads are issued first, so that their latency
+  // passes under the barriers' set-up and the first tiles' copies.
+  std::uint32_t qa[kQSteps][4];
+  {
+    const QElem* q = static_cast<const QElem*>(p.q.data) + b * p.q.stride_b + h * p.q.stride_h;
+#pragma unroll
+    for (int kk = 0; kk < kQSteps; ++kk)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = rows[e % 2], ch = 16 * kk + 8 * (e / 2) + 2 * t;
+        qa[kk][e] = row < p.seq_q ? load_q_pair(q + row * p.q.stride_s + ch) : 0u;
+      }
+  }
+
   // Tile rings on mbarriers: full completes when a tile's bulk copy (thread 0 starts it) has landed,
   // empty when the four warps are done with the tile that was there. Tile j sits in slot j % stages
   // and uses phase (j / stages) & 1 of both barriers.
@@ -166,19 +180,6 @@ __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_ke
     for (int j = 0; j < kVS; ++j) load_v(j);
   }
 
-  // Q's A fragments (fp16; zeros past seq_q), loaded while the first tiles arrive.
-  std::uint32_t qa[kQSteps][4];
-  {
-    const QElem* q = static_cast<const QElem*>(p.q.data) + b * p.q.stride_b + h * p.q.stride_h;
-#pragma unroll
-    for (int kk = 0; kk < kQSteps; ++kk)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = rows[e % 2], ch = 16 * kk + 8 * (e / 2) + 2 * t;
-        qa[kk][e] = row < p.seq_q ? load_q_pair(q + row * p.q.stride_s + ch) : 0u;
-      }
-  }
-
   PasaSoftmax<1> softmax;
   softmax.init();
   __half2 o[kDT][2];  // O~ in fp16: tile n's pair of row g (i = 0) and of row g + 8 (i = 1)
@@ -207,11 +208,14 @@ __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_ke
   auto wait_v = [&](int j) { mbar_wait(smem_addr(&v_full[j % kVS]), (j / kVS) & 1); };
 
   // Block kb with its S' in acc: the softmax and P V, PASA's update, then (kHasNext) the next block's
-  // S' on the tensor cores while O~ takes in this block's P V. (The last block is its own
-  // instantiation so that no wgmma is issued conditionally, which would make the compiler serialize
-  // them.)
-  auto run_block = [&](int kb, auto has_next) {
+  // S' on the tensor cores while O~ takes in this block's P V. kLowerHalf: no row of the CTA sees
+  // keys 64 .. 127 of the block (the causal diagonal, or the sequence end, in the last block), whose
+  // exponentials and P V steps are then left out (their P is 0; the pseudo-average still counts
+  // them). (The variants are instantiations of their own so that no wgmma is issued conditionally,
+  // which would make the compiler serialize them.)
+  auto run_block = [&](int kb, auto has_next, auto lower_half) {
     constexpr bool kHasNext = decltype(has_next)::value;
+    constexpr int kSteps = decltype(lower_half)::value ? kPSteps / 2 : kPSteps;
     const int key0 = kb * kKeys;
     // S' as fp16 pairs; the local pseudo-average of each row over the block's keys (masked or not:
     // keys past the sequence end have S' = 0 and are not counted).
@@ -234,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_ke
     const std::uint32_t v_tile = base + Ring::kVOffset + (kb % kVS) * Stage::kVBytes;
     const std::uint64_t ones_desc = plain_desc(ones);
 #pragma unroll
-    for (int kc = 0; kc < kPSteps; ++kc) {
+    for (int kc = 0; kc < kSteps; ++kc) {
       PasaSoftmax<1>::exponentiate_chunk(pa[0][kc], m_use, 0);
       wgmma_fence();
       const std::uint64_t v_desc = kmajor_desc<128>(v_tile + (kc / 4) * Stage::kVAtomBytes) + 2 * (kc % 4);
@@ -279,8 +283,15 @@ __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_ke
     wgmma_wait<0>();
     wgmma_pin(acc);
   }
-  for (int kb = 0; kb + 1 < n_kb; ++kb) run_block(kb, std::true_type{});
-  if (n_kb > 0) run_block(n_kb - 1, std::false_type{});
+  for (int kb = 0; kb + 1 < n_kb; ++kb) run_block(kb, std::true_type{}, std::false_type{});
+  if (n_kb > 0) {
+    const int visible_end = p.causal ? min(p.seq_kv, r0 + kRowsPerCta + p.causal_offset) : p.seq_kv;
+    if ((n_kb - 1) * kKeys + kKeys / 2 >= visible_end) {
+      run_block(n_kb - 1, std::false_type{}, std::true_type{});
+    } else {
+      run_block(n_kb - 1, std::false_type{}, std::false_type{});
+    }
+  }
 
   // Epilogue: O = fl(O~ / l) (0 for a row that saw no key), the LSE.
   float row_l[2], lse[2];
