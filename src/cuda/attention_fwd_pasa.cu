@@ -1,8 +1,9 @@
 // The pasa policy's forward kernel (PASA, Algorithm 1, spec/ALGORITHMS.md section 3) on sm_90a:
 //
 // Prepass (pasa_prepare.cu, scratch from pasa's stream-ordered pool): per key block of s2 = 128 keys,
-// K' = M K and V^T in fp16, written as the tiles this kernel's shared memory holds (pasa_stage.cuh),
-// so that one bulk copy brings in a K' tile and one a V^T tile.
+// K' = M K in fp16, written as the tiles this kernel's shared memory holds (pasa_stage.cuh), so that
+// one bulk copy brings in a K' tile; bf16 V rounded to fp16. V's rows come in by TMA (tma.h), 128
+// keys x 64 channels a box, swizzled: the MN-major B of P V.
 // Main kernel (Hopper wgmma, wgmma.cuh; tiles on mbarriers, mbarrier.cuh): one warpgroup of 64 query
 // rows per CTA, Q (rounded to fp16) in registers as the wgmma A fragments. Per key block, in the
 // emulator's order and at its fp16 rounding points (PasaSoftmax, online_softmax.cuh):
@@ -11,15 +12,15 @@
 //     the row sums of S' that the local pseudo-average needs (in fp32, from the prepass's mean rows
 //     in fp16 hi + lo, about 22 bits);
 //   the block max, then per k16 step P = fl(e^(fl(S' - m_blk))) packed in place and sent at once to
-//     the tensor cores: P V^T (fp32 accumulators, a fresh sum per block) and P times a matrix of ones
+//     the tensor cores: P V (fp32 accumulators, a fresh sum per block) and P times a matrix of ones
 //     (m64n8k16: the row sums of P, for l, in fp32);
 //   PASA's state update (F, m, the two rescale factors, l) once per row, by one lane of the quad;
 //   the next block's S' issued, and O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16 while it runs.
 // Epilogue: O = fl(O~ / l), LSE = m + log l + g F.
 //
-// Two CTAs per SM: one's softmax runs beside the other's MMAs. Shared memory per CTA: one K' stage
-// and two V^T stages at D = 128 (K'_j+1 loads while block j's softmax and P V run; V^T_j+1 from one
-// block earlier), two of each at D = 64.
+// Two CTAs per SM at D = 128, three at D = 64: one's softmax runs beside another's MMAs. Shared memory
+// per CTA: one K' slot and two V slots at D = 128 (K'_j+1 loads while block j's softmax and P V run;
+// V_j+1 from one block earlier), two of each at D = 64.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -35,6 +36,8 @@
 #include "cuda/online_softmax.cuh"
 #include "cuda/pasa_stage.cuh"
 #include "cuda/ptx.cuh"
+#include "cuda/tma.cuh"
+#include "cuda/tma.h"
 #include "cuda/wgmma.cuh"
 #include "pasa/error.h"
 
@@ -49,18 +52,21 @@ constexpr int kOnesBytes = 1024;  // the all-ones fp16 B tile of the P row sums
 template <int D>
 struct PasaRing {
   using Stage = PasaStage<D>;
+  static constexpr int kVBoxBytes = kKeys * 128;          // a TMA box: 128 keys x 64 channels
+  static constexpr int kVBytes = (D / 64) * kVBoxBytes;  // a V slot: the keys' rows, D / 64 boxes
   static constexpr int kKStages = D == 128 ? 1 : 2;
   static constexpr int kVStages = 2;
   static constexpr int kCtasPerSm = D == 128 ? 2 : 3;  // (D 64: 163 registers, 70 KB)
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kKStages * Stage::kKBytes;
-  static constexpr int kOnesOffset = kVOffset + kVStages * Stage::kVBytes;
+  static constexpr int kOnesOffset = kVOffset + kVStages * kVBytes;
   static constexpr int kSmemBytes = kOnesOffset + kOnesBytes + 1024;  // + slack to align the base
 };
 
 struct PasaMain {
+  CUtensorMap v_map;  // V in fp16, boxes of 128 keys x 64 channels (tma.h)
   FwdParams p;
-  const std::uint8_t* tiles;  // [B, Hkv, n_kb] stages
+  const std::uint8_t* tiles;  // [B, Hkv, n_kb] K' stages
   int n_kb, heads_kv;
 };
 
@@ -77,13 +83,14 @@ __device__ __forceinline__ std::uint32_t load_q_pair(const QElem* src) {
   }
 }
 
+// One k16 step of P V with V's rows as the MN-major B.
 template <int D>
 __device__ __forceinline__ void wgmma_pv(float (&c)[D / 2], const std::uint32_t (&a)[4], std::uint64_t desc,
                                          bool accumulate) {
   if constexpr (D == 128) {
-    wgmma_f16_m64n128k16(c, a, desc, accumulate);
+    wgmma_f16_m64n128k16<true>(c, a, desc, accumulate);
   } else {
-    wgmma_f16_m64n64k16(c, a, desc, accumulate);
+    wgmma_f16_m64n64k16<true>(c, a, desc, accumulate);
   }
 }
 
@@ -102,8 +109,8 @@ __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_ke
   const FwdParams& p = m.p;
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int qb = p.causal ? static_cast<int>(gridDim.x) - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
-  const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
-  const std::int64_t bhk = static_cast<std::int64_t>(b) * m.heads_kv + h / p.group;
+  const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z), h_kv = h / p.group;
+  const std::int64_t bhk = static_cast<std::int64_t>(b) * m.heads_kv + h_kv;
   const int r0 = qb * kRowsPerCta;
   const int wr0 = r0 + warp * 16;
   const int rows[2] = {wr0 + g, wr0 + g + 8};
@@ -165,10 +172,12 @@ __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_ke
     if (j >= n_kb) return;
     const int st = j % kVS;
     if (j >= kVS) mbar_wait(smem_addr(&v_empty[st]), (j / kVS - 1) & 1);
-    mbar_arrive_expect_tx(smem_addr(&v_full[st]), Stage::kVBytes);
-    bulk_copy_to_shared(base + Ring::kVOffset + st * Stage::kVBytes,
-                        stage_src + static_cast<std::int64_t>(j) * Stage::kBytes + Stage::kKBytes, Stage::kVBytes,
-                        smem_addr(&v_full[st]));
+    mbar_arrive_expect_tx(smem_addr(&v_full[st]), Ring::kVBytes);
+#pragma unroll
+    for (int box = 0; box < D / 64; ++box) {
+      tma_load_4d(base + Ring::kVOffset + st * Ring::kVBytes + box * Ring::kVBoxBytes, &m.v_map, 64 * box, j * kKeys,
+                  h_kv, b, smem_addr(&v_full[st]));
+    }
   };
   // This warp is done with a tile: one arrival on its slot's empty barrier.
   auto release = [&](std::uint64_t* empty, int slot) {
@@ -235,13 +244,13 @@ __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_ke
     PasaSoftmax<1>::block_max(pa, m_blk, m_use);
 
     wait_v(kb);
-    const std::uint32_t v_tile = base + Ring::kVOffset + (kb % kVS) * Stage::kVBytes;
+    const std::uint32_t v_tile = base + Ring::kVOffset + (kb % kVS) * Ring::kVBytes;
     const std::uint64_t ones_desc = plain_desc(ones);
 #pragma unroll
     for (int kc = 0; kc < kSteps; ++kc) {
       PasaSoftmax<1>::exponentiate_chunk(pa[0][kc], m_use, 0);
       wgmma_fence();
-      const std::uint64_t v_desc = kmajor_desc<128>(v_tile + (kc / 4) * Stage::kVAtomBytes) + 2 * (kc % 4);
+      const std::uint64_t v_desc = mn_major_desc(v_tile, Ring::kVBoxBytes) + 128 * kc;  // 16 rows a step
       wgmma_pv<D>(c, pa[0][kc], v_desc, kc > 0);
       wgmma_f16_m64n8k16(psum_acc, pa[0][kc], ones_desc, kc > 0);
     }
@@ -316,11 +325,17 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
   const KernelRequest& c = r.call;
   const FwdParams& p = c.fwd;
   const int n_kb = (p.seq_kv + kKeys - 1) / kKeys;
-  StreamBuffer scratch(pasa_tile_bytes(c.batch, c.heads_kv, n_kb, D), c.device, stream);
+  const std::size_t tile_bytes = pasa_tile_bytes(c.batch, c.heads_kv, n_kb, D);
+  const bool bf16 = std::is_same_v<QElem, __nv_bfloat16>;  // V needs rounding to fp16 first
+  const std::size_t v_bytes = bf16 ? static_cast<std::size_t>(c.batch) * c.heads_kv * p.seq_kv * D * 2 : 0;
+  StreamBuffer scratch(tile_bytes + v_bytes, c.device, stream);
   auto* tiles = static_cast<std::uint8_t*>(scratch.get());
-  launch_pasa_tiles(r, tiles, n_kb, stream);
+  void* v_fp16 = bf16 ? tiles + tile_bytes : nullptr;
+  launch_pasa_tiles(r, tiles, v_fp16, n_kb, stream);
 
-  const PasaMain m{p, tiles, n_kb, c.heads_kv};
+  const std::int64_t sh = static_cast<std::int64_t>(p.seq_kv) * D;
+  const Operand v = bf16 ? Operand{v_fp16, c.heads_kv * sh, sh, D} : p.v;
+  const PasaMain m{fp16_row_tile_map(v, c.batch, c.heads_kv, p.seq_kv, D, kKeys, "v"), p, tiles, n_kb, c.heads_kv};
   constexpr int kSmem = PasaRing<D>::kSmemBytes;
   auto* kernel = pasa_fwd_kernel<QElem, D>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),

@@ -5,11 +5,10 @@
 // block in fp32, then one fused multiply-add per element rounded once to fp16 (the emulator forms the
 // same GEMM in fp32 term by term). bf16 inputs are rounded to fp16 first (the pasa policy's input
 // format). Also per block: the column mean of the fp16 K' rows (the rows that give the kernel its
-// sums of S'), and V in fp16 transposed to V^T.
+// sums of S'), and, for bf16 inputs only, V rounded to fp16 (the kernel reads fp16 V as given).
 //
 // One CTA of kPrepThreads per (key block, K/V head, batch); thread (row lane, column group) owns 8
-// consecutive channels (16-byte loads and stores) of every kRowLanes-th key. V goes through shared
-// memory to be written transposed, 16 bytes (8 keys of one channel) a store.
+// consecutive channels (16-byte loads and stores) of every kRowLanes-th key.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -55,6 +54,7 @@ struct PrepParams {
   int heads_kv, seq_kv, n_kb;
   float diag_full, off_full, diag_last, off_last;
   std::uint8_t* tiles;
+  __half* v_fp16;  // bf16 inputs: V in fp16, [B, H_kv, S_kv, D]
 };
 
 template <int D, typename InElem>
@@ -63,10 +63,8 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
   constexpr int kKeys = Stage::kKeys;
   constexpr int kGroups = D / 8;                  // 16-byte column groups per row
   constexpr int kRowLanes = kPrepThreads / kGroups;  // threads sharing one column group
-  constexpr int kVStride = D + 2;  // V's shared rows: rows 8 apart fall 8 banks apart (see V^T below)
   __shared__ float partial[kRowLanes][D];
   __shared__ float colsum[D];
-  __shared__ __half2 v_sh[kKeys][kVStride / 2];
 
   const int kb = static_cast<int>(blockIdx.x);
   const int h = static_cast<int>(blockIdx.y);
@@ -84,19 +82,18 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
   const InElem* gV = static_cast<const InElem*>(p.v.data) + b * p.v.stride_b + h * p.v.stride_h + col;
   std::uint8_t* stage = p.tiles + ((static_cast<std::int64_t>(b) * p.heads_kv + h) * p.n_kb + kb) * Stage::kBytes;
 
-  // Column sums of the block's keys; meanwhile V's rows into shared memory (zeros past the end).
+  // Column sums of the block's keys; bf16 V's rows rounded to fp16 on the way.
   float sum[8] = {};
-  for (int r = lane_row; r < kKeys; r += kRowLanes) {
-    float x[8] = {};
-    if (r < n) {
-      load8_as_fp16(gK + (k0 + r) * p.k.stride_s, x);
+  for (int r = lane_row; r < n; r += kRowLanes) {
+    float x[8];
+    load8_as_fp16(gK + (k0 + r) * p.k.stride_s, x);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) sum[i] += x[i];
+    for (int i = 0; i < 8; ++i) sum[i] += x[i];
+    if constexpr (std::is_same_v<InElem, __nv_bfloat16>) {
+      load8_as_fp16(gV + (k0 + r) * p.v.stride_s, x);
+      *reinterpret_cast<uint4*>(p.v_fp16 + (((static_cast<std::int64_t>(b) * p.heads_kv + h) * p.seq_kv + k0 + r) * D + col)) =
+          pack8_fp16(x);
     }
-    float y[8] = {};
-    if (r < n) load8_as_fp16(gV + (k0 + r) * p.v.stride_s, y);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v_sh[r][col / 2 + i] = __floats2half2_rn(y[2 * i], y[2 * i + 1]);
   }
   const auto reduce = [&](float (&s)[8]) {  // the row lanes' partial sums -> colsum (ends synced)
 #pragma unroll
@@ -130,7 +127,7 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
     }
     *reinterpret_cast<uint4*>(stage + swizzled_offset<128>(Stage::k_offset(r, col))) = pack8_fp16(x);
   }
-  reduce(ksum);  // (its first barrier also orders v_sh's writes before the reads below)
+  reduce(ksum);
   if (threadIdx.x < D) {
     const int ch = static_cast<int>(threadIdx.x);
     // hi = fl(mean), lo = fl((mean - hi) 2^11): the rest scaled up to hi's magnitude, so that it stays
@@ -143,22 +140,6 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
     for (int r = 0; r < 8; ++r) {
       *reinterpret_cast<__half*>(stage + swizzled_offset<128>(Stage::k_offset(kKeys + r, ch))) = r % 2 ? lo : hi;
     }
-  }
-
-  // V^T: item i is channel ch, keys 8 c .. 8 c + 7 (one 16-byte store); eight neighbouring threads
-  // take the eight chunks of one 128-byte row of an atom (coalesced stores). Their shared-memory reads
-  // (rows 8 apart) meet at most two to a bank.
-  constexpr int kChunks = kKeys / 8;
-  const __half* v_elems = reinterpret_cast<const __half*>(v_sh);
-  for (int i = static_cast<int>(threadIdx.x); i < D * kChunks; i += kPrepThreads) {
-    const int ch = i / 8 % D, c = i % 8 + 8 * (i / (8 * D));
-    std::uint32_t w[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int r = 8 * c + 2 * j;
-      w[j] = as_u32(__halves2half2(v_elems[r * kVStride + ch], v_elems[(r + 1) * kVStride + ch]));
-    }
-    *reinterpret_cast<uint4*>(stage + swizzled_offset<128>(Stage::v_offset(ch, 8 * c))) = make_uint4(w[0], w[1], w[2], w[3]);
   }
 }
 
@@ -176,11 +157,11 @@ std::size_t pasa_tile_bytes(int batch, int heads_kv, int n_kb, int head_dim) {
   return static_cast<std::size_t>(batch) * heads_kv * n_kb * stage;
 }
 
-void launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, int n_kb, void* stream) {
+void launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   const KernelRequest& c = r.call;
-  const PrepParams p{c.fwd.k,     c.fwd.v,    c.heads_kv,  c.fwd.seq_kv, n_kb, r.diag_full,
-                     r.off_full, r.diag_last, r.off_last, tiles};
+  const PrepParams p{c.fwd.k,     c.fwd.v,    c.heads_kv, c.fwd.seq_kv, n_kb, r.diag_full, r.off_full,
+                     r.diag_last, r.off_last, tiles,      static_cast<__half*>(v_fp16)};
   const bool bf16 = c.in_type == ElemType::bf16;
   if (c.in_type != ElemType::f16 && !bf16) throw Error("pasa prepass: k/v must be f16 or bf16");
   if (c.head_dim == 64) {

@@ -1,15 +1,15 @@
-// The pasa kernel's key-block tiles as its prepass writes them to global memory and its bulk copies
-// bring them into shared memory, byte for byte (pasa_prepare.cu writes, attention_fwd_pasa.cu reads).
+// The pasa kernel's K' tiles as its prepass writes them to global memory and its bulk copies bring
+// them into shared memory, byte for byte (pasa_prepare.cu writes, attention_fwd_pasa.cu reads). (V
+// needs no prepass tile: the kernel copies its rows by TMA, tma.h, from V itself where it is fp16 or
+// from the prepass's fp16 copy where it is bf16.)
 //
-// Per (batch, K/V head, key block of s2 = 128 keys) one stage: the K' tile, then the V^T tile. Both
-// are K-major operands of the wgmma B side (wgmma.cuh), stored in atoms of 128-byte rows with the
-// 128-byte XOR swizzle, every atom starting on a 1024-byte boundary:
-//   K' tile, B of S' = Q K'^T (N = keys, K = channels): D / 64 atoms of 64 channels, each of
-//     kKRows = 136 rows: the 128 keys (zeros past the sequence end), then 8 rows holding the column
-//     mean of the block's fp16 K' (sum over its keys / 128) split as hi, lo, hi, lo, ... (fp16 hi,
-//     and fp16 lo = the rest times kMeanLoScale), so that the same wgmma (N = 136) also gives every
-//     thread its rows' sum of S' over the block, which PASA's local pseudo-average needs;
-//   V^T tile, B of P V (N = channels, K = keys): 2 atoms of 64 keys, each of D rows (channels).
+// Per (batch, K/V head, key block of s2 = 128 keys) one stage: the K' tile, the K-major B operand of
+// S' = Q K'^T (N = keys, K = channels; wgmma.cuh), stored in D / 64 atoms of 64 channels with
+// 128-byte rows and the 128-byte XOR swizzle, every atom starting on a 1024-byte boundary. Each
+// atom has kKRows = 136 rows: the 128 keys (zeros past the sequence end), then 8 rows holding the
+// column mean of the block's fp16 K' (sum over its keys / 128) split as hi, lo, hi, lo, ... (fp16 hi,
+// and fp16 lo = the rest times kMeanLoScale), so that the same wgmma (N = 136) also gives every
+// thread its rows' sum of S' over the block, which PASA's local pseudo-average needs.
 #pragma once
 
 #include <cstddef>
@@ -32,20 +32,13 @@ struct PasaStage {
   static constexpr int kKAtoms = D / 64;
   static constexpr int kKAtomBytes = kKRows * kAtomRowBytes;
   static constexpr int kKBytes = kKAtoms * kKAtomBytes;
-  static constexpr int kVAtoms = kKeys / 64;
-  static constexpr int kVAtomBytes = D * kAtomRowBytes;
-  static constexpr int kVBytes = kVAtoms * kVAtomBytes;
-  static constexpr int kBytes = kKBytes + kVBytes;
-  static_assert(kKAtomBytes % 1024 == 0 && kVAtomBytes % 1024 == 0, "atoms on 1024-byte boundaries");
+  static constexpr int kBytes = kKBytes;
+  static_assert(kKAtomBytes % 1024 == 0, "atoms on 1024-byte boundaries");
 
-  // Logical (unswizzled) byte offsets inside a stage: row `row` (a key, or a mean row >= kKeys) and
-  // channel `ch` of K'; channel `ch` and key `key` of V^T. The stored offset is
-  // swizzled_offset<128>() of it (the stage starts on a 1024-byte boundary).
+  // The logical (unswizzled) byte offset of row `row` (a key, or a mean row >= kKeys) and channel `ch`
+  // inside a stage; the stored offset is swizzled_offset<128>() of it (stages start on 1024 bytes).
   __host__ __device__ static constexpr std::uint32_t k_offset(int row, int ch) {
     return static_cast<std::uint32_t>((ch / 64) * kKAtomBytes + row * kAtomRowBytes + (ch % 64) * 2);
-  }
-  __host__ __device__ static constexpr std::uint32_t v_offset(int ch, int key) {
-    return static_cast<std::uint32_t>(kKBytes + (key / 64) * kVAtomBytes + ch * kAtomRowBytes + (key % 64) * 2);
   }
 };
 
@@ -53,7 +46,8 @@ struct PasaStage {
 std::size_t pasa_tile_bytes(int batch, int heads_kv, int n_kb, int head_dim);
 
 // The prepass (pasa_prepare.cu): those stages into `tiles` ([B, H_kv, n_kb] stages of
-// PasaStage<head_dim>::kBytes), on `stream`.
-void launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, int n_kb, void* stream);
+// PasaStage<head_dim>::kBytes), and for bf16 inputs V rounded to fp16 into `v_fp16` ([B, H_kv, S_kv,
+// D], contiguous; unused for fp16 inputs), on `stream`.
+void launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb, void* stream);
 
 }  // namespace pasa::cuda

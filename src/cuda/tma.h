@@ -1,0 +1,20 @@
+// Tensor-memory-accelerator (TMA) copies of 16-bit [B, H, S, D] operands: the host encodes a tensor
+// map (the driver's cuTensorMapEncodeTiled, reached through the runtime's entry-point query so that
+// nothing links against the driver library), and one thread of a CTA copies a box of rows x 64
+// channels into shared memory with the 128-byte swizzle, zeros past the sequence end, completing on
+// an mbarrier (tma.cuh).
+#pragma once
+
+#include <cuda.h>
+
+#include "cuda/kernel_params.h"
+
+namespace pasa::cuda {
+
+// A map of the fp16 operand `op` of shape [batch, heads, seq, head_dim] (head-dim stride 1, other
+// strides multiples of 16 bytes) whose box is `box_rows` rows of 64 channels. Throws pasa::Error
+// naming `what` when the driver refuses it.
+CUtensorMap fp16_row_tile_map(const Operand& op, int batch, int heads, int seq, int head_dim, int box_rows,
+                              const char* what);
+
+}  // namespace pasa::cuda
