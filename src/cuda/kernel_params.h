@@ -69,7 +69,7 @@ struct PasaRequest {
 // Launch functions (defined in the .cu files). Each throws pasa::Error on a CUDA error; `stream` is
 // a cudaStream_t. CTA shapes: fwd_tiles.h (batch x heads x ceil(seq_q / block_m) CTAs).
 void launch_exact_fwd(const FwdParams& p, int batch, int head_dim, ElemType in_type, void* stream);
-// pasa: the prepass (K' = M K and V^T in fp16, as tiles) into scratch from pasa's pool, then the
+// pasa: the prepass (K' = M K in fp16, as tiles; bf16 V to fp16) into scratch from pasa's pool, then the
 // fp16 wgmma kernel; both on `stream`.
 void launch_pasa(const PasaRequest& r, void* stream);
 // sage8: the quantization prepass (smooth K, INT8 Q and K per thread group, FP8 V per channel) into

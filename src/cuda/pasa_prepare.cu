@@ -79,7 +79,6 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
   const int col = cg * 8;
 
   const InElem* gK = static_cast<const InElem*>(p.k.data) + b * p.k.stride_b + h * p.k.stride_h + col;
-  const InElem* gV = static_cast<const InElem*>(p.v.data) + b * p.v.stride_b + h * p.v.stride_h + col;
   std::uint8_t* stage = p.tiles + ((static_cast<std::int64_t>(b) * p.heads_kv + h) * p.n_kb + kb) * Stage::kBytes;
 
   // Column sums of the block's keys; bf16 V's rows rounded to fp16 on the way.
@@ -90,6 +89,7 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
 #pragma unroll
     for (int i = 0; i < 8; ++i) sum[i] += x[i];
     if constexpr (std::is_same_v<InElem, __nv_bfloat16>) {
+      const InElem* gV = static_cast<const InElem*>(p.v.data) + b * p.v.stride_b + h * p.v.stride_h + col;
       load8_as_fp16(gV + (k0 + r) * p.v.stride_s, x);
       *reinterpret_cast<uint4*>(p.v_fp16 + (((static_cast<std::int64_t>(b) * p.heads_kv + h) * p.seq_kv + k0 + r) * D + col)) =
           pack8_fp16(x);

@@ -174,6 +174,41 @@ __global__ void wgmma_product_mn(const __half* a, const __half* b, float* d) {
   }
 }
 
+// A and B copied to the device, `launch(a, b, d)` run, D[64][n] read back (NaN-poisoned first).
+template <typename Launch>
+std::vector<float> product_on_device(const std::vector<std::uint8_t>& a, const std::vector<std::uint8_t>& b, int n,
+                                     Launch launch) {
+  std::uint8_t *da = nullptr, *db = nullptr;
+  float* dd = nullptr;
+  std::vector<float> d(static_cast<std::size_t>(kM) * n);
+  EXPECT_EQ(cudaMalloc(&da, a.size()), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&db, b.size()), cudaSuccess);
+  EXPECT_EQ(cudaMalloc(&dd, sizeof(float) * d.size()), cudaSuccess);
+  cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
+  cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice);
+  cudaMemset(dd, 0xff, sizeof(float) * d.size());
+  launch(da, db, dd);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(d.data(), dd, sizeof(float) * d.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(da);
+  cudaFree(db);
+  cudaFree(dd);
+  return d;
+}
+
+// D against the exact product sum_x A[i][x] B(x, j) (the products are small integers: exact in fp32).
+template <typename BValue>
+void expect_product(const std::vector<float>& d, const std::vector<float>& av, int k, int n, BValue b_value) {
+  int wrong = 0;
+  for (int i = 0; i < kM; ++i)
+    for (int j = 0; j < n; ++j) {
+      double ref = 0;
+      for (int x = 0; x < k; ++x) ref += static_cast<double>(av[i * k + x]) * b_value(x, j);
+      if (d[i * n + j] != ref && ++wrong <= 5) ADD_FAILURE() << "D[" << i << "][" << j << "] = " << d[i * n + j] << ", expected " << ref;
+    }
+  EXPECT_EQ(wrong, 0);
+}
+
 template <int N>
 void run_mn_major_case() {
   SCOPED_TRACE("f16 MN-major B, N " + std::to_string(N));
@@ -183,31 +218,12 @@ void run_mn_major_case() {
   std::vector<float> av(kM * kK), bv(kK * N);
   for (std::size_t i = 0; i < av.size(); ++i) random_operand(rng, Elem::f16, &a[2 * i], &av[i]);
   for (std::size_t i = 0; i < bv.size(); ++i) random_operand(rng, Elem::f16, &b[2 * i], &bv[i]);
-  std::uint8_t *da = nullptr, *db = nullptr;
-  float* dd = nullptr;
-  ASSERT_EQ(cudaMalloc(&da, a.size()), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&db, b.size()), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&dd, sizeof(float) * kM * N), cudaSuccess);
-  cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
-  cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice);
-  cudaMemset(dd, 0xff, sizeof(float) * kM * N);
   const int smem = 1024 + (N / 64) * kK * 128;
   ASSERT_EQ(cudaFuncSetAttribute(wgmma_product_mn<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), cudaSuccess);
-  wgmma_product_mn<N><<<1, 128, smem>>>(reinterpret_cast<const __half*>(da), reinterpret_cast<const __half*>(db), dd);
-  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-  std::vector<float> d(kM * N);
-  ASSERT_EQ(cudaMemcpy(d.data(), dd, sizeof(float) * d.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-  cudaFree(da);
-  cudaFree(db);
-  cudaFree(dd);
-  int wrong = 0;
-  for (int i = 0; i < kM; ++i)
-    for (int j = 0; j < N; ++j) {
-      double ref = 0;
-      for (int x = 0; x < kK; ++x) ref += static_cast<double>(av[i * kK + x]) * bv[x * N + j];
-      if (d[i * N + j] != ref && ++wrong <= 5) ADD_FAILURE() << "D[" << i << "][" << j << "] = " << d[i * N + j] << ", expected " << ref;
-    }
-  EXPECT_EQ(wrong, 0);
+  const std::vector<float> d = product_on_device(a, b, N, [&](std::uint8_t* da, std::uint8_t* db, float* dd) {
+    wgmma_product_mn<N><<<1, 128, smem>>>(reinterpret_cast<const __half*>(da), reinterpret_cast<const __half*>(db), dd);
+  });
+  expect_product(d, av, kK, N, [&](int x, int j) { return bv[x * N + j]; });
 }
 
 template <int kRowBytes, int N, Elem kElem>
@@ -228,34 +244,14 @@ void run_case(const Case& c) {
   for (std::size_t i = 0; i < av.size(); ++i) random_operand(rng, c.elem, &a[i * size], &av[i]);
   for (std::size_t i = 0; i < bv.size(); ++i) random_operand(rng, c.elem, &b[i * size], &bv[i]);
 
-  std::uint8_t *da = nullptr, *db = nullptr;
-  float* dd = nullptr;
-  ASSERT_EQ(cudaMalloc(&da, a.size()), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&db, b.size()), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&dd, sizeof(float) * kM * c.n), cudaSuccess);
-  cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
-  cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice);
-  cudaMemset(dd, 0xff, sizeof(float) * kM * c.n);
-  if (c.elem == Elem::s8 && c.row_bytes == 64) launch<64, 128, Elem::s8>(da, db, c.offset, dd);
-  if (c.elem == Elem::s8 && c.row_bytes == 128) launch<128, 128, Elem::s8>(da, db, c.offset, dd);
-  if (c.elem == Elem::e4m3 && c.n == 64) launch<128, 64, Elem::e4m3>(da, db, c.offset, dd);
-  if (c.elem == Elem::e4m3 && c.n == 128) launch<128, 128, Elem::e4m3>(da, db, c.offset, dd);
-  if (c.elem == Elem::f16 && c.n == 136) launch<128, 136, Elem::f16>(da, db, c.offset, dd);
-  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-  std::vector<float> d(kM * c.n);
-  ASSERT_EQ(cudaMemcpy(d.data(), dd, sizeof(float) * d.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-  cudaFree(da);
-  cudaFree(db);
-  cudaFree(dd);
-
-  int wrong = 0;
-  for (int i = 0; i < kM; ++i)
-    for (int j = 0; j < c.n; ++j) {
-      double ref = 0;
-      for (int x = 0; x < k; ++x) ref += static_cast<double>(av[i * k + x]) * bv[j * k + x];
-      if (d[i * c.n + j] != ref && ++wrong <= 5) ADD_FAILURE() << "D[" << i << "][" << j << "] = " << d[i * c.n + j] << ", expected " << ref;
-    }
-  EXPECT_EQ(wrong, 0);
+  const std::vector<float> d = product_on_device(a, b, c.n, [&](std::uint8_t* da, std::uint8_t* db, float* dd) {
+    if (c.elem == Elem::s8 && c.row_bytes == 64) launch<64, 128, Elem::s8>(da, db, c.offset, dd);
+    if (c.elem == Elem::s8 && c.row_bytes == 128) launch<128, 128, Elem::s8>(da, db, c.offset, dd);
+    if (c.elem == Elem::e4m3 && c.n == 64) launch<128, 64, Elem::e4m3>(da, db, c.offset, dd);
+    if (c.elem == Elem::e4m3 && c.n == 128) launch<128, 128, Elem::e4m3>(da, db, c.offset, dd);
+    if (c.elem == Elem::f16 && c.n == 136) launch<128, 136, Elem::f16>(da, db, c.offset, dd);
+  });
+  expect_product(d, av, k, c.n, [&](int x, int j) { return bv[j * k + x]; });
 }
 
 TEST(WgmmaLayout, SwizzledKMajorTilesGiveTheMatrixProduct) {
