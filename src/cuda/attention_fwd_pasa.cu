@@ -16,7 +16,7 @@
 //     (m64n8k16: the row sums of P, for l, in fp32);
 //   PASA's state update (F, m, the two rescale factors, l) once per row, by one lane of the quad;
 //   the next block's S' issued, and O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16 while it runs.
-// Epilogue: O = fl(O~ / l), LSE = m + log l + g F.
+// Epilogue: O = fl(O~ (1 / l)), LSE = m + log l + g F.
 //
 // Two CTAs per SM at D = 128, three at D = 64: one's softmax runs beside another's MMAs. Shared memory
 // per CTA: one K' slot and two V slots at D = 128 (K'_j+1 loads while block j's softmax and P V run;
@@ -57,7 +57,7 @@ struct PasaRing {
   static constexpr int kVBytes = (D / 64) * kVBoxBytes;  // a V slot: the keys' rows, D / 64 boxes
   static constexpr int kKStages = D == 128 ? 1 : 2;
   static constexpr int kVStages = 2;
-  static constexpr int kCtasPerSm = D == 128 ? 2 : 3;  // (225 / 159 registers; 101 / 70 KB)
+  static constexpr int kCtasPerSm = D == 128 ? 2 : 3;  // (225 / 159 registers; 100 / 68 KB)
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kKStages * Stage::kKBytes;
   static constexpr int kOnesOffset = kVOffset + kVStages * kVBytes;
@@ -218,10 +218,10 @@ __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_ke
   auto wait_v = [&](int j) { mbar_wait(smem_addr(&v_full[j % kVS]), (j / kVS) & 1); };
 
   // Block kb with its S' in acc: the softmax and P V, PASA's update, then (kHasNext) the next block's
-  // S' on the tensor cores while O~ takes in this block's P V. kLowerHalf: no row of the CTA sees
-  // keys 64 .. 127 of the block (the causal diagonal, or the sequence end, in the last block), whose
+  // S' on the tensor cores while O~ takes in this block's P V. lower_half: only keys 0 .. 63 of the
+  // block are seen (no row of the CTA sees keys 64 .. 127 (the causal diagonal, or the sequence end, in the last block), whose
   // exponentials and P V steps are then left out (their P is 0; the pseudo-average still counts
-  // them). (The variants are instantiations of their own so that no wgmma is issued conditionally,
+  // them)). (The variants are instantiations of their own so that no wgmma is issued conditionally,
   // which would make the compiler serialize them.)
   auto run_block = [&](int kb, auto has_next, auto lower_half) {
     constexpr bool kHasNext = decltype(has_next)::value;
@@ -283,6 +283,7 @@ __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_ke
     if constexpr (kHasNext) {
       wgmma_wait<0>();  // the next block's S'
       wgmma_pin(acc);
+      wgmma_pin(qa);  // (read by that wgmma: its registers must not be reused before here)
     }
   };
 
@@ -303,7 +304,8 @@ __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_ke
     }
   }
 
-  // Epilogue: O = fl(O~ / l) (0 for a row that saw no key), the LSE.
+  // Epilogue: O = fl(O~ (1 / l)) (0 for a row that saw no key; the emulator divides, which can differ
+  // by one fp16 ulp), the LSE.
   float row_l[2], lse[2];
   softmax.finish(p.pasa_g, row_l, lse);
 #pragma unroll
@@ -332,15 +334,15 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
   StreamBuffer scratch(tile_bytes + v_bytes, c.device, stream);
   auto* tiles = static_cast<std::uint8_t*>(scratch.get());
   void* v_fp16 = bf16 ? tiles + tile_bytes : nullptr;
-  launch_pasa_tiles(r, tiles, v_fp16, n_kb, stream);
-
   const std::int64_t sh = static_cast<std::int64_t>(p.seq_kv) * D;
   const Operand v = bf16 ? Operand{v_fp16, c.heads_kv * sh, sh, D} : p.v;
+  // (the map and the attribute first: what the driver refuses is an error before anything is launched)
   const PasaMain m{fp16_row_tile_map(v, c.batch, c.heads_kv, p.seq_kv, D, kKeys, "v"), p, tiles, n_kb, c.heads_kv};
   constexpr int kSmem = PasaRing<D>::kSmemBytes;
   auto* kernel = pasa_fwd_kernel<QElem, D>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute(pasa_fwd_kernel, max dynamic shared memory)");
+  launch_pasa_tiles(r, tiles, v_fp16, n_kb, stream);
   const int q_blocks = (p.seq_q + kRowsPerCta - 1) / kRowsPerCta;
   kernel<<<dim3(q_blocks, p.heads_q, c.batch), kThreads, kSmem, stream>>>(m);
   check_launch("pasa_fwd_kernel");

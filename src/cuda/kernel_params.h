@@ -20,8 +20,8 @@ struct Operand {
 
 struct FwdParams {
   Operand q;  // Q as given (f16 / bf16)
-  Operand k;  // K as given (pasa: read by its prepass only)
-  Operand v;  // V as given (pasa: read by its prepass only)
+  Operand k;  // K as given (pasa: read by its prepass, which writes K')
+  Operand v;  // V as given (pasa: read by the kernel's TMA if fp16, by the prepass if bf16)
   void* o;
   std::int64_t o_stride_b, o_stride_h, o_stride_s;
   ElemType o_type;
@@ -67,7 +67,7 @@ struct PasaRequest {
 };
 
 // Launch functions (defined in the .cu files). Each throws pasa::Error on a CUDA error; `stream` is
-// a cudaStream_t. CTA shapes: fwd_tiles.h (batch x heads x ceil(seq_q / block_m) CTAs).
+// a cudaStream_t. exact: CTA shapes from fwd_tiles.h (batch x heads x ceil(seq_q / block_m) CTAs).
 void launch_exact_fwd(const FwdParams& p, int batch, int head_dim, ElemType in_type, void* stream);
 // pasa: the prepass (K' = M K in fp16, as tiles; bf16 V to fp16) into scratch from pasa's pool, then the
 // fp16 wgmma kernel; both on `stream`.

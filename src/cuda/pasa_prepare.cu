@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
   reduce(sum);
 
   // K' rows (zeros past the end), and the sums of their fp16 values for the mean rows.
-  const float a = diag - off;  // a' + b': exact in fp32 for fp16 a', b'
+  const float a = diag - off;  // a' + b': exact in fp32 unless beta is within 2^-13 of 1 (exponents 13 apart)
   float shift[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) shift[i] = off * colsum[col + i];

@@ -22,6 +22,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
             cudaSuccess &&
         status == cudaDriverEntryPointSuccess) {
       fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+    } else {
+      cudaGetLastError();  // leave no sticky error from the query behind
     }
   });
   if (fn == nullptr) throw Error("the CUDA driver has no cuTensorMapEncodeTiled (a driver for CUDA 12 or newer is needed)");

@@ -6,7 +6,8 @@
 //
 // Shared-memory operands are K-major tiles whose rows are exactly one swizzle atom wide (64 or 128
 // bytes), stored with the hardware's XOR swizzle (16-byte chunk index ^= row bits) so that the eight
-// rows a core matrix reads fall into different banks. PTX ISA: "Asynchronous Warpgroup Level Matrix
+// rows a core matrix reads fall into different banks; for fp16 also MN-major tiles (mn_major_desc)
+// and an unswizzled tile of ones (plain_desc). PTX ISA: "Asynchronous Warpgroup Level Matrix
 // Multiply-Accumulate Instructions", "Matrix Descriptor Format", "Shared Memory Matrix Layout".
 #pragma once
 

@@ -321,8 +321,8 @@ TEST(CudaExact, DefaultPolicyRunsAsInputDtypeP) {
 
 // The inputs on which a fully-fp16 attention without the shift overflows: the PASA paper's Table 4
 // (uniform and hybrid Q, K, V at (1, 2, 1280, 128), fp16; FA(FP16-FP32) turns 0.04-100% of its
-// output into NaN) and the resonance inputs (tests/cpu/test_pasa.cpp shows the overflow without the
-// shift), GQA and causal among them. The pasa kernel must stay finite and as accurate as its emulator.
+// output into NaN; the x0 = 30 cases also at head dim 64, causal) and the resonance inputs
+// (tests/cpu/test_pasa.cpp shows the overflow without the shift), GQA, MQA and causal among them. The pasa kernel must stay finite and as accurate as its emulator.
 TEST(CudaPasa, PaperTable4AndResonanceInputs) {
   REQUIRE_SM90();
   const auto br = CausalAlignment::bottom_right;
@@ -333,7 +333,9 @@ TEST(CudaPasa, PaperTable4AndResonanceInputs) {
   };
   for (const Table4 t : {Table4{false, 30, 0.5}, Table4{false, 20, 15}, Table4{false, 20, 20},
                          Table4{true, 30, 10}, Table4{true, 20, 50}, Table4{true, 20, 100}}) {
-    const Case c{1, 2, 2, 1280, 1280, 128, false, br, false, DType::f16, DType::f16};
+    // The paper's shape, and at head dim 64 (causal) for the first case of each distribution.
+    const bool d64 = t.x0 == 30;
+    const Case c{1, 2, 2, 1280, 1280, d64 ? 64 : 128, d64, br, false, DType::f16, DType::f16};
     const std::uint64_t seed = test::fresh_seed();
     const Shape4 shape{c.B, c.Hq, c.Sq, c.D};
     const QKV data = t.hybrid ? hybrid_qkv(shape, t.x0, t.am, seed) : uniform_qkv(shape, t.x0, t.am, seed);
@@ -344,7 +346,8 @@ TEST(CudaPasa, PaperTable4AndResonanceInputs) {
   }
   for (const char* preset : {"qwen2", "svd"}) {
     for (const Case& c : {Case{1, 4, 2, 256, 256, 128, true, br, false, DType::f16, DType::f16},
-                          Case{1, 2, 2, 300, 300, 128, false, br, false, DType::bf16, DType::f32}}) {
+                          Case{1, 2, 2, 300, 300, 128, false, br, false, DType::bf16, DType::f32},
+                          Case{1, 2, 1, 333, 333, 64, true, br, false, DType::f16, DType::f32}}) {
       const std::uint64_t seed = test::fresh_seed();
       const ResonanceParams params = resonance_preset(preset);
       const QKV qs = resonance_qkv({c.B, c.Hq, c.Sq, c.D}, params, seed, c.in);
