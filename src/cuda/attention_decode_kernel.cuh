@@ -27,6 +27,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/decode_params.h"
 #include "cuda/epilogue.cuh"
+#include "cuda/fwd_mask.cuh"
 #include "cuda/online_softmax.cuh"
 #include "cuda/ptx.cuh"
 #include "cuda/tile_load.cuh"
@@ -39,30 +40,20 @@ __device__ __forceinline__ int packed_head(const DecodeParams& p, int h_kv, int 
   return h_kv * p.fwd.group + r / p.fwd.seq_q;
 }
 
-// Keys [0, limit) are visible to packed row r (causal: a prefix ending at its query's diagonal).
-__device__ __forceinline__ int packed_row_limit(const DecodeParams& p, int r) {
-  return p.fwd.causal ? min(p.fwd.seq_kv, r % p.fwd.seq_q + p.fwd.causal_offset + 1) : p.fwd.seq_kv;
-}
-
 // Four consecutive output values of one row (the pointer is 16-byte aligned, col a multiple of 4).
 __device__ __forceinline__ void store_quad(char* row, ElemType type, int col, float4 v) {
   switch (type) {
     case ElemType::f32:
       *reinterpret_cast<float4*>(reinterpret_cast<float*>(row) + col) = v;
       break;
-    case ElemType::f16: {
-      const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
-      *reinterpret_cast<uint2*>(reinterpret_cast<__half*>(row) + col) = make_uint2(as_u32(a), as_u32(b));
+    case ElemType::f16:
+      *reinterpret_cast<uint2*>(reinterpret_cast<__half*>(row) + col) =
+          make_uint2(pack2<__half>(v.x, v.y), pack2<__half>(v.z, v.w));
       break;
-    }
-    case ElemType::bf16: {
-      const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
-      std::uint32_t ua, ub;
-      __builtin_memcpy(&ua, &a, 4);
-      __builtin_memcpy(&ub, &b, 4);
-      *reinterpret_cast<uint2*>(reinterpret_cast<__nv_bfloat16*>(row) + col) = make_uint2(ua, ub);
+    case ElemType::bf16:
+      *reinterpret_cast<uint2*>(reinterpret_cast<__nv_bfloat16*>(row) + col) =
+          make_uint2(pack2<__nv_bfloat16>(v.x, v.y), pack2<__nv_bfloat16>(v.z, v.w));
       break;
-    }
   }
 }
 
@@ -146,7 +137,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int row = r0 + 16 * (r / 2) + 8 * (r % 2) + lane / 4;
-    limit[r] = row < p.rows ? min(k_end, packed_row_limit(p, row)) : k_end;
+    limit[r] = row < p.rows ? min(k_end, visible_limit(f, row % f.seq_q)) : k_end;  // (row's query)
   }
   // Keys [k_begin, n_end) are visible to some row of the CTA; keys below min_limit to all of them.
   int n_end = k_end, min_limit = k_end;
@@ -204,20 +195,18 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
     std::uint32_t* w = &x.x;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      if constexpr (kToHalf) {
-        __nv_bfloat162 bf;
-        __builtin_memcpy(&bf, &w[e], 4);
-        w[e] = as_u32(__float22half2_rn(__bfloat1622float2(bf)));
-      }
+      if constexpr (kToHalf) w[e] = bf16x2_to_half2(w[e]);
       if (f.negate_q) w[e] ^= 0x80008000u;
     }
     *q4 = x;
   }
+  // bf16 -> fp16 of this thread's own chunks of tile j's K and V (the ones its cp.asyncs brought in).
+  const auto stage_to_half = [&](int j) {
+    own_chunks_bf16_to_half<kBlockN, kHeadDim, kThreads>(sK + (j % kStages) * kBlockN * kStride);
+    own_chunks_bf16_to_half<kBlockN, kHeadDim, kThreads>(sV + (j % kStages) * kBlockN * kStride);
+  };
   if constexpr (kToHalf) {
-    if (n_tiles > 0) {
-      own_chunks_bf16_to_half<kBlockN, kHeadDim, kThreads>(sK);
-      own_chunks_bf16_to_half<kBlockN, kHeadDim, kThreads>(sV);
-    }
+    if (n_tiles > 0) stage_to_half(0);
   }
   __syncthreads();
 
@@ -241,10 +230,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   for (int j = 0; j < n_tiles; ++j) {
     if (j > 0) {
       cp_async_wait<kStages - 2>();  // tile j has landed (this thread's copies)
-      if constexpr (kToHalf) {
-        own_chunks_bf16_to_half<kBlockN, kHeadDim, kThreads>(sK + (j % kStages) * kBlockN * kStride);
-        own_chunks_bf16_to_half<kBlockN, kHeadDim, kThreads>(sV + (j % kStages) * kBlockN * kStride);
-      }
+      if constexpr (kToHalf) stage_to_half(j);
       __syncthreads();  // ... everyone's; and every warp is done with tile j - 1's stage
     }
     if (j + kStages - 1 < n_tiles) load_tile(j + kStages - 1);
@@ -262,19 +248,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
 #pragma unroll
           for (int e = 0; e < 4; ++e) tSrS[mt][n][e] = round_fp16(tSrS[mt][n][e]);
     }
-    if (key0 + kWarpKeys > min_limit) {  // some key of the warp's part is masked for some row
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-          for (int n = 0; n < kNTiles; ++n)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int key = key0 + 8 * n + 2 * t4 + e;
-              if (key >= limit[2 * mt + i]) tSrS[mt][n][2 * i + e] = -INFINITY;
-            }
-    }
+    if (key0 + kWarpKeys > min_limit) mask_past_limits(tSrS, key0, limit);  // some key masked for some row
 
     bool rescale_o = false;
     float rescale[kRows];

@@ -78,9 +78,7 @@ __device__ __forceinline__ std::uint32_t load_q_pair(const QElem* src) {
   if constexpr (std::is_same_v<QElem, __half>) {
     return raw;
   } else {
-    __nv_bfloat162 v;
-    __builtin_memcpy(&v, &raw, sizeof(raw));
-    return as_u32(__float22half2_rn(__bfloat1622float2(v)));
+    return bf16x2_to_half2(raw);
   }
 }
 
@@ -116,11 +114,7 @@ __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_ke
   const int wr0 = r0 + warp * 16;
   const int rows[2] = {wr0 + g, wr0 + g + 8};
 
-  int n_kb = m.n_kb;
-  if (p.causal) {
-    const int last = min(r0 + kRowsPerCta - 1, p.seq_q - 1) + p.causal_offset;
-    n_kb = last < 0 ? 0 : min(n_kb, last / kKeys + 1);
-  }
+  const int n_kb = visited_key_blocks(p, r0, kRowsPerCta, kKeys, m.n_kb);
 
   // Q's A fragments (fp16; zeros past seq_q): the loads are issued first, so that their latency
   // passes under the barriers' set-up and the first tiles' copies.
@@ -214,15 +208,16 @@ __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_ke
     }
     wgmma_commit();
   };
+  const std::uint64_t ones_desc = plain_desc(ones);
   auto wait_k = [&](int j) { mbar_wait(smem_addr(&k_full[j % kKS]), (j / kKS) & 1); };
   auto wait_v = [&](int j) { mbar_wait(smem_addr(&v_full[j % kVS]), (j / kVS) & 1); };
 
   // Block kb with its S' in acc: the softmax and P V, PASA's update, then (kHasNext) the next block's
-  // S' on the tensor cores while O~ takes in this block's P V. lower_half: only keys 0 .. 63 of the
-  // block are seen (no row of the CTA sees keys 64 .. 127 (the causal diagonal, or the sequence end, in the last block), whose
-  // exponentials and P V steps are then left out (their P is 0; the pseudo-average still counts
-  // them)). (The variants are instantiations of their own so that no wgmma is issued conditionally,
-  // which would make the compiler serialize them.)
+  // S' on the tensor cores while O~ takes in this block's P V. lower_half: no row of the CTA sees keys
+  // 64 .. 127 of the block (the causal diagonal or the sequence end, in the last block); their
+  // exponentials and P V steps are left out (their P is 0; the pseudo-average still counts them). (The
+  // variants are instantiations of their own so that no wgmma is issued conditionally, which would make
+  // the compiler serialize them.)
   auto run_block = [&](int kb, auto has_next, auto lower_half) {
     constexpr bool kHasNext = decltype(has_next)::value;
     constexpr int kSteps = decltype(lower_half)::value ? kPSteps / 2 : kPSteps;
@@ -237,16 +232,13 @@ __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_ke
                            round_fp16(__fdividef(fmaf(acc[kKeys / 2 + 3], kLo, acc[kKeys / 2 + 2]) * kKeys, n_valid))};
     release(k_empty, kb % kKS);  // this block's S' has completed: its K' slot is free
     if (tid == 0) load_k(kb + kKS);
-    if (key0 + kKeys > p.seq_kv || (p.causal && key0 + kKeys - 1 > wr0 + p.causal_offset)) {
-      apply_mask(pa, p, key0, wr0 + g);
-    }
+    if (block_needs_mask(p, key0, kKeys, wr0)) apply_mask(pa, p, key0, wr0 + g);
     float m_blk[2];
     __half2 m_use[2];
     PasaSoftmax<1>::block_max(pa, m_blk, m_use);
 
     wait_v(kb);
     const std::uint32_t v_tile = base + Ring::kVOffset + (kb % kVS) * Ring::kVBytes;
-    const std::uint64_t ones_desc = plain_desc(ones);
 #pragma unroll
     for (int kc = 0; kc < kSteps; ++kc) {
       PasaSoftmax<1>::exponentiate_chunk(pa[0][kc], m_use, 0);

@@ -24,8 +24,10 @@
 #include "cuda/cuda_check.h"
 #include "cuda/device_pool.h"
 #include "cuda/epilogue.cuh"
+#include "cuda/fwd_mask.cuh"
 #include "cuda/kernel_params.h"
 #include "cuda/mbarrier.cuh"
+#include "cuda/online_softmax.cuh"
 #include "cuda/ptx.cuh"
 #include "cuda/wgmma.cuh"
 #include "pasa/error.h"
@@ -335,11 +337,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   float dq = 0.0f;  // Q's scale times alpha log2(e): one per thread group, so both rows share it
   float lse_off[2] = {0.0f, 0.0f};
 
-  int n_kb = s.n_kb;
-  if (p.causal) {
-    const int last = min(r0 + kMainRows - 1, p.seq_q - 1) + p.causal_offset;
-    n_kb = last < 0 ? 0 : min(n_kb, last / kBlockKv + 1);
-  }
+  const int n_kb = visited_key_blocks(p, r0, kMainRows, kBlockKv, s.n_kb);
 
   // Stage pipeline on mbarriers: full[st] completes when tile j's bulk copy (one thread starts it) has
   // landed, empty[st] when the four warps are done with the tile that was there. Tile j sits in stage
@@ -406,12 +404,11 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   // magic float with the block shift folded into the bias.
   auto softmax_and_issue_pv = [&](int kb, float (&ep)[2], float (&ec)[2]) {
     const int key0 = kb * kBlockKv;
-    const bool need_mask = key0 + kBlockKv > p.seq_kv || (p.causal && key0 + kBlockKv - 1 > wr0 + p.causal_offset);
-    if (need_mask) {
+    if (block_needs_mask(p, key0, kBlockKv, wr0)) {
+      const int limit[2] = {visible_limit(p, rows[0]), visible_limit(p, rows[1])};
 #pragma unroll
       for (int i = 0; i < kBlockKv / 2; ++i) {
-        const int key = key0 + (i / 4) * 8 + 2 * t + (i & 1);
-        if (key >= p.seq_kv || (p.causal && key > rows[(i >> 1) & 1] + p.causal_offset)) acc[i] = kMaskedScore;
+        if (key0 + (i / 4) * 8 + 2 * t + (i & 1) >= limit[(i >> 1) & 1]) acc[i] = kMaskedScore;
       }
     }
     const float scale[2] = {fmaxf(dq * dk[0], kMinScale), fmaxf(dq * dk[1], kMinScale)};  // by key parity
@@ -435,8 +432,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
 #pragma unroll
       for (int par = 0; par < 2; ++par)
         mb = fmaxf(mb, fmaf(magic_float(part[par][0]), scale[par], magic_bias[par]));
-      mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 1));
-      mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, 2));
+      mb = quad_max(mb);
       float shift = 0.0f;
       if (mb == -INFINITY) {  // every key of the block masked for this row: it adds nothing
         ep[j] = 1.0f;
@@ -521,8 +517,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
 #pragma unroll
           for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(dst[i]));
         }
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    amax = quad_max(amax);
     dq = amax / 127.0f * m.qk_scale;
     const float inv = amax == 0.0f ? 0.0f : 127.0f / amax;  // x * inv: x / scale without a division each
     auto pack = [&](const float (&v4)[4]) {
@@ -547,9 +542,7 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
         for (int kk = 0; kk < kKT; ++kk)
 #pragma unroll
           for (int i = 0; i < 8; ++i) dot += x[j][kk][i / 4][i % 4] * mean[kk * 32 + 16 * (i / 4) + 4 * t + i % 4];
-        dot += __shfl_xor_sync(0xffffffffu, dot, 1);
-        dot += __shfl_xor_sync(0xffffffffu, dot, 2);
-        lse_off[j] = m.alpha * dot;
+        lse_off[j] = m.alpha * quad_sum(dot);
       }
     }
   }
@@ -592,16 +585,14 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
   const float* vsc = s.v_scale + bhk * D;
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
-    float l = l_run[j];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float l = quad_sum(l_run[j]);
     const int row = rows[j];
     if (row >= p.seq_q) continue;
     const bool any = l > 0.0f;
     const float inv = any ? 1.0f / l : 0.0f;
     float lse = -INFINITY;
     if (any && p.lse != nullptr) {
-      lse = m_run[j] * 0.6931471805599453f + logf(l) - 6.104793232414985f + lse_off[j];  // - ln 448
+      lse = m_run[j] * kLn2 + logf(l) - 6.104793232414985f + lse_off[j];  // - ln 448
     }
     store_lse(p, b, h, row, lse);
     char* out = output_row(p, b, h, row);
@@ -614,8 +605,6 @@ __global__ void __launch_bounds__(kMainThreads, kMainCtasPerSm<D>) sage8_fwd_ker
     }
   }
 }
-
-std::size_t align_up(std::size_t x) { return (x + 255) / 256 * 256; }
 
 template <typename Elem, int D>
 void launch_typed(const Sage8Request& r, cudaStream_t stream) {

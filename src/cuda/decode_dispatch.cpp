@@ -37,12 +37,6 @@ int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_co
   return 1;
 }
 
-namespace {
-
-std::size_t align_up(std::size_t n) { return (n + 255) / 256 * 256; }
-
-}  // namespace
-
 long long run_decode(const DecodeRequest& r, bool count_recomputed, void* stream_ptr) {
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
   const DecodeTile tile = decode_tile(r.head_dim);

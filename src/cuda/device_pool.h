@@ -22,6 +22,9 @@ cudaMemPool_t scratch_pool(int device);
 
 // A device buffer from scratch_pool(device), allocated and freed on `stream` (freed when it goes out
 // of scope, after the work queued on the stream before the destructor). A zero-byte buffer is null.
+// n rounded up to 256 bytes: scratch carved into several arrays keeps each one aligned like an allocation.
+inline std::size_t align_up(std::size_t n) { return (n + 255) / 256 * 256; }
+
 class StreamBuffer {
  public:
   StreamBuffer(std::size_t bytes, int device, cudaStream_t stream);

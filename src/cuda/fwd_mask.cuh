@@ -18,25 +18,49 @@ __device__ __forceinline__ int visible_limit(const FwdParams& p, int row) {
   return p.causal ? min(p.seq_kv, row + p.causal_offset + 1) : p.seq_kv;
 }
 
-// exact: scores of keys a row may not see become -inf.
+// The key blocks (of `block` keys, n_kb of them) that rows [r0, r0 + rows) of a CTA visit: all but the
+// blocks past the last row's causal diagonal.
+__device__ __forceinline__ int visited_key_blocks(const FwdParams& p, int r0, int rows, int block, int n_kb) {
+  if (!p.causal) return n_kb;
+  const int last = min(r0 + rows - 1, p.seq_q - 1) + p.causal_offset;
+  return last < 0 ? 0 : min(n_kb, last / block + 1);
+}
+
+// Whether some key of the block [key0, key0 + block) is invisible to some of the rows from row_lo on:
+// past the sequence end, or past the first row's causal diagonal.
+__device__ __forceinline__ bool block_needs_mask(const FwdParams& p, int key0, int block, int row_lo) {
+  return key0 + block > p.seq_kv || (p.causal && key0 + block - 1 > row_lo + p.causal_offset);
+}
+
+// fp32 scores of keys at or past their row's limit become -inf: limit[2 mt + i] for rows i (g, g + 8)
+// of m-tile mt, keys from n0.
 template <int kMTiles, int kNTiles>
-__device__ __forceinline__ void apply_mask(float (&s)[kMTiles][kNTiles][4], const FwdParams& p, int n0,
-                                           int row_lo) {
+__device__ __forceinline__ void mask_past_limits(float (&s)[kMTiles][kNTiles][4], int n0,
+                                                 const int (&limit)[2 * kMTiles]) {
   const int t = static_cast<int>(threadIdx.x) % 4;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int limit = visible_limit(p, row_lo + 16 * mt + 8 * i);
 #pragma unroll
       for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          if (n0 + 8 * n + 2 * t + e >= limit) s[mt][n][2 * i + e] = -INFINITY;
+          if (n0 + 8 * n + 2 * t + e >= limit[2 * mt + i]) s[mt][n][2 * i + e] = -INFINITY;
         }
       }
     }
   }
+}
+
+// exact: scores of keys a row may not see become -inf.
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void apply_mask(float (&s)[kMTiles][kNTiles][4], const FwdParams& p, int n0,
+                                           int row_lo) {
+  int limit[2 * kMTiles];
+#pragma unroll
+  for (int r = 0; r < 2 * kMTiles; ++r) limit[r] = visible_limit(p, row_lo + 16 * (r / 2) + 8 * (r % 2));
+  mask_past_limits(s, n0, limit);
 }
 
 // pasa: the same on fp16 pairs in the A-fragment layout (tile n, row i: s[mt][n / 2][2 (n % 2) + i]).

@@ -63,6 +63,7 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
   constexpr int kKeys = Stage::kKeys;
   constexpr int kGroups = D / 8;                  // 16-byte column groups per row
   constexpr int kRowLanes = kPrepThreads / kGroups;  // threads sharing one column group
+  constexpr int kRowsPerThread = kKeys / kRowLanes;  // keys lane_row + kRowLanes i
   __shared__ float partial[kRowLanes][D];
   __shared__ float colsum[D];
 
@@ -81,18 +82,23 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
   const InElem* gK = static_cast<const InElem*>(p.k.data) + b * p.k.stride_b + h * p.k.stride_h + col;
   std::uint8_t* stage = p.tiles + ((static_cast<std::int64_t>(b) * p.heads_kv + h) * p.n_kb + kb) * Stage::kBytes;
 
-  // Column sums of the block's keys; bf16 V's rows rounded to fp16 on the way.
+  // The thread's keys (zeros past the end), kept for K' below, and the block's column sums; bf16 V's
+  // rows rounded to fp16 on the way.
+  float x[kRowsPerThread][8] = {};
   float sum[8] = {};
-  for (int r = lane_row; r < n; r += kRowLanes) {
-    float x[8];
-    load8_as_fp16(gK + (k0 + r) * p.k.stride_s, x);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) sum[i] += x[i];
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int r = lane_row + kRowLanes * i;
+    if (r >= n) continue;
+    load8_as_fp16(gK + (k0 + r) * p.k.stride_s, x[i]);
+#pragma unroll
+    for (int c = 0; c < 8; ++c) sum[c] += x[i][c];
     if constexpr (std::is_same_v<InElem, __nv_bfloat16>) {
+      float y[8];
       const InElem* gV = static_cast<const InElem*>(p.v.data) + b * p.v.stride_b + h * p.v.stride_h + col;
-      load8_as_fp16(gV + (k0 + r) * p.v.stride_s, x);
+      load8_as_fp16(gV + (k0 + r) * p.v.stride_s, y);
       *reinterpret_cast<uint4*>(p.v_fp16 + (((static_cast<std::int64_t>(b) * p.heads_kv + h) * p.seq_kv + k0 + r) * D + col)) =
-          pack8_fp16(x);
+          pack8_fp16(y);
     }
   }
   const auto reduce = [&](float (&s)[8]) {  // the row lanes' partial sums -> colsum (ends synced)
@@ -115,17 +121,17 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
 #pragma unroll
   for (int i = 0; i < 8; ++i) shift[i] = off * colsum[col + i];
   float ksum[8] = {};
-  for (int r = lane_row; r < kKeys; r += kRowLanes) {
-    float x[8] = {};
-    if (r < n) {
-      load8_as_fp16(gK + (k0 + r) * p.k.stride_s, x);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        x[i] = round_fp16(fmaf(a, x[i], shift[i]));
-        ksum[i] += x[i];
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int r = lane_row + kRowLanes * i;
+    if (r < n) {
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        x[i][c] = round_fp16(fmaf(a, x[i][c], shift[c]));
+        ksum[c] += x[i][c];
       }
     }
-    *reinterpret_cast<uint4*>(stage + swizzled_offset<128>(Stage::k_offset(r, col))) = pack8_fp16(x);
+    *reinterpret_cast<uint4*>(stage + swizzled_offset<128>(Stage::k_offset(r, col))) = pack8_fp16(x[i]);
   }
   reduce(ksum);
   if (threadIdx.x < D) {

@@ -65,11 +65,7 @@ __device__ __forceinline__ void own_chunks_bf16_to_half(void* smem) {
     uint4 x = *chunk;
     std::uint32_t* w = &x.x;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      __nv_bfloat162 b;
-      __builtin_memcpy(&b, &w[e], sizeof(b));
-      w[e] = as_u32(__float22half2_rn(__bfloat1622float2(b)));
-    }
+    for (int e = 0; e < 4; ++e) w[e] = bf16x2_to_half2(w[e]);
     *chunk = x;
   }
 }
