@@ -132,7 +132,7 @@ def main():
             print(f"(no pasa results at {path})")
 
     # One table: a row per (dtype, D, S, causal), a column per method, TFLOP/s.
-    methods = ["pasa-exact", "pasa-pasa", "pasa-pasa-oldpool", "pasa-sage8"] + list(backends)
+    methods = ["pasa-exact", "pasa-pasa", "pasa-sage8"] + list(backends)
     table = {}
     for r in rows:
         table.setdefault((r["dtype"], r["D"], r["S"], r["causal"]), {})[r["method"]] = r["tflops"]
@@ -143,33 +143,26 @@ def main():
         cells = " ".join(f"{table[key][m]:12.1f}" if m in table[key] else f"{'-':>12}" for m in methods)
         print(f"{dname:<5} {D:>4} {S:>6} {'causal' if causal else 'full':<6} {cells}")
 
-    # The kernels' variants (bench_attention.cu), if any: one lever changed each, f16 (x: exact,
-    # p: pasa kernel alone, on a prepared K').
-    for prefix, title in (("x:", "exact"), ("p:", "pasa (kernel alone)")):
-        variants = sorted({r["method"] for r in rows if r["method"].startswith(prefix)},
-                          key=lambda m: (m != prefix + "tuned", m))
-        if not variants:
-            continue
-        extra = ["torch-flash"] if prefix == "x:" else ["pasa-exact", "pasa-pasa"]
-        print(f"\n{title} variants, fp16, TFLOP/s")
-        print(f"{'D':>4} {'S':>6} {'mask':<6} " + " ".join(f"{m:>11}" for m in variants + extra))
+    # The exact kernel's variants (bench_attention.cu), if any: one lever changed each, f16.
+    variants = sorted({r["method"] for r in rows if r["method"].startswith("x:")}, key=lambda m: (m != "x:tuned", m))
+    if variants:
+        columns = variants + ["torch-flash"]
+        print("\nexact variants, fp16, TFLOP/s")
+        print(f"{'D':>4} {'S':>6} {'mask':<6} " + " ".join(f"{m:>11}" for m in columns))
         for key in sorted(k for k in table if k[0] == "fp16" and any(m in table[k] for m in variants)):
             _, D, S, causal = key
-            cells = " ".join(f"{table[key][m]:11.1f}" if m in table[key] else f"{'-':>11}"
-                             for m in variants + extra)
+            cells = " ".join(f"{table[key][m]:11.1f}" if m in table[key] else f"{'-':>11}" for m in columns)
             print(f"{D:>4} {S:>6} {'causal' if causal else 'full':<6} {cells}")
 
-    # The targets: exact >= torch flash at S >= 4k; pasa >= 0.95 x exact. oldpool: pasa with the
-    # scratch behaviour of before its own memory pool, in the same run.
-    print("\nratios: exact / torch-flash, pasa / exact, pasa-oldpool / exact (fp16)")
+    # The targets: exact >= torch flash at S >= 4k; pasa >= 0.95 x exact.
+    print("\nratios: exact / torch-flash, pasa / exact")
     for key in sorted(k for k in table if k[0] in ("fp16", "bf16")):
         t = table[key]
         dname, D, S, causal = key
         r1 = t["pasa-exact"] / t["torch-flash"] if "pasa-exact" in t and "torch-flash" in t else float("nan")
         r2 = t["pasa-pasa"] / t["pasa-exact"] if "pasa-pasa" in t and "pasa-exact" in t else float("nan")
-        r3 = t["pasa-pasa-oldpool"] / t["pasa-exact"] if "pasa-pasa-oldpool" in t and "pasa-exact" in t else float("nan")
         print(f"{dname:<5} {D:>4} {S:>6} {'causal' if causal else 'full':<6} exact/flash {r1:5.2f}"
-              + (f"  pasa/exact {r2:5.2f}  oldpool/exact {r3:5.2f}" if r2 == r2 else ""))
+              + (f"  pasa/exact {r2:5.2f}" if r2 == r2 else ""))
 
     # sage8 end to end (quantization included) against SageAttention2's sm90 kernel, TOPS measured on
     # an H200 by the kernel issue (SageAttention is not installed here), fp16.

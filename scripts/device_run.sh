@@ -45,16 +45,15 @@ grep -E "spill|warning" "$OUT/build.log" | sort -u | head -20
 # The variants benchmark (bench/) compiles on the CPUs while the tests use the GPU.
 LIBDIRS=()
 [ -d build-devdeps/usr ] && LIBDIRS=(-L"$ROOT/build-devdeps/usr/lib/x86_64-linux-gnu")
-VARIANT_SRC=(bench/fwd_variants.cu)
 [ "${PASA_VARIANTS:-1}" = 0 ] || ( nvcc -O3 -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
-    -Xptxas -warn-spills bench/bench_attention.cu bench/decode_variants.cu "${VARIANT_SRC[@]}" "$BUILD/libpasa_core.a" \
+    -Xptxas -warn-spills bench/bench_attention.cu bench/decode_variants.cu bench/fwd_variants.cu "$BUILD/libpasa_core.a" \
     "${LIBDIRS[@]}" -lfmt -Xcompiler -fopenmp -o "$BUILD/bench_attention" >"$BUILD/bench_build.log" 2>&1 ) &
 BENCH_BUILD=$!
 
 phase "tests"
 "$BUILD/tests/pasa_cuda_tests" --gtest_filter="${PASA_TEST_FILTER:-*}" >"$OUT/tests.log" 2>&1
 TESTS_RC=$?
-grep -E "Failure|FAILED|PASSED|SKIPPED|Expected|kernel .* vs emulator|uniform" "$OUT/tests.log" | tail -20
+grep -E "Failure|FAILED|PASSED|SKIPPED|Expected|kernel .* vs emulator" "$OUT/tests.log" | tail -20
 echo "sage8 cases (kernel vs emulator):"; awk '/RUN .*CudaSage8/{on=1} /OK .*CudaSage8|FAILED .*CudaSage8/{on=0} on && /O err/' "$OUT/tests.log" | sed 's/  */ /g' | head -50
 
 if command -v compute-sanitizer >/dev/null; then
@@ -106,20 +105,17 @@ fi
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 if [ "${PASA_NCU:-0}" = 1 ] && [ -n "$NCU" ] && [ -x "$BUILD/bench_attention" ]; then
   phase "ncu ($NCU)"
-  timeout 240 "$NCU" --clock-control none -k regex:attention_fwd_kernel --section SpeedOfLight \
+  timeout 240 "$NCU" --clock-control none -k 'regex:attention_fwd_kernel|pasa_fwd_kernel' --section SpeedOfLight \
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active,regex:sm__inst_executed_pipe_.*\.avg\.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed,lts__t_sectors.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active' \
     "$BUILD/bench_attention" --profile >"$OUT/ncu.txt" 2>&1
   echo "ncu rc=$?"
-  grep -E "attention_fwd_kernel<|Duration|hmma_cycles_active|smsp__issue_active|stalled_(wait|short_scoreboard|math_pipe_throttle)_" \
+  grep -E "attention_fwd_kernel<|pasa_fwd_kernel<|Duration|hmma_cycles_active|smsp__issue_active|stalled_(wait|short_scoreboard|math_pipe_throttle|gmma)_" \
     "$OUT/ncu.txt" | sed -E 's/ +/ /g; s/smsp__average_warps_issue_stalled_/stall /; s/_per_issue_active.ratio//' | cut -c1-100 | head -30
 fi
 
 phase "bench: torch SDPA (and the table)"
 CSVS="$OUT/pasa_bench.csv"
-if [ -f "$OUT/variants_bench.csv" ]; then  # its variant rows only: the API points are pasa bench's
-  grep -v -E "^(pasa-|decode:(exact|fdpp),)" "$OUT/variants_bench.csv" >"$BUILD/variants_only.csv"
-  CSVS="$CSVS,$BUILD/variants_only.csv"
-fi
+[ -f "$OUT/variants_bench.csv" ] && CSVS="$CSVS,$OUT/variants_bench.csv"
 PYTHONUNBUFFERED=1 python3 bench/torch_sdpa.py "$CSVS" "$OUT/torch_sdpa.csv" 2>&1 \
   | grep -E -v "^torch-(flash|cudnn) "
 

@@ -36,7 +36,8 @@ struct Row {
   std::string method, dtype;
   int D, H, S, B;
   bool causal;
-  double ms, rate;  // rate: TFLOP/s (prefill) or TB/s of K and V read (decode)
+  double ms, rate;   // rate: TFLOP/s (prefill) or TB/s of K and V read (decode)
+  const char* unit;  // "TFLOP/s" or "TB/s"
 };
 
 DType parse_dtype(const std::string& s) {
@@ -93,17 +94,20 @@ void run(const BenchOptions& o) {
   std::vector<Row> rows;
   std::uint64_t seed = 1;
   int done = 0;
-  auto progress = [&](const Row& r, const char* unit) {
+  auto progress = [&](const Row& r) {
     fmt::print(stderr, "[{}/{}] {} {} D{} S{} B{} {}: {:.3f} ms, {:.1f} {}\n", ++done, n_prefill + n_decode, r.method,
-               r.dtype, r.D, r.S, r.B, r.causal ? "causal" : "full", r.ms, r.rate, unit);
+               r.dtype, r.D, r.S, r.B, r.causal ? "causal" : "full", r.ms, r.rate, r.unit);
   };
+  std::vector<Policy> policies, decode_policies;  // parsed once (validate has checked them)
+  for (const std::string& p : o.policies) policies.push_back(parse_policy(p));
+  for (const std::string& p : o.decode_policies) decode_policies.push_back(parse_policy(p));
   for (const int D : o.head_dims) {
     for (const int S : o.seqs) {
       for (const std::string& mask : o.masks) {
         for (const std::string& dt : o.dtypes) {
-          for (const std::string& pol : o.policies) {
+          for (std::size_t pi = 0; pi < policies.size(); ++pi) {
             BenchPoint pt;
-            pt.policy = parse_policy(pol);
+            pt.policy = policies[pi];
             pt.dtype = parse_dtype(dt);
             pt.batch = o.tokens / S;
             pt.heads_q = pt.heads_kv = o.hidden / D;
@@ -112,9 +116,9 @@ void run(const BenchOptions& o) {
             pt.causal = parse_mask(mask);
             const BenchTiming t = bench_cuda_attention(pt, o.warmup, o.runs, seed += 3);
             const double flops = 4.0 * pt.batch * pt.heads_q * double(S) * S * D * (pt.causal ? 0.5 : 1.0);
-            rows.push_back({"pasa-" + pol, dt, D, pt.heads_q, S, pt.batch, pt.causal, t.median_ms,
-                            flops / (t.median_ms * 1e-3) / 1e12});
-            progress(rows.back(), "TFLOP/s");
+            rows.push_back({"pasa-" + o.policies[pi], dt, D, pt.heads_q, S, pt.batch, pt.causal, t.median_ms,
+                            flops / (t.median_ms * 1e-3) / 1e12, "TFLOP/s"});
+            progress(rows.back());
           }
         }
       }
@@ -122,9 +126,9 @@ void run(const BenchOptions& o) {
   }
   if (!o.no_decode) {
     for (const int S : o.decode_seqs) {
-      for (const std::string& pol : o.decode_policies) {
+      for (std::size_t pi = 0; pi < decode_policies.size(); ++pi) {
         BenchPoint pt;
-        pt.policy = parse_policy(pol);
+        pt.policy = decode_policies[pi];
         pt.dtype = DType::bf16;
         pt.batch = o.decode_batch;
         pt.heads_q = 32;
@@ -134,9 +138,9 @@ void run(const BenchOptions& o) {
         pt.head_dim = 128;
         const BenchTiming t = bench_cuda_attention(pt, o.warmup, o.runs, seed += 3);
         const double bytes = 2.0 * pt.batch * pt.heads_kv * double(S) * pt.head_dim * 2;
-        rows.push_back({"decode:" + pol, "bf16", 128, 32, S, pt.batch, false, t.median_ms,
-                        bytes / (t.median_ms * 1e-3) / 1e12});
-        progress(rows.back(), "TB/s");
+        rows.push_back({"decode:" + o.decode_policies[pi], "bf16", pt.head_dim, pt.heads_q, S, pt.batch, false,
+                        t.median_ms, bytes / (t.median_ms * 1e-3) / 1e12, "TB/s"});
+        progress(rows.back());
       }
     }
   }
@@ -144,9 +148,9 @@ void run(const BenchOptions& o) {
   fmt::print("pasa bench: {}; median of {} calls\n", device, o.runs);
   fmt::print("{:<18} {:<5} {:>4} {:>6} {:>4} {:<6} {:>10} {:>9}\n", "method", "dtype", "D", "S", "B", "mask", "ms", "rate");
   for (const Row& r : rows) {
-    const bool decode = r.method.rfind("decode:", 0) == 0;
+    const bool decode = std::string(r.unit) == "TB/s";
     fmt::print("{:<18} {:<5} {:>4} {:>6} {:>4} {:<6} {:>10.4f} {:>9.1f} {}\n", r.method, r.dtype, r.D, r.S, r.B,
-               decode ? "-" : (r.causal ? "causal" : "full"), r.ms, r.rate, decode ? "TB/s" : "TFLOP/s");
+               decode ? "-" : (r.causal ? "causal" : "full"), r.ms, r.rate, r.unit);
   }
   if (!o.csv.empty()) {
     write_csv(o.csv, rows);

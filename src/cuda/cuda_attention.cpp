@@ -138,8 +138,8 @@ bool is_fdpp_family(const Policy& pol) {
 }
 
 // The sage8 preset (SageAttention2's 8-bit kernel): every field as the preset has it, any s1 (each
-// row's state is its own); s2 must be the kernel's 64 (it sets K's quantization groups and the
-// two-level PV accumulation). Returns false for any other policy (judged by the other families).
+// row's state is its own); s2 must be the kernel's kSage8BlockKv = 128 (it sets K's quantization
+// groups and the two-level PV accumulation). Returns false for any other policy (judged by the other families).
 bool is_sage8(const Policy& pol) {
   const Policy preset = preset_policy("sage8");
   Policy normalized = pol;
@@ -155,9 +155,10 @@ bool is_sage8(const Policy& pol) {
   return true;
 }
 
-// The kernels implement three policy families: exact (fp32 scores and softmax; P rounded to the input
+// The kernels implement four policy families: exact (fp32 scores and softmax; P rounded to the input
 // dtype for the tensor cores; input and p may name that dtype or fp32; any s1, s2, splits), the pasa
-// preset (any beta and s1; s2 = 128) and the fdpp preset (is_fdpp_family; decode shapes only).
+// preset (any beta and s1; s2 = 128), the sage8 preset (is_sage8) and the fdpp preset
+// (is_fdpp_family; decode shapes only).
 // Everything else is an error naming the field.
 Family classify_policy(const Policy& pol, DType in) {
   const Format in_fmt = in == DType::bf16 ? Format::bf16() : Format::fp16();
@@ -183,11 +184,12 @@ Family classify_policy(const Policy& pol, DType in) {
     }
     // s1 / s2 / splits only order fp32 roundings here: the kernels use their own tiles (the decode
     // path takes a policy's splits > 1 as its split count).
+    const Policy preset = preset_policy("exact");
     Policy normalized = pol;
     normalized.input = normalized.p = fp32;
-    normalized.block_q = preset_policy("exact").block_q;
-    normalized.block_kv = preset_policy("exact").block_kv;
-    normalized.splits = preset_policy("exact").splits;
+    normalized.block_q = preset.block_q;
+    normalized.block_kv = preset.block_kv;
+    normalized.splits = preset.splits;
     reject_other_fields(normalized, "exact", "exact");
     return Family::exact;
   }

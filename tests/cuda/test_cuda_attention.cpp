@@ -201,12 +201,13 @@ Result run_case(const Case& c, const Policy& kernel_policy, const Policy& emulat
   EXPECT_EQ(sync, cudaSuccess) << cudaGetErrorString(sync);
   d_o.copy_to(o_gpu);
   cudaMemcpy(lse_gpu.data(), dlse.ptr, dlse.bytes, cudaMemcpyDeviceToHost);
+  const std::vector<double> o_kernel = test::read_bhsd(o_gpu.view);
   if (extra != nullptr) {
-    extra->kernel_o = test::read_bhsd(o_gpu.view);
+    extra->kernel_o = o_kernel;
     extra->kernel_lse = lse_gpu;
   }
 
-  return {test::relative_rmse(test::read_bhsd(o_gpu.view), ref.o),
+  return {test::relative_rmse(o_kernel, ref.o),
           test::relative_rmse(test::read_bhsd(o_emu.view), ref.o), lse_rms_error(lse_gpu, ref.lse),
           lse_rms_error(lse_emu, ref.lse), lse_rms(ref.lse)};
 }
