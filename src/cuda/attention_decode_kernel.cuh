@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
 #pragma unroll
           for (int e = 0; e < 4; ++e) tSrS[mt][n][e] = round_fp16(tSrS[mt][n][e]);
     }
-    if (key0 + kWarpKeys > min_limit) mask_past_limits(tSrS, key0, limit);  // some key masked for some row
+    if (key0 + kWarpKeys > min_limit) mask_past_limits(tSrS, key0, [&](int r) { return limit[r]; });  // some key masked
 
     bool rescale_o = false;
     float rescale[kRows];

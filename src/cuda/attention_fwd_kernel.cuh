@@ -164,7 +164,8 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
     }
     const std::uint32_t k_stage = k_addr + stage * kTileBytes;
     const std::uint32_t v_stage = v_addr + stage * kTileBytes;
-    const bool needs_mask = block_needs_mask(p, n0, kBlockN, m0);
+    const bool needs_mask =
+        n0 + kBlockN > p.seq_kv || (p.causal && n0 + kBlockN - 1 > m0 + p.causal_offset);
 
     // P of this block as A fragments of the P V mma (keys 16 kk .. 16 kk + 15 in tOrP[mt][kk]).
     std::uint32_t tOrP[kMTiles][kNChunks][4];

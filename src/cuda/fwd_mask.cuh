@@ -32,21 +32,21 @@ __device__ __forceinline__ bool block_needs_mask(const FwdParams& p, int key0, i
   return key0 + block > p.seq_kv || (p.causal && key0 + block - 1 > row_lo + p.causal_offset);
 }
 
-// fp32 scores of keys at or past their row's limit become -inf: limit[2 mt + i] for rows i (g, g + 8)
-// of m-tile mt, keys from n0.
-template <int kMTiles, int kNTiles>
-__device__ __forceinline__ void mask_past_limits(float (&s)[kMTiles][kNTiles][4], int n0,
-                                                 const int (&limit)[2 * kMTiles]) {
+// fp32 scores of keys at or past their row's limit become -inf: limit_of(2 mt + i) for rows i (g, g + 8)
+// of m-tile mt (called once per row, where the row's loop begins), keys from n0.
+template <int kMTiles, int kNTiles, typename LimitOf>
+__device__ __forceinline__ void mask_past_limits(float (&s)[kMTiles][kNTiles][4], int n0, LimitOf limit_of) {
   const int t = static_cast<int>(threadIdx.x) % 4;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
+      const int limit = limit_of(2 * mt + i);
 #pragma unroll
       for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          if (n0 + 8 * n + 2 * t + e >= limit[2 * mt + i]) s[mt][n][2 * i + e] = -INFINITY;
+          if (n0 + 8 * n + 2 * t + e >= limit) s[mt][n][2 * i + e] = -INFINITY;
         }
       }
     }
@@ -57,10 +57,7 @@ __device__ __forceinline__ void mask_past_limits(float (&s)[kMTiles][kNTiles][4]
 template <int kMTiles, int kNTiles>
 __device__ __forceinline__ void apply_mask(float (&s)[kMTiles][kNTiles][4], const FwdParams& p, int n0,
                                            int row_lo) {
-  int limit[2 * kMTiles];
-#pragma unroll
-  for (int r = 0; r < 2 * kMTiles; ++r) limit[r] = visible_limit(p, row_lo + 16 * (r / 2) + 8 * (r % 2));
-  mask_past_limits(s, n0, limit);
+  mask_past_limits(s, n0, [&](int r) { return visible_limit(p, row_lo + 16 * (r / 2) + 8 * (r % 2)); });
 }
 
 // pasa: the same on fp16 pairs in the A-fragment layout (tile n, row i: s[mt][n / 2][2 (n % 2) + i]).
