@@ -356,8 +356,8 @@ int main(int argc, char** argv) {
     r.call.heads_kv = H;
     r.call.head_dim = D;
     r.call.in_type = pasa::cuda::ElemType::f16;
-    r.diag_full = r.diag_last = 0.0883f;
-    r.off_full = r.off_last = -0.000687f;
+    r.diag = 0.0883f;
+    r.off = -0.000687f;
     const int n_kb = (S + pasa::cuda::kPasaBlockKv - 1) / pasa::cuda::kPasaBlockKv;
     const std::size_t tile_bytes = pasa::cuda::pasa_tile_bytes(B, H, n_kb, D);
     void* tiles = nullptr;

@@ -29,6 +29,14 @@ enum class Shift {
   unified,  // FlashDecoding++: one fixed phi for every split, rows leaving the window recomputed
 };
 
+// Where PASA takes a key block's local pseudo-average s' (the mean of its shifted scores) from.
+enum class PseudoAverage {
+  scores,  // "s": the mean of S' as computed (Algorithm 1): it carries the mean of the rounding
+           // errors of the stored K' = M K, which the state update multiplies by G ~ 64
+  keys,    // "k": Q times M's row sum times the block's mean key: the mean of the S' that an unrounded
+           // K' would give, so that only each score's own rounding error remains
+};
+
 struct Policy {
   std::string preset = "exact";  // the preset this policy was derived from (printing starts here)
 
@@ -37,12 +45,16 @@ struct Policy {
   Format s = Format::fp32();       // S as it leaves the Q K^T GEMM ("s")
   ScalePlacement scale = ScalePlacement::scores;  // ("scale" = s | q | k)
   Format softmax = Format::fp32(); // scaled S, max, exp, rowsum, l, m and shift terms ("softmax")
+  Format sum_acc = Format::fp32(); // accumulator of the softmax's row sums (of P, and PASA's sum of a
+                                   // block's S'): fp32 sums in fp32 and rounds once to `softmax`, as a
+                                   // GEMM or a framework's reduction does; fp16 adds term by term ("sum_acc")
   Format p = Format::fp32();       // P as the PV GEMM's operand ("p")
   Format pv_acc = Format::fp32();  // accumulator inside the P V GEMM ("pv_acc")
   Format o = Format::fp32();       // P V output, running O~ and its rescale, final O~ / l ("o")
 
   Shift shift = Shift::none;       // ("shift" = none | pasa | unified)
   double beta = 0.0;               // PASA's beta in [0, 1) ("beta")
+  PseudoAverage pseudo_avg = PseudoAverage::scores;  // PASA's local pseudo-average ("pseudo_avg" = s | k)
 
   int block_q = 64;                // s1: query rows per block ("s1")
   int block_kv = 64;               // s2: key rows per block ("s2"); PASA's M is s2 x s2
@@ -72,7 +84,9 @@ struct Policy {
 
 // The presets: "exact" (FA(FP32), every point fp32), "fa16_fp32" (FA(FP16-FP32): S leaves the GEMM
 // in fp16), "fa16" (FA(FP16): fully fp16 but fp32 matrix-engine accumulators), "pasa" (Algorithm 1,
-// fp16 throughout, beta 0.984497, s1 = s2 = 128), "sage8" (INT8 Q,K per thread, FP8 e4m3 P and V,
+// fp16 throughout, beta 0.984497, s1 = s2 = 128; reductions accumulate in fp32 as a GEMM does),
+// "pasa_accurate" (pasa with S' and every softmax statistic in fp32 and pseudo_avg=k: the block's
+// pseudo-average and the running state taken before anything is rounded; P and O~ stay fp16), "sage8" (INT8 Q,K per thread, FP8 e4m3 P and V,
 // smooth K, FP22 PV accumulator with two-level accumulation: SageAttention2 on Hopper), "sage4" (INT4
 // Q,K per warp, smooth Q and K), "fdpp" (FlashDecoding++'s unified max phi = 0 with fp16 P).
 // Throws pasa::Error for an unknown name.

@@ -4,8 +4,13 @@
 //   S' = fl_s(Q_i K'_j^T * dq * dk + dS)     K' = K, alpha K or M K; dq, dk quantizer scales (else 1)
 //   x  = fl_sm(S' * alpha) or fl_sm(S')       scores in the softmax format
 //   m' = rowmax(x) (phi for the unified max), e = exp(x - m'), l' = rowsum(e)
-//   shift terms dm'_prev, dm'_cur (zero without PASA), m_new, the two rescale factors e_prev, e_cur
+//   shift terms dm'_prev, dm'_cur (zero without PASA): the candidates a = fl(m + dm'_prev) and
+//   b = fl(m' + dm'_cur), m_new = max(a, b), the rescale factors e_prev = e^fl(a - m_new) and
+//   e_cur = e^fl(b - m_new) (each <= 1: the factors are taken from the maxima as stored, so no
+//   rounding of m can make O~ or l grow from block to block)
 //   l = e_prev l + e_cur l',  O~ = e_prev O~ + e_cur fl_o(fl_p(e * p_scale) V_j)   (two-level)
+// Row sums (l', PASA's block sum of S') accumulate in sum_acc and are rounded once to the softmax
+// format. docs/algorithms.md states PASA's state update and where this departs from Algorithm 1.
 // With shift=none the shift terms are exactly zero and this is FlashAttention-2 written with the
 // block-local maximum, so PASA with beta = 0 is the same computation bit for bit (tested).
 // Every arithmetic result is rounded by the format of the point it belongs to ("sm" = softmax).
@@ -19,6 +24,7 @@
 #include "cpu/backends.h"
 #include "cpu/gemm_model.h"
 #include "cpu/operands.h"
+#include "numerics/pasa_shift.h"
 #include "storage_convert.h"
 
 namespace pasa {
@@ -45,6 +51,14 @@ struct Task {
   std::int64_t b, h, r0, r1;
 };
 
+// PASA's invariance G for the stored M (numerics/pasa_shift.h), held in fp32 as a constant of the
+// call (a kernel parameter); each product with it is rounded to the softmax format.
+double pasa_invariance(const Policy& pol, double alpha) {
+  if (pol.shift != Shift::pasa) return 0.0;
+  const double factor = pol.scale == ScalePlacement::key ? alpha : 1.0;
+  return static_cast<float>(pasa_shift(pol.beta, pol.block_kv, factor, pol.input).invariance);
+}
+
 Partial run_key_range(const AttentionArgs& args, const Policy& pol, const ProblemShape& ps, const Task& t,
                       std::int64_t k_begin, std::int64_t k_end, const PreparedQ& pq,
                       const PreparedKV& kv, double alpha, const Rounders& R) {
@@ -55,7 +69,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
   const bool unified = pol.shift == Shift::unified;
   const auto& sm = R.sm;
   const double alpha_sm = sm(alpha);
-  const double g = pasa ? sm(pol.beta / (1.0 - pol.beta)) : 0.0;
+  const double g = pasa_invariance(pol, alpha);
   const double phi = sm(pol.phi);
   // The accumulator O~ lives in the O format (two-level) or in the PV accumulator itself.
   const Rounder& acc_round = pol.two_level ? R.o : R.pv_acc;
@@ -66,6 +80,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
   std::vector<float> p_op(static_cast<std::size_t>(rows) * s2);  // P as the GEMM operand
   std::vector<double> pv(static_cast<std::size_t>(rows) * D);
   std::vector<double> e_prev(rows), e_cur(rows);
+  std::vector<double> pasa_means(rows);  // pseudo_avg=k: each row's s' of the block
   std::vector<char> active(rows);
 
   // Key blocks past the last key any row of this block may see are skipped whole.
@@ -82,24 +97,36 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
 
   for (std::int64_t k0 = k_begin; k0 < key_end; k0 += s2) {
     const int n = static_cast<int>(std::min<std::int64_t>(s2, k_end - k0));
-    model_gemm(q, D, &kv.kt[static_cast<std::size_t>(k0 * D)], n, rows, D, n, R.qk_acc, R.qk_acc,
-               scores.data(), n);
+    // PASA's blocks are all s2 keys wide (a short last block padded, operands.cpp): the padded keys'
+    // S' enter the block's pseudo-average, and are masked out of the softmax below.
+    const int cols = pasa ? s2 : n;
+    model_gemm(q, D, &kv.kt[static_cast<std::size_t>(k0 * D)], cols, rows, D, cols, R.qk_acc, R.qk_acc,
+               scores.data(), cols);
+    if (pasa && pol.pseudo_avg == PseudoAverage::keys) {
+      // s' = Q (r mean K_j): one more column of the same GEMM, scaled like the scores.
+      model_gemm(q, D, &kv.shift_mean[static_cast<std::size_t>(k0 / s2 * D)], 1, rows, D, 1, R.qk_acc, R.qk_acc,
+                 pasa_means.data(), 1);
+      for (double& m : pasa_means) m = pol.scale == ScalePlacement::scores ? sm(R.s(m) * alpha_sm) : sm(R.s(m));
+    }
 
     for (int rr = 0; rr < rows; ++rr) {
-      double* x = &scores[static_cast<std::size_t>(rr) * n];
+      double* x = &scores[static_cast<std::size_t>(rr) * cols];
       const double dq = pq.q_scale[t.r0 + rr];
-      for (int c = 0; c < n; ++c) {
-        double s = R.s(x[c] * (dq * kv.k_scale[k0 + c]));  // dequantize (exact 1 * 1 otherwise)
+      for (int c = 0; c < cols; ++c) {
+        const double k_scale = c < n ? kv.k_scale[k0 + c] : 1.0;
+        double s = R.s(x[c] * (dq * k_scale));  // dequantize (exact 1 * 1 otherwise)
         if (!pq.ds.empty()) s = R.s(s + pq.ds[k0 + c]);
         x[c] = pol.scale == ScalePlacement::scores ? sm(s * alpha_sm) : sm(s);
       }
-      // PASA's local pseudo-average s' covers all n keys of the block, masked or not: K' = M K
-      // subtracted the mean of all n keys, so recovering the true scores needs all of them.
+      // PASA's local pseudo-average s' covers all s2 keys of the block, masked or not: K' = M K
+      // subtracted the mean of all of them, so recovering the true scores needs all of them.
       double mean = 0.0;
-      if (pasa) {
+      if (pasa && pol.pseudo_avg == PseudoAverage::keys) {
+        mean = pasa_means[rr];
+      } else if (pasa) {
         double sum = 0.0;
-        for (int c = 0; c < n; ++c) sum = sm(sum + x[c]);
-        mean = sm(sum / n);
+        for (int c = 0; c < cols; ++c) sum = R.sum(sum + x[c]);
+        mean = sm(R.sum(sum / cols));  // the mean leaves the reduction, rounded once
       }
       // Masking is tracked apart from the values: a score that overflowed to -inf is not a masked
       // key, and a row whose visible scores all overflowed must turn into NaN as it would on hardware.
@@ -126,8 +153,9 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
           continue;
         }
         x[c] = sm(std::exp(sm(x[c] - m_blk)));
-        l_blk = sm(l_blk + x[c]);
+        l_blk = R.sum(l_blk + x[c]);
       }
+      l_blk = sm(l_blk);
       double d_prev = 0.0, d_cur = 0.0;  // dm'_prev, dm'_cur: moving the reference to F_new
       double F_new = 0.0;
       if (pasa) {
@@ -142,11 +170,11 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         ep = st.blocks == 0 ? 0.0 : 1.0;
       } else if (st.blocks == 0) {
         m_new = sm(m_blk + d_cur);
-        ec = sm(std::exp(sm(sm(m_blk - m_new) + d_cur)));
       } else {
-        m_new = std::max(sm(st.m + d_prev), sm(m_blk + d_cur));
-        ep = sm(std::exp(sm(sm(st.m - m_new) + d_prev)));
-        ec = sm(std::exp(sm(sm(m_blk - m_new) + d_cur)));
+        const double a = sm(st.m + d_prev), b = sm(m_blk + d_cur);
+        m_new = std::max(a, b);
+        ep = sm(std::exp(sm(a - m_new)));
+        ec = sm(std::exp(sm(b - m_new)));
       }
       st.l = sm(sm(ep * st.l) + sm(ec * l_blk));
       st.m = m_new;
@@ -203,7 +231,7 @@ void write_row(const AttentionArgs& args, const Policy& pol, const ProblemShape&
                const std::vector<Partial>& parts, const PreparedQ& pq, const PreparedKV& kv,
                const Rounders& R) {
   const int D = static_cast<int>(ps.dim);
-  const double g = pol.shift == Shift::pasa ? R.sm(pol.beta / (1.0 - pol.beta)) : 0.0;
+  const double g = pasa_invariance(pol, resolve_scale(args, ps.dim));
   std::vector<double> o(static_cast<std::size_t>(D), 0.0);
   double lse = kNegInf;
   int with_keys = 0;

@@ -4,6 +4,7 @@
 
 #include "cpu/gemm_model.h"
 #include "cpu/host_inputs.h"
+#include "numerics/pasa_shift.h"
 
 namespace pasa {
 namespace {
@@ -24,12 +25,10 @@ void subtract_means(std::vector<float>& a, std::int64_t rows, int cols, const st
 }
 
 // PASA's shifting matrix for a block of n keys: M = (I - beta/n J) * factor, stored in the input
-// format (diagonal a', off-diagonal -b', spec section 3).
-std::vector<float> shifting_matrix(int n, double beta, double factor, const Rounder& to_input) {
-  const double off = to_input(-(beta / n) * factor);
-  const double diag = to_input((1.0 - beta / n) * factor);
-  std::vector<float> m(static_cast<std::size_t>(n) * n, static_cast<float>(off));
-  for (int i = 0; i < n; ++i) m[static_cast<std::size_t>(i) * n + i] = static_cast<float>(diag);
+// format (diagonal a', off-diagonal -b', spec section 3; numerics/pasa_shift.h).
+std::vector<float> shifting_matrix(const PasaShift& shift, int n) {
+  std::vector<float> m(static_cast<std::size_t>(n) * n, static_cast<float>(shift.off));
+  for (int i = 0; i < n; ++i) m[static_cast<std::size_t>(i) * n + i] = static_cast<float>(shift.diag);
   return m;
 }
 
@@ -54,15 +53,38 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
   }
   if (pol.shift == Shift::pasa) {
     // K'_j = M K_j per key block: a GEMM on the matrix engine, its output stored in the input format.
-    const double key_factor = pol.scale == ScalePlacement::key ? alpha : 1.0;
-    std::vector<double> shifted;
-    for (std::int64_t k0 = 0; k0 < S; k0 += s2) {
+    // Every block has s2 rows: a short last block of n keys is padded with s2 - n copies of its own
+    // mean key (in the input format), so that M, its invariance G and the block's shift are those
+    // of a full block (the padded keys count in the block's pseudo-average and are masked out of the
+    // softmax). A short block shifted by its own n would need its own G, which the state update
+    // cannot carry exactly.
+    const PasaShift shift = pasa_shift(pol.beta, s2, pol.scale == ScalePlacement::key ? alpha : 1.0,
+                                       pol.input);
+    const std::vector<float> m = shifting_matrix(shift, s2);
+    const std::int64_t blocks = (S + s2 - 1) / s2;
+    std::vector<float> block(static_cast<std::size_t>(s2) * D);
+    std::vector<double> shifted(static_cast<std::size_t>(s2) * D);
+    out.kt.resize(static_cast<std::size_t>(blocks * s2 * D));
+    for (std::int64_t j = 0; j < blocks; ++j) {
+      const std::int64_t k0 = j * s2;
       const int n = static_cast<int>(std::min<std::int64_t>(s2, S - k0));
-      const std::vector<float> m = shifting_matrix(n, pol.beta, key_factor, R.input);
-      shifted.resize(static_cast<std::size_t>(n) * D);
-      float* kj = &k[static_cast<std::size_t>(k0 * D)];
-      model_gemm(m.data(), n, kj, D, n, n, D, R.qk_acc, R.input, shifted.data(), D);
-      std::copy(shifted.begin(), shifted.end(), kj);
+      std::copy_n(&k[static_cast<std::size_t>(k0 * D)], static_cast<std::size_t>(n) * D, block.begin());
+      if (n < s2) {
+        std::vector<float> tail(block.begin(), block.begin() + static_cast<std::ptrdiff_t>(n) * D);
+        const std::vector<double> mean = column_means(tail, n, D);
+        for (int r = n; r < s2; ++r)
+          for (int d = 0; d < D; ++d) block[static_cast<std::size_t>(r) * D + d] = static_cast<float>(R.input(mean[d]));
+      }
+      model_gemm(m.data(), s2, block.data(), D, s2, s2, D, R.qk_acc, R.input, shifted.data(), D);
+      if (pol.pseudo_avg == PseudoAverage::keys) {
+        const double row_sum = shift.diag + (s2 - 1) * shift.off;
+        for (const double mean : column_means(block, s2, D)) out.shift_mean.push_back(static_cast<float>(row_sum * mean));
+      }
+      float* dst = &out.kt[static_cast<std::size_t>(k0 * D)];
+      for (int c = 0; c < s2; ++c)
+        for (int d = 0; d < D; ++d) dst[d * s2 + c] = static_cast<float>(shifted[static_cast<std::size_t>(c) * D + d]);
+      for (int c = 0; c < n; ++c)
+        for (int d = 0; d < D; ++d) k[static_cast<std::size_t>((k0 + c) * D + d)] = dst[d * s2 + c];
     }
   }
   out.k_used = k;
@@ -70,12 +92,14 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
   if (pol.k_quant) {
     out.k_scale = quantize_rows(k, static_cast<int>(S), D, *pol.k_quant, pol.k_gran, OperandRole::key, s2);
   }
-  out.kt.resize(k.size());
-  for (std::int64_t k0 = 0; k0 < S; k0 += s2) {
-    const int n = static_cast<int>(std::min<std::int64_t>(s2, S - k0));
-    float* dst = &out.kt[static_cast<std::size_t>(k0 * D)];
-    for (int c = 0; c < n; ++c)
-      for (int d = 0; d < D; ++d) dst[d * n + c] = k[static_cast<std::size_t>((k0 + c) * D + d)];
+  if (pol.shift != Shift::pasa) {
+    out.kt.resize(k.size());
+    for (std::int64_t k0 = 0; k0 < S; k0 += s2) {
+      const int n = static_cast<int>(std::min<std::int64_t>(s2, S - k0));
+      float* dst = &out.kt[static_cast<std::size_t>(k0 * D)];
+      for (int c = 0; c < n; ++c)
+        for (int d = 0; d < D; ++d) dst[d * n + c] = k[static_cast<std::size_t>((k0 + c) * D + d)];
+    }
   }
 
   out.v = gather_head<float>(args.v, b, h_kv, R.input);

@@ -14,15 +14,18 @@ namespace pasa {
 
 // The policy's formats, compiled once per call.
 struct Rounders {
-  Rounder input, qk_acc, s, sm, p, pv_acc, o;
+  Rounder input, qk_acc, s, sm, sum, p, pv_acc, o;
   explicit Rounders(const Policy& pol)
-      : input(pol.input), qk_acc(pol.qk_acc), s(pol.s), sm(pol.softmax), p(pol.p), pv_acc(pol.pv_acc),
-        o(pol.o) {}
+      : input(pol.input), qk_acc(pol.qk_acc), s(pol.s), sm(pol.softmax), sum(pol.sum_acc), p(pol.p),
+        pv_acc(pol.pv_acc), o(pol.o) {}
 };
 
 // One K/V head.
 struct PreparedKV {
-  std::vector<float> kt;          // K' per key block, block j at j * s2 * D, laid out [D][n_j]
+  std::vector<float> kt;          // K' per key block, block j at j * s2 * D, laid out [D][n_j]; with
+                                  // PASA every block has s2 columns (a short last block padded)
+  std::vector<float> shift_mean;  // PASA with pseudo_avg=k: per key block, M's row sum times the
+                                  // block's mean key ([blocks][D]; fp32, as the kernel's hi + lo rows)
   std::vector<double> k_scale;    // per key: dequantization scale (1 when not quantized)
   std::vector<float> k_used;      // [S_kv][D]: K as the GEMM sees it, before quantization (for dS)
   std::vector<double> k_mean;     // [D]: subtracted by smooth K (zeros otherwise)

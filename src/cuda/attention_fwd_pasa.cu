@@ -94,8 +94,10 @@ __device__ __forceinline__ void wgmma_pv(float (&c)[D / 2], const std::uint32_t 
 }
 
 // grid (ceil(seq_q / 64), Hq, B), block 128; warp w owns rows 16 w .. 16 w + 15 of the CTA's 64.
-template <typename QElem, int D>
+// kAccurate: the pasa_accurate policy (S' and the state in fp32; PasaSoftmax's kFp16State = false).
+template <typename QElem, int D, bool kAccurate>
 __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_kernel(const __grid_constant__ PasaMain m) {
+  using Softmax = PasaSoftmax<1, !kAccurate>;
   using Ring = PasaRing<D>;
   using Stage = PasaStage<D>;
   constexpr int kKS = Ring::kKStages, kVS = Ring::kVStages;
@@ -184,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_ke
     for (int j = 0; j < kVS; ++j) load_v(j);
   }
 
-  PasaSoftmax<1> softmax;
+  Softmax softmax;
   softmax.init();
   __half2 o[kDT][2];  // O~ in fp16: tile n's pair of row g (i = 0) and of row g + 8 (i = 1)
 #pragma unroll
@@ -222,26 +224,38 @@ __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_ke
     constexpr bool kHasNext = decltype(has_next)::value;
     constexpr int kSteps = decltype(lower_half)::value ? kPSteps / 2 : kPSteps;
     const int key0 = kb * kKeys;
-    // S' as fp16 pairs; the local pseudo-average of each row over the block's keys (masked or not:
-    // keys past the sequence end have S' = 0 and are not counted).
+    // S' as fp16 pairs; the local pseudo-average of each row over the block's s2 keys (masked or not;
+    // a short last block's padding keys included, pasa_prepare.cu).
+    // (pasa_accurate: S' stays in acc, seen as the mma C layout's [1][kKeys / 8][4] tiles.)
+    [[maybe_unused]] auto& s32 = *reinterpret_cast<float (*)[1][kKeys / 8][4]>(acc);
+    if constexpr (!kAccurate) {
 #pragma unroll
-    for (int q = 0; q < kKeys / 4; ++q) pa[0][q / 4][q % 4] = pack2<__half>(acc[2 * q], acc[2 * q + 1]);
-    const float n_valid = static_cast<float>(min(kKeys, p.seq_kv - key0));
+      for (int q = 0; q < kKeys / 4; ++q) pa[0][q / 4][q % 4] = pack2<__half>(acc[2 * q], acc[2 * q + 1]);
+    }
     constexpr float kLo = 1.0f / kMeanLoScale;
-    const float mean[2] = {round_fp16(__fdividef(fmaf(acc[kKeys / 2 + 1], kLo, acc[kKeys / 2]) * kKeys, n_valid)),
-                           round_fp16(__fdividef(fmaf(acc[kKeys / 2 + 3], kLo, acc[kKeys / 2 + 2]) * kKeys, n_valid))};
+    const float mean[2] = {Softmax::stat(fmaf(acc[kKeys / 2 + 1], kLo, acc[kKeys / 2])),
+                           Softmax::stat(fmaf(acc[kKeys / 2 + 3], kLo, acc[kKeys / 2 + 2]))};
     release(k_empty, kb % kKS);  // this block's S' has completed: its K' slot is free
     if (tid == 0) load_k(kb + kKS);
-    if (block_needs_mask(p, key0, kKeys, wr0)) apply_mask(pa, p, key0, wr0 + g);
     float m_blk[2];
-    __half2 m_use[2];
-    PasaSoftmax<1>::block_max(pa, m_blk, m_use);
+    [[maybe_unused]] __half2 m_use[2];
+    if constexpr (kAccurate) {
+      if (block_needs_mask(p, key0, kKeys, wr0)) apply_mask(s32, p, key0, wr0 + g);
+      Softmax::block_max_fp32(s32, m_blk);
+    } else {
+      if (block_needs_mask(p, key0, kKeys, wr0)) apply_mask(pa, p, key0, wr0 + g);
+      Softmax::block_max(pa, m_blk, m_use);
+    }
 
     wait_v(kb);
     const std::uint32_t v_tile = base + Ring::kVOffset + (kb % kVS) * Ring::kVBytes;
 #pragma unroll
     for (int kc = 0; kc < kSteps; ++kc) {
-      PasaSoftmax<1>::exponentiate_chunk(pa[0][kc], m_use, 0);
+      if constexpr (kAccurate) {
+        Softmax::exponentiate_fp32(pa[0][kc], s32, m_blk, 0, kc);
+      } else {
+        Softmax::exponentiate_chunk(pa[0][kc], m_use, 0);
+      }
       wgmma_fence();
       const std::uint64_t v_desc = mn_major_desc(v_tile, Ring::kVBoxBytes) + 128 * kc;  // 16 rows a step
       wgmma_pv<D>(c, pa[0][kc], v_desc, kc > 0);
@@ -315,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, PasaRing<D>::kCtasPerSm) pasa_fwd_ke
   }
 }
 
-template <typename QElem, int D>
+template <typename QElem, int D, bool kAccurate>
 void launch_typed(const PasaRequest& r, cudaStream_t stream) {
   const KernelRequest& c = r.call;
   const FwdParams& p = c.fwd;
@@ -331,7 +345,7 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
   // (the map and the attribute first: what the driver refuses is an error before anything is launched)
   const PasaMain m{fp16_row_tile_map(v, c.batch, c.heads_kv, p.seq_kv, D, kKeys, "v"), p, tiles, n_kb, c.heads_kv};
   constexpr int kSmem = PasaRing<D>::kSmemBytes;
-  auto* kernel = pasa_fwd_kernel<QElem, D>;
+  auto* kernel = pasa_fwd_kernel<QElem, D, kAccurate>;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
              "cudaFuncSetAttribute(pasa_fwd_kernel, max dynamic shared memory)");
   launch_pasa_tiles(r, tiles, v_fp16, n_kb, stream);
@@ -340,12 +354,12 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
   check_launch("pasa_fwd_kernel");
 }
 
-template <typename QElem>
+template <typename QElem, bool kAccurate>
 void launch_dim(const PasaRequest& r, cudaStream_t stream) {
   if (r.call.head_dim == 64) {
-    launch_typed<QElem, 64>(r, stream);
+    launch_typed<QElem, 64, kAccurate>(r, stream);
   } else if (r.call.head_dim == 128) {
-    launch_typed<QElem, 128>(r, stream);
+    launch_typed<QElem, 128, kAccurate>(r, stream);
   } else {
     throw Error("pasa kernel: head dim must be 64 or 128");
   }
@@ -356,9 +370,9 @@ void launch_dim(const PasaRequest& r, cudaStream_t stream) {
 void launch_pasa(const PasaRequest& r, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (r.call.in_type == ElemType::f16) {
-    launch_dim<__half>(r, s);
+    r.accurate ? launch_dim<__half, true>(r, s) : launch_dim<__half, false>(r, s);
   } else if (r.call.in_type == ElemType::bf16) {
-    launch_dim<__nv_bfloat16>(r, s);
+    r.accurate ? launch_dim<__nv_bfloat16, true>(r, s) : launch_dim<__nv_bfloat16, false>(r, s);
   } else {
     throw Error("pasa kernel: inputs must be f16 or bf16");
   }

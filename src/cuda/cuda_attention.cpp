@@ -16,6 +16,7 @@
 #include "cuda/decode_params.h"
 #include "cuda/kernel_params.h"
 #include "cuda_backend.h"
+#include "numerics/pasa_shift.h"
 #include "pasa/error.h"
 #include "pasa/format.h"
 #include "pasa/policy.h"
@@ -197,14 +198,15 @@ Family classify_policy(const Policy& pol, DType in) {
     throw Error("policy field 'shift': only none (exact), pasa and unified (fdpp) are supported by the "
                 "CUDA kernels");
   }
-  // shift == pasa: the pasa preset's formats.
-  const std::pair<const char*, Format> want[] = {{"input", fp16}, {"qk_acc", fp32}, {"s", fp16},
-                                                 {"softmax", fp16}, {"p", fp16}, {"pv_acc", fp32},
+  // shift == pasa: the pasa preset's formats, or pasa_accurate's (S' and the softmax state in fp32).
+  const Format state = pol.s == fp32 && pol.softmax == fp32 ? fp32 : fp16;
+  const std::pair<const char*, Format> want[] = {{"input", fp16}, {"qk_acc", fp32}, {"s", state},
+                                                 {"softmax", state}, {"p", fp16}, {"pv_acc", fp32},
                                                  {"o", fp16}};
   const Format got[] = {pol.input, pol.qk_acc, pol.s, pol.softmax, pol.p, pol.pv_acc, pol.o};
   for (int i = 0; i < 7; ++i) {
     if (got[i] != want[i].second) {
-      throw Error(field_error(want[i].first, got[i], want[i].second.name() + " with shift=pasa (the pasa preset)"));
+      throw Error(field_error(want[i].first, got[i], want[i].second.name() + " with shift=pasa (the pasa or pasa_accurate preset)"));
     }
   }
   if (pol.scale != ScalePlacement::key) {
@@ -215,11 +217,13 @@ Family classify_policy(const Policy& pol, DType in) {
                 "pasa kernel (it shifts key blocks of s2 = " + std::to_string(cuda::kPasaBlockKv) + ")");
   }
   // Any beta; s1 does not change the result (each row's state is its own).
-  const Policy preset = preset_policy("pasa");
+  const char* name = state == fp32 ? "pasa_accurate" : "pasa";
+  const Policy preset = preset_policy(name);
   Policy normalized = pol;
+  normalized.preset = name;
   normalized.beta = preset.beta;
   normalized.block_q = preset.block_q;
-  reject_other_fields(normalized, "pasa", "pasa");
+  reject_other_fields(normalized, name, "pasa");
   return Family::pasa;
 }
 
@@ -359,18 +363,14 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
     return;
   }
 
-  // pasa: M's entries in fp16 for full blocks and the last block (n keys), the invariance g.
-  const Format fp16 = Format::fp16();
-  const double beta = args.policy.beta;
-  const int s2 = cuda::kPasaBlockKv;
-  const int n_last = static_cast<int>(ps.seq_kv - (ps.seq_kv - 1) / s2 * s2);
+  // pasa: M's entries in fp16 (alpha folded in) and their invariance G.
+  const PasaShift shift = pasa_shift(args.policy.beta, cuda::kPasaBlockKv, alpha, Format::fp16());
   cuda::PasaRequest r{};
   r.call = call;
-  r.call.fwd.pasa_g = static_cast<float>(round_to(fp16, beta / (1.0 - beta)));
-  r.diag_full = static_cast<float>(round_to(fp16, (1.0 - beta / s2) * alpha));
-  r.off_full = static_cast<float>(round_to(fp16, -(beta / s2) * alpha));
-  r.diag_last = static_cast<float>(round_to(fp16, (1.0 - beta / n_last) * alpha));
-  r.off_last = static_cast<float>(round_to(fp16, -(beta / n_last) * alpha));
+  r.call.fwd.pasa_g = static_cast<float>(shift.invariance);
+  r.diag = static_cast<float>(shift.diag);
+  r.off = static_cast<float>(shift.off);
+  r.accurate = args.policy.softmax == Format::fp32();
   cuda::launch_pasa(r, args.stream);
 }
 

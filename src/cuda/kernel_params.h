@@ -35,7 +35,7 @@ struct FwdParams {
   float scale_log2;  // exact: |alpha| * log2(e) (> 0: a zero alpha is passed as 1e-30), scores are
                      // exponentiated in base 2
   bool negate_q;     // exact: alpha < 0; the kernel flips Q's sign so that it scales by |alpha|
-  float pasa_g;      // pasa: fl_fp16(beta / (1 - beta)), the invariance
+  float pasa_g;      // pasa: the invariance G of the stored M (numerics/pasa_shift.h), in fp32
 };
 
 // SageAttention2's 8-bit kernel (the sage8 preset, spec section 4): key blocks of s2 = 128 keys (the
@@ -58,12 +58,13 @@ using Sage8Request = KernelRequest;
 // The pasa kernel's key block: PASA's s2 (the policy's block_kv must equal it).
 constexpr int kPasaBlockKv = 128;
 
-// pasa (Algorithm 1, spec section 3): the call and PASA's M = (I - beta/n J) alpha as its stored fp16
-// entries, for a full key block of s2 = kPasaBlockKv keys and for the last, shorter one (n keys);
-// call.fwd.pasa_g carries the invariance g.
+// pasa (Algorithm 1, spec section 3): the call and PASA's M = (I - beta/s2 J) alpha as its stored fp16
+// entries (every key block, a short last one padded, has s2 = kPasaBlockKv keys); call.fwd.pasa_g
+// carries the invariance G. accurate: the pasa_accurate policy (S' and the softmax state in fp32).
 struct PasaRequest {
   KernelRequest call;
-  float diag_full, off_full, diag_last, off_last;
+  float diag, off;
+  bool accurate;
 };
 
 // Launch functions (defined in the .cu files). Each throws pasa::Error on a CUDA error; `stream` is

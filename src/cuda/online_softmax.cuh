@@ -13,9 +13,10 @@
 //   fp16 pairs (the A-fragment layout of the P V MMA), so that the rounding points cost no
 //   conversions: S' - m is one HSUB2 per pair, P leaves the exponential through one F2FP per pair.
 //   The row sums (of S' for the pseudo-average, of P for l) come from the tensor cores in fp32 and
-//   are rounded once (the emulator sums in fp16 one term at a time: ours is the more accurate of the
-//   two). The per-row scalar state (m, l, F and its dozen fp16 roundings a block) lives in one lane
-//   of the quad per row, not in all four.
+//   are rounded once, as the emulator's sum_acc=fp32 does. The per-row scalar state (m, l, F and its dozen fp16 roundings a block) lives in one lane
+//   of the quad per row, not in all four. kFp16State = false is the pasa_accurate policy: S' stays
+//   in the fp32 accumulators (its max and the exponents' arguments in fp32: block_max_fp32,
+//   exponentiate_fp32) and the per-row state is fp32; P is still fp16.
 // UnifiedSoftmax: FlashDecoding++'s unified max (spec section 5) for the decode kernel: every score
 //   against one fixed phi, no running max, no rescaling.
 #pragma once
@@ -110,9 +111,11 @@ struct ExactSoftmax {
 // ---------------------------------------------------------------------------------------------
 // pasa
 
-template <int kMTiles>
+template <int kMTiles, bool kFp16State = true>
 struct PasaSoftmax {
   static constexpr int kRows = 2 * kMTiles;
+  // A value of the per-row state at its rounding point: fp16 for pasa, fp32 for pasa_accurate.
+  __device__ __forceinline__ static float stat(float x) { return kFp16State ? round_fp16(x) : x; }
   static_assert(kRows <= 4, "one row of the thread's fragments per lane of its quad");
   // The scalar state of one row: lane t of each quad keeps row t of the quad's kRows rows (rows g,
   // g + 8 of m-tile 0, then of m-tile 1), so each row's update runs once, not in all four lanes;
@@ -168,6 +171,35 @@ struct PasaSoftmax {
     }
   }
 
+  // block_max for S' in fp32 accumulators (the mma C layout: s[mt][n][2 i + e] is column 8 n + 2 t + e
+  // of row i of m-tile mt), masked scores already -inf; m_blk[r] = -inf for a row that sees no key.
+  template <int kNTiles>
+  __device__ __forceinline__ static void block_max_fp32(const float (&s)[kMTiles][kNTiles][4], float (&m_blk)[kRows]) {
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < kNTiles; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * i], s[mt][n][2 * i + 1]));
+        m_blk[2 * mt + i] = quad_max(mx);
+      }
+  }
+
+  // P = fl16(e^(S' - m)) from fp32 S' for k16 chunk kc of m-tile mt, as the P V A fragment w (the
+  // chunk's n8 tiles 2 kc and 2 kc + 1). m_blk = -inf (a row that sees no key): its P is 0.
+  template <int kNTiles>
+  __device__ __forceinline__ static void exponentiate_fp32(std::uint32_t (&w)[4], const float (&s)[kMTiles][kNTiles][4],
+                                                           const float (&m_blk)[kRows], int mt, int kc) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = e % 2;
+      const float m = m_blk[2 * mt + i] == -INFINITY ? 0.0f : m_blk[2 * mt + i];
+      const float* x = &s[mt][2 * kc + e / 2][2 * i];
+      w[e] = pack2<__half>(fast_exp2((x[0] - m) * kLog2e), fast_exp2((x[1] - m) * kLog2e));
+    }
+  }
+
   // P = fl(e^(fl(S' - m))) in place for one k16 chunk w (= s[mt][kk]) of m-tile mt.
   __device__ __forceinline__ static void exponentiate_chunk(std::uint32_t (&w)[4], const __half2 (&m_use)[kRows],
                                                             int mt) {
@@ -193,19 +225,23 @@ struct PasaSoftmax {
     if (static_cast<int>(threadIdx.x) % 4 < kRows && mb != -INFINITY) {
       const float j = static_cast<float>(block + 1);
       // (a quotient to 2 fp32 ulp, __fdividef, before its fp16 rounding: no division slow path)
-      const float F_new = round_fp16(__fdividef(round_fp16(round_fp16((j - 1.0f) * F) + mn), j));
-      const float d_prev = round_fp16(g * round_fp16(F - F_new));
-      const float d_cur = round_fp16(g * round_fp16(mn - F_new));
-      float m_new;
+      const float F_new = stat(__fdividef(stat(stat((j - 1.0f) * F) + mn), j));
+      const float d_prev = stat(g * stat(F - F_new));
+      const float d_cur = stat(g * stat(mn - F_new));
+      // The candidates as stored, and the factors taken from them (each <= 1, the larger exactly 1):
+      // a rounding of m + d_prev can then never make O~ or l grow from block to block.
+      const float cur = stat(mb + d_cur);
       if (m == -INFINITY) {
-        m_new = round_fp16(mb + d_cur);
         e_prev = 0.0f;
+        e_cur = 1.0f;
+        m = cur;
       } else {
-        m_new = fmaxf(round_fp16(m + d_prev), round_fp16(mb + d_cur));
-        e_prev = round_fp16(expf(round_fp16(round_fp16(m - m_new) + d_prev)));
+        const float prev = stat(m + d_prev);
+        const float m_new = fmaxf(prev, cur);
+        e_prev = stat(expf(stat(prev - m_new)));
+        e_cur = stat(expf(stat(cur - m_new)));
+        m = m_new;
       }
-      e_cur = round_fp16(expf(round_fp16(round_fp16(mb - m_new) + d_cur)));
-      m = m_new;
       F = F_new;
     }
     broadcast(e_prev, ep);
@@ -216,7 +252,7 @@ struct PasaSoftmax {
   // sum of the block's P (identical across the quad). (A row that saw no key: l unchanged.)
   __device__ __forceinline__ void add_block(const float (&psum)[kRows]) {
     const float ps = own(psum);
-    if (static_cast<int>(threadIdx.x) % 4 < kRows) l = round_fp16(round_fp16(e_prev * l) + round_fp16(e_cur * round_fp16(ps)));
+    if (static_cast<int>(threadIdx.x) % 4 < kRows) l = stat(stat(e_prev * l) + stat(e_cur * stat(ps)));
   }
 
   // Final row sums and LSE = m + log(l) + g * F (the state is relative to the reference g * F), -inf

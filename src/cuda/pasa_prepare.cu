@@ -1,6 +1,8 @@
 // PASA's pre-processing (Algorithm 1, step 1) as a prepass that also lays the operands out for the
-// wgmma kernel (pasa_stage.cuh): for each block of s2 keys, K'_j = M K_j with M = (I - beta/n J)
-// alpha stored in fp16 (diagonal a', off-diagonal -b', n the block's key count), written in fp16.
+// wgmma kernel (pasa_stage.cuh): for each block of s2 keys, K'_j = M K_j with M = (I - beta/s2 J)
+// alpha stored in fp16 (diagonal a', off-diagonal -b'), written in fp16. A short last block of n keys
+// is padded with s2 - n copies of its own mean key (rounded to fp16), as the emulator does, so that
+// every block shares M and its invariance G (numerics/pasa_shift.h).
 // Each row of M K is a' k_r - b' sum_{t != r} k_t, i.e. (a' + b') k_r - b' colsum: one column sum per
 // block in fp32, then one fused multiply-add per element rounded once to fp16 (the emulator forms the
 // same GEMM in fp32 term by term). bf16 inputs are rounded to fp16 first (the pasa policy's input
@@ -52,7 +54,7 @@ __device__ __forceinline__ uint4 pack8_fp16(const float (&x)[8]) {
 struct PrepParams {
   Operand k, v;
   int heads_kv, seq_kv, n_kb;
-  float diag_full, off_full, diag_last, off_last;
+  float diag, off;
   std::uint8_t* tiles;
   __half* v_fp16;  // bf16 inputs: V in fp16, [B, H_kv, S_kv, D]
 };
@@ -71,9 +73,7 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
   const int b = static_cast<int>(blockIdx.z);
   const int k0 = kb * kKeys;
   const int n = min(kKeys, p.seq_kv - k0);
-  const bool last = k0 + kKeys >= p.seq_kv;
-  const float diag = last ? p.diag_last : p.diag_full;
-  const float off = last ? p.off_last : p.off_full;
+  const float diag = p.diag, off = p.off;
   const int cg = static_cast<int>(threadIdx.x) % kGroups;
   const int lane_row = static_cast<int>(threadIdx.x) / kGroups;
   const int col = cg * 8;
@@ -108,6 +108,13 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
     __syncthreads();
   };
   reduce(sum);
+  // A short block's padding key: the mean of its n keys in fp16; the column sums then cover s2 rows.
+  float pad[8] = {};
+  if (n < kKeys) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) pad[i] = round_fp16(colsum[col + i] / static_cast<float>(n));
+  }
+  const float n_pad = static_cast<float>(kKeys - n);
 
   // K' rows (zeros past the end), and the sums of their fp16 values for the mean rows. K is read a
   // second time (from L2): keeping a thread's keys in registers across the column sums was measured
@@ -115,17 +122,20 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
   const float a = diag - off;  // a' + b': exact in fp32 unless beta is within 2^-13 of 1 (exponents 13 apart)
   float shift[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) shift[i] = off * colsum[col + i];
+  for (int i = 0; i < 8; ++i) shift[i] = off * fmaf(n_pad, pad[i], colsum[col + i]);
   float ksum[8] = {};
   for (int r = lane_row; r < kKeys; r += kRowLanes) {
-    float x[8] = {};
+    float x[8];
     if (r < n) {
       load8_as_fp16(gK + (k0 + r) * p.k.stride_s, x);
+    } else {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        x[i] = round_fp16(fmaf(a, x[i], shift[i]));
-        ksum[i] += x[i];
-      }
+      for (int i = 0; i < 8; ++i) x[i] = pad[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      x[i] = round_fp16(fmaf(a, x[i], shift[i]));
+      ksum[i] += x[i];
     }
     *reinterpret_cast<uint4*>(stage + swizzled_offset<128>(Stage::k_offset(r, col))) = pack8_fp16(x);
   }
@@ -162,8 +172,8 @@ std::size_t pasa_tile_bytes(int batch, int heads_kv, int n_kb, int head_dim) {
 void launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   const KernelRequest& c = r.call;
-  const PrepParams p{c.fwd.k,     c.fwd.v,    c.heads_kv, c.fwd.seq_kv, n_kb, r.diag_full, r.off_full,
-                     r.diag_last, r.off_last, tiles,      static_cast<__half*>(v_fp16)};
+  const PrepParams p{c.fwd.k, c.fwd.v, c.heads_kv, c.fwd.seq_kv, n_kb, r.diag, r.off,
+                     tiles,    static_cast<__half*>(v_fp16)};
   const bool bf16 = c.in_type == ElemType::bf16;
   if (c.in_type != ElemType::f16 && !bf16) throw Error("pasa prepass: k/v must be f16 or bf16");
   if (c.head_dim == 64) {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "numerics/pasa_shift.h"
 #include "pasa/error.h"
 
 namespace pasa {
@@ -17,14 +18,9 @@ BetaSolution solve_beta(double initial, const Format& format, int block, std::op
   if (scale && !(std::isfinite(*scale) && *scale > 0.0)) {
     throw Error(fmt::format("beta: scale {} must be positive and finite", *scale));
   }
-  const double n = block;
-  const double alpha = scale.value_or(1.0);
-  // The practical invariance of the rounded M, as a function of the beta it was built from.
-  auto invariance_of = [&](double beta) {
-    const double b = round_to(format, (beta / n) * alpha) / alpha;
-    const double a = round_to(format, (1.0 - beta / n) * alpha) / alpha + b;
-    return b * n / (a * (a - b * n)) + (1.0 - a) / a;
-  };
+  // The practical invariance of the rounded M, as a function of the beta it was built from (the
+  // paper's f(beta) = b n / (a (a - b n)) + (1 - a) / a, written through M's row sum).
+  auto invariance_of = [&](double beta) { return pasa_shift(beta, block, scale.value_or(1.0), format).invariance; };
   BetaSolution s{initial, initial, 0.0, 0.0, 0};
   for (; s.iterations < 1000; ++s.iterations) {
     const double f = invariance_of(s.beta);

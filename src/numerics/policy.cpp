@@ -131,6 +131,7 @@ const std::vector<Field>& fields() {
          else throw Error("policy field 'scale': '" + v + "' is not s (scores), q (query) or k (key)");
        }},
       format_field("softmax", &Policy::softmax),
+      format_field("sum_acc", &Policy::sum_acc),
       format_field("p", &Policy::p),
       format_field("pv_acc", &Policy::pv_acc),
       format_field("o", &Policy::o),
@@ -142,6 +143,12 @@ const std::vector<Field>& fields() {
          else throw Error("policy field 'shift': '" + v + "' is not none, pasa or unified");
        }},
       number_field("beta", &Policy::beta),
+      {"pseudo_avg", [](const Policy& p) { return std::string(p.pseudo_avg == PseudoAverage::keys ? "k" : "s"); },
+       [](Policy& p, const std::string& v) {
+         if (v == "s") p.pseudo_avg = PseudoAverage::scores;
+         else if (v == "k") p.pseudo_avg = PseudoAverage::keys;
+         else throw Error("policy field 'pseudo_avg': '" + v + "' is not s (scores) or k (keys)");
+       }},
       int_field("s1", &Policy::block_q),
       int_field("s2", &Policy::block_kv),
       bool_field("smooth_q", &Policy::smooth_q),
@@ -183,7 +190,7 @@ bool Policy::operator==(const Policy& o) const {
 }
 
 std::vector<std::string> preset_names() {
-  return {"exact", "fa16_fp32", "fa16", "pasa", "sage8", "sage4", "fdpp"};
+  return {"exact", "fa16_fp32", "fa16", "pasa", "pasa_accurate", "sage8", "sage4", "fdpp"};
 }
 
 Policy preset_policy(std::string_view name) {
@@ -225,10 +232,18 @@ Policy preset_policy(std::string_view name) {
   p.softmax = Format::fp16();
   p.o = Format::fp16();
   if (name == "fa16") return p;
-  if (name == "pasa") {
+  if (name == "pasa" || name == "pasa_accurate") {
     p.shift = Shift::pasa;
     p.beta = kPaperBeta;
     p.scale = ScalePlacement::key;
+    if (name == "pasa_accurate") {
+      // Only the statistics change: S' stays in the GEMM's fp32 accumulator, and the local
+      // pseudo-average (multiplied by G ~ 64 in the state update) comes from the mean key, so it
+      // carries neither fp16's rounding nor that of K'; P, V, the P V output and O~ are still fp16.
+      p.s = Format::fp32();
+      p.softmax = Format::fp32();
+      p.pseudo_avg = PseudoAverage::keys;
+    }
     return p;
   }
   if (name == "fdpp") {
@@ -304,6 +319,7 @@ void validate(const Policy& p) {
   require_float("qk_acc", p.qk_acc);
   require_float("s", p.s);
   require_float("softmax", p.softmax);
+  require_float("sum_acc", p.sum_acc);
   // p may be an integer grid: with p_scale it is then a quantizer of P (the report's INT8 P).
   require_float("pv_acc", p.pv_acc);
   require_float("o", p.o);
@@ -327,6 +343,14 @@ void validate(const Policy& p) {
   if (p.shift != Shift::pasa && p.beta != 0.0) {
     throw Error("policy field 'beta': set to " + fmt::format("{}", p.beta) + " but shift=" +
                 shift_name(p.shift) + " ignores it (use shift=pasa)");
+  }
+  if (p.shift != Shift::pasa && p.pseudo_avg != PseudoAverage::scores) {
+    throw Error("policy field 'pseudo_avg': set to k but shift=" + shift_name(p.shift) +
+                " has no pseudo-average (use shift=pasa)");
+  }
+  if (p.shift == Shift::pasa && (p.q_quant || p.k_quant)) {
+    throw Error("policy field 'shift': pasa shifts K before any quantization of Q or K is modelled; "
+                "set q_quant=none and k_quant=none");
   }
   if (!std::isfinite(p.phi) || !(p.window_lo < p.window_hi)) {
     throw Error(fmt::format("policy field 'phi'/'window_lo'/'window_hi': phi must be finite and "
