@@ -216,12 +216,13 @@ Family classify_policy(const Policy& pol, DType in) {
     throw Error("policy field 's2': " + std::to_string(pol.block_kv) + " is not supported by the CUDA "
                 "pasa kernel (it shifts key blocks of s2 = " + std::to_string(cuda::kPasaBlockKv) + ")");
   }
-  // Any beta; s1 does not change the result (each row's state is its own).
+  // Any beta and pseudo_avg; s1 does not change the result (each row's state is its own).
   const char* name = state == fp32 ? "pasa_accurate" : "pasa";
   const Policy preset = preset_policy(name);
   Policy normalized = pol;
   normalized.preset = name;
   normalized.beta = preset.beta;
+  normalized.pseudo_avg = preset.pseudo_avg;  // both kinds of pseudo-average are implemented
   normalized.block_q = preset.block_q;
   reject_other_fields(normalized, name, "pasa");
   return Family::pasa;
@@ -371,6 +372,9 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
   r.diag = static_cast<float>(shift.diag);
   r.off = static_cast<float>(shift.off);
   r.accurate = args.policy.softmax == Format::fp32();
+  r.mean_key_factor = args.policy.pseudo_avg == PseudoAverage::keys
+                          ? static_cast<float>(shift.diag + (cuda::kPasaBlockKv - 1) * shift.off)
+                          : 0.0f;
   cuda::launch_pasa(r, args.stream);
 }
 

@@ -61,9 +61,12 @@ constexpr int kPasaBlockKv = 128;
 // pasa (Algorithm 1, spec section 3): the call and PASA's M = (I - beta/s2 J) alpha as its stored fp16
 // entries (every key block, a short last one padded, has s2 = kPasaBlockKv keys); call.fwd.pasa_g
 // carries the invariance G. accurate: the pasa_accurate policy (S' and the softmax state in fp32).
+// mean_key_factor: pseudo_avg=k, M's row sum (the pseudo-average is Q times it times the block's mean
+// key); 0 for pseudo_avg=s (the mean of the stored K' rows).
 struct PasaRequest {
   KernelRequest call;
   float diag, off;
+  float mean_key_factor;
   bool accurate;
 };
 

@@ -55,6 +55,8 @@ struct PrepParams {
   Operand k, v;
   int heads_kv, seq_kv, n_kb;
   float diag, off;
+  float mean_key_factor;  // pseudo_avg=k: the mean rows are this (M's row sum) times the mean key;
+                          // 0: they are the mean of the stored K' rows (pseudo_avg=s)
   std::uint8_t* tiles;
   __half* v_fp16;  // bf16 inputs: V in fp16, [B, H_kv, S_kv, D]
 };
@@ -67,6 +69,7 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
   constexpr int kRowLanes = kPrepThreads / kGroups;  // threads sharing one column group
   __shared__ float partial[kRowLanes][D];
   __shared__ float colsum[D];
+  __shared__ float key_mean[D];  // the block's mean key over s2 rows (padding included)
 
   const int kb = static_cast<int>(blockIdx.x);
   const int h = static_cast<int>(blockIdx.y);
@@ -115,6 +118,11 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
     for (int i = 0; i < 8; ++i) pad[i] = round_fp16(colsum[col + i] / static_cast<float>(n));
   }
   const float n_pad = static_cast<float>(kKeys - n);
+  if (threadIdx.x < D) {
+    const int ch = static_cast<int>(threadIdx.x);
+    const float pad_ch = n < kKeys ? round_fp16(colsum[ch] / static_cast<float>(n)) : 0.0f;
+    key_mean[ch] = fmaf(n_pad, pad_ch, colsum[ch]) / kKeys;
+  }
 
   // K' rows (zeros past the end), and the sums of their fp16 values for the mean rows. K is read a
   // second time (from L2): keeping a thread's keys in registers across the column sums was measured
@@ -145,7 +153,7 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
     // hi = fl(mean), lo = fl((mean - hi) 2^11): the rest scaled up to hi's magnitude, so that it stays
     // a normal fp16 number (with its 11 bits) wherever hi is one. The kernel forms
     // Q.hi + Q.lo 2^-11 = (the row's sum of S') / 128.
-    const float mean = colsum[ch] / kKeys;
+    const float mean = p.mean_key_factor != 0.0f ? p.mean_key_factor * key_mean[ch] : colsum[ch] / kKeys;
     const __half hi = __float2half_rn(mean);
     const __half lo = __float2half_rn((mean - __half2float(hi)) * kMeanLoScale);
 #pragma unroll
@@ -172,8 +180,8 @@ std::size_t pasa_tile_bytes(int batch, int heads_kv, int n_kb, int head_dim) {
 void launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   const KernelRequest& c = r.call;
-  const PrepParams p{c.fwd.k, c.fwd.v, c.heads_kv, c.fwd.seq_kv, n_kb, r.diag, r.off,
-                     tiles,    static_cast<__half*>(v_fp16)};
+  const PrepParams p{c.fwd.k, c.fwd.v, c.heads_kv,           c.fwd.seq_kv, n_kb,
+                     r.diag, r.off, r.mean_key_factor, tiles,        static_cast<__half*>(v_fp16)};
   const bool bf16 = c.in_type == ElemType::bf16;
   if (c.in_type != ElemType::f16 && !bf16) throw Error("pasa prepass: k/v must be f16 or bf16");
   if (c.head_dim == 64) {
