@@ -36,10 +36,10 @@ std::string cell(const StudyRow& r) {
 std::string number(double x) { return fmt::format("{:g}", x); }
 
 void print_tables(const std::vector<CaseGroup>& groups, const std::vector<StudyRow>& rows,
-                  const std::vector<std::string>& policies) {
+                  const std::vector<std::string>& policies, const std::string& v_law) {
   auto find = [&](const StudyCase& c, const std::string& policy) -> const StudyRow& {
     for (const StudyRow& r : rows) {
-      if (r.c.dist == c.dist && r.c.x0 == c.x0 && r.c.am == c.am && r.policy == policy) return r;
+      if (r.c.dist == c.dist && r.c.x0 == c.x0 && r.c.am == c.am && r.policy == policy && r.v == v_law) return r;
     }
     throw Error("study: missing result");
   };
@@ -85,6 +85,7 @@ nlohmann::json to_json(const std::vector<StudyRow>& rows) {
     out.push_back({{"dist", r.c.dist},
                    {"x0", r.c.x0},
                    {"am", r.c.am},
+                   {"v", r.v},
                    {"policy", r.policy},
                    {"nan_share", r.nan_share},
                    {"rmse", r.rmse ? nlohmann::json(*r.rmse) : nlohmann::json(nullptr)}});
@@ -116,7 +117,12 @@ void run(const StudyOptions& opt) {
     fmt::print(stderr, "[{:2}/{}] {} x0={:g} Am={:g}  ({:.1f} s)\n", done, total, c.dist, c.x0, c.am,
                elapsed());
   });
-  print_tables(groups, rows, config.policies);
+  fmt::print("\n## V drawn like Q and K (the paper's Eq. 17 / 18)\n");
+  print_tables(groups, rows, config.policies, "eq17");
+  fmt::print("\n## Weight-sensitive: the same Q and K, V ~ N(0, 1)\n\n"
+             "With V from Q's law, a large mean makes every output about x0 whatever the attention weights;\n"
+             "with V ~ N(0, 1) the output moves with them, so these tables show the weights' errors.\n");
+  print_tables(groups, rows, config.policies, "normal");
   fmt::print("\nstudy time {:.1f} s\n", elapsed());
 
   if (!opt.json.empty()) {
@@ -127,7 +133,10 @@ void run(const StudyOptions& opt) {
     fmt::print(stderr, "wrote {}\n", opt.json);
   }
   if (!opt.plot.empty()) {
-    for (const auto& png : write_study_plots(PlotKind::paper_study, to_json(rows).dump(), opt.plot)) {
+    std::vector<StudyRow> paper_rows;  // the figures follow the paper: V drawn like Q and K
+    for (const StudyRow& r : rows)
+      if (r.v == "eq17") paper_rows.push_back(r);
+    for (const auto& png : write_study_plots(PlotKind::paper_study, to_json(paper_rows).dump(), opt.plot)) {
       fmt::print(stderr, "wrote {}\n", png);
     }
   }
@@ -140,11 +149,12 @@ void add_study_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "study",
       "Reproduce the PASA paper's random benchmarks on the CPU: Table 4 (NaN shares) and the "
-      "Figure 9/10 RMSE sweeps under exact, fa16_fp32, fa16 and pasa. No GPU needed.");
+      "Figure 9/10 RMSE sweeps under exact, fa16_fp32, fa16, pasa and pasa_accurate, with V drawn as "
+      "the paper does and with V ~ N(0, 1) (weight-sensitive). No GPU needed.");
   cmd->add_flag("--full", opt->full, "the paper's shape (1, 16, 1280, 128) instead of (1, 2, 1280, 128)");
   cmd->add_option("--json", opt->json, "also write the results as JSON to this file");
   cmd->add_option("--plot", opt->plot, "write PNG figures in the style of Figures 9 and 10 to this directory");
-  cmd->add_option("--policy", opt->policies, "policies to compare (repeatable; default: the four presets)");
+  cmd->add_option("--policy", opt->policies, "policies to compare (repeatable; default: the five presets above)");
   cmd->add_option("--seed", opt->seed, "random seed of the inputs")->capture_default_str();
   cmd->add_option("--seq", opt->seq, "sequence length")->capture_default_str();
   cmd->add_option("--heads", opt->heads, "number of heads (default 2, or 16 with --full)");

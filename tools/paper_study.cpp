@@ -55,13 +55,17 @@ std::vector<StudyRow> run_study(const std::vector<StudyCase>& cases, const Study
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const StudyCase& c = cases[i];
     // Each case gets its own seed so adding a case does not change the others' inputs.
-    QKV data = generate_case(c, config.shape, config.seed + 1000003ull * i);
-    const std::vector<double> ref = reference_output(data);  // fp64 on the fp16 inputs
-    for (std::size_t p = 0; p < policies.size(); ++p) {
-      const ErrorMetrics m = compare(attention_output(data, policies[p]), ref);
-      StudyRow row{c, config.policies[p], m.nan_share, std::nullopt};
-      if (m.nan_share == 0.0) row.rmse = m.rel_rmse;
-      rows.push_back(row);
+    const std::uint64_t seed = config.seed + 1000003ull * i;
+    QKV data = generate_case(c, config.shape, seed);
+    for (const std::string& law : v_laws()) {
+      if (law == "normal") data.v = hybrid_qkv(config.shape, 0.0, 0.0, seed + 1).v;  // N(0, 1)
+      const std::vector<double> ref = reference_output(data);  // fp64 on the fp16 inputs
+      for (std::size_t p = 0; p < policies.size(); ++p) {
+        const ErrorMetrics m = compare(attention_output(data, policies[p]), ref);
+        StudyRow row{c, law, config.policies[p], m.nan_share, std::nullopt};
+        if (m.nan_share == 0.0) row.rmse = m.rel_rmse;
+        rows.push_back(row);
+      }
     }
     if (progress) progress(static_cast<int>(i + 1), static_cast<int>(cases.size()), c);
   }

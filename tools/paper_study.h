@@ -16,8 +16,17 @@ struct StudyCase {
   double x0, am;
 };
 
+// The law of V: "eq17" draws V like Q and K (the paper's Eq. 17 / 18), so that at a large mean every
+// output is about x0 whatever the attention weights; "normal" keeps Q and K and draws V ~ N(0, 1), so
+// that the output moves with the weights.
+inline const std::vector<std::string>& v_laws() {
+  static const std::vector<std::string> laws{"eq17", "normal"};
+  return laws;
+}
+
 struct StudyRow {
   StudyCase c;
+  std::string v;                // the law of V: "eq17" or "normal"
   std::string policy;           // policy text as given (a preset name for the defaults)
   double nan_share;             // share of non-finite output elements, 0..1
   std::optional<double> rmse;   // relative RMSE (Eq. 19); empty when the output is not finite
@@ -25,7 +34,7 @@ struct StudyRow {
 
 struct StudyConfig {
   Shape4 shape{1, 2, 1280, 128};
-  std::vector<std::string> policies{"exact", "fa16_fp32", "fa16", "pasa"};
+  std::vector<std::string> policies{"exact", "fa16_fp32", "fa16", "pasa", "pasa_accurate"};
   std::uint64_t seed = 2024;
 };
 
@@ -43,8 +52,8 @@ QKV generate_case(const StudyCase& c, const Shape4& shape, std::uint64_t seed);
 // The paper's NaN share of FA(FP16-FP32) for a Table 4 case (Ascend NPU), if it is one.
 std::optional<double> paper_nan_share(const StudyCase& c);
 
-// Runs every distinct case once under every policy (one fp64 reference per case); `progress` is
-// called after each case with (done, total, case).
+// Runs every distinct case under every policy, once for each law of V (one fp64 reference per case
+// and law); `progress` is called after each case with (done, total, case).
 std::vector<StudyRow> run_study(const std::vector<StudyCase>& cases, const StudyConfig& config,
                                 const std::function<void(int, int, const StudyCase&)>& progress);
 

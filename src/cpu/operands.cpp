@@ -1,6 +1,7 @@
 #include "cpu/operands.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "cpu/gemm_model.h"
 #include "cpu/host_inputs.h"
@@ -77,8 +78,14 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
       }
       model_gemm(m.data(), s2, block.data(), D, s2, s2, D, R.qk_acc, R.input, shifted.data(), D);
       if (pol.pseudo_avg == PseudoAverage::keys) {
+        // The row in the input format as two terms, hi + lo (the rest, scaled into hi's range and
+        // back): about twice the format's bits, as a kernel whose operands are in that format holds it.
+        const double lo_scale = std::ldexp(1.0, pol.input.man_bits + 1);
         const double row_sum = shift.diag + (s2 - 1) * shift.off;
-        for (const double mean : column_means(block, s2, D)) out.shift_mean.push_back(static_cast<float>(row_sum * mean));
+        for (const double mean : column_means(block, s2, D)) {
+          const double hi = R.input(row_sum * mean);
+          out.shift_mean.push_back(static_cast<float>(hi + R.input((row_sum * mean - hi) * lo_scale) / lo_scale));
+        }
       }
       float* dst = &out.kt[static_cast<std::size_t>(k0 * D)];
       for (int c = 0; c < s2; ++c)

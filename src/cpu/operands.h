@@ -25,7 +25,7 @@ struct PreparedKV {
   std::vector<float> kt;          // K' per key block, block j at j * s2 * D, laid out [D][n_j]; with
                                   // PASA every block has s2 columns (a short last block padded)
   std::vector<float> shift_mean;  // PASA with pseudo_avg=k: per key block, M's row sum times the
-                                  // block's mean key ([blocks][D]; fp32, as the kernel's hi + lo rows)
+                                  // block's mean key ([blocks][D]; as two terms of the input format)
   std::vector<double> k_scale;    // per key: dequantization scale (1 when not quantized)
   std::vector<float> k_used;      // [S_kv][D]: K as the GEMM sees it, before quantization (for dS)
   std::vector<double> k_mean;     // [D]: subtracted by smooth K (zeros otherwise)
