@@ -60,7 +60,7 @@ struct ReferenceResult {
 };
 ReferenceResult reference_attention(const AttentionArgs& args);
 
-// Exact merge of two partial results over disjoint key sets (spec section 1): o_a, o_b [B, H, S, D]
+// Exact merge of two partial results over disjoint key sets (algorithms.md section 1): o_a, o_b [B, H, S, D]
 // f32 with their LSEs; writes o and lse (which may alias a). A row with both LSEs -inf gives O = 0,
 // LSE = -inf.
 void merge_partials(const TensorView& o_a, const LseView& lse_a, const TensorView& o_b,

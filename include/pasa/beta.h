@@ -1,4 +1,4 @@
-// pasa/beta.h — PASA's optimal beta (the paper's Appendix A-C, spec section 3).
+// pasa/beta.h — PASA's optimal beta (the paper's Appendix A-C, algorithms.md section 3).
 //
 // Rounding the shifting matrix M to the low-precision format changes the shift M really applies.
 // With n = s2, b = fl(beta/n) and a = fl(1 - beta/n) + b, the practical invariance is

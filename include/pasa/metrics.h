@@ -1,4 +1,4 @@
-// pasa/metrics.h — accuracy of an output against a reference (spec sections 3 and 4).
+// pasa/metrics.h — accuracy of an output against a reference (algorithms.md sections 3 and 4).
 #pragma once
 
 #include <vector>

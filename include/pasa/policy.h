@@ -1,5 +1,5 @@
 // pasa/policy.h — a precision policy: the format at every rounding point of the online-softmax loop,
-// where the softmax scale is applied, the shift, and the block sizes (spec/ALGORITHMS.md section 2).
+// where the softmax scale is applied, the shift, and the block sizes (docs/algorithms.md section 2).
 //
 // Named methods are presets of this one type. A policy prints and parses as text: the preset name,
 // then `key=value` for every field that differs from that preset, e.g. "pasa,beta=0.968994,s2=64".
@@ -59,7 +59,7 @@ struct Policy {
   int block_q = 64;                // s1: query rows per block ("s1")
   int block_kv = 64;               // s2: key rows per block ("s2"); PASA's M is s2 x s2
 
-  // SageAttention2 (spec section 4). Smoothing is exact in real arithmetic; the LSE is corrected.
+  // SageAttention2 (algorithms.md section 4). Smoothing is exact in real arithmetic; the LSE is corrected.
   bool smooth_q = false;           // Q -= mean_tokens(Q), dS = q_m K^T added to S ("smooth_q")
   bool smooth_k = false;           // K -= mean_tokens(K) ("smooth_k")
   bool smooth_v = false;           // V -= mean_tokens(V), added back to O ("smooth_v")
@@ -72,7 +72,7 @@ struct Policy {
   bool two_level = true;           // PV of each block in pv_acc, then added into O in `o`; false: one
                                    // pv_acc accumulator across all blocks ("two_level")
 
-  // FlashDecoding++ (spec section 5), with shift=unified.
+  // FlashDecoding++ (algorithms.md section 5), with shift=unified.
   double phi = 0.0;                // the unified maximum ("phi")
   double window_lo = -20.0;        // a row with any x - phi outside (lo, hi) is recomputed with the
   double window_hi = 10.0;         // synchronized algorithm ("window_lo", "window_hi")

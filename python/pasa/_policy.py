@@ -3,7 +3,7 @@
 A policy gives the number format at every rounding point of the online-softmax loop, where the
 softmax scale multiplies in, the shift (none or PASA's pseudo-average with ``beta``) and the block
 sizes. Named methods are presets; text such as ``"pasa,beta=0.968994,s2=64"`` is a preset plus the
-fields that differ from it (see ``spec/ALGORITHMS.md`` section 2).
+fields that differ from it (see ``docs/algorithms.md`` section 2).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 // The policy emulator: one online-softmax loop that rounds where the policy says.
 //
-// For each query block i and key block j (spec sections 1, 3, 4, 5; the paper's Algorithm 1):
+// For each query block i and key block j (algorithms.md sections 1, 3, 4, 5; the paper's Algorithm 1):
 //   S' = fl_s(Q_i K'_j^T * dq * dk + dS)     K' = K, alpha K or M K; dq, dk quantizer scales (else 1)
 //   x  = fl_sm(S' * alpha) or fl_sm(S')       scores in the softmax format
 //   m' = rowmax(x) (phi for the unified max), e = exp(x - m'), l' = rowsum(e)
@@ -251,7 +251,7 @@ void write_row(const AttentionArgs& args, const Policy& pol, const ProblemShape&
     for (int d = 0; d < D; ++d) o[d] = R.o(o[d] / l);
     lse = m + std::log(l) + g * st.F;
   } else {
-    // Exact merge (spec section 1) of the normalised partials, in fp64.
+    // Exact merge (algorithms.md section 1) of the normalised partials, in fp64.
     double top = kNegInf;
     std::vector<double> part_lse;
     for (const Partial& p : parts) {

@@ -1,4 +1,4 @@
-// Exact merge of two partial attention results over disjoint key sets (spec section 1):
+// Exact merge of two partial attention results over disjoint key sets (algorithms.md section 1):
 //   LSE = log(exp(LSE_a) + exp(LSE_b)),  O = exp(LSE_a - LSE) O_a + exp(LSE_b - LSE) O_b.
 #include <cmath>
 #include <fmt/format.h>

@@ -26,7 +26,7 @@ void subtract_means(std::vector<float>& a, std::int64_t rows, int cols, const st
 }
 
 // PASA's shifting matrix for a block of n keys: M = (I - beta/n J) * factor, stored in the input
-// format (diagonal a', off-diagonal -b', spec section 3; numerics/pasa_shift.h).
+// format (diagonal a', off-diagonal -b', algorithms.md section 3; numerics/pasa_shift.h).
 std::vector<float> shifting_matrix(const PasaShift& shift, int n) {
   std::vector<float> m(static_cast<std::size_t>(n) * n, static_cast<float>(shift.off));
   for (int i = 0; i < n; ++i) m[static_cast<std::size_t>(i) * n + i] = static_cast<float>(shift.diag);

@@ -369,7 +369,7 @@ void launch_decode_split_tile(const DecodeParams& p, int batch, cudaStream_t str
   check_launch("attention_decode_kernel launch");
 }
 
-// Exact merge of the splits (spec section 1), one warp per packed row. pass 0: every row; with the
+// Exact merge of the splits (algorithms.md section 1), one warp per packed row. pass 0: every row; with the
 // unified max a row some split flagged is not written but marked in row_flag and counted. pass 1:
 // only the rows marked (the synchronized pass's partials).
 template <int kHeadDim>

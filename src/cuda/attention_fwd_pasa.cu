@@ -1,4 +1,4 @@
-// The pasa policy's forward kernel (PASA, Algorithm 1, spec/ALGORITHMS.md section 3) on sm_90a:
+// The pasa policy's forward kernel (PASA, Algorithm 1, docs/algorithms.md section 3) on sm_90a:
 //
 // Prepass (pasa_prepare.cu, scratch from pasa's stream-ordered pool): per key block of s2 = 128 keys,
 // K' = M K in fp16, written as the tiles this kernel's shared memory holds (pasa_stage.cuh), so that

@@ -1,4 +1,4 @@
-// SageAttention2's 8-bit forward kernel (the sage8 preset, spec/ALGORITHMS.md section 4) on sm_90a:
+// SageAttention2's 8-bit forward kernel (the sage8 preset, docs/algorithms.md section 4) on sm_90a:
 //
 // Prepass (scratch from pasa's stream-ordered pool, device_pool.h):
 //   1. per (b, h_kv): partial column sums of K and column maxima of |V| over chunks of kStatRows keys,

@@ -7,8 +7,8 @@
 // has more than 16 rows; more rows take more row chunks). The CTA's four warps split each K / V tile
 // between them (FlashDecoding inside the CTA) and combine their partial results through shared memory
 // at the end. Each split writes O~ (unnormalised, fp32), m and l to a workspace, which the merge
-// kernel combines exactly (spec section 1): O = sum_p w_p O~_p / sum_p w_p l_p with w_p = 2^(m_p - M).
-// With FlashDecoding++'s unified max (spec section 5) every m_p is phi, so every w_p is exactly 1 and
+// kernel combines exactly (algorithms.md section 1): O = sum_p w_p O~_p / sum_p w_p l_p with w_p = 2^(m_p - M).
+// With FlashDecoding++'s unified max (algorithms.md section 5) every m_p is phi, so every w_p is exactly 1 and
 // the partials are simply summed.
 #pragma once
 

@@ -38,7 +38,7 @@ struct FwdParams {
   float pasa_g;      // pasa: the invariance G of the stored M (numerics/pasa_shift.h), in fp32
 };
 
-// SageAttention2's 8-bit kernel (the sage8 preset, spec section 4): key blocks of s2 = 128 keys (the
+// SageAttention2's 8-bit kernel (the sage8 preset, algorithms.md section 4): key blocks of s2 = 128 keys (the
 // INT8 K groups and the two-level PV accumulation follow them); any s1, each row's state is its own.
 constexpr int kSage8BlockKv = 128;
 
@@ -58,7 +58,7 @@ using Sage8Request = KernelRequest;
 // The pasa kernel's key block: PASA's s2 (the policy's block_kv must equal it).
 constexpr int kPasaBlockKv = 128;
 
-// pasa (Algorithm 1, spec section 3): the call and PASA's M = (I - beta/s2 J) alpha as its stored fp16
+// pasa (Algorithm 1, algorithms.md section 3): the call and PASA's M = (I - beta/s2 J) alpha as its stored fp16
 // entries (every key block, a short last one padded, has s2 = kPasaBlockKv keys); call.fwd.pasa_g
 // carries the invariance G. accurate: the pasa_accurate policy (S' and the softmax state in fp32).
 // mean_key_factor: pseudo_avg=k, M's row sum (the pseudo-average is Q times it times the block's mean

@@ -3,12 +3,12 @@
 // g + 8 of m-tile mt) and kBlockN / 4 scores of each; the four threads of a quad (lanes 4g .. 4g + 3)
 // share a row and reduce over it with two shuffles.
 //
-// ExactSoftmax: FlashAttention-2 in fp32 (spec section 1) on raw scores: the row max is taken before
+// ExactSoftmax: FlashAttention-2 in fp32 (algorithms.md section 1) on raw scores: the row max is taken before
 //   scaling (the scale is > 0: the host passes |alpha| and flips Q for alpha < 0), and the scaling
 //   rides in the exponent's FFMA, P = 2^(s |alpha| log2 e - m). The running sum stays a per-thread
 //   partial until the end. step() reports whether any row's max moved, so that the kernel can skip
 //   rescaling O (a factor of exactly 1) for a warp whose maxima all stayed.
-// PasaSoftmax: the paper's Algorithm 1 (spec section 3) as the CPU emulator's run_query_block orders
+// PasaSoftmax: the paper's Algorithm 1 (algorithms.md section 3) as the CPU emulator's run_query_block orders
 //   it, every intermediate an fp16 value where the emulator rounds. Scores and P are held as packed
 //   fp16 pairs (the A-fragment layout of the P V MMA), so that the rounding points cost no
 //   conversions: S' - m is one HSUB2 per pair, P leaves the exponential through one F2FP per pair.
@@ -17,7 +17,7 @@
 //   of the quad per row, not in all four. kFp16State = false is the pasa_accurate policy: S' stays
 //   in the fp32 accumulators (its max and the exponents' arguments in fp32: block_max_fp32,
 //   exponentiate_fp32) and the per-row state is fp32; P is still fp16.
-// UnifiedSoftmax: FlashDecoding++'s unified max (spec section 5) for the decode kernel: every score
+// UnifiedSoftmax: FlashDecoding++'s unified max (algorithms.md section 5) for the decode kernel: every score
 //   against one fixed phi, no running max, no rescaling.
 #pragma once
 
@@ -265,7 +265,7 @@ struct PasaSoftmax {
 };
 
 // ---------------------------------------------------------------------------------------------
-// unified max (FlashDecoding++, spec section 5)
+// unified max (FlashDecoding++, algorithms.md section 5)
 
 // Every score is measured against the one fixed phi: P = 2^(s |alpha| log2 e - phi log2 e), no
 // running max and no rescaling, so that the splits of the key axis are simply summed. The window test

@@ -221,7 +221,7 @@ Policy preset_policy(std::string_view name) {
     }
     return p;
   }
-  // The paper's low-precision allocations (spec section 2). Matrix engines accumulate in fp32 inside
+  // The paper's low-precision allocations (algorithms.md section 2). Matrix engines accumulate in fp32 inside
   // a GEMM (Ascend Cube, NVIDIA HMMA .f32); what changes is the format of what leaves the GEMM.
   p.input = Format::fp16();
   p.s = Format::fp16();

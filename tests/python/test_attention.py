@@ -132,7 +132,7 @@ def low_precision_error(rng, policy, causal=False):
 
 # Max error bounds in units of 2^-11 (half an fp16 ulp at 1), about 4x what these inputs show:
 # fp16 S and P cost a few ulps; fp16 softmax arithmetic more; PASA's shifted scores in fp16 more
-# still (spec section 3: its benefit is range, not precision, on well-scaled inputs like these).
+# still (algorithms.md section 3: its benefit is range, not precision, on well-scaled inputs like these).
 @pytest.mark.parametrize("policy,ulps", [("fa16_fp32", 16), ("fa16", 24), ("pasa", 64)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_low_precision_policies(rng, policy, ulps, causal):
