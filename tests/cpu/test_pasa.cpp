@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "pasa/attention.h"
 #include "pasa/beta.h"
@@ -50,7 +52,7 @@ TEST(Pasa, ExactInRealArithmetic) {
   // with the fp64 reference, also with a tail block and causal masking.
   const Policy p = parse_policy("pasa,input=fp32,s=fp32,softmax=fp32,p=fp32,o=fp32,s1=32,s2=48");
   for (bool causal : {false, true}) {
-    QKV data = uniform_qkv({1, 2, 300, 64}, 3.0, 2.0, test::fresh_seed(), DType::f32);
+    QKV data = uniform_qkv({1, 2, 300, 64}, 3.0, 2.0, 31, DType::f32);
     const PolicyRun run = run_policy(data, p, causal);
     const ReferenceResult ref = reference_of(data, causal);
     EXPECT_LT(test::relative_rmse(run.o, ref.o), 1e-5) << "causal " << causal;
@@ -64,7 +66,7 @@ TEST(Pasa, BetaZeroIsFlashAttention2BitForBit) {
   // PASA with beta = 0 folds only alpha into M = alpha I: exactly FA with the scale on K, where alpha
   // is a power of two (D = 64) so that its invariance G = alpha / fl(alpha) - 1 is 0. (For other D, G
   // takes the mean part of fl(alpha)'s rounding back out of the scores, which FA with scale=k keeps.)
-  QKV data = hybrid_qkv({1, 2, 200, 64}, 5.0, 10.0, test::fresh_seed());
+  QKV data = hybrid_qkv({1, 2, 200, 64}, 5.0, 10.0, 32);
   for (bool causal : {false, true}) {
     const PolicyRun a = run_policy(data, parse_policy("pasa,beta=0"), causal);
     const PolicyRun b = run_policy(data, parse_policy("fa16,scale=k"), causal);
@@ -82,7 +84,7 @@ TEST(Pasa, PaperTable4OverflowCases) {
   };
   for (const Case& c : {Case{true, 30, 0.5}, Case{true, 20, 20}, Case{false, 30, 10}, Case{false, 20, 100}}) {
     const Shape4 shape{1, 2, 1280, 128};
-    const std::uint64_t seed = test::fresh_seed();
+    const std::uint64_t seed = static_cast<std::uint64_t>(1000 * c.x0 + 10 * c.am) + c.uniform;
     SCOPED_TRACE(::testing::Message() << (c.uniform ? "uniform" : "hybrid") << " x0=" << c.x0
                                       << " Am=" << c.am << " seed " << seed);
     QKV data = c.uniform ? uniform_qkv(shape, c.x0, c.am, seed) : hybrid_qkv(shape, c.x0, c.am, seed);
@@ -98,7 +100,7 @@ TEST(Pasa, Fp16ScoresOverflowExactlyWhereTheUnscaledScoreRoundsToInfinity) {
   // fa16_fp32 rounds the fp32 sum Q K^T to fp16: a row turns NaN iff one of its scores rounds past
   // 65504, i.e. reaches 65520 (the midpoint to the next binade, which rounds to even = inf).
   const Shape4 shape{1, 4, 256, 128};
-  QKV data = uniform_qkv(shape, 20, 20, test::fresh_seed());
+  QKV data = uniform_qkv(shape, 20, 20, 33);
   const PolicyRun run = run_policy(data, preset_policy("fa16_fp32"));
   const std::vector<float> q = to_float(data.q), k = to_float(data.k);
   const std::int64_t S = shape.seq, D = shape.dim;
@@ -121,7 +123,7 @@ TEST(Pasa, Fp16ScoresOverflowExactlyWhereTheUnscaledScoreRoundsToInfinity) {
 TEST(Pasa, ResonanceInputsOverflowWithoutTheShiftOnly) {
   for (const char* preset : {"qwen2", "svd"}) {
     SCOPED_TRACE(preset);
-    QKV data = resonance_qkv({1, 2, 256, 128}, resonance_preset(preset), test::fresh_seed());
+    QKV data = resonance_qkv({1, 2, 256, 128}, resonance_preset(preset), 34);
     EXPECT_GT(non_finite_share(run_policy(data, preset_policy("fa16_fp32")).o), 0.0);
     const PolicyRun pasa = run_policy(data, preset_policy("pasa"));
     EXPECT_EQ(non_finite_share(pasa.o), 0.0);
@@ -195,6 +197,47 @@ TEST(Pasa, LseHasNoBiasFromTheFoldedScale) {
   std::printf("  mean LSE error: pasa %.3e  pasa_accurate %.3e\n", bias, bias_acc);
   EXPECT_LT(std::fabs(bias), 1.0);
   EXPECT_LT(std::fabs(bias_acc), 1e-2);
+}
+
+// The zero-non-finite property over a seed sweep of every Table 4 distribution and the large-mean
+// case, on the emulator: the first 64 query rows of each head against all 1280 keys (a row's result
+// depends on its own scores only, so the sweep spends its time on many draws rather than many rows).
+// PASA_SEED_SWEEP sets the seed count (CI: the default 3; docs/numerics.md reports a run of 1000).
+TEST(PasaSweep, NoNonFiniteOutputOverSeeds) {
+  const char* env = std::getenv("PASA_SEED_SWEEP");
+  const int seeds = env != nullptr ? std::atoi(env) : 3;
+  struct Dist {
+    const char* name;
+    bool hybrid;
+    double x0, am;
+    int dim;
+  };
+  for (const Dist d : {Dist{"uniform", false, 30, 0.5, 128}, Dist{"uniform", false, 20, 15, 128},
+                       Dist{"uniform", false, 20, 20, 128}, Dist{"hybrid", true, 30, 10, 128},
+                       Dist{"hybrid", true, 20, 50, 128}, Dist{"hybrid", true, 20, 100, 128},
+                       Dist{"N(80, 1)", true, 80, 0, 64}}) {
+    const Shape4 shape{1, 2, 1280, d.dim};
+    long long bad = 0;
+    int first_bad = -1;
+    for (int seed = 0; seed < seeds; ++seed) {
+      QKV data = d.hybrid ? hybrid_qkv(shape, d.x0, d.am, seed) : uniform_qkv(shape, d.x0, d.am, seed);
+      std::vector<float> o(static_cast<std::size_t>(2 * 64 * d.dim)), lse(2 * 64);
+      AttentionArgs args{data.q.view("q"), data.k.view("k"), data.v.view("v"),
+                         bhsd_view(o.data(), DType::f32, 1, 2, 64, d.dim), lse_view(lse.data(), 1, 2, 64)};
+      args.q.shape[2] = 64;  // the first 64 rows of each head, with the head's stride as it is
+      for (const char* name : {"pasa", "pasa_accurate"}) {
+        args.policy = preset_policy(name);
+        attention(args);
+        long long n = 0;
+        for (float x : o) n += !std::isfinite(x);
+        for (float x : lse) n += !std::isfinite(x);
+        bad += n;
+        if (n > 0 && first_bad < 0) first_bad = seed;
+      }
+    }
+    std::printf("  %s x0 %g Am %g D %d: %d seeds, non-finite values %lld\n", d.name, d.x0, d.am, d.dim, seeds, bad);
+    EXPECT_EQ(bad, 0) << d.name << " x0 " << d.x0 << " Am " << d.am << ": first failing seed " << first_bad;
+  }
 }
 
 TEST(Beta, ReproducesPaperTable3) {
