@@ -98,24 +98,29 @@ TEST(CudaPasa, PaperTable4AndResonanceInputs) {
     bool hybrid;
     double x0, am;
   };
-  for (const Table4 t : {Table4{false, 30, 0.5}, Table4{false, 20, 15}, Table4{false, 20, 20},
-                         Table4{true, 30, 10}, Table4{true, 20, 50}, Table4{true, 20, 100}}) {
-    // The paper's shape, and at head dim 64 (causal) for the first case of each distribution.
-    const bool d64 = t.x0 == 30;
-    const Case c{1, 2, 2, 1280, 1280, d64 ? 64 : 128, d64, br, false, DType::f16, DType::f16};
-    const std::uint64_t seed = test::fresh_seed();
-    const Shape4 shape{c.B, c.Hq, c.Sq, c.D};
-    const QKV data = t.hybrid ? hybrid_qkv(shape, t.x0, t.am, seed) : uniform_qkv(shape, t.x0, t.am, seed);
-    GivenInputs in{data.q, data.k, data.v};
-    const std::string name = std::string(t.hybrid ? "hybrid" : "uniform") + " x0 " + std::to_string(t.x0) +
-                             " Am " + std::to_string(t.am);
-    check_case(c, pol, pol, std::nullopt, nullptr, seed, -1.0, 1.0, &in, name.c_str());
+  const Table4 table4[] = {{false, 30, 0.5}, {false, 20, 15}, {false, 20, 20},
+                           {true, 30, 10},   {true, 20, 50},  {true, 20, 100}};
+  for (int i = 0; i < 6; ++i) {
+    const Table4 t = table4[i];
+    // The paper's shape with `pasa study`'s seed for the case (the numbers docs/numerics.md compares
+    // with the study's), and at head dim 64, causal, for the x0 = 30 cases.
+    const std::uint64_t seed = 2024 + 1000003ull * i;
+    for (const bool d64 : {false, true}) {
+      if (d64 && t.x0 != 30) continue;
+      const Case c{1, 2, 2, 1280, 1280, d64 ? 64 : 128, d64, br, false, DType::f16, DType::f16};
+      const Shape4 shape{c.B, c.Hq, c.Sq, c.D};
+      const QKV data = t.hybrid ? hybrid_qkv(shape, t.x0, t.am, seed) : uniform_qkv(shape, t.x0, t.am, seed);
+      GivenInputs in{data.q, data.k, data.v};
+      const std::string name = std::string(t.hybrid ? "hybrid" : "uniform") + " x0 " + std::to_string(t.x0) +
+                               " Am " + std::to_string(t.am);
+      check_case(c, pol, pol, std::nullopt, nullptr, seed, -1.0, 1.0, &in, name.c_str());
+    }
   }
   for (const char* preset : {"qwen2", "svd"}) {
     for (const Case& c : {Case{1, 4, 2, 256, 256, 128, true, br, false, DType::f16, DType::f16},
                           Case{1, 2, 2, 300, 300, 128, false, br, false, DType::bf16, DType::f32},
                           Case{1, 2, 1, 333, 333, 64, true, br, false, DType::f16, DType::f32}}) {
-      const std::uint64_t seed = test::fresh_seed();
+      const std::uint64_t seed = 7 + c.Sq;
       const ResonanceParams params = resonance_preset(preset);
       const QKV qs = resonance_qkv({c.B, c.Hq, c.Sq, c.D}, params, seed, c.in);
       const QKV kv = resonance_qkv({c.B, c.Hkv, c.Skv, c.D}, params, seed, c.in);
