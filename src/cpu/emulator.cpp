@@ -180,13 +180,17 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       st.m = m_new;
       st.F = F_new;
       st.blocks += 1;
+      // P against the running maximum (p_max=running, or one accumulator): the block's factor e_cur
+      // goes into P itself.
+      const bool p_running = !pol.two_level || pol.p_running_max;
       e_prev[rr] = ep;
-      e_cur[rr] = ec;
+      e_cur[rr] = p_running ? 1.0 : ec;
       // One accumulator across blocks sees P relative to the new maximum (e_cur folded in), as
-      // FlashAttention-2 computes it; two-level accumulation rescales the block's P V instead.
+      // FlashAttention-2 computes it; two-level accumulation rescales the block's P V instead, unless
+      // p_max=running asks for P against the running maximum there too.
       float* p = &p_op[static_cast<std::size_t>(rr) * n];
       for (int c = 0; c < n; ++c) {
-        const double e = pol.two_level ? x[c] : sm(x[c] * ec);
+        const double e = p_running ? sm(x[c] * ec) : x[c];
         p[c] = static_cast<float>(R.p(e * pol.p_scale));
       }
     }

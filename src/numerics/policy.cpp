@@ -161,6 +161,12 @@ const std::vector<Field>& fields() {
       quantizer_field("v_quant", &Policy::v_quant),
       number_field("p_scale", &Policy::p_scale),
       bool_field("two_level", &Policy::two_level),
+      {"p_max", [](const Policy& p) { return std::string(p.p_running_max ? "running" : "block"); },
+       [](Policy& p, const std::string& v) {
+         if (v == "block") p.p_running_max = false;
+         else if (v == "running") p.p_running_max = true;
+         else throw Error("policy field 'p_max': '" + v + "' is not block or running");
+       }},
       number_field("phi", &Policy::phi),
       number_field("window_lo", &Policy::window_lo),
       number_field("window_hi", &Policy::window_hi),
