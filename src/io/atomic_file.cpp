@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <random>
 
@@ -134,8 +135,10 @@ void write_in_place(const std::string& path, std::span<const std::span<const std
   }
 }
 
-// Creates "<dir>/.<name>.tmp-<random>" exclusively, with the mode a new file would get (umask applied).
-int create_temporary(const std::filesystem::path& target, std::string& temp_path) {
+// Creates "<dir>/.<name>.tmp-<random>" exclusively, with the mode a new file would get (umask applied),
+// and returns its descriptor; `temp` holds its registration. The name is registered before the file
+// is created, so a signal at any moment after the creation finds it.
+int create_temporary(const std::filesystem::path& target, std::unique_ptr<Temporary>& temp) {
   static std::atomic<std::uint64_t> counter{0};
   std::random_device entropy;
   for (int attempt = 0; attempt < 100; ++attempt) {
@@ -147,13 +150,15 @@ int create_temporary(const std::filesystem::path& target, std::string& temp_path
     name += std::to_string(tag % 1000000007);
     std::filesystem::path candidate = target;
     candidate.replace_filename(name);
+    temp = std::make_unique<Temporary>(candidate.string());
     const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0) {
-      temp_path = candidate.string();
-      return fd;
-    }
-    if (errno != EEXIST) {
-      throw Error(target.string() + ": cannot create a file in its directory" + errno_text(errno));
+    if (fd >= 0) return fd;
+    const int err = errno;
+    temp->release();  // the name is taken or nothing was created: never remove that file
+    temp.reset();
+    if (err != EEXIST) {
+      throw Error(target.string() + ": cannot open for writing (creating a temporary file next to it: " +
+                  std::strerror(err) + ")");
     }
   }
   throw Error(target.string() + ": cannot create a temporary file next to it");
@@ -188,19 +193,18 @@ void write_file_atomically(const std::string& path, std::span<const std::span<co
   struct RestoreHandlers {
     ~RestoreHandlers() { restore_handlers(); }
   } restore;
-  std::string temp_path;
-  const int fd = create_temporary(target, temp_path);
-  Temporary temp(temp_path);
+  std::unique_ptr<Temporary> temp;
+  const int fd = create_temporary(target, temp);
   // Keep the permissions of the file being replaced.
   if (exists) ::fchmod(fd, existing.st_mode & 07777);
   int err = write_pieces(fd, pieces);
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;
   if (err != 0) throw ResourceError(path + ": write failed" + errno_text(err) + "; the file was not changed");
-  if (::rename(temp.path().c_str(), target.c_str()) != 0) {
+  if (::rename(temp->path().c_str(), target.c_str()) != 0) {
     throw ResourceError(path + ": cannot replace the file" + errno_text(errno) + "; it was not changed");
   }
-  temp.release();
+  temp->release();
 }
 
 void write_text_atomically(const std::string& path, std::string_view text) {

@@ -86,7 +86,7 @@ TEST(AtomicFile, BadDestinationsAreErrorsNamingThePath) {
   test::TempDir dir;
   pasa::test::expect_error([&] { detail::write_text_atomically(dir.path(), "x"); }, "is a directory");
   pasa::test::expect_error([&] { detail::write_text_atomically(dir.file("missing/out.txt"), "x"); },
-                     dir.file("missing/out.txt") + ": cannot create a file in its directory");
+                     dir.file("missing/out.txt") + ": cannot open for writing");
 }
 
 TEST(AtomicFile, SymbolicLinksAreFollowed) {
