@@ -41,7 +41,9 @@ void check_writable(const NamedPath& out) {
   if (fs::is_directory(p, ec)) throw Error(where + " is a directory; give a file name");
   if (!p.has_filename()) throw Error(where + " names no file");
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  if (!fs::is_directory(dir, ec)) throw Error(where + ": the directory " + dir.string() + " does not exist");
+  if (!fs::is_directory(dir, ec)) {
+    throw Error(where + ": " + dir.string() + (fs::exists(dir, ec) ? " is not a directory" : " does not exist"));
+  }
   if (fs::exists(p, ec)) {
     if (::access(out.path.c_str(), W_OK) != 0) {
       throw Error(where + ": cannot be written (" + std::strerror(errno) + ")");

@@ -138,8 +138,14 @@ def check_outputs_before_work(tmp):
     ok = os.path.join(tmp, "ok.npy")
     pasa("run", "--q", q, "--k", k, "--v", v, "--out", ok, "--lse", "/nonexistent/l.npy", code=BAD_INPUT)
     assert not os.path.exists(ok)
-    pasa("study", "--seq", "16", "--plot", "/proc/pasa-figures", code=BAD_INPUT)
-    pasa("study", "sage", "--seq", "16", "--json", tmp, code=BAD_INPUT)  # a directory
+    start = time.monotonic()
+    r = pasa("study", "--plot", os.path.join(q, "figures"), code=BAD_INPUT)  # under a file
+    assert "--plot" in r.stderr and "study time" not in r.stdout, r.stderr
+    r = pasa("study", "sage", "--json", tmp, code=BAD_INPUT)  # a directory
+    assert "is a directory" in r.stderr, r.stderr
+    r = pasa("study", "decode", "--json", os.path.join(q, "d.json"), code=BAD_INPUT)
+    assert "q.npy is not a directory" in r.stderr, r.stderr
+    assert time.monotonic() - start < 10, "the outputs were checked only after the studies ran"
 
 
 def check_inspect(tmp):
