@@ -2,7 +2,7 @@
 // every policy parses, or give a pasa::Error. Any other exception, a crash, or a sanitizer report is a bug.
 #include <cstddef>
 #include <cstdint>
-#include <string_view>
+#include <string>
 
 #include "pasa/error.h"
 #include "pasa/plan.h"
@@ -10,7 +10,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
     const pasa::MixPlan plan =
-        pasa::parse_plan(std::string_view(reinterpret_cast<const char*>(data), size), "<fuzz>");
+        pasa::parse_plan(std::string(reinterpret_cast<const char*>(data), size), "<fuzz>");
     // parse_plan promised valid policies and in-range keys: using them must not throw.
     for (const auto& [key, text] : plan.entries) {
       if (key.first < 0 || key.second < -1) __builtin_trap();

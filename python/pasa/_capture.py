@@ -310,37 +310,28 @@ def _router_release(functional: Any) -> None:
             functional.scaled_dot_product_attention = _router_original
 
 
-def _calibrate_plan_table(fast: str, entries: Any) -> Tuple[str, Dict[str, str]]:
-    """(default, {call name: policy}) of a plan the C++ reader checked (pasa calibrate's format)."""
-    return fast, {(f"layer{layer}" if timestep is None else f"layer{layer}_t{timestep}"): policy
-                  for layer, timestep, policy in entries}
-
-
 def _load_plan(plan: Any) -> Tuple[Optional[str], Dict[str, str]]:
     """(default policy, {call name: policy}) from a mapping or a JSON file, every policy checked."""
+    origin = "plan"
     if isinstance(plan, (str, os.PathLike)):
-        path = os.fspath(plan)
+        origin = os.fspath(plan)
         try:
-            with open(path) as f:
+            with open(origin) as f:
                 data = json.load(f)
         except (OSError, ValueError, RecursionError) as error:
-            raise PasaError(f"plan: cannot read {path}: {error}") from None
-        if isinstance(data, Mapping) and "entries" in data and "fast" in data:
-            fast, _, _, entries = _core.load_plan(path)  # strict: fields, ranges, duplicates
-            return _calibrate_plan_table(fast, entries)
+            raise PasaError(f"plan: cannot read {origin}: {error}") from None
     else:
         data = plan
     if not isinstance(data, Mapping):
         raise PasaError(f"plan: expected a mapping of call name -> policy (or a JSON file of one), "
                         f"got {type(data).__name__}")
-    if "entries" in data and "fast" in data:  # a plan written by `pasa calibrate`, as a mapping
+    if "entries" in data and "fast" in data:  # a plan written by `pasa calibrate`: the C++ reader's
         try:
             text = json.dumps(data)
-        except (TypeError, ValueError, RecursionError) as error:
+        except (TypeError, ValueError, RecursionError) as error:  # ValueError: a circular reference
             raise PasaError(f"plan: not a pasa calibrate plan ({error})") from None
-        fast, _, _, entries = _core.parse_plan(text, "plan")
-        return _calibrate_plan_table(fast, entries)
-    if isinstance(data.get("policies"), Mapping):
+        default, _, _, table = _core.parse_plan(text, origin)
+    elif isinstance(data.get("policies"), Mapping):
         default, table = data.get("default"), data["policies"]
     else:
         default, table = data.get("default"), {k: v for k, v in data.items() if k != "default"}

@@ -115,23 +115,24 @@ void save_safetensors(const std::string& path, const std::map<std::string, Input
   io::write_safetensors(path, tensors);
 }
 
-// (fast, accurate, xi, [(layer, timestep or None, policy), ...]) of a checked plan.
-nb::tuple plan_tuple(const MixPlan& plan) {
-  nb::list entries;
-  for (const auto& [key, policy] : plan.entries) {
-    const nb::object timestep = key.second >= 0 ? nb::object(nb::int_(key.second)) : nb::object(nb::none());
-    entries.append(nb::make_tuple(key.first, timestep, policy));
-  }
-  return nb::make_tuple(plan.fast, plan.accurate, plan.xi, entries);
-}
-
 }  // namespace
 
 void bind_io(nb::module_& m) {
-  m.def("load_plan", [](const std::string& path) { return plan_tuple(load_plan(path)); }, "path"_a);
-  m.def("parse_plan", [](const std::string& text, const std::string& source) {
-    return plan_tuple(parse_plan(text, source));
-  }, "text"_a, "source"_a);
+  // A pasa calibrate plan (JSON text), read strictly by the C++ reader (errors name `origin`), as
+  // (fast, accurate, xi, {call name: policy text}).
+  m.def(
+      "parse_plan",
+      [](const std::string& text, const std::string& origin) {
+        const MixPlan plan = parse_plan(text, origin);
+        nb::dict entries;
+        for (const auto& [key, policy] : plan.entries) {
+          const std::string name = "layer" + std::to_string(key.first) +
+                                   (key.second >= 0 ? "_t" + std::to_string(key.second) : std::string());
+          entries[nb::str(name.c_str())] = policy;
+        }
+        return nb::make_tuple(plan.fast, plan.accurate, plan.xi, entries);
+      },
+      "text"_a, "origin"_a);
   m.def("load_npy", &load_npy, "path"_a);
   m.def("load_safetensors", &load_safetensors, "path"_a);
   m.def("save_npy", &save_npy, "path"_a, "array"_a);

@@ -75,29 +75,29 @@ Policy MixPlan::policy_for(int layer, std::optional<int> timestep) const {
   return parse_policy(fast);
 }
 
-MixPlan parse_plan(std::string_view text, const std::string& source) {
+MixPlan parse_plan(const std::string& json_text, const std::string& origin) {
   json j;
   try {
-    j = json::parse(text);
+    j = json::parse(json_text);
   } catch (const json::exception& e) {
-    throw Error(source + ": not valid JSON (" + e.what() + ")");
+    throw Error(origin + ": not valid JSON (" + e.what() + ")");
   }
-  if (!j.is_object()) throw Error(source + ": " + kind_of(j) + ", not a plan object");
+  if (!j.is_object()) throw Error(origin + ": " + kind_of(j) + ", not a plan object");
   MixPlan plan;
-  plan.fast = string_field(j, "fast", source);
-  plan.accurate = string_field(j, "accurate", source);
-  check_policy(plan.fast, source + ": fast");
-  check_policy(plan.accurate, source + ": accurate");
-  const json& xi = member(j, "xi", source);
+  plan.fast = string_field(j, "fast", origin);
+  plan.accurate = string_field(j, "accurate", origin);
+  check_policy(plan.fast, origin + ": fast");
+  check_policy(plan.accurate, origin + ": accurate");
+  const json& xi = member(j, "xi", origin);
   if (!xi.is_number() || !(xi.get<double>() >= 0 && xi.get<double>() <= 100)) {
-    throw Error(source + ": xi: " + xi.dump() + " is not a percentage in 0..100");
+    throw Error(origin + ": xi: " + xi.dump() + " is not a percentage in 0..100");
   }
   plan.xi = xi.get<double>();
-  const json& entries = member(j, "entries", source);
-  if (!entries.is_array()) throw Error(source + ": entries: " + kind_of(entries) + ", not an array");
+  const json& entries = member(j, "entries", origin);
+  if (!entries.is_array()) throw Error(origin + ": entries: " + kind_of(entries) + ", not an array");
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const json& e = entries[i];
-    const std::string where = source + ": entries[" + std::to_string(i) + "]";
+    const std::string where = origin + ": entries[" + std::to_string(i) + "]";
     if (!e.is_object()) throw Error(where + ": " + kind_of(e) + ", not an object");
     const int layer = integer_field(member(e, "layer", where), kMaxLayer, where + ".layer");
     const auto ts = e.find("timestep");
@@ -116,7 +116,7 @@ MixPlan parse_plan(std::string_view text, const std::string& source) {
 MixPlan load_plan(const std::string& path) {
   const io::detail::InputFile file(path);
   const std::vector<std::uint8_t> bytes = file.read(0, file.size());
-  return parse_plan(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path);
+  return parse_plan(std::string(bytes.begin(), bytes.end()), path);
 }
 
 void save_plan(const std::string& path, const MixPlan& plan, const std::map<std::pair<int, int>, double>& scores) {
