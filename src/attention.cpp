@@ -3,7 +3,9 @@
 
 #include "attention_checks.h"
 #include "cpu/backends.h"
+#include "cpu/operands.h"
 #include "cuda_backend.h"
+#include "memory_budget.h"
 #include "pasa/error.h"
 
 namespace pasa {
@@ -24,6 +26,8 @@ void attention(const AttentionArgs& args) {
   if (shape.dim > 1024) {
     throw Error("q: head dim " + std::to_string(shape.dim) + " is larger than the CPU backends' 1024");
   }
+  // Before the inputs are scanned: broadcast (stride-0) inputs can describe more than memory holds.
+  require_memory(emulator_memory_bytes(shape, args.policy), "attention (CPU emulator) on " + problem_text(shape));
   check_finite_host(args.q, "q");
   check_finite_host(args.k, "k");
   check_finite_host(args.v, "v");

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "pasa/error.h"
@@ -11,7 +12,6 @@ namespace pasa {
 namespace {
 
 void check_view(const TensorView& t, const char* name, bool is_output) {
-  if (t.data == nullptr) throw Error(fmt::format("{}: data pointer is null", name));
   const int dt = static_cast<int>(t.dtype);
   if (dt < 0 || dt > static_cast<int>(DType::bf16)) {
     throw Error(fmt::format("{}: unsupported dtype (code {}); use f32, f16 or bf16", name, dt));
@@ -26,6 +26,21 @@ void check_view(const TensorView& t, const char* name, bool is_output) {
       throw Error(fmt::format("{}: stride of the {} dimension is {} (must be {})", name, dims[i],
                               t.stride[i], is_output ? "positive" : "non-negative"));
     }
+  }
+  // After the sizes: an empty tensor has no data pointer, and its size is the error to report.
+  if (t.data == nullptr) throw Error(fmt::format("{}: data pointer is null", name));
+}
+
+// The scale multiplies in the softmax format (scale=s) or the input format (scale=q|k), and every kernel
+// holds it in fp32: a scale beyond those formats' range becomes inf there and turns every output into
+// NaN while the fp64 reference is finite, so it is refused.
+void check_scale(double scale, const Policy& policy) {
+  if (!std::isfinite(scale)) throw Error(fmt::format("scale: {} is not finite", scale));
+  const Format& applied = policy.scale == ScalePlacement::scores ? policy.softmax : policy.input;
+  const double limit = std::min(Format::fp32().max_finite(), applied.max_finite());
+  if (std::fabs(scale) > limit) {
+    throw Error(fmt::format("scale: {:g} is outside [-{:g}, {:g}], the range of fp32 and of the {} format "
+                            "the policy applies it in", scale, limit, limit, applied.name()));
   }
 }
 
@@ -72,15 +87,18 @@ ProblemShape check_attention_args(const AttentionArgs& a) {
       if (a.lse.stride[i] < 1) throw Error("lse: strides must be positive");
     }
   }
-  if (a.scale && !std::isfinite(*a.scale)) {
-    throw Error(fmt::format("scale: {} is not finite", *a.scale));
-  }
+  if (a.scale) check_scale(*a.scale, a.policy);
   const int align = static_cast<int>(a.alignment);
   if (align < 0 || align > static_cast<int>(CausalAlignment::top_left)) {
     throw Error("alignment: not bottom_right or top_left");
   }
   validate(a.policy);
   return p;
+}
+
+std::string problem_text(const ProblemShape& p) {
+  return fmt::format("q [{}, {}, {}, {}], k/v [{}, {}, {}, {}]", p.batch, p.heads_q, p.seq_q, p.dim, p.batch,
+                     p.heads_kv, p.seq_kv, p.dim);
 }
 
 double resolve_scale(const AttentionArgs& args, std::int64_t dim) {

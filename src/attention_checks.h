@@ -2,6 +2,8 @@
 // argument, raised before any output is touched.
 #pragma once
 
+#include <string>
+
 #include "pasa/attention.h"
 
 namespace pasa {
@@ -14,6 +16,9 @@ struct ProblemShape {
 
 // Checks pointers, shapes, GQA head counts, strides, devices, the LSE view and the scale.
 ProblemShape check_attention_args(const AttentionArgs& args);
+
+// "q [B, H_q, S_q, D], k/v [B, H_kv, S_kv, D]" for messages about a whole problem.
+std::string problem_text(const ProblemShape& p);
 
 // alpha: the caller's scale or 1/sqrt(D).
 double resolve_scale(const AttentionArgs& args, std::int64_t dim);

@@ -7,11 +7,12 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "io/atomic_file.h"
+#include "output_paths.h"
 #include "pasa/bench.h"
 #include "pasa/error.h"
 #include "pasa/policy.h"
@@ -74,17 +75,17 @@ void validate(const BenchOptions& o) {
 }
 
 void write_csv(const std::string& path, const std::vector<Row>& rows) {
-  std::ofstream f(path);
-  if (!f) throw Error("--csv: cannot write " + path);
-  f << "method,dtype,D,H,S,B,causal,ms,tflops\n";
+  std::string text = "method,dtype,D,H,S,B,causal,ms,tflops\n";
   for (const Row& r : rows) {
-    f << fmt::format("{},{},{},{},{},{},{},{:.4f},{:.2f}\n", r.method, r.dtype, r.D, r.H, r.S, r.B, r.causal ? 1 : 0,
-                     r.ms, r.rate);
+    text += fmt::format("{},{},{},{},{},{},{},{:.4f},{:.2f}\n", r.method, r.dtype, r.D, r.H, r.S, r.B,
+                        r.causal ? 1 : 0, r.ms, r.rate);
   }
+  io::detail::write_text_atomically(path, text);
 }
 
 void run(const BenchOptions& o) {
   validate(o);
+  check_output_files({}, {{"--csv", o.csv}});
   const std::string device = bench_device_description();
   fmt::print(stderr, "pasa bench on {}: median of {} calls after {} warm-up, L2 flushed before each\n", device,
              o.runs, o.warmup);

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <span>
 
 #include "commands.h"
 #include "host_attention.h"
@@ -14,6 +15,7 @@
 #include "pasa/io.h"
 #include "pasa/metrics.h"
 #include "pasa/plan.h"
+#include "output_paths.h"
 #include "score_stats.h"
 
 namespace pasa::cli {
@@ -25,52 +27,91 @@ struct CalibrateOptions {
   bool phi = false;
 };
 
-struct Entry {
+// One captured (layer, timestep): its name, the key parsed from it, and its files (one .safetensors
+// with q, k, v, or three .npy files), loaded only when it is processed.
+struct EntryFiles {
   std::string name;
-  QKV data;
+  std::pair<int, int> key;
+  std::string safetensors;
+  std::string npy[3];  // q, k, v
+
+  std::vector<std::string> paths() const {
+    if (!safetensors.empty()) return {safetensors};
+    return {npy[0], npy[1], npy[2]};
+  }
 };
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// NAME.safetensors with tensors q, k, v, or NAME_q.npy, NAME_k.npy, NAME_v.npy.
-std::vector<Entry> load_entries(const std::string& dir) {
+// NAME.safetensors with tensors q, k, v, or NAME_q.npy, NAME_k.npy, NAME_v.npy; NAME is
+// layer<L>[_t<T>]. Two names for one (layer, timestep) ("layer1" and "layer01") are refused.
+std::vector<EntryFiles> find_entries(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw Error("--inputs: " + dir + " is not a directory");
-  std::map<std::string, Entry> found;
-  std::map<std::string, int> npy_parts;
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path());
   std::sort(files.begin(), files.end());
+  std::map<std::string, EntryFiles> found;
   for (const fs::path& path : files) {
     const std::string file = path.filename().string();
+    std::string name;
     if (ends_with(file, ".safetensors")) {
-      auto tensors = io::read_safetensors(path.string());
-      for (const char* n : {"q", "k", "v"}) {
-        if (!tensors.count(n)) throw Error(path.string() + ": no tensor named '" + n + "' (need q, k, v)");
-      }
-      const std::string name = file.substr(0, file.size() - 12);
-      found[name] = Entry{name, {std::move(tensors["q"]), std::move(tensors["k"]), std::move(tensors["v"])}};
+      name = file.substr(0, file.size() - 12);
+      found[name].safetensors = path.string();
     } else if (ends_with(file, "_q.npy") || ends_with(file, "_k.npy") || ends_with(file, "_v.npy")) {
-      const std::string name = file.substr(0, file.size() - 6);
-      Entry& e = found[name];
-      e.name = name;
+      name = file.substr(0, file.size() - 6);
       const char which = file[file.size() - 5];
-      (which == 'q' ? e.data.q : which == 'k' ? e.data.k : e.data.v) = io::read_npy(path.string());
-      npy_parts[name] += 1;
+      found[name].npy[which == 'q' ? 0 : which == 'k' ? 1 : 2] = path.string();
+    } else {
+      continue;
     }
-  }
-  for (const auto& [name, parts] : npy_parts) {
-    if (parts != 3) throw Error("--inputs: " + name + " has " + std::to_string(parts) + " of its _q/_k/_v.npy files");
+    found[name].name = name;
   }
   if (found.empty()) {
     throw Error("--inputs: " + dir + " holds no NAME.safetensors (q, k, v) or NAME_{q,k,v}.npy files");
   }
-  std::vector<Entry> out;
-  for (auto& [name, e] : found) out.push_back(std::move(e));
+  std::vector<EntryFiles> out;
+  std::map<std::pair<int, int>, std::string> names_of_keys;
+  for (auto& [name, e] : found) {
+    const int npy_parts = !e.npy[0].empty() + !e.npy[1].empty() + !e.npy[2].empty();
+    if (!e.safetensors.empty() && npy_parts > 0) {
+      throw Error("--inputs: " + name + " is both a .safetensors file and .npy files; keep one");
+    }
+    if (e.safetensors.empty() && npy_parts != 3) {
+      throw Error("--inputs: " + name + " has " + std::to_string(npy_parts) + " of its _q/_k/_v.npy files");
+    }
+    try {
+      e.key = parse_entry_name(name);
+    } catch (const Error& err) {
+      throw Error("--inputs: " + std::string(err.what()));
+    }
+    if (const auto [it, fresh] = names_of_keys.emplace(e.key, name); !fresh) {
+      throw Error("--inputs: " + it->second + " and " + name + " name the same layer and timestep");
+    }
+    out.push_back(std::move(e));
+  }
   return out;
+}
+
+QKV load_entry(const EntryFiles& e) {
+  if (e.safetensors.empty()) return {io::read_npy(e.npy[0]), io::read_npy(e.npy[1]), io::read_npy(e.npy[2])};
+  auto tensors = io::read_safetensors(e.safetensors);
+  for (const char* n : {"q", "k", "v"}) {
+    if (!tensors.count(n)) throw Error(e.safetensors + ": no tensor named '" + n + "' (need q, k, v)");
+  }
+  return {std::move(tensors["q"]), std::move(tensors["k"]), std::move(tensors["v"])};
+}
+
+// The plan must not overwrite a capture it is computed from.
+void check_plan_output(const std::string& out, const std::vector<EntryFiles>& entries) {
+  std::vector<NamedPath> inputs;
+  for (const EntryFiles& e : entries) {
+    for (const std::string& path : e.paths()) inputs.push_back({"--inputs", path});
+  }
+  check_output_files(inputs, {{"--out", out}});
 }
 
 void calibrate_plan(const CalibrateOptions& opt) {
@@ -78,21 +119,24 @@ void calibrate_plan(const CalibrateOptions& opt) {
   if (opt.out.empty()) throw Error("--out: give the plan file to write");
   const Policy fast = parse_policy(opt.fast);
   parse_policy(opt.accurate);
-  std::vector<Entry> entries = load_entries(opt.inputs);
+  const std::vector<EntryFiles> entries = find_entries(opt.inputs);
+  check_plan_output(opt.out, entries);
   std::vector<std::pair<double, std::pair<int, int>>> ranked;
   std::map<std::pair<int, int>, double> scores;
-  for (Entry& e : entries) {
-    const auto key = parse_entry_name(e.name);
+  for (const EntryFiles& e : entries) {
     ErrorMetrics m;
     try {
-      m = compare(attention_output(e.data, fast), reference_output(e.data));
+      QKV data = load_entry(e);
+      m = compare(attention_output(data, fast), reference_output(data));
+    } catch (const ResourceError&) {
+      throw;
     } catch (const Error& err) {
       throw Error(opt.inputs + "/" + e.name + ": " + err.what());
     }
     // The report's score: CosSim * (1 - L1); a non-finite output is the worst possible.
     const double score = m.nan_share > 0 ? -1.0 : m.cos_sim * (1.0 - m.rel_l1);
-    ranked.push_back({score, key});
-    scores[key] = score;
+    ranked.push_back({score, e.key});
+    scores[e.key] = score;
     fmt::print(stderr, "{}: CosSim {:.5f}  L1 {:.4f}  score {:.5f}\n", e.name, m.cos_sim, m.rel_l1, score);
   }
   std::sort(ranked.begin(), ranked.end());
@@ -106,15 +150,23 @@ void calibrate_plan(const CalibrateOptions& opt) {
              opt.accurate, opt.xi, ranked.size() - n_accurate, opt.fast, opt.out);
 }
 
+// One entry in memory at a time, its scores one row at a time into a fixed-size histogram.
 void calibrate_phi_command(const CalibrateOptions& opt) {
-  std::vector<Entry> entries = load_entries(opt.inputs);
-  std::vector<double> all;
-  for (Entry& e : entries) {
-    const std::vector<double> s = scaled_scores(e.data.q, e.data.k);
-    all.insert(all.end(), s.begin(), s.end());
+  if (!opt.out.empty()) throw Error("--out: --phi prints phi and writes no plan; drop --out");
+  const std::vector<EntryFiles> entries = find_entries(opt.inputs);
+  ScoreHistogram histogram;
+  for (const EntryFiles& e : entries) {
+    try {
+      const QKV data = load_entry(e);
+      for_each_score_row(data.q, data.k, 0.0, 128, [&](std::span<const double> row) { histogram.add(row); });
+    } catch (const ResourceError&) {
+      throw;
+    } catch (const Error& err) {
+      throw Error(opt.inputs + "/" + e.name + ": " + err.what());
+    }
   }
   const Policy fdpp = preset_policy("fdpp");
-  const PhiCalibration c = calibrate_phi(all, fdpp.window_lo, fdpp.window_hi);
+  const PhiCalibration c = calibrate_phi(histogram, fdpp.window_lo, fdpp.window_hi);
   fmt::print("scaled scores of {} entries: 99.98% within [{:.4g}, {:.4g}]\n", entries.size(), c.lo, c.hi);
   fmt::print("phi = {:.6g} centres them in the window {} < x - phi < {}\n", c.phi, fdpp.window_lo, fdpp.window_hi);
   fmt::print("policy: fdpp,phi={:.6g}\n", c.phi);

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <memory>
 
@@ -30,7 +31,25 @@ struct Range {
   std::string text() const { return fmt::format("[{:.6g}, {:.6g}]", lo, hi); }
 };
 
+// Throws naming the option when a tensor has an empty dimension or a non-finite value: the ranges of
+// such a tensor mean nothing (and a zero head count would divide by zero below).
+void check_inspectable(const HostTensor& tensor, const TensorView& t, const std::string& option) {
+  static const char* dims[] = {"batch", "heads", "sequence", "head dim"};
+  for (int i = 0; i < 4; ++i) {
+    if (t.shape[i] < 1) throw Error(fmt::format("{}: {} size is {} (must be at least 1)", option, dims[i], t.shape[i]));
+  }
+  const std::vector<float> values = to_float(tensor);
+  const auto bad = std::find_if(values.begin(), values.end(), [](float x) { return !std::isfinite(x); });
+  if (bad != values.end()) {
+    throw Error(fmt::format("{}: non-finite value {} at flat index {} (inputs must be finite)", option, *bad,
+                            bad - values.begin()));
+  }
+}
+
 void run(const InspectOptions& opt) {
+  if (opt.block < 1) throw Error(fmt::format("--block: {} is not a positive block size", opt.block));
+  if (opt.seq < 1) throw Error(fmt::format("--seq: {} is not a positive length", opt.seq));
+  if (opt.heads < 1) throw Error(fmt::format("--heads: {} is not a positive count", opt.heads));
   HostTensor q, k;
   std::string source;
   if (!opt.q.empty() || !opt.k.empty()) {
@@ -51,6 +70,8 @@ void run(const InspectOptions& opt) {
                                     : fmt::format("{} x0={:g} Am={:g}", opt.gen, opt.x0, opt.am);
   }
   const TensorView qv = q.view("--q"), kv = k.view("--k");
+  check_inspectable(q, qv, "--q");
+  check_inspectable(k, kv, "--k");
   if (qv.dim() != kv.dim() || qv.batch() != kv.batch() || qv.heads() % kv.heads() != 0) {
     throw Error("inspect: q and k shapes do not form an attention problem");
   }

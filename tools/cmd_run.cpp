@@ -10,6 +10,7 @@
 #include "pasa/io.h"
 #include "pasa/metrics.h"
 #include "pasa/policy.h"
+#include "output_paths.h"
 #include "tensor_files.h"
 
 namespace pasa::cli {
@@ -27,6 +28,8 @@ std::string shape_text(const TensorView& t) {
 }
 
 void run(const RunOptions& opt) {
+  check_output_files({{"--q", opt.q}, {"--k", opt.k}, {"--v", opt.v}, {"--qkv", opt.qkv}},
+                     {{"--out", opt.out}, {"--lse", opt.lse}});
   HostTensor q, k, v;
   if (!opt.qkv.empty()) {
     if (!opt.q.empty() || !opt.k.empty() || !opt.v.empty()) {

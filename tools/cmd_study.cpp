@@ -4,15 +4,17 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "commands.h"
 #include "paper_study.h"
 #include "decode_study.h"
+#include "io/atomic_file.h"
+#include "output_paths.h"
 #include "pasa/error.h"
 #include "sage_study.h"
 #include "study_plot.h"
@@ -25,8 +27,22 @@ struct StudyOptions {
   std::string json, plot;
   std::vector<std::string> policies;
   std::uint64_t seed = 2024;
-  std::int64_t seq = 1280, heads = 0;
+  std::int64_t seq = 1280;
+  std::optional<std::int64_t> heads;  // default 2, or 16 with --full
 };
+
+// Study results as JSON, replacing the file whole or not at all.
+void write_json(const std::string& path, const nlohmann::json& rows) {
+  if (path.empty()) return;
+  io::detail::write_text_atomically(path, rows.dump(1) + "\n");
+  fmt::print(stderr, "wrote {}\n", path);
+}
+
+// Outputs are checked before a study that may run for minutes.
+void check_study_outputs(const std::string& json, const std::string& plot) {
+  check_output_files({}, {{"--json", json}});
+  if (!plot.empty()) check_plot_directory(plot);
+}
 
 std::string cell(const StudyRow& r) {
   if (r.rmse) return fmt::format("{:.3e}", *r.rmse);
@@ -95,8 +111,10 @@ nlohmann::json to_json(const std::vector<StudyRow>& rows) {
 
 void run(const StudyOptions& opt) {
   StudyConfig config;
-  config.shape = Shape4{1, opt.heads > 0 ? opt.heads : (opt.full ? 16 : 2), opt.seq, 128};
-  if (config.shape.seq < 1) throw Error("--seq: must be at least 1");
+  if (opt.heads && *opt.heads < 1) throw Error(fmt::format("--heads: {} is not a positive count", *opt.heads));
+  if (opt.seq < 1) throw Error(fmt::format("--seq: {} is not a positive length", opt.seq));
+  check_study_outputs(opt.json, opt.plot);
+  config.shape = Shape4{1, opt.heads.value_or(opt.full ? 16 : 2), opt.seq, 128};
   if (!opt.policies.empty()) config.policies = opt.policies;
   config.seed = opt.seed;
 
@@ -125,13 +143,7 @@ void run(const StudyOptions& opt) {
   print_tables(groups, rows, config.policies, "normal");
   fmt::print("\nstudy time {:.1f} s\n", elapsed());
 
-  if (!opt.json.empty()) {
-    std::ofstream f(opt.json);
-    if (!f) throw Error(opt.json + ": cannot open for writing");
-    f << to_json(rows).dump(1) << "\n";
-    if (!f) throw Error(opt.json + ": write failed");
-    fmt::print(stderr, "wrote {}\n", opt.json);
-  }
+  write_json(opt.json, to_json(rows));
   if (!opt.plot.empty()) {
     std::vector<StudyRow> paper_rows;  // the figures follow the paper: V drawn like Q and K
     for (const StudyRow& r : rows)
@@ -163,13 +175,6 @@ void add_study_command(CLI::App& app) {
     if (cmd->get_subcommands().empty()) run(*opt);
   });
 
-  auto write_json = [](const std::string& path, const nlohmann::json& rows) {
-    if (path.empty()) return;
-    std::ofstream f(path);
-    f << rows.dump(1) << "\n";
-    if (!f) throw Error(path + ": cannot write");
-    fmt::print(stderr, "wrote {}\n", path);
-  };
   auto sage = std::make_shared<SageStudyConfig>();
   auto sage_json = std::make_shared<std::string>();
   auto sage_plot = std::make_shared<std::string>();
@@ -181,7 +186,9 @@ void add_study_command(CLI::App& app) {
   sage_cmd->add_option("--seed", sage->seed, "random seed")->capture_default_str();
   sage_cmd->add_option("--json", *sage_json, "also write every measurement as JSON");
   sage_cmd->add_option("--plot", *sage_plot, "write bar charts (CosSim per variant) to this directory");
-  sage_cmd->callback([sage, sage_json, sage_plot, write_json] {
+  sage_cmd->callback([sage, sage_json, sage_plot] {
+    if (sage->heads < 1 || sage->seq < 1) throw Error("study sage: --heads and --seq must be positive");
+    check_study_outputs(*sage_json, *sage_plot);
     const nlohmann::json rows = run_sage_study(*sage);
     write_json(*sage_json, rows);
     if (!sage_plot->empty()) {
@@ -200,7 +207,11 @@ void add_study_command(CLI::App& app) {
   decode_cmd->add_option("--batch", decode->batch, "batch")->capture_default_str();
   decode_cmd->add_option("--seed", decode->seed, "random seed")->capture_default_str();
   decode_cmd->add_option("--json", *decode_json, "also write the results as JSON");
-  decode_cmd->callback([decode, decode_json, write_json] { write_json(*decode_json, run_decode_study(*decode)); });
+  decode_cmd->callback([decode, decode_json] {
+    if (decode->batch < 1 || decode->seq_kv < 1) throw Error("study decode: --batch and --seq-kv must be positive");
+    check_study_outputs(*decode_json, "");
+    write_json(*decode_json, run_decode_study(*decode));
+  });
 }
 
 }  // namespace pasa::cli

@@ -1,29 +1,57 @@
 // pasa — robust low-precision attention: run it, study its numerics, solve PASA's beta.
+//
+// Exit codes (docs/api.md): 0 success; 1 a runtime failure (out of memory, a failed write, a device
+// error, anything unexpected); 2 bad input or usage (a bad option, file, shape or policy). Every
+// exception ends here as one "pasa: error: ..." line: none escapes main to abort the process.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <exception>
+#include <new>
 
 #include "commands.h"
 #include "pasa/error.h"
+
+namespace {
+
+constexpr int kRuntimeFailure = 1;
+constexpr int kBadInput = 2;
+
+int report(const char* what, int code) {
+  fmt::print(stderr, "pasa: error: {}\n", what);
+  return code;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
       "pasa: fast, robust low-precision attention (FlashAttention, PASA, SageAttention2, "
       "FlashDecoding++) with a CPU emulator of every rounding point."};
   app.require_subcommand(1);
-  pasa::cli::add_run_command(app);
-  pasa::cli::add_study_command(app);
-  pasa::cli::add_beta_command(app);
-  pasa::cli::add_inspect_command(app);
-  pasa::cli::add_calibrate_command(app);
-  pasa::cli::add_bench_command(app);
   try {
+    pasa::cli::add_run_command(app);
+    pasa::cli::add_study_command(app);
+    pasa::cli::add_beta_command(app);
+    pasa::cli::add_inspect_command(app);
+    pasa::cli::add_calibrate_command(app);
+    pasa::cli::add_bench_command(app);
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints CLI11's message (and the usage hint) to stderr
+    return kBadInput;
+  } catch (const pasa::ResourceError& e) {
+    return report(e.what(), kRuntimeFailure);
   } catch (const pasa::Error& e) {
-    fmt::print(stderr, "pasa: error: {}\n", e.what());
-    return 2;
+    return report(e.what(), kBadInput);
+  } catch (const std::bad_alloc&) {
+    return report("out of memory (an allocation failed; try a smaller problem)", kRuntimeFailure);
+  } catch (const std::exception& e) {
+    return report(e.what(), kRuntimeFailure);
+  } catch (...) {
+    return report("unknown failure", kRuntimeFailure);
   }
   return 0;
 }

@@ -1,15 +1,29 @@
 #include "study_plot.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
+#include "io/atomic_file.h"
 #include "pasa/error.h"
 #include "plot_script.h"  // generated: the texts of tools/plot_study.py and tools/plot_sage.py
 
 namespace pasa::cli {
+
+void check_plot_directory(const std::string& directory) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path existing = fs::absolute(directory, ec);
+  // The nearest existing ancestor must be a writable directory: the figures' directory is made in it.
+  while (!existing.empty() && !fs::exists(existing, ec)) existing = existing.parent_path();
+  if (!fs::is_directory(existing, ec) || ::access(existing.c_str(), W_OK | X_OK) != 0) {
+    throw Error("--plot: cannot create or write " + directory + " (" + existing.string() +
+                " is not a writable directory)");
+  }
+}
 
 std::vector<std::string> write_study_plots(PlotKind kind, const std::string& results_json,
                                            const std::string& directory) {
@@ -20,10 +34,9 @@ std::vector<std::string> write_study_plots(PlotKind kind, const std::string& res
   const fs::path json_path =
       fs::path(directory) / (kind == PlotKind::paper_study ? "study.json" : "study_sage.json");
   const fs::path script_path = fs::path(directory) / ".plot_study.py";
-  {
-    std::ofstream(json_path) << results_json;
-    std::ofstream(script_path) << (kind == PlotKind::paper_study ? kPlotStudyScript : kPlotSageScript);
-  }
+  io::detail::write_text_atomically(json_path.string(), results_json);
+  io::detail::write_text_atomically(script_path.string(),
+                                    kind == PlotKind::paper_study ? kPlotStudyScript : kPlotSageScript);
   const std::string command = "python3 '" + script_path.string() + "' '" + json_path.string() + "' '" +
                               directory + "'";
   FILE* pipe = popen(command.c_str(), "r");

@@ -9,6 +9,9 @@ namespace pasa::cli {
 
 enum class PlotKind { paper_study, sage_study };
 
+// Throws pasa::Error when `directory` can neither be written nor created (checked before a study runs).
+void check_plot_directory(const std::string& directory);
+
 // Writes the PNGs into `directory` (created if missing) and returns their paths. Throws pasa::Error
 // with the fix when python3 or matplotlib is missing.
 std::vector<std::string> write_study_plots(PlotKind kind, const std::string& results_json,

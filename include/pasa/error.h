@@ -1,4 +1,4 @@
-// pasa/error.h — the one exception type every public entry point throws.
+// pasa/error.h — the exception types every public entry point throws.
 #pragma once
 
 #include <stdexcept>
@@ -11,6 +11,14 @@ namespace pasa {
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+// The request was valid but the machine could not carry it out: not enough memory (host or device), a
+// write that failed (full disk, quota, I/O error), a device failure. A subclass of Error, so one catch
+// handles both; the CLI exits with 1 for these and 2 for other Errors (docs/api.md).
+class ResourceError : public Error {
+ public:
+  explicit ResourceError(const std::string& what) : Error(what) {}
 };
 
 }  // namespace pasa

@@ -26,7 +26,12 @@ struct MixPlan {
 // naming the name otherwise.
 std::pair<int, int> parse_entry_name(const std::string& name);
 
-MixPlan load_plan(const std::string& path);  // throws pasa::Error naming the file and the problem
+// Plans are untrusted input, checked strictly: fast, accurate and every entry's policy must parse, xi
+// lie in 0..100, layer (0..999999) and timestep (0..999999999, or null) be JSON integers, and no
+// (layer, timestep) appear twice. Errors are pasa::Error naming the file (`origin`) and the field,
+// e.g. "plan.json: entries[2].layer: 1.7 is not an integer".
+MixPlan parse_plan(const std::string& json_text, const std::string& origin);
+MixPlan load_plan(const std::string& path);
 void save_plan(const std::string& path, const MixPlan& plan,
                const std::map<std::pair<int, int>, double>& scores);
 

@@ -16,7 +16,7 @@ import numpy as np
 from . import _core
 from ._arrays import (allocate_outputs, as_kernel_argument, check_array, is_cupy_array,
                       is_torch_tensor)
-from ._errors import PasaError
+from ._errors import PasaError, real_argument
 from ._policy import PolicyLike, core_policy, policy_text
 
 __all__ = ["attention", "sdpa", "reference"]
@@ -42,7 +42,17 @@ def _check_options(causal: Any, causal_alignment: Any, scale: Any, layout: Any,
         return None
     if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real):
         raise PasaError(f"scale: expected a number or None, got {type(scale).__name__}")
-    return float(scale)
+    return real_argument(scale, "scale")
+
+
+def _check_stream(stream: Any) -> None:
+    if stream is None:
+        return
+    if isinstance(stream, (bool, np.bool_)) or not isinstance(stream, numbers.Integral):
+        raise PasaError(f"stream: expected a CUDA stream handle (an int) or None, got "
+                        f"{type(stream).__name__}")
+    if not 0 <= int(stream) < 2**64:
+        raise PasaError(f"stream: {int(stream)} is not a stream handle (0 <= handle < 2**64)")
 
 
 def attention(
@@ -90,6 +100,7 @@ def attention(
             policy text), with a message naming the argument. Shape messages give ``[B, H, S, D]``.
     """
     scale_value = _check_options(causal, causal_alignment, scale, layout, return_lse)
+    _check_stream(stream)
     if is_torch_tensor(q) or is_torch_tensor(k) or is_torch_tensor(v):
         from . import _torch
 

@@ -76,6 +76,16 @@ def dlpack_device(x: Any) -> Tuple[int, int]:
     return (int(kind), int(index))
 
 
+def _host_empty(shape: Tuple[int, ...], dtype: Any, name: str) -> np.ndarray:
+    """np.empty, with running out of memory reported as PasaError naming the output."""
+    try:
+        return np.empty(shape, dtype=dtype)
+    except (MemoryError, ValueError):  # ValueError: beyond what NumPy can even describe
+        nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+        raise PasaError(f"{name}: cannot allocate {shape} {np.dtype(dtype).name} ({nbytes} bytes): "
+                        f"not enough memory") from None
+
+
 def allocate_outputs(q: Any, layout: str, return_lse: bool, out: Optional[Any],
                      stream: Optional[int]) -> Tuple[Any, Optional[Any], int]:
     """(out, lse, stream) for a non-torch call: NumPy outputs for host arrays, CuPy outputs and
@@ -108,8 +118,8 @@ def allocate_outputs(q: Any, layout: str, return_lse: bool, out: Optional[Any],
             except TypeError:
                 raise PasaError(f"out: NumPy has no dtype {q.dtype}; pass out= (a float32 NumPy "
                                 f"array, say)") from None
-            out = np.empty(shape, dtype=dtype)
-        lse = np.empty((b, h, s), dtype=np.float32) if return_lse else None
+            out = _host_empty(shape, dtype, "out")
+        lse = _host_empty((b, h, s), np.float32, "lse") if return_lse else None
         return out, lse, int(stream or 0)
     if out is None or return_lse:
         raise PasaError(

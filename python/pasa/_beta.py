@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from typing import Optional
 
 from . import _core
-from ._errors import PasaError
+from ._errors import PasaError, int_argument, real_argument
 
 __all__ = ["BetaSolution", "beta"]
 
@@ -34,15 +33,12 @@ def beta(initial: float = 1.0 - 2.0 ** -6, *, format: str = "fp16", block: int =
     softmax scale folded into M (the ``pasa`` preset's ``scale=k``); without it alpha stays out of
     M, as the paper's Table 3 assumes.
     """
-    if isinstance(initial, bool) or not isinstance(initial, numbers.Real):
-        raise PasaError(f"initial: expected a number in (0, 1), got {type(initial).__name__}")
-    if isinstance(block, bool) or not isinstance(block, numbers.Integral):
-        raise PasaError(f"block: expected an integer, got {type(block).__name__}")
+    initial_value = real_argument(initial, "initial")
+    # The C++ solver checks the range it needs; here only that the value fits its int.
+    block_value = int_argument(block, "block", -(2**31), 2**31 - 1)
     if not isinstance(format, str):
         raise PasaError(f"format: expected a format name such as 'fp16', got "
                         f"{type(format).__name__}")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
-        raise PasaError(f"scale: expected a number or None, got {type(scale).__name__}")
-    result = _core.solve_beta(float(initial), format, int(block),
-                              None if scale is None else float(scale))
+    scale_value = None if scale is None else real_argument(scale, "scale")
+    result = _core.solve_beta(initial_value, format, block_value, scale_value)
     return BetaSolution(*result)

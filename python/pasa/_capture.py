@@ -21,6 +21,7 @@ import os
 import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
+from . import _core
 from ._api import sdpa
 from ._errors import PasaError
 from ._io import save
@@ -311,30 +312,34 @@ def _router_release(functional: Any) -> None:
 
 def _load_plan(plan: Any) -> Tuple[Optional[str], Dict[str, str]]:
     """(default policy, {call name: policy}) from a mapping or a JSON file, every policy checked."""
+    origin = "plan"
     if isinstance(plan, (str, os.PathLike)):
+        origin = os.fspath(plan)
         try:
-            with open(os.fspath(plan)) as f:
+            with open(origin) as f:
                 data = json.load(f)
-        except (OSError, ValueError) as error:
-            raise PasaError(f"plan: cannot read {os.fspath(plan)}: {error}") from error
+        except (OSError, ValueError, RecursionError) as error:
+            raise PasaError(f"plan: cannot read {origin}: {error}") from None
     else:
         data = plan
     if not isinstance(data, Mapping):
         raise PasaError(f"plan: expected a mapping of call name -> policy (or a JSON file of one), "
                         f"got {type(data).__name__}")
-    if "entries" in data and "fast" in data:  # a plan written by `pasa calibrate`
+    if "entries" in data and "fast" in data:  # a plan written by `pasa calibrate`: the C++ reader's
         try:
-            default = data["fast"]
-            table = {(f"layer{e['layer']}" if e.get("timestep") is None
-                      else f"layer{e['layer']}_t{e['timestep']}"): e["policy"] for e in data["entries"]}
-        except (KeyError, TypeError) as error:
-            raise PasaError(f"plan: not a pasa calibrate plan ({error!r})") from None
+            text = json.dumps(data)
+        except (TypeError, ValueError, RecursionError) as error:  # ValueError: a circular reference
+            raise PasaError(f"plan: not a pasa calibrate plan ({error})") from None
+        default, _, _, table = _core.parse_plan(text, origin)
     elif isinstance(data.get("policies"), Mapping):
         default, table = data.get("default"), data["policies"]
     else:
         default, table = data.get("default"), {k: v for k, v in data.items() if k != "default"}
 
     def checked(name: str, policy: Any) -> str:
+        if not isinstance(policy, (str, Policy)):
+            raise PasaError(f"plan: entry {name!r}: expected a policy text, got "
+                            f"{type(policy).__name__}")
         try:
             return str(Policy(policy))
         except PasaError as error:

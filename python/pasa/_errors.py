@@ -1,6 +1,10 @@
-"""The exception every pasa entry point raises for bad input."""
+"""The exception every pasa entry point raises for bad input, and the argument checks that raise it."""
 
 from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
 
 from . import _core
 
@@ -14,3 +18,25 @@ PasaError.__doc__ = (
 )
 
 __all__ = ["PasaError"]
+
+
+def real_argument(value: Any, name: str) -> float:
+    """``value`` as a finite float, or PasaError naming ``name`` (never TypeError/OverflowError)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise PasaError(f"{name}: expected a number, got {type(value).__name__}")
+    try:
+        result = float(value)
+    except OverflowError:
+        raise PasaError(f"{name}: the integer is too large for a float (beyond 1.8e308)") from None
+    if not math.isfinite(result):
+        raise PasaError(f"{name}: {result} is not finite")
+    return result
+
+
+def int_argument(value: Any, name: str, low: int, high: int) -> int:
+    """``value`` as an int in [low, high], or PasaError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise PasaError(f"{name}: expected an integer, got {type(value).__name__}")
+    if not low <= int(value) <= high:
+        raise PasaError(f"{name}: {int(value)} is outside {low}..{high}")
+    return int(value)

@@ -42,21 +42,48 @@ def load(path: PathLike) -> Union[np.ndarray, Dict[str, np.ndarray]]:
     return dict(_core.load_safetensors(os.fspath(path)))
 
 
+_FILE_DTYPES = ("float32", "float16", "bfloat16")
+
+
 def _host_array(x: Any, name: str) -> Any:
     if is_torch_tensor(x):
         return x.detach().cpu().contiguous()
     check_array(x, name)
     if isinstance(x, np.ndarray):
-        return np.ascontiguousarray(x)
+        if x.dtype.name not in _FILE_DTYPES:
+            raise PasaError(f"{name}: unsupported dtype {x.dtype} (pasa files hold float32, float16 "
+                            f"or bfloat16)")
+        if not x.dtype.isnative:  # the same values in the byte order the files use
+            x = x.astype(x.dtype.newbyteorder("="))
+        # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
+        return x if x.flags.c_contiguous else x.copy(order="C")
     return x
+
+
+def _tensor_name(name: Any, file: str) -> str:
+    """A name a .safetensors header stores exactly (JSON text, UTF-8), or PasaError."""
+    if not isinstance(name, str) or not name:
+        raise PasaError(f"{file}: tensor names must be non-empty strings, got {name!r}")
+    if "\0" in name:
+        raise PasaError(f"{file}: tensor name {name!r} contains a NUL character, which the file "
+                        f"cannot store")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PasaError(f"{file}: tensor name {name!r} is not valid Unicode text (a lone "
+                        f"surrogate); safetensors names are UTF-8") from None
+    return name
 
 
 def save(path: PathLike, data: Union[Any, Mapping[str, Any]]) -> None:
     """Writes one array to a ``.npy`` file, or a dict of name -> array to a ``.safetensors`` file.
 
     Arrays may be NumPy arrays or host DLPack arrays (torch tensors on any device are copied to
-    the host) of float32, float16 or bfloat16; other dtypes raise PasaError rather than being
-    converted silently.
+    the host) of float32, float16 or bfloat16, of any shape (0-d and zero-size included); other
+    dtypes raise PasaError rather than being converted silently (big-endian arrays are stored in
+    the files' little-endian order, values unchanged). Tensor names must be non-empty text without
+    NUL characters. The file is replaced whole or not at all: it is written to a temporary file
+    next to it, then renamed over it.
     """
     kind = _kind(path)
     text = os.fspath(path)
@@ -71,7 +98,5 @@ def save(path: PathLike, data: Union[Any, Mapping[str, Any]]) -> None:
         )
     arrays = {}
     for name, array in data.items():
-        if not isinstance(name, str) or not name:
-            raise PasaError(f"{text}: tensor names must be non-empty strings, got {name!r}")
-        arrays[name] = _host_array(array, f"{text}: tensor '{name}'")
+        arrays[_tensor_name(name, text)] = _host_array(array, f"{text}: tensor {name!r}")
     _core.save_safetensors(text, arrays)

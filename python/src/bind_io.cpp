@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <string>
@@ -17,6 +18,7 @@
 #include "bindings.h"
 #include "pasa/error.h"
 #include "pasa/io.h"
+#include "pasa/plan.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -31,6 +33,7 @@ nb::object to_numpy(HostTensor&& tensor) {
   auto* owned = new HostTensor(std::move(tensor));
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<HostTensor*>(p); });
   std::vector<std::size_t> shape(owned->shape.begin(), owned->shape.end());
+  shape.reserve(1);  // a 0-d array still passes a valid (unused) shape pointer
   const nb::dlpack::dtype dtype{static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float),
                                 static_cast<std::uint8_t>(8 * dtype_size(owned->dtype)), 1};
   return nb::ndarray<nb::numpy>(owned->bytes.data(), shape.size(), shape.data(), owner, nullptr, dtype)
@@ -50,8 +53,10 @@ HostTensor from_array(const InputArray& array, const std::string& what) {
   }
   HostTensor t;
   t.dtype = *dtype;
+  // A zero-size array has no data to lay out: its strides mean nothing.
+  const bool empty = std::any_of(a.shape, a.shape + a.ndim, [](std::int64_t n) { return n == 0; });
   std::int64_t expected = 1;  // C-order stride of axis i, in elements
-  for (std::size_t i = a.ndim; i-- > 0;) {
+  for (std::size_t i = a.ndim; i-- > 0 && !empty;) {
     if (a.shape[i] > 1 && a.strides[i] != expected) {
       throw Error(fmt::format("{}: array is not C-contiguous (shape {}); make it contiguous first",
                               what, shape_text(a)));
@@ -73,6 +78,17 @@ nb::object load_npy(const std::string& path) {
   return to_numpy(std::move(t));
 }
 
+// A tensor name as a Python str: all of its bytes (a NUL included), and a PasaError naming the file
+// rather than a UnicodeDecodeError when they are not UTF-8.
+nb::str name_text(const std::string& name, const std::string& path) {
+  PyObject* text = PyUnicode_DecodeUTF8(name.data(), static_cast<Py_ssize_t>(name.size()), nullptr);
+  if (text == nullptr) {
+    PyErr_Clear();
+    throw Error(fmt::format("{}: a tensor name is not valid UTF-8 text", path));
+  }
+  return nb::steal<nb::str>(text);
+}
+
 nb::dict load_safetensors(const std::string& path) {
   std::map<std::string, HostTensor> tensors;
   {
@@ -80,7 +96,7 @@ nb::dict load_safetensors(const std::string& path) {
     tensors = io::read_safetensors(path);
   }
   nb::dict out;
-  for (auto& [name, tensor] : tensors) out[nb::str(name.c_str())] = to_numpy(std::move(tensor));
+  for (auto& [name, tensor] : tensors) out[name_text(name, path)] = to_numpy(std::move(tensor));
   return out;
 }
 
@@ -102,6 +118,21 @@ void save_safetensors(const std::string& path, const std::map<std::string, Input
 }  // namespace
 
 void bind_io(nb::module_& m) {
+  // A pasa calibrate plan (JSON text), read strictly by the C++ reader (errors name `origin`), as
+  // (fast, accurate, xi, {call name: policy text}).
+  m.def(
+      "parse_plan",
+      [](const std::string& text, const std::string& origin) {
+        const MixPlan plan = parse_plan(text, origin);
+        nb::dict entries;
+        for (const auto& [key, policy] : plan.entries) {
+          const std::string name = "layer" + std::to_string(key.first) +
+                                   (key.second >= 0 ? "_t" + std::to_string(key.second) : std::string());
+          entries[nb::str(name.c_str())] = policy;
+        }
+        return nb::make_tuple(plan.fast, plan.accurate, plan.xi, entries);
+      },
+      "text"_a, "origin"_a);
   m.def("load_npy", &load_npy, "path"_a);
   m.def("load_safetensors", &load_safetensors, "path"_a);
   m.def("save_npy", &save_npy, "path"_a, "array"_a);

@@ -24,6 +24,7 @@
 #include "cpu/backends.h"
 #include "cpu/gemm_model.h"
 #include "cpu/operands.h"
+#include "cpu/parallel_for.h"
 #include "numerics/pasa_shift.h"
 #include "storage_convert.h"
 
@@ -298,14 +299,14 @@ void emulate_attention(const AttentionArgs& args, const ProblemShape& ps) {
   const Rounders R(pol);
   const std::int64_t kv_heads = ps.batch * ps.heads_kv, q_heads = ps.batch * ps.heads_q;
   std::vector<PreparedKV> kv(static_cast<std::size_t>(kv_heads));
-#pragma omp parallel for schedule(dynamic)
-  for (std::int64_t i = 0; i < kv_heads; ++i) kv[i] = prepare_kv(args, ps, i / ps.heads_kv, i % ps.heads_kv, alpha, R);
+  parallel_for(kv_heads, [&](std::int64_t i) {
+    kv[i] = prepare_kv(args, ps, i / ps.heads_kv, i % ps.heads_kv, alpha, R);
+  });
   std::vector<PreparedQ> qs(static_cast<std::size_t>(q_heads));
-#pragma omp parallel for schedule(dynamic)
-  for (std::int64_t i = 0; i < q_heads; ++i) {
+  parallel_for(q_heads, [&](std::int64_t i) {
     const std::int64_t b = i / ps.heads_q, h = i % ps.heads_q;
     qs[i] = prepare_q(args, ps, b, h, kv[b * ps.heads_kv + h / ps.group()], alpha, R);
-  }
+  });
 
   Policy synchronized = pol;  // FlashDecoding++'s fallback: the max-tracking algorithm
   synchronized.shift = Shift::none;
@@ -313,8 +314,7 @@ void emulate_attention(const AttentionArgs& args, const ProblemShape& ps) {
   const std::int64_t q_blocks = (ps.seq_q + s1 - 1) / s1;
   const std::int64_t tasks = q_heads * q_blocks;
   std::atomic<std::int64_t> recomputed{0};
-#pragma omp parallel for schedule(dynamic)
-  for (std::int64_t i = 0; i < tasks; ++i) {
+  parallel_for(tasks, [&](std::int64_t i) {
     const std::int64_t head = i / q_blocks, blk = i % q_blocks;
     const Task t{head / ps.heads_q, head % ps.heads_q, blk * s1, std::min((blk + 1) * s1, ps.seq_q)};
     const PreparedKV& kvh = kv[t.b * ps.heads_kv + t.h / ps.group()];
@@ -333,7 +333,7 @@ void emulate_attention(const AttentionArgs& args, const ProblemShape& ps) {
       write_row(args, synchronized, ps, t, rr, fallback, qh, kvh, R);
       recomputed.fetch_add(1, std::memory_order_relaxed);
     }
-  }
+  });
   if (args.stats != nullptr) {
     args.stats->rows = ps.batch * ps.heads_q * ps.seq_q;
     args.stats->recomputed_rows = recomputed.load();

@@ -1,10 +1,13 @@
 #include "cpu/operands.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 
 #include "cpu/gemm_model.h"
 #include "cpu/host_inputs.h"
+#include "memory_budget.h"
 #include "numerics/pasa_shift.h"
 
 namespace pasa {
@@ -34,6 +37,24 @@ std::vector<float> shifting_matrix(const PasaShift& shift, int n) {
 }
 
 }  // namespace
+
+std::uint64_t emulator_memory_bytes(const ProblemShape& ps, const Policy& pol) {
+  const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
+  const std::uint64_t D = u(ps.dim), s1 = u(pol.block_q), s2 = u(pol.block_kv);
+  // kt, k_used, v in fp32 and k_scale in fp64 per key, one block more for PASA's padded last block
+  // (whose per-block shift means are counted with it); the per-channel vectors are negligible.
+  const std::uint64_t per_kv_head = saturating_product({u(ps.seq_kv) + s2, 3 * 4 * D + 8});
+  // q in fp32 and q_scale, lse_offset in fp64 per query; ds in fp64 per key.
+  const std::uint64_t per_q_head =
+      saturating_sum({saturating_product({u(ps.seq_q), 4 * D + 16}), saturating_product({u(ps.seq_kv), 8})});
+  // One split's Partial (state and O~) plus run_key_range's scores, P and PV buffers, per query row.
+  const std::uint64_t per_row = 64 + 8 * D + 12 * s2 + 8 * D;
+  const std::uint64_t splits = u(std::max(pol.splits, 1));
+  const std::uint64_t per_thread = saturating_product({2 * (splits + 1), s1, per_row});
+  return saturating_sum({saturating_product({u(ps.batch * ps.heads_kv), per_kv_head}),
+                         saturating_product({u(ps.batch * ps.heads_q), per_q_head}),
+                         saturating_product({u(omp_get_max_threads()), per_thread})});
+}
 
 PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::int64_t b,
                       std::int64_t h_kv, double alpha, const Rounders& R) {

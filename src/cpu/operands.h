@@ -42,6 +42,12 @@ struct PreparedQ {
   std::vector<double> lse_offset; // [S_q]: alpha q . k_mean, what smooth K took out of the LSE
 };
 
+// What emulate_attention holds at once: every head's PreparedKV and PreparedQ (the fields above, at
+// their sizes) and, per thread, the partial results and scratch of one query block (twice, for the
+// unified max's recomputation). An upper estimate, checked against the memory budget before anything
+// is allocated.
+std::uint64_t emulator_memory_bytes(const ProblemShape& ps, const Policy& pol);
+
 PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::int64_t b,
                       std::int64_t h_kv, double alpha, const Rounders& R);
 PreparedQ prepare_q(const AttentionArgs& args, const ProblemShape& ps, std::int64_t b, std::int64_t h,

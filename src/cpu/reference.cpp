@@ -1,9 +1,13 @@
 // The fp64 reference: attention written as plainly as possible, the oracle for every other path.
+#include <omp.h>
+
 #include <cmath>
 #include <limits>
 
 #include "attention_checks.h"
 #include "cpu/host_inputs.h"
+#include "cpu/parallel_for.h"
+#include "memory_budget.h"
 #include "pasa/attention.h"
 #include "pasa/error.h"
 
@@ -12,6 +16,13 @@ namespace pasa {
 ReferenceResult reference_attention(const AttentionArgs& args) {
   const ProblemShape p = check_attention_args(args);
   if (args.q.device != Device::cpu) throw Error("reference_attention: q, k, v must be host tensors");
+  // O and the LSE in fp64, and per thread one head's Q, K and V in fp64.
+  const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
+  const std::uint64_t outputs = saturating_product({u(p.batch * p.heads_q), u(p.seq_q), u(p.dim) + 1, 8});
+  const std::uint64_t per_thread = saturating_product({u(p.seq_q + 2 * p.seq_kv), u(p.dim) + 1, 8});
+  const std::uint64_t threads = u(omp_get_max_threads());
+  require_memory(saturating_sum({outputs, saturating_product({threads, per_thread})}),
+                 "reference attention (fp64) on " + problem_text(p));
   check_finite_host(args.q, "q");
   check_finite_host(args.k, "k");
   check_finite_host(args.v, "v");
@@ -23,43 +34,41 @@ ReferenceResult reference_attention(const AttentionArgs& args) {
   result.o.assign(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q * D), 0.0);
   result.lse.assign(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q), 0.0);
 
-#pragma omp parallel for collapse(2) schedule(dynamic)
-  for (std::int64_t b = 0; b < p.batch; ++b) {
-    for (std::int64_t h = 0; h < p.heads_q; ++h) {
-      const std::vector<double> q = gather_head<double>(args.q, b, h, to_input);
-      const std::vector<double> k = gather_head<double>(args.k, b, h / p.group(), to_input);
-      const std::vector<double> v = gather_head<double>(args.v, b, h / p.group(), to_input);
-      std::vector<double> scores(static_cast<std::size_t>(p.seq_kv));
-      for (std::int64_t r = 0; r < p.seq_q; ++r) {
-        double m = -std::numeric_limits<double>::infinity();
-        for (std::int64_t c = 0; c < p.seq_kv; ++c) {
-          if (!key_visible(args.causal, args.alignment, r, c, p.seq_q, p.seq_kv)) {
-            scores[c] = -std::numeric_limits<double>::infinity();
-            continue;
-          }
-          double dot = 0.0;
-          for (std::int64_t d = 0; d < D; ++d) dot += q[r * D + d] * k[c * D + d];
-          scores[c] = alpha * dot;
-          m = std::max(m, scores[c]);
-        }
-        const std::int64_t row = (b * p.heads_q + h) * p.seq_q + r;
-        double* o = &result.o[static_cast<std::size_t>(row * D)];
-        if (m == -std::numeric_limits<double>::infinity()) {  // every key masked: O = 0, LSE = -inf
-          result.lse[row] = m;
+  parallel_for(p.batch * p.heads_q, [&](std::int64_t head) {
+    const std::int64_t b = head / p.heads_q, h = head % p.heads_q;
+    const std::vector<double> q = gather_head<double>(args.q, b, h, to_input);
+    const std::vector<double> k = gather_head<double>(args.k, b, h / p.group(), to_input);
+    const std::vector<double> v = gather_head<double>(args.v, b, h / p.group(), to_input);
+    std::vector<double> scores(static_cast<std::size_t>(p.seq_kv));
+    for (std::int64_t r = 0; r < p.seq_q; ++r) {
+      double m = -std::numeric_limits<double>::infinity();
+      for (std::int64_t c = 0; c < p.seq_kv; ++c) {
+        if (!key_visible(args.causal, args.alignment, r, c, p.seq_q, p.seq_kv)) {
+          scores[c] = -std::numeric_limits<double>::infinity();
           continue;
         }
-        double l = 0.0;
-        for (std::int64_t c = 0; c < p.seq_kv; ++c) {
-          if (scores[c] == -std::numeric_limits<double>::infinity()) continue;
-          const double w = std::exp(scores[c] - m);
-          l += w;
-          for (std::int64_t d = 0; d < D; ++d) o[d] += w * v[c * D + d];
-        }
-        for (std::int64_t d = 0; d < D; ++d) o[d] /= l;
-        result.lse[row] = m + std::log(l);
+        double dot = 0.0;
+        for (std::int64_t d = 0; d < D; ++d) dot += q[r * D + d] * k[c * D + d];
+        scores[c] = alpha * dot;
+        m = std::max(m, scores[c]);
       }
+      const std::int64_t row = (b * p.heads_q + h) * p.seq_q + r;
+      double* o = &result.o[static_cast<std::size_t>(row * D)];
+      if (m == -std::numeric_limits<double>::infinity()) {  // every key masked: O = 0, LSE = -inf
+        result.lse[row] = m;
+        continue;
+      }
+      double l = 0.0;
+      for (std::int64_t c = 0; c < p.seq_kv; ++c) {
+        if (scores[c] == -std::numeric_limits<double>::infinity()) continue;
+        const double w = std::exp(scores[c] - m);
+        l += w;
+        for (std::int64_t d = 0; d < D; ++d) o[d] += w * v[c * D + d];
+      }
+      for (std::int64_t d = 0; d < D; ++d) o[d] /= l;
+      result.lse[row] = m + std::log(l);
     }
-  }
+  });
   return result;
 }
 

@@ -44,8 +44,27 @@ cudaMemPool_t scratch_pool(int device) {
 
 StreamBuffer::StreamBuffer(std::size_t bytes, int device, cudaStream_t stream) : stream_(stream) {
   if (bytes == 0) return;
-  check_cuda(cudaMallocFromPoolAsync(&ptr_, bytes, scratch_pool(device), stream),
-             "cudaMallocFromPoolAsync (pasa scratch)");
+  const cudaMemPool_t pool = scratch_pool(device);
+  cudaError_t status = cudaMallocFromPoolAsync(&ptr_, bytes, pool, stream);
+  if (status == cudaErrorMemoryAllocation) {
+    // Out of memory is not a sticky error: the context stays usable, but the runtime also records it
+    // as the thread's last error, which the next launch check would report as its own. Clear it,
+    // hand the pool's idle memory back to the driver, and try once more.
+    cudaGetLastError();
+    cudaMemPoolTrimTo(pool, 0);
+    status = cudaMallocFromPoolAsync(&ptr_, bytes, pool, stream);
+  }
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    ptr_ = nullptr;
+    std::size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    cudaGetLastError();
+    throw ResourceError("CUDA device " + std::to_string(device) + ": out of memory for " +
+                        std::to_string(bytes) + " bytes of pasa scratch (" + std::to_string(free_bytes) +
+                        " of " + std::to_string(total_bytes) + " bytes free); the device remains usable");
+  }
+  check_cuda(status, "cudaMallocFromPoolAsync (pasa scratch)");
 }
 
 StreamBuffer::~StreamBuffer() {

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "memory_budget.h"
 #include "pasa/error.h"
 #include "storage_convert.h"
 
@@ -19,6 +20,10 @@ HostTensor empty_tensor(const Shape4& s, DType dtype) {
   if (s.batch < 1 || s.heads < 1 || s.seq < 1 || s.dim < 1) {
     throw Error("generator: every dimension of the shape must be at least 1");
   }
+  const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
+  require_memory(saturating_product({u(s.batch), u(s.heads), u(s.seq), u(s.dim), dtype_size(dtype)}),
+                 "generator: a [" + std::to_string(s.batch) + ", " + std::to_string(s.heads) + ", " +
+                     std::to_string(s.seq) + ", " + std::to_string(s.dim) + "] " + dtype_name(dtype) + " tensor");
   HostTensor t{dtype, {s.batch, s.heads, s.seq, s.dim}, {}};
   t.bytes.resize(static_cast<std::size_t>(t.numel()) * dtype_size(dtype));
   return t;

@@ -1,51 +1,66 @@
 #include "io/byte_io.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 
+#include "memory_budget.h"
 #include "pasa/error.h"
 
 namespace pasa::io::detail {
 
 namespace {
 
-std::string errno_text() { return errno != 0 ? std::string(" (") + std::strerror(errno) + ")" : ""; }
+std::string errno_text(int err) { return std::string(" (") + std::strerror(err) + ")"; }
 
 }  // namespace
 
-std::vector<std::uint8_t> read_file(const std::string& path) {
-  std::error_code ec;
-  // An ifstream opens a directory without complaint on Linux and then fails in odd ways.
-  if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a directory, not a file");
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open for reading" + errno_text());
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  in.seekg(0, std::ios::beg);
-  if (!in || size < 0) throw Error(path + ": cannot determine the file size");
-  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(size));
-  in.read(reinterpret_cast<char*>(bytes.data()), size);
-  if (in.gcount() != size) {
-    throw Error(path + ": read " + std::to_string(in.gcount()) + " of " + std::to_string(size) +
-                " bytes" + errno_text());
+InputFile::InputFile(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw Error(path + ": cannot open for reading" + errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    throw Error(path + ": cannot determine the file size" + errno_text(err));
   }
-  return bytes;
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd_);
+    throw Error(path + ": is a directory, not a file");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    throw Error(path + ": is not a regular file (the readers need its size before reading)");
+  }
+  size_ = static_cast<std::uint64_t>(st.st_size);
 }
 
-void write_file(const std::string& path, std::span<const std::span<const std::uint8_t>> pieces) {
-  errno = 0;
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw Error(path + ": cannot open for writing" + errno_text());
-  for (const auto piece : pieces) {
-    out.write(reinterpret_cast<const char*>(piece.data()), static_cast<std::streamsize>(piece.size()));
+InputFile::~InputFile() { ::close(fd_); }
+
+std::vector<std::uint8_t> InputFile::read(std::uint64_t offset, std::uint64_t count) const {
+  if (offset > size_ || count > size_ - offset) {
+    throw Error(path_ + ": truncated: bytes [" + std::to_string(offset) + ", " + std::to_string(offset + count) +
+                ") lie beyond the file's " + std::to_string(size_) + " bytes");
   }
-  // Buffered writes (a full disk, a quota) only fail at the final flush, so check after close.
-  out.close();
-  if (!out) throw Error(path + ": write failed" + errno_text());
+  require_memory(count, path_ + ": reading " + std::to_string(count) + " bytes");
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(count));
+  std::uint64_t done = 0;
+  while (done < count) {
+    const ssize_t n = ::pread(fd_, bytes.data() + done, static_cast<std::size_t>(count - done),
+                              static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(path_ + ": read failed" + errno_text(errno));
+    if (n == 0) {
+      throw Error(path_ + ": the file shrank while it was read (" + std::to_string(offset + done) + " of " +
+                  std::to_string(size_) + " bytes)");
+    }
+    done += static_cast<std::uint64_t>(n);
+  }
+  return bytes;
 }
 
 std::string shape_text(std::span<const std::int64_t> shape) {

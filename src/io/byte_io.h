@@ -1,6 +1,6 @@
-// io/byte_io.h — what the .npy and .safetensors readers and writers share: whole-file reads and writes
-// that report failures as pasa::Error naming the path, the overflow-checked byte size of a tensor, and
-// quoting of untrusted text for error messages.
+// io/byte_io.h — what the .npy and .safetensors readers and writers share: reads of exact byte ranges
+// of a file that report failures as pasa::Error naming the path, the overflow-checked byte size of a
+// tensor, and quoting of untrusted text for error messages. (Writes: io/atomic_file.h.)
 #pragma once
 
 #include <cstddef>
@@ -17,8 +17,26 @@ namespace pasa::io::detail {
 // No attention tensor needs more; a larger rank in an untrusted file is treated as corruption.
 inline constexpr std::size_t kMaxRank = 8;
 
-std::vector<std::uint8_t> read_file(const std::string& path);
-void write_file(const std::string& path, std::span<const std::span<const std::uint8_t>> pieces);
+// A file opened for reading. The readers parse the header first and compare the sizes it declares
+// with size() before reading (and allocating for) the data, so a huge file that is not what its name
+// says is rejected after a few bytes.
+class InputFile {
+ public:
+  explicit InputFile(const std::string& path);  // throws pasa::Error: missing, a directory, unreadable
+  ~InputFile();
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+
+  std::uint64_t size() const { return size_; }
+  // Bytes [offset, offset + count); throws pasa::Error when the file is shorter or a read fails, and
+  // pasa::ResourceError when the buffer does not fit in the memory available.
+  std::vector<std::uint8_t> read(std::uint64_t offset, std::uint64_t count) const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+};
 
 inline std::span<const std::uint8_t> as_bytes(std::string_view text) {
   return {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()};

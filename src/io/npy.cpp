@@ -6,6 +6,7 @@
 // are saved by np.save with descr '<V2', an untyped 2-byte void that could hold anything, so that descr
 // is rejected. pasa writes and reads bf16 with descr 'bfloat16' instead: the name ml_dtypes registers
 // with numpy, so np.load reads these files as bfloat16 once ml_dtypes is imported.
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -13,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "io/atomic_file.h"
 #include "io/byte_io.h"
 #include "pasa/error.h"
 #include "pasa/io.h"
@@ -23,6 +25,9 @@ namespace {
 
 constexpr std::string_view kMagic = "\x93NUMPY";
 constexpr std::size_t kDataAlign = 64;  // numpy's alignment of the data start (for mmap and SIMD)
+// Far above any real header (a rank-8 shape with 19-digit dimensions needs a few hundred bytes), and
+// the bound on what a hostile header length makes the reader allocate.
+constexpr std::size_t kMaxHeader = 1 << 20;
 
 struct NpyLayout {
   DType dtype = DType::f32;
@@ -200,12 +205,13 @@ class HeaderParser {
   std::size_t pos_ = 0;
 };
 
-// Reads and validates everything but the data, which must follow the header and fill the rest exactly.
-NpyLayout parse_layout(std::span<const std::uint8_t> bytes, const std::string& source) {
-  if (bytes.size() < kMagic.size() || std::memcmp(bytes.data(), kMagic.data(), kMagic.size()) != 0) {
+// The end of the header (preamble + header length) from the first bytes of a file of `file_size`
+// bytes; `bytes` holds at least its first min(file_size, 12) bytes.
+std::size_t header_end(std::span<const std::uint8_t> bytes, std::uint64_t file_size, const std::string& source) {
+  if (file_size < kMagic.size() || std::memcmp(bytes.data(), kMagic.data(), kMagic.size()) != 0) {
     throw Error(source + ": not a .npy file (bad magic: expected \\x93NUMPY)");
   }
-  if (bytes.size() < kMagic.size() + 2) {
+  if (file_size < kMagic.size() + 2) {
     throw Error(source + ": truncated header: the file ends in the version");
   }
   const int major = bytes[6];
@@ -217,20 +223,33 @@ NpyLayout parse_layout(std::span<const std::uint8_t> bytes, const std::string& s
   // 1.0 has a 2-byte header length; 2.0 widened it to 4 bytes; 3.0 only allows UTF-8 in the header.
   const std::size_t length_bytes = major == 1 ? 2 : 4;
   const std::size_t preamble = 8 + length_bytes;
-  if (bytes.size() < preamble) {
+  if (file_size < preamble) {
     throw Error(source + ": truncated header: the file ends in the header length");
   }
   std::size_t header_length = 0;
   for (std::size_t i = 0; i < length_bytes; ++i) header_length |= std::size_t{bytes[8 + i]} << (8 * i);
-  if (header_length > bytes.size() - preamble) {
-    throw Error(source + ": truncated header: header length " + std::to_string(header_length) +
-                " exceeds the " + std::to_string(bytes.size() - preamble) + " bytes after the preamble");
+  if (header_length > kMaxHeader) {
+    throw Error(source + ": header length " + std::to_string(header_length) + " exceeds the " +
+                std::to_string(kMaxHeader) + " bytes a header of at most " + std::to_string(detail::kMaxRank) +
+                " dimensions can need");
   }
-  const std::string_view text(reinterpret_cast<const char*>(bytes.data() + preamble), header_length);
+  if (header_length > file_size - preamble) {
+    throw Error(source + ": truncated header: header length " + std::to_string(header_length) +
+                " exceeds the " + std::to_string(file_size - preamble) + " bytes after the preamble");
+  }
+  return preamble + header_length;
+}
+
+// Validates everything but the data, which must follow the header and fill the rest of the file's
+// `file_size` bytes exactly. `bytes` holds at least the whole header (header_end bytes).
+NpyLayout parse_layout(std::span<const std::uint8_t> bytes, std::uint64_t file_size, const std::string& source) {
+  const std::size_t end = header_end(bytes, file_size, source);
+  const std::size_t preamble = bytes[6] == 1 ? 10 : 12;
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data() + preamble), end - preamble);
   NpyLayout layout = HeaderParser(text, source).parse();
-  layout.data_offset = preamble + header_length;
+  layout.data_offset = end;
   const std::size_t expected = detail::checked_nbytes(layout.shape, layout.dtype, source);
-  const std::size_t actual = bytes.size() - layout.data_offset;
+  const std::uint64_t actual = file_size - layout.data_offset;
   if (actual != expected) {
     const std::string counts = "the header's shape " + detail::shape_text(layout.shape) + " (" +
                                dtype_name(layout.dtype) + ") needs " + std::to_string(expected) +
@@ -244,17 +263,17 @@ NpyLayout parse_layout(std::span<const std::uint8_t> bytes, const std::string& s
 }  // namespace
 
 HostTensor parse_npy(std::span<const std::uint8_t> bytes, const std::string& source) {
-  NpyLayout layout = parse_layout(bytes, source);
+  NpyLayout layout = parse_layout(bytes, bytes.size(), source);
   const auto data = bytes.subspan(layout.data_offset);
   return HostTensor{layout.dtype, std::move(layout.shape), {data.begin(), data.end()}};
 }
 
 HostTensor read_npy(const std::string& path) {
-  std::vector<std::uint8_t> file = detail::read_file(path);
-  NpyLayout layout = parse_layout(file, path);
-  // Captured activations can be gigabytes: shift the data down in the file buffer rather than copy it.
-  file.erase(file.begin(), file.begin() + static_cast<std::ptrdiff_t>(layout.data_offset));
-  return HostTensor{layout.dtype, std::move(layout.shape), std::move(file)};
+  const detail::InputFile file(path);
+  constexpr std::uint64_t kLongestPreamble = 12;
+  const std::size_t end = header_end(file.read(0, std::min(file.size(), kLongestPreamble)), file.size(), path);
+  NpyLayout layout = parse_layout(file.read(0, end), file.size(), path);
+  return HostTensor{layout.dtype, std::move(layout.shape), file.read(end, file.size() - end)};
 }
 
 void write_npy(const std::string& path, const HostTensor& tensor) {
@@ -281,7 +300,7 @@ void write_npy(const std::string& path, const HostTensor& tensor) {
                                             static_cast<std::uint8_t>(header.size() & 0xff),
                                             static_cast<std::uint8_t>(header.size() >> 8)};
   const std::span<const std::uint8_t> pieces[] = {preamble, detail::as_bytes(header), tensor.bytes};
-  detail::write_file(path, pieces);
+  detail::write_file_atomically(path, pieces);
 }
 
 }  // namespace pasa::io

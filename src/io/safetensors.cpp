@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "io/atomic_file.h"
 #include "io/byte_io.h"
 #include "pasa/error.h"
 #include "pasa/io.h"
@@ -141,23 +142,31 @@ void check_tiling(std::vector<Entry>& entries, std::uint64_t data_size, const st
   }
 }
 
-}  // namespace
-
-std::map<std::string, HostTensor> parse_safetensors(std::span<const std::uint8_t> bytes,
-                                                    const std::string& source) {
-  if (bytes.size() < 8) {
-    throw Error(source + ": truncated header: " + std::to_string(bytes.size()) +
+// The header's length from the first 8 bytes of a file of `file_size` bytes.
+std::uint64_t header_length_of(std::span<const std::uint8_t> bytes, std::uint64_t file_size,
+                               const std::string& source) {
+  if (file_size < 8) {
+    throw Error(source + ": truncated header: " + std::to_string(file_size) +
                 " bytes is too short for the 8-byte header length");
   }
   std::uint64_t header_length = 0;
   for (std::size_t i = 0; i < 8; ++i) header_length |= std::uint64_t{bytes[i]} << (8 * i);
-  if (header_length > bytes.size() - 8) {
-    throw Error(source + ": header length " + std::to_string(header_length) + " exceeds the " +
-                std::to_string(bytes.size() - 8) + " bytes after the length field");
+  // The reference implementation's own limit; also the bound on what a hostile length makes us allocate.
+  constexpr std::uint64_t kMaxHeader = 100'000'000;
+  if (header_length > kMaxHeader) {
+    throw Error(source + ": header length " + std::to_string(header_length) + " exceeds the format's limit of " +
+                std::to_string(kMaxHeader) + " bytes");
   }
-  const auto header_bytes = bytes.subspan(8, header_length);
-  const auto data = bytes.subspan(8 + header_length);
+  if (header_length > file_size - 8) {
+    throw Error(source + ": header length " + std::to_string(header_length) + " exceeds the " +
+                std::to_string(file_size - 8) + " bytes after the length field");
+  }
+  return header_length;
+}
 
+// The entries of a JSON header, checked against a data section of `data_size` bytes, sorted by offset.
+std::vector<Entry> parse_header(std::span<const std::uint8_t> header_bytes, std::uint64_t data_size,
+                                const std::string& source) {
   json header;
   try {
     header = json::parse(header_bytes.begin(), header_bytes.end());
@@ -167,19 +176,26 @@ std::map<std::string, HostTensor> parse_safetensors(std::span<const std::uint8_t
   if (!header.is_object()) {
     throw Error(source + ": header is a JSON " + header.type_name() + ", not an object");
   }
-
   std::vector<Entry> entries;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       check_metadata(it.value(), source);
     } else {
-      entries.push_back(parse_entry(it.key(), it.value(), data.size(), source));
+      entries.push_back(parse_entry(it.key(), it.value(), data_size, source));
     }
   }
-  check_tiling(entries, data.size(), source);
+  check_tiling(entries, data_size, source);
+  return entries;
+}
 
+}  // namespace
+
+std::map<std::string, HostTensor> parse_safetensors(std::span<const std::uint8_t> bytes,
+                                                    const std::string& source) {
+  const std::uint64_t header_length = header_length_of(bytes, bytes.size(), source);
+  const auto data = bytes.subspan(8 + header_length);
   std::map<std::string, HostTensor> tensors;
-  for (Entry& e : entries) {
+  for (Entry& e : parse_header(bytes.subspan(8, header_length), data.size(), source)) {
     const auto span = data.subspan(e.begin, e.end - e.begin);
     tensors.emplace(std::move(e.name), HostTensor{e.dtype, std::move(e.shape), {span.begin(), span.end()}});
   }
@@ -187,7 +203,18 @@ std::map<std::string, HostTensor> parse_safetensors(std::span<const std::uint8_t
 }
 
 std::map<std::string, HostTensor> read_safetensors(const std::string& path) {
-  return parse_safetensors(detail::read_file(path), path);
+  // The header is read and checked against the file's size first; each tensor's bytes are then read
+  // straight into it.
+  const detail::InputFile file(path);
+  const std::uint64_t header_length = header_length_of(file.read(0, std::min<std::uint64_t>(file.size(), 8)),
+                                                       file.size(), path);
+  const std::uint64_t data_start = 8 + header_length;
+  std::map<std::string, HostTensor> tensors;
+  for (Entry& e : parse_header(file.read(8, header_length), file.size() - data_start, path)) {
+    std::vector<std::uint8_t> bytes = file.read(data_start + e.begin, e.end - e.begin);
+    tensors.emplace(std::move(e.name), HostTensor{e.dtype, std::move(e.shape), std::move(bytes)});
+  }
+  return tensors;
 }
 
 void write_safetensors(const std::string& path, const std::map<std::string, HostTensor>& tensors) {
@@ -222,7 +249,7 @@ void write_safetensors(const std::string& path, const std::map<std::string, Host
   for (int i = 0; i < 8; ++i) length[i] = static_cast<std::uint8_t>(std::uint64_t{text.size()} >> (8 * i));
   pieces[0] = length;
   pieces[1] = detail::as_bytes(text);
-  detail::write_file(path, pieces);
+  detail::write_file_atomically(path, pieces);
 }
 
 }  // namespace pasa::io

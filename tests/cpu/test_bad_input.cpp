@@ -87,6 +87,30 @@ TEST(BadInput, NonFiniteScale) {
   expect_error([&] { attention(p.args); }, "scale: nan is not finite");
 }
 
+// A scale beyond the format that applies it would be inf there and turn every output into NaN while
+// the fp64 reference is finite: refused, naming the limit. The largest allowed scale still runs.
+TEST(BadInput, ScaleBeyondTheFormatThatAppliesIt) {
+  Problem p;
+  p.args.scale = 1e300;
+  expect_error([&] { attention(p.args); }, "scale: 1e+300 is outside");
+  p.args.policy = parse_policy("fa16");  // softmax in fp16: the scale must fit in 65504
+  p.args.scale = 1e5;
+  expect_error([&] { attention(p.args); }, "the fp16 format the policy applies it in");
+  p.args.scale = -1e5;
+  expect_error([&] { attention(p.args); }, "scale: -100000 is outside [-65504, 65504]");
+  p.args.policy = parse_policy("exact");
+  p.args.scale = 1e30;  // representable in fp32: accepted
+  EXPECT_NO_THROW(attention(p.args));
+}
+
+// An empty tensor reports its empty dimension, not the null data pointer empty storage has.
+TEST(BadInput, EmptyTensorReportsItsSizeNotItsPointer) {
+  Problem p;
+  p.args.k.shape[1] = 0;
+  p.args.k.data = nullptr;
+  expect_error([&] { attention(p.args); }, "k: heads size is 0");
+}
+
 TEST(BadInput, NonFiniteInputValues) {
   Problem p;
   static_cast<float*>(p.args.k.data)[p.args.k.offset(0, 1, 3, 5)] = std::nanf("");

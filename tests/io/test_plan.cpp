@@ -41,10 +41,48 @@ TEST(Plan, BadFiles) {
   std::ofstream(path) << "{not json";
   test::expect_error([&] { load_plan(path); }, "not valid JSON");
   std::ofstream(path) << R"({"fast": "sage4"})";
-  test::expect_error([&] { load_plan(path); }, "not a pasa plan");
+  test::expect_error([&] { load_plan(path); }, path + ": missing \"accurate\"");
   std::ofstream(path) << R"({"fast": "sage9", "accurate": "sage8", "xi": 1, "entries": []})";
-  test::expect_error([&] { load_plan(path); }, "unknown policy 'sage9'");
+  test::expect_error([&] { load_plan(path); }, path + ": fast: unknown policy 'sage9'");
   std::filesystem::remove(path);
+}
+
+// Every field is checked as written: no coercion of floats or out-of-range integers, xi within its
+// documented 0..100, each (layer, timestep) once, and each error names the source and the field.
+TEST(Plan, StrictFields) {
+  const auto plan_with = [](const std::string& xi, const std::string& entries) {
+    return R"({"fast": "sage4", "accurate": "sage8", "xi": )" + xi + R"(, "entries": [)" + entries + "]}";
+  };
+  const auto entry = [](const std::string& layer, const std::string& timestep = "null",
+                        const std::string& policy = "\"sage8\"") {
+    return R"({"layer": )" + layer + R"(, "timestep": )" + timestep + R"(, "policy": )" + policy + "}";
+  };
+  const MixPlan ok = parse_plan(plan_with("30", entry("0") + ", " + entry("999999", "999999999")), "p.json");
+  EXPECT_EQ(ok.entries.size(), 2u);
+  EXPECT_EQ(ok.entries.count({999999, 999999999}), 1u);
+
+  const std::pair<std::string, std::string> cases[] = {
+      {plan_with("30", entry("1.7")), "p.json: entries[0].layer: 1.7 is not an integer"},
+      {plan_with("30", entry("1e20")), "p.json: entries[0].layer: 1e+20 is not an integer"},
+      {plan_with("30", entry("1099511627776")), "entries[0].layer: 1099511627776 is outside 0..999999"},
+      {plan_with("30", entry("-1")), "entries[0].layer: -1 is outside 0..999999"},
+      {plan_with("30", entry("\"3\"")), "entries[0].layer: \"3\" is not an integer"},
+      {plan_with("30", entry("2", "2.5")), "entries[0].timestep: 2.5 is not an integer"},
+      {plan_with("30", entry("2", "1000000000")), "entries[0].timestep: 1000000000 is outside"},
+      {plan_with("500", ""), "p.json: xi: 500 is not a percentage in 0..100"},
+      {plan_with("-1", ""), "p.json: xi: -1 is not a percentage"},
+      {plan_with("\"30\"", ""), "p.json: xi: \"30\" is not a percentage"},
+      {plan_with("30", entry("1") + ", " + entry("1")), "entries[1]: a second entry for layer 1 (any timestep)"},
+      {plan_with("30", entry("1", "4") + ", " + entry("1", "4")), "entries[1]: a second entry for layer 1 timestep 4"},
+      {plan_with("30", entry("1", "null", "\"sage9\"")), "p.json: entries[0].policy: unknown policy 'sage9'"},
+      {plan_with("30", entry("1", "null", "7")), "p.json: entries[0].policy: a number, not a string"},
+      {plan_with("30", "3"), "p.json: entries[0]: a number, not an object"},
+      {"[1, 2]", "p.json: an array, not a plan object"},
+  };
+  for (const auto& [text, message] : cases) {
+    SCOPED_TRACE(text);
+    test::expect_error([&] { parse_plan(text, "p.json"); }, message);
+  }
 }
 
 }  // namespace

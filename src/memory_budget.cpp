@@ -1,0 +1,89 @@
+#include "memory_budget.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "pasa/error.h"
+
+namespace pasa {
+namespace {
+
+constexpr std::uint64_t kUnbounded = std::numeric_limits<std::uint64_t>::max();
+
+// MemAvailable from /proc/meminfo: what the kernel estimates can be allocated without swapping.
+std::optional<std::uint64_t> system_available_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  std::uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return std::nullopt;
+}
+
+// RLIMIT_AS minus the address space already mapped (the first field of /proc/self/statm, in pages).
+std::optional<std::uint64_t> address_space_room_bytes() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return std::nullopt;
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t pages = 0;
+  if (!(statm >> pages)) return std::nullopt;
+  const std::uint64_t used = pages * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  return used >= limit.rlim_cur ? 0 : limit.rlim_cur - used;
+}
+
+}  // namespace
+
+std::uint64_t saturating_product(std::initializer_list<std::uint64_t> factors) {
+  std::uint64_t product = 1;
+  for (const std::uint64_t f : factors) {
+    if (f != 0 && product > kUnbounded / f) return kUnbounded;
+    product *= f;
+  }
+  return product;
+}
+
+std::uint64_t saturating_sum(std::initializer_list<std::uint64_t> terms) {
+  std::uint64_t sum = 0;
+  for (const std::uint64_t t : terms) {
+    if (t > kUnbounded - sum) return kUnbounded;
+    sum += t;
+  }
+  return sum;
+}
+
+std::optional<std::uint64_t> available_memory_bytes() {
+  const auto system = system_available_bytes();
+  const auto room = address_space_room_bytes();
+  if (system && room) return std::min(*system, *room);
+  return system ? system : room;
+}
+
+void require_memory(std::uint64_t bytes, const std::string& what) {
+  const auto available = available_memory_bytes();
+  if (!available || bytes <= *available) return;
+  throw ResourceError(what + ": needs " + byte_size_text(bytes) + " of memory, only " +
+                      byte_size_text(*available) + " is available");
+}
+
+std::string byte_size_text(std::uint64_t bytes) {
+  if (bytes == kUnbounded) return "more than 16 EiB";
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 6) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.2f %s", value, units[unit]);
+  return text;
+}
+
+}  // namespace pasa

@@ -1,0 +1,290 @@
+"""The `pasa` command under hostile conditions, through the binary: exit codes, memory limits, full
+disks, interrupted writes, outputs that alias inputs, and the bad inputs that used to crash or hang.
+
+Usage: test_cli_reliability.py PATH_TO_PASA   (run by CTest; needs python3 with numpy; Linux)
+"""
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+PASA = sys.argv[1]
+SEED = 20261123
+print(f"seed {SEED}")
+RNG = np.random.default_rng(SEED)
+
+RUNTIME_FAILURE, BAD_INPUT = 1, 2
+
+
+def limits(address_space=None, file_size=None):
+    """A preexec_fn applying an address-space limit (ulimit -v) and/or a file-size limit; with the
+    latter SIGXFSZ is ignored, so an oversized write fails with EFBIG as on a full disk."""
+    def apply():
+        if address_space is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+        if file_size is not None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
+    return apply
+
+
+def pasa(*args, code=0, timeout=120, **limit):
+    r = subprocess.run([PASA, *args], capture_output=True, text=True, timeout=timeout,
+                       preexec_fn=limits(**limit) if limit else None)
+    assert r.returncode == code, (f"pasa {' '.join(args)}: exit {r.returncode}, expected {code}\n"
+                                  f"{r.stdout}\n{r.stderr}")
+    if code != 0:  # one clear line, never an abort or a signal
+        assert r.stderr.strip().splitlines()[-1].startswith("pasa: error:") or "--help" in r.stderr, r.stderr
+    return r
+
+
+def save_qkv(directory, shape=(1, 2, 16, 16), dtype=np.float32, prefix=""):
+    paths = []
+    for n in "qkv":
+        path = os.path.join(directory, f"{prefix}{n}.npy")
+        np.save(path, RNG.standard_normal(shape).astype(dtype))
+        paths.append(path)
+    return paths
+
+
+def leftovers(directory):
+    return [f for f in os.listdir(directory) if ".tmp-" in f]
+
+
+def check_exit_codes(tmp):
+    assert pasa("--help").stdout.startswith("pasa")
+    pasa(code=BAD_INPUT)                                    # no subcommand
+    pasa("run", "--no-such-option", code=BAD_INPUT)         # CLI11's errors are usage errors
+    pasa("inspect", "--block", "x", code=BAD_INPUT)
+    r = pasa("run", "--q", os.path.join(tmp, "missing.npy"), "--k", "k", "--v", "v", code=BAD_INPUT)
+    assert "missing.npy" in r.stderr
+    r = pasa("study", "--heads", "-1", code=BAD_INPUT)
+    assert "--heads: -1 is not a positive count" in r.stderr, r.stderr
+
+
+GIB = 1 << 30
+
+
+def check_memory_limits():
+    # Each asks for far more memory than a 2 GiB address space holds: a clear error, exit 1.
+    for args in (("study", "--seq", "10000000000000"), ("study", "--heads", "1000000000000"),
+                 ("inspect", "--seq", "1000000000000"), ("study", "sage", "--seq", "10000000000"),
+                 ("study", "decode", "--seq-kv", "10000000000")):
+        r = pasa(*args, code=RUNTIME_FAILURE, address_space=2 * GIB)
+        assert "of memory, only" in r.stderr, r.stderr
+
+
+def check_full_disk(tmp):
+    inputs = os.path.join(tmp, "cal")
+    os.makedirs(inputs)
+    for layer in range(2):
+        save_qkv(inputs, shape=(1, 1, 64, 64), dtype=np.float16, prefix=f"layer{layer}_")
+    r = pasa("calibrate", "--inputs", inputs, "--out", "/dev/full", code=RUNTIME_FAILURE)
+    assert "/dev/full: write failed" in r.stderr and "wrote" not in r.stdout, r.stdout + r.stderr
+    # A write cut short (a file-size limit stands in for a full disk) keeps the old file whole.
+    q, k, v = save_qkv(tmp, shape=(1, 2, 256, 64))
+    out = os.path.join(tmp, "o.npy")
+    with open(out, "w") as f:
+        f.write("old output")
+    r = pasa("run", "--q", q, "--k", k, "--v", v, "--out", out, code=RUNTIME_FAILURE,
+             file_size=64 * 1024)
+    assert "write failed" in r.stderr and "the file was not changed" in r.stderr, r.stderr
+    assert open(out).read() == "old output"
+    plan = os.path.join(tmp, "plan.json")
+    with open(plan, "w") as f:
+        f.write("old plan")
+    pasa("calibrate", "--inputs", inputs, "--out", plan, code=RUNTIME_FAILURE, file_size=16)
+    assert open(plan).read() == "old plan"
+    assert leftovers(tmp) == [] and leftovers(inputs) == []
+
+
+def check_aliases(tmp):
+    q, k, v = save_qkv(tmp)
+    original = open(q, "rb").read()
+    same = os.path.join(tmp, "same.npy")
+    r = pasa("run", "--q", q, "--k", k, "--v", v, "--out", same, "--lse", same, code=BAD_INPUT)
+    assert "--lse" in r.stderr and "same file as --out" in r.stderr, r.stderr
+    assert not os.path.exists(same)
+    # The same file under other names: a relative spelling, a symbolic link, a hard link.
+    os.symlink(q, os.path.join(tmp, "q_link.npy"))
+    os.link(q, os.path.join(tmp, "q_hard.npy"))
+    spellings = (os.path.join(tmp, "sub", "..", "q.npy"), os.path.join(tmp, "q_link.npy"),
+                 os.path.join(tmp, "q_hard.npy"))
+    os.makedirs(os.path.join(tmp, "sub"))
+    for alias in spellings:
+        r = pasa("run", "--q", q, "--k", k, "--v", v, "--out", alias, code=BAD_INPUT)
+        assert "same file as --q" in r.stderr, r.stderr
+    assert open(q, "rb").read() == original
+    inputs = os.path.join(tmp, "cal_alias")
+    os.makedirs(inputs)
+    capture = save_qkv(inputs, shape=(1, 1, 32, 64), dtype=np.float16, prefix="layer0_")[0]
+    before = open(capture, "rb").read()
+    r = pasa("calibrate", "--inputs", inputs, "--out", capture, code=BAD_INPUT)
+    assert "same file as --inputs" in r.stderr, r.stderr
+    assert open(capture, "rb").read() == before
+
+
+def check_outputs_before_work(tmp):
+    start = time.monotonic()
+    r = pasa("study", "--full", "--json", "/nonexistent/x.json", code=BAD_INPUT)
+    assert time.monotonic() - start < 10 and "does not exist" in r.stderr, r.stderr
+    assert "study time" not in r.stdout
+    q, k, v = save_qkv(tmp)
+    ok = os.path.join(tmp, "ok.npy")
+    pasa("run", "--q", q, "--k", k, "--v", v, "--out", ok, "--lse", "/nonexistent/l.npy", code=BAD_INPUT)
+    assert not os.path.exists(ok)
+    start = time.monotonic()
+    r = pasa("study", "--plot", os.path.join(q, "figures"), code=BAD_INPUT)  # under a file
+    assert "--plot" in r.stderr and "study time" not in r.stdout, r.stderr
+    r = pasa("study", "sage", "--json", tmp, code=BAD_INPUT)  # a directory
+    assert "is a directory" in r.stderr, r.stderr
+    r = pasa("study", "decode", "--json", os.path.join(q, "d.json"), code=BAD_INPUT)
+    assert "q.npy is not a directory" in r.stderr, r.stderr
+    assert time.monotonic() - start < 10, "the outputs were checked only after the studies ran"
+
+
+def check_inspect(tmp):
+    q = os.path.join(tmp, "iq.npy")
+    np.save(q, RNG.standard_normal((1, 2, 8, 16)).astype(np.float32))
+    k0 = os.path.join(tmp, "ik0.npy")
+    np.save(k0, np.zeros((1, 0, 8, 16), np.float32))
+    r = pasa("inspect", "--q", q, "--k", k0, code=BAD_INPUT, timeout=20)
+    assert "--k: heads size is 0" in r.stderr, r.stderr
+    for block in ("0", "-5"):
+        r = pasa("inspect", "--block", block, "--seq", "64", code=BAD_INPUT, timeout=20)
+        assert "--block" in r.stderr, r.stderr
+    bad = RNG.standard_normal((1, 2, 8, 16)).astype(np.float32)
+    bad[0, 1, 3, 4] = np.nan
+    kn = os.path.join(tmp, "ikn.npy")
+    np.save(kn, bad)
+    r = pasa("inspect", "--q", q, "--k", kn, code=BAD_INPUT)
+    assert "--k: non-finite value nan" in r.stderr, r.stderr
+
+
+def check_huge_files(tmp):
+    # 6 GiB of junk named .npy (sparse: no disk used), under a 1 GiB address space: rejected from
+    # its first bytes. And a valid header declaring more data than the file has: rejected before
+    # any data is read.
+    junk = os.path.join(tmp, "junk.npy")
+    with open(junk, "wb") as f:
+        f.truncate(6 * GIB)
+    q, k, v = save_qkv(tmp)
+    start = time.monotonic()
+    r = pasa("run", "--q", junk, "--k", k, "--v", v, code=BAD_INPUT, address_space=GIB)
+    assert "bad magic" in r.stderr and time.monotonic() - start < 10, r.stderr
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 64, 1048576, 128), }"
+    header += b" " * (117 - len(header)) + b"\n"
+    liar = os.path.join(tmp, "liar.npy")
+    with open(liar, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header)
+        f.truncate(GIB)
+    r = pasa("run", "--q", liar, "--k", k, "--v", v, code=BAD_INPUT, address_space=GIB)
+    assert "truncated data" in r.stderr, r.stderr
+    # A zero-size tensor names its empty dimension.
+    empty = os.path.join(tmp, "empty.npy")
+    np.save(empty, np.zeros((1, 2, 0, 16), np.float32))
+    r = pasa("run", "--q", empty, "--k", k, "--v", v, code=BAD_INPUT)
+    assert "sequence size is 0" in r.stderr, r.stderr
+
+
+def check_scale(tmp):
+    q, k, v = save_qkv(tmp)
+    r = pasa("run", "--q", q, "--k", k, "--v", v, "--scale", "1e300", code=BAD_INPUT)
+    assert "scale: 1e+300 is outside" in r.stderr, r.stderr
+
+
+def check_calibrate_inputs(tmp):
+    inputs = os.path.join(tmp, "cal_names")
+    os.makedirs(inputs)
+    save_qkv(inputs, shape=(1, 1, 32, 64), dtype=np.float16, prefix="layer1_")
+    save_qkv(inputs, shape=(1, 1, 32, 64), dtype=np.float16, prefix="layer01_")
+    r = pasa("calibrate", "--inputs", inputs, "--out", os.path.join(tmp, "p.json"), code=BAD_INPUT)
+    assert "layer01 and layer1 name the same layer and timestep" in r.stderr, r.stderr
+    nan_inputs = os.path.join(tmp, "cal_nan")
+    os.makedirs(nan_inputs)
+    k = save_qkv(nan_inputs, shape=(1, 1, 32, 64), dtype=np.float16, prefix="layer0_")[1]
+    bad = np.load(k)
+    bad[0, 0, 5, 7] = np.nan
+    np.save(k, bad)
+    r = pasa("calibrate", "--inputs", nan_inputs, "--phi", code=BAD_INPUT)
+    assert "layer0: k: non-finite value nan" in r.stderr, r.stderr
+
+
+def phi_range(stdout):
+    """(lo, hi) from "scaled scores of N entries: 99.98% within [lo, hi]"."""
+    text = stdout.split("within [")[1].split("]")[0]
+    return tuple(float(x) for x in text.split(","))
+
+
+def check_phi_quantiles(tmp):
+    # The streamed quantiles against numpy's exact ones: the histogram's buckets are 2^-8 of a
+    # binade wide (midpoint error at most 2^-9 relative) and the range is printed to 4 significant
+    # digits (5e-4 relative).
+    inputs = os.path.join(tmp, "cal_small")
+    os.makedirs(inputs)
+    scores = []
+    for layer in range(3):
+        q, k, _ = (np.load(p) for p in save_qkv(inputs, shape=(1, 2, 256, 16), dtype=np.float16,
+                                                  prefix=f"layer{layer}_"))
+        scores.append(np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k.astype(np.float64)).ravel() / 4.0)
+    values = np.sort(np.concatenate(scores))
+    n = values.size
+    expected = values[int(0.0001 * (n - 1))], values[int(0.9999 * (n - 1))]
+    got = phi_range(pasa("calibrate", "--inputs", inputs, "--phi").stdout)
+    for g, e in zip(got, expected):
+        assert abs(g - e) <= (2.0 ** -9 + 5e-4) * abs(e), (got, expected)
+
+
+def check_phi_in_bounded_memory(tmp):
+    # Twelve captures whose scores (12 x 4 x 2048 x 2048 doubles = 1.5 GiB) exceed a 1 GiB address
+    # space, while each capture alone is small: --phi must stream them.
+    inputs = os.path.join(tmp, "cal_big")
+    os.makedirs(inputs)
+    for layer in range(12):
+        save_qkv(inputs, shape=(1, 4, 2048, 16), dtype=np.float16, prefix=f"layer{layer}_")
+    r = pasa("calibrate", "--inputs", inputs, "--phi", address_space=GIB, timeout=300)
+    assert "policy: fdpp,phi=" in r.stdout, r.stdout
+
+
+def check_sigint_during_write(tmp):
+    # `pasa run` writing a large output: SIGINT as soon as its temporary file appears must leave the
+    # old output intact and remove the temporary.
+    q = os.path.join(tmp, "wq.npy")
+    np.save(q, RNG.standard_normal((1, 1, 1 << 21, 16)).astype(np.float32))  # 128 MiB
+    k, v = save_qkv(tmp, shape=(1, 1, 1, 16), prefix="w")[1:]
+    out = os.path.join(tmp, "wo.npy")
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with open(out, "w") as f:
+            f.write("old output")
+        p = subprocess.Popen([PASA, "run", "--q", q, "--k", k, "--v", v, "--out", out],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 240
+        while not leftovers(tmp) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        p.send_signal(sig)
+        p.wait(timeout=60)
+        assert p.returncode == -sig, f"{sig!r}: exit {p.returncode} (the write was not interrupted)"
+        assert open(out).read() == "old output", "the old output was lost"
+        assert leftovers(tmp) == [], f"temporary left behind: {leftovers(tmp)}"
+
+
+def main():
+    checks = (check_exit_codes, check_memory_limits, check_full_disk, check_aliases,
+              check_outputs_before_work, check_inspect, check_huge_files, check_scale,
+              check_calibrate_inputs, check_phi_quantiles, check_phi_in_bounded_memory,
+              check_sigint_during_write)
+    for check in checks:
+        with tempfile.TemporaryDirectory() as tmp:
+            start = time.monotonic()
+            check(tmp) if check.__code__.co_argcount else check()
+            print(f"{check.__name__}: ok ({time.monotonic() - start:.1f} s)")
+    print("cli reliability tests passed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+// Running out of resources inside the CPU backends: an exception thrown in an OpenMP loop reaches
+// the caller (instead of std::terminate), and a problem too large for the machine's memory is refused
+// up front with a ResourceError saying what it needs.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <atomic>
+#include <limits>
+#include <new>
+#include <stdexcept>
+
+#include "cpu/parallel_for.h"
+#include "memory_budget.h"
+#include "pasa/attention.h"
+#include "pasa/error.h"
+#include "test_util.h"
+
+namespace pasa {
+namespace {
+
+TEST(ParallelFor, RunsEveryIterationOnce) {
+  std::vector<std::atomic<int>> hits(1000);
+  parallel_for(1000, [&](std::int64_t i) { hits[i].fetch_add(1); });
+  for (const auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+TEST(ParallelFor, AnExceptionInAnIterationReachesTheCaller) {
+  omp_set_num_threads(4);
+  EXPECT_THROW(parallel_for(1000, [](std::int64_t i) {
+                 if (i % 7 == 3) throw std::bad_alloc();
+               }),
+               std::bad_alloc);
+  test::expect_error([] { parallel_for(100, [](std::int64_t i) { if (i == 42) throw Error("iteration 42"); }); },
+                     "iteration 42");
+}
+
+TEST(MemoryBudget, SaturatingArithmetic) {
+  constexpr auto kMax = std::numeric_limits<std::uint64_t>::max();
+  EXPECT_EQ(saturating_product({3, 5, 7}), 105u);
+  EXPECT_EQ(saturating_product({1ull << 40, 1ull << 30}), kMax);
+  EXPECT_EQ(saturating_product({0, kMax, kMax}), 0u);
+  EXPECT_EQ(saturating_sum({kMax - 1, 2}), kMax);
+  EXPECT_EQ(byte_size_text(512), "512 B");
+  EXPECT_EQ(byte_size_text(3ull << 29), "1.50 GiB");
+}
+
+TEST(MemoryBudget, ARequestBeyondTheMachineIsAResourceError) {
+  if (!available_memory_bytes()) GTEST_SKIP() << "no /proc: available memory unknown";
+  require_memory(1024, "a small request");
+  try {
+    require_memory(std::numeric_limits<std::uint64_t>::max(), "a huge request");
+    ADD_FAILURE() << "no ResourceError";
+  } catch (const ResourceError& e) {
+    EXPECT_NE(std::string(e.what()).find("a huge request: needs more than 16 EiB of memory, only "),
+              std::string::npos) << e.what();
+  }
+}
+
+// Keys broadcast (stride 0) to a sequence far beyond memory: refused before the emulator allocates.
+TEST(MemoryBudget, TheEmulatorRefusesAProblemBeyondMemory) {
+  if (!available_memory_bytes()) GTEST_SKIP() << "no /proc: available memory unknown";
+  std::mt19937_64 rng(test::fresh_seed());
+  test::Tensor4 q = test::random_tensor(1, 1, 4, 16, rng), kv = test::random_tensor(1, 1, 1, 16, rng);
+  test::Tensor4 o = test::make_tensor(1, 1, 4, 16, DType::f32);
+  AttentionArgs args{q.view, kv.view, kv.view, o.view};
+  constexpr std::int64_t kKeys = std::int64_t{1} << 40;
+  args.k.shape[2] = args.v.shape[2] = kKeys;
+  args.k.stride[2] = args.v.stride[2] = 0;  // every key is the same row: no memory of its own
+  args.k.stride[1] = args.v.stride[1] = 0;
+  args.k.stride[0] = args.v.stride[0] = 0;
+  try {
+    attention(args);
+    ADD_FAILURE() << "no ResourceError";
+  } catch (const ResourceError& e) {
+    EXPECT_NE(std::string(e.what()).find("attention (CPU emulator) on q [1, 1, 4, 16], k/v [1, 1, 1099511627776, 16]: needs"),
+              std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace pasa

@@ -1,0 +1,175 @@
+"""Inputs that used to escape as TypeError, OverflowError, UnicodeDecodeError, RecursionError,
+MemoryError or a crash: each now raises pasa.PasaError naming the argument. And pasa.save stores what
+it is given exactly (0-d, zero-size, big-endian arrays) or refuses it, and never half-writes a file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import pasa
+
+from conftest import qkv
+
+
+def raises(match):
+    return pytest.raises(pasa.PasaError, match=match)
+
+
+def test_numbers_out_of_range_are_pasa_errors(rng):
+    q, k, v = qkv(rng, 1, 2, 2, 8, 8, 16)
+    with raises(r"^scale: the integer is too large for a float"):
+        pasa.attention(q, k, v, scale=10**400)
+    with raises(r"^scale: 1e\+300 is outside"):
+        pasa.attention(q, k, v, scale=1e300)
+    with raises(r"^stream: expected a CUDA stream handle \(an int\) or None, got str"):
+        pasa.attention(q, k, v, stream="x")
+    with raises(r"^stream: -1 is not a stream handle"):
+        pasa.attention(q, k, v, stream=-1)
+    with raises(r"^block: 1099511627776 is outside -2147483648\.\.2147483647"):
+        pasa.beta(block=2**40)
+    with raises(r"^initial: the integer is too large for a float"):
+        pasa.beta(10**400)
+
+
+def test_memory_is_a_pasa_error_before_allocating(rng):
+    # Keys broadcast to 2^40 rows take no memory as views; the emulator's working copies would.
+    q = rng.standard_normal((1, 1, 4, 16)).astype(np.float32)
+    k = np.broadcast_to(rng.standard_normal((1, 1, 1, 16)).astype(np.float32), (1, 1, 2**40, 16))
+    with raises(r"attention \(CPU emulator\) on .*: needs .* of memory, only .* is available"):
+        pasa.attention(q, k, k)
+
+
+def test_output_allocation_failure_names_out():
+    # q's shape is checked by the C++ core only after the output exists; a q too large to have an
+    # output (broadcast, so it takes no memory itself) gives PasaError naming out, not MemoryError.
+    q = np.broadcast_to(np.ones((1, 1, 1, 16), np.float32), (1 << 20, 1 << 20, 1 << 10, 16))
+    with raises(r"^out: cannot allocate .* not enough memory"):
+        pasa.attention(q, q[:, :, :1], q[:, :, :1])
+
+
+def test_oom_inside_the_emulator_does_not_abort_python(tmp_path):
+    # The emulator under an address-space limit too small for its working set: a Python exception,
+    # never SIGABRT. Run in a child so the limit does not touch this process.
+    script = textwrap.dedent("""
+        import resource, numpy as np, pasa
+        q = np.ones((1, 8, 4096, 64), np.float32)
+        k = np.broadcast_to(np.ones((1, 8, 1, 64), np.float32), (1, 8, 20_000_000, 64))
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+        try:
+            pasa.attention(q, k, k)
+        except (pasa.PasaError, MemoryError) as e:
+            print(type(e).__name__, str(e)[:200])
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("PasaError") and "needs" in r.stdout, r.stdout
+
+
+def test_save_rejects_names_it_cannot_store(tmp_path, rng):
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    path = tmp_path / "x.safetensors"
+    with raises(r"tensor name 'a\\x00b' contains a NUL character"):
+        pasa.save(path, {"a\0b": x, "a\0c": x})
+    with raises(r"is not valid Unicode text \(a lone surrogate\)"):
+        pasa.save(path, {"a\udc80": x})
+    with raises(r"tensor '__metadata__': the name is reserved"):
+        pasa.save(path, {"__metadata__": x})
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("array", [np.full((), 1.5, np.float32), np.zeros((0,), np.float16),
+                                   np.zeros((3, 0, 2), np.float32), np.zeros((0, 4), np.float32)],
+                         ids=["0-d", "empty-1d", "empty-middle", "empty-first"])
+def test_save_round_trips_0d_and_zero_size(tmp_path, array):
+    pasa.save(tmp_path / "a.npy", array)
+    back = pasa.load(tmp_path / "a.npy")
+    assert back.shape == array.shape and back.dtype == array.dtype
+    np.testing.assert_array_equal(back, array)
+    assert np.load(tmp_path / "a.npy").shape == array.shape  # numpy reads it as written
+    pasa.save(tmp_path / "a.safetensors", {"t": array})
+    back = pasa.load(tmp_path / "a.safetensors")["t"]
+    assert back.shape == array.shape
+    np.testing.assert_array_equal(back, array)
+
+
+def test_save_object_and_big_endian_arrays(tmp_path, rng):
+    with raises(r"x\.npy: unsupported dtype object"):
+        pasa.save(tmp_path / "x.npy", np.array([1.0, "a"], dtype=object))
+    big = rng.standard_normal((3, 4)).astype(">f4")
+    pasa.save(tmp_path / "b.npy", big)  # stored little-endian, values unchanged
+    back = pasa.load(tmp_path / "b.npy")
+    assert back.dtype == np.float32
+    np.testing.assert_array_equal(back, big.astype(np.float32))
+
+
+def test_load_non_utf8_tensor_name(tmp_path):
+    header = b'{"\xff\xfe": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}'
+    header += b" " * (-len(header) % 8)
+    path = tmp_path / "bad_name.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + b"\0\0\0\0")
+    with raises(r"bad_name\.safetensors"):
+        pasa.load(path)
+
+
+def test_malformed_plans_are_pasa_errors(tmp_path):
+    # What pasa.patch(module, plan=...) reads its plan with (no torch needed to check the plan).
+    from pasa._capture import _load_plan
+
+    loop = {"fast": "sage4", "accurate": "sage8", "xi": 30, "entries": []}
+    loop["entries"].append(loop)  # a plan that refers to itself
+    bad_plans = [
+        ({"fast": "sage4", "accurate": "sage8", "xi": 30, "entries": [[1, 2]]}, r"entries\[0\]: an array"),
+        ({"fast": "sage4", "accurate": "sage8", "xi": 30, "entries": [{"layer": 1.7, "policy": "sage8"}]},
+         r"entries\[0\]\.layer: 1\.7 is not an integer"),
+        ({"fast": "sage4", "accurate": "sage8", "xi": 500, "entries": []}, r"xi: 500"),
+        (loop, r"not a pasa calibrate plan"),
+        ({"layer0": {"nested": "dict"}}, r"entry 'layer0': expected a policy text, got dict"),
+    ]
+    for plan, match in bad_plans:
+        with raises(match):
+            _load_plan(plan)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"fast": "sage4", "accurate": "sage8", "xi": 30,
+                                "entries": [{"layer": 1, "policy": "sage8"},
+                                            {"layer": 1, "policy": "sage4"}]}))
+    with raises(rf"{path.name}: entries\[1\]: a second entry for layer 1"):
+        _load_plan(path)
+
+
+def _interrupted_save(tmp_path, sig):
+    """Runs pasa.save of a large array in a child (signal at its default action) and sends `sig`
+    as soon as the temporary file appears. Returns the child's exit status."""
+    target = tmp_path / "big.npy"
+    target.write_text("old contents")
+    script = textwrap.dedent(f"""
+        import signal, numpy as np, pasa
+        signal.signal(signal.{sig.name}, signal.SIG_DFL)
+        pasa.save({str(target)!r}, np.ones((1 << 27,), np.float32))  # 512 MiB
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 120
+    while child.poll() is None and time.monotonic() < deadline:
+        if any(".tmp-" in name for name in os.listdir(tmp_path)):
+            break
+        time.sleep(0.0005)
+    child.send_signal(sig)
+    child.wait(timeout=60)
+    return child.returncode, target
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_during_save_keeps_the_old_file(tmp_path, sig):
+    status, target = _interrupted_save(tmp_path, sig)
+    assert status == -sig, f"exit {status}: the save was not interrupted while writing"
+    assert target.read_text() == "old contents"
+    assert [n for n in os.listdir(tmp_path) if ".tmp-" in n] == []

@@ -1,0 +1,81 @@
+#include "output_paths.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+
+#include "pasa/error.h"
+
+namespace pasa::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// What identifies a file: device and inode when it exists; otherwise the canonical form of the path it
+// will be created at (its directory resolved, so "a/../b.npy" and "b.npy" agree).
+struct FileIdentity {
+  std::optional<std::pair<dev_t, ino_t>> inode;
+  std::string future_path;
+  bool operator==(const FileIdentity& o) const {
+    return inode ? inode == o.inode : !o.inode && future_path == o.future_path;
+  }
+};
+
+FileIdentity identity_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return {std::pair{st.st_dev, st.st_ino}, {}};
+  std::error_code ec;
+  const fs::path p(path);
+  const fs::path dir = fs::weakly_canonical(p.has_parent_path() ? p.parent_path() : fs::path("."), ec);
+  return {std::nullopt, (dir / p.filename()).string()};
+}
+
+void check_writable(const NamedPath& out) {
+  const fs::path p(out.path);
+  std::error_code ec;
+  const std::string where = out.option + ": " + out.path;
+  if (fs::is_directory(p, ec)) throw Error(where + " is a directory; give a file name");
+  if (!p.has_filename()) throw Error(where + " names no file");
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec)) {
+    throw Error(where + ": " + dir.string() + (fs::exists(dir, ec) ? " is not a directory" : " does not exist"));
+  }
+  if (fs::exists(p, ec)) {
+    if (::access(out.path.c_str(), W_OK) != 0) {
+      throw Error(where + ": cannot be written (" + std::strerror(errno) + ")");
+    }
+    struct stat st {};
+    // A regular file is replaced through a temporary in its directory, which must be writable too.
+    if (::stat(out.path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw Error(where + ": the directory " + dir.string() + " is not writable (" + std::strerror(errno) + ")");
+  }
+}
+
+}  // namespace
+
+void check_output_files(const std::vector<NamedPath>& inputs, const std::vector<NamedPath>& outputs) {
+  std::vector<std::pair<const NamedPath*, FileIdentity>> seen;
+  for (const NamedPath& in : inputs) {
+    if (!in.path.empty()) seen.emplace_back(&in, identity_of(in.path));
+  }
+  for (const NamedPath& out : outputs) {
+    if (out.path.empty()) continue;
+    check_writable(out);
+    const FileIdentity id = identity_of(out.path);
+    for (const auto& [other, other_id] : seen) {
+      if (other_id == id) {
+        throw Error(out.option + ": " + out.path + " is the same file as " + other->option + " " + other->path +
+                    "; writing it would overwrite that (choose another path)");
+      }
+    }
+    seen.emplace_back(&out, id);
+  }
+}
+
+}  // namespace pasa::cli
