@@ -1,5 +1,5 @@
 // The fast tests' seeded checks swept over many seeds (CTest label "slow"). PASA_SWEEP_SEEDS sets how
-// many (default 50, what CI runs; 1000 for a full sweep); every failure names its seed.
+// many (default 20, what CI runs; 1000 for a full sweep); every failure names its seed.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -14,7 +14,7 @@ namespace {
 
 std::uint64_t sweep_seeds() {
   const char* text = std::getenv("PASA_SWEEP_SEEDS");
-  return text != nullptr ? std::stoull(text) : 50;
+  return text != nullptr ? std::stoull(text) : 20;
 }
 
 TEST(SeedSweep, MaskOracle) {
