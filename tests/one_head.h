@@ -2,6 +2,7 @@
 // a test can hold its inputs, an oracle's result and the library's result side by side.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
