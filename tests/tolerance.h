@@ -16,8 +16,8 @@ inline double unit_roundoff(const Format& f) { return std::ldexp(1.0, -f.man_bit
 
 // gamma_n = n u / (1 - n u): a sum of n terms (or a dot product of length n) accumulated one term at
 // a time with every addition rounded is off by at most gamma_n times the sum of the terms' magnitudes
-// (induction over the additions: each of the k-th partial sum's terms collects at most n factors
-// (1 + d), |d| <= u).
+// (each term passes through at most n rounded operations, so it carries at most n factors (1 + d),
+// |d| <= u, whose product lies within 1 +- gamma_n).
 inline double gamma_n(double n, double u) {
   const double nu = n * u;
   return nu < 1.0 ? nu / (1.0 - nu) : std::numeric_limits<double>::infinity();
