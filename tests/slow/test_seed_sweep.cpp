@@ -1,5 +1,6 @@
-// The fast tests' seeded checks swept over many seeds (CTest label "slow"). PASA_SWEEP_SEEDS sets how
-// many (default 20, what CI runs; 1000 for a full sweep); every failure names its seed.
+// The fast tests' seeded checks swept over many seeds (CTest label "slow"). PASA_SEED_SWEEP sets how
+// many (default 20, what CI runs; 1000 for a full sweep; the same variable sizes PASA's non-finite
+// sweep in test_pasa.cpp); every failure names its seed.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -13,7 +14,7 @@ namespace pasa {
 namespace {
 
 std::uint64_t sweep_seeds() {
-  const char* text = std::getenv("PASA_SWEEP_SEEDS");
+  const char* text = std::getenv("PASA_SEED_SWEEP");
   return text != nullptr ? std::stoull(text) : 20;
 }
 
