@@ -7,8 +7,10 @@
 #include "pasa/attention.h"
 #include "pasa/generators.h"
 #include "pasa/metrics.h"
+#include "one_head.h"
 #include "pasa/policy.h"
 #include "test_util.h"
+#include "tolerance.h"
 
 namespace pasa {
 namespace {
@@ -44,32 +46,77 @@ Result reference(QKV& data, bool causal = false, std::optional<double> scale = {
   return Result{ref.o, std::vector<float>(ref.lse.begin(), ref.lse.end()), {}};
 }
 
-void expect_lse_near(const Result& got, const Result& ref, double tol) {
+void expect_lse_near(const Result& got, const Result& ref, const test::AttentionErrorModel& model) {
   for (std::size_t i = 0; i < got.lse.size(); ++i) {
     if (std::isinf(ref.lse[i])) {
       ASSERT_TRUE(std::isinf(got.lse[i])) << "row " << i;
     } else {
-      ASSERT_NEAR(got.lse[i], ref.lse[i], tol * (1 + std::fabs(ref.lse[i]))) << "row " << i;
+      ASSERT_NEAR(got.lse[i], ref.lse[i], test::lse_bound(model, ref.lse[i])) << "row " << i;
     }
   }
 }
 
+double max_abs_of(HostTensor& t) { return test::max_abs(test::read_bhsd(t.view("t"))); }
+
+// max over every (query, key) pair of one head of |q . k| and of sum_d |q_d k_d|: what the scores'
+// roundings are relative to (K/V heads shared by GQA groups as attention shares them).
+struct ScoreMagnitudes {
+  double dot = 0.0, abs_dot = 0.0;
+};
+ScoreMagnitudes score_magnitudes(QKV& data) {
+  const std::vector<double> q = test::read_bhsd(data.q.view("q")), k = test::read_bhsd(data.k.view("k"));
+  const auto B = data.q.shape[0], H = data.q.shape[1], Sq = data.q.shape[2], D = data.q.shape[3];
+  const auto Hkv = data.k.shape[1], Skv = data.k.shape[2];
+  ScoreMagnitudes m;
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < H; ++h)
+      for (std::int64_t r = 0; r < Sq; ++r)
+        for (std::int64_t c = 0; c < Skv; ++c) {
+          const double* qr = &q[static_cast<std::size_t>(((b * H + h) * Sq + r) * D)];
+          const double* kc = &k[static_cast<std::size_t>(((b * Hkv + h / (H / Hkv)) * Skv + c) * D)];
+          double dot = 0.0, abs_dot = 0.0;
+          for (std::int64_t d = 0; d < D; ++d) {
+            dot += qr[d] * kc[d];
+            abs_dot += std::fabs(qr[d] * kc[d]);
+          }
+          m.dot = std::max(m.dot, std::fabs(dot));
+          m.abs_dot = std::max(m.abs_dot, abs_dot);
+        }
+  return m;
+}
+
+// The exact policy's bound (every point fp32) for this data; block_len: keys summed by one accumulator.
+test::AttentionErrorModel fp32_model(QKV& data, double block_len) {
+  const auto D = static_cast<double>(data.q.shape[3]), Skv = static_cast<double>(data.k.shape[2]);
+  return test::dot_product_model(test::unit_roundoff(Format::fp32()), D, 1.0 / std::sqrt(D), max_abs_of(data.q),
+                                 max_abs_of(data.k), max_abs_of(data.v), Skv, block_len);
+}
+
 TEST(Sage, SmoothingIsExactAndTheLseIsCorrected) {
-  // Q, K, V with a large shared bias (what smoothing removes), every rounding point fp32.
-  QKV data = uniform_qkv({1, 2, 150, 64}, 4.0, 1.0, test::fresh_seed(), DType::f32);
+  // Q, K, V with a large shared bias (what smoothing removes), every rounding point fp32. Smoothing
+  // rounds each operand element and dS once more (u |x| each, within the GEMM's gamma_{D+2} bound
+  // again): twice the exact policy's score error.
+  const std::uint64_t seed = test::kFixedSeeds[0];
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  QKV data = uniform_qkv({1, 2, 150, 64}, 4.0, 1.0, seed, DType::f32);
   const Result ref = reference(data, true);
+  test::AttentionErrorModel model = fp32_model(data, 64);
+  model.score_err *= 2.0;
   for (const char* policy : {"exact,smooth_k=1", "exact,smooth_q=1", "exact,smooth_v=1",
                              "exact,smooth_q=1,smooth_k=1,smooth_v=1"}) {
     SCOPED_TRACE(policy);
     const Result got = run(data, policy, true);
-    EXPECT_LT(compare(got.o, ref.o).rel_rmse, 1e-5);
-    expect_lse_near(got, ref, 1e-5);
+    EXPECT_LE(test::max_abs_diff(got.o, ref.o), test::attention_output_bound(model));
+    expect_lse_near(got, ref, model);
   }
 }
 
 TEST(Sage, Sage8OnNormalInputsMatchesTheReportedAccuracy) {
-  // SageAttention2's sm90 kernel measured CosSim 0.99930 and relative RMSE 3.7e-2 on N(0, 1) inputs.
-  QKV data = hybrid_qkv({1, 2, 512, 128}, 0.0, 0.0, test::fresh_seed(), DType::f16);
+  // SageAttention2's sm90 kernel measured CosSim 0.99930 and relative RMSE 3.7e-2 on N(0, 1) inputs:
+  // published figures, checked to their printed precision (0.999) and within 0.05.
+  const std::uint64_t seed = test::kFixedSeeds[1];
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  QKV data = hybrid_qkv({1, 2, 512, 128}, 0.0, 0.0, seed, DType::f16);
   const Result ref = reference(data);
   const ErrorMetrics m8 = compare(run(data, "sage8").o, ref.o);
   EXPECT_GT(m8.cos_sim, 0.999);
@@ -80,17 +127,31 @@ TEST(Sage, Sage8OnNormalInputsMatchesTheReportedAccuracy) {
 }
 
 TEST(Sage, LseOfQuantizedPoliciesStaysNearTheExactOne) {
-  QKV data = hybrid_qkv({1, 1, 256, 64}, 1.0, 0.0, test::fresh_seed(), DType::f16);
+  // The LSE is 1-Lipschitz in the scores (max norm), and P, V and their formats do not enter it, so
+  // its error is the score error of INT8 Q and K: |q^ k^ - q k| <= |q| dk + |k| dq + dq dk per
+  // channel, with dq, dk half a quantization step, at most max|Q| / 254 and (smoothed K lies within
+  // 2 max|K|) 2 max|K| / 254; D channels and alpha.
+  const std::uint64_t seed = test::kFixedSeeds[2];
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  QKV data = hybrid_qkv({1, 1, 256, 64}, 1.0, 0.0, seed, DType::f16);
   const Result ref = reference(data);
-  expect_lse_near(run(data, "sage8"), ref, 2e-2);
+  const double q_max = max_abs_of(data.q), k_max = 2.0 * max_abs_of(data.k);
+  const double dq = q_max / 254.0, dk = k_max / 254.0, D = 64.0, alpha = 1.0 / std::sqrt(D);
+  test::AttentionErrorModel model = fp32_model(data, 128);
+  model.score_err += alpha * D * (q_max * dk + k_max * dq + dq * dk);
+  expect_lse_near(run(data, "sage8"), ref, model);
 }
 
 TEST(Sage, OneAccumulatorEqualsTwoLevelWhenBothAreFp32) {
-  QKV data = uniform_qkv({1, 2, 200, 64}, 0.0, 1.0, test::fresh_seed(), DType::f32);
+  const std::uint64_t seed = test::kFixedSeeds[0];
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  QKV data = uniform_qkv({1, 2, 200, 64}, 0.0, 1.0, seed, DType::f32);
   const Result ref = reference(data);
-  EXPECT_LT(compare(run(data, "exact,two_level=0").o, ref.o).rel_rmse, 1e-6);
+  // One accumulator sums all 200 keys' P V: the in-block sum's length is the whole row.
+  EXPECT_LE(test::max_abs_diff(run(data, "exact,two_level=0").o, ref.o),
+            test::attention_output_bound(fp32_model(data, 200)));
   // With an FP22 accumulator kept across all blocks the error grows (the report's finding).
-  QKV big = hybrid_qkv({1, 1, 1024, 128}, 0.0, 0.0, test::fresh_seed(), DType::f16);
+  QKV big = hybrid_qkv({1, 1, 1024, 128}, 0.0, 0.0, seed + 1, DType::f16);
   const Result big_ref = reference(big);
   const double one = compare(run(big, "exact,pv_acc=fp22,two_level=0").o, big_ref.o).rel_rmse;
   const double two = compare(run(big, "exact,pv_acc=fp22").o, big_ref.o).rel_rmse;
@@ -98,40 +159,58 @@ TEST(Sage, OneAccumulatorEqualsTwoLevelWhenBothAreFp32) {
 }
 
 TEST(Decode, SplitKvGivesTheSameAnswerForAnySplitCount) {
-  QKV data = uniform_qkv({2, 4, 3, 64}, 0.0, 1.0, test::fresh_seed(), DType::f32);
-  data.k = uniform_qkv({2, 4, 1000, 64}, 0.0, 1.0, test::fresh_seed(), DType::f32).k;
-  data.v = uniform_qkv({2, 4, 1000, 64}, 0.0, 1.0, test::fresh_seed(), DType::f32).v;
+  const std::uint64_t seed = test::kFixedSeeds[1];
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  QKV data = uniform_qkv({2, 4, 3, 64}, 0.0, 1.0, seed, DType::f32);
+  data.k = uniform_qkv({2, 4, 1000, 64}, 0.0, 1.0, seed + 1, DType::f32).k;
+  data.v = uniform_qkv({2, 4, 1000, 64}, 0.0, 1.0, seed + 2, DType::f32).v;
   const Result ref = reference(data, true);
+  // Each split is within the bound of its keys' attention and the fp64 merge takes a convex
+  // combination of them (adding fp32 roundings of each part, well inside a second bound).
+  const test::AttentionErrorModel model = fp32_model(data, 32);
   for (int splits : {1, 2, 3, 7, 16}) {
     SCOPED_TRACE(splits);
     const Result got = run(data, "exact,s2=32,splits=" + std::to_string(splits), true);
-    EXPECT_LT(compare(got.o, ref.o).rel_rmse, 1e-6);
-    expect_lse_near(got, ref, 1e-5);
+    EXPECT_LE(test::max_abs_diff(got.o, ref.o), 2.0 * test::attention_output_bound(model));
+    expect_lse_near(got, ref, model);
   }
 }
 
 TEST(Decode, UnifiedMaxAgreesWithTheSynchronizedAlgorithm) {
   // Small scores: no row leaves the window, nothing is recomputed, the result equals the
   // synchronized one within rounding.
-  QKV data = hybrid_qkv({1, 4, 4, 128}, 0.0, 0.0, test::fresh_seed(), DType::f16);
-  data.k = hybrid_qkv({1, 4, 2048, 128}, 0.0, 0.0, test::fresh_seed(), DType::f16).k;
-  data.v = hybrid_qkv({1, 4, 2048, 128}, 0.0, 0.0, test::fresh_seed(), DType::f16).v;
+  const std::uint64_t seed = test::kFixedSeeds[2];
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  QKV data = hybrid_qkv({1, 4, 4, 128}, 0.0, 0.0, seed, DType::f16);
+  data.k = hybrid_qkv({1, 4, 2048, 128}, 0.0, 0.0, seed + 1, DType::f16).k;
+  data.v = hybrid_qkv({1, 4, 2048, 128}, 0.0, 0.0, seed + 2, DType::f16).v;
   const Result ref = reference(data);
   const Result unified = run(data, "fdpp");
   EXPECT_EQ(unified.stats.recomputed_rows, 0);
   EXPECT_EQ(unified.stats.rows, 16);
   const Result sync = run(data, "fdpp,shift=none");
-  EXPECT_LT(compare(unified.o, sync.o).rel_rmse, 2e-3);
-  EXPECT_LT(compare(unified.o, ref.o).rel_rmse, 2e-3);
-  expect_lse_near(unified, ref, 1e-4);
+  // fdpp's formats: S leaves the fp32-accumulated GEMM in fp16 (u16 |q . k|), P is fp16, the rest fp32.
+  const Policy pol = parse_policy("fdpp");
+  const ScoreMagnitudes s = score_magnitudes(data);
+  const double alpha = 1.0 / std::sqrt(128.0), u32 = test::unit_roundoff(Format::fp32());
+  test::AttentionErrorModel model = fp32_model(data, pol.block_kv);
+  model.score_err = alpha * (test::gamma_n(130, u32) * s.abs_dot + test::unit_roundoff(pol.s) * s.dot);
+  model.score_range = 2.0 * alpha * s.dot;
+  model.p_rel = test::unit_roundoff(pol.p);
+  const double bound = test::attention_output_bound(model);
+  EXPECT_LE(test::max_abs_diff(unified.o, ref.o), bound);
+  EXPECT_LE(test::max_abs_diff(unified.o, sync.o), 2.0 * bound);
+  expect_lse_near(unified, ref, model);
 }
 
 TEST(Decode, RowsLeavingTheWindowAreRecomputedAndCounted) {
   // A large scale pushes every row's scores far above phi = 0: all rows fall back to the
   // synchronized algorithm, whose result they then equal bit for bit.
-  QKV data = hybrid_qkv({1, 2, 5, 64}, 0.0, 0.0, test::fresh_seed(), DType::f16);
-  data.k = hybrid_qkv({1, 2, 600, 64}, 3.0, 0.0, test::fresh_seed(), DType::f16).k;
-  data.v = hybrid_qkv({1, 2, 600, 64}, 0.0, 0.0, test::fresh_seed(), DType::f16).v;
+  const std::uint64_t seed = test::kFixedSeeds[0];
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  QKV data = hybrid_qkv({1, 2, 5, 64}, 0.0, 0.0, seed, DType::f16);
+  data.k = hybrid_qkv({1, 2, 600, 64}, 3.0, 0.0, seed + 1, DType::f16).k;
+  data.v = hybrid_qkv({1, 2, 600, 64}, 0.0, 0.0, seed + 2, DType::f16).v;
   const Result unified = run(data, "fdpp", false, 4.0);
   EXPECT_EQ(unified.stats.recomputed_rows, 10);
   const Result sync = run(data, "fdpp,shift=none", false, 4.0);
