@@ -1,0 +1,275 @@
+"""Context parallelism: attention over a sequence sharded across the ranks of a torch.distributed
+process group, with every policy's partial results merged exactly through their LSE.
+
+Each rank holds a slice of the sequence, the same tokens for Q, K and V, ``[B, H, S_rank, D]``
+(``layout="bhsd"`` only). Two shard layouts:
+
+- ``zigzag=False`` (contiguous): rank r holds the r-th consecutive slice; the slices may have any
+  lengths (at least 1 each), in rank order.
+- ``zigzag=True`` (load-balanced for causal attention): the sequence is cut into 2N chunks by
+  :func:`numpy.array_split`'s rule (the first ``S mod 2N`` chunks one token longer) and rank r holds
+  chunks r and 2N-1-r, concatenated. Every rank then has the same causal work. :func:`shard` and
+  :func:`unshard` convert between the full sequence and either layout.
+
+Causal attention is over the global sequence (query i sees keys j <= i); each (query chunk, key
+chunk) pair is then either fully visible, the diagonal (the same chunk: causal within it, where
+pasa's bottom-right and top-left alignments agree) or fully masked and skipped.
+
+:func:`ring_attention` passes K/V around the ring with point-to-point sends (NCCL on GPUs, gloo on
+CPUs); the transfer of the next block is posted before the local attention on the current block, so
+they overlap (NCCL runs its transfers on its own stream; ``wait`` only orders torch's current
+stream after them). :func:`allgather_attention` gathers all of K/V first: less latency for short
+rings, memory for the whole K/V on every rank.
+
+Partial outputs are merged in float32 by their LSE. Every policy's LSE is the log of its full
+normalizer, shift included (PASA's running mean, the unified max of ``fdpp``), so the merge is the
+same for every policy and adds only float32 roundings. Importing this module imports torch.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from ._api import attention
+from ._errors import PasaError
+from ._policy import PolicyLike
+
+__all__ = ["ring_attention", "allgather_attention", "shard", "unshard", "merge_partial"]
+
+# A chunk of the global sequence as a rank stores it: (global start, local start, length).
+_Chunk = Tuple[int, int, int]
+
+
+def _split_lengths(total: int, parts: int) -> List[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def _chunk_bounds(total: int, parts: int) -> List[Tuple[int, int]]:
+    bounds, start = [], 0
+    for length in _split_lengths(total, parts):
+        bounds.append((start, start + length))
+        start += length
+    return bounds
+
+
+def _rank_chunks(lengths: Sequence[int], zigzag: bool) -> List[List[_Chunk]]:
+    """Each rank's chunks from every rank's local length; raises if they fit no layout."""
+    world, total = len(lengths), sum(lengths)
+    if min(lengths) < 1:
+        raise PasaError(f"q: every rank needs at least one token, got local lengths {list(lengths)}")
+    if not zigzag:
+        starts = [sum(lengths[:r]) for r in range(world)]
+        return [[(starts[r], 0, lengths[r])] for r in range(world)]
+    bounds = _chunk_bounds(total, 2 * world)
+    chunks = []
+    for r in range(world):
+        (a0, a1), (b0, b1) = bounds[r], bounds[2 * world - 1 - r]
+        if a1 - a0 + b1 - b0 != lengths[r] or a1 == a0 or b1 == b0:
+            raise PasaError(
+                f"q: local lengths {list(lengths)} are not the zig-zag layout of {total} tokens "
+                f"over {world} ranks (chunk lengths {_split_lengths(total, 2 * world)}); build the "
+                f"shards with pasa.distributed.shard(x, rank, world_size, zigzag=True)")
+        chunks.append([(a0, 0, a1 - a0), (b0, a1 - a0, b1 - b0)])
+    return chunks
+
+
+def shard(x: Tensor, rank: int, world_size: int, *, zigzag: bool = False) -> Tensor:
+    """Rank ``rank``'s slice of the full sequence ``x`` ``[B, H, S, D]`` (a view when contiguous).
+
+    Contiguous: :func:`numpy.array_split`'s rule over ``world_size`` slices. Zig-zag: chunks
+    ``rank`` and ``2 * world_size - 1 - rank`` of ``2 * world_size``, concatenated.
+    """
+    if not zigzag:
+        start, stop = _chunk_bounds(x.shape[2], world_size)[rank]
+        return x[:, :, start:stop]
+    bounds = _chunk_bounds(x.shape[2], 2 * world_size)
+    (a0, a1), (b0, b1) = bounds[rank], bounds[2 * world_size - 1 - rank]
+    return torch.cat([x[:, :, a0:a1], x[:, :, b0:b1]], dim=2)
+
+
+def unshard(shards: Sequence[Tensor], *, zigzag: bool = False) -> Tensor:
+    """The full sequence from every rank's slice (rank order), the inverse of :func:`shard`.
+
+    Works on any per-rank tensors whose dim 2 is the sequence (outputs ``[B, H, S, D]``) or whose
+    last dim is (LSEs ``[B, H, S]``).
+    """
+    dim = 2 if shards[0].dim() == 4 else shards[0].dim() - 1
+    chunks = _rank_chunks([s.shape[dim] for s in shards], zigzag)
+    pieces = [(g, s.narrow(dim, local, n)) for s, rank in zip(shards, chunks)
+              for g, local, n in rank]
+    return torch.cat([p for _, p in sorted(pieces, key=lambda gp: gp[0])], dim=dim)
+
+
+def merge_partial(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> None:
+    """Merges a partial attention result ``(o, lse)`` into the float32 ``(o_acc, lse_acc)``, in place.
+
+    Both are attention over disjoint key sets for the same queries; the merge is their
+    normalizer-weighted average, ``exp(lse_i - lse_new)``. Rows with ``lse = -inf`` (no visible key
+    yet) carry no weight; a row where both are -inf stays ``O = 0, LSE = -inf``.
+    """
+    lse = lse.to(torch.float32)
+    lse_new = torch.logaddexp(lse_acc, lse)
+    empty = torch.isneginf(lse_new)
+    safe = torch.where(empty, torch.zeros_like(lse_new), lse_new)
+    w_acc = torch.exp(lse_acc - safe).unsqueeze(-1)
+    w_new = torch.exp(lse - safe).unsqueeze(-1)
+    o_acc.mul_(w_acc).add_(w_new * o.to(torch.float32))
+    lse_acc.copy_(lse_new)
+
+
+def _group_info(group) -> Tuple[int, int]:
+    if not dist.is_available() or not dist.is_initialized():
+        raise PasaError("group: torch.distributed is not initialized; call "
+                        "torch.distributed.init_process_group first (e.g. under torchrun)")
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def _check_inputs(q: Tensor, k: Tensor, v: Tensor) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor) or x.dim() != 4:
+            raise PasaError(f"{name}: expected a 4-D torch.Tensor [B, H, S, D] (layout 'bhsd')")
+    if k.shape != v.shape:
+        raise PasaError(f"v: shape {tuple(v.shape)} differs from k's {tuple(k.shape)}")
+    if q.shape[2] != k.shape[2]:
+        raise PasaError(f"k: a rank holds the same tokens of q, k and v; got {q.shape[2]} query "
+                        f"and {k.shape[2]} key positions")
+
+
+def _global_rank(group, group_rank: int) -> int:
+    """The global rank of ``group_rank`` (modulo the group's size), what P2POp takes as peer."""
+    group_rank %= dist.get_world_size(group)
+    return group_rank if group is None else dist.get_global_rank(group, group_rank)
+
+
+def _all_lengths(local: int, device: torch.device, group) -> List[int]:
+    world = dist.get_world_size(group)
+    mine = torch.tensor([local], dtype=torch.int64, device=device)
+    every = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(every, mine, group=group)
+    return [int(t.item()) for t in every]
+
+
+def _partial(q: Tensor, k: Tensor, v: Tensor, diagonal: bool, policy: PolicyLike,
+             scale: Optional[float]) -> Tuple[Tensor, Tensor]:
+    """pasa.attention on one (query chunk, key chunk) pair, output kept in float32."""
+    out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
+    return attention(q, k, v, policy=policy, causal=diagonal, scale=scale, return_lse=True,
+                     out=out)
+
+
+def _attend_block(q: Tensor, q_chunks: List[_Chunk], kv: Tensor, kv_chunks: List[_Chunk],
+                  accumulators: List[Tuple[Tensor, Tensor]], causal: bool, policy: PolicyLike,
+                  scale: Optional[float]) -> None:
+    """Adds the attention of every local query chunk to one rank's K/V (``kv`` = stack of k, v)."""
+    for (q_start, q_local, q_len), (o_acc, lse_acc) in zip(q_chunks, accumulators):
+        q_part = q[:, :, q_local:q_local + q_len]
+        for kv_start, kv_local, kv_len in kv_chunks:
+            diagonal = causal and kv_start == q_start
+            if causal and not diagonal and kv_start > q_start:
+                continue  # every key of this chunk follows every query of q's chunk
+            k_part = kv[0, :, :, kv_local:kv_local + kv_len]
+            v_part = kv[1, :, :, kv_local:kv_local + kv_len]
+            o, lse = _partial(q_part, k_part, v_part, diagonal, policy, scale)
+            merge_partial(o_acc, lse_acc, o, lse)
+
+
+def _finish(q: Tensor, accumulators: List[Tuple[Tensor, Tensor]],
+            return_lse: bool) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    o = torch.cat([acc[0] for acc in accumulators], dim=2).to(q.dtype)
+    lse = torch.cat([acc[1] for acc in accumulators], dim=2)
+    return (o, lse) if return_lse else o
+
+
+def _accumulators(q: Tensor, q_chunks: List[_Chunk]) -> List[Tuple[Tensor, Tensor]]:
+    b, h, _, d = q.shape
+    return [(torch.zeros((b, h, n, d), dtype=torch.float32, device=q.device),
+             torch.full((b, h, n), float("-inf"), dtype=torch.float32, device=q.device))
+            for _, _, n in q_chunks]
+
+
+def ring_attention(q: Tensor, k: Tensor, v: Tensor, *, group=None, policy: PolicyLike = "exact",
+                   causal: bool = False, zigzag: bool = False, scale: Optional[float] = None,
+                   return_lse: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """Attention of this rank's queries over the K/V of every rank, K/V passed around the ring.
+
+    Args:
+        q: this rank's queries ``[B, H_q, S_rank, D]``; float32, float16 or bfloat16; CPU tensors
+            run the emulator (use gloo), CUDA tensors the kernels (use NCCL).
+        k, v: this rank's keys and values ``[B, H_kv, S_rank, D]`` (the same tokens as ``q``);
+            ``H_kv`` divides ``H_q`` (GQA).
+        group: the process group (the default group when None); ranks in group-rank order hold
+            the sequence's slices.
+        policy, scale: as in :func:`pasa.attention`.
+        causal: global causal mask over the whole sequence (query i sees keys j <= i).
+        zigzag: the shards are in the zig-zag layout (see the module's docstring); balances the
+            causal work across ranks.
+        return_lse: also return the float32 LSE ``[B, H_q, S_rank]`` over the whole sequence.
+
+    Returns:
+        This rank's output in ``q``'s dtype (and the LSE), equal to single-device attention on the
+        whole sequence within the policy's tolerance.
+    """
+    _check_inputs(q, k, v)
+    rank, world = _group_info(group)
+    chunks = _rank_chunks(_all_lengths(q.shape[2], q.device, group), zigzag)
+    accumulators = _accumulators(q, chunks[rank])
+    current = torch.stack([k, v]).contiguous()
+    send_to, recv_from = _global_rank(group, rank + 1), _global_rank(group, rank - 1)
+    for step in range(world):
+        source = (rank - step) % world
+        requests, incoming = [], None
+        if step + 1 < world:
+            # Post the next block's transfer before computing on this one, so they overlap.
+            sender = (source - 1) % world
+            incoming = current.new_empty(current.shape[:3] + (sum(c[2] for c in chunks[sender]),)
+                                         + current.shape[4:])
+            requests = dist.batch_isend_irecv([
+                dist.P2POp(dist.isend, current, send_to, group),
+                dist.P2POp(dist.irecv, incoming, recv_from, group)])
+        _attend_block(q, chunks[rank], current, chunks[source], accumulators, causal, policy,
+                      scale)
+        for request in requests:
+            request.wait()
+        if incoming is not None:
+            current = incoming
+    return _finish(q, accumulators, return_lse)
+
+
+def allgather_attention(q: Tensor, k: Tensor, v: Tensor, *, group=None,
+                        policy: PolicyLike = "exact", causal: bool = False, zigzag: bool = False,
+                        scale: Optional[float] = None,
+                        return_lse: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """Same arguments and result as :func:`ring_attention`, with all K/V gathered on every rank first.
+
+    One collective instead of N - 1 ring steps (better for short rings), and no merge: each local
+    query chunk attends once to the keys it sees (causal: the prefix that ends with its own chunk,
+    bottom-right aligned). Needs memory for the whole sequence's K/V on every rank.
+    """
+    _check_inputs(q, k, v)
+    rank, world = _group_info(group)
+    lengths = _all_lengths(q.shape[2], q.device, group)
+    chunks = _rank_chunks(lengths, zigzag)
+    local = torch.stack([k, v])
+    # all_gather needs equal sizes: pad every rank's K/V to the longest shard.
+    padded = local.new_zeros(local.shape[:3] + (max(lengths),) + local.shape[4:])
+    padded[:, :, :, :local.shape[3]] = local
+    gathered = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(gathered, padded, group=group)
+    pieces = sorted(((g, t[:, :, :, loc:loc + n]) for t, rank_chunks in zip(gathered, chunks)
+                     for g, loc, n in rank_chunks), key=lambda gp: gp[0])
+    kv = torch.cat([p for _, p in pieces], dim=3)
+    outputs, lses = [], []
+    for q_start, q_local, q_len in chunks[rank]:
+        stop = q_start + q_len if causal else kv.shape[3]
+        out = torch.empty(q[:, :, q_local:q_local + q_len].shape, dtype=q.dtype, device=q.device)
+        o, lse = attention(q[:, :, q_local:q_local + q_len], kv[0, :, :, :stop],
+                           kv[1, :, :, :stop], policy=policy, causal=causal, scale=scale,
+                           return_lse=True, out=out)
+        outputs.append(o)
+        lses.append(lse)
+    o, lse = torch.cat(outputs, dim=2), torch.cat(lses, dim=2)
+    return (o, lse) if return_lse else o

@@ -1,0 +1,217 @@
+"""pasa.distributed on the CPU: ring and all-gather attention over several gloo processes (the
+emulator on each), against single-device pasa.attention on the gathered sequence, for every preset,
+causal and not, contiguous (uneven) and zig-zag shards, GQA. Skipped where torch is not installed.
+
+Tolerance: a sharded run is a float32 LSE-weighted average of partial results, each the same policy
+on a subset of the keys, so its error against the fp64 reference is that of a single-device run
+(the test allows twice the single-device error, measured on the same inputs) plus the roundings the
+merge adds: each partial rounded to the policy's output format and the float32 merge, at most
+2 u_o + 8 u_fp32 times max|V| (weights sum to 1).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed: pasa.distributed untested")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available():
+    pytest.skip("this torch has no torch.distributed", allow_module_level=True)
+
+import pasa  # noqa: E402
+from conftest import np_attention  # noqa: E402
+from pasa import distributed as pd  # noqa: E402
+
+SEED = 18
+SEQ = 300
+B, H_Q, H_KV, D = 1, 4, 2, 64
+#: Uneven contiguous shard lengths (sum SEQ) per world size; zig-zag uses shard()'s rule.
+LENGTHS = {2: [130, 170], 3: [90, 140, 70]}
+U_FP32 = 2.0 ** -24
+
+
+def unit_roundoff(fmt: str) -> float:
+    named = {"fp32": 23, "fp16": 10, "bf16": 7, "fp22": 13}
+    if fmt in named:
+        return 2.0 ** -(named[fmt] + 1)
+    match = re.fullmatch(r"e(\d+)m(\d+)", fmt)
+    assert match, f"unknown format {fmt}"
+    return 2.0 ** -(int(match.group(2)) + 1)
+
+
+def make_inputs(seed: int):
+    """Q, K, V [B, H, SEQ, D] with a key mean that grows along the sequence.
+
+    Each shard then has its own score offset, so a merge that ignored a policy's shift (PASA's
+    running mean) would weight the shards wrongly by far more than the tolerance.
+    """
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, H_Q, SEQ, D)) + 0.5
+    ramp = np.linspace(0.0, 2.0, SEQ)[None, None, :, None]
+    k = rng.standard_normal((B, H_KV, SEQ, D)) + ramp
+    v = rng.standard_normal((B, H_KV, SEQ, D))
+    return tuple(x.astype(np.float32) for x in (q, k, v))
+
+
+def cases(world: int):
+    for policy in pasa.Policy.presets():
+        for causal in (False, True):
+            for zigzag in (False, True):
+                yield f"{policy}-{'causal' if causal else 'full'}-{'zigzag' if zigzag else 'contig'}"
+
+
+def parse_case(name: str):
+    policy, mask, shards = name.split("-")
+    return policy, mask == "causal", shards == "zigzag"
+
+
+def local_shard(x: torch.Tensor, rank: int, world: int, zigzag: bool) -> torch.Tensor:
+    if zigzag:
+        return pd.shard(x, rank, world, zigzag=True)
+    start = sum(LENGTHS[world][:rank])
+    return x[:, :, start:start + LENGTHS[world][rank]]
+
+
+def worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world)
+    try:
+        q, k, v = (torch.from_numpy(x) for x in make_inputs(SEED))
+        results = {}
+        for name in cases(world):
+            policy, causal, zigzag = parse_case(name)
+            ql, kl, vl = (local_shard(x, rank, world, zigzag) for x in (q, k, v))
+            for fn in (pd.ring_attention, pd.allgather_attention):
+                o, lse = fn(ql, kl, vl, policy=policy, causal=causal, zigzag=zigzag,
+                            return_lse=True)
+                results[(name, fn.__name__)] = (o, lse)
+        torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_world(world: int, tmp_path_factory):
+    out_dir = str(tmp_path_factory.mktemp(f"world{world}"))
+    init_file = os.path.join(out_dir, "rendezvous")
+    torch.multiprocessing.spawn(worker, args=(world, init_file, out_dir), nprocs=world, join=True)
+    per_rank = [torch.load(os.path.join(out_dir, f"rank{r}.pt")) for r in range(world)]
+    gathered = {}
+    for key in per_rank[0]:
+        zigzag = parse_case(key[0])[2]
+        gathered[key] = tuple(pd.unshard([per_rank[r][key][i] for r in range(world)],
+                                         zigzag=zigzag).numpy() for i in (0, 1))
+    return gathered
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    print(f"seed {SEED}")
+    return {world: run_world(world, tmp_path_factory) for world in (2, 3)}
+
+
+@pytest.fixture(scope="module")
+def single_device():
+    """Single-device pasa.attention and the fp64 reference of every (policy, causal)."""
+    q, k, v = make_inputs(SEED)
+    out = {}
+    for policy in pasa.Policy.presets():
+        for causal in (False, True):
+            out[(policy, causal)] = (
+                pasa.attention(q, k, v, policy=policy, causal=causal, return_lse=True),
+                pasa.reference(q, k, v, policy=policy, causal=causal, return_lse=True))
+    return out
+
+
+ALL_CASES = [(world, name, fn) for world in (2, 3) for name in cases(world)
+             for fn in ("ring_attention", "allgather_attention")]
+
+
+@pytest.mark.parametrize("world,name,fn", ALL_CASES)
+def test_matches_single_device(results, single_device, world, name, fn):
+    policy, causal, _ = parse_case(name)
+    o, lse = results[world][(name, fn)]
+    (o_single, lse_single), (o_ref, lse_ref) = single_device[(policy, causal)]
+    v_max = float(np.abs(make_inputs(SEED)[2]).max())
+    merge = 2 * unit_roundoff(pasa.Policy(policy).o) + 8 * U_FP32
+    err_single = np.abs(o_single - o_ref).max()
+    err = np.abs(o - o_ref).max()
+    assert err <= 2 * err_single + merge * v_max, (err, err_single)
+    lse_single_err = np.abs(lse_single - lse_ref).max()
+    lse_err = np.abs(lse - lse_ref).max()
+    assert lse_err <= 2 * lse_single_err + 8 * U_FP32 * np.abs(lse_ref).max(), (lse_err,
+                                                                                  lse_single_err)
+
+
+def test_exact_policy_matches_single_device_to_float32(results, single_device):
+    """With the exact policy only float32 roundings separate the runs (relative ~1e-6)."""
+    for world in (2, 3):
+        for zigzag in ("contig", "zigzag"):
+            for causal in (False, True):
+                name = f"exact-{'causal' if causal else 'full'}-{zigzag}"
+                o, _ = results[world][(name, "ring_attention")]
+                o_single = single_device[("exact", causal)][0][0]
+                np.testing.assert_allclose(o, o_single, rtol=0, atol=64 * U_FP32)
+
+
+def test_merge_partial_is_attention_over_the_union():
+    """Two halves of the keys, merged by LSE, equal attention over all of them (float32 merge)."""
+    rng = np.random.default_rng(SEED)
+    print(f"seed {SEED}")
+    q = rng.standard_normal((1, 2, 5, 16)) + 3.0
+    k = rng.standard_normal((1, 2, 12, 16)) * 2.0
+    v = rng.standard_normal((1, 2, 12, 16))
+    o_all, lse_all = np_attention(q, k, v)
+    o_a, lse_a = np_attention(q, k[:, :, :7], v[:, :, :7])
+    o_b, lse_b = np_attention(q, k[:, :, 7:], v[:, :, 7:])
+    o_acc = torch.zeros(1, 2, 5, 16)
+    lse_acc = torch.full((1, 2, 5), float("-inf"))
+    for o, lse in ((o_a, lse_a), (o_b, lse_b)):
+        pd.merge_partial(o_acc, lse_acc, torch.from_numpy(o).float(), torch.from_numpy(lse).float())
+    np.testing.assert_allclose(o_acc.numpy(), o_all, rtol=0, atol=16 * U_FP32 * np.abs(v).max())
+    np.testing.assert_allclose(lse_acc.numpy(), lse_all, rtol=16 * U_FP32, atol=0)
+
+
+def test_merge_partial_of_masked_rows():
+    """A partial with LSE = -inf carries no weight; two of them leave O = 0, LSE = -inf."""
+    o_acc = torch.zeros(1, 1, 2, 4)
+    lse_acc = torch.full((1, 1, 2), float("-inf"))
+    o = torch.tensor([[[[1.0, 2.0, 3.0, 4.0], [9.0, 9.0, 9.0, 9.0]]]])
+    lse = torch.tensor([[[0.5, float("-inf")]]])
+    pd.merge_partial(o_acc, lse_acc, o, lse)
+    assert o_acc[0, 0, 0].tolist() == [1.0, 2.0, 3.0, 4.0] and lse_acc[0, 0, 0].item() == 0.5
+    assert o_acc[0, 0, 1].tolist() == [0.0] * 4 and lse_acc[0, 0, 1].item() == float("-inf")
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+@pytest.mark.parametrize("zigzag", [False, True])
+def test_shard_unshard_round_trip(world, zigzag):
+    x = torch.arange(2 * 3 * 23 * 2, dtype=torch.float32).reshape(2, 3, 23, 2)
+    shards = [pd.shard(x, r, world, zigzag=zigzag) for r in range(world)]
+    assert sum(s.shape[2] for s in shards) == 23
+    assert torch.equal(pd.unshard(shards, zigzag=zigzag), x)
+    lse = x[..., 0]
+    assert torch.equal(pd.unshard([pd.shard(x, r, world, zigzag=zigzag)[..., 0]
+                                   for r in range(world)], zigzag=zigzag), lse)
+
+
+def test_zigzag_shards_hold_balanced_chunks():
+    x = torch.arange(8.0).reshape(1, 1, 8, 1)
+    assert pd.shard(x, 0, 2, zigzag=True).flatten().tolist() == [0, 1, 6, 7]
+    assert pd.shard(x, 1, 2, zigzag=True).flatten().tolist() == [2, 3, 4, 5]
+
+
+def test_lengths_that_are_not_zigzag_raise():
+    with pytest.raises(pasa.PasaError, match="zig-zag"):
+        pd.unshard([torch.zeros(1, 1, 3, 1), torch.zeros(1, 1, 5, 1)], zigzag=True)
+
+
+def test_needs_an_initialized_process_group():
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized in this process")
+    x = torch.zeros(1, 1, 4, 8)
+    with pytest.raises(pasa.PasaError, match="init_process_group"):
+        pd.ring_attention(x, x, x)
