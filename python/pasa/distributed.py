@@ -60,7 +60,8 @@ def _rank_chunks(lengths: Sequence[int], zigzag: bool) -> List[List[_Chunk]]:
     """Each rank's chunks from every rank's local length; raises if they fit no layout."""
     world, total = len(lengths), sum(lengths)
     if min(lengths) < 1:
-        raise PasaError(f"q: every rank needs at least one token, got local lengths {list(lengths)}")
+        raise PasaError(f"q: every rank needs at least one token, got local lengths "
+                        f"{list(lengths)}")
     if not zigzag:
         starts = [sum(lengths[:r]) for r in range(world)]
         return [[(starts[r], 0, lengths[r])] for r in range(world)]
@@ -105,7 +106,7 @@ def unshard(shards: Sequence[Tensor], *, zigzag: bool = False) -> Tensor:
 
 
 def merge_partial(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> None:
-    """Merges a partial attention result ``(o, lse)`` into the float32 ``(o_acc, lse_acc)``, in place.
+    """Merges a partial result ``(o, lse)`` into the float32 ``(o_acc, lse_acc)``, in place.
 
     Both are attention over disjoint key sets for the same queries; the merge is their
     normalizer-weighted average, ``exp(lse_i - lse_new)``. Rows with ``lse = -inf`` (no visible key
@@ -243,7 +244,7 @@ def allgather_attention(q: Tensor, k: Tensor, v: Tensor, *, group=None,
                         policy: PolicyLike = "exact", causal: bool = False, zigzag: bool = False,
                         scale: Optional[float] = None,
                         return_lse: bool = False) -> Union[Tensor, Tuple[Tensor, Tensor]]:
-    """Same arguments and result as :func:`ring_attention`, with all K/V gathered on every rank first.
+    """Same arguments and result as :func:`ring_attention`, all K/V gathered on every rank first.
 
     One collective instead of N - 1 ring steps (better for short rings), and no merge: each local
     query chunk attends once to the keys it sees (causal: the prefix that ends with its own chunk,

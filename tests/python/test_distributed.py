@@ -57,11 +57,12 @@ def make_inputs(seed: int):
     return tuple(x.astype(np.float32) for x in (q, k, v))
 
 
-def cases(world: int):
+def cases():
     for policy in pasa.Policy.presets():
         for causal in (False, True):
             for zigzag in (False, True):
-                yield f"{policy}-{'causal' if causal else 'full'}-{'zigzag' if zigzag else 'contig'}"
+                mask, shards = "causal" if causal else "full", "zigzag" if zigzag else "contig"
+                yield f"{policy}-{mask}-{shards}"
 
 
 def parse_case(name: str):
@@ -82,7 +83,7 @@ def worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     try:
         q, k, v = (torch.from_numpy(x) for x in make_inputs(SEED))
         results = {}
-        for name in cases(world):
+        for name in cases():
             policy, causal, zigzag = parse_case(name)
             ql, kl, vl = (local_shard(x, rank, world, zigzag) for x in (q, k, v))
             for fn in (pd.ring_attention, pd.allgather_attention):
@@ -126,7 +127,7 @@ def single_device():
     return out
 
 
-ALL_CASES = [(world, name, fn) for world in (2, 3) for name in cases(world)
+ALL_CASES = [(world, name, fn) for world in (2, 3) for name in cases()
              for fn in ("ring_attention", "allgather_attention")]
 
 
