@@ -1,0 +1,223 @@
+// pasa::attention_with_kvcache on the CPU. Every check runs before the first write (the append
+// included): the caches and the new keys, cache_seqlens, the block ids each sequence uses, the room
+// for the append, appends into blocks other sequences read, and finite values in everything read.
+// Then the new keys are written into the cache, and each sequence's keys are gathered from its
+// blocks into a contiguous buffer (the cache's dtype, bit for bit) for the emulator.
+#include <fmt/format.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "attention_checks.h"
+#include "pasa/error.h"
+#include "pasa/serving.h"
+#include "serving_sequence.h"
+#include "storage_convert.h"
+
+namespace pasa {
+namespace {
+
+// Where the positions of each sequence live: block ids and slots, paged or dense.
+struct CacheMap {
+  const std::int32_t* table;  // null: dense
+  std::int64_t max_blocks;    // table row length (1 for dense)
+  std::int64_t block_size;    // positions per block (S_max for dense)
+  std::int64_t block(std::int64_t b, std::int64_t p) const {
+    return table == nullptr ? b : table[b * max_blocks + p / block_size];
+  }
+  std::int64_t capacity() const { return max_blocks * block_size; }
+  std::int64_t blocks_for(std::int64_t len) const { return (len + block_size - 1) / block_size; }
+};
+
+void check_cache_view(const TensorView& t, const char* name) {
+  if (t.data == nullptr) throw Error(fmt::format("{}: data pointer is null", name));
+  const int dt = static_cast<int>(t.dtype);
+  if (dt < 0 || dt > static_cast<int>(DType::bf16)) {
+    throw Error(fmt::format("{}: unsupported dtype (code {}); use f32, f16 or bf16", name, dt));
+  }
+  static const char* dims[] = {"block (or batch)", "heads", "block size (or S_max)", "head dim"};
+  for (int i = 0; i < 4; ++i) {
+    if (t.shape[i] < 1) throw Error(fmt::format("{}: {} size is {}", name, dims[i], t.shape[i]));
+    if (t.stride[i] < 1) {
+      throw Error(fmt::format("{}: stride of the {} dimension is {} (the cache is written: strides "
+                              "must be positive)", name, dims[i], t.stride[i]));
+    }
+  }
+}
+
+// Copies D elements of one (position, head) row between views of the same dtype.
+void copy_row(const TensorView& src, std::int64_t src_offset, const TensorView& dst,
+              std::int64_t dst_offset) {
+  const std::size_t size = dtype_size(src.dtype);
+  const char* s = static_cast<const char*>(src.data);
+  char* d = static_cast<char*>(dst.data);
+  for (std::int64_t i = 0; i < src.dim(); ++i) {
+    std::memcpy(d + (dst_offset + i * dst.stride[3]) * size, s + (src_offset + i * src.stride[3]) * size,
+                size);
+  }
+}
+
+void check_finite_row(const TensorView& t, std::int64_t offset, const char* name, std::int64_t block,
+                      std::int64_t h, std::int64_t slot) {
+  for (std::int64_t d = 0; d < t.dim(); ++d) {
+    if (!std::isfinite(load_as_float(t.data, t.dtype, offset + d * t.stride[3]))) {
+      throw Error(fmt::format("{}: non-finite value at [{}, {}, {}, {}] (block, head, slot, dim; inputs "
+                              "must be finite, see docs/api.md)", name, block, h, slot, d));
+    }
+  }
+}
+
+// Everything about the caches, cache_seqlens, the block table and the new keys; returns S_new.
+std::int64_t check_cache(const KVCacheArgs& a, const CacheMap& map, std::int64_t B, std::int64_t H_kv) {
+  if (a.cache_seqlens == nullptr) throw Error("cache_seqlens: pointer is null");
+  const std::int64_t num_blocks = a.k_cache.shape[0];
+  if (a.block_table == nullptr && num_blocks != B) {
+    throw Error(fmt::format("k_cache: a dense cache (no block_table) needs one row per sequence: {} "
+                            "rows for batch {}", num_blocks, B));
+  }
+  if (a.block_table != nullptr && a.max_blocks < 1) {
+    throw Error(fmt::format("max_blocks: {} (block_table's row length must be at least 1)", a.max_blocks));
+  }
+  std::int64_t s_new = 0;
+  if ((a.k.data == nullptr) != (a.v.data == nullptr)) {
+    throw Error("k/v: give both new keys and new values, or neither");
+  }
+  if (a.k.data != nullptr) {
+    s_new = a.k.seq();
+    const std::array<std::int64_t, 4> want{B, H_kv, s_new, a.k_cache.dim()};
+    for (const auto& [t, name] : {std::pair{&a.k, "k"}, {&a.v, "v"}}) {
+      if (t->shape != want || s_new < 1) {
+        throw Error(fmt::format("{}: shape [{}, {}, {}, {}] is not [B, H_kv, S_new, D] = [{}, {}, S_new "
+                                ">= 1, {}]", name, t->shape[0], t->shape[1], t->shape[2], t->shape[3], B,
+                                H_kv, a.k_cache.dim()));
+      }
+      if (t->dtype != a.k_cache.dtype) {
+        throw Error(fmt::format("{}: dtype {} differs from the cache's {}", name, dtype_name(t->dtype),
+                                dtype_name(a.k_cache.dtype)));
+      }
+      if (t->device != Device::cpu) throw Error(fmt::format("{}: on a different device than q", name));
+    }
+  }
+  // Which sequence appends into each block: such a block must be no other sequence's.
+  std::vector<std::int64_t> appender(static_cast<std::size_t>(num_blocks), -1);
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t len = a.cache_seqlens[b];
+    if (len < 0) throw Error(fmt::format("cache_seqlens: [{}] = {} is negative", b, len));
+    if (len + s_new > map.capacity()) {
+      throw Error(fmt::format("cache_seqlens: sequence {} holds {} positions; appending {} needs {}, "
+                              "more than the cache's {} per sequence", b, len, s_new, len + s_new,
+                              map.capacity()));
+    }
+    for (std::int64_t i = 0; i < map.blocks_for(len + s_new); ++i) {
+      const std::int64_t id = map.block(b, i * map.block_size);
+      if (id < 0 || id >= num_blocks) {
+        throw Error(fmt::format("block_table: [{}, {}] = {} is outside [0, {}) (num_blocks)", b, i, id,
+                                num_blocks));
+      }
+      if (s_new > 0 && (i + 1) * map.block_size > len) appender[id] = b;  // the append writes here
+    }
+  }
+  if (s_new > 0) {
+    for (std::int64_t b = 0; b < B; ++b) {
+      for (std::int64_t i = 0; i < map.blocks_for(a.cache_seqlens[b] + s_new); ++i) {
+        const std::int64_t id = map.block(b, i * map.block_size);
+        if (appender[id] >= 0 && appender[id] != b) {
+          throw Error(fmt::format("block_table: block {} is used by sequences {} and {}, and {}'s append "
+                                  "writes into it", id, b, appender[id], appender[id]));
+        }
+      }
+    }
+  }
+  return s_new;
+}
+
+}  // namespace
+
+void attention_with_kvcache(const KVCacheArgs& args) {
+  check_serving_host(args.options, args.q);
+  check_cache_view(args.k_cache, "k_cache");
+  check_cache_view(args.v_cache, "v_cache");
+  if (args.v_cache.shape != args.k_cache.shape || args.v_cache.dtype != args.k_cache.dtype) {
+    throw Error("v_cache: shape or dtype differs from k_cache's");
+  }
+  if (args.k_cache.device != Device::cpu || args.v_cache.device != Device::cpu) {
+    throw Error("k_cache/v_cache: on a different device than q");
+  }
+  if (args.q.shape[1] % args.k_cache.heads() != 0 || args.q.dim() != args.k_cache.dim()) {
+    throw Error(fmt::format("k_cache: {} heads of dim {} do not fit q's {} heads of dim {} (H_q must be a "
+                            "multiple of H_kv, the head dims equal)", args.k_cache.heads(),
+                            args.k_cache.dim(), args.q.shape[1], args.q.dim()));
+  }
+  // q, o, lse and the options as the dense API checks them, with k and v standing for the cache of
+  // one sequence.
+  AttentionArgs whole = args.options;
+  whole.q = args.q;
+  whole.o = args.o;
+  whole.lse = args.lse;
+  whole.k = whole.v = slice_rows(args.k_cache, 0, 0, args.k_cache.shape[2]);
+  whole.k.shape[0] = whole.v.shape[0] = args.q.shape[0];
+  const ProblemShape shape = check_attention_args(whole);
+  if (shape.dim > 1024) {
+    throw Error(fmt::format("q: head dim {} is larger than the CPU backends' 1024", shape.dim));
+  }
+  const std::int64_t B = shape.batch;
+  const CacheMap map{args.block_table, args.block_table != nullptr ? args.max_blocks : 1,
+                     args.k_cache.shape[2]};
+  const std::int64_t s_new = check_cache(args, map, B, shape.heads_kv);
+  check_finite_host(args.q, "q");
+  if (s_new > 0) {
+    check_finite_host(args.k, "k");
+    check_finite_host(args.v, "v");
+  }
+  const TensorView* caches[] = {&args.k_cache, &args.v_cache};
+  const char* cache_names[] = {"k_cache", "v_cache"};
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t p = 0; p < args.cache_seqlens[b]; ++p) {
+      const std::int64_t id = map.block(b, p), slot = p % map.block_size;
+      for (int c = 0; c < 2; ++c) {
+        for (std::int64_t h = 0; h < shape.heads_kv; ++h) {
+          check_finite_row(*caches[c], caches[c]->offset(id, h, slot, 0), cache_names[c], id, h, slot);
+        }
+      }
+    }
+  }
+
+  // The append (flash-attn's semantics: the cache keeps the new keys).
+  const TensorView* news[] = {&args.k, &args.v};
+  for (std::int64_t b = 0; b < B && s_new > 0; ++b) {
+    for (std::int64_t i = 0; i < s_new; ++i) {
+      const std::int64_t p = args.cache_seqlens[b] + i, id = map.block(b, p), slot = p % map.block_size;
+      for (int c = 0; c < 2; ++c) {
+        for (std::int64_t h = 0; h < shape.heads_kv; ++h) {
+          copy_row(*news[c], news[c]->offset(b, h, i, 0), *caches[c], caches[c]->offset(id, h, slot, 0));
+        }
+      }
+    }
+  }
+
+  AttentionStats stats;
+  const std::int64_t D = shape.dim, H_kv = shape.heads_kv;
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t len = args.cache_seqlens[b] + s_new;
+    std::vector<std::uint8_t> bytes[2];
+    TensorView dense[2];
+    for (int c = 0; c < 2; ++c) {
+      bytes[c].resize(static_cast<std::size_t>(H_kv * len * D) * dtype_size(caches[c]->dtype));
+      dense[c] = bhsd_view(bytes[c].data(), caches[c]->dtype, 1, H_kv, len, D);
+      for (std::int64_t p = 0; p < len; ++p) {
+        const std::int64_t id = map.block(b, p), slot = p % map.block_size;
+        for (std::int64_t h = 0; h < H_kv; ++h) {
+          copy_row(*caches[c], caches[c]->offset(id, h, slot, 0), dense[c], dense[c].offset(0, h, p, 0));
+        }
+      }
+    }
+    run_sequence(args.options, slice_rows(args.q, b, 0, shape.seq_q), dense[0], dense[1],
+                 slice_rows(args.o, b, 0, shape.seq_q), slice_rows(args.lse, b, 0, shape.seq_q), stats);
+  }
+  if (args.options.stats != nullptr) *args.options.stats = stats;
+}
+
+}  // namespace pasa

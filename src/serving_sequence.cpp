@@ -1,0 +1,72 @@
+// One sequence of a serving batch as a dense problem for the emulator.
+#include "serving_sequence.h"
+
+#include <limits>
+
+#include "attention_checks.h"
+#include "cpu/backends.h"
+#include "pasa/error.h"
+#include "pasa/serving.h"
+#include "storage_convert.h"
+
+namespace pasa {
+
+TensorView packed_view(void* data, DType dtype, std::int64_t total, std::int64_t H, std::int64_t D,
+                       Device device) {
+  return bshd_view(data, dtype, 1, total, H, D, device);
+}
+
+TensorView slice_rows(const TensorView& t, std::int64_t b, std::int64_t s0, std::int64_t len) {
+  TensorView out = t;
+  const std::int64_t offset = b * t.stride[0] + s0 * t.stride[2];
+  out.data = static_cast<char*>(t.data) + offset * static_cast<std::int64_t>(dtype_size(t.dtype));
+  out.shape = {1, t.shape[1], len, t.shape[3]};
+  return out;
+}
+
+LseView slice_rows(const LseView& lse, std::int64_t b, std::int64_t s0, std::int64_t len) {
+  if (lse.data == nullptr) return lse;
+  LseView out = lse;
+  out.data = lse.data + b * lse.stride[0] + s0 * lse.stride[2];
+  out.shape = {1, lse.shape[1], len};
+  return out;
+}
+
+void check_serving_host(const AttentionArgs& options, const TensorView& q) {
+  if (options.backend == Backend::cuda || q.device != Device::cpu) {
+    throw Error("q: the varlen and KV-cache layouts run on the CPU emulator only (host tensors); the "
+                "GPU kernels do not read them yet");
+  }
+}
+
+void run_sequence(const AttentionArgs& options, const TensorView& q, const TensorView& k,
+                  const TensorView& v, const TensorView& o, const LseView& lse, AttentionStats& stats) {
+  if (q.seq() == 0) return;
+  if (k.seq() == 0) {
+    for (std::int64_t h = 0; h < o.heads(); ++h) {
+      for (std::int64_t s = 0; s < o.seq(); ++s) {
+        for (std::int64_t d = 0; d < o.dim(); ++d) {
+          store_from_double(o.data, o.dtype, o.offset(0, h, s, d), 0.0);
+        }
+        if (lse.data != nullptr) {
+          lse.data[h * lse.stride[1] + s * lse.stride[2]] = -std::numeric_limits<float>::infinity();
+        }
+      }
+    }
+    stats.rows += o.heads() * o.seq();
+    return;
+  }
+  AttentionArgs a = options;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  a.lse = lse;
+  AttentionStats one;
+  a.stats = &one;
+  emulate_attention(a, check_attention_args(a));
+  stats.rows += one.rows;
+  stats.recomputed_rows += one.recomputed_rows;
+}
+
+}  // namespace pasa

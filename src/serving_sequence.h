@@ -1,0 +1,25 @@
+// What the serving layouts (pasa/serving.h) share on the CPU: slicing one sequence out of a batched
+// or packed view, and running that sequence as the dense problem pasa::attention would see.
+#pragma once
+
+#include <cstdint>
+
+#include "pasa/attention.h"
+
+namespace pasa {
+
+// t[b, :, s0 : s0 + len, :] as a batch-of-one view (no copy).
+TensorView slice_rows(const TensorView& t, std::int64_t b, std::int64_t s0, std::int64_t len);
+// The matching rows of an LSE view (unchanged when its data is null).
+LseView slice_rows(const LseView& lse, std::int64_t b, std::int64_t s0, std::int64_t len);
+
+// Throws unless the call can run on the CPU emulator (host tensors, backend not cuda).
+void check_serving_host(const AttentionArgs& options, const TensorView& q);
+
+// Runs one sequence (q, k, v, o, lse its batch-of-one views) through the emulator with options' policy
+// and settings, adding its rows to `stats`. An empty q does nothing; no keys at all makes every row
+// fully masked: O = 0, LSE = -inf, as the dense API defines such rows.
+void run_sequence(const AttentionArgs& options, const TensorView& q, const TensorView& k,
+                  const TensorView& v, const TensorView& o, const LseView& lse, AttentionStats& stats);
+
+}  // namespace pasa

@@ -1,0 +1,72 @@
+// pasa::attention_varlen on the CPU: check the packed tensors and both cu_seqlens, then run each
+// sequence on its slices of the packed tensors.
+#include <fmt/format.h>
+
+#include "attention_checks.h"
+#include "pasa/error.h"
+#include "pasa/serving.h"
+#include "serving_sequence.h"
+
+namespace pasa {
+namespace {
+
+// cu_seqlens: [batch + 1] non-decreasing offsets from >= 0 to <= total, no sequence over max_seqlen.
+void check_cu_seqlens(const std::int32_t* cu, std::int64_t batch, std::int64_t total,
+                      std::int64_t max_seqlen, const char* name, const char* max_name) {
+  if (cu == nullptr) throw Error(fmt::format("{}: pointer is null", name));
+  if (cu[0] < 0) throw Error(fmt::format("{}: {}[0] = {} is negative", name, name, cu[0]));
+  for (std::int64_t b = 0; b < batch; ++b) {
+    if (cu[b + 1] < cu[b]) {
+      throw Error(fmt::format("{}: decreases: {}[{}] = {} > {}[{}] = {}", name, name, b, cu[b], name,
+                              b + 1, cu[b + 1]));
+    }
+    if (cu[b + 1] - cu[b] > max_seqlen) {
+      throw Error(fmt::format("{}: {} is less than sequence {}'s length {}", max_name, max_seqlen, b,
+                              cu[b + 1] - cu[b]));
+    }
+  }
+  if (cu[batch] > total) {
+    throw Error(fmt::format("{}: {}[{}] = {} is past the end of the {} packed tokens", name, name,
+                            batch, cu[batch], total));
+  }
+}
+
+}  // namespace
+
+void attention_varlen(const VarlenArgs& args) {
+  check_serving_host(args.options, args.q);
+  AttentionArgs whole = args.options;
+  whole.q = args.q;
+  whole.k = args.k;
+  whole.v = args.v;
+  whole.o = args.o;
+  whole.lse = args.lse;
+  const ProblemShape shape = check_attention_args(whole);
+  if (shape.batch != 1) {
+    throw Error(fmt::format("q: batch size {}; packed tensors are one batch of all the tokens "
+                            "(packed_view)", shape.batch));
+  }
+  if (shape.dim > 1024) {
+    throw Error(fmt::format("q: head dim {} is larger than the CPU backends' 1024", shape.dim));
+  }
+  if (args.batch < 1) throw Error(fmt::format("batch: {} (must be at least 1)", args.batch));
+  const std::int64_t B = args.batch;
+  const std::int32_t *cq = args.cu_seqlens_q, *ck = args.cu_seqlens_k;
+  check_cu_seqlens(cq, B, shape.seq_q, args.max_seqlen_q, "cu_seqlens_q", "max_seqlen_q");
+  check_cu_seqlens(ck, B, shape.seq_kv, args.max_seqlen_k, "cu_seqlens_k", "max_seqlen_k");
+  // Only the tokens the sequences own are read, so only they must be finite.
+  check_finite_host(slice_rows(args.q, 0, cq[0], cq[B] - cq[0]), "q");
+  check_finite_host(slice_rows(args.k, 0, ck[0], ck[B] - ck[0]), "k");
+  check_finite_host(slice_rows(args.v, 0, ck[0], ck[B] - ck[0]), "v");
+
+  AttentionStats stats;
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t q0 = cq[b], nq = cq[b + 1] - cq[b], k0 = ck[b], nk = ck[b + 1] - ck[b];
+    run_sequence(args.options, slice_rows(args.q, 0, q0, nq), slice_rows(args.k, 0, k0, nk),
+                 slice_rows(args.v, 0, k0, nk), slice_rows(args.o, 0, q0, nq),
+                 slice_rows(args.lse, 0, q0, nq), stats);
+  }
+  if (args.options.stats != nullptr) *args.options.stats = stats;
+}
+
+}  // namespace pasa
