@@ -2,6 +2,9 @@
 // has CUDA, and by src/cuda_absent/ (clear errors) when it does not.
 #pragma once
 
+#include <cstddef>
+#include <memory>
+
 #include "attention_checks.h"
 #include "pasa/attention.h"
 
@@ -13,5 +16,13 @@ bool cuda_backend_available();
 // Runs args on the GPU (all tensors on the device, work on args.stream). Throws pasa::Error for
 // policies, head dims, dtypes or devices the kernels do not support, before any launch.
 void cuda_attention(const AttentionArgs& args, const ProblemShape& shape);
+
+// The host decisions of one problem (src/cuda/cuda_attention.cpp). Planning checks what
+// cuda_attention checks except the data pointers; running launches only, into a caller-owned device
+// workspace of cuda_plan_workspace_bytes (no allocation, no device query, no pointer-kind check).
+struct CudaPlan;
+std::shared_ptr<const CudaPlan> plan_cuda_attention(const AttentionArgs& args, const ProblemShape& shape);
+std::size_t cuda_plan_workspace_bytes(const CudaPlan& plan);
+void run_cuda_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace);
 
 }  // namespace pasa

@@ -1,8 +1,11 @@
-// The CUDA backend's dispatch: checks what the kernels support (device, pointers, layout, dtypes,
-// head dim, policy), each failure a pasa::Error naming the argument before anything is launched;
-// then picks the path and launches on the caller's stream: the split-KV decode kernel for S_q <= 16
-// with the exact or fdpp policies, the prefill kernels (exact, pasa, sage8) otherwise. No synchronization:
-// scratch buffers come from pasa's own stream-ordered pool (device_pool.h). The one exception:
+// The CUDA backend's dispatch in two steps. The plan checks what the kernels support (device, layout,
+// dtypes, head dim, policy), each failure a pasa::Error naming the argument before anything is
+// launched, and takes every host decision once: the path (the split-KV decode kernel for S_q <= 16
+// with the exact or fdpp policies, the prefill kernels exact, pasa, sage8 otherwise), the decode split
+// plan and its workspace size; device attributes are read once per device, and a policy's family is
+// cached per thread. The run only fills the kernels' arguments and launches on the caller's stream.
+// Eager calls (pasa::attention) plan, check the pointers' memory, and take the workspace from pasa's
+// own stream-ordered pool (device_pool.h). No synchronization. The one exception:
 // AttentionStats of an fdpp (unified max) call read the device's count of recomputed rows, which
 // waits for the stream.
 #include <cuda_runtime.h>
@@ -10,10 +13,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "cuda/cuda_check.h"
 #include "cuda/decode_params.h"
+#include "cuda/device_pool.h"
 #include "cuda/kernel_params.h"
 #include "cuda_backend.h"
 #include "numerics/pasa_shift.h"
@@ -36,20 +44,41 @@ ElemType elem_type(DType d) {
   throw Error("unknown dtype");
 }
 
-// The device the work runs on must be sm_90 (the kernels are compiled for sm_90a only).
+// What the dispatch reads of a device, queried once per device for the life of the process.
+struct DeviceInfo {
+  int major, minor, sm_count;
+};
+
+const DeviceInfo& device_info(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::once_flag once[kMaxDevices];
+  static DeviceInfo info[kMaxDevices];
+  if (device < 0 || device >= kMaxDevices) {
+    throw Error("CUDA device " + std::to_string(device) + ": pasa supports device ordinals below 64");
+  }
+  std::call_once(once[device], [device] {  // an exception leaves the flag unset: the next call retries
+    DeviceInfo d{};
+    check_cuda(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device),
+               "cudaDeviceGetAttribute");
+    check_cuda(cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, device),
+               "cudaDeviceGetAttribute");
+    check_cuda(cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, device),
+               "cudaDeviceGetAttribute(multiprocessor count)");
+    info[device] = d;
+  });
+  return info[device];
+}
+
+// The current device, which must be sm_90 (the kernels are compiled for sm_90a only).
 int check_device() {
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  int major = 0, minor = 0;
-  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
-             "cudaDeviceGetAttribute");
-  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
-             "cudaDeviceGetAttribute");
-  if (major != 9 || minor != 0) {
+  const DeviceInfo& d = device_info(device);
+  if (d.major != 9 || d.minor != 0) {
     cudaDeviceProp prop{};
     check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
     throw Error("CUDA device " + std::to_string(device) + " (" + prop.name + ") has compute capability " +
-                std::to_string(major) + "." + std::to_string(minor) +
+                std::to_string(d.major) + "." + std::to_string(d.minor) +
                 "; the pasa kernels are built for sm_90 (H100 / H200) only");
   }
   return device;
@@ -75,17 +104,14 @@ void check_device_pointer(const void* ptr, const char* name, int device) {
   }
 }
 
-// The kernels read and write whole 16-byte rows: head-dim stride 1, 16-byte aligned rows.
+// The kernels read and write whole 16-byte rows: head-dim stride 1, strides in whole 16 bytes (the
+// plan checks), and 16-byte aligned data pointers (each call checks).
 void check_layout(const TensorView& t, const char* name) {
   if (t.stride[3] != 1) {
     throw Error(std::string(name) + ": head-dim stride is " + std::to_string(t.stride[3]) +
                 " (the CUDA kernels need stride[3] == 1, i.e. contiguous rows)");
   }
   const auto elem = static_cast<std::int64_t>(dtype_size(t.dtype));
-  if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) {
-    throw Error(std::string(name) + ": data pointer is not 16-byte aligned (the CUDA kernels need "
-                "16-byte aligned rows)");
-  }
   static const char* dims[] = {"batch", "heads", "sequence"};
   for (int i = 0; i < 3; ++i) {
     if ((t.stride[i] * elem) % 16 != 0) {
@@ -93,6 +119,13 @@ void check_layout(const TensorView& t, const char* name) {
                   std::to_string(t.stride[i]) + " elements) is not a multiple of 16 bytes (the CUDA "
                   "kernels need 16-byte aligned rows)");
     }
+  }
+}
+
+void check_aligned(const void* data, const char* name) {
+  if (reinterpret_cast<std::uintptr_t>(data) % 16 != 0) {
+    throw Error(std::string(name) + ": data pointer is not 16-byte aligned (the CUDA kernels need "
+                "16-byte aligned rows)");
   }
 }
 
@@ -228,6 +261,19 @@ Family classify_policy(const Policy& pol, DType in) {
   return Family::pasa;
 }
 
+// classify_policy's answer for the last policy and dtype this thread asked about: classifying
+// compares policies through their text, too slow to repeat on every call of a decode loop.
+Family classify_policy_cached(const Policy& pol, DType in) {
+  struct Entry {
+    Policy policy;
+    DType in;
+    Family family;
+  };
+  thread_local std::optional<Entry> last;
+  if (!last || last->in != in || last->policy != pol) last = Entry{pol, in, classify_policy(pol, in)};
+  return last->family;
+}
+
 cuda::Operand operand(const TensorView& t) { return {t.data, t.stride[0], t.stride[1], t.stride[2]}; }
 
 void fill_stats(AttentionStats* stats, const ProblemShape& ps, long long recomputed) {
@@ -238,30 +284,30 @@ void fill_stats(AttentionStats* stats, const ProblemShape& ps, long long recompu
 
 }  // namespace
 
-bool cuda_backend_available() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    return false;
-  }
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return major == 9 && minor == 0;
-}
+// Every host decision for one problem shape: what the CUDA kernels were checked to support, the
+// kernel family, the device, the decode split plan and PASA's M coefficients.
+struct CudaPlan {
+  ProblemShape shape;
+  Family family;
+  bool decode;
+  int device;
+  double alpha;
+  cuda::DecodePlan decode_plan;
+  float pasa_g, pasa_diag, pasa_off;  // pasa: M's fp16 entries (alpha folded in), their invariance G
+  float pasa_mean_key_factor;         // pseudo_avg=k: M's row sum; 0 for pseudo_avg=s
+  bool pasa_accurate;                 // pasa_accurate: S' and the softmax state in fp32
+};
 
-void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
+namespace {
+
+CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps) {
   if (args.q.device != Device::cuda) {
     throw Error("backend: the CUDA kernels need device tensors, but q is a host tensor (Device::cpu)");
   }
   if (args.lse.data != nullptr && args.lse.device != Device::cuda) {
     throw Error("lse: the CUDA kernels need a device LSE buffer, but lse is on the host");
   }
-  // Shape, dtype and layout first (no CUDA calls needed), then the device and the pointers.
+  // Shape, dtype and layout first (no CUDA calls needed), then the device.
   if (ps.dim != 64 && ps.dim != 128) {
     throw Error("q: head dim " + std::to_string(ps.dim) + " is not supported by the CUDA kernels "
                 "(64 or 128)");
@@ -278,9 +324,6 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
   check_layout(args.k, "k");
   check_layout(args.v, "v");
   check_layout(args.o, "o");
-  if (reinterpret_cast<std::uintptr_t>(args.lse.data) % alignof(float) != 0) {
-    throw Error("lse: data pointer is not 4-byte aligned");
-  }
   constexpr std::int64_t kMaxSeq = std::int64_t{1} << 30;
   if (ps.seq_q > kMaxSeq || ps.seq_kv > kMaxSeq) {
     throw Error("q/k: sequence lengths above 2^30 are not supported by the CUDA kernels");
@@ -288,23 +331,51 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
   if (ps.batch > 65535 || ps.heads_q > 65535) {
     throw Error("q: batch and head counts above 65535 are not supported by the CUDA kernels");
   }
-  const Family family = classify_policy(args.policy, in);
-  const bool decode = (family == Family::exact || family == Family::fdpp) && ps.seq_q <= cuda::kDecodeMaxSeqQ;
-  if (family == Family::fdpp && !decode) {
+  CudaPlan plan{};
+  plan.shape = ps;
+  plan.family = classify_policy_cached(args.policy, in);
+  plan.decode = (plan.family == Family::exact || plan.family == Family::fdpp) &&
+                ps.seq_q <= cuda::kDecodeMaxSeqQ;
+  if (plan.family == Family::fdpp && !plan.decode) {
     throw Error("policy '" + to_string(args.policy) + "': the fdpp policies (FlashDecoding++) run on the "
                 "CUDA decode path only, which takes S_q <= " + std::to_string(cuda::kDecodeMaxSeqQ) +
                 " (q has S_q = " + std::to_string(ps.seq_q) + ")");
   }
+  plan.device = check_device();
+  plan.alpha = resolve_scale(args, ps.dim);
+  if (plan.decode) {
+    const cuda::DecodeShape shape{static_cast<int>(ps.batch), static_cast<int>(ps.heads_kv),
+                                  static_cast<int>(ps.group()), static_cast<int>(ps.seq_q),
+                                  static_cast<int>(ps.seq_kv), static_cast<int>(ps.dim),
+                                  plan.family == Family::fdpp && args.policy.shift == Shift::unified,
+                                  args.policy.splits};
+    plan.decode_plan = cuda::plan_decode(shape, device_info(plan.device).sm_count);
+  }
+  if (plan.family == Family::pasa) {
+    const PasaShift shift = pasa_shift(args.policy.beta, cuda::kPasaBlockKv, plan.alpha, Format::fp16());
+    plan.pasa_g = static_cast<float>(shift.invariance);
+    plan.pasa_diag = static_cast<float>(shift.diag);
+    plan.pasa_off = static_cast<float>(shift.off);
+    plan.pasa_accurate = args.policy.softmax == Format::fp32();
+    plan.pasa_mean_key_factor = args.policy.pseudo_avg == PseudoAverage::keys
+                                    ? static_cast<float>(shift.diag + (cuda::kPasaBlockKv - 1) * shift.off)
+                                    : 0.0f;
+  }
+  return plan;
+}
 
-  const int device = check_device();
-  check_device_pointer(args.q.data, "q", device);
-  check_device_pointer(args.k.data, "k", device);
-  check_device_pointer(args.v.data, "v", device);
-  check_device_pointer(args.o.data, "o", device);
-  if (args.lse.data != nullptr) check_device_pointer(args.lse.data, "lse", device);
-
-  const double alpha = resolve_scale(args, ps.dim);
-
+// Launches `plan` on args' tensors and stream: no allocation, no device query, no synchronization
+// (except reading an fdpp call's recompute count for args.stats).
+void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) {
+  for (const auto& [t, name] : {std::pair{&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.o, "o"}}) {
+    check_aligned(t->data, name);
+  }
+  if (reinterpret_cast<std::uintptr_t>(args.lse.data) % alignof(float) != 0) {
+    throw Error("lse: data pointer is not 4-byte aligned");
+  }
+  const ProblemShape& ps = plan.shape;
+  const double alpha = plan.alpha;
+  const DType in = args.q.dtype;
   cuda::FwdParams p{};
   p.q = operand(args.q);
   p.k = operand(args.k);
@@ -329,6 +400,7 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
   // for a negative alpha; a zero alpha runs as 1e-30 (every visible key weighs the same either way).
   p.scale_log2 = std::max(static_cast<float>(std::fabs(alpha) * 1.4426950408889634), 1e-30f);
   p.negate_q = alpha < 0.0;
+  p.pasa_g = plan.pasa_g;
   const int batch = static_cast<int>(ps.batch);
   const int dim = static_cast<int>(ps.dim);
 
@@ -338,44 +410,80 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
   call.heads_kv = static_cast<int>(ps.heads_kv);
   call.head_dim = dim;
   call.in_type = elem_type(in);
-  call.device = device;
+  call.device = plan.device;
   call.alpha = alpha;
 
-  if (decode) {
+  if (plan.decode) {
     cuda::DecodeRequest r{};
     static_cast<cuda::KernelRequest&>(r) = call;
-    r.fdpp_formats = family == Family::fdpp;
-    r.unified = family == Family::fdpp && args.policy.shift == Shift::unified;
+    r.fdpp_formats = plan.family == Family::fdpp;
+    r.unified = plan.family == Family::fdpp && args.policy.shift == Shift::unified;
     r.phi = args.policy.phi;
     r.window_lo = args.policy.window_lo;
     r.window_hi = args.policy.window_hi;
-    r.policy_splits = args.policy.splits;
-    const long long recomputed = cuda::run_decode(r, args.stats != nullptr && r.unified, args.stream);
+    const long long recomputed =
+        cuda::run_decode(plan.decode_plan, r, workspace, args.stats != nullptr && r.unified, args.stream);
     fill_stats(args.stats, ps, recomputed);
     return;
   }
   fill_stats(args.stats, ps, 0);
-  if (family == Family::exact) {
+  if (plan.family == Family::exact) {
     cuda::launch_exact_fwd(p, batch, dim, elem_type(in), args.stream);
     return;
   }
-  if (family == Family::sage8) {
+  if (plan.family == Family::sage8) {
     cuda::launch_sage8(call, args.stream);
     return;
   }
-
-  // pasa: M's entries in fp16 (alpha folded in) and their invariance G.
-  const PasaShift shift = pasa_shift(args.policy.beta, cuda::kPasaBlockKv, alpha, Format::fp16());
   cuda::PasaRequest r{};
   r.call = call;
-  r.call.fwd.pasa_g = static_cast<float>(shift.invariance);
-  r.diag = static_cast<float>(shift.diag);
-  r.off = static_cast<float>(shift.off);
-  r.accurate = args.policy.softmax == Format::fp32();
-  r.mean_key_factor = args.policy.pseudo_avg == PseudoAverage::keys
-                          ? static_cast<float>(shift.diag + (cuda::kPasaBlockKv - 1) * shift.off)
-                          : 0.0f;
+  r.diag = plan.pasa_diag;
+  r.off = plan.pasa_off;
+  r.accurate = plan.pasa_accurate;
+  r.mean_key_factor = plan.pasa_mean_key_factor;
   cuda::launch_pasa(r, args.stream);
+}
+
+}  // namespace
+
+bool cuda_backend_available() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return false;
+  }
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return major == 9 && minor == 0;
+}
+
+std::shared_ptr<const CudaPlan> plan_cuda_attention(const AttentionArgs& args, const ProblemShape& shape) {
+  return std::make_shared<const CudaPlan>(make_plan(args, shape));
+}
+
+std::size_t cuda_plan_workspace_bytes(const CudaPlan& plan) {
+  return plan.decode ? plan.decode_plan.workspace_bytes : 0;
+}
+
+void run_cuda_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) {
+  run_plan(plan, args, workspace);
+}
+
+void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
+  const CudaPlan plan = make_plan(args, ps);
+  check_device_pointer(args.q.data, "q", plan.device);
+  check_device_pointer(args.k.data, "k", plan.device);
+  check_device_pointer(args.v.data, "v", plan.device);
+  check_device_pointer(args.o.data, "o", plan.device);
+  if (args.lse.data != nullptr) check_device_pointer(args.lse.data, "lse", plan.device);
+  cuda::StreamBuffer workspace(cuda_plan_workspace_bytes(plan), plan.device,
+                               static_cast<cudaStream_t>(args.stream));
+  run_plan(plan, args, workspace.get());
 }
 
 }  // namespace pasa

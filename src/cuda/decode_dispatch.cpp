@@ -1,7 +1,7 @@
-// The host side of the split-KV decode path: how many splits, the workspace (from pasa's pool), and
-// the launches. With FlashDecoding++'s unified max the sequence is: split kernel (unified) -> merge
-// (rows whose x - phi left the window are flagged and counted, not written) -> split kernel again in
-// synchronized mode (CTAs holding no flagged row return at once) -> merge of the flagged rows. All of
+// The host side of the split-KV decode path: how many splits and the workspace layout (planned once
+// per shape), and the launches into a workspace the caller owns. With FlashDecoding++'s unified max
+// the sequence is: split kernel (unified) -> merge (rows whose x - phi left the window are flagged
+// and counted, not written) -> split kernel again in synchronized mode (CTAs holding no flagged row return at once) -> merge of the flagged rows. All of
 // it is stream-ordered on the caller's stream; only counting the recomputed rows for
 // AttentionStats waits for the stream.
 #include <cuda_runtime.h>
@@ -12,7 +12,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/decode_params.h"
-#include "cuda/device_pool.h"
+#include "cuda/device_pool.h"  // align_up
 #include "pasa/error.h"
 
 namespace pasa::cuda {
@@ -37,30 +37,44 @@ int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_co
   return 1;
 }
 
-long long run_decode(const DecodeRequest& r, bool count_recomputed, void* stream_ptr) {
+DecodePlan plan_decode(const DecodeShape& shape, int sm_count) {
+  const DecodeTile tile = decode_tile(shape.head_dim);
+  DecodePlan plan{};
+  plan.rows = shape.group * shape.seq_q;
+  plan.m_tiles = plan.rows <= 16 ? 1 : kDecodeMaxMTiles;
+  plan.row_chunks = (plan.rows + 16 * plan.m_tiles - 1) / (16 * plan.m_tiles);
+  int splits = shape.policy_splits > 1
+                   ? shape.policy_splits
+                   : choose_decode_splits(static_cast<long long>(shape.batch) * shape.heads_kv * plan.row_chunks,
+                                          shape.seq_kv, tile.block_n, sm_count, tile.ctas_per_sm);
+  // Split boundaries on whole key tiles; no empty split.
+  const int per_split = (shape.seq_kv + splits - 1) / splits;
+  plan.split_keys = (per_split + tile.block_n - 1) / tile.block_n * tile.block_n;
+  plan.splits = (shape.seq_kv + plan.split_keys - 1) / plan.split_keys;
+  plan.direct = plan.splits == 1 && !shape.unified;
+  // Workspace: the splits' partials, the flags and the counter (none when the CTAs write O directly).
+  const std::size_t R = static_cast<std::size_t>(shape.batch) * shape.heads_kv * plan.rows;
+  const std::size_t S = static_cast<std::size_t>(plan.splits);
+  plan.o_bytes = align_up(S * R * shape.head_dim * sizeof(float));
+  plan.ml_bytes = align_up(S * R * 2 * sizeof(float));
+  plan.flag_bytes = align_up(S * R * sizeof(int));
+  plan.row_flag_bytes = align_up(R * sizeof(int));
+  plan.workspace_bytes =
+      plan.direct ? 0 : plan.o_bytes + plan.ml_bytes + plan.flag_bytes + plan.row_flag_bytes + 256;
+  return plan;
+}
+
+long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* workspace,
+                     bool count_recomputed, void* stream_ptr) {
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
-  const DecodeTile tile = decode_tile(r.head_dim);
   DecodeParams p{};
   p.fwd = r.fwd;
   p.heads_kv = r.heads_kv;
-  p.rows = r.fwd.group * r.fwd.seq_q;
-  const int m_tiles = p.rows <= 16 ? 1 : kDecodeMaxMTiles;
-  p.row_chunks = (p.rows + 16 * m_tiles - 1) / (16 * m_tiles);
-
-  int sm_count = 0;
-  check_cuda(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, r.device),
-             "cudaDeviceGetAttribute(multiprocessor count)");
-  const int seq_kv = r.fwd.seq_kv;
-  int splits = r.policy_splits > 1
-                   ? r.policy_splits
-                   : choose_decode_splits(static_cast<long long>(r.batch) * r.heads_kv * p.row_chunks, seq_kv,
-                                          tile.block_n, sm_count, tile.ctas_per_sm);
-  // Split boundaries on whole key tiles; no empty split.
-  const int per_split = (seq_kv + splits - 1) / splits;
-  p.split_keys = (per_split + tile.block_n - 1) / tile.block_n * tile.block_n;
-  splits = (seq_kv + p.split_keys - 1) / p.split_keys;
-  p.splits = splits;
-
+  p.rows = plan.rows;
+  p.row_chunks = plan.row_chunks;
+  p.split_keys = plan.split_keys;
+  p.splits = plan.splits;
+  p.direct = plan.direct;
   p.round_s = r.fdpp_formats;
   p.unified = r.unified;
   p.alpha = static_cast<float>(std::fabs(r.alpha));
@@ -68,25 +82,17 @@ long long run_decode(const DecodeRequest& r, bool count_recomputed, void* stream
   p.phi_log2 = static_cast<float>(r.phi * 1.4426950408889634);
   p.window_lo = static_cast<float>(r.window_lo);
   p.window_hi = static_cast<float>(r.window_hi);
-  p.direct = splits == 1 && !r.unified;
-
-  // Workspace: the splits' partials, the flags and the counter (none when the CTAs write O directly).
-  const std::size_t R = static_cast<std::size_t>(r.batch) * r.heads_kv * p.rows;
-  const std::size_t o_bytes = align_up(static_cast<std::size_t>(splits) * R * r.head_dim * sizeof(float));
-  const std::size_t ml_bytes = align_up(static_cast<std::size_t>(splits) * R * 2 * sizeof(float));
-  const std::size_t flag_bytes = align_up(static_cast<std::size_t>(splits) * R * sizeof(int));
-  const std::size_t row_flag_bytes = align_up(R * sizeof(int));
-  const std::size_t total = p.direct ? 0 : o_bytes + ml_bytes + flag_bytes + row_flag_bytes + 256;
-  StreamBuffer workspace(total, r.device, stream);
   if (!p.direct) {
-    char* w = static_cast<char*>(workspace.get());
+    char* w = static_cast<char*>(workspace);
     p.part_o = reinterpret_cast<float*>(w);
-    p.part_ml = reinterpret_cast<float*>(w + o_bytes);
-    p.part_flag = reinterpret_cast<int*>(w + o_bytes + ml_bytes);
-    p.row_flag = reinterpret_cast<int*>(w + o_bytes + ml_bytes + flag_bytes);
-    p.counter = reinterpret_cast<int*>(w + o_bytes + ml_bytes + flag_bytes + row_flag_bytes);
+    p.part_ml = reinterpret_cast<float*>(w + plan.o_bytes);
+    p.part_flag = reinterpret_cast<int*>(w + plan.o_bytes + plan.ml_bytes);
+    p.row_flag = reinterpret_cast<int*>(w + plan.o_bytes + plan.ml_bytes + plan.flag_bytes);
+    p.counter =
+        reinterpret_cast<int*>(w + plan.o_bytes + plan.ml_bytes + plan.flag_bytes + plan.row_flag_bytes);
   }
   const bool to_half = r.fdpp_formats && r.in_type == ElemType::bf16;
+  const int m_tiles = plan.m_tiles;
 
   launch_decode_split(p, r.batch, r.head_dim, m_tiles, r.in_type, to_half, stream);
   if (!p.direct) launch_decode_merge(p, r.batch, r.head_dim, 0, stream);

@@ -12,6 +12,7 @@
 // the partials are simply summed.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "cuda/kernel_params.h"
@@ -92,18 +93,36 @@ struct DecodeParams {
   int* counter;      // flagged rows (zeroed by the unified split kernel, counted by the first merge)
 };
 
-// The host side of one decode call (decode_dispatch.cpp): splits, workspace, launches.
+// What the decode plan depends on: the shape and the split count the policy asks for.
+struct DecodeShape {
+  int batch, heads_kv, group, seq_q, seq_kv, head_dim;
+  bool unified;       // FlashDecoding++'s unified max (needs the workspace even with one split)
+  int policy_splits;  // > 1: the policy fixes the split count; otherwise chosen from the shape
+};
+
+// The host decisions of one decode shape (decode_dispatch.cpp), taken once: the packed rows, the
+// split count and the workspace layout.
+struct DecodePlan {
+  int rows, m_tiles, row_chunks, splits, split_keys;
+  bool direct;  // one split, no unified max: the CTAs write O and the LSE, no workspace
+  std::size_t o_bytes, ml_bytes, flag_bytes, row_flag_bytes;  // the workspace's arrays, 256-aligned
+  std::size_t workspace_bytes;
+};
+DecodePlan plan_decode(const DecodeShape& shape, int sm_count);
+
+// One decode call's arguments (the pointers and the policy's numbers).
 struct DecodeRequest : KernelRequest {
   bool fdpp_formats;    // the fdpp policy's formats: fp16 scores, bf16 inputs rounded to fp16
   bool unified;         // FlashDecoding++'s unified max (fdpp_formats too)
   double phi, window_lo, window_hi;
-  int policy_splits;    // > 1: the policy fixes the split count; otherwise chosen from the shape
 };
 
-// Runs the decode path on `stream`. Returns the number of rows sent to the synchronized pass when
+// Launches the decode path on `stream` into `workspace` (plan.workspace_bytes, 256-byte aligned; not
+// read by another call in flight). Returns the number of rows sent to the synchronized pass when
 // `count_recomputed` (which then waits for the stream: the count lives on the device), else 0 with
-// no synchronization.
-long long run_decode(const DecodeRequest& r, bool count_recomputed, void* stream);
+// no synchronization, allocation or device query.
+long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* workspace,
+                     bool count_recomputed, void* stream);
 
 // Splits of the key axis for `base_ctas` CTAs per split: enough CTAs to fill sm_count SMs at
 // ctas_per_sm each, in whole waves where possible, each split at least two key tiles.

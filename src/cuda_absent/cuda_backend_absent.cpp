@@ -6,9 +6,20 @@ namespace pasa {
 
 bool cuda_backend_available() { return false; }
 
-void cuda_attention(const AttentionArgs&, const ProblemShape&) {
+namespace {
+
+[[noreturn]] void no_cuda() {
   throw Error("this build of pasa has no CUDA backend (configure with nvcc on the PATH to build the "
               "kernels); use host tensors for the CPU backends");
 }
+
+}  // namespace
+
+struct CudaPlan {};
+
+void cuda_attention(const AttentionArgs&, const ProblemShape&) { no_cuda(); }
+std::shared_ptr<const CudaPlan> plan_cuda_attention(const AttentionArgs&, const ProblemShape&) { no_cuda(); }
+std::size_t cuda_plan_workspace_bytes(const CudaPlan&) { no_cuda(); }
+void run_cuda_plan(const CudaPlan&, const AttentionArgs&, void*) { no_cuda(); }
 
 }  // namespace pasa

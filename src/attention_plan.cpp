@@ -1,0 +1,99 @@
+// AttentionPlan: the checks and decisions of pasa::attention made once; run() compares the call's
+// problem with the plan's (a few dozen integer comparisons) and launches.
+#include "pasa/attention_plan.h"
+
+#include <fmt/format.h>
+
+#include "attention_checks.h"
+#include "cpu/backends.h"
+#include "cuda_backend.h"
+#include "pasa/error.h"
+
+namespace pasa {
+namespace {
+
+bool same_view(const TensorView& a, const TensorView& b) {
+  return a.dtype == b.dtype && a.shape == b.shape && a.stride == b.stride && a.device == b.device;
+}
+
+bool same_lse(const LseView& a, const LseView& b) {
+  if ((a.data == nullptr) != (b.data == nullptr)) return false;
+  return a.data == nullptr || (a.shape == b.shape && a.stride == b.stride && a.device == b.device);
+}
+
+// The first field in which a call's problem differs from the plan's, or null. Compared: every field
+// of AttentionArgs but the data pointers, the stream and the stats.
+const char* differing_field(const AttentionArgs& call, const AttentionArgs& plan) {
+  if (!same_view(call.q, plan.q)) return "q";
+  if (!same_view(call.k, plan.k)) return "k";
+  if (!same_view(call.v, plan.v)) return "v";
+  if (!same_view(call.o, plan.o)) return "o";
+  if (!same_lse(call.lse, plan.lse)) return "lse";
+  if (call.scale != plan.scale) return "scale";
+  if (call.causal != plan.causal) return "causal";
+  if (call.alignment != plan.alignment) return "alignment";
+  if (call.backend != plan.backend) return "backend";
+  if (call.policy != plan.policy) return "policy";
+  return nullptr;
+}
+
+}  // namespace
+
+struct AttentionPlan::State {
+  AttentionArgs problem;  // the arguments planned for (their pointers are never read)
+  ProblemShape shape;
+  bool on_gpu;
+  std::shared_ptr<const CudaPlan> cuda;
+};
+
+AttentionPlan::AttentionPlan(const AttentionArgs& args) {
+  auto state = std::make_shared<State>();
+  state->shape = check_attention_args(args);
+  state->problem = args;
+  state->problem.stats = nullptr;
+  Backend backend = args.backend;
+  if (backend == Backend::automatic) {
+    backend = args.q.device == Device::cuda ? Backend::cuda : Backend::emulator;
+  }
+  state->on_gpu = backend == Backend::cuda;
+  if (state->on_gpu) {
+    state->cuda = plan_cuda_attention(args, state->shape);
+  } else {
+    if (args.q.device != Device::cpu) {
+      throw Error("backend: the CPU emulator needs host tensors, but q is on the GPU");
+    }
+    if (state->shape.dim > 1024) {
+      throw Error(fmt::format("q: head dim {} is larger than the CPU backends' 1024", state->shape.dim));
+    }
+  }
+  state_ = std::move(state);
+}
+
+std::size_t AttentionPlan::workspace_bytes() const {
+  return state_->on_gpu ? cuda_plan_workspace_bytes(*state_->cuda) : 0;
+}
+
+void AttentionPlan::run(const AttentionArgs& args, void* workspace) const {
+  const State& s = *state_;
+  if (const char* field = differing_field(args, s.problem)) {
+    throw Error(fmt::format("{}: differs from the problem the plan was made for (a plan runs one "
+                            "problem; make a new plan for this one)", field));
+  }
+  for (const auto& [t, name] : {std::pair{&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.o, "o"}}) {
+    if (t->data == nullptr) throw Error(fmt::format("{}: data pointer is null", name));
+  }
+  if (s.on_gpu) {
+    const std::size_t needed = cuda_plan_workspace_bytes(*s.cuda);
+    if (needed > 0 && workspace == nullptr) {
+      throw Error(fmt::format("workspace: null, but the plan needs {} bytes (workspace_bytes())", needed));
+    }
+    run_cuda_plan(*s.cuda, args, workspace);
+    return;
+  }
+  check_finite_host(args.q, "q");
+  check_finite_host(args.k, "k");
+  check_finite_host(args.v, "v");
+  emulate_attention(args, s.shape);
+}
+
+}  // namespace pasa

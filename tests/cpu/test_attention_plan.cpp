@@ -1,0 +1,93 @@
+// AttentionPlan on the CPU emulator: run() gives what pasa::attention gives, bit for bit, for every
+// preset and for new tensors of the planned problem; a call whose problem differs is refused before
+// anything is written.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "pasa/attention_plan.h"
+#include "test_util.h"
+
+namespace pasa {
+namespace {
+
+using test::Tensor4;
+
+struct Problem {
+  Tensor4 q, k, v, o;
+  std::vector<float> lse;
+  AttentionArgs args;
+  explicit Problem(std::uint64_t seed, std::int64_t S_q = 17, std::int64_t S_kv = 70) {
+    std::mt19937_64 rng(seed);
+    q = test::random_tensor(2, 4, S_q, 32, rng, DType::f16);
+    k = test::random_tensor(2, 2, S_kv, 32, rng, DType::f16, true);
+    v = test::random_tensor(2, 2, S_kv, 32, rng, DType::f16, true);
+    o = test::make_tensor(2, 4, S_q, 32, DType::f32);
+    test::poison(o);
+    lse.assign(static_cast<std::size_t>(2 * 4 * S_q), std::nanf(""));
+    args.q = q.view;
+    args.k = k.view;
+    args.v = v.view;
+    args.o = o.view;
+    args.lse = lse_view(lse.data(), 2, 4, S_q);
+    args.causal = true;
+  }
+};
+
+TEST(AttentionPlan, RunEqualsAttentionForEveryPresetAndNewTensors) {
+  for (const std::string& preset : preset_names()) {
+    const auto seed = test::fresh_seed();
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " policy " << preset);
+    Problem planned(seed);
+    planned.args.policy = preset_policy(preset);
+    const AttentionPlan plan(planned.args);
+    EXPECT_EQ(plan.workspace_bytes(), 0u);
+    for (std::uint64_t call = 0; call < 2; ++call) {  // other tensors (new pointers) of the same problem
+      Problem by_plan(seed + call), eager(seed + call);
+      by_plan.args.policy = eager.args.policy = planned.args.policy;
+      AttentionStats stats;
+      by_plan.args.stats = &stats;
+      plan.run(by_plan.args);
+      attention(eager.args);
+      EXPECT_EQ(by_plan.o.bytes, eager.o.bytes);
+      EXPECT_EQ(std::memcmp(by_plan.lse.data(), eager.lse.data(), eager.lse.size() * sizeof(float)), 0);
+      EXPECT_EQ(stats.rows, 2 * 4 * 17);
+    }
+  }
+}
+
+TEST(AttentionPlan, ACallOfAnotherProblemIsRefusedBeforeWriting) {
+  const auto seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  Problem planned(seed);
+  const AttentionPlan plan(planned.args);
+  auto expect_refused = [&](Problem& p, const std::string& needle) {
+    const auto before = p.o.bytes;
+    test::expect_error([&] { plan.run(p.args); }, needle);
+    EXPECT_TRUE(before == p.o.bytes) << needle;
+  };
+  Problem longer(seed, 17, 71);
+  expect_refused(longer, "k: differs from the problem the plan was made for");
+  Problem not_causal(seed);
+  not_causal.args.causal = false;
+  expect_refused(not_causal, "causal: differs");
+  Problem other_policy(seed);
+  other_policy.args.policy = preset_policy("pasa");
+  expect_refused(other_policy, "policy: differs");
+  Problem no_lse(seed);
+  no_lse.args.lse = LseView{};
+  expect_refused(no_lse, "lse: differs");
+  Problem nan_input(seed);
+  store_from_double(nan_input.v.bytes.data(), DType::f16, 5, NAN);
+  expect_refused(nan_input, "v: non-finite value");
+}
+
+TEST(AttentionPlan, PlanningChecksLikeAttention) {
+  Problem p(test::fresh_seed());
+  p.args.k.shape[1] = 3;
+  p.args.v.shape[1] = 3;
+  test::expect_error([&] { AttentionPlan plan(p.args); }, "3 K/V heads do not divide the 4 query heads");
+}
+
+}  // namespace
+}  // namespace pasa

@@ -1,0 +1,148 @@
+// AttentionPlan on the GPU: run() with a caller-owned workspace gives what pasa::attention gives, bit
+// for bit (decode with several splits, so the workspace is used, and prefill); a captured run() replays
+// on the inputs' current contents. Without an sm_90 GPU every test is skipped.
+#include <gtest/gtest.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "cuda_backend.h"
+#include "pasa/attention_plan.h"
+#include "test_util.h"
+
+namespace pasa {
+namespace {
+
+using test::Tensor4;
+
+#define REQUIRE_SM90()                                                                         \
+  do {                                                                                         \
+    if (!cuda_backend_available()) GTEST_SKIP() << "no sm_90 GPU: CUDA plan tests skipped"; \
+  } while (0)
+
+void cuda_ok(cudaError_t status, const char* what) {
+  ASSERT_EQ(status, cudaSuccess) << what << ": " << cudaGetErrorString(status);
+}
+
+// A device copy of a host tensor (same dtype, shape, strides), freed at the end of the scope.
+struct DeviceTensor {
+  void* ptr = nullptr;
+  std::size_t bytes;
+  TensorView view;
+  explicit DeviceTensor(const Tensor4& host) : bytes(host.bytes.size()), view(host.view) {
+    cudaMalloc(&ptr, bytes);
+    upload(host);
+    view.data = ptr;
+    view.device = Device::cuda;
+  }
+  ~DeviceTensor() { cudaFree(ptr); }
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+  void upload(const Tensor4& host) { cudaMemcpy(ptr, host.bytes.data(), bytes, cudaMemcpyHostToDevice); }
+  std::vector<std::uint8_t> download() const {
+    std::vector<std::uint8_t> out(bytes);
+    cudaMemcpy(out.data(), ptr, bytes, cudaMemcpyDeviceToHost);
+    return out;
+  }
+  void poison() { cudaMemset(ptr, 0xff, bytes); }  // NaN in f16
+};
+
+Policy exact_fp16(int splits) {
+  Policy p = preset_policy("exact");
+  p.input = p.p = Format::fp16();
+  p.splits = splits;
+  return p;
+}
+
+struct Shape {
+  std::int64_t B, Hq, Hkv, Sq, Skv;
+  int splits;
+};
+
+TEST(CudaPlan, RunWithACallerWorkspaceEqualsAttentionAndReplaysInAGraph) {
+  REQUIRE_SM90();
+  const Shape shapes[] = {{3, 32, 8, 1, 1000, 3}, {1, 32, 8, 1, 4096, 1}, {2, 4, 2, 300, 300, 1}};
+  for (const Shape& s : shapes) {
+    const auto seed = test::fresh_seed();
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " B" << s.B << " Sq" << s.Sq << " Skv" << s.Skv
+                                      << " splits " << s.splits);
+    std::mt19937_64 rng(seed);
+    Tensor4 q = test::random_tensor(s.B, s.Hq, s.Sq, 128, rng, DType::f16);
+    Tensor4 q2 = test::random_tensor(s.B, s.Hq, s.Sq, 128, rng, DType::f16);
+    Tensor4 k = test::random_tensor(s.B, s.Hkv, s.Skv, 128, rng, DType::f16);
+    Tensor4 v = test::random_tensor(s.B, s.Hkv, s.Skv, 128, rng, DType::f16);
+    Tensor4 o = test::make_tensor(s.B, s.Hq, s.Sq, 128, DType::f16);
+    DeviceTensor dq(q), dk(k), dv(v), d_o(o);
+    cudaStream_t stream = nullptr;
+    cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
+    AttentionArgs args;
+    args.q = dq.view;
+    args.k = dk.view;
+    args.v = dv.view;
+    args.o = d_o.view;
+    args.policy = exact_fp16(s.splits);
+    args.causal = true;
+    args.stream = stream;
+
+    d_o.poison();
+    attention(args);
+    cuda_ok(cudaStreamSynchronize(stream), "eager call");
+    const auto eager = d_o.download();
+
+    const AttentionPlan plan(args);
+    if (s.splits > 1) EXPECT_GT(plan.workspace_bytes(), 0u);
+    void* workspace = nullptr;
+    cuda_ok(cudaMalloc(&workspace, std::max<std::size_t>(plan.workspace_bytes(), 1)), "cudaMalloc");
+    d_o.poison();
+    plan.run(args, workspace);
+    cuda_ok(cudaStreamSynchronize(stream), "plan run");
+    EXPECT_EQ(d_o.download(), eager) << "plan.run differs from pasa::attention";
+
+    // Capture run(), then replay it after new queries were written into the same buffer.
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+    plan.run(args, workspace);
+    cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    dq.upload(q2);
+    d_o.poison();
+    cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    cuda_ok(cudaStreamSynchronize(stream), "graph replay");
+    const auto replayed = d_o.download();
+    d_o.poison();
+    attention(args);
+    cuda_ok(cudaStreamSynchronize(stream), "eager call on the new queries");
+    EXPECT_EQ(replayed, d_o.download()) << "graph replay differs from pasa::attention on the new queries";
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaFree(workspace);
+    cudaStreamDestroy(stream);
+  }
+}
+
+TEST(CudaPlan, RunRefusesAnotherProblemAndAMissingWorkspace) {
+  REQUIRE_SM90();
+  std::mt19937_64 rng(test::fresh_seed());
+  Tensor4 q = test::random_tensor(1, 32, 1, 128, rng, DType::f16);
+  Tensor4 k = test::random_tensor(1, 8, 2000, 128, rng, DType::f16);
+  Tensor4 o = test::make_tensor(1, 32, 1, 128, DType::f16);
+  DeviceTensor dq(q), dk(k), dv(k), d_o(o);
+  AttentionArgs args;
+  args.q = dq.view;
+  args.k = dk.view;
+  args.v = dv.view;
+  args.o = d_o.view;
+  args.policy = exact_fp16(4);
+  const AttentionPlan plan(args);
+  ASSERT_GT(plan.workspace_bytes(), 0u);
+  test::expect_error([&] { plan.run(args, nullptr); }, "workspace: null, but the plan needs");
+  AttentionArgs shorter = args;
+  shorter.k.shape[2] = shorter.v.shape[2] = 1999;
+  test::expect_error([&] { plan.run(shorter, nullptr); }, "k: differs from the problem the plan was made for");
+}
+
+}  // namespace
+}  // namespace pasa
