@@ -22,6 +22,7 @@ from ._capture import CallInfo, Capture, Patch, capture, default_name, patch
 from ._errors import PasaError
 from ._io import load, save
 from ._policy import Policy, PolicyLike
+from ._serving import attention_with_kvcache
 
 __version__: str = _core.__version__
 #: True when this build has the CUDA kernels (nvcc was found when it was built).
@@ -29,6 +30,7 @@ built_with_cuda: bool = bool(_core.built_with_cuda)
 
 __all__ = [
     "attention",
+    "attention_with_kvcache",
     "sdpa",
     "reference",
     "Policy",

@@ -13,7 +13,7 @@ from typing import Any, Optional, Tuple, Union
 
 import numpy as np
 
-from . import _core
+from . import _core, _serving
 from ._arrays import (allocate_outputs, as_kernel_argument, check_array, is_cupy_array,
                       is_torch_tensor)
 from ._errors import PasaError, real_argument
@@ -68,6 +68,10 @@ def attention(
     return_lse: bool = False,
     out: Optional[Any] = None,
     stream: Optional[int] = None,
+    cu_seqlens_q: Optional[Any] = None,
+    cu_seqlens_k: Optional[Any] = None,
+    max_seqlen_q: Optional[int] = None,
+    max_seqlen_k: Optional[int] = None,
 ) -> Union[Any, Tuple[Any, Any]]:
     """Softmax attention ``softmax(scale * q k^T) v`` under a precision policy.
 
@@ -91,6 +95,11 @@ def attention(
             default a new array of ``q``'s kind, shape and dtype.
         stream: CUDA stream handle (``cudaStream_t`` as an int) for device arrays that are neither
             torch nor CuPy; torch and CuPy calls use their current stream.
+        cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k: packed variable-length batches
+            (flash-attn's varlen names; host arrays, CPU emulator): q is ``[total_q, H_q, D]``, k and
+            v ``[total_k, H_kv, D]``; sequence ``b`` owns tokens ``cu_seqlens[b]:cu_seqlens[b+1]``
+            (int32 ``[B + 1]``). The output is ``[total_q, H_q, D]``, the LSE ``[H_q, total_q]``;
+            tokens past ``cu_seqlens_q[B]`` are not written.
 
     Returns:
         The output, or ``(output, lse)`` when ``return_lse`` is True.
@@ -101,6 +110,14 @@ def attention(
     """
     scale_value = _check_options(causal, causal_alignment, scale, layout, return_lse)
     _check_stream(stream)
+    if cu_seqlens_q is not None or cu_seqlens_k is not None:
+        if cu_seqlens_q is None or cu_seqlens_k is None or max_seqlen_q is None or max_seqlen_k is None:
+            raise PasaError("cu_seqlens_q: packed inputs need cu_seqlens_q, cu_seqlens_k, "
+                            "max_seqlen_q and max_seqlen_k together")
+        return _serving.attention_varlen(
+            q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+            max_seqlen_k=max_seqlen_k, policy=policy, causal=bool(causal),
+            causal_alignment=causal_alignment, scale=scale_value, return_lse=bool(return_lse), out=out)
     if is_torch_tensor(q) or is_torch_tensor(k) or is_torch_tensor(v):
         from . import _torch
 

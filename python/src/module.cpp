@@ -41,4 +41,5 @@ NB_MODULE(_core, m) {
   pasa::python::bind_policy(m);
   pasa::python::bind_attention(m);
   pasa::python::bind_io(m);
+  pasa::python::bind_serving(m);
 }

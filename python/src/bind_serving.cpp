@@ -1,0 +1,158 @@
+// pasa._core.attention_varlen and pasa._core.attention_with_kvcache: the serving layouts of
+// pasa/serving.h on DLPack arrays, in flash-attn's layouts (packed [total, H, D]; caches
+// [num_blocks, block_size, H_kv, D]; q [B, S_q, H_q, D]). Outputs are allocated by the caller.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "array_views.h"
+#include "bindings.h"
+#include "pasa/error.h"
+#include "pasa/serving.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace pasa::python {
+namespace {
+
+// A packed [total, H, D] array as the [1, H, total, D] view pasa/serving.h reads.
+TensorView packed_array_view(const ArrayInfo& a, const char* name) {
+  if (a.ndim != 3) {
+    throw Error(fmt::format("{}: expected a 3-D packed array [total, H, D], got {}-D with shape {}", name,
+                            a.ndim, shape_text(a)));
+  }
+  const std::int64_t shape[4] = {1, a.shape[0], a.shape[1], a.shape[2]};
+  const std::int64_t strides[4] = {std::max<std::int64_t>(1, a.shape[0] * a.strides[0]), a.strides[0],
+                                   a.strides[1], a.strides[2]};
+  ArrayInfo four = a;
+  four.ndim = 4;
+  four.shape = shape;
+  four.strides = strides;
+  return attention_view(four, name, Layout::bshd);
+}
+
+// A host int32 array of `rank` dims, C-contiguous: cu_seqlens, cache_seqlens, block_table.
+const std::int32_t* int32_array(const ArrayInfo& a, const char* name, std::size_t rank) {
+  const bool int32 = a.dtype == nb::dtype<std::int32_t>();
+  if (a.ndim != rank || !int32) {
+    throw Error(fmt::format("{}: expected a {}-D int32 array, got {}-D {} with shape {}", name, rank,
+                            a.ndim, dtype_text(a.dtype), shape_text(a)));
+  }
+  if (a.device_type != 1) {
+    throw Error(fmt::format("{}: on {}; the CPU emulator reads it on the host", name, device_text(a)));
+  }
+  if (a.strides[rank - 1] != 1 && a.shape[rank - 1] > 1) {
+    throw Error(fmt::format("{}: must be contiguous (numpy.ascontiguousarray)", name));
+  }
+  if (rank == 2 && a.shape[0] > 1 && a.strides[0] != a.shape[1]) {
+    throw Error(fmt::format("{}: rows must be contiguous (numpy.ascontiguousarray)", name));
+  }
+  return static_cast<const std::int32_t*>(a.data);
+}
+
+AttentionArgs options(const Policy& policy, bool causal, const std::string& alignment,
+                      std::optional<double> scale) {
+  AttentionArgs o;
+  o.policy = policy;
+  o.causal = causal;
+  if (alignment != "bottom_right" && alignment != "top_left") {
+    throw Error("causal_alignment: '" + alignment + "' is not 'bottom_right' or 'top_left'");
+  }
+  o.alignment = alignment == "top_left" ? CausalAlignment::top_left : CausalAlignment::bottom_right;
+  o.scale = scale;
+  return o;
+}
+
+void attention_varlen(const InputArray& q, const InputArray& k, const InputArray& v,
+                      const OutputArray& out, const std::optional<OutputArray>& lse,
+                      const InputArray& cu_seqlens_q, const InputArray& cu_seqlens_k,
+                      std::int64_t max_seqlen_q, std::int64_t max_seqlen_k, const Policy& policy,
+                      bool causal, const std::string& alignment, std::optional<double> scale) {
+  VarlenArgs args;
+  args.options = options(policy, causal, alignment, scale);
+  const ArrayInfo qi = array_info(q), oi = array_info(out), cq = array_info(cu_seqlens_q),
+                  ck = array_info(cu_seqlens_k);
+  args.q = packed_array_view(qi, "q");
+  args.k = packed_array_view(array_info(k), "k");
+  args.v = packed_array_view(array_info(v), "v");
+  args.o = packed_array_view(oi, "out");
+  check_no_overlap(oi, "out", qi, "q");
+  args.cu_seqlens_q = int32_array(cq, "cu_seqlens_q", 1);
+  args.cu_seqlens_k = int32_array(ck, "cu_seqlens_k", 1);
+  if (cq.shape[0] < 2 || ck.shape[0] != cq.shape[0]) {
+    throw Error(fmt::format("cu_seqlens_k: cu_seqlens_q and cu_seqlens_k need the same length B + 1 >= "
+                            "2, got {} and {}", cq.shape[0], ck.shape[0]));
+  }
+  args.batch = cq.shape[0] - 1;
+  args.max_seqlen_q = max_seqlen_q;
+  args.max_seqlen_k = max_seqlen_k;
+  if (lse) {  // flash-attn's varlen LSE: [H_q, total_q]
+    const ArrayInfo li = array_info(*lse);
+    if (li.ndim != 2 || pasa_dtype(li.dtype) != DType::f32 || li.device_type != 1) {
+      throw Error("lse: expected a 2-D float32 host array [H_q, total_q]");
+    }
+    args.lse.data = static_cast<float*>(li.data);
+    args.lse.shape = {1, li.shape[0], li.shape[1]};
+    args.lse.stride = {li.shape[0] * li.strides[0], li.strides[0], li.strides[1]};
+  }
+  nb::gil_scoped_release release;
+  pasa::attention_varlen(args);
+}
+
+void attention_with_kvcache(const InputArray& q, const OutputArray& k_cache,
+                            const OutputArray& v_cache, const std::optional<InputArray>& k,
+                            const std::optional<InputArray>& v, const OutputArray& out,
+                            const std::optional<OutputArray>& lse, const InputArray& cache_seqlens,
+                            const std::optional<InputArray>& block_table, const Policy& policy,
+                            bool causal, const std::string& alignment, std::optional<double> scale) {
+  KVCacheArgs args;
+  args.options = options(policy, causal, alignment, scale);
+  const ArrayInfo qi = array_info(q), oi = array_info(out), kc = array_info(k_cache),
+                  vc = array_info(v_cache), cs = array_info(cache_seqlens);
+  args.q = attention_view(qi, "q", Layout::bshd);
+  args.o = attention_view(oi, "out", Layout::bshd);
+  args.k_cache = attention_view(kc, "k_cache", Layout::bshd);
+  args.v_cache = attention_view(vc, "v_cache", Layout::bshd);
+  for (const ArrayInfo* cache : {&kc, &vc}) check_no_overlap(oi, "out", *cache, "the cache");
+  if (k) args.k = attention_view(array_info(*k), "k", Layout::bshd);
+  if (v) args.v = attention_view(array_info(*v), "v", Layout::bshd);
+  args.cache_seqlens = int32_array(cs, "cache_seqlens", 1);
+  if (cs.shape[0] != args.q.batch()) {
+    throw Error(fmt::format("cache_seqlens: {} entries for a batch of {}", cs.shape[0], args.q.batch()));
+  }
+  if (block_table) {
+    const ArrayInfo bt = array_info(*block_table);
+    args.block_table = int32_array(bt, "block_table", 2);
+    if (bt.shape[0] != args.q.batch()) {
+      throw Error(fmt::format("block_table: {} rows for a batch of {}", bt.shape[0], args.q.batch()));
+    }
+    args.max_blocks = bt.shape[1];
+  }
+  if (lse) args.lse = lse_output_view(array_info(*lse));
+  nb::gil_scoped_release release;
+  pasa::attention_with_kvcache(args);
+}
+
+}  // namespace
+
+void bind_serving(nb::module_& m) {
+  m.def("attention_varlen", &attention_varlen, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),
+        "cu_seqlens_q"_a, "cu_seqlens_k"_a, "max_seqlen_q"_a, "max_seqlen_k"_a, "policy"_a, "causal"_a,
+        "causal_alignment"_a, "scale"_a.none(),
+        "Packed variable-length attention (pasa::attention_varlen), writing `out` (and `lse`).");
+  m.def("attention_with_kvcache", &attention_with_kvcache, "q"_a, "k_cache"_a, "v_cache"_a, "k"_a.none(),
+        "v"_a.none(), "out"_a, "lse"_a.none(), "cache_seqlens"_a, "block_table"_a.none(), "policy"_a,
+        "causal"_a, "causal_alignment"_a, "scale"_a.none(),
+        "Attention against a paged or dense KV cache (pasa::attention_with_kvcache), appending k, v.");
+}
+
+}  // namespace pasa::python
