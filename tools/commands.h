@@ -11,5 +11,6 @@ void add_beta_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_overhead_command(CLI::App& app);
 
 }  // namespace pasa::cli

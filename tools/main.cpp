@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
     pasa::cli::add_inspect_command(app);
     pasa::cli::add_calibrate_command(app);
     pasa::cli::add_bench_command(app);
+    pasa::cli::add_overhead_command(app);
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
     return app.exit(e);

@@ -30,6 +30,16 @@ struct BenchTiming {
 // sm_90 GPU, or when the kernels do not support the point.
 BenchTiming bench_cuda_attention(const BenchPoint& point, int warmup, int runs, std::uint64_t seed);
 
+// Host time of one call in microseconds: pasa::attention (eager: checks, plan, pointer checks, pool
+// workspace, launch) and AttentionPlan::run (launch only, caller workspace), each the median over 15
+// rounds of `calls` calls. On the GPU (device cuda) the calls are queued without synchronizing, so
+// the wall time is the host's; on the CPU the emulator computes, so pick a tiny point (one query,
+// one key) to see the calls' fixed cost.
+struct HostOverhead {
+  double eager_us = 0, run_us = 0;
+};
+HostOverhead bench_host_overhead(const BenchPoint& point, Device device, int calls);
+
 // "NVIDIA H200, driver 580.xx, CUDA runtime 13.0, 132 SMs": what the numbers were measured on.
 std::string bench_device_description();
 

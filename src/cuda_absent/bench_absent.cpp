@@ -1,4 +1,5 @@
 // Benchmarking in a build without CUDA: a clear error.
+#include "host_timing.h"
 #include "pasa/bench.h"
 #include "pasa/error.h"
 
@@ -14,5 +15,7 @@ namespace {
 BenchTiming bench_cuda_attention(const BenchPoint&, int, int, std::uint64_t) { no_cuda(); }
 
 std::string bench_device_description() { no_cuda(); }
+
+HostOverhead bench_host_overhead_gpu(const BenchPoint&, int) { no_cuda(); }
 
 }  // namespace pasa

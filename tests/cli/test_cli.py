@@ -1,4 +1,5 @@
-"""End-to-end checks of the `pasa` command: run, beta, inspect, study (short), calibrate, bench.
+"""End-to-end checks of the `pasa` command: run, beta, inspect, study (short), calibrate, bench,
+overhead.
 
 Usage: test_cli.py PATH_TO_PASA   (run by CTest; needs python3 with numpy)
 """
@@ -124,6 +125,17 @@ def check_bench():
         assert r.returncode == 2 and ("GPU" in r.stderr or "CUDA" in r.stderr), r.stderr
 
 
+def check_overhead():
+    # On the CPU emulator (one query, one key): a positive host time for each way of calling.
+    r = pasa("overhead", "--device", "cpu", "--heads-q", "1", "--heads-kv", "1", "--seq-kv", "1",
+             "--head-dim", "8", "--calls", "5")
+    rows = [line for line in r.stdout.splitlines()
+            if line.startswith("| pasa::attention") or line.startswith("| AttentionPlan::run")]
+    assert len(rows) == 2 and all(float(line.split("|")[2]) > 0 for line in rows), r.stdout
+    r = pasa("overhead", "--device", "tpu", ok=False)
+    assert r.returncode == 2 and "--device" in r.stderr, r.stderr
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         check_run(tmp)
@@ -132,6 +144,7 @@ def main():
         check_sage_and_decode_studies(tmp)
         check_calibrate(tmp)
     check_bench()
+    check_overhead()
     print("cli tests passed")
 
 
