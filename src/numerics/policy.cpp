@@ -118,6 +118,8 @@ Field format_field(const char* key, Format Policy::*member) {
                [key, member](Policy& p, const std::string& v) { p.*member = parse_field_format(key, v); }};
 }
 
+// Every field of Policy but the preset name, with its text key. A new field goes into
+// Policy::operator== too (and into the overrides of Policy.EqualityCoversEveryTextField).
 const std::vector<Field>& fields() {
   static const std::vector<Field> table = {
       format_field("input", &Policy::input),
@@ -188,11 +190,16 @@ bool fits_in_fp32(const Format& f) {
 
 }  // namespace
 
+// Member by member, not through the text form: the CUDA dispatch compares policies on every call.
+// Every field of fields() (the preset name is not one); Policy.EqualityCoversEveryTextField checks.
 bool Policy::operator==(const Policy& o) const {
-  for (const Field& f : fields()) {
-    if (f.get(*this) != f.get(o)) return false;
-  }
-  return true;
+  return input == o.input && qk_acc == o.qk_acc && s == o.s && scale == o.scale && softmax == o.softmax &&
+         p == o.p && pv_acc == o.pv_acc && this->o == o.o && shift == o.shift && beta == o.beta &&
+         block_q == o.block_q && block_kv == o.block_kv && smooth_q == o.smooth_q &&
+         smooth_k == o.smooth_k && smooth_v == o.smooth_v && q_quant == o.q_quant && k_quant == o.k_quant &&
+         q_gran == o.q_gran && k_gran == o.k_gran && v_quant == o.v_quant && p_scale == o.p_scale &&
+         two_level == o.two_level && phi == o.phi && window_lo == o.window_lo &&
+         window_hi == o.window_hi && splits == o.splits;
 }
 
 std::vector<std::string> preset_names() {
