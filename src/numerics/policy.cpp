@@ -194,12 +194,12 @@ bool fits_in_fp32(const Format& f) {
 // Every field of fields() (the preset name is not one); Policy.EqualityCoversEveryTextField checks.
 bool Policy::operator==(const Policy& o) const {
   return input == o.input && qk_acc == o.qk_acc && s == o.s && scale == o.scale && softmax == o.softmax &&
-         p == o.p && pv_acc == o.pv_acc && this->o == o.o && shift == o.shift && beta == o.beta &&
-         block_q == o.block_q && block_kv == o.block_kv && smooth_q == o.smooth_q &&
-         smooth_k == o.smooth_k && smooth_v == o.smooth_v && q_quant == o.q_quant && k_quant == o.k_quant &&
-         q_gran == o.q_gran && k_gran == o.k_gran && v_quant == o.v_quant && p_scale == o.p_scale &&
-         two_level == o.two_level && phi == o.phi && window_lo == o.window_lo &&
-         window_hi == o.window_hi && splits == o.splits;
+         sum_acc == o.sum_acc && p == o.p && pv_acc == o.pv_acc && this->o == o.o && shift == o.shift &&
+         beta == o.beta && pseudo_avg == o.pseudo_avg && block_q == o.block_q && block_kv == o.block_kv &&
+         smooth_q == o.smooth_q && smooth_k == o.smooth_k && smooth_v == o.smooth_v &&
+         q_quant == o.q_quant && k_quant == o.k_quant && q_gran == o.q_gran && k_gran == o.k_gran &&
+         v_quant == o.v_quant && p_scale == o.p_scale && two_level == o.two_level && phi == o.phi &&
+         window_lo == o.window_lo && window_hi == o.window_hi && splits == o.splits;
 }
 
 std::vector<std::string> preset_names() {

@@ -44,13 +44,16 @@ TEST(Policy, EqualityCoversEveryTextField) {
   // One valid override per key of the text form (README's list), on a preset it changes: each must
   // make the policy differ from its preset, in the text and under operator==.
   const std::pair<const char*, const char*> overrides[] = {
-      {"exact", "input=fp16"}, {"exact", "qk_acc=fp16"}, {"exact", "s=fp16"}, {"exact", "scale=q"},
-      {"exact", "softmax=fp16"}, {"exact", "p=bf16"}, {"exact", "pv_acc=fp16"}, {"exact", "o=bf16"},
-      {"exact", "s1=32"}, {"exact", "s2=32"}, {"exact", "smooth_q=1"}, {"exact", "smooth_k=1"},
-      {"exact", "smooth_v=1"}, {"exact", "p_scale=2"}, {"exact", "two_level=0"}, {"exact", "splits=3"},
-      {"pasa", "beta=0.5"}, {"sage8", "q_quant=int4"}, {"sage8", "k_quant=int4"}, {"sage8", "q_gran=warp"},
-      {"sage8", "k_gran=warp"}, {"sage8", "v_quant=e5m2"}, {"fdpp", "shift=none"}, {"fdpp", "phi=1"},
-      {"fdpp", "window_lo=-10"}, {"fdpp", "window_hi=5"}};
+      {"exact", "input=fp16"},  {"exact", "qk_acc=fp16"},    {"exact", "s=fp16"},
+      {"exact", "scale=q"},     {"exact", "softmax=fp16"},   {"exact", "sum_acc=fp16"},
+      {"exact", "p=bf16"},      {"exact", "pv_acc=fp16"},    {"exact", "o=bf16"},
+      {"exact", "s1=32"},       {"exact", "s2=32"},          {"exact", "smooth_q=1"},
+      {"exact", "smooth_k=1"},  {"exact", "smooth_v=1"},     {"exact", "p_scale=2"},
+      {"exact", "two_level=0"}, {"exact", "splits=3"},       {"pasa", "beta=0.5"},
+      {"pasa", "pseudo_avg=k"}, {"sage8", "q_quant=int4"},   {"sage8", "k_quant=int4"},
+      {"sage8", "q_gran=warp"}, {"sage8", "k_gran=warp"},    {"sage8", "v_quant=e5m2"},
+      {"fdpp", "shift=none"},   {"fdpp", "phi=1"},           {"fdpp", "window_lo=-10"},
+      {"fdpp", "window_hi=5"}};
   for (const auto& [preset, override] : overrides) {
     const Policy base = preset_policy(preset);
     const Policy changed = parse_policy(std::string(preset) + "," + override);
