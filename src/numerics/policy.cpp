@@ -198,7 +198,8 @@ bool Policy::operator==(const Policy& o) const {
          beta == o.beta && pseudo_avg == o.pseudo_avg && block_q == o.block_q && block_kv == o.block_kv &&
          smooth_q == o.smooth_q && smooth_k == o.smooth_k && smooth_v == o.smooth_v &&
          q_quant == o.q_quant && k_quant == o.k_quant && q_gran == o.q_gran && k_gran == o.k_gran &&
-         v_quant == o.v_quant && p_scale == o.p_scale && two_level == o.two_level && phi == o.phi &&
+         v_quant == o.v_quant && p_scale == o.p_scale && two_level == o.two_level &&
+         p_running_max == o.p_running_max && phi == o.phi &&
          window_lo == o.window_lo && window_hi == o.window_hi && splits == o.splits;
 }
 

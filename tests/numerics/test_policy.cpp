@@ -53,7 +53,7 @@ TEST(Policy, EqualityCoversEveryTextField) {
       {"pasa", "pseudo_avg=k"}, {"sage8", "q_quant=int4"},   {"sage8", "k_quant=int4"},
       {"sage8", "q_gran=warp"}, {"sage8", "k_gran=warp"},    {"sage8", "v_quant=e5m2"},
       {"fdpp", "shift=none"},   {"fdpp", "phi=1"},           {"fdpp", "window_lo=-10"},
-      {"fdpp", "window_hi=5"}};
+      {"fdpp", "window_hi=5"},  {"sage8", "p_max=running"}};
   for (const auto& [preset, override] : overrides) {
     const Policy base = preset_policy(preset);
     const Policy changed = parse_policy(std::string(preset) + "," + override);
