@@ -6,7 +6,9 @@
 
 #include "attention_checks.h"
 #include "cpu/backends.h"
+#include "cpu/operands.h"
 #include "cuda_backend.h"
+#include "memory_budget.h"
 #include "pasa/error.h"
 
 namespace pasa {
@@ -65,6 +67,8 @@ AttentionPlan::AttentionPlan(const AttentionArgs& args) {
     if (state->shape.dim > 1024) {
       throw Error(fmt::format("q: head dim {} is larger than the CPU backends' 1024", state->shape.dim));
     }
+    require_memory(emulator_memory_bytes(state->shape, args.policy),
+                   "attention (CPU emulator) on " + problem_text(state->shape));
   }
   state_ = std::move(state);
 }

@@ -5,6 +5,7 @@
 // blocks into a contiguous buffer (the cache's dtype, bit for bit) for the emulator.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -167,6 +168,12 @@ void attention_with_kvcache(const KVCacheArgs& args) {
   const CacheMap map{args.block_table, args.block_table != nullptr ? args.max_blocks : 1,
                      args.k_cache.shape[2]};
   const std::int64_t s_new = check_cache(args, map, B, shape.heads_kv);
+  std::int64_t longest = 0;
+  for (std::int64_t b = 0; b < B; ++b) longest = std::max<std::int64_t>(longest, args.cache_seqlens[b] + s_new);
+  const auto gathered = static_cast<std::uint64_t>(2 * shape.heads_kv * longest * shape.dim) *
+                        dtype_size(args.k_cache.dtype);
+  require_sequence_memory({1, shape.heads_q, shape.heads_kv, shape.seq_q, longest, shape.dim},
+                          args.options.policy, gathered);
   check_finite_host(args.q, "q");
   if (s_new > 0) {
     check_finite_host(args.k, "k");

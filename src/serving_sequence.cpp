@@ -5,6 +5,8 @@
 
 #include "attention_checks.h"
 #include "cpu/backends.h"
+#include "cpu/operands.h"
+#include "memory_budget.h"
 #include "pasa/error.h"
 #include "pasa/serving.h"
 #include "storage_convert.h"
@@ -37,6 +39,11 @@ void check_serving_host(const AttentionArgs& options, const TensorView& q) {
     throw Error("q: the varlen and KV-cache layouts run on the CPU emulator only (host tensors); the "
                 "GPU kernels do not read them yet");
   }
+}
+
+void require_sequence_memory(const ProblemShape& largest, const Policy& policy, std::uint64_t extra_bytes) {
+  require_memory(saturating_sum({emulator_memory_bytes(largest, policy), extra_bytes}),
+                 "attention (CPU emulator) on the batch's largest sequence, " + problem_text(largest));
 }
 
 void run_sequence(const AttentionArgs& options, const TensorView& q, const TensorView& k,

@@ -16,6 +16,10 @@ LseView slice_rows(const LseView& lse, std::int64_t b, std::int64_t s0, std::int
 // Throws unless the call can run on the CPU emulator (host tensors, backend not cuda).
 void check_serving_host(const AttentionArgs& options, const TensorView& q);
 
+// Throws pasa::ResourceError, before anything is written, unless the emulator's run of the largest
+// sequence (`largest`, batch 1) and `extra_bytes` (a gathered copy of its keys) fit in memory.
+void require_sequence_memory(const ProblemShape& largest, const Policy& policy, std::uint64_t extra_bytes);
+
 // Runs one sequence (q, k, v, o, lse its batch-of-one views) through the emulator with options' policy
 // and settings, adding its rows to `stats`. An empty q does nothing; no keys at all makes every row
 // fully masked: O = 0, LSE = -inf, as the dense API defines such rows.

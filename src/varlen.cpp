@@ -2,6 +2,8 @@
 // sequence on its slices of the packed tensors.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "attention_checks.h"
 #include "pasa/error.h"
 #include "pasa/serving.h"
@@ -54,6 +56,13 @@ void attention_varlen(const VarlenArgs& args) {
   const std::int32_t *cq = args.cu_seqlens_q, *ck = args.cu_seqlens_k;
   check_cu_seqlens(cq, B, shape.seq_q, args.max_seqlen_q, "cu_seqlens_q", "max_seqlen_q");
   check_cu_seqlens(ck, B, shape.seq_kv, args.max_seqlen_k, "cu_seqlens_k", "max_seqlen_k");
+  std::int64_t longest_q = 0, longest_k = 0;
+  for (std::int64_t b = 0; b < B; ++b) {
+    longest_q = std::max<std::int64_t>(longest_q, cq[b + 1] - cq[b]);
+    longest_k = std::max<std::int64_t>(longest_k, ck[b + 1] - ck[b]);
+  }
+  require_sequence_memory({1, shape.heads_q, shape.heads_kv, longest_q, longest_k, shape.dim},
+                          args.options.policy, 0);
   // Only the tokens the sequences own are read, so only they must be finite.
   check_finite_host(slice_rows(args.q, 0, cq[0], cq[B] - cq[0]), "q");
   check_finite_host(slice_rows(args.k, 0, ck[0], ck[B] - ck[0]), "k");
