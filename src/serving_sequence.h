@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "attention_checks.h"
 #include "pasa/attention.h"
 
 namespace pasa {
