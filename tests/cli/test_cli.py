@@ -58,9 +58,10 @@ def check_study(tmp):
     path = os.path.join(tmp, "study.json")
     pasa("study", "--seq", "128", "--heads", "1", "--json", path)
     rows = json.load(open(path))
-    assert {r["policy"] for r in rows} == {"exact", "fa16_fp32", "fa16", "pasa"}
-    assert all(set(r) == {"dist", "x0", "am", "policy", "nan_share", "rmse"} for r in rows)
-    assert all(r["nan_share"] == 0 for r in rows if r["policy"] in ("exact", "pasa"))
+    assert {r["policy"] for r in rows} == {"exact", "fa16_fp32", "fa16", "pasa", "pasa_accurate"}
+    assert all(set(r) == {"dist", "x0", "am", "v", "policy", "nan_share", "rmse"} for r in rows)
+    assert {r["v"] for r in rows} == {"eq17", "normal"}  # V as the paper draws it, and V ~ N(0, 1)
+    assert all(r["nan_share"] == 0 for r in rows if r["policy"] in ("exact", "pasa", "pasa_accurate"))
     assert any(r["nan_share"] > 0 for r in rows if r["policy"] == "fa16_fp32")
 
 
