@@ -1,12 +1,11 @@
 #include "attention_checks.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
 
 #include "pasa/error.h"
 #include "storage_convert.h"
+#include "text/format.h"
 
 namespace pasa {
 namespace {
@@ -14,32 +13,32 @@ namespace {
 void check_view(const TensorView& t, const char* name, bool is_output) {
   const int dt = static_cast<int>(t.dtype);
   if (dt < 0 || dt > static_cast<int>(DType::bf16)) {
-    throw Error(fmt::format("{}: unsupported dtype (code {}); use f32, f16 or bf16", name, dt));
+    throw Error(text::format("{}: unsupported dtype (code {}); use f32, f16 or bf16", name, dt));
   }
   static const char* dims[] = {"batch", "heads", "sequence", "head dim"};
   for (int i = 0; i < 4; ++i) {
     if (t.shape[i] <= 0) {
-      throw Error(fmt::format("{}: {} size is {} (every dimension must be at least 1; zero-length "
+      throw Error(text::format("{}: {} size is {} (every dimension must be at least 1; zero-length "
                               "sequences are not attention problems)", name, dims[i], t.shape[i]));
     }
     if (t.stride[i] < (is_output ? 1 : 0)) {
-      throw Error(fmt::format("{}: stride of the {} dimension is {} (must be {})", name, dims[i],
+      throw Error(text::format("{}: stride of the {} dimension is {} (must be {})", name, dims[i],
                               t.stride[i], is_output ? "positive" : "non-negative"));
     }
   }
   // After the sizes: an empty tensor has no data pointer, and its size is the error to report.
-  if (t.data == nullptr) throw Error(fmt::format("{}: data pointer is null", name));
+  if (t.data == nullptr) throw Error(text::format("{}: data pointer is null", name));
 }
 
 // The scale multiplies in the softmax format (scale=s) or the input format (scale=q|k), and every kernel
 // holds it in fp32: a scale beyond those formats' range becomes inf there and turns every output into
 // NaN while the fp64 reference is finite, so it is refused.
 void check_scale(double scale, const Policy& policy) {
-  if (!std::isfinite(scale)) throw Error(fmt::format("scale: {} is not finite", scale));
+  if (!std::isfinite(scale)) throw Error(text::format("scale: {} is not finite", scale));
   const Format& applied = policy.scale == ScalePlacement::scores ? policy.softmax : policy.input;
   const double limit = std::min(Format::fp32().max_finite(), applied.max_finite());
   if (std::fabs(scale) > limit) {
-    throw Error(fmt::format("scale: {:g} is outside [-{:g}, {:g}], the range of fp32 and of the {} format "
+    throw Error(text::format("scale: {:g} is outside [-{:g}, {:g}], the range of fp32 and of the {} format "
                             "the policy applies it in", scale, limit, limit, applied.name()));
   }
 }
@@ -53,24 +52,24 @@ ProblemShape check_attention_args(const AttentionArgs& a) {
   check_view(a.o, "o", true);
   const ProblemShape p{a.q.batch(), a.q.heads(), a.k.heads(), a.q.seq(), a.k.seq(), a.q.dim()};
   auto shape_str = [](const TensorView& t) {
-    return fmt::format("[{}, {}, {}, {}]", t.shape[0], t.shape[1], t.shape[2], t.shape[3]);
+    return text::format("[{}, {}, {}, {}]", t.shape[0], t.shape[1], t.shape[2], t.shape[3]);
   };
   if (a.k.batch() != p.batch || a.v.batch() != p.batch) {
-    throw Error(fmt::format("k/v: batch sizes {} and {} differ from q's {}", a.k.batch(), a.v.batch(),
+    throw Error(text::format("k/v: batch sizes {} and {} differ from q's {}", a.k.batch(), a.v.batch(),
                             p.batch));
   }
   if (a.v.shape != a.k.shape) {
-    throw Error(fmt::format("v: shape {} differs from k's {}", shape_str(a.v), shape_str(a.k)));
+    throw Error(text::format("v: shape {} differs from k's {}", shape_str(a.v), shape_str(a.k)));
   }
   if (a.k.dim() != p.dim) {
-    throw Error(fmt::format("k: head dim {} differs from q's {}", a.k.dim(), p.dim));
+    throw Error(text::format("k: head dim {} differs from q's {}", a.k.dim(), p.dim));
   }
   if (p.heads_q % p.heads_kv != 0) {
-    throw Error(fmt::format("k: {} K/V heads do not divide the {} query heads (GQA needs H_q to be a "
+    throw Error(text::format("k: {} K/V heads do not divide the {} query heads (GQA needs H_q to be a "
                             "multiple of H_kv)", p.heads_kv, p.heads_q));
   }
   if (a.o.shape != a.q.shape) {
-    throw Error(fmt::format("o: shape {} differs from q's {}", shape_str(a.o), shape_str(a.q)));
+    throw Error(text::format("o: shape {} differs from q's {}", shape_str(a.o), shape_str(a.q)));
   }
   const Device dev = a.q.device;
   if (a.k.device != dev || a.v.device != dev || a.o.device != dev) {
@@ -78,7 +77,7 @@ ProblemShape check_attention_args(const AttentionArgs& a) {
   }
   if (a.lse.data != nullptr) {
     if (a.lse.shape != std::array<std::int64_t, 3>{p.batch, p.heads_q, p.seq_q}) {
-      throw Error(fmt::format("lse: shape [{}, {}, {}] is not [B, H_q, S_q] = [{}, {}, {}]",
+      throw Error(text::format("lse: shape [{}, {}, {}] is not [B, H_q, S_q] = [{}, {}, {}]",
                               a.lse.shape[0], a.lse.shape[1], a.lse.shape[2], p.batch, p.heads_q,
                               p.seq_q));
     }
@@ -97,7 +96,7 @@ ProblemShape check_attention_args(const AttentionArgs& a) {
 }
 
 std::string problem_text(const ProblemShape& p) {
-  return fmt::format("q [{}, {}, {}, {}], k/v [{}, {}, {}, {}]", p.batch, p.heads_q, p.seq_q, p.dim, p.batch,
+  return text::format("q [{}, {}, {}, {}], k/v [{}, {}, {}, {}]", p.batch, p.heads_q, p.seq_q, p.dim, p.batch,
                      p.heads_kv, p.seq_kv, p.dim);
 }
 
@@ -111,7 +110,7 @@ void check_finite_host(const TensorView& t, const char* name) {
       for (std::int64_t s = 0; s < t.shape[2]; ++s)
         for (std::int64_t d = 0; d < t.shape[3]; ++d) {
           if (!std::isfinite(load_as_float(t.data, t.dtype, t.offset(b, h, s, d)))) {
-            throw Error(fmt::format("{}: non-finite value at [{}, {}, {}, {}] (inputs must be finite; "
+            throw Error(text::format("{}: non-finite value at [{}, {}, {}, {}] (inputs must be finite; "
                                     "see docs/api.md)", name, b, h, s, d));
           }
         }

@@ -1,5 +1,4 @@
 // pasa run: attention on tensors from files, optionally checked against the fp64 reference.
-#include <fmt/format.h>
 
 #include <chrono>
 #include <memory>
@@ -12,6 +11,7 @@
 #include "pasa/policy.h"
 #include "output_paths.h"
 #include "tensor_files.h"
+#include "text/format.h"
 
 namespace pasa::cli {
 namespace {
@@ -23,7 +23,7 @@ struct RunOptions {
 };
 
 std::string shape_text(const TensorView& t) {
-  return fmt::format("[{}, {}, {}, {}] {}", t.shape[0], t.shape[1], t.shape[2], t.shape[3],
+  return text::format("[{}, {}, {}, {}] {}", t.shape[0], t.shape[1], t.shape[2], t.shape[3],
                      dtype_name(t.dtype));
 }
 
@@ -67,36 +67,36 @@ void run(const RunOptions& opt) {
   }
   args.policy = parse_policy(opt.policy);
 
-  fmt::print("q {}  k {}  v {}\npolicy {}{}\n", shape_text(args.q), shape_text(args.k), shape_text(args.v),
-             to_string(args.policy), opt.causal ? fmt::format("  causal ({})", opt.alignment) : "");
+  text::print("q {}  k {}  v {}\npolicy {}{}\n", shape_text(args.q), shape_text(args.k), shape_text(args.v),
+             to_string(args.policy), opt.causal ? text::format("  causal ({})", opt.alignment) : "");
   const auto t0 = std::chrono::steady_clock::now();
   attention(args);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print("time {:.3f} s (CPU emulator)\n", seconds);
+  text::print("time {:.3f} s (CPU emulator)\n", seconds);
 
   if (opt.check) {
     const ReferenceResult ref = reference_attention(args);
     const std::vector<float> got = to_float(o);
     const ErrorMetrics m = compare(std::vector<double>(got.begin(), got.end()), ref.o);
-    fmt::print("check against fp64: relative RMSE {:.3e}  max abs error {:.3e}  CosSim {:.6f}  "
+    text::print("check against fp64: relative RMSE {:.3e}  max abs error {:.3e}  CosSim {:.6f}  "
                "relative L1 {:.3e}  NaN share {:.4f}%\n",
                m.rel_rmse, m.max_abs, m.cos_sim, m.rel_l1, 100.0 * m.nan_share);
   }
   if (!opt.out.empty()) {
     io::write_npy(opt.out, o);
-    fmt::print("wrote {}\n", opt.out);
+    text::print("wrote {}\n", opt.out);
   }
   if (!opt.lse.empty()) {
     io::write_npy(opt.lse, from_float(lse, {q.shape[0], q.shape[1], q.shape[2]}, DType::f32));
-    fmt::print("wrote {}\n", opt.lse);
+    text::print("wrote {}\n", opt.lse);
   }
 }
 
 }  // namespace
 
-void add_run_command(CLI::App& app) {
+void add_run_command(Command& app) {
   auto opt = std::make_shared<RunOptions>();
-  CLI::App* cmd = app.add_subcommand(
+  Command* cmd = app.add_subcommand(
       "run", "Run attention on Q/K/V from .npy/.safetensors files ([B, H, S, D]) on the CPU under a "
              "precision policy; --check compares with the fp64 reference.");
   cmd->add_option("--q", opt->q, "query tensor file (.npy, or .safetensors with one tensor)");

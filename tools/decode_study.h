@@ -3,7 +3,8 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
+
+#include "text/json.h"
 
 namespace pasa::cli {
 
@@ -12,6 +13,6 @@ struct DecodeStudyConfig {
   std::uint64_t seed = 2024;
 };
 
-nlohmann::json run_decode_study(const DecodeStudyConfig& config);
+text::Json run_decode_study(const DecodeStudyConfig& config);
 
 }  // namespace pasa::cli

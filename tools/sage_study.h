@@ -2,7 +2,8 @@
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
+
+#include "text/json.h"
 
 namespace pasa::cli {
 
@@ -12,6 +13,6 @@ struct SageStudyConfig {
 };
 
 // Prints the tables as markdown (progress on stderr) and returns every measurement as JSON rows.
-nlohmann::json run_sage_study(const SageStudyConfig& config);
+text::Json run_sage_study(const SageStudyConfig& config);
 
 }  // namespace pasa::cli

@@ -1,14 +1,13 @@
 // Policies: presets, text form and validation.
 #include "pasa/policy.h"
 
-#include <fmt/format.h>
-
 #include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "pasa/error.h"
+#include "text/format.h"
 
 namespace pasa {
 namespace {
@@ -84,7 +83,7 @@ Field bool_field(const char* key, bool Policy::*member) {
 }
 
 Field number_field(const char* key, double Policy::*member) {
-  return Field{key, [member](const Policy& p) { return fmt::format("{}", p.*member); },
+  return Field{key, [member](const Policy& p) { return text::format("{}", p.*member); },
                [key, member](Policy& p, const std::string& v) { p.*member = parse_number(key, v); }};
 }
 
@@ -343,11 +342,11 @@ void validate(const Policy& p) {
                 " has no infinity, which masking and the running max need");
   }
   if (!(p.beta >= 0.0 && p.beta < 1.0)) {
-    throw Error(fmt::format("policy field 'beta': {} is outside [0, 1) (beta = 1 makes the shifting "
+    throw Error(text::format("policy field 'beta': {} is outside [0, 1) (beta = 1 makes the shifting "
                             "matrix singular)", p.beta));
   }
   if (p.shift != Shift::pasa && p.beta != 0.0) {
-    throw Error("policy field 'beta': set to " + fmt::format("{}", p.beta) + " but shift=" +
+    throw Error("policy field 'beta': set to " + text::format("{}", p.beta) + " but shift=" +
                 shift_name(p.shift) + " ignores it (use shift=pasa)");
   }
   if (p.shift != Shift::pasa && p.pseudo_avg != PseudoAverage::scores) {
@@ -359,24 +358,24 @@ void validate(const Policy& p) {
                 "set q_quant=none and k_quant=none");
   }
   if (!std::isfinite(p.phi) || !(p.window_lo < p.window_hi)) {
-    throw Error(fmt::format("policy field 'phi'/'window_lo'/'window_hi': phi must be finite and "
+    throw Error(text::format("policy field 'phi'/'window_lo'/'window_hi': phi must be finite and "
                             "window_lo < window_hi (got {}, {}, {})", p.phi, p.window_lo, p.window_hi));
   }
   if (p.splits < 1 || p.splits > 1024) {
-    throw Error(fmt::format("policy field 'splits': {} is outside 1..1024", p.splits));
+    throw Error(text::format("policy field 'splits': {} is outside 1..1024", p.splits));
   }
   if (!(p.p_scale > 0.0 && std::isfinite(p.p_scale))) {
-    throw Error(fmt::format("policy field 'p_scale': {} must be positive and finite", p.p_scale));
+    throw Error(text::format("policy field 'p_scale': {} must be positive and finite", p.p_scale));
   }
   // Per-warp and per-thread query groups are 16-row slabs of a query block; per-thread key groups
   // repeat every 8 keys of a key block.
   auto slab_gran = [](Granularity g) { return g == Granularity::warp || g == Granularity::thread; };
   if (p.q_quant && slab_gran(p.q_gran) && p.block_q % 16 != 0) {
-    throw Error(fmt::format("policy field 's1': {} must be a multiple of 16 for q_gran={}", p.block_q,
+    throw Error(text::format("policy field 's1': {} must be a multiple of 16 for q_gran={}", p.block_q,
                             granularity_name(p.q_gran)));
   }
   if (p.k_quant && p.k_gran == Granularity::thread && p.block_kv % 8 != 0) {
-    throw Error(fmt::format("policy field 's2': {} must be a multiple of 8 for k_gran=thread", p.block_kv));
+    throw Error(text::format("policy field 's2': {} must be a multiple of 8 for k_gran=thread", p.block_kv));
   }
   for (auto [key, b] : {std::pair{"s1", p.block_q}, {"s2", p.block_kv}}) {
     if (b < 1 || b > 1024) {

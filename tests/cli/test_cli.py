@@ -109,6 +109,30 @@ def check_calibrate(tmp):
     assert "layer3_t5 has 2 of its" in r.stderr, r.stderr
 
 
+def check_arguments():
+    # The CLI's own argument parser: help for every command, and usage errors (exit code 2) that name
+    # the option and never run the command.
+    r = pasa("--help")
+    assert all(c in r.stdout for c in ("run", "study", "beta", "inspect", "calibrate", "bench")), r.stdout
+    r = pasa("study", "--help")
+    assert "--seq VALUE" in r.stdout and "[default: 1280]" in r.stdout and "sage" in r.stdout, r.stdout
+    r = pasa("study", "sage", "-h")
+    assert "pasa study sage" in r.stdout, r.stdout
+    for args, words in ((("beta", "--block", "12x"), "--block: '12x' is not an integer"),
+                        (("beta", "--nope"), "no option --nope"),
+                        (("beta", "--block"), "--block needs a value"),
+                        (("run", "--causal=1"), "--causal is a flag"),
+                        (("calibrate",), "--inputs is required"),
+                        (("frobnicate",), "'frobnicate'"),
+                        ((), "needs a command: run, study")):
+        r = pasa(*args, ok=False)
+        assert r.returncode == 2 and words in r.stderr, (args, r.stderr)
+    # A list option's values replace its default list: --init takes comma-separated values.
+    r = pasa("beta", "--init", "0.9,0.99", "--init=0.999")
+    initial = [line.split("|")[1].strip() for line in r.stdout.splitlines() if line.startswith("| 0.")]
+    assert initial == ["0.900000", "0.990000", "0.999000"], r.stdout
+
+
 def check_bench():
     # Bad options fail before any GPU work, on any machine.
     for args, words in ((("--head-dim", "96"), "64 or 128"), (("--runs", "0"), "--runs"),
@@ -132,6 +156,7 @@ def main():
         check_study(tmp)
         check_sage_and_decode_studies(tmp)
         check_calibrate(tmp)
+    check_arguments()
     check_bench()
     print("cli tests passed")
 
