@@ -3,5 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-cmake --preset default
+# The CLI test and `pasa study --plot` run Python: the project's .venv, not the system's.
+cmake --preset default -DPython3_EXECUTABLE="$PWD/.venv/bin/python"
 cmake --build --preset default -j "$(nproc)"
