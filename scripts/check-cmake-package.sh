@@ -12,7 +12,8 @@ cmake -S examples/cmake-consumer -B "$out/installed" -G Ninja -DCMAKE_BUILD_TYPE
 cmake --build "$out/installed"
 "$out/installed/pasa_consumer"
 
-cmake -S examples/cmake-consumer -B "$out/subproject" -G Ninja -DPASA_SOURCE_DIR="$PWD" > /dev/null
+cmake -S examples/cmake-consumer -B "$out/subproject" -G Ninja -DPASA_SOURCE_DIR="$PWD" \
+      -DPASA_ENABLE_CUDA=OFF > /dev/null
 targets=$(ninja -C "$out/subproject" -t targets all)
 if grep -qE '^(pasa_cli|pasa_tests|pasa)(:| )' <<< "$targets"; then
   echo "check-cmake-package: a subproject build of pasa should not define the CLI or the tests"

