@@ -19,11 +19,11 @@ void check_view(const TensorView& t, const char* name, bool is_output) {
   for (int i = 0; i < 4; ++i) {
     if (t.shape[i] <= 0) {
       throw Error(text::format("{}: {} size is {} (every dimension must be at least 1; zero-length "
-                              "sequences are not attention problems)", name, dims[i], t.shape[i]));
+                               "sequences are not attention problems)", name, dims[i], t.shape[i]));
     }
     if (t.stride[i] < (is_output ? 1 : 0)) {
       throw Error(text::format("{}: stride of the {} dimension is {} (must be {})", name, dims[i],
-                              t.stride[i], is_output ? "positive" : "non-negative"));
+                               t.stride[i], is_output ? "positive" : "non-negative"));
     }
   }
   // After the sizes: an empty tensor has no data pointer, and its size is the error to report.
@@ -56,7 +56,7 @@ ProblemShape check_attention_args(const AttentionArgs& a) {
   };
   if (a.k.batch() != p.batch || a.v.batch() != p.batch) {
     throw Error(text::format("k/v: batch sizes {} and {} differ from q's {}", a.k.batch(), a.v.batch(),
-                            p.batch));
+                             p.batch));
   }
   if (a.v.shape != a.k.shape) {
     throw Error(text::format("v: shape {} differs from k's {}", shape_str(a.v), shape_str(a.k)));
@@ -66,7 +66,7 @@ ProblemShape check_attention_args(const AttentionArgs& a) {
   }
   if (p.heads_q % p.heads_kv != 0) {
     throw Error(text::format("k: {} K/V heads do not divide the {} query heads (GQA needs H_q to be a "
-                            "multiple of H_kv)", p.heads_kv, p.heads_q));
+                             "multiple of H_kv)", p.heads_kv, p.heads_q));
   }
   if (a.o.shape != a.q.shape) {
     throw Error(text::format("o: shape {} differs from q's {}", shape_str(a.o), shape_str(a.q)));
@@ -78,8 +78,8 @@ ProblemShape check_attention_args(const AttentionArgs& a) {
   if (a.lse.data != nullptr) {
     if (a.lse.shape != std::array<std::int64_t, 3>{p.batch, p.heads_q, p.seq_q}) {
       throw Error(text::format("lse: shape [{}, {}, {}] is not [B, H_q, S_q] = [{}, {}, {}]",
-                              a.lse.shape[0], a.lse.shape[1], a.lse.shape[2], p.batch, p.heads_q,
-                              p.seq_q));
+                               a.lse.shape[0], a.lse.shape[1], a.lse.shape[2], p.batch, p.heads_q,
+                               p.seq_q));
     }
     if (a.lse.device != dev) throw Error("lse: on a different device than q");
     for (int i = 0; i < 3; ++i) {
@@ -111,7 +111,7 @@ void check_finite_host(const TensorView& t, const char* name) {
         for (std::int64_t d = 0; d < t.shape[3]; ++d) {
           if (!std::isfinite(load_as_float(t.data, t.dtype, t.offset(b, h, s, d)))) {
             throw Error(text::format("{}: non-finite value at [{}, {}, {}, {}] (inputs must be finite; "
-                                    "see docs/api.md)", name, b, h, s, d));
+                                     "see docs/api.md)", name, b, h, s, d));
           }
         }
 }

@@ -19,7 +19,7 @@ struct BetaOptions {
 void run(const BetaOptions& opt) {
   const Format format = parse_format(opt.format);
   text::print("optimal beta for {} with s2 = {}{}\n\n", format.name(), opt.block,
-             opt.scale ? text::format(", scale {:g} folded into M", *opt.scale) : ", scale kept out of M");
+              opt.scale ? text::format(", scale {:g} folded into M", *opt.scale) : ", scale kept out of M");
   text::print("| initial beta | optimal beta | beta/(1-beta) ideal | beta/(1-beta) in {} |\n", format.name());
   text::print("|---|---|---|---|\n");
   for (double b0 : opt.init) {

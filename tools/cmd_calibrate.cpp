@@ -147,7 +147,7 @@ void calibrate_plan(const CalibrateOptions& opt) {
   }
   save_plan(opt.out, plan, scores);
   text::print("{} entries: {} use {} (the worst {}%), {} use {}; wrote {}\n", ranked.size(), n_accurate,
-             opt.accurate, opt.xi, ranked.size() - n_accurate, opt.fast, opt.out);
+              opt.accurate, opt.xi, ranked.size() - n_accurate, opt.fast, opt.out);
 }
 
 // One entry in memory at a time, its scores one row at a time into a fixed-size histogram.

@@ -112,15 +112,15 @@ void run(const InspectOptions& opt) {
       }
     }
   text::print("inputs: {}  q [{}, {}, {}, {}]  k [{}, {}, {}, {}]\n", source, qv.shape[0], qv.shape[1],
-             qv.shape[2], qv.shape[3], kv.shape[0], kv.shape[1], kv.shape[2], kv.shape[3]);
+              qv.shape[2], qv.shape[3], kv.shape[0], kv.shape[1], kv.shape[2], kv.shape[3]);
   text::print("PASA shift: beta = {:g}, s2 = {} (scores unscaled: Q K^T)\n\n", opt.beta, opt.block);
   text::print("| quantity | before shift | after shift |\n|---|---|---|\n");
   text::print("| K range | {} | {} |\n", k_range.text(), k_shift_range.text());
   text::print("| score range | {} | {} |\n", s_range.text(), s_shift_range.text());
   const double fp16_max = 65504.0;
   text::print("\nscores beyond fp16's 65504: before {}, after {}\n",
-             std::max(-s_range.lo, s_range.hi) > fp16_max ? "yes" : "no",
-             std::max(-s_shift_range.lo, s_shift_range.hi) > fp16_max ? "yes" : "no");
+              std::max(-s_range.lo, s_range.hi) > fp16_max ? "yes" : "no",
+              std::max(-s_shift_range.lo, s_shift_range.hi) > fp16_max ? "yes" : "no");
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ struct RunOptions {
 
 std::string shape_text(const TensorView& t) {
   return text::format("[{}, {}, {}, {}] {}", t.shape[0], t.shape[1], t.shape[2], t.shape[3],
-                     dtype_name(t.dtype));
+                      dtype_name(t.dtype));
 }
 
 void run(const RunOptions& opt) {
@@ -68,7 +68,7 @@ void run(const RunOptions& opt) {
   args.policy = parse_policy(opt.policy);
 
   text::print("q {}  k {}  v {}\npolicy {}{}\n", shape_text(args.q), shape_text(args.k), shape_text(args.v),
-             to_string(args.policy), opt.causal ? text::format("  causal ({})", opt.alignment) : "");
+              to_string(args.policy), opt.causal ? text::format("  causal ({})", opt.alignment) : "");
   const auto t0 = std::chrono::steady_clock::now();
   attention(args);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -79,8 +79,8 @@ void run(const RunOptions& opt) {
     const std::vector<float> got = to_float(o);
     const ErrorMetrics m = compare(std::vector<double>(got.begin(), got.end()), ref.o);
     text::print("check against fp64: relative RMSE {:.3e}  max abs error {:.3e}  CosSim {:.6f}  "
-               "relative L1 {:.3e}  NaN share {:.4f}%\n",
-               m.rel_rmse, m.max_abs, m.cos_sim, m.rel_l1, 100.0 * m.nan_share);
+                "relative L1 {:.3e}  NaN share {:.4f}%\n",
+                m.rel_rmse, m.max_abs, m.cos_sim, m.rel_l1, 100.0 * m.nan_share);
   }
   if (!opt.out.empty()) {
     io::write_npy(opt.out, o);

@@ -70,11 +70,11 @@ void print_tables(const std::vector<CaseGroup>& groups, const std::vector<StudyR
       text::print("{}\n{}\n", head, rule);
       for (const StudyCase& c : g.cases) {
         std::string line = text::format("| {} | {} | {} | {:.2f}% |", c.dist, number(c.x0), number(c.am),
-                                       100.0 * paper_nan_share(c).value_or(0.0));
+                                        100.0 * paper_nan_share(c).value_or(0.0));
         for (const auto& p : policies) {
           const StudyRow& r = find(c, p);
           line += text::format(" {:.2f}% | {} |", 100.0 * r.nan_share,
-                              r.rmse ? text::format("{:.3e}", *r.rmse) : "-");
+                               r.rmse ? text::format("{:.3e}", *r.rmse) : "-");
         }
         text::print("{}\n", line);
       }
@@ -86,7 +86,7 @@ void print_tables(const std::vector<CaseGroup>& groups, const std::vector<StudyR
       rule += "---|";
     }
     text::print("relative RMSE (Eq. 19) against fp64; 'NaN x%' where the output is not finite\n\n{}\n{}\n",
-               head, rule);
+                head, rule);
     for (const StudyCase& c : g.cases) {
       std::string line = text::format("| {} |", number(g.axis == "x0" ? c.x0 : c.am));
       for (const auto& p : policies) line += text::format(" {} |", cell(find(c, p)));
@@ -127,13 +127,13 @@ void run(const StudyOptions& opt) {
 
   text::print("# pasa study: the PASA paper's random benchmarks on the CPU emulator\n\n");
   text::print("shape (B, H, S, D) = ({}, {}, {}, {}), fp16 inputs, seed {}, policies: {}\n",
-             config.shape.batch, config.shape.heads, config.shape.seq, config.shape.dim, config.seed,
-             text::join(config.policies, ", "));
+              config.shape.batch, config.shape.heads, config.shape.seq, config.shape.dim, config.seed,
+              text::join(config.policies, ", "));
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   const auto rows = run_study(cases, config, [&](int done, int total, const StudyCase& c) {
     text::print(stderr, "[{:2}/{}] {} x0={:g} Am={:g}  ({:.1f} s)\n", done, total, c.dist, c.x0, c.am,
-               elapsed());
+                elapsed());
   });
   text::print("\n## V drawn like Q and K (the paper's Eq. 17 / 18)\n");
   print_tables(groups, rows, config.policies, "eq17");

@@ -40,13 +40,13 @@ text::Json run_decode_study(const DecodeStudyConfig& c) {
   const Policy base = preset_policy("fdpp");
   text::print("# pasa study decode: FlashDecoding++'s unified max on the CPU emulator\n\n");
   text::print("decode: B = {}, {} query heads / {} K/V heads (GQA), S_q = 1, S_kv = {}, D = 128, fp16; "
-             "policy `{}` ({} splits, window {} < x - phi < {}). phi is calibrated on a second draw of "
-             "the same distribution (different seed), as a per-model calibration would be.\n\n",
-             c.batch, c.heads_q, c.heads_kv, c.seq_kv, to_string(base), base.splits, base.window_lo,
-             base.window_hi);
+              "policy `{}` ({} splits, window {} < x - phi < {}). phi is calibrated on a second draw of "
+              "the same distribution (different seed), as a per-model calibration would be.\n\n",
+              c.batch, c.heads_q, c.heads_kv, c.seq_kv, to_string(base), base.splits, base.window_lo,
+              base.window_hi);
   text::print("| input | scaled score range | calibrated phi | recompute: calibrated phi | phi = 0 | "
-             "phi = 0 on PASA-shifted scores | unified vs synchronized (rel. diff) | RMSE vs fp64 |\n"
-             "|---|---|---|---|---|---|---|---|\n");
+              "phi = 0 on PASA-shifted scores | unified vs synchronized (rel. diff) | RMSE vs fp64 |\n"
+              "|---|---|---|---|---|---|---|---|\n");
   text::Json rows = text::Json::array();
   for (const std::string kind : {"normal", "hybrid x0=0 Am=10", "uniform x0=20 Am=0.5", "channel outliers",
                                  "resonance (qwen2)", "resonance (svd)"}) {
@@ -75,8 +75,8 @@ text::Json run_decode_study(const DecodeStudyConfig& c) {
     const double rmse = compare(with_cal, ref).rel_rmse;
     auto metric = [](double x) { return std::isfinite(x) ? text::format("{:.2e}", x) : std::string("not finite"); };
     text::print("| {} | [{:.4g}, {:.4g}] | {:.4g} | {:.1f}% | {:.1f}% | {:.1f}% | {} | {} |\n", kind,
-               quantile(scores, 0.0), quantile(scores, 1.0), cal.phi, 100 * rate_cal, 100 * rate_zero,
-               100 * rate_shifted, metric(diff), metric(rmse));
+                quantile(scores, 0.0), quantile(scores, 1.0), cal.phi, 100 * rate_cal, 100 * rate_zero,
+                100 * rate_shifted, metric(diff), metric(rmse));
     rows.push_back(text::Json::object({{"input", kind}, {"phi", cal.phi}, {"recompute_calibrated", rate_cal},
                     {"recompute_phi0", rate_zero}, {"recompute_phi0_pasa_shift", rate_shifted},
                     {"unified_vs_sync", diff}, {"rmse", rmse}}));

@@ -78,18 +78,18 @@ text::Json run_sage_study(const SageStudyConfig& cfg) {
 
   text::print("# pasa study sage: SageAttention2's accuracy tables on the CPU emulator\n\n");
   text::print("shape (1, {}, {}, 128), fp16 inputs, seed {}; each input plays the role of one layer. "
-             "Metrics against fp64: CosSim, relative L1, RMSE (section 4) and relative RMSE (Eq. 19); "
-             "average and worst over the inputs: {}.\n",
-             cfg.heads, cfg.seq, cfg.seed, [&] {
+              "Metrics against fp64: CosSim, relative L1, RMSE (section 4) and relative RMSE (Eq. 19); "
+              "average and worst over the inputs: {}.\n",
+              cfg.heads, cfg.seq, cfg.seed, [&] {
                std::string s;
                for (const Input& in : inputs) s += (s.empty() ? "" : ", ") + in.name;
                return s;
-             }());
+              }());
   text::Json rows = text::Json::array();
   for (const Table& table : tables()) {
     text::print("\n### {}\n\n{}\n\n", table.title, table.note);
     text::print("| variant | CosSim avg | CosSim worst | rel. L1 avg | rel. L1 worst | RMSE avg | RMSE worst | "
-               "rel. RMSE worst | worst input |\n|---|---|---|---|---|---|---|---|---|\n");
+                "rel. RMSE worst | worst input |\n|---|---|---|---|---|---|---|---|---|\n");
     for (const Variant& v : table.variants) {
       double cos_sum = 0, l1_sum = 0, rmse_sum = 0;
       double cos_worst = 2, l1_worst = 0, rmse_worst = 0, rel_worst = 0;
@@ -112,8 +112,8 @@ text::Json run_sage_study(const SageStudyConfig& cfg) {
       }
       const double n = static_cast<double>(inputs.size());
       text::print("| {} | {:.4f}% | {:.4f}% | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {:.3e} | {} |\n", v.label,
-                 100 * cos_sum / n, 100 * cos_worst, l1_sum / n, l1_worst, rmse_sum / n, rmse_worst, rel_worst,
-                 worst_input);
+                  100 * cos_sum / n, 100 * cos_worst, l1_sum / n, l1_worst, rmse_sum / n, rmse_worst, rel_worst,
+                  worst_input);
       text::print(stderr, "[sage] {} / {} ({:.1f} s)\n", table.title, v.label, elapsed());
     }
   }
@@ -138,7 +138,7 @@ text::Json run_sage_study(const SageStudyConfig& cfg) {
                       {"cos_sim", m.cos_sim}, {"rel_l1", m.rel_l1}, {"rmse", m.rmse},
                       {"rel_rmse", m.rel_rmse}, {"nan_share", m.nan_share}}));
       text::print(" {:.2f}%{} |", 100 * m.nan_share,
-                 m.nan_share == 0 ? text::format(" ({:.1e})", m.rel_rmse) : "");
+                  m.nan_share == 0 ? text::format(" ({:.1e})", m.rel_rmse) : "");
     }
     text::print("\n");
     text::print(stderr, "[sage] Table 4 inputs / {} ({:.1f} s)\n", name, elapsed());

@@ -19,7 +19,7 @@ Device pasa_device(const ArrayInfo& a, const char* name) {
   if (a.device_type == kDLCPU) return Device::cpu;
   if (a.device_type == kDLCUDA) return Device::cuda;
   throw Error(text::format("{}: arrays on {} are not supported (pasa takes host arrays and CUDA "
-                          "device arrays)", name, device_text(a)));
+                           "device arrays)", name, device_text(a)));
 }
 
 }  // namespace
@@ -81,20 +81,20 @@ TensorView attention_view(const ArrayInfo& a, const char* name, Layout layout) {
   const char* layout_name = layout == Layout::bhsd ? "bhsd" : "bshd";
   if (a.ndim != 4) {
     throw Error(text::format("{}: expected a 4-D array {} (layout '{}'), got {}-D with shape {}", name,
-                            dims, layout_name, a.ndim, shape_text(a)));
+                             dims, layout_name, a.ndim, shape_text(a)));
   }
   const std::optional<DType> dtype = pasa_dtype(a.dtype);
   if (!dtype) {
     throw Error(text::format("{}: unsupported dtype {} (pasa takes float32, float16 or bfloat16)", name,
-                            dtype_text(a.dtype)));
+                             dtype_text(a.dtype)));
   }
   const Device device = pasa_device(a, name);
   bool empty = false;  // an empty array's strides mean nothing; the C++ API names the zero size
   for (int i = 0; i < 4; ++i) empty = empty || a.shape[i] == 0;
   if (!empty && a.shape[3] > 1 && a.strides[3] != 1) {
     throw Error(text::format("{}: the head dim (last axis) must be contiguous, but its stride is {} "
-                            "elements; make the array contiguous first (numpy.ascontiguousarray, "
-                            "torch.Tensor.contiguous)", name, a.strides[3]));
+                             "elements; make the array contiguous first (numpy.ascontiguousarray, "
+                             "torch.Tensor.contiguous)", name, a.strides[3]));
   }
   const std::size_t size = dtype_size(*dtype);
   if (reinterpret_cast<std::uintptr_t>(a.data) % size != 0) {
@@ -116,7 +116,7 @@ TensorView attention_view(const ArrayInfo& a, const char* name, Layout layout) {
 LseView lse_output_view(const ArrayInfo& a) {
   if (a.ndim != 3) {
     throw Error(text::format("lse: expected a 3-D array [B, H, S_q], got {}-D with shape {}", a.ndim,
-                            shape_text(a)));
+                             shape_text(a)));
   }
   if (pasa_dtype(a.dtype) != DType::f32) {
     throw Error(text::format("lse: dtype is {}; the LSE output must be float32", dtype_text(a.dtype)));
@@ -137,7 +137,7 @@ LseView lse_output_view(const ArrayInfo& a) {
 void check_same_device(const ArrayInfo& q, const ArrayInfo& a, const char* name) {
   if (q.device_type != a.device_type || q.device_id != a.device_id) {
     throw Error(text::format("{}: on {} but q is on {} (all arrays must be on one device)", name,
-                            device_text(a), device_text(q)));
+                             device_text(a), device_text(q)));
   }
 }
 
@@ -165,7 +165,7 @@ void check_no_overlap(const ArrayInfo& out, const char* name, const ArrayInfo& i
   const auto [i_first, i_last] = byte_span(input);
   if (o_first < i_last && i_first < o_last) {
     throw Error(text::format("{}: its memory overlaps {}'s; pass an output that does not alias the "
-                            "inputs", name, input_name));
+                             "inputs", name, input_name));
   }
 }
 

@@ -45,7 +45,7 @@ HostTensor from_array(const InputArray& array, const std::string& what) {
   const std::optional<DType> dtype = pasa_dtype(a.dtype);
   if (!dtype) {
     throw Error(text::format("{}: unsupported dtype {} (pasa files hold float32, float16 or bfloat16)",
-                            what, dtype_text(a.dtype)));
+                             what, dtype_text(a.dtype)));
   }
   if (a.device_type != 1) {
     throw Error(text::format("{}: array is on {}; copy it to the host first", what, device_text(a)));
@@ -58,7 +58,7 @@ HostTensor from_array(const InputArray& array, const std::string& what) {
   for (std::size_t i = a.ndim; i-- > 0 && !empty;) {
     if (a.shape[i] > 1 && a.strides[i] != expected) {
       throw Error(text::format("{}: array is not C-contiguous (shape {}); make it contiguous first",
-                              what, shape_text(a)));
+                               what, shape_text(a)));
     }
     expected *= a.shape[i];
   }

@@ -343,7 +343,7 @@ void validate(const Policy& p) {
   }
   if (!(p.beta >= 0.0 && p.beta < 1.0)) {
     throw Error(text::format("policy field 'beta': {} is outside [0, 1) (beta = 1 makes the shifting "
-                            "matrix singular)", p.beta));
+                             "matrix singular)", p.beta));
   }
   if (p.shift != Shift::pasa && p.beta != 0.0) {
     throw Error("policy field 'beta': set to " + text::format("{}", p.beta) + " but shift=" +
@@ -359,7 +359,7 @@ void validate(const Policy& p) {
   }
   if (!std::isfinite(p.phi) || !(p.window_lo < p.window_hi)) {
     throw Error(text::format("policy field 'phi'/'window_lo'/'window_hi': phi must be finite and "
-                            "window_lo < window_hi (got {}, {}, {})", p.phi, p.window_lo, p.window_hi));
+                             "window_lo < window_hi (got {}, {}, {})", p.phi, p.window_lo, p.window_hi));
   }
   if (p.splits < 1 || p.splits > 1024) {
     throw Error(text::format("policy field 'splits': {} is outside 1..1024", p.splits));
@@ -372,7 +372,7 @@ void validate(const Policy& p) {
   auto slab_gran = [](Granularity g) { return g == Granularity::warp || g == Granularity::thread; };
   if (p.q_quant && slab_gran(p.q_gran) && p.block_q % 16 != 0) {
     throw Error(text::format("policy field 's1': {} must be a multiple of 16 for q_gran={}", p.block_q,
-                            granularity_name(p.q_gran)));
+                             granularity_name(p.q_gran)));
   }
   if (p.k_quant && p.k_gran == Granularity::thread && p.block_kv % 8 != 0) {
     throw Error(text::format("policy field 's2': {} must be a multiple of 8 for k_gran=thread", p.block_kv));
