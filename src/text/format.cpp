@@ -60,7 +60,7 @@ Spec parse_spec(std::string_view spec, std::string_view pattern) {
   return out;
 }
 
-// Shortest digits that read back as x: fixed notation for decimal exponents in [-5, 16), scientific
+// Shortest digits that read back as x: fixed notation for decimal exponents in [-4, 16), scientific
 // (at least two exponent digits) outside, as Python's repr does, without a trailing ".0".
 std::string shortest(double x) {
   char buf[64];
@@ -74,7 +74,7 @@ std::string shortest(double x) {
   }
   const int exponent = std::stoi(sci.substr(e_pos + 1));
   std::string body = negative ? "-" : "";
-  if (exponent >= -5 && exponent < 16) {
+  if (exponent >= -4 && exponent < 16) {
     if (exponent < 0) {
       body.append("0.").append(static_cast<std::size_t>(-exponent - 1), '0').append(digits);
     } else if (static_cast<int>(digits.size()) <= exponent + 1) {

@@ -7,7 +7,7 @@
 //     align  < left, > right, ^ centre (strings default left, numbers right)
 //     sign   + (always) or - (negatives only, the default)
 //     type   integers: d, x, X, b;  floating point: f, e, g (printf's meaning), none (shortest
-//            round-trip digits: fixed for exponents in [-5, 16), scientific outside);  strings: s
+//            round-trip digits: fixed for exponents in [-4, 16), scientific outside);  strings: s
 //   "{{" and "}}" are literal braces.
 // A malformed pattern or a spec that does not fit its argument throws std::invalid_argument: these
 // are programming errors in pasa's own strings, caught by the tests that run each message.
