@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch SDPA baselines (flash and cuDNN backends) on the points of bench_attention.cu, then one
 table of TFLOP/s with pasa's numbers beside them.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Installs pasa as a CMake package: headers, the static library, and pasaConfig.cmake, so a project
 # can `find_package(pasa CONFIG REQUIRED)` and `target_link_libraries(app PRIVATE pasa::core)`.
 include(CMakePackageConfigHelpers)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the dependencies and builds pasa (library, `pasa` CLI, tests) into build/.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # pasa as a CMake dependency: installs the library that build/ holds (scripts/build.sh made it), builds
 # examples/cmake-consumer against it with find_package(pasa CONFIG) and runs it; then configures the
 # consumer with pasa as a subdirectory and checks that only the library comes along (no CLI, no tests).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds the wheel as a user with only PyPI would (build isolation, CPU build, the Debian dev packages
 # fmt, nlohmann-json, CLI11 and GoogleTest made unfindable), checks that auditwheel accepts it as
 # manylinux (repair vendors OpenMP's runtime), installs it into a fresh environment, and runs the

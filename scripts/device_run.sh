@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One device call: build pasa with the CUDA kernels (fresh build dir, sm_90a), run the GPU tests,
 # compute-sanitizer (memcheck + racecheck) on a small filter, then the benchmarks (`pasa bench`, the
 # kernels' variants, torch SDPA flash / cuDNN on the same points) and print the tables last.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs what pasa's build, tests and figures need: Debian packages for the C++ toolchain and
 # GoogleTest, and a project virtual environment .venv/ with the Python packages (the system Python is
 # left alone). Idempotent: installs only what is missing. The CUDA toolkit is optional: with nvcc on

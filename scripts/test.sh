@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The test command: builds everything, then runs the C++ tests (CUDA tests skip without a GPU, and say
 # so) and the Python package's tests, with the package installed into the project's .venv.
 set -euo pipefail

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa::attention: validate once, then hand the problem to a backend.
 #include "pasa/attention.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Validation of AttentionArgs shared by every backend: each failure is a pasa::Error naming the
 // argument, raised before any output is touched.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pasa command's argument parser: nested subcommands with `--name value` / `--name=value` options,
 // boolean flags, comma-separated lists and generated --help. It is the project's own so the CLI builds
 // from the standard library alone (the wheel ships it; PyPI has no C++ argument parser to build against).

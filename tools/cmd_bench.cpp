@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa bench: times pasa's CUDA kernels through the public API (pasa::bench_cuda_attention: CUDA
 // events, L2 flushed before each timed call, median of --runs after --warmup). Prefill points follow
 // the kernel issue's grid: head dims 64 / 128, S = 1k / 4k / 16k with B * S = --tokens and

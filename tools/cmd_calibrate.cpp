@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa calibrate: per-(layer, timestep) policy plans for adaptive mixing, and FlashDecoding++'s phi.
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa inspect: value ranges of K and of the scores before and after PASA's shift (section 3.3.2).
 
 #include <algorithm>

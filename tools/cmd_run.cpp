@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa run: attention on tensors from files, optionally checked against the fp64 reference.
 
 #include <chrono>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa study: the PASA paper's random benchmarks on the CPU emulator, as markdown (and JSON, PNG).
 
 #include <chrono>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pasa command's subcommands; each file registers one.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `pasa study decode`: FlashDecoding++'s unified max on decode shapes, and our own question — does
 // phi = 0 on PASA-shifted scores remove the need for per-model calibration?
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa — robust low-precision attention: run it, study its numerics, solve PASA's beta.
 //
 // Exit codes (docs/api.md): 0 success; 1 a runtime failure (out of memory, a failed write, a device

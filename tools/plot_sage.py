@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Bar charts of `pasa study sage` results: average and worst CosSim of each variant, one PNG a table.
 
 Usage: plot_sage.py RESULTS.json OUTDIR  (prints the paths of the PNGs it writes)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Figures 9 and 10 of the PASA paper from `pasa study` results: relative RMSE per policy along each sweep.
 
 Usage: plot_study.py RESULTS.json OUTDIR  (prints the paths of the PNGs it writes)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sage_study.h"
 
 #include <chrono>

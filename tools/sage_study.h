@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `pasa study sage`: SageAttention2's accuracy tables on the CPU emulator.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runs the pasa policy on a small causal problem through the installed library and checks it against
 // the library's fp64 reference: the exit code says whether the package links and works.
 #include <pasa/attention.h>

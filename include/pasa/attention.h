@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa/attention.h — the attention entry points (CPU reference, CPU policy emulator, CUDA kernels).
 #pragma once
 

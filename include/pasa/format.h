@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa/format.h — number formats at the rounding points of a precision policy.
 //
 // A format is data: a binary float eXmY (exponent and mantissa bits, what happens on overflow) or a

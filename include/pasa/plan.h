@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa/plan.h — adaptive mixing (SageAttn-mix): which policy each (layer, timestep) uses, as written
 // by `pasa calibrate` and loaded by the C++ API and the Python package.
 #pragma once

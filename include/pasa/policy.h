@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa/policy.h — a precision policy: the format at every rounding point of the online-softmax loop,
 // where the softmax scale is applied, the shift, and the block sizes (docs/algorithms.md section 2).
 //

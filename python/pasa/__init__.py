@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pasa: fast, robust low-precision attention.
 
 NumPy arrays run on the CPU backends (a bit-faithful emulator of every precision policy), CUDA

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The `pasa` command: runs the C++ CLI that ships inside the package (`pasa --help`).
 
 Both the `pasa` console script and `python -m pasa` land here. The interpreter's own directory goes

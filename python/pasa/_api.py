@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pasa.attention, pasa.sdpa and pasa.reference: array-agnostic entry points.
 
 NumPy (and other host) arrays run on the CPU backends, the policy emulator included; CUDA arrays run

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What pasa needs to know about the caller's arrays, without importing any framework."""
 
 from __future__ import annotations

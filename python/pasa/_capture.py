@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pasa.capture and pasa.patch: recording and rerouting a torch model's attention calls.
 
 Both work on ``torch.nn.functional.scaled_dot_product_attention``: models that call it as

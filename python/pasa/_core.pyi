@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Type stubs for the nanobind extension pasa._core (internal; use the pasa package).
 from typing import Any, Dict, List, Optional, Tuple
 

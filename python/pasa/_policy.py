@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``pasa.Policy``: the precision policy of an attention call, as data.
 
 A policy gives the number format at every rounding point of the online-softmax loop, where the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch integration, in pure Python: the ``pasa::attention`` custom ops.
 
 ``torch.ops.pasa.attention`` is a functional op (new output) and ``torch.ops.pasa.attention_out``

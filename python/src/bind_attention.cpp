@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa._core.attention and pasa._core.reference: DLPack arrays in, pasa::attention /
 // pasa::reference_attention out. Outputs are allocated by the caller (Python), so nothing here
 // allocates device memory: CUDA work goes on the stream the caller passes, CUDA-graph friendly.

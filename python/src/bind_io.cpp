@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa._core's file functions over include/pasa/io.h. Loads return NumPy arrays that own their
 // bytes (bfloat16 is widened to float32: NumPy has no bfloat16); saves take any C-contiguous host
 // DLPack array of float32, float16 or bfloat16.

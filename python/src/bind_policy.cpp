@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa._core.Policy: the C++ Policy with read-only fields, its text form and the presets (the
 // public pasa.Policy in python/pasa/_policy.py wraps it); and solve_beta, PASA's optimal beta.
 #include <nanobind/nanobind.h>

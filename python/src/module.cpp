@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa._core: the nanobind extension under the `pasa` Python package. The package (python/pasa)
 // is the public API; this module only converts DLPack arrays to pasa views and calls the C++ library.
 #include <nanobind/nanobind.h>

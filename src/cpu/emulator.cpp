@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The policy emulator: one online-softmax loop that rounds where the policy says.
 //
 // For each query block i and key block j (algorithms.md sections 1, 3, 4, 5; the paper's Algorithm 1):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Exact merge of two partial attention results over disjoint key sets (algorithms.md section 1):
 //   LSE = log(exp(LSE_a) + exp(LSE_b)),  O = exp(LSE_a - LSE) O_a + exp(LSE_b - LSE) O_b.
 #include <cmath>

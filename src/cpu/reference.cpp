@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fp64 reference: attention written as plainly as possible, the oracle for every other path.
 #include <omp.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA backend's dispatch: checks what the kernels support (device, pointers, layout, dtypes,
 // head dim, policy), each failure a pasa::Error naming the argument before anything is launched;
 // then picks the path and launches on the caller's stream: the split-KV decode kernel for S_q <= 16

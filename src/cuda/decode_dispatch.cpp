@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host side of the split-KV decode path: how many splits, the workspace (from pasa's pool), and
 // the launches. With FlashDecoding++'s unified max the sequence is: split kernel (unified) -> merge
 // (rows whose x - phi left the window are flagged and counted, not written) -> split kernel again in

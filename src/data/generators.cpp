@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Synthetic inputs. Each generator draws in fp64 from the project's own Rng (data/random.h: xoshiro256**
 // and Box-Muller, not the standard library's implementation-defined distributions) seeded by the
 // caller, so a (generator, parameters, seed) triple names the same tensors on every platform, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The generators' random numbers, defined here rather than by the standard library (whose
 // distributions are implementation-defined), so a seed names the same tensors on every platform.
 //

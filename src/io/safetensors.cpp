@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // .safetensors files (https://github.com/huggingface/safetensors): an 8-byte little-endian header length
 // N, N bytes of JSON {"name": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...,
 // "__metadata__": {"key": "value"}}, then the data section that the offsets index into.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Number formats: rounding (round-to-nearest-even with subnormals and per-format overflow) and bit
 // patterns. Values are carried as doubles: every format here (at most 11 exponent and 52 fraction bits)
 // is a subset of double, so rounding a double once is the single correctly rounded conversion.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Policies: presets, text form and validation.
 #include "pasa/policy.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Brace-style string formatting for messages and tables, so the library, the Python extension and the
 // CLI need nothing beyond the standard library (g++ 12 has no std::format).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small JSON value (RFC 8259) for .safetensors headers, calibration plans and the CLI's result files,
 // so the library needs nothing beyond the standard library.
 //

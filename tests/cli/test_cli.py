@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """End-to-end checks of the `pasa` command: run, beta, inspect, study (short), calibrate, bench.
 
 Usage: test_cli.py PATH_TO_PASA   (run by CTest; needs python3 with numpy)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PASA in the emulator: exactness in real arithmetic, beta = 0 is FlashAttention-2, the paper's
 // overflow cases, the resonance inputs, and the optimal-beta table.
 #include <gtest/gtest.h>

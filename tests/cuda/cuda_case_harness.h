@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The harness of the CUDA tests: one case (shape, layout, dtypes, causal) run on the GPU kernel and on
 // the CPU emulator running the same policy, both against the fp64 reference. The rule (FlashAttention-3's,
 // made two-sided): the kernel's error is within [0.5x, 2x] of its emulated twin's plus a small atol,

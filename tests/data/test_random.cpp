@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The generators' random numbers are the project's own algorithm (src/data/random.h), so a seed gives
 // the same tensors on every platform. The pinned values below were computed by an independent
 // implementation of that documented algorithm (Python integers for xoshiro256** and splitmix64,

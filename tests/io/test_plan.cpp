@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Adaptive-mixing plans: names, lookup order, and files that are not plans.
 #include <gtest/gtest.h>
 

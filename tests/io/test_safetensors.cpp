@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // .safetensors reading and writing: round trips, the writer's layout (sorted names, 8-byte aligned
 // space-padded header), files as the Python library writes them, and a pasa::Error naming the file and
 // the problem for every class of malformed file.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests of the number formats (pasa/format.h): exhaustive bit-pattern round trips, bit-for-bit agreement
 // with the CUDA toolkit's host conversions (what the GPU kernels produce, so the emulator must match
 // them), round_to examples for the cases the exhaustive tests cannot reach, and the format grammar.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Policies: presets, the text form (print, parse, round trip) and validation errors naming the field.
 #include <gtest/gtest.h>
 

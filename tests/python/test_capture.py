@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pasa.capture and pasa.patch on a stand-in transformer. Skipped where torch is not installed."""
 
 from __future__ import annotations

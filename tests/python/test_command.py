@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The `pasa` command that the package installs: `python -m pasa` and the console script run the
 bundled C++ CLI, pass its exit code through, and find this interpreter for `pasa study --plot`."""
 

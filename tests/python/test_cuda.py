@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The CUDA path through torch: run on the device (an H200 with torch). Skipped without a GPU or
 without a pasa build that has the CUDA kernels.
 

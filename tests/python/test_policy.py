@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pasa.Policy: parse, print, presets, read-only fields."""
 
 from __future__ import annotations

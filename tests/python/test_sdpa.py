@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pasa.sdpa with torch's semantics, on NumPy arrays (the torch tests are in test_torch.py)."""
 
 from __future__ import annotations

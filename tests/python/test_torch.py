@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch integration on the CPU: the pasa::attention custom ops, torch.compile, pasa.sdpa against
 torch's scaled_dot_product_attention. Skipped where torch is not installed."""
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // text::format, the brace formatter behind every message and table: each spec the project uses, the
 // shortest round-trip form of "{}" for doubles, and errors for malformed patterns.
 #include <gtest/gtest.h>

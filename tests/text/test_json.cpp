@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // text::Json, the parser behind .safetensors headers and plans (untrusted input) and the writer of
 // the CLI's result files: strict RFC 8259 parsing, integer ranges, UTF-8, and round trips.
 #include <gtest/gtest.h>
