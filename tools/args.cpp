@@ -99,7 +99,7 @@ std::string Command::help() const {
   return out;
 }
 
-const Command* Command::parse(const std::vector<std::string>& args, std::size_t pos, const std::string& path) {
+const Command* Command::parse(const std::vector<std::string>& args, std::size_t pos) {
   for (; pos < args.size(); ++pos) {
     const std::string& arg = args[pos];
     if (arg == "-h" || arg == "--help") return this;
@@ -107,7 +107,7 @@ const Command* Command::parse(const std::vector<std::string>& args, std::size_t 
       const std::size_t eq = arg.find('=');
       const std::string name = arg.substr(0, eq);
       const auto it = std::find_if(options_.begin(), options_.end(), [&](const auto& o) { return o->name_ == name; });
-      if (it == options_.end()) throw UsageError("'" + path + "' has no option " + name);
+      if (it == options_.end()) throw UsageError("'" + path_ + "' has no option " + name);
       Option& opt = **it;
       if (opt.is_flag_) {
         if (eq != std::string::npos) throw UsageError(name + " is a flag and takes no value");
@@ -139,7 +139,7 @@ const Command* Command::parse(const std::vector<std::string>& args, std::size_t 
     }
     const auto sub = std::find_if(subcommands_.begin(), subcommands_.end(), [&](const auto& c) { return c->name_ == arg; });
     if (sub == subcommands_.end()) {
-      throw UsageError("'" + path + "' takes no argument '" + arg + "'" +
+      throw UsageError("'" + path_ + "' takes no argument '" + arg + "'" +
                        (subcommands_.empty() ? std::string() : " (not one of its commands)"));
     }
     chosen_ = sub->get();
@@ -148,11 +148,11 @@ const Command* Command::parse(const std::vector<std::string>& args, std::size_t 
   for (const auto& opt : options_) {
     if (opt->required_ && !opt->seen_) throw UsageError(opt->name_ + " is required");
   }
-  if (chosen_ != nullptr) return chosen_->parse(args, pos + 1, chosen_->path_);
+  if (chosen_ != nullptr) return chosen_->parse(args, pos + 1);
   if (subcommand_required_) {
     std::string names;
     for (const auto& c : subcommands_) names += (names.empty() ? "" : ", ") + c->name_;
-    throw UsageError("'" + path + "' needs a command: " + names);
+    throw UsageError("'" + path_ + "' needs a command: " + names);
   }
   return nullptr;
 }
@@ -161,7 +161,7 @@ int Command::main(int argc, const char* const* argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   const Command* help_for = nullptr;
   try {
-    help_for = parse(args, 0, path_);
+    help_for = parse(args, 0);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "%s: error: %s\nRun '%s --help' for the options.\n", name_.c_str(), e.what(),
                  name_.c_str());

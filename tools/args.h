@@ -139,7 +139,7 @@ class Command {
   Option& new_option(const std::string& name, const std::string& description);
   // Parses args[pos...] for this command and (recursively) the chosen subcommand; returns the
   // command whose --help was asked for, or nullptr.
-  const Command* parse(const std::vector<std::string>& args, std::size_t pos, const std::string& path);
+  const Command* parse(const std::vector<std::string>& args, std::size_t pos);
 
   std::string name_, description_, path_;
   std::vector<std::unique_ptr<Option>> options_;
