@@ -26,7 +26,8 @@ PASA_ENABLE_CUDA=OFF .venv/bin/python -m pip wheel -q . --no-deps -w "$out/dist"
 .venv/bin/auditwheel repair -w "$out/wheelhouse" "$out"/dist/pasa-*.whl
 wheel=$(ls "$out"/wheelhouse/pasa-*manylinux*.whl)
 .venv/bin/auditwheel show "$wheel" | tee "$out/show.txt"
-grep -q 'is consistent with the following platform tag: "manylinux' "$out/show.txt"
+# auditwheel wraps its lines; join them before looking for the verdict.
+tr -s ' \n' ' ' < "$out/show.txt" | grep -q 'is consistent with the following platform tag: "manylinux_'
 
 echo "== install $(basename "$wheel") into a fresh environment and test it"
 python3 -m venv "$out/venv"
