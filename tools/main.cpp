@@ -8,9 +8,11 @@
 #include <CLI/CLI.hpp>
 #include <exception>
 #include <new>
+#include <string>
 
 #include "commands.h"
 #include "pasa/error.h"
+#include "pasa/version.h"
 
 namespace {
 
@@ -28,6 +30,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "pasa: fast, robust low-precision attention (FlashAttention, PASA, SageAttention2, "
       "FlashDecoding++) with a CPU emulator of every rounding point."};
+  app.set_version_flag("--version", std::string("pasa ") + pasa::version());
   app.require_subcommand(1);
   try {
     pasa::cli::add_run_command(app);

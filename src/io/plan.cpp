@@ -6,6 +6,7 @@
 #include "io/atomic_file.h"
 #include "io/byte_io.h"
 #include "pasa/error.h"
+#include "pasa/version.h"
 
 namespace pasa {
 namespace {
@@ -67,6 +68,10 @@ std::pair<int, int> parse_entry_name(const std::string& name) {
   return {std::stoi(m[1].str()), m[2].matched ? std::stoi(m[2].str()) : -1};
 }
 
+std::string entry_name(int layer, int timestep) {
+  return "layer" + std::to_string(layer) + (timestep >= 0 ? "_t" + std::to_string(timestep) : "");
+}
+
 Policy MixPlan::policy_for(int layer, std::optional<int> timestep) const {
   if (timestep) {
     if (auto it = entries.find({layer, *timestep}); it != entries.end()) return parse_policy(it->second);
@@ -120,7 +125,7 @@ MixPlan load_plan(const std::string& path) {
 }
 
 void save_plan(const std::string& path, const MixPlan& plan, const std::map<std::pair<int, int>, double>& scores) {
-  json j{{"fast", plan.fast}, {"accurate", plan.accurate}, {"xi", plan.xi}};
+  json j{{"pasa_version", version()}, {"fast", plan.fast}, {"accurate", plan.accurate}, {"xi", plan.xi}};
   json entries = json::array();
   for (const auto& [key, text] : plan.entries) {
     json e{{"layer", key.first}, {"policy", text}};

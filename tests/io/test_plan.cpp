@@ -19,6 +19,21 @@ TEST(Plan, EntryNames) {
   EXPECT_EQ(parse_entry_name("layer12_t40"), std::make_pair(12, 40));
   test::expect_error([] { parse_entry_name("block3"); }, "entry 'block3'");
   test::expect_error([] { parse_entry_name("layer3_x"); }, "layer<L>_t<T>");
+  for (const char* name : {"layer3", "layer12_t40", "layer0_t0"}) {
+    const auto [layer, timestep] = parse_entry_name(name);
+    EXPECT_EQ(entry_name(layer, timestep), name);
+  }
+}
+
+TEST(Plan, ParsedFromTextNamingItsOrigin) {
+  const MixPlan plan = parse_plan(
+      R"({"fast": "sage4", "accurate": "sage8", "xi": 10, "entries": [{"layer": 2, "timestep": 7,
+          "policy": "sage8"}, {"layer": 3, "timestep": null, "policy": "exact"}]})", "mine");
+  EXPECT_EQ(plan.policy_for(2, 7), parse_policy("sage8"));
+  EXPECT_EQ(plan.policy_for(3, 1), parse_policy("exact"));
+  EXPECT_EQ(plan.policy_for(4), parse_policy("sage4"));
+  test::expect_error([] { parse_plan("{", "mine"); }, "mine: not valid JSON");
+  test::expect_error([] { parse_plan(R"({"fast": "sage4"})", "mine"); }, "mine: not a pasa plan");
 }
 
 TEST(Plan, RoundTripAndLookup) {
