@@ -25,17 +25,6 @@ TEST(Plan, EntryNames) {
   }
 }
 
-TEST(Plan, ParsedFromTextNamingItsOrigin) {
-  const MixPlan plan = parse_plan(
-      R"({"fast": "sage4", "accurate": "sage8", "xi": 10, "entries": [{"layer": 2, "timestep": 7,
-          "policy": "sage8"}, {"layer": 3, "timestep": null, "policy": "exact"}]})", "mine");
-  EXPECT_EQ(plan.policy_for(2, 7), parse_policy("sage8"));
-  EXPECT_EQ(plan.policy_for(3, 1), parse_policy("exact"));
-  EXPECT_EQ(plan.policy_for(4), parse_policy("sage4"));
-  test::expect_error([] { parse_plan("{", "mine"); }, "mine: not valid JSON");
-  test::expect_error([] { parse_plan(R"({"fast": "sage4"})", "mine"); }, "mine: not a pasa plan");
-}
-
 TEST(Plan, RoundTripAndLookup) {
   MixPlan plan{"sage4", "sage8", 30, {{{1, 5}, "sage8"}, {{1, -1}, "sage4"}, {{2, -1}, "sage8"}}};
   const std::string path = temp_path("plan");
