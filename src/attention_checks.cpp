@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "pasa/error.h"
 #include "storage_convert.h"
@@ -44,7 +45,60 @@ void check_scale(double scale, const Policy& policy) {
   }
 }
 
+// The window, softcap and mask: values, the mask's shape against the problem, its values on the host.
+void check_score_mods(const AttentionArgs& a, const ProblemShape& p) {
+  if (a.window_left < -1 || a.window_right < -1) {
+    throw Error(text::format("window_size: ({}, {}) has a side below -1 (-1 = unbounded, else the number "
+                            "of keys seen on that side)", a.window_left, a.window_right));
+  }
+  if (!(a.softcap >= 0.0 && std::isfinite(a.softcap))) {
+    throw Error(text::format("softcap: {} must be finite and >= 0 (0 = no softcap)", a.softcap));
+  }
+  if (a.softcap > 0.0 && a.policy.shift == Shift::pasa) {
+    throw Error("softcap: PASA's shifted scores (shift=pasa) cannot be soft-capped (tanh of a shifted "
+                "score is not a shifted tanh); use another policy or softcap=0");
+  }
+  const MaskView& m = a.mask;
+  if (m.kind == MaskKind::none) return;
+  if (static_cast<int>(m.kind) < 0 || static_cast<int>(m.kind) > static_cast<int>(MaskKind::boolean)) {
+    throw Error("attn_mask: unknown mask kind");
+  }
+  if (m.data == nullptr) throw Error("attn_mask: data pointer is null");
+  if (m.kind == MaskKind::additive && static_cast<int>(m.dtype) > static_cast<int>(DType::bf16)) {
+    throw Error("attn_mask: an additive mask must be f32, f16 or bf16");
+  }
+  const std::array<std::int64_t, 4> want{p.batch, p.heads_q, p.seq_q, p.seq_kv};
+  static const char* dims[] = {"batch", "heads", "query", "key"};
+  for (int i = 0; i < 4; ++i) {
+    const bool broadcast = i < 2 && m.shape[i] == 1;
+    if (m.shape[i] != want[i] && !broadcast) {
+      throw Error(text::format("attn_mask: shape [{}, {}, {}, {}] does not broadcast to [B, H_q, S_q, "
+                              "S_kv] = [{}, {}, {}, {}] (its {} size must be {}{})", m.shape[0], m.shape[1],
+                              m.shape[2], m.shape[3], want[0], want[1], want[2], want[3], dims[i], want[i],
+                              i < 2 ? " or 1" : ""));
+    }
+    if (m.stride[i] < 0) throw Error("attn_mask: strides must be non-negative");
+  }
+  if (m.device != a.q.device) throw Error("attn_mask: on a different device than q");
+  if (m.kind != MaskKind::additive || m.device != Device::cpu) return;
+  for (std::int64_t b = 0; b < m.shape[0]; ++b)
+    for (std::int64_t h = 0; h < m.shape[1]; ++h)
+      for (std::int64_t r = 0; r < m.shape[2]; ++r)
+        for (std::int64_t c = 0; c < m.shape[3]; ++c) {
+          const float x = load_as_float(m.data, m.dtype,
+                                        b * m.stride[0] + h * m.stride[1] + r * m.stride[2] + c * m.stride[3]);
+          if (std::isnan(x) || x == std::numeric_limits<float>::infinity()) {
+            throw Error(text::format("attn_mask: {} at [{}, {}, {}, {}] (an additive mask holds finite values "
+                                    "or -inf)", x, b, h, r, c));
+          }
+        }
+}
+
 }  // namespace
+
+bool has_score_mods(const AttentionArgs& a) {
+  return a.window_left != -1 || a.window_right != -1 || a.softcap != 0.0 || a.mask.kind != MaskKind::none;
+}
 
 ProblemShape check_attention_args(const AttentionArgs& a) {
   check_view(a.q, "q", false);
@@ -93,6 +147,7 @@ ProblemShape check_attention_args(const AttentionArgs& a) {
     throw Error("alignment: not bottom_right or top_left");
   }
   validate(a.policy);
+  check_score_mods(a, p);
   return p;
 }
 

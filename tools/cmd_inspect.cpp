@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "pasa/error.h"
 #include "pasa/generators.h"
+#include "pasa/policy.h"
 #include "tensor_files.h"
 #include "text/format.h"
 
@@ -17,7 +18,7 @@ namespace {
 
 struct InspectOptions {
   std::string q, k, gen = "resonance", preset = "qwen2";
-  double x0 = 20, am = 10, beta = 0.984497;
+  double x0 = 20, am = 10, beta = kPaperBeta;
   int block = 128;
   std::int64_t seq = 1280, heads = 2;
   std::uint64_t seed = 2024;

@@ -18,7 +18,7 @@ namespace pasa::cli {
 namespace {
 
 struct RunOptions {
-  std::string q, k, v, qkv, out, lse, policy = "exact", alignment = "bottom-right";
+  std::string q, k, v, qkv, out, lse, policy = "exact", alignment = "bottom_right";
   bool causal = false, check = false;
   std::optional<double> scale;
 };
@@ -61,10 +61,11 @@ void run(const RunOptions& opt) {
   args.lse = lse_view(lse.data(), q.shape[0], q.shape[1], q.shape[2]);
   args.scale = opt.scale;
   args.causal = opt.causal;
-  if (opt.alignment == "top-left") {
+  // The API's spellings; the hyphenated ones are accepted too.
+  if (opt.alignment == "top_left" || opt.alignment == "top-left") {
     args.alignment = CausalAlignment::top_left;
-  } else if (opt.alignment != "bottom-right") {
-    throw Error("--alignment: '" + opt.alignment + "' is not bottom-right or top-left");
+  } else if (opt.alignment != "bottom_right" && opt.alignment != "bottom-right") {
+    throw Error("--alignment: '" + opt.alignment + "' is not bottom_right or top_left");
   }
   args.policy = parse_policy(opt.policy);
 
@@ -105,11 +106,11 @@ void add_run_command(Command& app) {
   cmd->add_option("--v", opt->v, "value tensor file");
   cmd->add_option("--qkv", opt->qkv, "one .safetensors file holding tensors named q, k and v");
   cmd->add_option("--policy", opt->policy,
-                  "precision policy: a preset (exact, fa16_fp32, fa16, pasa) and key=value overrides, "
-                  "e.g. pasa,beta=0.968994,s2=64")
+                  "precision policy: a preset (" + text::join(preset_names(), ", ") +
+                      ") and key=value overrides, e.g. pasa,beta=0.968994,s2=64 (keys: docs/api.md)")
       ->capture_default_str();
   cmd->add_flag("--causal", opt->causal, "causal mask");
-  cmd->add_option("--alignment", opt->alignment, "causal alignment: bottom-right or top-left")
+  cmd->add_option("--alignment", opt->alignment, "causal alignment: bottom_right (query i sees keys <= i + S_kv - S_q) or top_left (keys <= i)")
       ->capture_default_str();
   cmd->add_option("--scale", opt->scale, "softmax scale (default 1/sqrt(D))");
   cmd->add_option("--out", opt->out, "write O here (.npy, dtype of Q)");

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // pasa study: the PASA paper's random benchmarks on the CPU emulator, as markdown (and JSON, PNG).
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "io/atomic_file.h"
 #include "output_paths.h"
 #include "pasa/error.h"
+#include "pasa/version.h"
 #include "sage_study.h"
 #include "study_plot.h"
 #include "text/format.h"
@@ -110,6 +112,18 @@ text::Json to_json(const std::vector<StudyRow>& rows) {
   return out;
 }
 
+// What a study's JSON holds: the pasa version, the study, the input shape, the seed and the policies
+// next to the rows, so a file says how it was made.
+text::Json study_document(const char* study, text::Json shape, std::uint64_t seed, const text::Json& rows) {
+  std::vector<std::string> policies;
+  for (const text::Json& row : rows.as_array()) {
+    const std::string& policy = row.at("policy").as_string();
+    if (std::find(policies.begin(), policies.end(), policy) == policies.end()) policies.push_back(policy);
+  }
+  return text::Json::object({{"pasa_version", version()}, {"study", study}, {"shape", std::move(shape)},
+                             {"seed", seed}, {"policies", policies}, {"rows", rows}});
+}
+
 void run(const StudyOptions& opt) {
   StudyConfig config;
   if (opt.heads && *opt.heads < 1) throw Error(text::format("--heads: {} is not a positive count", *opt.heads));
@@ -144,12 +158,16 @@ void run(const StudyOptions& opt) {
   print_tables(groups, rows, config.policies, "normal");
   text::print("\nstudy time {:.1f} s\n", elapsed());
 
-  write_json(opt.json, to_json(rows));
+  const Shape4& sh = config.shape;
+  const text::Json shape =
+      text::Json::object({{"batch", sh.batch}, {"heads", sh.heads}, {"seq", sh.seq}, {"dim", sh.dim}});
+  write_json(opt.json, study_document("paper", shape, config.seed, to_json(rows)));
   if (!opt.plot.empty()) {
     std::vector<StudyRow> paper_rows;  // the figures follow the paper: V drawn like Q and K
     for (const StudyRow& r : rows)
       if (r.v == "eq17") paper_rows.push_back(r);
-    for (const auto& png : write_study_plots(PlotKind::paper_study, to_json(paper_rows).dump(), opt.plot)) {
+    const text::Json figures = study_document("paper", shape, config.seed, to_json(paper_rows));
+    for (const auto& png : write_study_plots(PlotKind::paper_study, figures.dump(), opt.plot)) {
       text::print(stderr, "wrote {}\n", png);
     }
   }
@@ -190,10 +208,12 @@ void add_study_command(Command& app) {
   sage_cmd->callback([sage, sage_json, sage_plot] {
     if (sage->heads < 1 || sage->seq < 1) throw Error("study sage: --heads and --seq must be positive");
     check_study_outputs(*sage_json, *sage_plot);
-    const text::Json rows = run_sage_study(*sage);
-    write_json(*sage_json, rows);
+    const text::Json document = study_document(
+        "sage", text::Json::object({{"batch", 1}, {"heads", sage->heads}, {"seq", sage->seq}, {"dim", 128}}),
+        sage->seed, run_sage_study(*sage));
+    write_json(*sage_json, document);
     if (!sage_plot->empty()) {
-      for (const auto& png : write_study_plots(PlotKind::sage_study, rows.dump(), *sage_plot)) {
+      for (const auto& png : write_study_plots(PlotKind::sage_study, document.dump(), *sage_plot)) {
         text::print(stderr, "wrote {}\n", png);
       }
     }
@@ -211,7 +231,12 @@ void add_study_command(Command& app) {
   decode_cmd->callback([decode, decode_json] {
     if (decode->batch < 1 || decode->seq_kv < 1) throw Error("study decode: --batch and --seq-kv must be positive");
     check_study_outputs(*decode_json, "");
-    write_json(*decode_json, run_decode_study(*decode));
+    const DecodeStudyConfig& c = *decode;
+    write_json(*decode_json,
+               study_document("decode",
+                              {{"batch", c.batch}, {"heads_q", c.heads_q}, {"heads_kv", c.heads_kv},
+                               {"seq_q", 1}, {"seq_kv", c.seq_kv}, {"dim", 128}},
+                              c.seed, run_decode_study(c)));
   });
 }
 

@@ -56,7 +56,7 @@ text::Json run_decode_study(const DecodeStudyConfig& c) {
     const PhiCalibration cal =
         calibrate_phi(scaled_scores(calibration.q, calibration.k), base.window_lo, base.window_hi);
     const std::vector<double> scores = scaled_scores(data.q, data.k);
-    const std::vector<double> shifted = scaled_scores(data.q, data.k, 0.984497, base.block_kv);
+    const std::vector<double> shifted = scaled_scores(data.q, data.k, kPaperBeta, base.block_kv);
     const auto row_len = static_cast<std::size_t>(c.seq_kv);
     const double rate_shifted = leave_rate(shifted, row_len, 0.0, base.window_lo, base.window_hi);
 
@@ -78,7 +78,7 @@ text::Json run_decode_study(const DecodeStudyConfig& c) {
     text::print("| {} | [{:.4g}, {:.4g}] | {:.4g} | {:.1f}% | {:.1f}% | {:.1f}% | {} | {} |\n", kind,
                 quantile(scores, 0.0), quantile(scores, 1.0), cal.phi, 100 * rate_cal, 100 * rate_zero,
                 100 * rate_shifted, metric(diff), metric(rmse));
-    rows.push_back(text::Json::object({{"input", kind}, {"phi", cal.phi}, {"recompute_calibrated", rate_cal},
+    rows.push_back(text::Json::object({{"input", kind}, {"policy", to_string(base)}, {"phi", cal.phi}, {"recompute_calibrated", rate_cal},
                     {"recompute_phi0", rate_zero}, {"recompute_phi0_pasa_shift", rate_shifted},
                     {"unified_vs_sync", diff}, {"rmse", rmse}}));
     text::print(stderr, "[decode] {} ({:.1f} s)\n", kind, elapsed());

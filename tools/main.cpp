@@ -7,10 +7,12 @@
 
 #include <exception>
 #include <new>
+#include <string>
 
 #include "commands.h"
 #include "pasa/error.h"
 #include "text/format.h"
+#include "pasa/version.h"
 
 namespace {
 
@@ -29,6 +31,10 @@ int main(int argc, char** argv) {
       "pasa", "fast, robust low-precision attention (FlashAttention, PASA, SageAttention2, "
               "FlashDecoding++) with a CPU emulator of every rounding point."};
   app.require_subcommand();
+  if (argc == 2 && std::string(argv[1]) == "--version") {
+    pasa::text::print("pasa {}\n", pasa::version());
+    return 0;
+  }
   try {
     pasa::cli::add_run_command(app);
     pasa::cli::add_study_command(app);

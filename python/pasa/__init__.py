@@ -21,8 +21,9 @@ from ._api import attention, reference, sdpa
 from ._beta import BetaSolution, beta
 from ._capture import CallInfo, Capture, Patch, capture, default_name, patch
 from ._errors import PasaError
+from ._fallback import PasaFallbackWarning, stats
 from ._io import load, save
-from ._policy import Policy, PolicyLike
+from ._policy import Policy, PolicyField, PolicyLike
 
 __version__: str = _core.__version__
 #: True when this build has the CUDA kernels (nvcc was found when it was built).
@@ -37,6 +38,9 @@ __all__ = [
     "beta",
     "BetaSolution",
     "PasaError",
+    "PasaFallbackWarning",
+    "stats",
+    "PolicyField",
     "load",
     "save",
     "capture",

@@ -126,9 +126,7 @@ void bind_io(nb::module_& m) {
         const MixPlan plan = parse_plan(text, origin);
         nb::dict entries;
         for (const auto& [key, policy] : plan.entries) {
-          const std::string name = "layer" + std::to_string(key.first) +
-                                   (key.second >= 0 ? "_t" + std::to_string(key.second) : std::string());
-          entries[nb::str(name.c_str())] = policy;
+          entries[nb::str(entry_name(key.first, key.second).c_str())] = policy;
         }
         return nb::make_tuple(plan.fast, plan.accurate, plan.xi, entries);
       },

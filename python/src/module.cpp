@@ -8,6 +8,7 @@
 
 #include "bindings.h"
 #include "pasa/error.h"
+#include "pasa/version.h"
 
 namespace nb = nanobind;
 
@@ -33,7 +34,7 @@ NB_MODULE(_core, m) {
         }
       },
       pasa_error.ptr());
-  m.attr("__version__") = PASA_VERSION;
+  m.attr("__version__") = pasa::version();
 #ifdef PASA_WITH_CUDA
   m.attr("built_with_cuda") = true;
 #else

@@ -7,6 +7,7 @@
 #include "io/byte_io.h"
 #include "pasa/error.h"
 #include "text/json.h"
+#include "pasa/version.h"
 
 namespace pasa {
 namespace {
@@ -66,6 +67,10 @@ std::pair<int, int> parse_entry_name(const std::string& name) {
   return {std::stoi(m[1].str()), m[2].matched ? std::stoi(m[2].str()) : -1};
 }
 
+std::string entry_name(int layer, int timestep) {
+  return "layer" + std::to_string(layer) + (timestep >= 0 ? "_t" + std::to_string(timestep) : "");
+}
+
 Policy MixPlan::policy_for(int layer, std::optional<int> timestep) const {
   if (timestep) {
     if (auto it = entries.find({layer, *timestep}); it != entries.end()) return parse_policy(it->second);
@@ -119,10 +124,10 @@ MixPlan load_plan(const std::string& path) {
 }
 
 void save_plan(const std::string& path, const MixPlan& plan, const std::map<std::pair<int, int>, double>& scores) {
-  Json j = Json::object({{"fast", plan.fast}, {"accurate", plan.accurate}, {"xi", plan.xi}});
+  Json j = Json::object({{"pasa_version", version()}, {"fast", plan.fast}, {"accurate", plan.accurate}, {"xi", plan.xi}});
   Json entries = Json::array();
-  for (const auto& [key, policy] : plan.entries) {
-    Json e = Json::object({{"layer", key.first}, {"policy", policy}});
+  for (const auto& [key, text] : plan.entries) {
+    Json e = Json::object({{"layer", key.first}, {"policy", text}});
     e["timestep"] = key.second >= 0 ? Json(key.second) : Json(nullptr);
     if (auto it = scores.find(key); it != scores.end()) e["score"] = it->second;
     entries.push_back(e);
