@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The developers' benchmark of kernel variants (the user-facing benchmark, `pasa bench`, times the
 // public API over the same points; scripts/device_run.sh runs both in one call and tabulates them
 // together).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The decode kernel's benchmark variants (decode_params.h, DecodeVariant): each changes one lever of
 // the tuned shape (stages, the L2 prefetch hint), so that one benchmark run prices each lever. Built
 // into bench_attention only (not into the library).

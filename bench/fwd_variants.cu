@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The exact forward kernel's benchmark variants (fwd_tiles.h, FwdVariant), f16 inputs: each changes one
 // lever of bench/NOTES.md in the tuned shape, so that one benchmark run prices each lever. Built
 // into bench_attention only (not into the library).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The exact forward kernel's benchmark variants (bench/fwd_variants.cu): f16 inputs, any FwdParams.
 #pragma once
 

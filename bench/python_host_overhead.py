@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Host time per eager ``pasa.attention`` call from Python (the issue's target: <= 15 us on the GPU).
 
 Usage: python3 bench/python_host_overhead.py [calls]

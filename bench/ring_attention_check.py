@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One-GPU check of pasa.distributed: correctness of the ring and all-gather paths on the CUDA
 kernels (NCCL, world size 1) and the overhead of the ring machinery against plain pasa.attention.
 

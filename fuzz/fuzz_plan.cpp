@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target for the mixing-plan reader: any byte string must either parse into a plan whose
 // every policy parses, or give a pasa::Error. Any other exception, a crash, or a sanitizer report is a bug.
 #include <cstddef>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target for the file readers: any byte string must either parse into a consistent tensor
 // or give a pasa::Error. Any other exception, a crash, or a sanitizer report is a bug.
 #include <cstddef>

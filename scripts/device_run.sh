@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # One device call: build pasa with the CUDA kernels (fresh build dir, sm_90a), run the GPU tests,
 # compute-sanitizer (memcheck + racecheck) on a small filter, then the benchmarks (`pasa bench`, the
 # kernels' variants, torch SDPA flash / cuDNN on the same points) and print the tables last.
 #
 # Run from the repository root on a machine with an sm_90 GPU: bash scripts/device_run.sh. Where that
-# machine lacks fmt / GoogleTest / nlohmann-json, copy a prefix of them to build-devdeps/usr first (it
+# machine lacks GoogleTest, copy a prefix of it to build-devdeps/usr first (it
 # is used as CMAKE_PREFIX_PATH when present). Logs and CSVs land in $OUT (default /tmp/pasa-out).
 # Phases that can be left out to fit a short device call: PASA_VARIANTS=0 (the prefill and decode
 # kernels' variant benchmarks in bench/, and their compilation), PASA_PYTHON=0 (the Python package and its tests);
@@ -47,7 +48,7 @@ LIBDIRS=()
 [ -d build-devdeps/usr ] && LIBDIRS=(-L"$ROOT/build-devdeps/usr/lib/x86_64-linux-gnu")
 [ "${PASA_VARIANTS:-1}" = 0 ] || ( nvcc -O3 -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
     -Xptxas -warn-spills bench/bench_attention.cu bench/decode_variants.cu bench/fwd_variants.cu "$BUILD/libpasa_core.a" \
-    "${LIBDIRS[@]}" -lfmt -Xcompiler -fopenmp -o "$BUILD/bench_attention" >"$BUILD/bench_build.log" 2>&1 ) &
+    "${LIBDIRS[@]}" -Xcompiler -fopenmp -o "$BUILD/bench_attention" >"$BUILD/bench_build.log" 2>&1 ) &
 BENCH_BUILD=$!
 
 phase "tests"

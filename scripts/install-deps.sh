@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Installs what pasa's build, tests and figures need (Debian packages and PyPI). Idempotent: installs
-# only what is missing. The CUDA toolkit is optional: with nvcc on the PATH the kernels are built too.
+# SPDX-License-Identifier: Apache-2.0
+# Installs what pasa's build, tests and figures need: Debian packages for the C++ toolchain and
+# GoogleTest, and a project virtual environment .venv/ with the Python packages (the system Python is
+# left alone). Idempotent: installs only what is missing. The CUDA toolkit is optional: with nvcc on
+# the PATH the kernels are built too.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
-packages=(cmake ninja-build g++ clang libomp-dev libgtest-dev libgmock-dev libbenchmark-dev
-          libcli11-dev libfmt-dev nlohmann-json3-dev python3 python3-pip)
+packages=(cmake ninja-build g++ clang libomp-dev libgtest-dev python3 python3-venv python3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -17,11 +20,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# The project's Python: tests, figures and the extension's build tools, all from PyPI.
 python_packages=(numpy pytest matplotlib scikit-build-core nanobind)
-if ! python3 -c "import numpy, pytest, matplotlib, scikit_build_core, nanobind" 2>/dev/null; then
-  echo "install-deps: installing Python packages ${python_packages[*]}"
-  python3 -m pip install -q "${python_packages[@]}" 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages "${python_packages[@]}"
+if [ ! -x .venv/bin/python ]; then
+  echo "install-deps: creating the virtual environment .venv"
+  python3 -m venv .venv
+fi
+if ! .venv/bin/python -c "import numpy, pytest, matplotlib, scikit_build_core, nanobind" 2>/dev/null; then
+  echo "install-deps: installing Python packages ${python_packages[*]} into .venv"
+  .venv/bin/python -m pip install -q "${python_packages[@]}"
 fi
 command -v nvcc >/dev/null && echo "install-deps: nvcc found: the CUDA kernels will be built" ||
   echo "install-deps: no nvcc: building the CPU library, CLI and tests only"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa::attention: validate once, then hand the problem to a backend.
 #include "pasa/attention.h"
 
@@ -17,6 +18,10 @@ void attention(const AttentionArgs& args) {
     backend = args.q.device == Device::cuda ? Backend::cuda : Backend::emulator;
   }
   if (backend == Backend::cuda) {
+    if (has_score_mods(args)) {
+      throw Error("window_size/softcap/attn_mask: the GPU kernels do not have sliding windows, softcaps "
+                  "or masks yet (the CPU backends do); pasa.patch and the integrations fall back to torch");
+    }
     cuda_attention(args, shape);
     return;
   }

@@ -1,12 +1,13 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "attention_checks.h"
-
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "pasa/error.h"
 #include "storage_convert.h"
+#include "text/format.h"
 
 namespace pasa {
 namespace {
@@ -14,37 +15,90 @@ namespace {
 void check_view(const TensorView& t, const char* name, bool is_output) {
   const int dt = static_cast<int>(t.dtype);
   if (dt < 0 || dt > static_cast<int>(DType::bf16)) {
-    throw Error(fmt::format("{}: unsupported dtype (code {}); use f32, f16 or bf16", name, dt));
+    throw Error(text::format("{}: unsupported dtype (code {}); use f32, f16 or bf16", name, dt));
   }
   static const char* dims[] = {"batch", "heads", "sequence", "head dim"};
   for (int i = 0; i < 4; ++i) {
     if (t.shape[i] <= 0) {
-      throw Error(fmt::format("{}: {} size is {} (every dimension must be at least 1; zero-length "
-                              "sequences are not attention problems)", name, dims[i], t.shape[i]));
+      throw Error(text::format("{}: {} size is {} (every dimension must be at least 1; zero-length "
+                               "sequences are not attention problems)", name, dims[i], t.shape[i]));
     }
     if (t.stride[i] < (is_output ? 1 : 0)) {
-      throw Error(fmt::format("{}: stride of the {} dimension is {} (must be {})", name, dims[i],
-                              t.stride[i], is_output ? "positive" : "non-negative"));
+      throw Error(text::format("{}: stride of the {} dimension is {} (must be {})", name, dims[i],
+                               t.stride[i], is_output ? "positive" : "non-negative"));
     }
   }
   // After the sizes: an empty tensor has no data pointer, and its size is the error to report.
-  if (t.data == nullptr) throw Error(fmt::format("{}: data pointer is null", name));
+  if (t.data == nullptr) throw Error(text::format("{}: data pointer is null", name));
 }
 
 // The scale multiplies in the softmax format (scale=s) or the input format (scale=q|k), and every kernel
 // holds it in fp32: a scale beyond those formats' range becomes inf there and turns every output into
 // NaN while the fp64 reference is finite, so it is refused.
 void check_scale(double scale, const Policy& policy) {
-  if (!std::isfinite(scale)) throw Error(fmt::format("scale: {} is not finite", scale));
+  if (!std::isfinite(scale)) throw Error(text::format("scale: {} is not finite", scale));
   const Format& applied = policy.scale == ScalePlacement::scores ? policy.softmax : policy.input;
   const double limit = std::min(Format::fp32().max_finite(), applied.max_finite());
   if (std::fabs(scale) > limit) {
-    throw Error(fmt::format("scale: {:g} is outside [-{:g}, {:g}], the range of fp32 and of the {} format "
+    throw Error(text::format("scale: {:g} is outside [-{:g}, {:g}], the range of fp32 and of the {} format "
                             "the policy applies it in", scale, limit, limit, applied.name()));
   }
 }
 
+// The window, softcap and mask: values, the mask's shape against the problem, its values on the host.
+void check_score_mods(const AttentionArgs& a, const ProblemShape& p) {
+  if (a.window_left < -1 || a.window_right < -1) {
+    throw Error(text::format("window_size: ({}, {}) has a side below -1 (-1 = unbounded, else the number "
+                            "of keys seen on that side)", a.window_left, a.window_right));
+  }
+  if (!(a.softcap >= 0.0 && std::isfinite(a.softcap))) {
+    throw Error(text::format("softcap: {} must be finite and >= 0 (0 = no softcap)", a.softcap));
+  }
+  if (a.softcap > 0.0 && a.policy.shift == Shift::pasa) {
+    throw Error("softcap: PASA's shifted scores (shift=pasa) cannot be soft-capped (tanh of a shifted "
+                "score is not a shifted tanh); use another policy or softcap=0");
+  }
+  const MaskView& m = a.mask;
+  if (m.kind == MaskKind::none) return;
+  if (static_cast<int>(m.kind) < 0 || static_cast<int>(m.kind) > static_cast<int>(MaskKind::boolean)) {
+    throw Error("attn_mask: unknown mask kind");
+  }
+  if (m.data == nullptr) throw Error("attn_mask: data pointer is null");
+  if (m.kind == MaskKind::additive && static_cast<int>(m.dtype) > static_cast<int>(DType::bf16)) {
+    throw Error("attn_mask: an additive mask must be f32, f16 or bf16");
+  }
+  const std::array<std::int64_t, 4> want{p.batch, p.heads_q, p.seq_q, p.seq_kv};
+  static const char* dims[] = {"batch", "heads", "query", "key"};
+  for (int i = 0; i < 4; ++i) {
+    const bool broadcast = i < 2 && m.shape[i] == 1;
+    if (m.shape[i] != want[i] && !broadcast) {
+      throw Error(text::format("attn_mask: shape [{}, {}, {}, {}] does not broadcast to [B, H_q, S_q, "
+                              "S_kv] = [{}, {}, {}, {}] (its {} size must be {}{})", m.shape[0], m.shape[1],
+                              m.shape[2], m.shape[3], want[0], want[1], want[2], want[3], dims[i], want[i],
+                              i < 2 ? " or 1" : ""));
+    }
+    if (m.stride[i] < 0) throw Error("attn_mask: strides must be non-negative");
+  }
+  if (m.device != a.q.device) throw Error("attn_mask: on a different device than q");
+  if (m.kind != MaskKind::additive || m.device != Device::cpu) return;
+  for (std::int64_t b = 0; b < m.shape[0]; ++b)
+    for (std::int64_t h = 0; h < m.shape[1]; ++h)
+      for (std::int64_t r = 0; r < m.shape[2]; ++r)
+        for (std::int64_t c = 0; c < m.shape[3]; ++c) {
+          const float x = load_as_float(m.data, m.dtype,
+                                        b * m.stride[0] + h * m.stride[1] + r * m.stride[2] + c * m.stride[3]);
+          if (std::isnan(x) || x == std::numeric_limits<float>::infinity()) {
+            throw Error(text::format("attn_mask: {} at [{}, {}, {}, {}] (an additive mask holds finite values "
+                                    "or -inf)", x, b, h, r, c));
+          }
+        }
+}
+
 }  // namespace
+
+bool has_score_mods(const AttentionArgs& a) {
+  return a.window_left != -1 || a.window_right != -1 || a.softcap != 0.0 || a.mask.kind != MaskKind::none;
+}
 
 ProblemShape check_attention_args(const AttentionArgs& a) {
   check_view(a.q, "q", false);
@@ -53,24 +107,24 @@ ProblemShape check_attention_args(const AttentionArgs& a) {
   check_view(a.o, "o", true);
   const ProblemShape p{a.q.batch(), a.q.heads(), a.k.heads(), a.q.seq(), a.k.seq(), a.q.dim()};
   auto shape_str = [](const TensorView& t) {
-    return fmt::format("[{}, {}, {}, {}]", t.shape[0], t.shape[1], t.shape[2], t.shape[3]);
+    return text::format("[{}, {}, {}, {}]", t.shape[0], t.shape[1], t.shape[2], t.shape[3]);
   };
   if (a.k.batch() != p.batch || a.v.batch() != p.batch) {
-    throw Error(fmt::format("k/v: batch sizes {} and {} differ from q's {}", a.k.batch(), a.v.batch(),
-                            p.batch));
+    throw Error(text::format("k/v: batch sizes {} and {} differ from q's {}", a.k.batch(), a.v.batch(),
+                             p.batch));
   }
   if (a.v.shape != a.k.shape) {
-    throw Error(fmt::format("v: shape {} differs from k's {}", shape_str(a.v), shape_str(a.k)));
+    throw Error(text::format("v: shape {} differs from k's {}", shape_str(a.v), shape_str(a.k)));
   }
   if (a.k.dim() != p.dim) {
-    throw Error(fmt::format("k: head dim {} differs from q's {}", a.k.dim(), p.dim));
+    throw Error(text::format("k: head dim {} differs from q's {}", a.k.dim(), p.dim));
   }
   if (p.heads_q % p.heads_kv != 0) {
-    throw Error(fmt::format("k: {} K/V heads do not divide the {} query heads (GQA needs H_q to be a "
-                            "multiple of H_kv)", p.heads_kv, p.heads_q));
+    throw Error(text::format("k: {} K/V heads do not divide the {} query heads (GQA needs H_q to be a "
+                             "multiple of H_kv)", p.heads_kv, p.heads_q));
   }
   if (a.o.shape != a.q.shape) {
-    throw Error(fmt::format("o: shape {} differs from q's {}", shape_str(a.o), shape_str(a.q)));
+    throw Error(text::format("o: shape {} differs from q's {}", shape_str(a.o), shape_str(a.q)));
   }
   const Device dev = a.q.device;
   if (a.k.device != dev || a.v.device != dev || a.o.device != dev) {
@@ -78,9 +132,9 @@ ProblemShape check_attention_args(const AttentionArgs& a) {
   }
   if (a.lse.data != nullptr) {
     if (a.lse.shape != std::array<std::int64_t, 3>{p.batch, p.heads_q, p.seq_q}) {
-      throw Error(fmt::format("lse: shape [{}, {}, {}] is not [B, H_q, S_q] = [{}, {}, {}]",
-                              a.lse.shape[0], a.lse.shape[1], a.lse.shape[2], p.batch, p.heads_q,
-                              p.seq_q));
+      throw Error(text::format("lse: shape [{}, {}, {}] is not [B, H_q, S_q] = [{}, {}, {}]",
+                               a.lse.shape[0], a.lse.shape[1], a.lse.shape[2], p.batch, p.heads_q,
+                               p.seq_q));
     }
     if (a.lse.device != dev) throw Error("lse: on a different device than q");
     for (int i = 0; i < 3; ++i) {
@@ -93,11 +147,12 @@ ProblemShape check_attention_args(const AttentionArgs& a) {
     throw Error("alignment: not bottom_right or top_left");
   }
   validate(a.policy);
+  check_score_mods(a, p);
   return p;
 }
 
 std::string problem_text(const ProblemShape& p) {
-  return fmt::format("q [{}, {}, {}, {}], k/v [{}, {}, {}, {}]", p.batch, p.heads_q, p.seq_q, p.dim, p.batch,
+  return text::format("q [{}, {}, {}, {}], k/v [{}, {}, {}, {}]", p.batch, p.heads_q, p.seq_q, p.dim, p.batch,
                      p.heads_kv, p.seq_kv, p.dim);
 }
 
@@ -111,8 +166,8 @@ void check_finite_host(const TensorView& t, const char* name) {
       for (std::int64_t s = 0; s < t.shape[2]; ++s)
         for (std::int64_t d = 0; d < t.shape[3]; ++d) {
           if (!std::isfinite(load_as_float(t.data, t.dtype, t.offset(b, h, s, d)))) {
-            throw Error(fmt::format("{}: non-finite value at [{}, {}, {}, {}] (inputs must be finite; "
-                                    "see docs/api.md)", name, b, h, s, d));
+            throw Error(text::format("{}: non-finite value at [{}, {}, {}, {}] (inputs must be finite; "
+                                     "see docs/api.md)", name, b, h, s, d));
           }
         }
 }

@@ -1,8 +1,9 @@
+// SPDX-License-Identifier: Apache-2.0
 // AttentionPlan: the checks and decisions of pasa::attention made once; run() compares the call's
 // problem with the plan's (a few dozen integer comparisons) and launches.
 #include "pasa/attention_plan.h"
 
-#include <fmt/format.h>
+#include "text/format.h"
 
 #include "attention_checks.h"
 #include "cpu/backends.h"
@@ -23,8 +24,16 @@ bool same_lse(const LseView& a, const LseView& b) {
   return a.data == nullptr || (a.shape == b.shape && a.stride == b.stride && a.device == b.device);
 }
 
+bool same_mask(const MaskView& a, const MaskView& b) {
+  if (a.kind != b.kind || (a.data == nullptr) != (b.data == nullptr)) return false;
+  if (a.kind == MaskKind::none) return true;
+  return (a.kind != MaskKind::additive || a.dtype == b.dtype) && a.shape == b.shape && a.stride == b.stride &&
+         a.device == b.device;
+}
+
 // The first field in which a call's problem differs from the plan's, or null. Compared: every field
-// of AttentionArgs but the data pointers, the stream and the stats.
+// of AttentionArgs but the data pointers (the mask's too, once both are set or both null), the stream
+// and the stats.
 const char* differing_field(const AttentionArgs& call, const AttentionArgs& plan) {
   if (!same_view(call.q, plan.q)) return "q";
   if (!same_view(call.k, plan.k)) return "k";
@@ -34,6 +43,10 @@ const char* differing_field(const AttentionArgs& call, const AttentionArgs& plan
   if (call.scale != plan.scale) return "scale";
   if (call.causal != plan.causal) return "causal";
   if (call.alignment != plan.alignment) return "alignment";
+  if (call.window_left != plan.window_left) return "window_left";
+  if (call.window_right != plan.window_right) return "window_right";
+  if (call.softcap != plan.softcap) return "softcap";
+  if (!same_mask(call.mask, plan.mask)) return "mask";
   if (call.backend != plan.backend) return "backend";
   if (call.policy != plan.policy) return "policy";
   return nullptr;
@@ -59,13 +72,17 @@ AttentionPlan::AttentionPlan(const AttentionArgs& args) {
   }
   state->on_gpu = backend == Backend::cuda;
   if (state->on_gpu) {
+    if (has_score_mods(args)) {
+      throw Error("window_size/softcap/attn_mask: the GPU kernels do not have sliding windows, softcaps "
+                  "or masks yet (the CPU backends do); pasa.patch and the integrations fall back to torch");
+    }
     state->cuda = plan_cuda_attention(args, state->shape);
   } else {
     if (args.q.device != Device::cpu) {
       throw Error("backend: the CPU emulator needs host tensors, but q is on the GPU");
     }
     if (state->shape.dim > 1024) {
-      throw Error(fmt::format("q: head dim {} is larger than the CPU backends' 1024", state->shape.dim));
+      throw Error(text::format("q: head dim {} is larger than the CPU backends' 1024", state->shape.dim));
     }
     require_memory(emulator_memory_bytes(state->shape, args.policy),
                    "attention (CPU emulator) on " + problem_text(state->shape));
@@ -80,16 +97,17 @@ std::size_t AttentionPlan::workspace_bytes() const {
 void AttentionPlan::run(const AttentionArgs& args, void* workspace) const {
   const State& s = *state_;
   if (const char* field = differing_field(args, s.problem)) {
-    throw Error(fmt::format("{}: differs from the problem the plan was made for (a plan runs one "
+    throw Error(text::format("{}: differs from the problem the plan was made for (a plan runs one "
                             "problem; make a new plan for this one)", field));
   }
   for (const auto& [t, name] : {std::pair{&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.o, "o"}}) {
-    if (t->data == nullptr) throw Error(fmt::format("{}: data pointer is null", name));
+    if (t->data == nullptr) throw Error(text::format("{}: data pointer is null", name));
   }
+  if (args.mask.kind != MaskKind::none && args.mask.data == nullptr) throw Error("mask: data pointer is null");
   if (s.on_gpu) {
     const std::size_t needed = cuda_plan_workspace_bytes(*s.cuda);
     if (needed > 0 && workspace == nullptr) {
-      throw Error(fmt::format("workspace: null, but the plan needs {} bytes (workspace_bytes())", needed));
+      throw Error(text::format("workspace: null, but the plan needs {} bytes (workspace_bytes())", needed));
     }
     run_cuda_plan(*s.cuda, args, workspace);
     return;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA backend's entry points as the dispatcher sees them. Implemented by src/cuda/ when the build
 // has CUDA, and by src/cuda_absent/ (clear errors) when it does not.
 #pragma once

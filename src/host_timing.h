@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The loop behind bench_host_overhead: the host's wall time per call, without waiting for the work.
 #pragma once
 

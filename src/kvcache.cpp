@@ -1,9 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa::attention_with_kvcache on the CPU. Every check runs before the first write (the append
 // included): the caches and the new keys, cache_seqlens, the block ids each sequence uses, the room
 // for the append, appends into blocks other sequences read, and finite values in everything read.
 // Then the new keys are written into the cache, and each sequence's keys are gathered from its
 // blocks into a contiguous buffer (the cache's dtype, bit for bit) for the emulator.
-#include <fmt/format.h>
+#include "text/format.h"
 
 #include <algorithm>
 #include <array>
@@ -34,16 +35,16 @@ struct CacheMap {
 };
 
 void check_cache_view(const TensorView& t, const char* name) {
-  if (t.data == nullptr) throw Error(fmt::format("{}: data pointer is null", name));
+  if (t.data == nullptr) throw Error(text::format("{}: data pointer is null", name));
   const int dt = static_cast<int>(t.dtype);
   if (dt < 0 || dt > static_cast<int>(DType::bf16)) {
-    throw Error(fmt::format("{}: unsupported dtype (code {}); use f32, f16 or bf16", name, dt));
+    throw Error(text::format("{}: unsupported dtype (code {}); use f32, f16 or bf16", name, dt));
   }
   static const char* dims[] = {"block (or batch)", "heads", "block size (or S_max)", "head dim"};
   for (int i = 0; i < 4; ++i) {
-    if (t.shape[i] < 1) throw Error(fmt::format("{}: {} size is {}", name, dims[i], t.shape[i]));
+    if (t.shape[i] < 1) throw Error(text::format("{}: {} size is {}", name, dims[i], t.shape[i]));
     if (t.stride[i] < 1) {
-      throw Error(fmt::format("{}: stride of the {} dimension is {} (the cache is written: strides "
+      throw Error(text::format("{}: stride of the {} dimension is {} (the cache is written: strides "
                               "must be positive)", name, dims[i], t.stride[i]));
     }
   }
@@ -65,7 +66,7 @@ void check_finite_row(const TensorView& t, std::int64_t offset, const char* name
                       std::int64_t h, std::int64_t slot) {
   for (std::int64_t d = 0; d < t.dim(); ++d) {
     if (!std::isfinite(load_as_float(t.data, t.dtype, offset + d * t.stride[3]))) {
-      throw Error(fmt::format("{}: non-finite value at [{}, {}, {}, {}] (block, head, slot, dim; inputs "
+      throw Error(text::format("{}: non-finite value at [{}, {}, {}, {}] (block, head, slot, dim; inputs "
                               "must be finite, see docs/api.md)", name, block, h, slot, d));
     }
   }
@@ -76,11 +77,11 @@ std::int64_t check_cache(const KVCacheArgs& a, const CacheMap& map, std::int64_t
   if (a.cache_seqlens == nullptr) throw Error("cache_seqlens: pointer is null");
   const std::int64_t num_blocks = a.k_cache.shape[0];
   if (a.block_table == nullptr && num_blocks != B) {
-    throw Error(fmt::format("k_cache: a dense cache (no block_table) needs one row per sequence: {} "
+    throw Error(text::format("k_cache: a dense cache (no block_table) needs one row per sequence: {} "
                             "rows for batch {}", num_blocks, B));
   }
   if (a.block_table != nullptr && a.max_blocks < 1) {
-    throw Error(fmt::format("max_blocks: {} (block_table's row length must be at least 1)", a.max_blocks));
+    throw Error(text::format("max_blocks: {} (block_table's row length must be at least 1)", a.max_blocks));
   }
   std::int64_t s_new = 0;
   if ((a.k.data == nullptr) != (a.v.data == nullptr)) {
@@ -91,31 +92,31 @@ std::int64_t check_cache(const KVCacheArgs& a, const CacheMap& map, std::int64_t
     const std::array<std::int64_t, 4> want{B, H_kv, s_new, a.k_cache.dim()};
     for (const auto& [t, name] : {std::pair{&a.k, "k"}, {&a.v, "v"}}) {
       if (t->shape != want || s_new < 1) {
-        throw Error(fmt::format("{}: shape [{}, {}, {}, {}] is not [B, H_kv, S_new, D] = [{}, {}, S_new "
+        throw Error(text::format("{}: shape [{}, {}, {}, {}] is not [B, H_kv, S_new, D] = [{}, {}, S_new "
                                 ">= 1, {}]", name, t->shape[0], t->shape[1], t->shape[2], t->shape[3], B,
                                 H_kv, a.k_cache.dim()));
       }
       if (t->dtype != a.k_cache.dtype) {
-        throw Error(fmt::format("{}: dtype {} differs from the cache's {}", name, dtype_name(t->dtype),
+        throw Error(text::format("{}: dtype {} differs from the cache's {}", name, dtype_name(t->dtype),
                                 dtype_name(a.k_cache.dtype)));
       }
-      if (t->device != Device::cpu) throw Error(fmt::format("{}: on a different device than q", name));
+      if (t->device != Device::cpu) throw Error(text::format("{}: on a different device than q", name));
     }
   }
   // Which sequence appends into each block: such a block must be no other sequence's.
   std::vector<std::int64_t> appender(static_cast<std::size_t>(num_blocks), -1);
   for (std::int64_t b = 0; b < B; ++b) {
     const std::int64_t len = a.cache_seqlens[b];
-    if (len < 0) throw Error(fmt::format("cache_seqlens: [{}] = {} is negative", b, len));
+    if (len < 0) throw Error(text::format("cache_seqlens: [{}] = {} is negative", b, len));
     if (len + s_new > map.capacity()) {
-      throw Error(fmt::format("cache_seqlens: sequence {} holds {} positions; appending {} needs {}, "
+      throw Error(text::format("cache_seqlens: sequence {} holds {} positions; appending {} needs {}, "
                               "more than the cache's {} per sequence", b, len, s_new, len + s_new,
                               map.capacity()));
     }
     for (std::int64_t i = 0; i < map.blocks_for(len + s_new); ++i) {
       const std::int64_t id = map.block(b, i * map.block_size);
       if (id < 0 || id >= num_blocks) {
-        throw Error(fmt::format("block_table: [{}, {}] = {} is outside [0, {}) (num_blocks)", b, i, id,
+        throw Error(text::format("block_table: [{}, {}] = {} is outside [0, {}) (num_blocks)", b, i, id,
                                 num_blocks));
       }
       if (s_new > 0 && (i + 1) * map.block_size > len) appender[id] = b;  // the append writes here
@@ -126,7 +127,7 @@ std::int64_t check_cache(const KVCacheArgs& a, const CacheMap& map, std::int64_t
       for (std::int64_t i = 0; i < map.blocks_for(a.cache_seqlens[b] + s_new); ++i) {
         const std::int64_t id = map.block(b, i * map.block_size);
         if (appender[id] >= 0 && appender[id] != b) {
-          throw Error(fmt::format("block_table: block {} is used by sequences {} and {}, and {}'s append "
+          throw Error(text::format("block_table: block {} is used by sequences {} and {}, and {}'s append "
                                   "writes into it", id, b, appender[id], appender[id]));
         }
       }
@@ -148,7 +149,7 @@ void attention_with_kvcache(const KVCacheArgs& args) {
     throw Error("k_cache/v_cache: on a different device than q");
   }
   if (args.q.shape[1] % args.k_cache.heads() != 0 || args.q.dim() != args.k_cache.dim()) {
-    throw Error(fmt::format("k_cache: {} heads of dim {} do not fit q's {} heads of dim {} (H_q must be a "
+    throw Error(text::format("k_cache: {} heads of dim {} do not fit q's {} heads of dim {} (H_q must be a "
                             "multiple of H_kv, the head dims equal)", args.k_cache.heads(),
                             args.k_cache.dim(), args.q.shape[1], args.q.dim()));
   }
@@ -162,7 +163,7 @@ void attention_with_kvcache(const KVCacheArgs& args) {
   whole.k.shape[0] = whole.v.shape[0] = args.q.shape[0];
   const ProblemShape shape = check_attention_args(whole);
   if (shape.dim > 1024) {
-    throw Error(fmt::format("q: head dim {} is larger than the CPU backends' 1024", shape.dim));
+    throw Error(text::format("q: head dim {} is larger than the CPU backends' 1024", shape.dim));
   }
   const std::int64_t B = shape.batch;
   const CacheMap map{args.block_table, args.block_table != nullptr ? args.max_blocks : 1,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "memory_budget.h"
 
 #include <sys/resource.h>
@@ -16,13 +17,15 @@ namespace {
 constexpr std::uint64_t kUnbounded = std::numeric_limits<std::uint64_t>::max();
 
 // MemAvailable from /proc/meminfo: what the kernel estimates can be allocated without swapping.
+// (Read line by line: some lines, HugePages_Total among them, carry no unit.)
 std::optional<std::uint64_t> system_available_bytes() {
   std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  std::uint64_t kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    std::uint64_t kib = 0;
+    if (fields >> key >> kib && key == "MemAvailable:") return kib * 1024;
   }
   return std::nullopt;
 }
@@ -35,7 +38,10 @@ std::optional<std::uint64_t> address_space_room_bytes() {
   std::uint64_t pages = 0;
   if (!(statm >> pages)) return std::nullopt;
   const std::uint64_t used = pages * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-  return used >= limit.rlim_cur ? 0 : limit.rlim_cur - used;
+  // A process already mapped past its limit (the limit lowered after a runtime such as CUDA reserved
+  // its address ranges) says nothing about what one more allocation can get: no estimate.
+  if (used >= limit.rlim_cur) return std::nullopt;
+  return limit.rlim_cur - used;
 }
 
 }  // namespace

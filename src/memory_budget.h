@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Memory budget: a call estimates what it is about to allocate and asks here first, so a request too
 // large for the machine is refused with a message instead of ending in std::bad_alloc (or the OOM
 // killer) halfway through.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One sequence of a serving batch as a dense problem for the emulator.
 #include "serving_sequence.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the serving layouts (pasa/serving.h) share on the CPU: slicing one sequence out of a batched
 // or packed view, and running that sequence as the dense problem pasa::attention would see.
 #pragma once

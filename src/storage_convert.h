@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element access to f32 / f16 / bf16 storage as float or double, shared by the CPU backends and I/O.
 // Loads are exact (every f16 and bf16 value is a float); stores round to nearest even.
 #pragma once

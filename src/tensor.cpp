@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tensor views, host tensors and dtype conversions.
 #include "pasa/tensor.h"
 

@@ -1,6 +1,7 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa::attention_varlen on the CPU: check the packed tensors and both cu_seqlens, then run each
 // sequence on its slices of the packed tensors.
-#include <fmt/format.h>
+#include "text/format.h"
 
 #include <algorithm>
 
@@ -15,20 +16,20 @@ namespace {
 // cu_seqlens: [batch + 1] non-decreasing offsets from >= 0 to <= total, no sequence over max_seqlen.
 void check_cu_seqlens(const std::int32_t* cu, std::int64_t batch, std::int64_t total,
                       std::int64_t max_seqlen, const char* name, const char* max_name) {
-  if (cu == nullptr) throw Error(fmt::format("{}: pointer is null", name));
-  if (cu[0] < 0) throw Error(fmt::format("{}: {}[0] = {} is negative", name, name, cu[0]));
+  if (cu == nullptr) throw Error(text::format("{}: pointer is null", name));
+  if (cu[0] < 0) throw Error(text::format("{}: {}[0] = {} is negative", name, name, cu[0]));
   for (std::int64_t b = 0; b < batch; ++b) {
     if (cu[b + 1] < cu[b]) {
-      throw Error(fmt::format("{}: decreases: {}[{}] = {} > {}[{}] = {}", name, name, b, cu[b], name,
+      throw Error(text::format("{}: decreases: {}[{}] = {} > {}[{}] = {}", name, name, b, cu[b], name,
                               b + 1, cu[b + 1]));
     }
     if (cu[b + 1] - cu[b] > max_seqlen) {
-      throw Error(fmt::format("{}: {} is less than sequence {}'s length {}", max_name, max_seqlen, b,
+      throw Error(text::format("{}: {} is less than sequence {}'s length {}", max_name, max_seqlen, b,
                               cu[b + 1] - cu[b]));
     }
   }
   if (cu[batch] > total) {
-    throw Error(fmt::format("{}: {}[{}] = {} is past the end of the {} packed tokens", name, name,
+    throw Error(text::format("{}: {}[{}] = {} is past the end of the {} packed tokens", name, name,
                             batch, cu[batch], total));
   }
 }
@@ -45,13 +46,13 @@ void attention_varlen(const VarlenArgs& args) {
   whole.lse = args.lse;
   const ProblemShape shape = check_attention_args(whole);
   if (shape.batch != 1) {
-    throw Error(fmt::format("q: batch size {}; packed tensors are one batch of all the tokens "
+    throw Error(text::format("q: batch size {}; packed tensors are one batch of all the tokens "
                             "(packed_view)", shape.batch));
   }
   if (shape.dim > 1024) {
-    throw Error(fmt::format("q: head dim {} is larger than the CPU backends' 1024", shape.dim));
+    throw Error(text::format("q: head dim {} is larger than the CPU backends' 1024", shape.dim));
   }
-  if (args.batch < 1) throw Error(fmt::format("batch: {} (must be at least 1)", args.batch));
+  if (args.batch < 1) throw Error(text::format("batch: {} (must be at least 1)", args.batch));
   const std::int64_t B = args.batch;
   const std::int32_t *cq = args.cu_seqlens_q, *ck = args.cu_seqlens_k;
   check_cu_seqlens(cq, B, shape.seq_q, args.max_seqlen_q, "cu_seqlens_q", "max_seqlen_q");

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The causal-mask checks against the independent oracle (naive_attention.h), one seed at a time: the
 // fast tests run them on the fixed seeds, the slow sweep on many.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An fp64 attention written for the tests alone: its own loops and its own causal rule, sharing no
 // code with the library. The emulator and the library's fp64 reference both call one mask helper, so
 // a bug there moves both the same way; only an oracle like this one can see it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runs the library on one head given as row-major doubles (fp32 storage), with poisoned outputs, so
 // a test can hold its inputs, an oracle's result and the library's result side by side.
 #pragma once

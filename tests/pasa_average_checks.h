@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PASA's global pseudo-average F (Eq. 15: the mean of the blocks' local pseudo-averages so far) as
 // the reference the running maximum is kept against. In real arithmetic any reference gives the same
 // result; in fp16 it decides what overflows. Two inputs where it does, for the `pasa` preset:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SageAttention2's front end (smooth Q with its correction dS, smooth K, INT8/INT4 quantization of Q
 // and K at each granularity) checked against a model written here from the rules in
 // include/pasa/quantize.h and include/pasa/policy.h. The policies keep every other rounding point in

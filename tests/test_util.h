@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared helpers for the CPU tests: fresh random tensors, error metrics against the fp64 reference.
 #pragma once
 

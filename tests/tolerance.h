@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Error bounds for the tests, derived from the formats: the unit roundoff u of a format times a
 // growth factor set by the length of the reduction. Nothing here looks at what an implementation
 // actually produced; a bound is a property of the formats, the lengths and the input magnitudes.

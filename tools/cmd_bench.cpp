@@ -1,10 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa bench: times pasa's CUDA kernels through the public API (pasa::bench_cuda_attention: CUDA
 // events, L2 flushed before each timed call, median of --runs after --warmup). Prefill points follow
 // the kernel issue's grid: head dims 64 / 128, S = 1k / 4k / 16k with B * S = --tokens and
 // H * D = --hidden, causal and not, fp16 and bf16; then decode (S_q = 1, 32 query / 8 KV heads,
 // d = 128, bf16, B = 64 at S_kv = 4k .. 32k). Progress on stderr, a table on stdout, one CSV row per
 // point with --csv (the columns bench/torch_sdpa.py reads to put torch SDPA beside it).
-#include <fmt/format.h>
 
 #include <cstdio>
 #include <string>
@@ -16,6 +16,7 @@
 #include "pasa/bench.h"
 #include "pasa/error.h"
 #include "pasa/policy.h"
+#include "text/format.h"
 
 namespace pasa::cli {
 namespace {
@@ -77,7 +78,7 @@ void validate(const BenchOptions& o) {
 void write_csv(const std::string& path, const std::vector<Row>& rows) {
   std::string text = "method,dtype,D,H,S,B,causal,ms,tflops\n";
   for (const Row& r : rows) {
-    text += fmt::format("{},{},{},{},{},{},{},{:.4f},{:.2f}\n", r.method, r.dtype, r.D, r.H, r.S, r.B,
+    text += text::format("{},{},{},{},{},{},{},{:.4f},{:.2f}\n", r.method, r.dtype, r.D, r.H, r.S, r.B,
                         r.causal ? 1 : 0, r.ms, r.rate);
   }
   io::detail::write_text_atomically(path, text);
@@ -87,7 +88,7 @@ void run(const BenchOptions& o) {
   validate(o);
   check_output_files({}, {{"--csv", o.csv}});
   const std::string device = bench_device_description();
-  fmt::print(stderr, "pasa bench on {}: median of {} calls after {} warm-up, L2 flushed before each\n", device,
+  text::print(stderr, "pasa bench on {}: median of {} calls after {} warm-up, L2 flushed before each\n", device,
              o.runs, o.warmup);
   const int n_prefill = static_cast<int>(o.policies.size() * o.dtypes.size() * o.head_dims.size() * o.seqs.size() *
                                          o.masks.size());
@@ -96,7 +97,7 @@ void run(const BenchOptions& o) {
   std::uint64_t seed = 1;
   int done = 0;
   auto progress = [&](const Row& r) {
-    fmt::print(stderr, "[{}/{}] {} {} D{} S{} B{} {}: {:.3f} ms, {:.1f} {}\n", ++done, n_prefill + n_decode, r.method,
+    text::print(stderr, "[{}/{}] {} {} D{} S{} B{} {}: {:.3f} ms, {:.1f} {}\n", ++done, n_prefill + n_decode, r.method,
                r.dtype, r.D, r.S, r.B, r.causal ? "causal" : "full", r.ms, r.rate, r.unit);
   };
   std::vector<Policy> policies, decode_policies;  // parsed once (validate has checked them)
@@ -146,24 +147,24 @@ void run(const BenchOptions& o) {
     }
   }
 
-  fmt::print("pasa bench: {}; median of {} calls\n", device, o.runs);
-  fmt::print("{:<18} {:<5} {:>4} {:>6} {:>4} {:<6} {:>10} {:>9}\n", "method", "dtype", "D", "S", "B", "mask", "ms", "rate");
+  text::print("pasa bench: {}; median of {} calls\n", device, o.runs);
+  text::print("{:<18} {:<5} {:>4} {:>6} {:>4} {:<6} {:>10} {:>9}\n", "method", "dtype", "D", "S", "B", "mask", "ms", "rate");
   for (const Row& r : rows) {
     const bool decode = std::string(r.unit) == "TB/s";
-    fmt::print("{:<18} {:<5} {:>4} {:>6} {:>4} {:<6} {:>10.4f} {:>9.1f} {}\n", r.method, r.dtype, r.D, r.S, r.B,
+    text::print("{:<18} {:<5} {:>4} {:>6} {:>4} {:<6} {:>10.4f} {:>9.1f} {}\n", r.method, r.dtype, r.D, r.S, r.B,
                decode ? "-" : (r.causal ? "causal" : "full"), r.ms, r.rate, r.unit);
   }
   if (!o.csv.empty()) {
     write_csv(o.csv, rows);
-    fmt::print(stderr, "wrote {} rows to {}\n", rows.size(), o.csv);
+    text::print(stderr, "wrote {} rows to {}\n", rows.size(), o.csv);
   }
 }
 
 }  // namespace
 
-void add_bench_command(CLI::App& app) {
+void add_bench_command(Command& app) {
   auto opt = std::make_shared<BenchOptions>();
-  CLI::App* cmd = app.add_subcommand(
+  Command* cmd = app.add_subcommand(
       "bench", "Time pasa's CUDA kernels (needs an sm_90 GPU): prefill TFLOP/s and decode KV-read TB/s");
   cmd->add_option("--policy", opt->policies, "prefill policies, comma-separated")->delimiter(',')->capture_default_str();
   cmd->add_option("--dtype", opt->dtypes, "input dtypes: fp16, bf16")->delimiter(',')->capture_default_str();

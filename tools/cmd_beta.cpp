@@ -1,10 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa beta: PASA's optimal beta for a format and block size (the paper's Table 3).
-#include <fmt/format.h>
 
 #include <memory>
 
 #include "commands.h"
 #include "pasa/beta.h"
+#include "text/format.h"
 
 namespace pasa::cli {
 namespace {
@@ -18,21 +19,21 @@ struct BetaOptions {
 
 void run(const BetaOptions& opt) {
   const Format format = parse_format(opt.format);
-  fmt::print("optimal beta for {} with s2 = {}{}\n\n", format.name(), opt.block,
-             opt.scale ? fmt::format(", scale {:g} folded into M", *opt.scale) : ", scale kept out of M");
-  fmt::print("| initial beta | optimal beta | beta/(1-beta) ideal | beta/(1-beta) in {} |\n", format.name());
-  fmt::print("|---|---|---|---|\n");
+  text::print("optimal beta for {} with s2 = {}{}\n\n", format.name(), opt.block,
+              opt.scale ? text::format(", scale {:g} folded into M", *opt.scale) : ", scale kept out of M");
+  text::print("| initial beta | optimal beta | beta/(1-beta) ideal | beta/(1-beta) in {} |\n", format.name());
+  text::print("|---|---|---|---|\n");
   for (double b0 : opt.init) {
     const BetaSolution s = solve_beta(b0, format, opt.block, opt.scale);
-    fmt::print("| {:.6f} | {:.6f} | {:.4f} | {:g} |\n", s.initial, s.beta, s.invariance, s.invariance_rounded);
+    text::print("| {:.6f} | {:.6f} | {:.4f} | {:g} |\n", s.initial, s.beta, s.invariance, s.invariance_rounded);
   }
 }
 
 }  // namespace
 
-void add_beta_command(CLI::App& app) {
+void add_beta_command(Command& app) {
   auto opt = std::make_shared<BetaOptions>();
-  CLI::App* cmd = app.add_subcommand(
+  Command* cmd = app.add_subcommand(
       "beta", "Solve PASA's optimal beta (fixed point of beta/(1-beta) = f(beta), the paper's Appendix "
               "A-C) for each initial value; the defaults reproduce the paper's Table 3.");
   cmd->add_option("--format", opt->format, "format of the shifting matrix (fp16, bf16, ...)")

@@ -1,5 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa calibrate: per-(layer, timestep) policy plans for adaptive mixing, and FlashDecoding++'s phi.
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +17,7 @@
 #include "pasa/plan.h"
 #include "output_paths.h"
 #include "score_stats.h"
+#include "text/format.h"
 
 namespace pasa::cli {
 namespace {
@@ -115,7 +116,7 @@ void check_plan_output(const std::string& out, const std::vector<EntryFiles>& en
 }
 
 void calibrate_plan(const CalibrateOptions& opt) {
-  if (!(opt.xi >= 0 && opt.xi <= 100)) throw Error(fmt::format("--xi: {} is outside 0..100", opt.xi));
+  if (!(opt.xi >= 0 && opt.xi <= 100)) throw Error(text::format("--xi: {} is outside 0..100", opt.xi));
   if (opt.out.empty()) throw Error("--out: give the plan file to write");
   const Policy fast = parse_policy(opt.fast);
   parse_policy(opt.accurate);
@@ -137,7 +138,7 @@ void calibrate_plan(const CalibrateOptions& opt) {
     const double score = m.nan_share > 0 ? -1.0 : m.cos_sim * (1.0 - m.rel_l1);
     ranked.push_back({score, e.key});
     scores[e.key] = score;
-    fmt::print(stderr, "{}: CosSim {:.5f}  L1 {:.4f}  score {:.5f}\n", e.name, m.cos_sim, m.rel_l1, score);
+    text::print(stderr, "{}: CosSim {:.5f}  L1 {:.4f}  score {:.5f}\n", e.name, m.cos_sim, m.rel_l1, score);
   }
   std::sort(ranked.begin(), ranked.end());
   const auto n_accurate = static_cast<std::size_t>(std::ceil(opt.xi / 100.0 * static_cast<double>(ranked.size()) - 1e-9));
@@ -146,8 +147,8 @@ void calibrate_plan(const CalibrateOptions& opt) {
     plan.entries[ranked[i].second] = i < n_accurate ? opt.accurate : opt.fast;
   }
   save_plan(opt.out, plan, scores);
-  fmt::print("{} entries: {} use {} (the worst {}%), {} use {}; wrote {}\n", ranked.size(), n_accurate,
-             opt.accurate, opt.xi, ranked.size() - n_accurate, opt.fast, opt.out);
+  text::print("{} entries: {} use {} (the worst {}%), {} use {}; wrote {}\n", ranked.size(), n_accurate,
+              opt.accurate, opt.xi, ranked.size() - n_accurate, opt.fast, opt.out);
 }
 
 // One entry in memory at a time, its scores one row at a time into a fixed-size histogram.
@@ -167,19 +168,19 @@ void calibrate_phi_command(const CalibrateOptions& opt) {
   }
   const Policy fdpp = preset_policy("fdpp");
   const PhiCalibration c = calibrate_phi(histogram, fdpp.window_lo, fdpp.window_hi);
-  fmt::print("scaled scores of {} entries: 99.98% within [{:.4g}, {:.4g}]\n", entries.size(), c.lo, c.hi);
-  fmt::print("phi = {:.6g} centres them in the window {} < x - phi < {}\n", c.phi, fdpp.window_lo, fdpp.window_hi);
-  fmt::print("policy: fdpp,phi={:.6g}\n", c.phi);
+  text::print("scaled scores of {} entries: 99.98% within [{:.4g}, {:.4g}]\n", entries.size(), c.lo, c.hi);
+  text::print("phi = {:.6g} centres them in the window {} < x - phi < {}\n", c.phi, fdpp.window_lo, fdpp.window_hi);
+  text::print("policy: fdpp,phi={:.6g}\n", c.phi);
   if (c.hi - c.lo >= fdpp.window_hi - fdpp.window_lo) {
-    fmt::print("note: the score range is wider than the window: rows spanning it will be recomputed\n");
+    text::print("note: the score range is wider than the window: rows spanning it will be recomputed\n");
   }
 }
 
 }  // namespace
 
-void add_calibrate_command(CLI::App& app) {
+void add_calibrate_command(Command& app) {
   auto opt = std::make_shared<CalibrateOptions>();
-  CLI::App* cmd = app.add_subcommand(
+  Command* cmd = app.add_subcommand(
       "calibrate", "Adaptive mixing: score each captured (layer, timestep) under the fast policy by "
                    "CosSim * (1 - L1) against fp64 and send the worst xi% to the accurate policy "
                    "(writes a plan); with --phi, derive FlashDecoding++'s unified max from score statistics.");

@@ -1,5 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa inspect: value ranges of K and of the scores before and after PASA's shift (section 3.3.2).
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -9,14 +9,16 @@
 #include "commands.h"
 #include "pasa/error.h"
 #include "pasa/generators.h"
+#include "pasa/policy.h"
 #include "tensor_files.h"
+#include "text/format.h"
 
 namespace pasa::cli {
 namespace {
 
 struct InspectOptions {
   std::string q, k, gen = "resonance", preset = "qwen2";
-  double x0 = 20, am = 10, beta = 0.984497;
+  double x0 = 20, am = 10, beta = kPaperBeta;
   int block = 128;
   std::int64_t seq = 1280, heads = 2;
   std::uint64_t seed = 2024;
@@ -28,7 +30,7 @@ struct Range {
     lo = std::min(lo, x);
     hi = std::max(hi, x);
   }
-  std::string text() const { return fmt::format("[{:.6g}, {:.6g}]", lo, hi); }
+  std::string text() const { return text::format("[{:.6g}, {:.6g}]", lo, hi); }
 };
 
 // Throws naming the option when a tensor has an empty dimension or a non-finite value: the ranges of
@@ -36,20 +38,20 @@ struct Range {
 void check_inspectable(const HostTensor& tensor, const TensorView& t, const std::string& option) {
   static const char* dims[] = {"batch", "heads", "sequence", "head dim"};
   for (int i = 0; i < 4; ++i) {
-    if (t.shape[i] < 1) throw Error(fmt::format("{}: {} size is {} (must be at least 1)", option, dims[i], t.shape[i]));
+    if (t.shape[i] < 1) throw Error(text::format("{}: {} size is {} (must be at least 1)", option, dims[i], t.shape[i]));
   }
   const std::vector<float> values = to_float(tensor);
   const auto bad = std::find_if(values.begin(), values.end(), [](float x) { return !std::isfinite(x); });
   if (bad != values.end()) {
-    throw Error(fmt::format("{}: non-finite value {} at flat index {} (inputs must be finite)", option, *bad,
+    throw Error(text::format("{}: non-finite value {} at flat index {} (inputs must be finite)", option, *bad,
                             bad - values.begin()));
   }
 }
 
 void run(const InspectOptions& opt) {
-  if (opt.block < 1) throw Error(fmt::format("--block: {} is not a positive block size", opt.block));
-  if (opt.seq < 1) throw Error(fmt::format("--seq: {} is not a positive length", opt.seq));
-  if (opt.heads < 1) throw Error(fmt::format("--heads: {} is not a positive count", opt.heads));
+  if (opt.block < 1) throw Error(text::format("--block: {} is not a positive block size", opt.block));
+  if (opt.seq < 1) throw Error(text::format("--seq: {} is not a positive length", opt.seq));
+  if (opt.heads < 1) throw Error(text::format("--heads: {} is not a positive count", opt.heads));
   HostTensor q, k;
   std::string source;
   if (!opt.q.empty() || !opt.k.empty()) {
@@ -67,7 +69,7 @@ void run(const InspectOptions& opt) {
     q = std::move(data.q);
     k = std::move(data.k);
     source = opt.gen == "resonance" ? "resonance (" + opt.preset + ")"
-                                    : fmt::format("{} x0={:g} Am={:g}", opt.gen, opt.x0, opt.am);
+                                    : text::format("{} x0={:g} Am={:g}", opt.gen, opt.x0, opt.am);
   }
   const TensorView qv = q.view("--q"), kv = k.view("--k");
   check_inspectable(q, qv, "--q");
@@ -111,23 +113,23 @@ void run(const InspectOptions& opt) {
           }
       }
     }
-  fmt::print("inputs: {}  q [{}, {}, {}, {}]  k [{}, {}, {}, {}]\n", source, qv.shape[0], qv.shape[1],
-             qv.shape[2], qv.shape[3], kv.shape[0], kv.shape[1], kv.shape[2], kv.shape[3]);
-  fmt::print("PASA shift: beta = {:g}, s2 = {} (scores unscaled: Q K^T)\n\n", opt.beta, opt.block);
-  fmt::print("| quantity | before shift | after shift |\n|---|---|---|\n");
-  fmt::print("| K range | {} | {} |\n", k_range.text(), k_shift_range.text());
-  fmt::print("| score range | {} | {} |\n", s_range.text(), s_shift_range.text());
+  text::print("inputs: {}  q [{}, {}, {}, {}]  k [{}, {}, {}, {}]\n", source, qv.shape[0], qv.shape[1],
+              qv.shape[2], qv.shape[3], kv.shape[0], kv.shape[1], kv.shape[2], kv.shape[3]);
+  text::print("PASA shift: beta = {:g}, s2 = {} (scores unscaled: Q K^T)\n\n", opt.beta, opt.block);
+  text::print("| quantity | before shift | after shift |\n|---|---|---|\n");
+  text::print("| K range | {} | {} |\n", k_range.text(), k_shift_range.text());
+  text::print("| score range | {} | {} |\n", s_range.text(), s_shift_range.text());
   const double fp16_max = 65504.0;
-  fmt::print("\nscores beyond fp16's 65504: before {}, after {}\n",
-             std::max(-s_range.lo, s_range.hi) > fp16_max ? "yes" : "no",
-             std::max(-s_shift_range.lo, s_shift_range.hi) > fp16_max ? "yes" : "no");
+  text::print("\nscores beyond fp16's 65504: before {}, after {}\n",
+              std::max(-s_range.lo, s_range.hi) > fp16_max ? "yes" : "no",
+              std::max(-s_shift_range.lo, s_shift_range.hi) > fp16_max ? "yes" : "no");
 }
 
 }  // namespace
 
-void add_inspect_command(CLI::App& app) {
+void add_inspect_command(Command& app) {
   auto opt = std::make_shared<InspectOptions>();
-  CLI::App* cmd = app.add_subcommand(
+  Command* cmd = app.add_subcommand(
       "inspect", "Print the K range and the score range before and after PASA's shift, for given or "
                  "generated inputs (default: the resonance generator, Qwen2-7B-like).");
   cmd->add_option("--q", opt->q, "query tensor file (.npy / .safetensors)");

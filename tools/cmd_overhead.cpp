@@ -1,7 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa overhead: the host's time per call of pasa::attention (eager) and of AttentionPlan::run, on
 // the GPU (a decode step: the calls are queued without waiting, so the time is the host's) or on the
 // CPU emulator (one query and one key by default, so the time is the call's fixed cost).
-#include <fmt/format.h>
+#include "text/format.h"
 
 #include <memory>
 #include <string>
@@ -41,18 +42,18 @@ void run(const OverheadOptions& o) {
     pt.head_dim = 8;
   }
   const HostOverhead h = bench_host_overhead(pt, gpu ? Device::cuda : Device::cpu, o.calls);
-  fmt::print("host time per call ({}, policy {}, B {}, H {}/{}, S_q 1, S_kv {}, D {}; median of 15 rounds "
+  text::print("host time per call ({}, policy {}, B {}, H {}/{}, S_q 1, S_kv {}, D {}; median of 15 rounds "
              "of {} calls)\n", gpu ? bench_device_description() : std::string("CPU emulator"),
              to_string(pt.policy), pt.batch, pt.heads_q, pt.heads_kv, pt.seq_kv, pt.head_dim, o.calls);
-  fmt::print("| call | us |\n|---|---|\n| pasa::attention (eager) | {:.2f} |\n| AttentionPlan::run | {:.2f} |\n",
+  text::print("| call | us |\n|---|---|\n| pasa::attention (eager) | {:.2f} |\n| AttentionPlan::run | {:.2f} |\n",
              h.eager_us, h.run_us);
 }
 
 }  // namespace
 
-void add_overhead_command(CLI::App& app) {
+void add_overhead_command(Command& app) {
   auto opt = std::make_shared<OverheadOptions>();
-  CLI::App* cmd = app.add_subcommand(
+  Command* cmd = app.add_subcommand(
       "overhead", "Host time per call of pasa::attention and AttentionPlan::run: on the GPU a decode step "
                   "(calls queued without waiting), on the CPU the emulator's fixed cost (one query, one key).");
   cmd->add_option("--device", opt->device, "auto (the GPU when there is one), cuda or cpu")->capture_default_str();

@@ -1,5 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa run: attention on tensors from files, optionally checked against the fp64 reference.
-#include <fmt/format.h>
 
 #include <chrono>
 #include <memory>
@@ -12,19 +12,20 @@
 #include "pasa/policy.h"
 #include "output_paths.h"
 #include "tensor_files.h"
+#include "text/format.h"
 
 namespace pasa::cli {
 namespace {
 
 struct RunOptions {
-  std::string q, k, v, qkv, out, lse, policy = "exact", alignment = "bottom-right";
+  std::string q, k, v, qkv, out, lse, policy = "exact", alignment = "bottom_right";
   bool causal = false, check = false;
   std::optional<double> scale;
 };
 
 std::string shape_text(const TensorView& t) {
-  return fmt::format("[{}, {}, {}, {}] {}", t.shape[0], t.shape[1], t.shape[2], t.shape[3],
-                     dtype_name(t.dtype));
+  return text::format("[{}, {}, {}, {}] {}", t.shape[0], t.shape[1], t.shape[2], t.shape[3],
+                      dtype_name(t.dtype));
 }
 
 void run(const RunOptions& opt) {
@@ -60,43 +61,44 @@ void run(const RunOptions& opt) {
   args.lse = lse_view(lse.data(), q.shape[0], q.shape[1], q.shape[2]);
   args.scale = opt.scale;
   args.causal = opt.causal;
-  if (opt.alignment == "top-left") {
+  // The API's spellings; the hyphenated ones are accepted too.
+  if (opt.alignment == "top_left" || opt.alignment == "top-left") {
     args.alignment = CausalAlignment::top_left;
-  } else if (opt.alignment != "bottom-right") {
-    throw Error("--alignment: '" + opt.alignment + "' is not bottom-right or top-left");
+  } else if (opt.alignment != "bottom_right" && opt.alignment != "bottom-right") {
+    throw Error("--alignment: '" + opt.alignment + "' is not bottom_right or top_left");
   }
   args.policy = parse_policy(opt.policy);
 
-  fmt::print("q {}  k {}  v {}\npolicy {}{}\n", shape_text(args.q), shape_text(args.k), shape_text(args.v),
-             to_string(args.policy), opt.causal ? fmt::format("  causal ({})", opt.alignment) : "");
+  text::print("q {}  k {}  v {}\npolicy {}{}\n", shape_text(args.q), shape_text(args.k), shape_text(args.v),
+              to_string(args.policy), opt.causal ? text::format("  causal ({})", opt.alignment) : "");
   const auto t0 = std::chrono::steady_clock::now();
   attention(args);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print("time {:.3f} s (CPU emulator)\n", seconds);
+  text::print("time {:.3f} s (CPU emulator)\n", seconds);
 
   if (opt.check) {
     const ReferenceResult ref = reference_attention(args);
     const std::vector<float> got = to_float(o);
     const ErrorMetrics m = compare(std::vector<double>(got.begin(), got.end()), ref.o);
-    fmt::print("check against fp64: relative RMSE {:.3e}  max abs error {:.3e}  CosSim {:.6f}  "
-               "relative L1 {:.3e}  NaN share {:.4f}%\n",
-               m.rel_rmse, m.max_abs, m.cos_sim, m.rel_l1, 100.0 * m.nan_share);
+    text::print("check against fp64: relative RMSE {:.3e}  max abs error {:.3e}  CosSim {:.6f}  "
+                "relative L1 {:.3e}  NaN share {:.4f}%\n",
+                m.rel_rmse, m.max_abs, m.cos_sim, m.rel_l1, 100.0 * m.nan_share);
   }
   if (!opt.out.empty()) {
     io::write_npy(opt.out, o);
-    fmt::print("wrote {}\n", opt.out);
+    text::print("wrote {}\n", opt.out);
   }
   if (!opt.lse.empty()) {
     io::write_npy(opt.lse, from_float(lse, {q.shape[0], q.shape[1], q.shape[2]}, DType::f32));
-    fmt::print("wrote {}\n", opt.lse);
+    text::print("wrote {}\n", opt.lse);
   }
 }
 
 }  // namespace
 
-void add_run_command(CLI::App& app) {
+void add_run_command(Command& app) {
   auto opt = std::make_shared<RunOptions>();
-  CLI::App* cmd = app.add_subcommand(
+  Command* cmd = app.add_subcommand(
       "run", "Run attention on Q/K/V from .npy/.safetensors files ([B, H, S, D]) on the CPU under a "
              "precision policy; --check compares with the fp64 reference.");
   cmd->add_option("--q", opt->q, "query tensor file (.npy, or .safetensors with one tensor)");
@@ -104,11 +106,11 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--v", opt->v, "value tensor file");
   cmd->add_option("--qkv", opt->qkv, "one .safetensors file holding tensors named q, k and v");
   cmd->add_option("--policy", opt->policy,
-                  "precision policy: a preset (exact, fa16_fp32, fa16, pasa) and key=value overrides, "
-                  "e.g. pasa,beta=0.968994,s2=64")
+                  "precision policy: a preset (" + text::join(preset_names(), ", ") +
+                      ") and key=value overrides, e.g. pasa,beta=0.968994,s2=64 (keys: docs/api.md)")
       ->capture_default_str();
   cmd->add_flag("--causal", opt->causal, "causal mask");
-  cmd->add_option("--alignment", opt->alignment, "causal alignment: bottom-right or top-left")
+  cmd->add_option("--alignment", opt->alignment, "causal alignment: bottom_right (query i sees keys <= i + S_kv - S_q) or top_left (keys <= i)")
       ->capture_default_str();
   cmd->add_option("--scale", opt->scale, "softmax scale (default 1/sqrt(D))");
   cmd->add_option("--out", opt->out, "write O here (.npy, dtype of Q)");

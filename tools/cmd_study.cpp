@@ -1,12 +1,12 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa study: the PASA paper's random benchmarks on the CPU emulator, as markdown (and JSON, PNG).
-#include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 
@@ -16,8 +16,11 @@
 #include "io/atomic_file.h"
 #include "output_paths.h"
 #include "pasa/error.h"
+#include "pasa/version.h"
 #include "sage_study.h"
 #include "study_plot.h"
+#include "text/format.h"
+#include "text/json.h"
 
 namespace pasa::cli {
 namespace {
@@ -32,10 +35,10 @@ struct StudyOptions {
 };
 
 // Study results as JSON, replacing the file whole or not at all.
-void write_json(const std::string& path, const nlohmann::json& rows) {
+void write_json(const std::string& path, const text::Json& rows) {
   if (path.empty()) return;
   io::detail::write_text_atomically(path, rows.dump(1) + "\n");
-  fmt::print(stderr, "wrote {}\n", path);
+  text::print(stderr, "wrote {}\n", path);
 }
 
 // Outputs are checked before a study that may run for minutes.
@@ -45,11 +48,11 @@ void check_study_outputs(const std::string& json, const std::string& plot) {
 }
 
 std::string cell(const StudyRow& r) {
-  if (r.rmse) return fmt::format("{:.3e}", *r.rmse);
-  return fmt::format("NaN {:.2f}%", 100.0 * r.nan_share);
+  if (r.rmse) return text::format("{:.3e}", *r.rmse);
+  return text::format("NaN {:.2f}%", 100.0 * r.nan_share);
 }
 
-std::string number(double x) { return fmt::format("{:g}", x); }
+std::string number(double x) { return text::format("{:g}", x); }
 
 void print_tables(const std::vector<CaseGroup>& groups, const std::vector<StudyRow>& rows,
                   const std::vector<std::string>& policies, const std::string& v_law) {
@@ -60,59 +63,71 @@ void print_tables(const std::vector<CaseGroup>& groups, const std::vector<StudyR
     throw Error("study: missing result");
   };
   for (const CaseGroup& g : groups) {
-    fmt::print("\n### {}\n\n", g.title);
+    text::print("\n### {}\n\n", g.title);
     if (g.axis.empty()) {  // Table 4: NaN shares next to the paper's, then RMSE
       std::string head = "| dist | x0 | Am | paper NaN (FA16-32) |", rule = "|---|---|---|---|";
       for (const auto& p : policies) {
-        head += fmt::format(" {} NaN | {} RMSE |", p, p);
+        head += text::format(" {} NaN | {} RMSE |", p, p);
         rule += "---|---|";
       }
-      fmt::print("{}\n{}\n", head, rule);
+      text::print("{}\n{}\n", head, rule);
       for (const StudyCase& c : g.cases) {
-        std::string line = fmt::format("| {} | {} | {} | {:.2f}% |", c.dist, number(c.x0), number(c.am),
-                                       100.0 * paper_nan_share(c).value_or(0.0));
+        std::string line = text::format("| {} | {} | {} | {:.2f}% |", c.dist, number(c.x0), number(c.am),
+                                        100.0 * paper_nan_share(c).value_or(0.0));
         for (const auto& p : policies) {
           const StudyRow& r = find(c, p);
-          line += fmt::format(" {:.2f}% | {} |", 100.0 * r.nan_share,
-                              r.rmse ? fmt::format("{:.3e}", *r.rmse) : "-");
+          line += text::format(" {:.2f}% | {} |", 100.0 * r.nan_share,
+                               r.rmse ? text::format("{:.3e}", *r.rmse) : "-");
         }
-        fmt::print("{}\n", line);
+        text::print("{}\n", line);
       }
       continue;
     }
-    std::string head = fmt::format("| {} |", g.axis == "x0" ? "x0" : "Am"), rule = "|---|";
+    std::string head = text::format("| {} |", g.axis == "x0" ? "x0" : "Am"), rule = "|---|";
     for (const auto& p : policies) {
-      head += fmt::format(" {} |", p);
+      head += text::format(" {} |", p);
       rule += "---|";
     }
-    fmt::print("relative RMSE (Eq. 19) against fp64; 'NaN x%' where the output is not finite\n\n{}\n{}\n",
-               head, rule);
+    text::print("relative RMSE (Eq. 19) against fp64; 'NaN x%' where the output is not finite\n\n{}\n{}\n",
+                head, rule);
     for (const StudyCase& c : g.cases) {
-      std::string line = fmt::format("| {} |", number(g.axis == "x0" ? c.x0 : c.am));
-      for (const auto& p : policies) line += fmt::format(" {} |", cell(find(c, p)));
-      fmt::print("{}\n", line);
+      std::string line = text::format("| {} |", number(g.axis == "x0" ? c.x0 : c.am));
+      for (const auto& p : policies) line += text::format(" {} |", cell(find(c, p)));
+      text::print("{}\n", line);
     }
   }
 }
 
-nlohmann::json to_json(const std::vector<StudyRow>& rows) {
-  nlohmann::json out = nlohmann::json::array();
+text::Json to_json(const std::vector<StudyRow>& rows) {
+  text::Json out = text::Json::array();
   for (const StudyRow& r : rows) {
-    out.push_back({{"dist", r.c.dist},
+    out.push_back(text::Json::object({{"dist", r.c.dist},
                    {"x0", r.c.x0},
                    {"am", r.c.am},
                    {"v", r.v},
                    {"policy", r.policy},
                    {"nan_share", r.nan_share},
-                   {"rmse", r.rmse ? nlohmann::json(*r.rmse) : nlohmann::json(nullptr)}});
+                   {"rmse", r.rmse ? text::Json(*r.rmse) : text::Json(nullptr)}}));
   }
   return out;
 }
 
+// What a study's JSON holds: the pasa version, the study, the input shape, the seed and the policies
+// next to the rows, so a file says how it was made.
+text::Json study_document(const char* study, text::Json shape, std::uint64_t seed, const text::Json& rows) {
+  std::vector<std::string> policies;
+  for (const text::Json& row : rows.as_array()) {
+    const std::string& policy = row.at("policy").as_string();
+    if (std::find(policies.begin(), policies.end(), policy) == policies.end()) policies.push_back(policy);
+  }
+  return text::Json::object({{"pasa_version", version()}, {"study", study}, {"shape", std::move(shape)},
+                             {"seed", seed}, {"policies", policies}, {"rows", rows}});
+}
+
 void run(const StudyOptions& opt) {
   StudyConfig config;
-  if (opt.heads && *opt.heads < 1) throw Error(fmt::format("--heads: {} is not a positive count", *opt.heads));
-  if (opt.seq < 1) throw Error(fmt::format("--seq: {} is not a positive length", opt.seq));
+  if (opt.heads && *opt.heads < 1) throw Error(text::format("--heads: {} is not a positive count", *opt.heads));
+  if (opt.seq < 1) throw Error(text::format("--seq: {} is not a positive length", opt.seq));
   check_study_outputs(opt.json, opt.plot);
   config.shape = Shape4{1, opt.heads.value_or(opt.full ? 16 : 2), opt.seq, 128};
   if (!opt.policies.empty()) config.policies = opt.policies;
@@ -125,40 +140,44 @@ void run(const StudyOptions& opt) {
     for (const StudyCase& c : g.cases)
       if (seen.insert({c.dist, c.x0, c.am}).second) cases.push_back(c);
 
-  fmt::print("# pasa study: the PASA paper's random benchmarks on the CPU emulator\n\n");
-  fmt::print("shape (B, H, S, D) = ({}, {}, {}, {}), fp16 inputs, seed {}, policies: {}\n",
-             config.shape.batch, config.shape.heads, config.shape.seq, config.shape.dim, config.seed,
-             fmt::join(config.policies, ", "));
+  text::print("# pasa study: the PASA paper's random benchmarks on the CPU emulator\n\n");
+  text::print("shape (B, H, S, D) = ({}, {}, {}, {}), fp16 inputs, seed {}, policies: {}\n",
+              config.shape.batch, config.shape.heads, config.shape.seq, config.shape.dim, config.seed,
+              text::join(config.policies, ", "));
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   const auto rows = run_study(cases, config, [&](int done, int total, const StudyCase& c) {
-    fmt::print(stderr, "[{:2}/{}] {} x0={:g} Am={:g}  ({:.1f} s)\n", done, total, c.dist, c.x0, c.am,
-               elapsed());
+    text::print(stderr, "[{:2}/{}] {} x0={:g} Am={:g}  ({:.1f} s)\n", done, total, c.dist, c.x0, c.am,
+                elapsed());
   });
-  fmt::print("\n## V drawn like Q and K (the paper's Eq. 17 / 18)\n");
+  text::print("\n## V drawn like Q and K (the paper's Eq. 17 / 18)\n");
   print_tables(groups, rows, config.policies, "eq17");
-  fmt::print("\n## Weight-sensitive: the same Q and K, V ~ N(0, 1)\n\n"
+  text::print("\n## Weight-sensitive: the same Q and K, V ~ N(0, 1)\n\n"
              "With V from Q's law, a large mean makes every output about x0 whatever the attention weights;\n"
              "with V ~ N(0, 1) the output moves with them, so these tables show the weights' errors.\n");
   print_tables(groups, rows, config.policies, "normal");
-  fmt::print("\nstudy time {:.1f} s\n", elapsed());
+  text::print("\nstudy time {:.1f} s\n", elapsed());
 
-  write_json(opt.json, to_json(rows));
+  const Shape4& sh = config.shape;
+  const text::Json shape =
+      text::Json::object({{"batch", sh.batch}, {"heads", sh.heads}, {"seq", sh.seq}, {"dim", sh.dim}});
+  write_json(opt.json, study_document("paper", shape, config.seed, to_json(rows)));
   if (!opt.plot.empty()) {
     std::vector<StudyRow> paper_rows;  // the figures follow the paper: V drawn like Q and K
     for (const StudyRow& r : rows)
       if (r.v == "eq17") paper_rows.push_back(r);
-    for (const auto& png : write_study_plots(PlotKind::paper_study, to_json(paper_rows).dump(), opt.plot)) {
-      fmt::print(stderr, "wrote {}\n", png);
+    const text::Json figures = study_document("paper", shape, config.seed, to_json(paper_rows));
+    for (const auto& png : write_study_plots(PlotKind::paper_study, figures.dump(), opt.plot)) {
+      text::print(stderr, "wrote {}\n", png);
     }
   }
 }
 
 }  // namespace
 
-void add_study_command(CLI::App& app) {
+void add_study_command(Command& app) {
   auto opt = std::make_shared<StudyOptions>();
-  CLI::App* cmd = app.add_subcommand(
+  Command* cmd = app.add_subcommand(
       "study",
       "Reproduce the PASA paper's random benchmarks on the CPU: Table 4 (NaN shares) and the "
       "Figure 9/10 RMSE sweeps under exact, fa16_fp32, fa16, pasa and pasa_accurate, with V drawn as "
@@ -178,7 +197,7 @@ void add_study_command(CLI::App& app) {
   auto sage = std::make_shared<SageStudyConfig>();
   auto sage_json = std::make_shared<std::string>();
   auto sage_plot = std::make_shared<std::string>();
-  CLI::App* sage_cmd = cmd->add_subcommand(
+  Command* sage_cmd = cmd->add_subcommand(
       "sage", "SageAttention2's accuracy tables: quantization granularity, P/V data type, smooth V, "
               "smoothing ablation, and which policies stay finite on the PASA paper's inputs.");
   sage_cmd->add_option("--seq", sage->seq, "sequence length")->capture_default_str();
@@ -189,18 +208,20 @@ void add_study_command(CLI::App& app) {
   sage_cmd->callback([sage, sage_json, sage_plot] {
     if (sage->heads < 1 || sage->seq < 1) throw Error("study sage: --heads and --seq must be positive");
     check_study_outputs(*sage_json, *sage_plot);
-    const nlohmann::json rows = run_sage_study(*sage);
-    write_json(*sage_json, rows);
+    const text::Json document = study_document(
+        "sage", text::Json::object({{"batch", 1}, {"heads", sage->heads}, {"seq", sage->seq}, {"dim", 128}}),
+        sage->seed, run_sage_study(*sage));
+    write_json(*sage_json, document);
     if (!sage_plot->empty()) {
-      for (const auto& png : write_study_plots(PlotKind::sage_study, rows.dump(), *sage_plot)) {
-        fmt::print(stderr, "wrote {}\n", png);
+      for (const auto& png : write_study_plots(PlotKind::sage_study, document.dump(), *sage_plot)) {
+        text::print(stderr, "wrote {}\n", png);
       }
     }
   });
 
   auto decode = std::make_shared<DecodeStudyConfig>();
   auto decode_json = std::make_shared<std::string>();
-  CLI::App* decode_cmd = cmd->add_subcommand(
+  Command* decode_cmd = cmd->add_subcommand(
       "decode", "FlashDecoding++'s unified max on decode shapes: agreement with the synchronized "
                 "algorithm and recompute rates with calibrated phi, phi = 0, and phi = 0 after PASA's shift.");
   decode_cmd->add_option("--seq-kv", decode->seq_kv, "KV cache length")->capture_default_str();
@@ -210,7 +231,12 @@ void add_study_command(CLI::App& app) {
   decode_cmd->callback([decode, decode_json] {
     if (decode->batch < 1 || decode->seq_kv < 1) throw Error("study decode: --batch and --seq-kv must be positive");
     check_study_outputs(*decode_json, "");
-    write_json(*decode_json, run_decode_study(*decode));
+    const DecodeStudyConfig& c = *decode;
+    write_json(*decode_json,
+               study_document("decode",
+                              {{"batch", c.batch}, {"heads_q", c.heads_q}, {"heads_kv", c.heads_kv},
+                               {"seq_q", 1}, {"seq_kv", c.seq_kv}, {"dim", 128}},
+                              c.seed, run_decode_study(c)));
   });
 }
 

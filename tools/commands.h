@@ -1,16 +1,17 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pasa command's subcommands; each file registers one.
 #pragma once
 
-#include <CLI/CLI.hpp>
+#include "args.h"
 
 namespace pasa::cli {
 
-void add_run_command(CLI::App& app);
-void add_study_command(CLI::App& app);
-void add_beta_command(CLI::App& app);
-void add_inspect_command(CLI::App& app);
-void add_calibrate_command(CLI::App& app);
-void add_bench_command(CLI::App& app);
-void add_overhead_command(CLI::App& app);
+void add_run_command(Command& app);
+void add_study_command(Command& app);
+void add_beta_command(Command& app);
+void add_inspect_command(Command& app);
+void add_calibrate_command(Command& app);
+void add_bench_command(Command& app);
+void add_overhead_command(Command& app);
 
 }  // namespace pasa::cli

@@ -1,6 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "decode_study.h"
-
-#include <fmt/format.h>
 
 #include <chrono>
 #include <cmath>
@@ -13,6 +12,8 @@
 #include "pasa/metrics.h"
 #include "pasa/policy.h"
 #include "score_stats.h"
+#include "text/format.h"
+#include "text/json.h"
 
 namespace pasa::cli {
 namespace {
@@ -34,20 +35,20 @@ QKV decode_inputs(const std::string& kind, const DecodeStudyConfig& c, std::uint
 
 }  // namespace
 
-nlohmann::json run_decode_study(const DecodeStudyConfig& c) {
+text::Json run_decode_study(const DecodeStudyConfig& c) {
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   const Policy base = preset_policy("fdpp");
-  fmt::print("# pasa study decode: FlashDecoding++'s unified max on the CPU emulator\n\n");
-  fmt::print("decode: B = {}, {} query heads / {} K/V heads (GQA), S_q = 1, S_kv = {}, D = 128, fp16; "
-             "policy `{}` ({} splits, window {} < x - phi < {}). phi is calibrated on a second draw of "
-             "the same distribution (different seed), as a per-model calibration would be.\n\n",
-             c.batch, c.heads_q, c.heads_kv, c.seq_kv, to_string(base), base.splits, base.window_lo,
-             base.window_hi);
-  fmt::print("| input | scaled score range | calibrated phi | recompute: calibrated phi | phi = 0 | "
-             "phi = 0 on PASA-shifted scores | unified vs synchronized (rel. diff) | RMSE vs fp64 |\n"
-             "|---|---|---|---|---|---|---|---|\n");
-  nlohmann::json rows = nlohmann::json::array();
+  text::print("# pasa study decode: FlashDecoding++'s unified max on the CPU emulator\n\n");
+  text::print("decode: B = {}, {} query heads / {} K/V heads (GQA), S_q = 1, S_kv = {}, D = 128, fp16; "
+              "policy `{}` ({} splits, window {} < x - phi < {}). phi is calibrated on a second draw of "
+              "the same distribution (different seed), as a per-model calibration would be.\n\n",
+              c.batch, c.heads_q, c.heads_kv, c.seq_kv, to_string(base), base.splits, base.window_lo,
+              base.window_hi);
+  text::print("| input | scaled score range | calibrated phi | recompute: calibrated phi | phi = 0 | "
+              "phi = 0 on PASA-shifted scores | unified vs synchronized (rel. diff) | RMSE vs fp64 |\n"
+              "|---|---|---|---|---|---|---|---|\n");
+  text::Json rows = text::Json::array();
   for (const std::string kind : {"normal", "hybrid x0=0 Am=10", "uniform x0=20 Am=0.5", "channel outliers",
                                  "resonance (qwen2)", "resonance (svd)"}) {
     QKV data = decode_inputs(kind, c, c.seed);
@@ -55,7 +56,7 @@ nlohmann::json run_decode_study(const DecodeStudyConfig& c) {
     const PhiCalibration cal =
         calibrate_phi(scaled_scores(calibration.q, calibration.k), base.window_lo, base.window_hi);
     const std::vector<double> scores = scaled_scores(data.q, data.k);
-    const std::vector<double> shifted = scaled_scores(data.q, data.k, 0.984497, base.block_kv);
+    const std::vector<double> shifted = scaled_scores(data.q, data.k, kPaperBeta, base.block_kv);
     const auto row_len = static_cast<std::size_t>(c.seq_kv);
     const double rate_shifted = leave_rate(shifted, row_len, 0.0, base.window_lo, base.window_hi);
 
@@ -73,16 +74,16 @@ nlohmann::json run_decode_study(const DecodeStudyConfig& c) {
     const double rate_zero = static_cast<double>(zero_stats.recomputed_rows) / rows_total;
     const double diff = compare(with_cal, sync).rel_rmse;
     const double rmse = compare(with_cal, ref).rel_rmse;
-    auto metric = [](double x) { return std::isfinite(x) ? fmt::format("{:.2e}", x) : std::string("not finite"); };
-    fmt::print("| {} | [{:.4g}, {:.4g}] | {:.4g} | {:.1f}% | {:.1f}% | {:.1f}% | {} | {} |\n", kind,
-               quantile(scores, 0.0), quantile(scores, 1.0), cal.phi, 100 * rate_cal, 100 * rate_zero,
-               100 * rate_shifted, metric(diff), metric(rmse));
-    rows.push_back({{"input", kind}, {"phi", cal.phi}, {"recompute_calibrated", rate_cal},
+    auto metric = [](double x) { return std::isfinite(x) ? text::format("{:.2e}", x) : std::string("not finite"); };
+    text::print("| {} | [{:.4g}, {:.4g}] | {:.4g} | {:.1f}% | {:.1f}% | {:.1f}% | {} | {} |\n", kind,
+                quantile(scores, 0.0), quantile(scores, 1.0), cal.phi, 100 * rate_cal, 100 * rate_zero,
+                100 * rate_shifted, metric(diff), metric(rmse));
+    rows.push_back(text::Json::object({{"input", kind}, {"policy", to_string(base)}, {"phi", cal.phi}, {"recompute_calibrated", rate_cal},
                     {"recompute_phi0", rate_zero}, {"recompute_phi0_pasa_shift", rate_shifted},
-                    {"unified_vs_sync", diff}, {"rmse", rmse}});
-    fmt::print(stderr, "[decode] {} ({:.1f} s)\n", kind, elapsed());
+                    {"unified_vs_sync", diff}, {"rmse", rmse}}));
+    text::print(stderr, "[decode] {} ({:.1f} s)\n", kind, elapsed());
   }
-  fmt::print("\nstudy time {:.1f} s\n", elapsed());
+  text::print("\nstudy time {:.1f} s\n", elapsed());
   return rows;
 }
 

@@ -1,9 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
 // `pasa study decode`: FlashDecoding++'s unified max on decode shapes, and our own question — does
 // phi = 0 on PASA-shifted scores remove the need for per-model calibration?
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
+
+#include "text/json.h"
 
 namespace pasa::cli {
 
@@ -12,6 +14,6 @@ struct DecodeStudyConfig {
   std::uint64_t seed = 2024;
 };
 
-nlohmann::json run_decode_study(const DecodeStudyConfig& config);
+text::Json run_decode_study(const DecodeStudyConfig& config);
 
 }  // namespace pasa::cli

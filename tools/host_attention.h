@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Attention on host tensors as the CLI's studies need it: fp32 outputs returned as doubles.
 #pragma once
 

@@ -1,16 +1,18 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa — robust low-precision attention: run it, study its numerics, solve PASA's beta.
 //
 // Exit codes (docs/api.md): 0 success; 1 a runtime failure (out of memory, a failed write, a device
 // error, anything unexpected); 2 bad input or usage (a bad option, file, shape or policy). Every
 // exception ends here as one "pasa: error: ..." line: none escapes main to abort the process.
-#include <fmt/format.h>
 
-#include <CLI/CLI.hpp>
 #include <exception>
 #include <new>
+#include <string>
 
 #include "commands.h"
 #include "pasa/error.h"
+#include "text/format.h"
+#include "pasa/version.h"
 
 namespace {
 
@@ -18,17 +20,21 @@ constexpr int kRuntimeFailure = 1;
 constexpr int kBadInput = 2;
 
 int report(const char* what, int code) {
-  fmt::print(stderr, "pasa: error: {}\n", what);
+  pasa::text::print(stderr, "pasa: error: {}\n", what);
   return code;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "pasa: fast, robust low-precision attention (FlashAttention, PASA, SageAttention2, "
-      "FlashDecoding++) with a CPU emulator of every rounding point."};
-  app.require_subcommand(1);
+  pasa::cli::Command app{
+      "pasa", "fast, robust low-precision attention (FlashAttention, PASA, SageAttention2, "
+              "FlashDecoding++) with a CPU emulator of every rounding point."};
+  app.require_subcommand();
+  if (argc == 2 && std::string(argv[1]) == "--version") {
+    pasa::text::print("pasa {}\n", pasa::version());
+    return 0;
+  }
   try {
     pasa::cli::add_run_command(app);
     pasa::cli::add_study_command(app);
@@ -37,12 +43,8 @@ int main(int argc, char** argv) {
     pasa::cli::add_calibrate_command(app);
     pasa::cli::add_bench_command(app);
     pasa::cli::add_overhead_command(app);
-    app.parse(argc, argv);
-  } catch (const CLI::Success& e) {  // --help, --version
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    app.exit(e);  // prints CLI11's message (and the usage hint) to stderr
-    return kBadInput;
+    // Usage errors are printed by the parser and come back as kBadInput; --help as 0.
+    return app.main(argc, argv);
   } catch (const pasa::ResourceError& e) {
     return report(e.what(), kRuntimeFailure);
   } catch (const pasa::Error& e) {
@@ -54,5 +56,4 @@ int main(int argc, char** argv) {
   } catch (...) {
     return report("unknown failure", kRuntimeFailure);
   }
-  return 0;
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Output files of a command, checked before any work: each can be written (its directory exists and
 // is writable, it is not a directory), and none is the same file as an input or another output —
 // compared by device and inode, so different spellings, symbolic and hard links of one file are caught.

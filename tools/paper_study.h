@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The PASA paper's random benchmarks (Table 4, Figures 9 and 10) run on the CPU emulator.
 #pragma once
 

@@ -1,8 +1,11 @@
-"""Bar charts of `pasa study sage` results: average and worst CosSim of each variant, one PNG a table.
+# SPDX-License-Identifier: Apache-2.0
+"""Bar charts of `pasa study sage` results: 1 - CosSim (average and worst input) of each variant on
+a log axis, so 99.7% and 99.96% look as different as they are; one PNG a table.
 
 Usage: plot_sage.py RESULTS.json OUTDIR  (prints the paths of the PNGs it writes)
 """
 import json
+import math
 import os
 import re
 import sys
@@ -12,30 +15,36 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+FLOOR = 1e-9  # 1 - CosSim below this (or exactly 0) is drawn at the floor
+
 
 def main(results_path, outdir):
     with open(results_path) as f:
-        rows = json.load(f)
+        document = json.load(f)
+    rows = document["rows"]
     tables = list(dict.fromkeys(r["table"] for r in rows if r["table"] != "PASA Table 4 inputs"))
     for table in tables:
         variants = list(dict.fromkeys(r["variant"] for r in rows if r["table"] == table))
         avg, worst = [], []
         for v in variants:
-            cos = [r["cos_sim"] if r["cos_sim"] is not None else 0.0
-                   for r in rows if r["table"] == table and r["variant"] == v]
-            avg.append(100 * sum(cos) / len(cos))
-            worst.append(100 * min(cos))
+            # A non-finite output has no CosSim: 1 - CosSim = 1, the worst there is.
+            miss = [1.0 - r["cos_sim"] if r["cos_sim"] is not None and math.isfinite(r["cos_sim"])
+                    else 1.0 for r in rows if r["table"] == table and r["variant"] == v]
+            avg.append(max(FLOOR, sum(miss) / len(miss)))
+            worst.append(max(FLOOR, max(miss)))
         fig, ax = plt.subplots(figsize=(6.5, 4))
         xs = range(len(variants))
         ax.bar([x - 0.2 for x in xs], avg, width=0.4, label="average")
-        ax.bar([x + 0.2 for x in xs], worst, width=0.4, label="worst input")
+        ax.bar([x + 0.2 for x in xs], worst, width=0.4, label="worst input", hatch="//")
         ax.set_xticks(list(xs))
         ax.set_xticklabels(variants, rotation=20, ha="right")
-        ax.set_ylabel("CosSim (%) against fp64")
-        ax.set_ylim(max(0.0, min(worst) - 5), 100.5)
-        ax.set_title(table, fontsize=10)
+        ax.set_yscale("log")
+        ax.set_ylabel("1 - CosSim against fp64 (lower is better)")
+        shape = document["shape"]
+        ax.set_title(f"{table}\nshape ({shape['batch']}, {shape['heads']}, {shape['seq']}, "
+                     f"{shape['dim']}), seed {document['seed']}", fontsize=9)
         ax.legend()
-        ax.grid(True, axis="y", alpha=0.3)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
         fig.tight_layout()
         name = "sage_" + re.sub(r"[^a-z0-9]+", "_", table.lower()).strip("_")[:40] + ".png"
         path = os.path.join(outdir, name)

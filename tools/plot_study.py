@@ -1,4 +1,6 @@
-"""Figures 9 and 10 of the PASA paper from `pasa study` results: relative RMSE per policy along each sweep.
+# SPDX-License-Identifier: Apache-2.0
+"""Figures 9 and 10 of the PASA paper from `pasa study` results: relative RMSE per policy along each
+sweep (top) and the share of NaN outputs (bottom), each policy with its own marker.
 
 Usage: plot_study.py RESULTS.json OUTDIR  (prints the paths of the PNGs it writes)
 """
@@ -18,31 +20,41 @@ SWEEPS = [
     ("figure10a_hybrid_mean.png", "hybrid", "x0", lambda r: r["am"] == 10, "hybrid, Am = 10"),
     ("figure10b_hybrid_amplitude.png", "hybrid", "am", lambda r: r["x0"] == 20, "hybrid, x0 = 20"),
 ]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 
 
 def main(results_path, outdir):
     with open(results_path) as f:
-        rows = json.load(f)
+        document = json.load(f)
+    rows = document["rows"]
     policies = list(dict.fromkeys(r["policy"] for r in rows))
+    shape = document["shape"]
+    subtitle = (f"shape ({shape['batch']}, {shape['heads']}, {shape['seq']}, {shape['dim']}), "
+                f"seed {document['seed']}, pasa {document['pasa_version']}")
     for name, dist, axis, keep, title in SWEEPS:
-        fig, ax = plt.subplots(figsize=(5.5, 4))
-        overflowed = []  # (x, colour) of cases whose output is not finite
-        for policy in policies:
-            pts = sorted((r[axis], r["rmse"]) for r in rows
+        fig, (ax, ax_nan) = plt.subplots(2, 1, figsize=(5.5, 5.5), sharex=True,
+                                         gridspec_kw={"height_ratios": [3, 1.3]})
+        for i, policy in enumerate(policies):
+            marker = MARKERS[i % len(MARKERS)]
+            pts = sorted((r[axis], r["rmse"], r["nan_share"]) for r in rows
                          if r["dist"] == dist and r["policy"] == policy and keep(r))
-            xs = [x for x, y in pts if y is not None and y > 0 and math.isfinite(y)]
-            ys = [y for x, y in pts if y is not None and y > 0 and math.isfinite(y)]
-            line, = ax.plot(xs, ys, marker="o", label=policy)
-            overflowed += [(x, line.get_color()) for x, y in pts if y is None]
+            finite = [(x, y) for x, y, _ in pts if y is not None and y > 0 and math.isfinite(y)]
+            line, = ax.plot([x for x, _ in finite], [y for _, y in finite], marker=marker,
+                            label=policy)
+            # NaN shares as percentages, so 0.04% and 100% look as different as they are.
+            ax_nan.plot([x for x, _, _ in pts], [100 * s for _, _, s in pts], marker=marker,
+                        color=line.get_color(), linestyle="--" if i % 2 else "-",
+                        markerfacecolor="none", label=policy)
         ax.set_yscale("log")
-        bottom = ax.get_ylim()[0]
-        for x, colour in overflowed:  # non-finite outputs: an x on the axis in the policy's colour
-            ax.plot([x], [bottom], "x", color=colour, markersize=10, mew=2, clip_on=False)
-        ax.set_xlabel("mean x0" if axis == "x0" else "amplitude Am")
         ax.set_ylabel("relative RMSE (Eq. 19)")
-        ax.set_title(title + " (x: output not finite)")
+        ax.set_title(f"{title}\n{subtitle}", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize=8)
+        ax_nan.set_yscale("symlog", linthresh=0.01)
+        ax_nan.set_ylim(0, 150)
+        ax_nan.set_ylabel("NaN outputs (%)")
+        ax_nan.set_xlabel("mean x0" if axis == "x0" else "amplitude Am")
+        ax_nan.grid(True, which="both", alpha=0.3)
         fig.tight_layout()
         path = os.path.join(outdir, name)
         fig.savefig(path, dpi=110)

@@ -1,6 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "sage_study.h"
-
-#include <fmt/format.h>
 
 #include <chrono>
 #include <limits>
@@ -13,6 +12,8 @@
 #include "pasa/generators.h"
 #include "pasa/metrics.h"
 #include "pasa/policy.h"
+#include "text/format.h"
+#include "text/json.h"
 
 namespace pasa::cli {
 namespace {
@@ -64,7 +65,7 @@ std::vector<Table> tables() {
 
 }  // namespace
 
-nlohmann::json run_sage_study(const SageStudyConfig& cfg) {
+text::Json run_sage_study(const SageStudyConfig& cfg) {
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   const Shape4 shape{1, cfg.heads, cfg.seq, 128};
@@ -76,29 +77,29 @@ nlohmann::json run_sage_study(const SageStudyConfig& cfg) {
   inputs.push_back({"resonance (svd)", resonance_qkv(shape, resonance_preset("svd"), cfg.seed + 4), {}});
   for (Input& in : inputs) in.reference = reference_output(in.data);
 
-  fmt::print("# pasa study sage: SageAttention2's accuracy tables on the CPU emulator\n\n");
-  fmt::print("shape (1, {}, {}, 128), fp16 inputs, seed {}; each input plays the role of one layer. "
-             "Metrics against fp64: CosSim, relative L1, RMSE (section 4) and relative RMSE (Eq. 19); "
-             "average and worst over the inputs: {}.\n",
-             cfg.heads, cfg.seq, cfg.seed, [&] {
+  text::print("# pasa study sage: SageAttention2's accuracy tables on the CPU emulator\n\n");
+  text::print("shape (1, {}, {}, 128), fp16 inputs, seed {}; each input plays the role of one layer. "
+              "Metrics against fp64: CosSim, relative L1, RMSE (section 4) and relative RMSE (Eq. 19); "
+              "average and worst over the inputs: {}.\n",
+              cfg.heads, cfg.seq, cfg.seed, [&] {
                std::string s;
                for (const Input& in : inputs) s += (s.empty() ? "" : ", ") + in.name;
                return s;
-             }());
-  nlohmann::json rows = nlohmann::json::array();
+              }());
+  text::Json rows = text::Json::array();
   for (const Table& table : tables()) {
-    fmt::print("\n### {}\n\n{}\n\n", table.title, table.note);
-    fmt::print("| variant | CosSim avg | CosSim worst | rel. L1 avg | rel. L1 worst | RMSE avg | RMSE worst | "
-               "rel. RMSE worst | worst input |\n|---|---|---|---|---|---|---|---|---|\n");
+    text::print("\n### {}\n\n{}\n\n", table.title, table.note);
+    text::print("| variant | CosSim avg | CosSim worst | rel. L1 avg | rel. L1 worst | RMSE avg | RMSE worst | "
+                "rel. RMSE worst | worst input |\n|---|---|---|---|---|---|---|---|---|\n");
     for (const Variant& v : table.variants) {
       double cos_sum = 0, l1_sum = 0, rmse_sum = 0;
       double cos_worst = 2, l1_worst = 0, rmse_worst = 0, rel_worst = 0;
       std::string worst_input;
       for (Input& in : inputs) {
         const ErrorMetrics m = compare(attention_output(in.data, parse_policy(v.policy)), in.reference);
-        rows.push_back({{"table", table.title}, {"variant", v.label}, {"policy", v.policy}, {"input", in.name},
+        rows.push_back(text::Json::object({{"table", table.title}, {"variant", v.label}, {"policy", v.policy}, {"input", in.name},
                         {"cos_sim", m.cos_sim}, {"rel_l1", m.rel_l1}, {"rmse", m.rmse},
-                        {"rel_rmse", m.rel_rmse}, {"nan_share", m.nan_share}});
+                        {"rel_rmse", m.rel_rmse}, {"nan_share", m.nan_share}}));
         cos_sum += m.cos_sim;
         l1_sum += m.rel_l1;
         rmse_sum += m.rmse;
@@ -111,39 +112,39 @@ nlohmann::json run_sage_study(const SageStudyConfig& cfg) {
         rel_worst = std::max(rel_worst, m.rel_rmse);
       }
       const double n = static_cast<double>(inputs.size());
-      fmt::print("| {} | {:.4f}% | {:.4f}% | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {:.3e} | {} |\n", v.label,
-                 100 * cos_sum / n, 100 * cos_worst, l1_sum / n, l1_worst, rmse_sum / n, rmse_worst, rel_worst,
-                 worst_input);
-      fmt::print(stderr, "[sage] {} / {} ({:.1f} s)\n", table.title, v.label, elapsed());
+      text::print("| {} | {:.4f}% | {:.4f}% | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {:.3e} | {} |\n", v.label,
+                  100 * cos_sum / n, 100 * cos_worst, l1_sum / n, l1_worst, rmse_sum / n, rmse_worst, rel_worst,
+                  worst_input);
+      text::print(stderr, "[sage] {} / {} ({:.1f} s)\n", table.title, v.label, elapsed());
     }
   }
 
   // Which policies stay finite on the PASA paper's Table 4 inputs.
-  fmt::print("\n### The PASA paper's Table 4 inputs: share of non-finite outputs (shape (1, {}, {}, 128))\n\n", cfg.heads, cfg.seq);
+  text::print("\n### The PASA paper's Table 4 inputs: share of non-finite outputs (shape (1, {}, {}, 128))\n\n", cfg.heads, cfg.seq);
   const std::vector<std::string> policies = {"exact", "fa16_fp32", "pasa", "sage8", "sage4"};
-  fmt::print("| input |");
-  for (const auto& p : policies) fmt::print(" {} |", p);
-  fmt::print("\n|---|");
-  for (std::size_t i = 0; i < policies.size(); ++i) fmt::print("---|");
-  fmt::print("\n");
+  text::print("| input |");
+  for (const auto& p : policies) text::print(" {} |", p);
+  text::print("\n|---|");
+  for (std::size_t i = 0; i < policies.size(); ++i) text::print("---|");
+  text::print("\n");
   const std::vector<CaseGroup> groups = paper_case_groups();  // front(): the Table 4 cases
   for (const StudyCase& c : groups.front().cases) {
     QKV d = generate_case(c, Shape4{1, cfg.heads, cfg.seq, 128}, cfg.seed + 10);
     const std::vector<double> ref = reference_output(d);
-    const std::string name = fmt::format("{} x0={:g} Am={:g}", c.dist, c.x0, c.am);
-    fmt::print("| {} |", name);
+    const std::string name = text::format("{} x0={:g} Am={:g}", c.dist, c.x0, c.am);
+    text::print("| {} |", name);
     for (const auto& p : policies) {
       const ErrorMetrics m = compare(attention_output(d, parse_policy(p)), ref);
-      rows.push_back({{"table", "PASA Table 4 inputs"}, {"variant", p}, {"policy", p}, {"input", name},
+      rows.push_back(text::Json::object({{"table", "PASA Table 4 inputs"}, {"variant", p}, {"policy", p}, {"input", name},
                       {"cos_sim", m.cos_sim}, {"rel_l1", m.rel_l1}, {"rmse", m.rmse},
-                      {"rel_rmse", m.rel_rmse}, {"nan_share", m.nan_share}});
-      fmt::print(" {:.2f}%{} |", 100 * m.nan_share,
-                 m.nan_share == 0 ? fmt::format(" ({:.1e})", m.rel_rmse) : "");
+                      {"rel_rmse", m.rel_rmse}, {"nan_share", m.nan_share}}));
+      text::print(" {:.2f}%{} |", 100 * m.nan_share,
+                  m.nan_share == 0 ? text::format(" ({:.1e})", m.rel_rmse) : "");
     }
-    fmt::print("\n");
-    fmt::print(stderr, "[sage] Table 4 inputs / {} ({:.1f} s)\n", name, elapsed());
+    text::print("\n");
+    text::print(stderr, "[sage] Table 4 inputs / {} ({:.1f} s)\n", name, elapsed());
   }
-  fmt::print("\n(in parentheses: relative RMSE where the output is finite)\n\nstudy time {:.1f} s\n", elapsed());
+  text::print("\n(in parentheses: relative RMSE where the output is finite)\n\nstudy time {:.1f} s\n", elapsed());
   return rows;
 }
 

@@ -1,8 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
 // `pasa study sage`: SageAttention2's accuracy tables on the CPU emulator.
 #pragma once
 
 #include <cstdint>
-#include <nlohmann/json.hpp>
+
+#include "text/json.h"
 
 namespace pasa::cli {
 
@@ -12,6 +14,6 @@ struct SageStudyConfig {
 };
 
 // Prints the tables as markdown (progress on stderr) and returns every measurement as JSON rows.
-nlohmann::json run_sage_study(const SageStudyConfig& config);
+text::Json run_sage_study(const SageStudyConfig& config);
 
 }  // namespace pasa::cli

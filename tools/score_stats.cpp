@@ -1,12 +1,12 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "score_stats.h"
-
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "pasa/error.h"
+#include "text/format.h"
 
 namespace pasa::cli {
 
@@ -32,7 +32,7 @@ void check_finite(const HostTensor& t, const char* name) {
   const std::vector<float> values = to_float(t);
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (!std::isfinite(values[i])) {
-      throw Error(fmt::format("{}: non-finite value {} at flat index {} (inputs must be finite)", name,
+      throw Error(text::format("{}: non-finite value {} at flat index {} (inputs must be finite)", name,
                               values[i], i));
     }
   }
@@ -89,7 +89,7 @@ ScoreHistogram::ScoreHistogram() : buckets_(std::size_t{1} << kBucketBits, 0) {}
 
 void ScoreHistogram::add(std::span<const double> scores) {
   for (const double x : scores) {
-    if (!std::isfinite(x)) throw Error(fmt::format("scores: a non-finite score ({}) cannot be calibrated", x));
+    if (!std::isfinite(x)) throw Error(text::format("scores: a non-finite score ({}) cannot be calibrated", x));
     ++buckets_[order_key(x) >> (64 - kBucketBits)];
   }
   count_ += scores.size();

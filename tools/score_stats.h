@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Score statistics of Q/K pairs: what FlashDecoding++'s calibration and the decode study measure.
 #pragma once
 

@@ -1,9 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "study_plot.h"
 
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <cstdlib>
+#include <cerrno>
 #include <filesystem>
 #include <sstream>
 
@@ -37,20 +39,46 @@ std::vector<std::string> write_study_plots(PlotKind kind, const std::string& res
   io::detail::write_text_atomically(json_path.string(), results_json);
   io::detail::write_text_atomically(script_path.string(),
                                     kind == PlotKind::paper_study ? kPlotStudyScript : kPlotSageScript);
-  const std::string command = "python3 '" + script_path.string() + "' '" + json_path.string() + "' '" +
-                              directory + "'";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) throw Error("--plot: cannot start python3");
+  // python3 is started with an argument list (no shell), so any directory name works; its stdout
+  // (one PNG path a line) comes back through a pipe.
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) throw Error("--plot: cannot create a pipe to python3");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
+  std::string script_arg = script_path.string(), json_arg = json_path.string(), dir_arg = directory;
+  char python[] = "python3";
+  char* argv[] = {python, script_arg.data(), json_arg.data(), dir_arg.data(), nullptr};
+  pid_t pid = 0;
+  const int spawn_error = posix_spawnp(&pid, "python3", &actions, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(pipe_fds[1]);
   std::vector<std::string> written;
-  char line[4096];
-  while (std::fgets(line, sizeof line, pipe) != nullptr) {
-    std::string s(line);
-    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-    if (!s.empty()) written.push_back(s);
+  std::string pending;
+  char buffer[4096];
+  ssize_t got = 0;
+  while (spawn_error == 0 && (got = read(pipe_fds[0], buffer, sizeof buffer)) != 0) {
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    pending.append(buffer, static_cast<std::size_t>(got));
   }
-  const int status = pclose(pipe);
+  close(pipe_fds[0]);
+  std::istringstream lines(pending);
+  for (std::string line; std::getline(lines, line);) {
+    while (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) written.push_back(line);
+  }
+  int status = 1;
+  if (spawn_error == 0) {
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
   fs::remove(script_path, ec);
-  if (status != 0) {
+  if (spawn_error != 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     throw Error("--plot: the plotting script failed (it needs python3 with matplotlib: "
                 "pip install matplotlib); the results are in " + json_path.string());
   }

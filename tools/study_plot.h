@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Figures for `pasa study --plot` and `pasa study sage --plot`: the study's JSON handed to a small
 // matplotlib script (embedded in the binary at build time), run with the python3 on the PATH.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loading Q/K/V for the CLI from .npy or .safetensors files.
 #pragma once
 

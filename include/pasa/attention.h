@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa/attention.h — the attention entry points (CPU reference, CPU policy emulator, CUDA kernels).
 #pragma once
 
@@ -21,6 +22,20 @@ enum class Backend {
   cuda,       // GPU kernels (built with CUDA, run on sm_90)
 };
 
+// An attention mask with torch SDPA's semantics (attn_mask), broadcast over [B, H_q, S_q, S_kv]: shape
+// [B or 1, H_q or 1, S_q, S_kv] with element strides (a size-1 axis broadcasts). Additive (f32, f16 or
+// bf16): added to the scaled, soft-capped scores, -inf hides the key. Boolean (one byte each): nonzero
+// = the key takes part. CPU backends only, for now.
+enum class MaskKind { none, additive, boolean };
+struct MaskView {
+  const void* data = nullptr;
+  MaskKind kind = MaskKind::none;
+  DType dtype = DType::f32;  // of an additive mask
+  std::array<std::int64_t, 4> shape{0, 0, 0, 0};
+  std::array<std::int64_t, 4> stride{0, 0, 0, 0};
+  Device device = Device::cpu;
+};
+
 // Counters a run reports when AttentionArgs::stats is set.
 struct AttentionStats {
   std::int64_t rows = 0;             // query rows computed
@@ -37,6 +52,11 @@ struct AttentionArgs {
   std::optional<double> scale;  // alpha; 1/sqrt(D) when empty
   bool causal = false;
   CausalAlignment alignment = CausalAlignment::bottom_right;
+  // Sliding window (flash-attn's window_size): query r sees key k when o - left <= k <= o + right, o =
+  // r + S_kv - S_q (bottom_right) or r (top_left); -1 leaves that side unbounded. Composes with causal.
+  std::int64_t window_left = -1, window_right = -1;
+  double softcap = 0.0;  // > 0: scaled scores s become softcap * tanh(s / softcap) (Gemma 2)
+  MaskView mask;         // optional attn_mask
   Policy policy;                 // "exact" by default
   Backend backend = Backend::automatic;
   void* stream = nullptr;        // cudaStream_t for the CUDA backend (nullptr = default stream)
@@ -47,13 +67,15 @@ struct AttentionArgs {
 
 // Runs attention as args says. Throws pasa::Error, before touching any output, for bad input: null
 // pointers, shapes that disagree, H_q % H_kv != 0, unsupported D (1..1024 on the CPU, 64 or 128 on the GPU) or dtype,
-// S = 0, a non-finite scale, non-finite values in Q/K/V (CPU backends check; see docs/api.md).
+// S = 0, a non-finite scale, non-finite values in Q/K/V (CPU backends check; see docs/api.md), a bad
+// window, softcap or mask (and, on the GPU, any of the three: its kernels do not have them yet).
 // Fully masked rows give O = 0 and LSE = -inf.
 void attention(const AttentionArgs& args);
 
 // fp64 attention on the same inputs (rounded to policy.input first), plain and readable: the
 // reference every other path is measured against. Output is contiguous [B, H_q, S_q, D] (and
-// [B, H_q, S_q] for the LSE). Reads q, k, v, scale, causal, alignment and policy.input; ignores o.
+// [B, H_q, S_q] for the LSE). Reads q, k, v, scale, causal, alignment, the window, softcap, mask and
+// policy.input; ignores o.
 struct ReferenceResult {
   std::vector<double> o;
   std::vector<double> lse;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa/attention_plan.h — plan once, run many times. A plan takes every host decision of
 // pasa::attention for one problem (the checks of shapes, strides, dtypes and policy, the backend, the
 // kernel, the decode split count, the workspace size, the device's attributes); run() then only fills

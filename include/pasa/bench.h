@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Timing pasa::attention on the GPU: the measurement behind `pasa bench` (docs/performance.md).
 #pragma once
 

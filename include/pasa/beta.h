@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa/beta.h — PASA's optimal beta (the paper's Appendix A-C, algorithms.md section 3).
 //
 // Rounding the shifting matrix M to the low-precision format changes the shift M really applies.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa/error.h — the exception types every public entry point throws.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa/format.h — number formats at the rounding points of a precision policy.
 //
 // A format is data: a binary float eXmY (exponent and mantissa bits, what happens on overflow) or a
@@ -47,14 +48,14 @@ struct Format {
   double min_normal() const;                       // 0 for integers
   double epsilon() const;                          // 2^-man_bits (1 for integers)
 
-  // Canonical text: "fp32", "fp16", "bf16", "e4m3", "e5m2", "int8", "int4", else "eXmY", with
+  // Canonical text: "fp32", "fp16", "bf16", "e4m3", "e5m2", "fp22" (e8m13), "int8", "int4", else "eXmY", with
   // "e4m3ieee" for the IEEE-style e4m3 with inf, and ":sat" / ":nan" / ":inf" appended where the overflow rule is not the format's default.
   std::string name() const;
   bool operator==(const Format& o) const;
   bool operator!=(const Format& o) const { return !(*this == o); }
 };
 
-// Parses the names above plus aliases ("fp8_e4m3", "e4m3fn", "fp22" = e8m13, "fp64"); throws
+// Parses the names above plus aliases ("fp8_e4m3", "e4m3fn", "e8m13" = fp22, "fp64"); throws
 // pasa::Error naming the text when it is not a format.
 Format parse_format(std::string_view text);
 

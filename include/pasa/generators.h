@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa/generators.h — seeded, reproducible synthetic Q/K/V: the PASA paper's random benchmarks and
 // a "resonance" generator reproducing the overflow pattern the paper found in real models.
 #pragma once

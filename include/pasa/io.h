@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa/io.h — .npy and .safetensors files (fp32, fp16, bf16; C order). Files are untrusted input:
 // every malformed, truncated or inconsistent file gives a pasa::Error that names the file and what is
 // wrong; nothing reads out of bounds.

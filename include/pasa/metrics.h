@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa/metrics.h — accuracy of an output against a reference (algorithms.md sections 3 and 4).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa/plan.h — adaptive mixing (SageAttn-mix): which policy each (layer, timestep) uses, as written
 // by `pasa calibrate` and loaded by the C++ API and the Python package.
 #pragma once
@@ -25,6 +26,7 @@ struct MixPlan {
 // Entry names are "layer<L>" or "layer<L>_t<T>" (what `pasa.capture` writes). Throws pasa::Error
 // naming the name otherwise.
 std::pair<int, int> parse_entry_name(const std::string& name);
+std::string entry_name(int layer, int timestep);  // the inverse: "layer<L>", or "layer<L>_t<T>" for T >= 0
 
 // Plans are untrusted input, checked strictly: fast, accurate and every entry's policy must parse, xi
 // lie in 0..100, layer (0..999999) and timestep (0..999999999, or null) be JSON integers, and no

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa/policy.h — a precision policy: the format at every rounding point of the online-softmax loop,
 // where the softmax scale is applied, the shift, and the block sizes (docs/algorithms.md section 2).
 //
@@ -77,8 +78,9 @@ struct Policy {
 
   // FlashDecoding++ (algorithms.md section 5), with shift=unified.
   double phi = 0.0;                // the unified maximum ("phi")
-  double window_lo = -20.0;        // a row with any x - phi outside (lo, hi) is recomputed with the
-  double window_hi = 10.0;         // synchronized algorithm ("window_lo", "window_hi")
+  double window_lo = -20.0;        // FlashDecoding++'s recompute window (not a sliding window): a row
+  double window_hi = 10.0;         // with any x - phi outside (lo, hi) is recomputed with the
+                                   // synchronized algorithm ("window_lo", "window_hi"; unified only)
   int splits = 1;                  // the key axis cut into this many parts, merged exactly ("splits")
 
   bool operator==(const Policy& o) const;
@@ -95,6 +97,33 @@ struct Policy {
 // Throws pasa::Error for an unknown name.
 Policy preset_policy(std::string_view name);
 std::vector<std::string> preset_names();
+
+// The paper's beta for fp16 and s2 = 128 (Table 3, from the initial value 1 - 2^-6); `pasa beta`
+// reproduces it. The `pasa` preset's beta.
+inline constexpr double kPaperBeta = 0.984497;
+
+// The fields of the text form, in printing order: the one description of a policy's fields that the
+// parser, the printer, the CLI's help and the Python package read.
+enum class FieldKind {
+  format,     // a number format name ("fp16", "e4m3", "e5m10", ...)
+  quantizer,  // a number format, or "none"
+  choice,     // one of `choices`
+  number,     // a real number
+  integer,
+  boolean,    // "1"/"0" (also "true"/"false" on input)
+};
+struct PolicyField {
+  std::string key;                   // the text key, e.g. "s2"
+  FieldKind kind;
+  std::vector<std::string> choices;  // the accepted values of a choice field
+  std::string doc;                   // one line: what the field sets
+};
+const std::vector<PolicyField>& policy_fields();
+std::string field_kind_name(FieldKind kind);  // "format", "quantizer", "choice", ...
+
+// A field's value as text (its canonical spelling, as to_string prints it); throws pasa::Error for an
+// unknown key.
+std::string field_value(const Policy& policy, std::string_view key);
 
 // Text form. parse_policy throws pasa::Error naming the offending key or value; the result is
 // validated. to_string(parse_policy(t)) is canonical and parses back to the same policy.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa/quantize.h — SageAttention2's quantizers (algorithms.md section 4): A_hat = round(A / delta) per group,
 // delta = max|A| over the group / qmax (qmax = 127 int8, 7 int4, 448 e4m3, 57344 e5m2).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa/serving.h — the layouts serving engines use, with flash-attn's names: packed variable-length
 // batches (cu_seqlens) and KV caches (paged with a block table, or dense), with an optional append of
 // new keys and values. Each sequence's result is the one pasa::attention gives on that sequence alone.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa/tensor.h — non-owning tensor views (what the attention API reads and writes) and an owning
 // host tensor (what the file readers return).
 #pragma once

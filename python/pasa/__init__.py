@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pasa: fast, robust low-precision attention.
 
 NumPy arrays run on the CPU backends (a bit-faithful emulator of every precision policy), CUDA
@@ -20,8 +21,9 @@ from ._api import attention, reference, sdpa
 from ._beta import BetaSolution, beta
 from ._capture import CallInfo, Capture, Patch, capture, default_name, patch
 from ._errors import PasaError
+from ._fallback import PasaFallbackWarning, stats
 from ._io import load, save
-from ._policy import Policy, PolicyLike
+from ._policy import Policy, PolicyField, PolicyLike
 from ._serving import attention_with_kvcache
 
 __version__: str = _core.__version__
@@ -38,6 +40,9 @@ __all__ = [
     "beta",
     "BetaSolution",
     "PasaError",
+    "PasaFallbackWarning",
+    "stats",
+    "PolicyField",
     "load",
     "save",
     "capture",

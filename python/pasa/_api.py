@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pasa.attention, pasa.sdpa and pasa.reference: array-agnostic entry points.
 
 NumPy (and other host) arrays run on the CPU backends, the policy emulator included; CUDA arrays run
@@ -15,9 +16,10 @@ import numpy as np
 
 from . import _core, _serving
 from ._arrays import (allocate_outputs, as_kernel_argument, check_array, is_cupy_array,
-                      is_torch_tensor)
+                      is_ml_dtypes_bfloat16, is_ml_dtypes_bfloat16_dtype, is_torch_tensor)
 from ._errors import PasaError, real_argument
 from ._policy import PolicyLike, core_policy, policy_text
+from ._score_mods import check_softcap, check_window, mask_shape, numpy_mask
 
 __all__ = ["attention", "sdpa", "reference"]
 
@@ -68,6 +70,9 @@ def attention(
     return_lse: bool = False,
     out: Optional[Any] = None,
     stream: Optional[int] = None,
+    window_size: Optional[Tuple[int, int]] = None,
+    softcap: Optional[float] = None,
+    attn_mask: Optional[Any] = None,
     cu_seqlens_q: Optional[Any] = None,
     cu_seqlens_k: Optional[Any] = None,
     max_seqlen_q: Optional[int] = None,
@@ -95,11 +100,22 @@ def attention(
             default a new array of ``q``'s kind, shape and dtype.
         stream: CUDA stream handle (``cudaStream_t`` as an int) for device arrays that are neither
             torch nor CuPy; torch and CuPy calls use their current stream.
+        window_size: flash-attn's sliding window ``(left, right)``: query ``i`` sees keys
+            ``o - left <= j <= o + right`` with ``o`` its diagonal (``i + S_kv - S_q`` bottom-right,
+            ``i`` top-left); -1 leaves a side unbounded. Composes with ``causal``.
+        softcap: logit softcap (Gemma 2): the scaled scores ``s`` become
+            ``softcap * tanh(s / softcap)``; None or 0 for none. Not with ``shift=pasa``.
+        attn_mask: torch SDPA's ``attn_mask`` for ``[B, H_q, S_q, S_kv]`` (broadcastable, e.g.
+            ``[B, 1, 1, S_kv]`` padding): bool (True takes part) or float (added to the scaled,
+            soft-capped scores; -inf hides a key). Same array kind as ``q``.
+            The window, softcap and mask run on the CPU backends; on CUDA arrays they raise
+            PasaError (the kernels lack them; ``pasa.patch`` falls back to torch).
         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k: packed variable-length batches
             (flash-attn's varlen names; host arrays, CPU emulator): q is ``[total_q, H_q, D]``, k and
             v ``[total_k, H_kv, D]``; sequence ``b`` owns tokens ``cu_seqlens[b]:cu_seqlens[b+1]``
             (int32 ``[B + 1]``). The output is ``[total_q, H_q, D]``, the LSE ``[H_q, total_q]``;
-            tokens past ``cu_seqlens_q[B]`` are not written.
+            tokens past ``cu_seqlens_q[B]`` are not written. Not with ``window_size``, ``softcap``
+            or ``attn_mask``.
 
     Returns:
         The output, or ``(output, lse)`` when ``return_lse`` is True.
@@ -110,7 +126,10 @@ def attention(
     """
     scale_value = _check_options(causal, causal_alignment, scale, layout, return_lse)
     _check_stream(stream)
+    window, cap = check_window(window_size), check_softcap(softcap)
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
+        if window_size is not None or softcap or attn_mask is not None:
+            raise PasaError("cu_seqlens_q: packed inputs take no window_size, softcap or attn_mask yet")
         if cu_seqlens_q is None or cu_seqlens_k is None or max_seqlen_q is None or max_seqlen_k is None:
             raise PasaError("cu_seqlens_q: packed inputs need cu_seqlens_q, cu_seqlens_k, "
                             "max_seqlen_q and max_seqlen_k together")
@@ -123,18 +142,45 @@ def attention(
 
         return _torch.attention(q, k, v, policy=policy_text(policy), causal=bool(causal),
                                 causal_alignment=causal_alignment, scale=scale_value,
-                                layout=layout, return_lse=bool(return_lse), out=out)
+                                layout=layout, return_lse=bool(return_lse), out=out,
+                                window_size=window, softcap=cap, attn_mask=attn_mask)
     for name, x in (("q", q), ("k", k), ("v", v)):
         check_array(x, name)
+    if any(is_ml_dtypes_bfloat16(x) for x in (q, k, v, out)):
+        return _attention_via_float32(q, k, v, out, policy=policy, causal=causal,
+                                      causal_alignment=causal_alignment, scale=scale_value,
+                                      layout=layout, return_lse=return_lse, window_size=window,
+                                      softcap=cap, attn_mask=attn_mask)
     core = core_policy(policy)
+    mask, mask_kind = numpy_mask(attn_mask, mask_shape(tuple(q.shape), tuple(k.shape), layout))
     # CuPy arrays: allocate and launch on q's device (the kernels use the current device).
     with q.device if is_cupy_array(q) else contextlib.nullcontext():
         o, lse, stream_handle = allocate_outputs(q, layout, bool(return_lse), out, stream)
         q, k, v, o_arg, lse_arg = (None if x is None else as_kernel_argument(x)
                                    for x in (q, k, v, o, lse))
         _core.attention(q, k, v, o_arg, lse_arg, core, bool(causal), causal_alignment,
-                        scale_value, layout, stream_handle)
+                        scale_value, layout, stream_handle, window_left=window[0],
+                        window_right=window[1], softcap=cap, mask=mask, mask_kind=mask_kind)
     return (o, lse) if return_lse else o
+
+
+def _attention_via_float32(q: Any, k: Any, v: Any, out: Optional[Any], **options: Any) -> Any:
+    """pasa.attention on NumPy arrays where some hold ml_dtypes' bfloat16: those are widened to
+    float32 (exact), and a bfloat16 output is rounded from the float32 result to nearest even."""
+    q32, k32, v32 = (x.astype(np.float32) if is_ml_dtypes_bfloat16(x) else x for x in (q, k, v))
+    wanted = q.dtype if out is None else out.dtype
+    if out is not None and not is_ml_dtypes_bfloat16(out):
+        result = attention(q32, k32, v32, out=out, **options)
+    else:
+        result = attention(q32, k32, v32, **options)
+    o, lse = result if options["return_lse"] else (result, None)
+    if is_ml_dtypes_bfloat16_dtype(wanted):
+        if out is not None:
+            out[...] = o.astype(wanted)
+            o = out
+        else:
+            o = o.astype(wanted)
+    return (o, lse) if options["return_lse"] else o
 
 
 def sdpa(
@@ -148,20 +194,20 @@ def sdpa(
     enable_gqa: bool = False,
     *,
     policy: PolicyLike = "exact",
+    window_size: Optional[Tuple[int, int]] = None,
+    softcap: Optional[float] = None,
 ) -> Any:
     """A drop-in for ``torch.nn.functional.scaled_dot_product_attention`` (torch's semantics).
 
     ``query`` is ``[N, H_q, L, E]`` or ``[N, L, E]``, ``key``/``value`` ``[N, H_kv, S, E]`` or
-    ``[N, S, E]``; ``is_causal`` is top-left aligned, as in torch. Works on torch tensors (through
-    the ``pasa::attention`` custom op) and on NumPy arrays. What pasa does not compute raises
-    :class:`PasaError` instead of computing something else: ``attn_mask`` other than None,
-    ``dropout_p`` other than 0, and differing head counts without ``enable_gqa=True``.
+    ``[N, S, E]``; ``is_causal`` is top-left aligned, as in torch; ``attn_mask`` is bool (True takes
+    part) or float (added to the scores), broadcastable to ``[N, H_q, L, S]``. Works on torch
+    tensors (through the ``pasa::attention`` custom op) and on NumPy arrays. ``window_size`` and
+    ``softcap`` are pasa's additions (see :func:`attention`; the window is top-left aligned here).
+    What pasa does not compute raises :class:`PasaError` instead of computing something else:
+    ``dropout_p`` other than 0, differing head counts without ``enable_gqa=True``, and on CUDA
+    tensors a mask, window or softcap.
     """
-    if attn_mask is not None:
-        raise PasaError(
-            "attn_mask: pasa.sdpa supports no attention masks (only is_causal=True); call "
-            "torch.nn.functional.scaled_dot_product_attention for masked attention"
-        )
     if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(dropout_p, numbers.Real):
         raise PasaError(f"dropout_p: expected a number, got {type(dropout_p).__name__}")
     if dropout_p != 0.0:
@@ -184,6 +230,8 @@ def sdpa(
     three_d = len(query.shape) == 3
     if three_d:
         query, key, value = query[:, None], key[:, None], value[:, None]
+        if attn_mask is not None and len(attn_mask.shape) == 3:  # [N, L, S]: per batch, not head
+            attn_mask = attn_mask[:, None]
     heads_q, heads_kv = query.shape[1], key.shape[1]
     if heads_q != heads_kv and not enable_gqa:
         raise PasaError(
@@ -191,7 +239,8 @@ def sdpa(
             f"grouped-query attention (as torch requires)"
         )
     result = attention(query, key, value, policy=policy, causal=bool(is_causal),
-                       causal_alignment="top_left", scale=scale, layout="bhsd")
+                       causal_alignment="top_left", scale=scale, layout="bhsd",
+                       window_size=window_size, softcap=softcap, attn_mask=attn_mask)
     return result[:, 0] if three_d else result
 
 
@@ -206,6 +255,9 @@ def reference(
     scale: Optional[float] = None,
     layout: str = "bhsd",
     return_lse: bool = False,
+    window_size: Optional[Tuple[int, int]] = None,
+    softcap: Optional[float] = None,
+    attn_mask: Optional[Any] = None,
 ) -> Union[np.ndarray, Tuple[np.ndarray, np.ndarray]]:
     """fp64 attention, the oracle every other path is measured against.
 
@@ -215,14 +267,23 @@ def reference(
     ``[B, H_q, S_q]``.
     """
     scale_value = _check_options(causal, causal_alignment, scale, layout, return_lse)
+    window, cap = check_window(window_size), check_softcap(softcap)
+    if is_torch_tensor(attn_mask):  # to NumPy, which has no bfloat16 (widening is exact)
+        host = attn_mask.detach().cpu()
+        attn_mask = (host.float() if str(host.dtype) == "torch.bfloat16" else host).numpy()
     arrays = []
     for name, x in (("q", q), ("k", k), ("v", v)):
         if is_torch_tensor(x):
             x = x.detach().cpu()
         check_array(x, name)
+        if is_ml_dtypes_bfloat16(x):
+            x = x.astype(np.float32)  # exact
         arrays.append(x)
+    mask, mask_kind = numpy_mask(attn_mask, mask_shape(tuple(arrays[0].shape),
+                                                       tuple(arrays[1].shape), layout))
     o, lse = _core.reference(arrays[0], arrays[1], arrays[2], core_policy(policy), bool(causal),
-                             causal_alignment, scale_value, layout)
+                             causal_alignment, scale_value, layout, window_left=window[0],
+                             window_right=window[1], softcap=cap, mask=mask, mask_kind=mask_kind)
     if layout == "bshd":
         o = np.ascontiguousarray(o.transpose(0, 2, 1, 3))
     return (o, lse) if return_lse else o

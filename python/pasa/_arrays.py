@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What pasa needs to know about the caller's arrays, without importing any framework."""
 
 from __future__ import annotations
@@ -56,6 +57,16 @@ def check_array(x: Any, name: str) -> None:
         f"{name}: expected an array (numpy.ndarray, torch.Tensor, cupy/jax array or any DLPack "
         f"producer), got {type(x).__name__}"
     )
+
+
+def is_ml_dtypes_bfloat16(x: Any) -> bool:
+    """True for a NumPy array of ml_dtypes' bfloat16 (what JAX hands to NumPy): NumPy itself has no
+    bfloat16, so such arrays cannot cross DLPack and are converted (exactly) to float32 instead."""
+    return isinstance(x, np.ndarray) and is_ml_dtypes_bfloat16_dtype(x.dtype)
+
+
+def is_ml_dtypes_bfloat16_dtype(dtype: Any) -> bool:
+    return isinstance(dtype, np.dtype) and dtype.name == "bfloat16" and dtype.kind == "V"
 
 
 def check_out_shape(out: Any, q_shape: Tuple[int, ...]) -> None:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``pasa.beta``: PASA's optimal beta for a format and block size (the paper's Appendix A-C)."""
 
 from __future__ import annotations

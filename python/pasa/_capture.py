@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pasa.capture and pasa.patch: recording and rerouting a torch model's attention calls.
 
 Both work on ``torch.nn.functional.scaled_dot_product_attention``: models that call it as
@@ -24,6 +25,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 from . import _core
 from ._api import sdpa
 from ._errors import PasaError
+from ._fallback import run_or_fallback, sdpa_precheck
 from ._io import save
 from ._policy import Policy, PolicyLike
 
@@ -176,7 +178,8 @@ class Capture:
     def write_index(self) -> None:
         """Writes ``index.json`` (done on exit): one entry per call, in call order."""
         with self._lock:
-            text = json.dumps({"format": "pasa-capture-1", "entries": self.entries}, indent=1)
+            text = json.dumps({"format": "pasa-capture-1", "pasa_version": _core.__version__,
+                               "entries": self.entries}, indent=1)
         with open(os.path.join(self.directory, "index.json"), "w") as f:
             f.write(text + "\n")
 
@@ -253,7 +256,7 @@ def capture(directory: Union[str, "os.PathLike[str]"], *, model: Any = None,
         model: a ``torch.nn.Module``; when given, each call's ``CallInfo.layer`` is the innermost
             running submodule (e.g. ``"blocks.3.attn"``).
         name_fn: ``CallInfo -> str`` naming each file (may contain ``/`` for subdirectories);
-            default :func:`default_name` (``call00000``, ...). Names must be unique.
+            default :func:`default_name` (``layer0``, ``layer1``, ...). Names must be unique.
         overwrite: allow a directory that holds an earlier capture.
 
     The returned :class:`Capture` has a settable ``timestep`` (e.g. a diffusion step) recorded with
@@ -354,7 +357,7 @@ class Patch:
 
     def __init__(self, module: Any, *, policy: Optional[PolicyLike] = None,
                  plan: Any = None, name_fn: Optional[NameFn] = None,
-                 fallback: bool = False) -> None:
+                 strict: bool = False) -> None:
         torch = _require_torch("pasa.patch")
         if not isinstance(module, torch.nn.Module):
             raise PasaError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
@@ -372,10 +375,10 @@ class Patch:
             self.plan_default, self.plan = _load_plan(plan)
         self.timestep: Optional[int] = None  #: set by the caller; passed to name_fn
         self.calls = 0  #: calls routed through pasa
-        self.fallbacks = 0  #: calls passed to torch (fallback=True and a mask or dropout)
+        self.fallbacks = 0  #: calls pasa cannot run, passed to torch's SDPA (see pasa.stats())
         self._index = 0
         self._name_fn: NameFn = name_fn or default_name
-        self._fallback = fallback
+        self._strict = strict
         self._functional = torch.nn.functional
         self._tracker = _LayerTracker(module) if plan is not None or name_fn is not None else None
         self._handles = [
@@ -420,16 +423,27 @@ class Patch:
                         layer=self._tracker.current() if self._tracker else None,
                         timestep=self.timestep)
         self._index += 1
-        unsupported = bound.get("attn_mask") is not None or bound.get("dropout_p", 0.0) != 0.0
-        if unsupported and self._fallback:
-            self.fallbacks += 1
-            return _router_original(*args, **kwargs)
         policy = self.policy_for(call)
-        self.calls += 1
-        return sdpa(bound["query"], bound["key"], bound["value"],
-                    attn_mask=bound.get("attn_mask"), dropout_p=bound.get("dropout_p", 0.0),
-                    is_causal=bound.get("is_causal", False), scale=bound.get("scale"),
-                    enable_gqa=bound.get("enable_gqa", False), policy=policy)
+        routed = []
+
+        def run() -> Any:
+            result = sdpa(bound["query"], bound["key"], bound["value"],
+                          attn_mask=bound.get("attn_mask"), dropout_p=bound.get("dropout_p", 0.0),
+                          is_causal=bound.get("is_causal", False), scale=bound.get("scale"),
+                          enable_gqa=bound.get("enable_gqa", False), policy=policy)
+            routed.append(True)
+            return result
+
+        precheck = sdpa_precheck(bound.get("query"), bound.get("key"), bound.get("value"),
+                                 bound.get("attn_mask"), bound.get("dropout_p", 0.0),
+                                 bound.get("enable_gqa", False))
+        result = run_or_fallback(run, lambda: _router_original(*args, **kwargs), precheck,
+                                 self._strict)
+        if routed:
+            self.calls += 1
+        else:
+            self.fallbacks += 1
+        return result
 
     def remove(self) -> None:
         """Stops routing: removes the hooks and, with the last patch, restores torch's SDPA."""
@@ -455,7 +469,7 @@ class Patch:
 
 
 def patch(module: Any, *, policy: Optional[PolicyLike] = None, plan: Any = None,
-          name_fn: Optional[NameFn] = None, fallback: bool = False) -> Patch:
+          name_fn: Optional[NameFn] = None, strict: bool = False) -> Patch:
     """Routes the scaled_dot_product_attention calls made inside ``module``'s forward through
     :func:`pasa.sdpa`, until ``.remove()`` (or the end of a ``with`` block).
 
@@ -466,13 +480,16 @@ def patch(module: Any, *, policy: Optional[PolicyLike] = None, plan: Any = None,
         plan: instead of ``policy``, a policy per call: a mapping ``{call name: policy}`` with an
             optional ``"default"`` entry, or ``{"default": ..., "policies": {...}}``, or the path of
             a JSON file holding either. Call names come from ``name_fn`` exactly as in
-            :func:`capture` (default ``call00000``, ... counted from the patch or its last
+            :func:`capture` (default ``layer0``, ``layer1``, ... counted from the patch or its last
             ``reset()``); a name without an entry and no default raises PasaError.
         name_fn: ``CallInfo -> str``, as for :func:`capture`.
-        fallback: send calls pasa does not support (``attn_mask``, ``dropout_p > 0``) to torch's
-            own SDPA instead of raising; they are counted in ``.fallbacks``.
+        strict: raise :class:`PasaError` for a call pasa cannot run. By default such a call
+            (``dropout_p > 0``, autograd, an unsupported dtype, head dim or policy on the GPU, a
+            mask on CUDA tensors, ...) runs torch's own SDPA instead, with a
+            :class:`PasaFallbackWarning` once per reason; it is counted in ``.fallbacks`` and in
+            :func:`pasa.stats`.
 
     Returns a :class:`Patch` (also a context manager) with ``timestep``, ``reset()``, ``calls``,
     ``fallbacks`` and ``remove()``.
     """
-    return Patch(module, policy=policy, plan=plan, name_fn=name_fn, fallback=fallback)
+    return Patch(module, policy=policy, plan=plan, name_fn=name_fn, strict=strict)

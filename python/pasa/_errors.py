@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The exception every pasa entry point raises for bad input, and the argument checks that raise it."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pasa.load and pasa.save: .npy and .safetensors files through the C++ readers and writers.
 
 Files are untrusted input: a malformed, truncated or inconsistent file raises PasaError naming the

@@ -1,33 +1,72 @@
+# SPDX-License-Identifier: Apache-2.0
 """``pasa.Policy``: the precision policy of an attention call, as data.
 
 A policy gives the number format at every rounding point of the online-softmax loop, where the
-softmax scale multiplies in, the shift (none or PASA's pseudo-average with ``beta``) and the block
-sizes. Named methods are presets; text such as ``"pasa,beta=0.968994,s2=64"`` is a preset plus the
-fields that differ from it (see ``docs/algorithms.md`` section 2).
+softmax scale multiplies in, the shift (none, PASA's pseudo-average with ``beta``, or
+FlashDecoding++'s unified maximum), SageAttention2's smoothing and quantizers, and the block sizes.
+Named methods are presets; text such as ``"pasa,beta=0.968994,s2=64"`` is a preset plus the fields
+that differ from it (see ``docs/algorithms.md`` section 2).
+
+The fields, their names, types and allowed values are not listed here: they come from the C++
+policy table (``_core.policy_fields()``), so Python and C++ cannot disagree.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, Dict, List, Union
+from typing import Any, Dict, List, Mapping, NamedTuple, Tuple, Union
 
 from . import _core
 from ._errors import PasaError
 
-__all__ = ["Policy", "PolicyLike"]
+__all__ = ["Policy", "PolicyLike", "PolicyField"]
+
+
+class PolicyField(NamedTuple):
+    """One field of a policy, as the C++ table describes it."""
+
+    key: str  #: the text key and the attribute name, e.g. ``"s2"``
+    kind: str  #: "format", "quantizer" (a format or None), "choice", "number", "integer", "boolean"
+    choices: Tuple[str, ...]  #: the allowed values of a "choice" field
+    doc: str
+
+
+_FIELDS: Tuple[PolicyField, ...] = tuple(
+    PolicyField(key, kind, tuple(choices), doc) for key, kind, choices, doc in _core.policy_fields())
+
+
+def _to_python(kind: str, text: str) -> Any:
+    """A field's value from its canonical text."""
+    if kind == "number":
+        return float(text)
+    if kind == "integer":
+        return int(text)
+    if kind == "boolean":
+        return text == "1"
+    if kind == "quantizer" and text == "none":
+        return None
+    return text
+
+
+def _to_text(kind: str, value: Any) -> str:
+    """A field's text from a Python value (the inverse of _to_python)."""
+    if kind == "boolean" and isinstance(value, bool):
+        return "1" if value else "0"
+    if kind == "quantizer" and value is None:
+        return "none"
+    if kind == "number" and isinstance(value, float):
+        return repr(value)
+    return str(value)
 
 
 class Policy:
     """A precision policy (immutable).
 
     ``Policy("pasa")``, ``Policy.parse("fa16,s2=64")`` and ``Policy.preset("exact")`` build one;
-    ``str(policy)`` is the canonical text, which parses back to an equal policy. Every field is
-    read-only; :meth:`replace` makes a modified copy.
-
-    Fields (text keys in brackets): ``preset``; the formats ``input``, ``qk_acc``, ``s``,
-    ``softmax``, ``p``, ``pv_acc``, ``o`` (names such as ``"fp32"``, ``"fp16"``, ``"bf16"``,
-    ``"e4m3"``, ``"e8m13"``); ``scale_placement`` (``"scores"``, ``"query"`` or ``"key"``) [scale];
-    ``shift`` (``"none"`` or ``"pasa"``); ``beta``; ``block_q`` [s1] and ``block_kv`` [s2].
+    ``str(policy)`` is the canonical text, which parses back to an equal policy. Every field is a
+    read-only attribute named by its text key (``policy.s2``, ``policy.shift``, ``policy.pv_acc``);
+    :meth:`fields` lists them with their kinds and allowed values; :meth:`replace` makes a modified
+    copy; :meth:`to_dict` / :meth:`from_dict` convert to and from a plain dict.
     """
 
     __slots__ = ("_impl", "_text")
@@ -64,36 +103,57 @@ class Policy:
 
     @staticmethod
     def presets() -> List[str]:
-        """The preset names, e.g. ``['exact', 'fa16_fp32', 'fa16', 'pasa']``."""
+        """The preset names, e.g. ``['exact', 'fa16_fp32', 'fa16', 'pasa', ...]``."""
         return list(_core.Policy.preset_names())
 
+    @staticmethod
+    def fields() -> Tuple[PolicyField, ...]:
+        """Every field (key, kind, allowed values, description), in printing order."""
+        return _FIELDS
+
+    @property
+    def preset_name(self) -> str:
+        """The preset this policy derives from (the first word of its text)."""
+        return str(self._impl.preset)
+
     def replace(self, **fields: Any) -> Policy:
-        """A copy with the given text keys changed, e.g. ``policy.replace(beta=0.97, s2=64)``."""
-        text = self._text + "".join(f",{key}={value}" for key, value in fields.items())
+        """A copy with the given fields changed, e.g. ``policy.replace(beta=0.97, s2=64)``."""
+        kinds = {f.key: f.kind for f in _FIELDS}
+        text = self._text + "".join(f",{key}={_to_text(kinds.get(key, ''), value)}"
+                                    for key, value in fields.items())
         return Policy(text)
 
     def to_dict(self) -> Dict[str, Any]:
-        """Every field by name (the attribute names of this class)."""
-        return {name: getattr(self, name) for name in _FIELDS}
+        """``{"preset": name, key: value, ...}`` for every field (floats, ints, bools, strings and
+        None for an absent quantizer); :meth:`from_dict` turns it back into an equal policy."""
+        out: Dict[str, Any] = {"preset": self.preset_name}
+        for f in _FIELDS:
+            out[f.key] = _to_python(f.kind, self._impl.get(f.key))
+        return out
 
-    preset_name = property(lambda self: self._impl.preset,
-                           doc="The preset this policy derives from.")
-    input = property(lambda self: self._impl.input, doc="Format Q, K, V are converted to on entry.")
-    qk_acc = property(lambda self: self._impl.qk_acc,
-                      doc="Accumulator format inside the Q K^T GEMM.")
-    s = property(lambda self: self._impl.s, doc="Format of S as it leaves the Q K^T GEMM.")
-    scale_placement = property(
-        lambda self: self._impl.scale_placement,
-        doc="Where the softmax scale multiplies in: 'scores', 'query' or 'key'.",
-    )
-    softmax = property(lambda self: self._impl.softmax, doc="Format of the softmax arithmetic.")
-    p = property(lambda self: self._impl.p, doc="Format of P as the P V GEMM's operand.")
-    pv_acc = property(lambda self: self._impl.pv_acc, doc="Accumulator format inside the P V GEMM.")
-    o = property(lambda self: self._impl.o, doc="Format of the output and the running O~.")
-    shift = property(lambda self: self._impl.shift, doc="'none' or 'pasa' (pseudo-average shift).")
-    beta = property(lambda self: self._impl.beta, doc="PASA's beta in [0, 1).")
-    block_q = property(lambda self: self._impl.block_q, doc="Query rows per block (s1).")
-    block_kv = property(lambda self: self._impl.block_kv, doc="Key rows per block (s2).")
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Policy:
+        """The policy a :meth:`to_dict` result (or any subset of it with ``"preset"``) describes."""
+        if not isinstance(data, Mapping) or "preset" not in data:
+            raise PasaError("data: expected a mapping with a 'preset' entry (what to_dict returns)")
+        rest = {key: value for key, value in data.items() if key != "preset"}
+        return cls.preset(data["preset"]).replace(**rest)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names that are not slots or methods: the fields.
+        if name in _KINDS:
+            return _to_python(_KINDS[name], self._impl.get(name))
+        raise AttributeError(f"pasa.Policy has no field {name!r} (fields: "
+                             f"{', '.join(f.key for f in _FIELDS)})")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self.__slots__ and not hasattr(self, name):
+            object.__setattr__(self, name, value)
+            return
+        raise AttributeError(f"pasa.Policy is immutable; use policy.replace({name}=...)")
+
+    def __dir__(self) -> List[str]:
+        return sorted(set(object.__dir__(self)) | set(_KINDS))
 
     def __str__(self) -> str:
         return self._text
@@ -112,14 +172,15 @@ class Policy:
         return bool(self._impl == other._impl)
 
     def __hash__(self) -> int:
-        return hash(tuple(self.to_dict()[name] for name in _FIELDS if name != "preset_name"))
+        values = self.to_dict()
+        del values["preset"]  # equal policies may name different presets
+        return hash(tuple(values.values()))
 
     def __reduce__(self) -> Any:
         return (Policy, (self._text,))
 
 
-_FIELDS = ("preset_name", "input", "qk_acc", "s", "scale_placement", "softmax", "p", "pv_acc", "o",
-           "shift", "beta", "block_q", "block_kv")
+_KINDS: Dict[str, str] = {f.key: f.kind for f in _FIELDS}
 
 #: What every ``policy=`` argument accepts: policy text or a :class:`Policy`.
 PolicyLike = Union[str, Policy]

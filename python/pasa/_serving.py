@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The serving layouts with flash-attn's names: packed variable-length batches (``cu_seqlens``) and
 paged or dense KV caches (``block_table``, ``cache_seqlens``), on the CPU emulator (host arrays).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch integration, in pure Python: the ``pasa::attention`` custom ops.
 
 ``torch.ops.pasa.attention`` is a functional op (new output) and ``torch.ops.pasa.attention_out``
@@ -19,6 +20,7 @@ from . import _arrays, _core
 from ._arrays import check_out_shape
 from ._errors import PasaError
 from ._policy import core_policy
+from ._score_mods import broadcast_shape, mask_shape
 
 __all__ = ["attention"]
 
@@ -45,20 +47,40 @@ def _check_traceable(q: Tensor, k: Tensor, v: Tensor, policy: str, layout: str) 
                             f"(pasa takes float32, float16 or bfloat16)")
 
 
+def _mask_argument(q: Tensor, k: Tensor, layout: str,
+                   attn_mask: Optional[Tensor]) -> Tuple[Optional[Tensor], str]:
+    """(mask, kind) as the extension takes it: [B or 1, H_q or 1, S_q, S_kv], bool as bytes."""
+    if attn_mask is None:
+        return None, "none"
+    shape = broadcast_shape(tuple(attn_mask.shape), mask_shape(tuple(q.shape), tuple(k.shape), layout))
+    mask = attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape)).expand(shape)
+    if mask.dtype == torch.bool:
+        return mask.to(torch.uint8), "boolean"
+    if mask.dtype == torch.float64:
+        return mask.to(torch.float32), "additive"
+    return mask, "additive"
+
+
 def _launch(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor], policy: str,
-            causal: bool, causal_alignment: str, scale: Optional[float], layout: str) -> None:
+            causal: bool, causal_alignment: str, scale: Optional[float], layout: str,
+            attn_mask: Optional[Tensor] = None, window_left: int = -1, window_right: int = -1,
+            softcap: float = 0.0) -> None:
     stream = 0
     if q.device.type == "cuda":
         # The kernels launch on the current device; torch's current stream of q's device (the
         # capturing stream inside torch.cuda.graph).
         if q.device.index is not None and q.device.index != torch.cuda.current_device():
             with torch.cuda.device(q.device):
-                _launch(q, k, v, out, lse, policy, causal, causal_alignment, scale, layout)
+                _launch(q, k, v, out, lse, policy, causal, causal_alignment, scale, layout,
+                        attn_mask, window_left, window_right, softcap)
             return
         stream = torch.cuda.current_stream(q.device).cuda_stream
+    mask, mask_kind = _mask_argument(q, k, layout, attn_mask)
     _core.attention(_capsule(q), _capsule(k), _capsule(v), _capsule(out),
                     None if lse is None else _capsule(lse), core_policy(policy), causal,
-                    causal_alignment, scale, layout, stream)
+                    causal_alignment, scale, layout, stream, window_left=window_left,
+                    window_right=window_right, softcap=softcap,
+                    mask=None if mask is None else _capsule(mask), mask_kind=mask_kind)
 
 
 def _capsule(t: Tensor) -> object:
@@ -75,19 +97,21 @@ def _capsule(t: Tensor) -> object:
 @torch.library.custom_op("pasa::attention", mutates_args=())
 def _attention_op(q: Tensor, k: Tensor, v: Tensor, policy: str, causal: bool,
                   causal_alignment: str, scale: Optional[float], layout: str,
-                  return_lse: bool) -> Tuple[Tensor, Tensor]:
+                  return_lse: bool, attn_mask: Optional[Tensor] = None, window_left: int = -1,
+                  window_right: int = -1, softcap: float = 0.0) -> Tuple[Tensor, Tensor]:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse_shape = _lse_shape(q, layout) if return_lse else (0,)
     lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
     _launch(q, k, v, out, lse if return_lse else None, policy, causal, causal_alignment, scale,
-            layout)
+            layout, attn_mask, window_left, window_right, softcap)
     return out, lse
 
 
 @_attention_op.register_fake
 def _attention_fake(q: Tensor, k: Tensor, v: Tensor, policy: str, causal: bool,
                     causal_alignment: str, scale: Optional[float], layout: str,
-                    return_lse: bool) -> Tuple[Tensor, Tensor]:
+                    return_lse: bool, attn_mask: Optional[Tensor] = None, window_left: int = -1,
+                    window_right: int = -1, softcap: float = 0.0) -> Tuple[Tensor, Tensor]:
     _check_traceable(q, k, v, policy, layout)
     out = q.new_empty(q.shape)
     lse = q.new_empty(_lse_shape(q, layout) if return_lse else (0,), dtype=torch.float32)
@@ -97,33 +121,42 @@ def _attention_fake(q: Tensor, k: Tensor, v: Tensor, policy: str, causal: bool,
 @torch.library.custom_op("pasa::attention_out", mutates_args=("out", "lse"))
 def _attention_out_op(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor],
                       policy: str, causal: bool, causal_alignment: str, scale: Optional[float],
-                      layout: str) -> None:
-    _launch(q, k, v, out, lse, policy, causal, causal_alignment, scale, layout)
+                      layout: str, attn_mask: Optional[Tensor] = None, window_left: int = -1,
+                      window_right: int = -1, softcap: float = 0.0) -> None:
+    _launch(q, k, v, out, lse, policy, causal, causal_alignment, scale, layout, attn_mask,
+            window_left, window_right, softcap)
 
 
 @_attention_out_op.register_fake
 def _attention_out_fake(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor],
                         policy: str, causal: bool, causal_alignment: str, scale: Optional[float],
-                        layout: str) -> None:
+                        layout: str, attn_mask: Optional[Tensor] = None, window_left: int = -1,
+                        window_right: int = -1, softcap: float = 0.0) -> None:
     _check_traceable(q, k, v, policy, layout)
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, *, policy: str, causal: bool,
               causal_alignment: str, scale: Optional[float], layout: str, return_lse: bool,
-              out: Optional[Tensor]):
+              out: Optional[Tensor], window_size: Tuple[int, int] = (-1, -1),
+              softcap: float = 0.0, attn_mask: Optional[Tensor] = None):
     """pasa.attention for torch tensors (arguments already checked by pasa.attention)."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
             raise PasaError(f"{name}: expected a torch.Tensor like the other inputs, got "
                             f"{type(x).__name__}")
+    if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
+        raise PasaError(f"attn_mask: expected a torch.Tensor like q, got {type(attn_mask).__name__}")
+    mods = dict(attn_mask=attn_mask, window_left=window_size[0], window_right=window_size[1],
+                softcap=softcap)
     if out is None:
         o, lse = torch.ops.pasa.attention(q, k, v, policy, causal, causal_alignment, scale, layout,
-                                          return_lse)
+                                          return_lse, **mods)
         return (o, lse) if return_lse else o
     if not isinstance(out, torch.Tensor):
         raise PasaError(f"out: expected a torch.Tensor like q, got {type(out).__name__}")
     check_out_shape(out, tuple(q.shape))
     lse = (torch.empty(_lse_shape(q, layout), dtype=torch.float32, device=q.device)
            if return_lse else None)
-    torch.ops.pasa.attention_out(q, k, v, out, lse, policy, causal, causal_alignment, scale, layout)
+    torch.ops.pasa.attention_out(q, k, v, out, lse, policy, causal, causal_alignment, scale, layout,
+                                 **mods)
     return (out, lse) if return_lse else out

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Context parallelism: attention over a sequence sharded across the ranks of a torch.distributed
 process group, with every policy's partial results merged exactly through their LSE.
 

@@ -1,10 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "array_views.h"
-
-#include <fmt/format.h>
 
 #include <utility>
 
 #include "pasa/error.h"
+#include "text/format.h"
 
 namespace nb = nanobind;
 
@@ -19,8 +19,8 @@ constexpr int kDLCUDA = 2;
 Device pasa_device(const ArrayInfo& a, const char* name) {
   if (a.device_type == kDLCPU) return Device::cpu;
   if (a.device_type == kDLCUDA) return Device::cuda;
-  throw Error(fmt::format("{}: arrays on {} are not supported (pasa takes host arrays and CUDA "
-                          "device arrays)", name, device_text(a)));
+  throw Error(text::format("{}: arrays on {} are not supported (pasa takes host arrays and CUDA "
+                           "device arrays)", name, device_text(a)));
 }
 
 }  // namespace
@@ -40,10 +40,10 @@ std::string dtype_text(nb::dlpack::dtype dtype) {
     case dtype_code::Bfloat: base = "bfloat"; break;
     case dtype_code::Complex: base = "complex"; break;
     case dtype_code::Bool: return "bool";
-    default: return fmt::format("dlpack dtype (code {}, {} bits)", dtype.code, dtype.bits);
+    default: return text::format("dlpack dtype (code {}, {} bits)", dtype.code, dtype.bits);
   }
   std::string text = base + std::to_string(dtype.bits);
-  if (dtype.lanes != 1) text += fmt::format(" x{} lanes", dtype.lanes);
+  if (dtype.lanes != 1) text += text::format(" x{} lanes", dtype.lanes);
   return text;
 }
 
@@ -70,10 +70,10 @@ std::string shape_text(const ArrayInfo& a) {
 std::string device_text(const ArrayInfo& a) {
   switch (a.device_type) {
     case kDLCPU: return "cpu";
-    case kDLCUDA: return fmt::format("cuda:{}", a.device_id);
+    case kDLCUDA: return text::format("cuda:{}", a.device_id);
     case 3: return "cuda pinned host memory (DLPack kDLCUDAHost)";
     case 13: return "cuda managed memory (DLPack kDLCUDAManaged)";
-    default: return fmt::format("DLPack device type {}", a.device_type);
+    default: return text::format("DLPack device type {}", a.device_type);
   }
 }
 
@@ -81,25 +81,25 @@ TensorView attention_view(const ArrayInfo& a, const char* name, Layout layout) {
   const char* dims = layout == Layout::bhsd ? "[B, H, S, D]" : "[B, S, H, D]";
   const char* layout_name = layout == Layout::bhsd ? "bhsd" : "bshd";
   if (a.ndim != 4) {
-    throw Error(fmt::format("{}: expected a 4-D array {} (layout '{}'), got {}-D with shape {}", name,
-                            dims, layout_name, a.ndim, shape_text(a)));
+    throw Error(text::format("{}: expected a 4-D array {} (layout '{}'), got {}-D with shape {}", name,
+                             dims, layout_name, a.ndim, shape_text(a)));
   }
   const std::optional<DType> dtype = pasa_dtype(a.dtype);
   if (!dtype) {
-    throw Error(fmt::format("{}: unsupported dtype {} (pasa takes float32, float16 or bfloat16)", name,
-                            dtype_text(a.dtype)));
+    throw Error(text::format("{}: unsupported dtype {} (pasa takes float32, float16 or bfloat16)", name,
+                             dtype_text(a.dtype)));
   }
   const Device device = pasa_device(a, name);
   bool empty = false;  // an empty array's strides mean nothing; the C++ API names the zero size
   for (int i = 0; i < 4; ++i) empty = empty || a.shape[i] == 0;
   if (!empty && a.shape[3] > 1 && a.strides[3] != 1) {
-    throw Error(fmt::format("{}: the head dim (last axis) must be contiguous, but its stride is {} "
-                            "elements; make the array contiguous first (numpy.ascontiguousarray, "
-                            "torch.Tensor.contiguous)", name, a.strides[3]));
+    throw Error(text::format("{}: the head dim (last axis) must be contiguous, but its stride is {} "
+                             "elements; make the array contiguous first (numpy.ascontiguousarray, "
+                             "torch.Tensor.contiguous)", name, a.strides[3]));
   }
   const std::size_t size = dtype_size(*dtype);
   if (reinterpret_cast<std::uintptr_t>(a.data) % size != 0) {
-    throw Error(fmt::format("{}: data pointer is not aligned to its {}-byte elements", name, size));
+    throw Error(text::format("{}: data pointer is not aligned to its {}-byte elements", name, size));
   }
   TensorView view;
   view.data = a.data;
@@ -116,11 +116,11 @@ TensorView attention_view(const ArrayInfo& a, const char* name, Layout layout) {
 
 LseView lse_output_view(const ArrayInfo& a) {
   if (a.ndim != 3) {
-    throw Error(fmt::format("lse: expected a 3-D array [B, H, S_q], got {}-D with shape {}", a.ndim,
-                            shape_text(a)));
+    throw Error(text::format("lse: expected a 3-D array [B, H, S_q], got {}-D with shape {}", a.ndim,
+                             shape_text(a)));
   }
   if (pasa_dtype(a.dtype) != DType::f32) {
-    throw Error(fmt::format("lse: dtype is {}; the LSE output must be float32", dtype_text(a.dtype)));
+    throw Error(text::format("lse: dtype is {}; the LSE output must be float32", dtype_text(a.dtype)));
   }
   if (reinterpret_cast<std::uintptr_t>(a.data) % 4 != 0) {
     throw Error("lse: data pointer is not aligned to 4 bytes");
@@ -137,8 +137,8 @@ LseView lse_output_view(const ArrayInfo& a) {
 
 void check_same_device(const ArrayInfo& q, const ArrayInfo& a, const char* name) {
   if (q.device_type != a.device_type || q.device_id != a.device_id) {
-    throw Error(fmt::format("{}: on {} but q is on {} (all arrays must be on one device)", name,
-                            device_text(a), device_text(q)));
+    throw Error(text::format("{}: on {} but q is on {} (all arrays must be on one device)", name,
+                             device_text(a), device_text(q)));
   }
 }
 
@@ -165,8 +165,8 @@ void check_no_overlap(const ArrayInfo& out, const char* name, const ArrayInfo& i
   const auto [o_first, o_last] = byte_span(out);
   const auto [i_first, i_last] = byte_span(input);
   if (o_first < i_last && i_first < o_last) {
-    throw Error(fmt::format("{}: its memory overlaps {}'s; pass an output that does not alias the "
-                            "inputs", name, input_name));
+    throw Error(text::format("{}: its memory overlaps {}'s; pass an output that does not alias the "
+                             "inputs", name, input_name));
   }
 }
 

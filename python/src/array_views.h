@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // From DLPack arrays (nanobind ndarrays: numpy, torch, cupy, jax, ...) to pasa's tensor views, with
 // every check whose message should name the caller's argument: rank, dtype, device, strides,
 // alignment. The C++ API then checks what relates the arrays to each other.

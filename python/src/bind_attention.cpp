@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa._core.attention and pasa._core.reference: DLPack arrays in, pasa::attention /
 // pasa::reference_attention out. Outputs are allocated by the caller (Python), so nothing here
 // allocates device memory: CUDA work goes on the stream the caller passes, CUDA-graph friendly.
@@ -28,10 +29,55 @@ CausalAlignment parse_alignment(const std::string& text) {
   throw Error("causal_alignment: '" + text + "' is not 'bottom_right' or 'top_left'");
 }
 
+// What a call adds to the scores: the sliding window, the softcap and the attention mask (4-D,
+// broadcast by the caller to [B or 1, H_q or 1, S_q, S_kv]; "boolean" masks come as one byte each).
+struct ScoreModArgs {
+  std::int64_t window_left = -1, window_right = -1;
+  double softcap = 0.0;
+  std::optional<InputArray> mask;
+  std::string mask_kind = "none";
+};
+
+void apply_score_mods(AttentionArgs& args, const ArrayInfo& q, const ScoreModArgs& mods) {
+  args.window_left = mods.window_left;
+  args.window_right = mods.window_right;
+  args.softcap = mods.softcap;
+  if (!mods.mask) return;
+  const ArrayInfo m = array_info(*mods.mask);
+  if (m.ndim != 4) {
+    throw Error("attn_mask: expected a 4-D array [B, H, S_q, S_kv], got shape " + shape_text(m));
+  }
+  check_same_device(q, m, "attn_mask");
+  MaskView& view = args.mask;
+  view.data = m.data;
+  if (mods.mask_kind == "boolean") {
+    if (m.dtype.bits != 8 || m.dtype.lanes != 1) {
+      throw Error("attn_mask: a boolean mask must have one byte per element, got " + dtype_text(m.dtype));
+    }
+    view.kind = MaskKind::boolean;
+  } else if (mods.mask_kind == "additive") {
+    const std::optional<DType> dtype = pasa_dtype(m.dtype);
+    if (!dtype) {
+      throw Error("attn_mask: unsupported dtype " + dtype_text(m.dtype) +
+                  " (an additive mask is float32, float16 or bfloat16; a boolean one bool)");
+    }
+    view.kind = MaskKind::additive;
+    view.dtype = *dtype;
+  } else {
+    throw Error("attn_mask: kind '" + mods.mask_kind + "' is not additive or boolean");
+  }
+  view.device = args.q.device;
+  for (int i = 0; i < 4; ++i) {
+    view.shape[i] = m.shape[i];
+    view.stride[i] = m.strides[i];
+  }
+}
+
 // q, k, v (and o when given) as views, each checked on its own and for its device.
 AttentionArgs make_args(const InputArray& q, const InputArray& k, const InputArray& v,
                         const Policy& policy, bool causal, const std::string& alignment,
-                        std::optional<double> scale, const std::string& layout_text) {
+                        std::optional<double> scale, const std::string& layout_text,
+                        const ScoreModArgs& mods) {
   const Layout layout = parse_layout(layout_text);
   const ArrayInfo qi = array_info(q), ki = array_info(k), vi = array_info(v);
   AttentionArgs args;
@@ -44,14 +90,15 @@ AttentionArgs make_args(const InputArray& q, const InputArray& k, const InputArr
   args.causal = causal;
   args.alignment = parse_alignment(alignment);
   args.scale = scale;
+  apply_score_mods(args, qi, mods);
   return args;
 }
 
 void attention(const InputArray& q, const InputArray& k, const InputArray& v, const OutputArray& o,
                const std::optional<OutputArray>& lse, const Policy& policy, bool causal,
                const std::string& alignment, std::optional<double> scale, const std::string& layout,
-               std::uintptr_t stream) {
-  AttentionArgs args = make_args(q, k, v, policy, causal, alignment, scale, layout);
+               std::uintptr_t stream, const ScoreModArgs& mods) {
+  AttentionArgs args = make_args(q, k, v, policy, causal, alignment, scale, layout, mods);
   const ArrayInfo inputs[] = {array_info(q), array_info(k), array_info(v)};
   const char* input_names[] = {"q", "k", "v"};
   const ArrayInfo oi = array_info(o);
@@ -79,8 +126,8 @@ nb::object numpy_f64(std::vector<double>&& values, std::vector<std::size_t> shap
 
 nb::tuple reference(const InputArray& q, const InputArray& k, const InputArray& v,
                     const Policy& policy, bool causal, const std::string& alignment,
-                    std::optional<double> scale, const std::string& layout) {
-  AttentionArgs args = make_args(q, k, v, policy, causal, alignment, scale, layout);
+                    std::optional<double> scale, const std::string& layout, const ScoreModArgs& mods) {
+  AttentionArgs args = make_args(q, k, v, policy, causal, alignment, scale, layout, mods);
   // reference_attention returns its own buffers and ignores o, but the shared argument checks
   // want a well-formed o: describe q's shape over q's memory (never written).
   args.o = bhsd_view(args.q.data, args.q.dtype, args.q.shape[0], args.q.shape[1], args.q.shape[2],
@@ -101,12 +148,33 @@ nb::tuple reference(const InputArray& q, const InputArray& k, const InputArray& 
 }  // namespace
 
 void bind_attention(nb::module_& m) {
-  m.def("attention", &attention, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "policy"_a,
-        "causal"_a, "causal_alignment"_a, "scale"_a.none(), "layout"_a, "stream"_a,
-        "Runs pasa::attention on DLPack arrays, writing `out` (and `lse` when given).");
-  m.def("reference", &reference, "q"_a, "k"_a, "v"_a, "policy"_a, "causal"_a, "causal_alignment"_a,
-        "scale"_a.none(), "layout"_a,
-        "fp64 reference attention; returns (o [B, H, S, D], lse [B, H, S]) as float64 NumPy arrays.");
+  m.def(
+      "attention",
+      [](const InputArray& q, const InputArray& k, const InputArray& v, const OutputArray& o,
+         const std::optional<OutputArray>& lse, const Policy& policy, bool causal,
+         const std::string& alignment, std::optional<double> scale, const std::string& layout,
+         std::uintptr_t stream, std::int64_t window_left, std::int64_t window_right, double softcap,
+         const std::optional<InputArray>& mask, const std::string& mask_kind) {
+        attention(q, k, v, o, lse, policy, causal, alignment, scale, layout, stream,
+                  ScoreModArgs{window_left, window_right, softcap, mask, mask_kind});
+      },
+      "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "policy"_a, "causal"_a, "causal_alignment"_a,
+      "scale"_a.none(), "layout"_a, "stream"_a, "window_left"_a = -1, "window_right"_a = -1,
+      "softcap"_a = 0.0, "mask"_a.none() = nb::none(), "mask_kind"_a = "none",
+      "Runs pasa::attention on DLPack arrays, writing `out` (and `lse` when given).");
+  m.def(
+      "reference",
+      [](const InputArray& q, const InputArray& k, const InputArray& v, const Policy& policy,
+         bool causal, const std::string& alignment, std::optional<double> scale,
+         const std::string& layout, std::int64_t window_left, std::int64_t window_right,
+         double softcap, const std::optional<InputArray>& mask, const std::string& mask_kind) {
+        return reference(q, k, v, policy, causal, alignment, scale, layout,
+                         ScoreModArgs{window_left, window_right, softcap, mask, mask_kind});
+      },
+      "q"_a, "k"_a, "v"_a, "policy"_a, "causal"_a, "causal_alignment"_a, "scale"_a.none(),
+      "layout"_a, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.0,
+      "mask"_a.none() = nb::none(), "mask_kind"_a = "none",
+      "fp64 reference attention; returns (o [B, H, S, D], lse [B, H, S]) as float64 NumPy arrays.");
 }
 
 }  // namespace pasa::python

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa._core's file functions over include/pasa/io.h. Loads return NumPy arrays that own their
 // bytes (bfloat16 is widened to float32: NumPy has no bfloat16); saves take any C-contiguous host
 // DLPack array of float32, float16 or bfloat16.
@@ -5,8 +6,6 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/string.h>
-
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
@@ -19,6 +18,7 @@
 #include "pasa/error.h"
 #include "pasa/io.h"
 #include "pasa/plan.h"
+#include "text/format.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -45,11 +45,11 @@ HostTensor from_array(const InputArray& array, const std::string& what) {
   const ArrayInfo a = array_info(array);
   const std::optional<DType> dtype = pasa_dtype(a.dtype);
   if (!dtype) {
-    throw Error(fmt::format("{}: unsupported dtype {} (pasa files hold float32, float16 or bfloat16)",
-                            what, dtype_text(a.dtype)));
+    throw Error(text::format("{}: unsupported dtype {} (pasa files hold float32, float16 or bfloat16)",
+                             what, dtype_text(a.dtype)));
   }
   if (a.device_type != 1) {
-    throw Error(fmt::format("{}: array is on {}; copy it to the host first", what, device_text(a)));
+    throw Error(text::format("{}: array is on {}; copy it to the host first", what, device_text(a)));
   }
   HostTensor t;
   t.dtype = *dtype;
@@ -58,8 +58,8 @@ HostTensor from_array(const InputArray& array, const std::string& what) {
   std::int64_t expected = 1;  // C-order stride of axis i, in elements
   for (std::size_t i = a.ndim; i-- > 0 && !empty;) {
     if (a.shape[i] > 1 && a.strides[i] != expected) {
-      throw Error(fmt::format("{}: array is not C-contiguous (shape {}); make it contiguous first",
-                              what, shape_text(a)));
+      throw Error(text::format("{}: array is not C-contiguous (shape {}); make it contiguous first",
+                               what, shape_text(a)));
     }
     expected *= a.shape[i];
   }
@@ -84,7 +84,7 @@ nb::str name_text(const std::string& name, const std::string& path) {
   PyObject* text = PyUnicode_DecodeUTF8(name.data(), static_cast<Py_ssize_t>(name.size()), nullptr);
   if (text == nullptr) {
     PyErr_Clear();
-    throw Error(fmt::format("{}: a tensor name is not valid UTF-8 text", path));
+    throw Error(text::format("{}: a tensor name is not valid UTF-8 text", path));
   }
   return nb::steal<nb::str>(text);
 }
@@ -109,7 +109,7 @@ void save_npy(const std::string& path, const InputArray& array) {
 void save_safetensors(const std::string& path, const std::map<std::string, InputArray>& arrays) {
   std::map<std::string, HostTensor> tensors;
   for (const auto& [name, array] : arrays) {
-    tensors.emplace(name, from_array(array, fmt::format("{}: tensor '{}'", path, name)));
+    tensors.emplace(name, from_array(array, text::format("{}: tensor '{}'", path, name)));
   }
   nb::gil_scoped_release release;
   io::write_safetensors(path, tensors);
@@ -126,9 +126,7 @@ void bind_io(nb::module_& m) {
         const MixPlan plan = parse_plan(text, origin);
         nb::dict entries;
         for (const auto& [key, policy] : plan.entries) {
-          const std::string name = "layer" + std::to_string(key.first) +
-                                   (key.second >= 0 ? "_t" + std::to_string(key.second) : std::string());
-          entries[nb::str(name.c_str())] = policy;
+          entries[nb::str(entry_name(key.first, key.second).c_str())] = policy;
         }
         return nb::make_tuple(plan.fast, plan.accurate, plan.xi, entries);
       },

@@ -1,5 +1,6 @@
-// pasa._core.Policy: the C++ Policy with read-only fields, its text form and the presets (the
-// public pasa.Policy in python/pasa/_policy.py wraps it); and solve_beta, PASA's optimal beta.
+// SPDX-License-Identifier: Apache-2.0
+// pasa._core.Policy: the C++ Policy, its text form, its field table and the presets (the public
+// pasa.Policy in python/pasa/_policy.py wraps it); and solve_beta, PASA's optimal beta.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -16,25 +17,10 @@ namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace pasa::python {
-namespace {
-
-const char* scale_placement_name(ScalePlacement s) {
-  switch (s) {
-    case ScalePlacement::scores: return "scores";
-    case ScalePlacement::query: return "query";
-    case ScalePlacement::key: return "key";
-  }
-  return "?";
-}
-
-template <Format Policy::*Member>
-std::string format_name(const Policy& p) {
-  return (p.*Member).name();
-}
-
-}  // namespace
 
 void bind_policy(nb::module_& m) {
+  // Every field is read through `get(key)`, by the text keys of policy_fields(): the Python Policy
+  // builds its attributes from that table, so no field list is written twice.
   nb::class_<Policy>(m, "Policy")
       .def_static("parse", [](const std::string& text) { return parse_policy(text); }, "text"_a)
       .def_static("from_preset", [](const std::string& name) { return preset_policy(name); },
@@ -43,18 +29,16 @@ void bind_policy(nb::module_& m) {
       .def("to_string", [](const Policy& p) { return to_string(p); })
       .def("__eq__", [](const Policy& a, const Policy& b) { return a == b; })
       .def_prop_ro("preset", [](const Policy& p) { return p.preset; })
-      .def_prop_ro("input", &format_name<&Policy::input>)
-      .def_prop_ro("qk_acc", &format_name<&Policy::qk_acc>)
-      .def_prop_ro("s", &format_name<&Policy::s>)
-      .def_prop_ro("scale_placement", [](const Policy& p) { return scale_placement_name(p.scale); })
-      .def_prop_ro("softmax", &format_name<&Policy::softmax>)
-      .def_prop_ro("p", &format_name<&Policy::p>)
-      .def_prop_ro("pv_acc", &format_name<&Policy::pv_acc>)
-      .def_prop_ro("o", &format_name<&Policy::o>)
-      .def_prop_ro("shift", [](const Policy& p) { return p.shift == Shift::pasa ? "pasa" : "none"; })
-      .def_prop_ro("beta", [](const Policy& p) { return p.beta; })
-      .def_prop_ro("block_q", [](const Policy& p) { return p.block_q; })
-      .def_prop_ro("block_kv", [](const Policy& p) { return p.block_kv; });
+      .def("get", [](const Policy& p, const std::string& key) { return field_value(p, key); }, "key"_a);
+
+  // [(key, kind, choices, doc)] in printing order.
+  m.def("policy_fields", [] {
+    nb::list out;
+    for (const PolicyField& f : policy_fields()) {
+      out.append(nb::make_tuple(f.key, field_kind_name(f.kind), f.choices, f.doc));
+    }
+    return out;
+  });
 
   // (initial, beta, invariance, invariance_rounded, iterations); pasa.beta makes it a dataclass.
   m.def(

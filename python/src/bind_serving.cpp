@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa._core.attention_varlen and pasa._core.attention_with_kvcache: the serving layouts of
 // pasa/serving.h on DLPack arrays, in flash-attn's layouts (packed [total, H, D]; caches
 // [num_blocks, block_size, H_kv, D]; q [B, S_q, H_q, D]). Outputs are allocated by the caller.
@@ -6,7 +7,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
-#include <fmt/format.h>
+#include "text/format.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -27,7 +28,7 @@ namespace {
 // A packed [total, H, D] array as the [1, H, total, D] view pasa/serving.h reads.
 TensorView packed_array_view(const ArrayInfo& a, const char* name) {
   if (a.ndim != 3) {
-    throw Error(fmt::format("{}: expected a 3-D packed array [total, H, D], got {}-D with shape {}", name,
+    throw Error(text::format("{}: expected a 3-D packed array [total, H, D], got {}-D with shape {}", name,
                             a.ndim, shape_text(a)));
   }
   const std::int64_t shape[4] = {1, a.shape[0], a.shape[1], a.shape[2]};
@@ -44,17 +45,17 @@ TensorView packed_array_view(const ArrayInfo& a, const char* name) {
 const std::int32_t* int32_array(const ArrayInfo& a, const char* name, std::size_t rank) {
   const bool int32 = a.dtype == nb::dtype<std::int32_t>();
   if (a.ndim != rank || !int32) {
-    throw Error(fmt::format("{}: expected a {}-D int32 array, got {}-D {} with shape {}", name, rank,
+    throw Error(text::format("{}: expected a {}-D int32 array, got {}-D {} with shape {}", name, rank,
                             a.ndim, dtype_text(a.dtype), shape_text(a)));
   }
   if (a.device_type != 1) {
-    throw Error(fmt::format("{}: on {}; the CPU emulator reads it on the host", name, device_text(a)));
+    throw Error(text::format("{}: on {}; the CPU emulator reads it on the host", name, device_text(a)));
   }
   if (a.strides[rank - 1] != 1 && a.shape[rank - 1] > 1) {
-    throw Error(fmt::format("{}: must be contiguous (numpy.ascontiguousarray)", name));
+    throw Error(text::format("{}: must be contiguous (numpy.ascontiguousarray)", name));
   }
   if (rank == 2 && a.shape[0] > 1 && a.strides[0] != a.shape[1]) {
-    throw Error(fmt::format("{}: rows must be contiguous (numpy.ascontiguousarray)", name));
+    throw Error(text::format("{}: rows must be contiguous (numpy.ascontiguousarray)", name));
   }
   return static_cast<const std::int32_t*>(a.data);
 }
@@ -89,7 +90,7 @@ void attention_varlen(const InputArray& q, const InputArray& k, const InputArray
   args.cu_seqlens_q = int32_array(cq, "cu_seqlens_q", 1);
   args.cu_seqlens_k = int32_array(ck, "cu_seqlens_k", 1);
   if (cq.shape[0] < 2 || ck.shape[0] != cq.shape[0]) {
-    throw Error(fmt::format("cu_seqlens_k: cu_seqlens_q and cu_seqlens_k need the same length B + 1 >= "
+    throw Error(text::format("cu_seqlens_k: cu_seqlens_q and cu_seqlens_k need the same length B + 1 >= "
                             "2, got {} and {}", cq.shape[0], ck.shape[0]));
   }
   args.batch = cq.shape[0] - 1;
@@ -127,13 +128,13 @@ void attention_with_kvcache(const InputArray& q, const OutputArray& k_cache,
   if (v) args.v = attention_view(array_info(*v), "v", Layout::bshd);
   args.cache_seqlens = int32_array(cs, "cache_seqlens", 1);
   if (cs.shape[0] != args.q.batch()) {
-    throw Error(fmt::format("cache_seqlens: {} entries for a batch of {}", cs.shape[0], args.q.batch()));
+    throw Error(text::format("cache_seqlens: {} entries for a batch of {}", cs.shape[0], args.q.batch()));
   }
   if (block_table) {
     const ArrayInfo bt = array_info(*block_table);
     args.block_table = int32_array(bt, "block_table", 2);
     if (bt.shape[0] != args.q.batch()) {
-      throw Error(fmt::format("block_table: {} rows for a batch of {}", bt.shape[0], args.q.batch()));
+      throw Error(text::format("block_table: {} rows for a batch of {}", bt.shape[0], args.q.batch()));
     }
     args.max_blocks = bt.shape[1];
   }

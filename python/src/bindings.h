@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pieces of the `pasa._core` extension: each file binds one area of the C++ API.
 #pragma once
 

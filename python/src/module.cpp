@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa._core: the nanobind extension under the `pasa` Python package. The package (python/pasa)
 // is the public API; this module only converts DLPack arrays to pasa views and calls the C++ library.
 #include <nanobind/nanobind.h>
@@ -7,6 +8,7 @@
 
 #include "bindings.h"
 #include "pasa/error.h"
+#include "pasa/version.h"
 
 namespace nb = nanobind;
 
@@ -32,7 +34,7 @@ NB_MODULE(_core, m) {
         }
       },
       pasa_error.ptr());
-  m.attr("__version__") = PASA_VERSION;
+  m.attr("__version__") = pasa::version();
 #ifdef PASA_WITH_CUDA
   m.attr("built_with_cuda") = true;
 #else

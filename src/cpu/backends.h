@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CPU backends behind pasa::attention().
 #pragma once
 

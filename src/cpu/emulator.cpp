@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The policy emulator: one online-softmax loop that rounds where the policy says.
 //
 // For each query block i and key block j (algorithms.md sections 1, 3, 4, 5; the paper's Algorithm 1):
@@ -25,6 +26,7 @@
 #include "cpu/gemm_model.h"
 #include "cpu/operands.h"
 #include "cpu/parallel_for.h"
+#include "cpu/score_mods.h"
 #include "numerics/pasa_shift.h"
 #include "storage_convert.h"
 
@@ -92,9 +94,8 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
                                   : t.r1 - 1;
     key_end = std::clamp<std::int64_t>(last + 1, k_begin, k_end);
   }
-  auto visible = [&](int rr, std::int64_t key) {
-    return key_visible(args.causal, args.alignment, t.r0 + rr, key, ps.seq_q, ps.seq_kv);
-  };
+  const ScoreMods mods(args, ps);  // causal, sliding window, mask, softcap (src/cpu/score_mods.h)
+  auto visible = [&](int rr, std::int64_t key) { return mods.visible(t.b, t.h, t.r0 + rr, key); };
 
   for (std::int64_t k0 = k_begin; k0 < key_end; k0 += s2) {
     const int n = static_cast<int>(std::min<std::int64_t>(s2, k_end - k0));
@@ -118,6 +119,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         double s = R.s(x[c] * (dq * k_scale));  // dequantize (exact 1 * 1 otherwise)
         if (!pq.ds.empty()) s = R.s(s + pq.ds[k0 + c]);
         x[c] = pol.scale == ScalePlacement::scores ? sm(s * alpha_sm) : sm(s);
+        if (mods.softcapped()) x[c] = mods.cap(x[c], sm);
       }
       // PASA's local pseudo-average s' covers all s2 keys of the block, masked or not: K' = M K
       // subtracted the mean of all of them, so recovering the true scores needs all of them.
@@ -128,6 +130,11 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         double sum = 0.0;
         for (int c = 0; c < cols; ++c) sum = R.sum(sum + x[c]);
         mean = sm(R.sum(sum / cols));  // the mean leaves the reduction, rounded once
+      }
+      if (mods.has_bias()) {  // the additive mask, after PASA's mean (which K' = M K fixed)
+        for (int c = 0; c < n; ++c) {
+          if (visible(rr, k0 + c)) x[c] = sm(x[c] + mods.bias(t.b, t.h, t.r0 + rr, k0 + c));
+        }
       }
       // Masking is tracked apart from the values: a score that overflowed to -inf is not a masked
       // key, and a row whose visible scores all overflowed must turn into NaN as it would on hardware.

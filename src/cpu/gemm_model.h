@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The emulator's model of a matrix-engine GEMM: C = A B with the products formed exactly (true for
 // operands of at most 12 significant bits: fp16, bf16, fp8; fp32 operands have their product rounded
 // to fp32), accumulated in the accumulator format in the fixed order t = 0, 1, ..., k-1, and the sum

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Q, K, V of one (batch, head) gathered from strided host views into contiguous rows, rounded to the
 // policy's input format: what both CPU backends start from.
 #pragma once

@@ -1,12 +1,13 @@
+// SPDX-License-Identifier: Apache-2.0
 // Exact merge of two partial attention results over disjoint key sets (algorithms.md section 1):
 //   LSE = log(exp(LSE_a) + exp(LSE_b)),  O = exp(LSE_a - LSE) O_a + exp(LSE_b - LSE) O_b.
 #include <cmath>
-#include <fmt/format.h>
 #include <limits>
 
 #include "pasa/attention.h"
 #include "pasa/error.h"
 #include "storage_convert.h"
+#include "text/format.h"
 
 namespace pasa {
 namespace {
@@ -16,13 +17,13 @@ float& lse_at(const LseView& l, std::int64_t b, std::int64_t h, std::int64_t s) 
 }
 
 void check_partial(const TensorView& o, const LseView& lse, const TensorView& like, const char* name) {
-  if (o.data == nullptr || lse.data == nullptr) throw Error(fmt::format("{}: null pointer", name));
+  if (o.data == nullptr || lse.data == nullptr) throw Error(text::format("{}: null pointer", name));
   if (o.device != Device::cpu || lse.device != Device::cpu) {
-    throw Error(fmt::format("{}: merge_partials runs on the CPU and needs host tensors", name));
+    throw Error(text::format("{}: merge_partials runs on the CPU and needs host tensors", name));
   }
-  if (o.shape != like.shape) throw Error(fmt::format("{}: shape differs from o_a's", name));
+  if (o.shape != like.shape) throw Error(text::format("{}: shape differs from o_a's", name));
   if (lse.shape != std::array<std::int64_t, 3>{o.shape[0], o.shape[1], o.shape[2]}) {
-    throw Error(fmt::format("{}: LSE shape is not [B, H, S] of its output", name));
+    throw Error(text::format("{}: LSE shape is not [B, H, S] of its output", name));
   }
 }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Q, K and V of one head made ready for the emulator's loop: rounded to the input format, smoothed,
 // scaled, shifted (PASA) and quantized as the policy says, in that order, with everything needed to
 // undo each step exactly at the end.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // parallel_for: an OpenMP loop whose body may throw. An exception cannot cross the boundary of an
 // OpenMP region (the runtime calls std::terminate), so each iteration catches what it throws, the
 // first exception is kept, the remaining iterations are skipped, and it is rethrown after the region.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fp64 reference: attention written as plainly as possible, the oracle for every other path.
 #include <omp.h>
 
@@ -7,6 +8,7 @@
 #include "attention_checks.h"
 #include "cpu/host_inputs.h"
 #include "cpu/parallel_for.h"
+#include "cpu/score_mods.h"
 #include "memory_budget.h"
 #include "pasa/attention.h"
 #include "pasa/error.h"
@@ -28,6 +30,7 @@ ReferenceResult reference_attention(const AttentionArgs& args) {
   check_finite_host(args.v, "v");
   const double alpha = resolve_scale(args, p.dim);
   const Rounder to_input(args.policy.input);
+  const ScoreMods mods(args, p);
   const std::int64_t D = p.dim;
 
   ReferenceResult result;
@@ -43,13 +46,15 @@ ReferenceResult reference_attention(const AttentionArgs& args) {
     for (std::int64_t r = 0; r < p.seq_q; ++r) {
       double m = -std::numeric_limits<double>::infinity();
       for (std::int64_t c = 0; c < p.seq_kv; ++c) {
-        if (!key_visible(args.causal, args.alignment, r, c, p.seq_q, p.seq_kv)) {
+        if (!mods.visible(b, h, r, c)) {
           scores[c] = -std::numeric_limits<double>::infinity();
           continue;
         }
         double dot = 0.0;
         for (std::int64_t d = 0; d < D; ++d) dot += q[r * D + d] * k[c * D + d];
         scores[c] = alpha * dot;
+        if (mods.softcapped()) scores[c] = mods.cap(scores[c], [](double x) { return x; });
+        scores[c] += mods.bias(b, h, r, c);
         m = std::max(m, scores[c]);
       }
       const std::int64_t row = (b * p.heads_q + h) * p.seq_q + r;

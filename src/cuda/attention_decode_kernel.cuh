@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The split-KV decode kernel (S_q <= 16; decode_params.h has the CTA layout and the workspace):
 // memory-bound, so the design goal is to read K and V once, at HBM bandwidth. One CTA = one key
 // range (split) of one K/V head for 16 or 32 packed query rows (the heads of the GQA group times

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The exact policy's forward attention kernel (FlashAttention-2 structure on mma.sync m16n8k16),
 // composed from the pieces beside it: fwd_tiles (the CTA shape), tile_load (cp.async with zero fill),
 // warp_mma (the warp's Q K^T and P V), fwd_mask, online_softmax (the exact row step), epilogue (O and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pasa policy's forward kernel (PASA, Algorithm 1, docs/algorithms.md section 3) on sm_90a:
 //
 // Prepass (pasa_prepare.cu, scratch from pasa's stream-ordered pool): per key block of s2 = 128 keys,

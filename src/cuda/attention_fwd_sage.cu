@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SageAttention2's 8-bit forward kernel (the sage8 preset, docs/algorithms.md section 4) on sm_90a:
 //
 // Prepass (scratch from pasa's stream-ordered pool, device_pool.h):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // bench_host_overhead on the GPU: the host's time per queued call, eager and through a plan.
 #include <cuda_runtime.h>
 

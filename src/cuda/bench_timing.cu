@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa::bench_cuda_attention: CUDA-event timing of the public attention call on device tensors
 // (include/pasa/bench.h). The scratch for inputs, outputs and the L2 flush comes from cudaMalloc once
 // per call of this function and is freed before it returns.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA backend's dispatch in two steps. The plan checks what the kernels support (device, layout,
 // dtypes, head dim, policy), each failure a pasa::Error naming the argument before anything is
 // launched, and takes every host decision once: the path (the split-KV decode kernel for S_q <= 16

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA runtime errors as pasa::Error, naming the call that failed.
 #pragma once
 

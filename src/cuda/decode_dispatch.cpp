@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host side of the split-KV decode path: how many splits and the workspace layout (planned once
 // per shape), and the launches into a workspace the caller owns. With FlashDecoding++'s unified max
 // the sequence is: split kernel (unified) -> merge (rows whose x - phi left the window are flagged

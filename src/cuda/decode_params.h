@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The split-KV decode path (S_q <= 16): its tile table, what the host passes to its two kernels, and
 // their launch functions. Plain C++: included by .cpp and .cu files alike.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fill_uniform_16bit (device_fill.h).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

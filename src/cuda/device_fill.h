@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Seeded uniform inputs written on the device: what the benchmarks (pasa bench, bench/) time on.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa's per-device memory pool (device_pool.h). The pools are created once and never destroyed:
 // destroying them from a static destructor would race the CUDA runtime's own teardown at exit, and
 // the driver reclaims everything when the process ends.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa's own stream-ordered memory pool (one per device) and a scratch buffer allocated from it.
 //
 // Why a pool of our own: cudaMallocAsync takes from the device's default pool, whose release

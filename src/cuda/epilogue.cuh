@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The forward kernels' epilogue: O = O~ / l and the LSE, out to global memory in the output's dtype
 // (f32, f16 or bf16). Rows past the sequence end are not written.
 //

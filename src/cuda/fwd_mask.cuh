@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The causal and sequence-end masks of the forward kernels, on a warp's scores in the mma.sync C
 // layout (exact: fp32) or as fp16 pairs in the A-fragment layout (pasa), which the wgmma accumulator
 // layout of one warp's 16 rows repeats: thread (g = lane / 4, t = lane % 4) holds rows

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The exact forward kernel's tile table: one constexpr shape per head dim, and the few named
 // variants the benchmark times against it. Plain C++ (no CUDA): the host dispatch, the kernel
 // and the benchmark all read it.

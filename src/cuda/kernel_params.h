@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the host passes to the forward attention kernels, and the launch functions the dispatcher
 // calls (one per explicit instantiation family). Plain C++: included by .cpp and .cu files alike.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared-memory barriers with transaction counts (mbarrier) and the bulk asynchronous copy that
 // completes on them (sm_90): one thread starts a contiguous global -> shared copy, and the threads
 // that need the data wait on the barrier's phase instead of on a CTA-wide __syncthreads. PTX ISA:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The per-row online-softmax step of the forward kernels, on one warp's (16 kMTiles) x kBlockN score
 // tile in the mma C layout: each thread holds 2 kMTiles rows (row index r = 2 mt + i for rows g and
 // g + 8 of m-tile mt) and kBlockN / 4 scores of each; the four threads of a quad (lanes 4g .. 4g + 3)

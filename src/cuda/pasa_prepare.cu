@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PASA's pre-processing (Algorithm 1, step 1) as a prepass that also lays the operands out for the
 // wgmma kernel (pasa_stage.cuh): for each block of s2 keys, K'_j = M K_j with M = (I - beta/s2 J)
 // alpha stored in fp16 (diagonal a', off-diagonal -b'), written in fp16. A short last block of n keys

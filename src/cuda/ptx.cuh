@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Thin wrappers over the PTX instructions the sm_80+ attention kernels use: the m16n8k16 tensor-core
 // MMA (fp16 / bf16 operands, fp32 accumulators), ldmatrix, and cp.async with zero fill; and the bit
 // casts between a register of two 16-bit elements and its typed view.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Global -> shared tile copies for the attention mainloop: kRows rows of kHeadDim 16-bit elements,
 // 16 bytes per cp.async, rows past the end of the sequence zero-filled (so tails compute on zeros,
 // never on garbage). Shared tiles are padded by 16 bytes per row, which makes the 8-row ldmatrix

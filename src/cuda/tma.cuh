@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The device side of tma.h: one thread copies a box of a tensor map into shared memory.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tensor-memory-accelerator (TMA) copies of 16-bit [B, H, S, D] operands: the host encodes a tensor
 // map (the driver's cuTensorMapEncodeTiled, reached through the runtime's entry-point query so that
 // nothing links against the driver library), and one thread of a CTA copies a box of rows x 64

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp16_row_tile_map (tma.h): the driver's tensor-map encoder, found once through the runtime.
 #include <cuda.h>
 #include <cuda_runtime.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Hopper's warpgroup MMA (wgmma, sm_90a) as the sage8 and pasa kernels use it: A from registers (the
 // same per-warp fragment layout as mma.sync m16n8k32 for 8-bit types and m16n8k16 for fp16: warp w of
 // the warpgroup holds rows 16 w .. 16 w + 15),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Benchmarking in a build without CUDA: a clear error.
 #include "host_timing.h"
 #include "pasa/bench.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA backend of a build without CUDA: every request is a clear error.
 #include "cuda_backend.h"
 #include "pasa/error.h"

@@ -1,14 +1,16 @@
-// Synthetic inputs. Each generator draws in fp64 from a std::mt19937_64 seeded by the caller, so a
-// (generator, parameters, seed) triple names the same tensors on every machine, and rounds to the
-// requested dtype once.
+// SPDX-License-Identifier: Apache-2.0
+// Synthetic inputs. Each generator draws in fp64 from the project's own Rng (data/random.h: xoshiro256**
+// and Box-Muller, not the standard library's implementation-defined distributions) seeded by the
+// caller, so a (generator, parameters, seed) triple names the same tensors on every platform, and
+// rounds to the requested dtype once.
 #include "pasa/generators.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numbers>
-#include <random>
 #include <vector>
 
+#include "data/random.h"
 #include "memory_budget.h"
 #include "pasa/error.h"
 #include "storage_convert.h"
@@ -40,9 +42,8 @@ HostTensor fill(const Shape4& s, DType dtype, Draw&& draw) {
 
 QKV uniform_qkv(const Shape4& shape, double x0, double am, std::uint64_t seed, DType dtype) {
   if (!(am >= 0.0)) throw Error("uniform: amplitude must be non-negative");
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> dist(x0 - am, x0 + am);
-  auto draw = [&](std::int64_t) { return dist(rng); };
+  Rng rng(seed);
+  auto draw = [&](std::int64_t) { return rng.uniform(x0 - am, x0 + am); };
   QKV out;
   out.q = fill(shape, dtype, draw);
   out.k = fill(shape, dtype, draw);
@@ -53,12 +54,10 @@ QKV uniform_qkv(const Shape4& shape, double x0, double am, std::uint64_t seed, D
 QKV hybrid_qkv(const Shape4& shape, double x0, double am, std::uint64_t seed, DType dtype, double p) {
   if (!(am >= 0.0)) throw Error("hybrid: amplitude must be non-negative");
   if (!(p >= 0.0 && p <= 1.0)) throw Error("hybrid: outlier probability must be in [0, 1]");
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> base(x0, 1.0), outlier(0.0, am);
-  std::bernoulli_distribution is_outlier(p);
+  Rng rng(seed);
   auto draw = [&](std::int64_t) {
-    const double x = base(rng);
-    return is_outlier(rng) ? x + outlier(rng) : x;
+    const double x = rng.normal(x0, 1.0);
+    return rng.bernoulli(p) ? x + rng.normal(0.0, am) : x;
   };
   QKV out;
   out.q = fill(shape, dtype, draw);
@@ -84,57 +83,57 @@ ResonanceParams resonance_preset(const std::string& name) {
 
 QKV resonance_qkv(const Shape4& shape, const ResonanceParams& rp, std::uint64_t seed, DType dtype) {
   if (rp.period < 2) throw Error("resonance: period must be at least 2");
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> noise(0.0, 1.0);
-  std::bernoulli_distribution in_phase(rp.in_phase);
+  Rng rng(seed);
+  auto noise = [&rng] { return rng.normal(); };
+  auto in_phase = [&rng, &rp] { return rng.bernoulli(rp.in_phase); };
   const std::int64_t D = shape.dim;
   std::vector<double> wave(static_cast<std::size_t>(D)), q_bias(D), k_bias(D);
   for (std::int64_t d = 0; d < D; ++d) {
     wave[d] = std::cos(2.0 * std::numbers::pi * static_cast<double>(d) / rp.period);
-    q_bias[d] = rp.q_bias * noise(rng);
-    k_bias[d] = rp.k_bias * noise(rng);
+    q_bias[d] = rp.q_bias * noise();
+    k_bias[d] = rp.k_bias * noise();
   }
   QKV out;
   double amp = 0.0;
   out.q = fill(shape, dtype, [&](std::int64_t i) {
     const std::int64_t d = i % D;
-    if (d == 0) amp = in_phase(rng) ? rp.q_amp_in_phase : -rp.q_amp;  // one phase per query token
-    return amp * wave[d] + q_bias[d] + noise(rng);
+    if (d == 0) amp = in_phase() ? rp.q_amp_in_phase : -rp.q_amp;  // one phase per query token
+    return amp * wave[d] + q_bias[d] + noise();
   });
   out.k = fill(shape, dtype, [&](std::int64_t i) {
     const std::int64_t d = i % D;
-    return rp.k_amp * wave[d] + k_bias[d] + rp.k_noise * noise(rng);
+    return rp.k_amp * wave[d] + k_bias[d] + rp.k_noise * noise();
   });
-  out.v = fill(shape, dtype, [&](std::int64_t) { return noise(rng); });
+  out.v = fill(shape, dtype, [&](std::int64_t) { return noise(); });
   return out;
 }
 
 QKV outlier_qkv(const Shape4& shape, int channels, double magnitude, std::uint64_t seed, DType dtype) {
   if (channels < 0 || channels > shape.dim) throw Error("outliers: channel count outside 0..D");
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> noise(0.0, 1.0);
+  Rng rng(seed);
+  auto noise = [&rng] { return rng.normal(); };
   const std::int64_t D = shape.dim;
   // Per channel: the offset Q and K carry there (0 for ordinary channels) and V's small bias.
   std::vector<double> q_off(static_cast<std::size_t>(D), 0.0), k_off(D, 0.0), v_bias(D);
   std::vector<std::int64_t> order(static_cast<std::size_t>(D));
   for (std::int64_t d = 0; d < D; ++d) order[d] = d;
-  std::shuffle(order.begin(), order.end(), rng);
+  rng.shuffle(order.data(), order.size());
   for (int i = 0; i < channels; ++i) {
-    const double sign = noise(rng) < 0 ? -1.0 : 1.0;
+    const double sign = noise() < 0 ? -1.0 : 1.0;
     q_off[order[i]] = sign * magnitude * 0.5;
     k_off[order[i]] = sign * magnitude;
   }
-  for (std::int64_t d = 0; d < D; ++d) v_bias[d] = 0.5 * noise(rng);
+  for (std::int64_t d = 0; d < D; ++d) v_bias[d] = 0.5 * noise();
   auto with_offsets = [&](const std::vector<double>& off) {
     return [&, off_ptr = &off](std::int64_t i) {
       const double o = (*off_ptr)[i % D];
-      return o * (1.0 + 0.1 * noise(rng)) + noise(rng);
+      return o * (1.0 + 0.1 * noise()) + noise();
     };
   };
   QKV out;
   out.q = fill(shape, dtype, with_offsets(q_off));
   out.k = fill(shape, dtype, with_offsets(k_off));
-  out.v = fill(shape, dtype, [&](std::int64_t i) { return v_bias[i % D] + noise(rng); });
+  out.v = fill(shape, dtype, [&](std::int64_t i) { return v_bias[i % D] + noise(); });
   return out;
 }
 

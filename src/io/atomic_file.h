@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writing a file so that it is either fully replaced or not touched at all.
 //
 // The bytes go to a temporary file in the destination's directory (same filesystem, so the final

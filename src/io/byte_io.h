@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // io/byte_io.h — what the .npy and .safetensors readers and writers share: reads of exact byte ranges
 // of a file that report failures as pasa::Error naming the path, the overflow-checked byte size of a
 // tensor, and quoting of untrusted text for error messages. (Writes: io/atomic_file.h.)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // .npy files (numpy's format, versions 1.0, 2.0 and 3.0): a magic string, a version, a little-endian
 // header length, a Python dict literal {'descr': ..., 'fortran_order': ..., 'shape': (...)} padded with
 // spaces and a newline, then the raw C-ordered data.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // .safetensors files (https://github.com/huggingface/safetensors): an 8-byte little-endian header length
 // N, N bytes of JSON {"name": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...,
 // "__metadata__": {"key": "value"}}, then the data section that the offsets index into.
@@ -8,7 +9,6 @@
 #include <cstdint>
 #include <limits>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -17,12 +17,14 @@
 #include "io/byte_io.h"
 #include "pasa/error.h"
 #include "pasa/io.h"
+#include "text/json.h"
 
 namespace pasa::io {
 
 namespace {
 
-using nlohmann::json;
+using text::Json;
+using text::JsonError;
 
 struct Entry {
   std::string name;
@@ -42,32 +44,30 @@ const char* safetensors_dtype(DType dtype) {
 }
 
 // A JSON value that must be a non-negative integer; `what` names the tensor and field for the message.
-std::uint64_t to_uint(const json& value, const std::string& what) {
-  if (value.is_number_unsigned()) return value.get<std::uint64_t>();
-  if (value.is_number_integer()) {
-    const auto v = value.get<std::int64_t>();
-    if (v >= 0) return static_cast<std::uint64_t>(v);
-    throw Error(what + " holds the negative value " + std::to_string(v));
+std::uint64_t to_uint(const Json& value, const std::string& what) {
+  if (!value.is_integer()) {
+    throw Error(what + " holds a " + value.type_name() + " where a non-negative integer belongs");
   }
-  throw Error(what + " holds a " + value.type_name() + " where a non-negative integer belongs");
+  if (value.as_double() < 0) throw Error(what + " holds the negative value " + std::to_string(value.as_int64()));
+  return value.as_uint64();
 }
 
-const json& field(const json& info, const char* key, const std::string& what) {
-  const auto it = info.find(key);
-  if (it == info.end()) throw Error(what + ": missing \"" + key + "\"");
-  return *it;
+const Json& field(const Json& info, const char* key, const std::string& what) {
+  const Json* member = info.find(key);
+  if (member == nullptr) throw Error(what + ": missing \"" + key + "\"");
+  return *member;
 }
 
-Entry parse_entry(const std::string& name, const json& info, std::uint64_t data_size,
+Entry parse_entry(const std::string& name, const Json& info, std::uint64_t data_size,
                   const std::string& source) {
   const std::string what = source + ": tensor " + detail::quoted(name);
   if (!info.is_object()) throw Error(what + ": entry is a " + info.type_name() + ", not an object");
   Entry entry;
   entry.name = name;
 
-  const json& dtype = field(info, "dtype", what);
+  const Json& dtype = field(info, "dtype", what);
   if (!dtype.is_string()) throw Error(what + ": \"dtype\" is a " + dtype.type_name() + ", not a string");
-  const auto& dtype_text = dtype.get_ref<const std::string&>();
+  const auto& dtype_text = dtype.as_string();
   if (dtype_text == "F32") {
     entry.dtype = DType::f32;
   } else if (dtype_text == "F16") {
@@ -78,13 +78,13 @@ Entry parse_entry(const std::string& name, const json& info, std::uint64_t data_
     throw Error(what + ": unsupported dtype " + detail::quoted(dtype_text) + " (supported: F32, F16, BF16)");
   }
 
-  const json& shape = field(info, "shape", what);
+  const Json& shape = field(info, "shape", what);
   if (!shape.is_array()) throw Error(what + ": \"shape\" is a " + shape.type_name() + ", not an array");
-  if (shape.size() > detail::kMaxRank) {
-    throw Error(what + ": rank " + std::to_string(shape.size()) + " exceeds the maximum of " +
+  if (shape.as_array().size() > detail::kMaxRank) {
+    throw Error(what + ": rank " + std::to_string(shape.as_array().size()) + " exceeds the maximum of " +
                 std::to_string(detail::kMaxRank));
   }
-  for (const json& d : shape) {
+  for (const Json& d : shape.as_array()) {
     const std::uint64_t dim = to_uint(d, what + ": \"shape\"");
     if (dim > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
       throw Error(what + ": dimension " + std::to_string(dim) + " does not fit in 63 bits");
@@ -93,12 +93,12 @@ Entry parse_entry(const std::string& name, const json& info, std::uint64_t data_
   }
   const std::size_t nbytes = detail::checked_nbytes(entry.shape, entry.dtype, what);
 
-  const json& offsets = field(info, "data_offsets", what);
-  if (!offsets.is_array() || offsets.size() != 2) {
+  const Json& offsets = field(info, "data_offsets", what);
+  if (!offsets.is_array() || offsets.as_array().size() != 2) {
     throw Error(what + ": \"data_offsets\" is not an array [begin, end]");
   }
-  entry.begin = to_uint(offsets[0], what + ": \"data_offsets\"");
-  entry.end = to_uint(offsets[1], what + ": \"data_offsets\"");
+  entry.begin = to_uint(offsets.as_array()[0], what + ": \"data_offsets\"");
+  entry.end = to_uint(offsets.as_array()[1], what + ": \"data_offsets\"");
   const std::string span_text = "data_offsets [" + std::to_string(entry.begin) + ", " +
                                 std::to_string(entry.end) + "]";
   if (entry.begin > entry.end) throw Error(what + ": " + span_text + " have begin > end");
@@ -114,9 +114,10 @@ Entry parse_entry(const std::string& name, const json& info, std::uint64_t data_
   return entry;
 }
 
-void check_metadata(const json& metadata, const std::string& source) {
-  const auto is_string = [](const json& v) { return v.is_string(); };
-  const bool strings = metadata.is_object() && std::all_of(metadata.begin(), metadata.end(), is_string);
+void check_metadata(const Json& metadata, const std::string& source) {
+  const auto is_string = [](const auto& member) { return member.second.is_string(); };
+  const bool strings = metadata.is_object() &&
+                       std::all_of(metadata.as_object().begin(), metadata.as_object().end(), is_string);
   if (!strings) throw Error(source + ": \"__metadata__\" must be an object of strings");
 }
 
@@ -167,21 +168,21 @@ std::uint64_t header_length_of(std::span<const std::uint8_t> bytes, std::uint64_
 // The entries of a JSON header, checked against a data section of `data_size` bytes, sorted by offset.
 std::vector<Entry> parse_header(std::span<const std::uint8_t> header_bytes, std::uint64_t data_size,
                                 const std::string& source) {
-  json header;
+  Json header;
   try {
-    header = json::parse(header_bytes.begin(), header_bytes.end());
-  } catch (const json::exception& e) {
+    header = Json::parse({reinterpret_cast<const char*>(header_bytes.data()), header_bytes.size()});
+  } catch (const JsonError& e) {
     throw Error(source + ": header is not valid JSON: " + e.what());
   }
   if (!header.is_object()) {
     throw Error(source + ": header is a JSON " + header.type_name() + ", not an object");
   }
   std::vector<Entry> entries;
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__") {
-      check_metadata(it.value(), source);
+  for (const auto& [name, info] : header.as_object()) {
+    if (name == "__metadata__") {
+      check_metadata(info, source);
     } else {
-      entries.push_back(parse_entry(it.key(), it.value(), data_size, source));
+      entries.push_back(parse_entry(name, info, data_size, source));
     }
   }
   check_tiling(entries, data_size, source);
@@ -219,7 +220,7 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path) {
 
 void write_safetensors(const std::string& path, const std::map<std::string, HostTensor>& tensors) {
   // The data follows the map's (sorted) name order, so the offsets grow with the names.
-  json header = json::object();
+  Json header = Json::object();
   std::vector<std::span<const std::uint8_t>> pieces(2);  // length and header, filled in below
   std::uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
@@ -231,16 +232,16 @@ void write_safetensors(const std::string& path, const std::map<std::string, Host
                   detail::shape_text(tensor.shape) + " (" + dtype_name(tensor.dtype) + ") needs " +
                   std::to_string(nbytes));
     }
-    header[name] = {{"dtype", safetensors_dtype(tensor.dtype)},
-                    {"shape", tensor.shape},
-                    {"data_offsets", json::array({offset, offset + nbytes})}};
+    header[name] = Json::object({{"dtype", safetensors_dtype(tensor.dtype)},
+                                 {"shape", tensor.shape},
+                                 {"data_offsets", Json::array({offset, offset + nbytes})}});
     offset += nbytes;
     pieces.push_back(tensor.bytes);
   }
   std::string text;
   try {
     text = header.dump();
-  } catch (const json::exception& e) {  // a name that is not valid UTF-8
+  } catch (const JsonError& e) {  // a name that is not valid UTF-8
     throw Error(path + ": cannot encode the header: " + e.what());
   }
   // The format pads the header with spaces so the data section starts 8-byte aligned.

@@ -1,22 +1,22 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "pasa/beta.h"
-
-#include <fmt/format.h>
 
 #include <cmath>
 
 #include "numerics/pasa_shift.h"
 #include "pasa/error.h"
+#include "text/format.h"
 
 namespace pasa {
 
 BetaSolution solve_beta(double initial, const Format& format, int block, std::optional<double> scale) {
   if (!(initial > 0.0 && initial < 1.0)) {
-    throw Error(fmt::format("beta: initial value {} is outside (0, 1)", initial));
+    throw Error(text::format("beta: initial value {} is outside (0, 1)", initial));
   }
-  if (block < 1) throw Error(fmt::format("beta: block size {} must be at least 1", block));
+  if (block < 1) throw Error(text::format("beta: block size {} must be at least 1", block));
   if (format.is_integer()) throw Error("beta: format " + format.name() + " is not a float format");
   if (scale && !(std::isfinite(*scale) && *scale > 0.0)) {
-    throw Error(fmt::format("beta: scale {} must be positive and finite", *scale));
+    throw Error(text::format("beta: scale {} must be positive and finite", *scale));
   }
   // The practical invariance of the rounded M, as a function of the beta it was built from (the
   // paper's f(beta) = b n / (a (a - b n)) + (1 - a) / a, written through M's row sum).
@@ -26,7 +26,7 @@ BetaSolution solve_beta(double initial, const Format& format, int block, std::op
     const double f = invariance_of(s.beta);
     const double next = f / (1.0 + f);
     if (!(next >= 0.0 && next < 1.0)) {
-      throw Error(fmt::format("beta: iteration from {} left [0, 1) (block {} too small for {}?)", initial,
+      throw Error(text::format("beta: iteration from {} left [0, 1) (block {} too small for {}?)", initial,
                               block, format.name()));
     }
     if (next == s.beta) break;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Number formats: rounding (round-to-nearest-even with subnormals and per-format overflow) and bit
 // patterns. Values are carried as doubles: every format here (at most 11 exponent and 52 fraction bits)
 // is a subset of double, so rounding a double once is the single correctly rounded conversion.
@@ -86,6 +87,8 @@ std::string Format::name() const {
     base = "e4m3ieee";  // the IEEE-style e4m3 with inf (max 240): not the fn format "e4m3" names
   } else if (exp_bits == 5 && man_bits == 2) {
     base = "e5m2";
+  } else if (exp_bits == 8 && man_bits == 13 && !fn) {
+    base = "fp22";  // the FP8 MMA's accumulator (SageAttention2), spelled as the docs and papers do
   } else if (is_double(*this)) {
     base = "fp64";
   } else {

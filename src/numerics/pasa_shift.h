@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PASA's shifting matrix as it is stored, and the invariance that matrix really applies (algorithms.md section
 // 3, the paper's Appendix A-C). One place for these constants: the emulator, the CUDA dispatch and the
 // beta solver all call it.

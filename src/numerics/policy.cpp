@@ -1,7 +1,6 @@
+// SPDX-License-Identifier: Apache-2.0
 // Policies: presets, text form and validation.
 #include "pasa/policy.h"
-
-#include <fmt/format.h>
 
 #include <cmath>
 #include <functional>
@@ -9,22 +8,10 @@
 #include <vector>
 
 #include "pasa/error.h"
+#include "text/format.h"
 
 namespace pasa {
 namespace {
-
-// beta for fp16 and s2 = 128 from the paper's Table 3 (1 - 2^-6 as the initial value); `pasa beta`
-// reproduces it.
-constexpr double kPaperBeta = 0.984497;
-
-std::string scale_name(ScalePlacement s) {
-  switch (s) {
-    case ScalePlacement::scores: return "s";
-    case ScalePlacement::query: return "q";
-    case ScalePlacement::key: return "k";
-  }
-  return "?";
-}
 
 std::string shift_name(Shift s) {
   switch (s) {
@@ -35,9 +22,10 @@ std::string shift_name(Shift s) {
   return "?";
 }
 
-// One row per text key: how to print it and how to set it. The order here is the printing order.
+// One row per text key: its public description, how to print it and how to set it. The order here
+// is the printing order.
 struct Field {
-  const char* key;
+  PolicyField info;
   std::function<std::string(const Policy&)> get;
   std::function<void(Policy&, const std::string&)> set;
 };
@@ -78,32 +66,42 @@ bool parse_bool(const char* key, const std::string& value) {
   throw Error(std::string("policy field '") + key + "': '" + value + "' is not 1/0 or true/false");
 }
 
-Field bool_field(const char* key, bool Policy::*member) {
-  return Field{key, [member](const Policy& p) { return std::string(p.*member ? "1" : "0"); },
+Field bool_field(const char* key, bool Policy::*member, const char* doc) {
+  return Field{{key, FieldKind::boolean, {}, doc},
+               [member](const Policy& p) { return std::string(p.*member ? "1" : "0"); },
                [key, member](Policy& p, const std::string& v) { p.*member = parse_bool(key, v); }};
 }
 
-Field number_field(const char* key, double Policy::*member) {
-  return Field{key, [member](const Policy& p) { return fmt::format("{}", p.*member); },
+Field number_field(const char* key, double Policy::*member, const char* doc) {
+  return Field{{key, FieldKind::number, {}, doc},
+               [member](const Policy& p) { return text::format("{}", p.*member); },
                [key, member](Policy& p, const std::string& v) { p.*member = parse_number(key, v); }};
 }
 
-Field int_field(const char* key, int Policy::*member) {
-  return Field{key, [member](const Policy& p) { return std::to_string(p.*member); },
+Field int_field(const char* key, int Policy::*member, const char* doc) {
+  return Field{{key, FieldKind::integer, {}, doc},
+               [member](const Policy& p) { return std::to_string(p.*member); },
                [key, member](Policy& p, const std::string& v) { p.*member = parse_int(key, v); }};
 }
 
 // A quantizer format, or "none".
-Field quantizer_field(const char* key, std::optional<Format> Policy::*member) {
-  return Field{key, [member](const Policy& p) { return p.*member ? (p.*member)->name() : std::string("none"); },
+Field quantizer_field(const char* key, std::optional<Format> Policy::*member, const char* doc) {
+  return Field{{key, FieldKind::quantizer, {}, doc},
+               [member](const Policy& p) { return p.*member ? (p.*member)->name() : std::string("none"); },
                [key, member](Policy& p, const std::string& v) {
                  if (v == "none") p.*member = std::nullopt;
                  else p.*member = parse_field_format(key, v);
                }};
 }
 
-Field granularity_field(const char* key, Granularity Policy::*member) {
-  return Field{key, [member](const Policy& p) { return granularity_name(p.*member); },
+Field granularity_field(const char* key, Granularity Policy::*member, const char* doc) {
+  std::vector<std::string> names;
+  for (Granularity g : {Granularity::tensor, Granularity::block, Granularity::warp, Granularity::thread,
+                        Granularity::token}) {
+    names.push_back(granularity_name(g));
+  }
+  return Field{{key, FieldKind::choice, names, doc},
+               [member](const Policy& p) { return granularity_name(p.*member); },
                [key, member](Policy& p, const std::string& v) {
                  try {
                    p.*member = parse_granularity(v);
@@ -113,68 +111,89 @@ Field granularity_field(const char* key, Granularity Policy::*member) {
                }};
 }
 
-Field format_field(const char* key, Format Policy::*member) {
-  return Field{key, [member](const Policy& p) { return (p.*member).name(); },
+Field format_field(const char* key, Format Policy::*member, const char* doc) {
+  return Field{{key, FieldKind::format, {}, doc},
+               [member](const Policy& p) { return (p.*member).name(); },
                [key, member](Policy& p, const std::string& v) { p.*member = parse_field_format(key, v); }};
 }
+
+// A field holding an enum: its text names in enum order (index = enum value).
+template <typename Enum>
+Field choice_field(const char* key, Enum Policy::*member, std::vector<std::string> names, const char* doc) {
+  return Field{{key, FieldKind::choice, names, doc},
+               [member, names](const Policy& p) { return names.at(static_cast<std::size_t>(p.*member)); },
+               [key, member, names](Policy& p, const std::string& v) {
+                 for (std::size_t i = 0; i < names.size(); ++i) {
+                   if (v == names[i]) {
+                     p.*member = static_cast<Enum>(i);
+                     return;
+                   }
+                 }
+                 std::string known;
+                 for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+                 throw Error(std::string("policy field '") + key + "': '" + v + "' is not one of " + known);
+               }};
+}
+
 
 // Every field of Policy but the preset name, with its text key. A new field goes into
 // Policy::operator== too (and into the overrides of Policy.EqualityCoversEveryTextField).
 const std::vector<Field>& fields() {
   static const std::vector<Field> table = {
-      format_field("input", &Policy::input),
-      format_field("qk_acc", &Policy::qk_acc),
-      format_field("s", &Policy::s),
-      {"scale", [](const Policy& p) { return scale_name(p.scale); },
-       [](Policy& p, const std::string& v) {
-         if (v == "s") p.scale = ScalePlacement::scores;
-         else if (v == "q") p.scale = ScalePlacement::query;
-         else if (v == "k") p.scale = ScalePlacement::key;
-         else throw Error("policy field 'scale': '" + v + "' is not s (scores), q (query) or k (key)");
-       }},
-      format_field("softmax", &Policy::softmax),
-      format_field("sum_acc", &Policy::sum_acc),
-      format_field("p", &Policy::p),
-      format_field("pv_acc", &Policy::pv_acc),
-      format_field("o", &Policy::o),
-      {"shift", [](const Policy& p) { return shift_name(p.shift); },
-       [](Policy& p, const std::string& v) {
-         if (v == "none") p.shift = Shift::none;
-         else if (v == "pasa") p.shift = Shift::pasa;
-         else if (v == "unified") p.shift = Shift::unified;
-         else throw Error("policy field 'shift': '" + v + "' is not none, pasa or unified");
-       }},
-      number_field("beta", &Policy::beta),
-      {"pseudo_avg", [](const Policy& p) { return std::string(p.pseudo_avg == PseudoAverage::keys ? "k" : "s"); },
-       [](Policy& p, const std::string& v) {
-         if (v == "s") p.pseudo_avg = PseudoAverage::scores;
-         else if (v == "k") p.pseudo_avg = PseudoAverage::keys;
-         else throw Error("policy field 'pseudo_avg': '" + v + "' is not s (scores) or k (keys)");
-       }},
-      int_field("s1", &Policy::block_q),
-      int_field("s2", &Policy::block_kv),
-      bool_field("smooth_q", &Policy::smooth_q),
-      bool_field("smooth_k", &Policy::smooth_k),
-      bool_field("smooth_v", &Policy::smooth_v),
-      quantizer_field("q_quant", &Policy::q_quant),
-      quantizer_field("k_quant", &Policy::k_quant),
-      granularity_field("q_gran", &Policy::q_gran),
-      granularity_field("k_gran", &Policy::k_gran),
-      quantizer_field("v_quant", &Policy::v_quant),
-      number_field("p_scale", &Policy::p_scale),
-      bool_field("two_level", &Policy::two_level),
-      {"p_max", [](const Policy& p) { return std::string(p.p_running_max ? "running" : "block"); },
-       [](Policy& p, const std::string& v) {
-         if (v == "block") p.p_running_max = false;
-         else if (v == "running") p.p_running_max = true;
-         else throw Error("policy field 'p_max': '" + v + "' is not block or running");
-       }},
-      number_field("phi", &Policy::phi),
-      number_field("window_lo", &Policy::window_lo),
-      number_field("window_hi", &Policy::window_hi),
-      int_field("splits", &Policy::splits),
+      format_field("input", &Policy::input, "Q, K, V are converted to this format on entry"),
+      format_field("qk_acc", &Policy::qk_acc, "accumulator inside the Q K^T GEMM"),
+      format_field("s", &Policy::s, "S as it leaves the Q K^T GEMM"),
+      choice_field("scale", &Policy::scale, {"s", "q", "k"},
+                   "where the softmax scale multiplies in: s (the scores), q (Q before the GEMM), k (K, "
+                   "or PASA's shifting matrix M)"),
+      format_field("softmax", &Policy::softmax, "scaled S, max, exp, rowsum and shift terms"),
+      format_field("sum_acc", &Policy::sum_acc,
+                   "accumulator of the softmax's row sums (of P, and PASA's sum of a block's S')"),
+      format_field("p", &Policy::p, "P as the P V GEMM's operand"),
+      format_field("pv_acc", &Policy::pv_acc, "accumulator inside the P V GEMM"),
+      format_field("o", &Policy::o, "P V output, the running O~ and the final O~ / l"),
+      choice_field("shift", &Policy::shift, {"none", "pasa", "unified"},
+                   "what the scores are measured against: none (running max), pasa (pseudo-average, "
+                   "beta), unified (FlashDecoding++'s fixed phi)"),
+      number_field("beta", &Policy::beta, "PASA's beta in [0, 1) (shift=pasa)"),
+      choice_field("pseudo_avg", &Policy::pseudo_avg, {"s", "k"},
+                   "PASA's local pseudo-average: s (the mean of S' as computed) or k (Q times M's row "
+                   "sum times the block's mean key)"),
+      int_field("s1", &Policy::block_q, "query rows per block"),
+      int_field("s2", &Policy::block_kv, "key rows per block (PASA's M is s2 x s2)"),
+      bool_field("smooth_q", &Policy::smooth_q, "Q -= its token mean, the correction dS added to S"),
+      bool_field("smooth_k", &Policy::smooth_k, "K -= its token mean"),
+      bool_field("smooth_v", &Policy::smooth_v, "V -= its token mean, added back to O"),
+      quantizer_field("q_quant", &Policy::q_quant, "Q's quantizer format, or none"),
+      quantizer_field("k_quant", &Policy::k_quant, "K's quantizer format, or none"),
+      granularity_field("q_gran", &Policy::q_gran, "Q's quantization granularity"),
+      granularity_field("k_gran", &Policy::k_gran, "K's quantization granularity"),
+      quantizer_field("v_quant", &Policy::v_quant, "V's quantizer (one scale per channel), or none"),
+      number_field("p_scale", &Policy::p_scale, "P is multiplied by this before rounding to p (448 for FP8)"),
+      bool_field("two_level", &Policy::two_level,
+                 "1: each block's P V in pv_acc, added into O in o; 0: one pv_acc accumulator"),
+      choice_field("p_max", &Policy::p_running_max, {"block", "running"},
+                   "the maximum P's exponentials are taken against: the block's (block) or the running "
+                   "one (running)"),
+      number_field("phi", &Policy::phi, "FlashDecoding++'s unified maximum (shift=unified)"),
+      number_field("window_lo", &Policy::window_lo,
+                   "FlashDecoding++'s recompute window (not a sliding window): rows with x - phi <= "
+                   "window_lo are recomputed (shift=unified)"),
+      number_field("window_hi", &Policy::window_hi,
+                   "FlashDecoding++'s recompute window: rows with x - phi >= window_hi are recomputed "
+                   "(shift=unified)"),
+      int_field("splits", &Policy::splits, "the key axis cut into this many parts, merged exactly"),
   };
   return table;
+}
+
+const Field& find_field(std::string_view key) {
+  for (const Field& f : fields()) {
+    if (key == f.info.key) return f;
+  }
+  std::string keys;
+  for (const Field& f : fields()) keys += (keys.empty() ? "" : ", ") + f.info.key;
+  throw Error("policy: unknown key '" + std::string(key) + "' (keys: " + keys + ")");
 }
 
 std::string trim(std::string_view s) {
@@ -189,6 +208,30 @@ bool fits_in_fp32(const Format& f) {
 }
 
 }  // namespace
+
+const std::vector<PolicyField>& policy_fields() {
+  static const std::vector<PolicyField> table = [] {
+    std::vector<PolicyField> out;
+    for (const Field& f : fields()) out.push_back(f.info);
+    return out;
+  }();
+  return table;
+}
+
+std::string field_kind_name(FieldKind kind) {
+  switch (kind) {
+    case FieldKind::format: return "format";
+    case FieldKind::quantizer: return "quantizer";
+    case FieldKind::choice: return "choice";
+    case FieldKind::number: return "number";
+    case FieldKind::integer: return "integer";
+    case FieldKind::boolean: return "boolean";
+  }
+  return "?";
+}
+
+std::string field_value(const Policy& policy, std::string_view key) { return find_field(key).get(policy); }
+
 
 // Member by member, not through the text form: the CUDA dispatch compares policies on every call.
 // Every field of fields() (the preset name is not one); Policy.EqualityCoversEveryTextField checks.
@@ -295,18 +338,16 @@ Policy parse_policy(std::string_view text) {
     }
     const std::string key = trim(kv.substr(0, eq));
     const std::string value = trim(kv.substr(eq + 1));
-    bool found = false;
+    const Field* field = nullptr;
     for (const Field& f : fields()) {
-      if (key == f.key) {
-        f.set(p, value);
-        found = true;
-      }
+      if (key == f.info.key) field = &f;
     }
-    if (!found) {
+    if (field == nullptr) {
       std::string keys;
-      for (const Field& f : fields()) keys += std::string(keys.empty() ? "" : ", ") + f.key;
+      for (const Field& f : fields()) keys += (keys.empty() ? "" : ", ") + f.info.key;
       throw Error("policy '" + std::string(text) + "': unknown key '" + key + "' (keys: " + keys + ")");
     }
+    field->set(p, value);
   }
   validate(p);
   return p;
@@ -317,7 +358,7 @@ std::string to_string(const Policy& policy) {
   std::string out = policy.preset;
   for (const Field& f : fields()) {
     const std::string value = f.get(policy);
-    if (value != f.get(base)) out += std::string(",") + f.key + "=" + value;
+    if (value != f.get(base)) out += "," + f.info.key + "=" + value;
   }
   return out;
 }
@@ -351,11 +392,11 @@ void validate(const Policy& p) {
                 " has no infinity, which masking and the running max need");
   }
   if (!(p.beta >= 0.0 && p.beta < 1.0)) {
-    throw Error(fmt::format("policy field 'beta': {} is outside [0, 1) (beta = 1 makes the shifting "
-                            "matrix singular)", p.beta));
+    throw Error(text::format("policy field 'beta': {} is outside [0, 1) (beta = 1 makes the shifting "
+                             "matrix singular)", p.beta));
   }
   if (p.shift != Shift::pasa && p.beta != 0.0) {
-    throw Error("policy field 'beta': set to " + fmt::format("{}", p.beta) + " but shift=" +
+    throw Error("policy field 'beta': set to " + text::format("{}", p.beta) + " but shift=" +
                 shift_name(p.shift) + " ignores it (use shift=pasa)");
   }
   if (p.shift != Shift::pasa && p.pseudo_avg != PseudoAverage::scores) {
@@ -367,24 +408,29 @@ void validate(const Policy& p) {
                 "set q_quant=none and k_quant=none");
   }
   if (!std::isfinite(p.phi) || !(p.window_lo < p.window_hi)) {
-    throw Error(fmt::format("policy field 'phi'/'window_lo'/'window_hi': phi must be finite and "
-                            "window_lo < window_hi (got {}, {}, {})", p.phi, p.window_lo, p.window_hi));
+    throw Error(text::format("policy field 'phi'/'window_lo'/'window_hi': phi must be finite and "
+                             "window_lo < window_hi (got {}, {}, {})", p.phi, p.window_lo, p.window_hi));
+  }
+  if (p.shift != Shift::unified && (p.window_lo != Policy{}.window_lo || p.window_hi != Policy{}.window_hi)) {
+    throw Error("policy field 'window_lo'/'window_hi': FlashDecoding++'s recompute window is set but shift=" +
+                shift_name(p.shift) + " ignores it (it is not a sliding window: pass window_size to the "
+                "attention call for one)");
   }
   if (p.splits < 1 || p.splits > 1024) {
-    throw Error(fmt::format("policy field 'splits': {} is outside 1..1024", p.splits));
+    throw Error(text::format("policy field 'splits': {} is outside 1..1024", p.splits));
   }
   if (!(p.p_scale > 0.0 && std::isfinite(p.p_scale))) {
-    throw Error(fmt::format("policy field 'p_scale': {} must be positive and finite", p.p_scale));
+    throw Error(text::format("policy field 'p_scale': {} must be positive and finite", p.p_scale));
   }
   // Per-warp and per-thread query groups are 16-row slabs of a query block; per-thread key groups
   // repeat every 8 keys of a key block.
   auto slab_gran = [](Granularity g) { return g == Granularity::warp || g == Granularity::thread; };
   if (p.q_quant && slab_gran(p.q_gran) && p.block_q % 16 != 0) {
-    throw Error(fmt::format("policy field 's1': {} must be a multiple of 16 for q_gran={}", p.block_q,
-                            granularity_name(p.q_gran)));
+    throw Error(text::format("policy field 's1': {} must be a multiple of 16 for q_gran={}", p.block_q,
+                             granularity_name(p.q_gran)));
   }
   if (p.k_quant && p.k_gran == Granularity::thread && p.block_kv % 8 != 0) {
-    throw Error(fmt::format("policy field 's2': {} must be a multiple of 8 for k_gran=thread", p.block_kv));
+    throw Error(text::format("policy field 's2': {} must be a multiple of 8 for k_gran=thread", p.block_kv));
   }
   for (auto [key, b] : {std::pair{"s1", p.block_q}, {"s2", p.block_kv}}) {
     if (b < 1 || b > 1024) {

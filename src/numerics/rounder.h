@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A Format compiled for speed: the emulator rounds several times per score, so the common cases
 // (fp32 by a cast, floating formats by integer arithmetic on the double's bits) avoid the general
 // frexp/ldexp path of round_to(). Results are identical to round_to(); the format tests check it.

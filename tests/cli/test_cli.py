@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """End-to-end checks of the `pasa` command: run, beta, inspect, study (short), calibrate, bench,
 overhead.
 
@@ -47,6 +48,35 @@ def check_run(tmp):
     assert "beta" in r.stderr, r.stderr
 
 
+def check_version_help_and_alignment(tmp):
+    version = pasa("--version").stdout.split()
+    assert version[0] == "pasa" and version[1].count(".") == 2, version
+    help_text = pasa("run", "--help").stdout
+    for preset in ("exact", "fa16_fp32", "fa16", "pasa", "sage8", "sage4", "fdpp"):
+        assert preset in help_text, preset
+    assert "bottom_right" in help_text and "top_left" in help_text
+    # --alignment takes the API's spelling (and the hyphenated one); top_left and bottom_right
+    # differ when S_q < S_kv.
+    rng = np.random.default_rng(11)
+    print("check_version_help_and_alignment: numpy seed 11")
+    q = rng.standard_normal((1, 1, 3, 64)).astype(np.float32)
+    k, v = (rng.standard_normal((1, 1, 9, 64)).astype(np.float32) for _ in range(2))
+    for n, a in zip("qkv", (q, k, v)):
+        np.save(os.path.join(tmp, f"a{n}.npy"), a)
+    outputs = {}
+    for alignment in ("top_left", "top-left", "bottom_right", "bottom-right"):
+        out = os.path.join(tmp, f"o_{alignment}.npy")
+        pasa("run", "--q", f"{tmp}/aq.npy", "--k", f"{tmp}/ak.npy", "--v", f"{tmp}/av.npy", "--causal",
+             "--alignment", alignment, "--out", out)
+        outputs[alignment] = np.load(out)
+    assert np.array_equal(outputs["top_left"], outputs["top-left"])
+    assert np.array_equal(outputs["bottom_right"], outputs["bottom-right"])
+    assert not np.array_equal(outputs["top_left"], outputs["bottom_right"])
+    r = pasa("run", "--q", f"{tmp}/aq.npy", "--k", f"{tmp}/ak.npy", "--v", f"{tmp}/av.npy",
+             "--alignment", "middle", ok=False)
+    assert "is not bottom_right or top_left" in r.stderr, r.stderr
+
+
 def check_beta_and_inspect():
     r = pasa("beta")
     assert "| 0.984375 | 0.984497 |" in r.stdout, r.stdout
@@ -57,10 +87,21 @@ def check_beta_and_inspect():
 
 def check_study(tmp):
     path = os.path.join(tmp, "study.json")
-    pasa("study", "--seq", "128", "--heads", "1", "--json", path)
-    rows = json.load(open(path))
-    assert {r["policy"] for r in rows} == {"exact", "fa16_fp32", "fa16", "pasa"}
-    assert all(set(r) == {"dist", "x0", "am", "policy", "nan_share", "rmse"} for r in rows)
+    # A directory name with a quote and a space: plotting runs no shell.
+    plots = os.path.join(tmp, "it's plots")
+    have_matplotlib = subprocess.run(["python3", "-c", "import matplotlib"]).returncode == 0
+    pasa("study", "--seq", "128", "--heads", "1", "--seed", "7", "--json", path,
+         *(["--plot", plots] if have_matplotlib else []))
+    if have_matplotlib:
+        assert len([f for f in os.listdir(plots) if f.endswith(".png")]) == 4, os.listdir(plots)
+    document = json.load(open(path))
+    assert document["pasa_version"] == pasa("--version").stdout.split()[1]
+    assert document["study"] == "paper" and document["seed"] == 7
+    assert document["shape"] == {"batch": 1, "heads": 1, "seq": 128, "dim": 128}
+    assert document["policies"] == ["exact", "fa16_fp32", "fa16", "pasa", "pasa_accurate"]
+    rows = document["rows"]
+    assert {r["policy"] for r in rows} == set(document["policies"])
+    assert all(set(r) == {"dist", "x0", "am", "v", "policy", "nan_share", "rmse"} for r in rows)
     assert all(r["nan_share"] == 0 for r in rows if r["policy"] in ("exact", "pasa"))
     assert any(r["nan_share"] > 0 for r in rows if r["policy"] == "fa16_fp32")
 
@@ -68,13 +109,20 @@ def check_study(tmp):
 def check_sage_and_decode_studies(tmp):
     path = os.path.join(tmp, "sage.json")
     pasa("study", "sage", "--seq", "64", "--heads", "1", "--json", path)
-    rows = json.load(open(path))
+    document = json.load(open(path))
+    assert document["study"] == "sage" and document["seed"] == 2024 and document["pasa_version"]
+    assert document["shape"] == {"batch": 1, "heads": 1, "seq": 64, "dim": 128}
+    assert {"sage8", "sage4"} <= set(document["policies"])
+    rows = document["rows"]
     assert all({"table", "variant", "policy", "input", "cos_sim", "rel_l1", "rmse"} <= set(r) for r in rows)
     table4 = [r for r in rows if r["table"] == "PASA Table 4 inputs"]
     assert all(r["nan_share"] == 0 for r in table4 if r["policy"] in ("sage8", "sage4", "pasa"))
     path = os.path.join(tmp, "decode.json")
     pasa("study", "decode", "--seq-kv", "256", "--batch", "1", "--json", path)
-    rows = json.load(open(path))
+    document = json.load(open(path))
+    assert document["study"] == "decode" and document["shape"]["seq_kv"] == 256
+    assert document["policies"] == ["fdpp"]
+    rows = document["rows"]
     normal = next(r for r in rows if r["input"] == "normal")
     assert normal["recompute_calibrated"] == 0 and normal["unified_vs_sync"] < 1e-2, normal
 
@@ -95,6 +143,7 @@ def check_calibrate(tmp):
     pasa("calibrate", "--inputs", inputs, "--fast", "sage4", "--accurate", "sage8", "--xi", "20",
          "--out", plan_path)
     plan = json.load(open(plan_path))
+    assert plan["pasa_version"] == pasa("--version").stdout.split()[1]
     accurate = sorted(e["layer"] for e in plan["entries"] if e["policy"] == "sage8")
     assert accurate == [2, 7], plan
     r = pasa("calibrate", "--inputs", inputs, "--phi")
@@ -107,6 +156,30 @@ def check_calibrate(tmp):
     os.remove(os.path.join(inputs, "layer3_t5_v.npy"))
     r = pasa("calibrate", "--inputs", inputs, "--out", plan_path, ok=False)
     assert "layer3_t5 has 2 of its" in r.stderr, r.stderr
+
+
+def check_arguments():
+    # The CLI's own argument parser: help for every command, and usage errors (exit code 2) that name
+    # the option and never run the command.
+    r = pasa("--help")
+    assert all(c in r.stdout for c in ("run", "study", "beta", "inspect", "calibrate", "bench")), r.stdout
+    r = pasa("study", "--help")
+    assert "--seq VALUE" in r.stdout and "[default: 1280]" in r.stdout and "sage" in r.stdout, r.stdout
+    r = pasa("study", "sage", "-h")
+    assert "pasa study sage" in r.stdout, r.stdout
+    for args, words in ((("beta", "--block", "12x"), "--block: '12x' is not an integer"),
+                        (("beta", "--nope"), "no option --nope"),
+                        (("beta", "--block"), "--block needs a value"),
+                        (("run", "--causal=1"), "--causal is a flag"),
+                        (("calibrate",), "--inputs is required"),
+                        (("frobnicate",), "'frobnicate'"),
+                        ((), "needs a command: run, study")):
+        r = pasa(*args, ok=False)
+        assert r.returncode == 2 and words in r.stderr, (args, r.stderr)
+    # A list option's values replace its default list: --init takes comma-separated values.
+    r = pasa("beta", "--init", "0.9,0.99", "--init=0.999")
+    initial = [line.split("|")[1].strip() for line in r.stdout.splitlines() if line.startswith("| 0.")]
+    assert initial == ["0.900000", "0.990000", "0.999000"], r.stdout
 
 
 def check_bench():
@@ -139,10 +212,12 @@ def check_overhead():
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         check_run(tmp)
+        check_version_help_and_alignment(tmp)
         check_beta_and_inspect()
         check_study(tmp)
         check_sage_and_decode_studies(tmp)
         check_calibrate(tmp)
+    check_arguments()
     check_bench()
     check_overhead()
     print("cli tests passed")

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The `pasa` command under hostile conditions, through the binary: exit codes, memory limits, full
 disks, interrupted writes, outputs that alias inputs, and the bad inputs that used to crash or hang.
 

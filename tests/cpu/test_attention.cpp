@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The exact tiled online-softmax path against the fp64 reference, the merge, and seed 004's example.
 #include <gtest/gtest.h>
 

@@ -1,9 +1,12 @@
+// SPDX-License-Identifier: Apache-2.0
 // AttentionPlan on the CPU emulator: run() gives what pasa::attention gives, bit for bit, for every
 // preset and for new tensors of the planned problem; a call whose problem differs is refused before
 // anything is written.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "pasa/attention_plan.h"
 #include "test_util.h"
@@ -77,6 +80,22 @@ TEST(AttentionPlan, ACallOfAnotherProblemIsRefusedBeforeWriting) {
   Problem no_lse(seed);
   no_lse.args.lse = LseView{};
   expect_refused(no_lse, "lse: differs");
+  Problem windowed(seed);
+  windowed.args.window_left = 4;
+  expect_refused(windowed, "window_left: differs");
+  Problem right_window(seed);
+  right_window.args.window_right = 0;
+  expect_refused(right_window, "window_right: differs");
+  Problem capped(seed);
+  capped.args.softcap = 30.0;
+  expect_refused(capped, "softcap: differs");
+  Problem masked(seed);
+  const std::vector<std::uint8_t> keep(static_cast<std::size_t>(masked.args.k.shape[2]), 1);
+  masked.args.mask.data = keep.data();
+  masked.args.mask.kind = MaskKind::boolean;
+  masked.args.mask.shape = {1, 1, 1, masked.args.k.shape[2]};
+  masked.args.mask.stride = {0, 0, 0, 1};
+  expect_refused(masked, "mask: differs");
   Problem nan_input(seed);
   store_from_double(nan_input.v.bytes.data(), DType::f16, 5, NAN);
   expect_refused(nan_input, "v: non-finite value");

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every bad-input class of the attention API gives a pasa::Error naming the argument.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Causal masking checked against an oracle that shares no code with the library (naive_attention.h):
 // the emulator and the library's fp64 reference call one mask helper, so comparing them with each
 // other cannot catch a wrong mask rule. Tiny shapes with S_q != S_kv both ways, both alignments, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Each SageAttention2 mechanism on an input where it matters, against a model of the mechanism
 // written in the tests (quant_checks.h): turning it off, or doing it with other groups, fails here.
 // docs/numerics.md ("Tests that catch wrong algorithms") lists the deliberate changes these catch.

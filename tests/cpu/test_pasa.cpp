@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PASA in the emulator: exactness in real arithmetic, beta = 0 is FlashAttention-2, the paper's
 // overflow cases, the resonance inputs, and the optimal-beta table.
 #include <gtest/gtest.h>
@@ -5,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "pasa/attention.h"
 #include "pasa/beta.h"
@@ -148,24 +150,31 @@ TEST(Pasa, ShortLastBlockIsShiftedLikeAFullOne) {
   // A last key block of 100 or 1 keys (S = 1124, 1281) is padded to s2 with its own mean key, so it
   // shares M and the invariance G with the full blocks: its keys' scores come out as accurate as the
   // others'. (Shifted by its own n but recovered with the full blocks' G, the error was 1.2 and 2.5.)
-  const std::uint64_t seed = 11;
+  // pasa's error on these inputs varies several-fold from draw to draw (0.02 to 0.95 over seeds
+  // 11-16 at S = 1024), so the comparison is between means over a fixed seed set, not single draws.
+  const std::vector<std::uint64_t> seeds = {11, 12, 13, 14};
   const Policy pasa = preset_policy("pasa"), accurate = preset_policy("pasa_accurate");
   double full_error = 0;
   for (const std::int64_t S : {1024, 1124, 1281}) {
-    SCOPED_TRACE(::testing::Message() << "S " << S << " seed " << seed);
-    QKV data = weight_sensitive_qkv({1, 1, S, 128}, seed);
-    const ReferenceResult ref = reference_of(data);
-    const double e = test::relative_rmse(run_policy(data, pasa).o, ref.o);
-    const double e_acc = test::relative_rmse(run_policy(data, accurate).o, ref.o);
-    std::printf("  S %lld: pasa %.3e  pasa_accurate %.3e\n", static_cast<long long>(S), e, e_acc);
-    if (S == 1024) full_error = e;
+    double mean_error = 0;
+    for (const std::uint64_t seed : seeds) {
+      SCOPED_TRACE(::testing::Message() << "S " << S << " seed " << seed);
+      QKV data = weight_sensitive_qkv({1, 1, S, 128}, seed);
+      const ReferenceResult ref = reference_of(data);
+      const double e = test::relative_rmse(run_policy(data, pasa).o, ref.o);
+      const double e_acc = test::relative_rmse(run_policy(data, accurate).o, ref.o);
+      std::printf("  S %lld seed %llu: pasa %.3e  pasa_accurate %.3e\n", static_cast<long long>(S),
+                  static_cast<unsigned long long>(seed), e, e_acc);
+      mean_error += e / static_cast<double>(seeds.size());
+      // pasa_accurate: fp16 P and O~ only. Each block adds one fp16 rounding of P (u = 2^-11) and two
+      // of O~, whose errors add up over N_kv <= 11 blocks: a relative error of order (2 + sqrt(N_kv)) u
+      // ~ 3e-3; the target, 1e-2, leaves room for the exponent's spread.
+      EXPECT_LT(e_acc, 1e-2) << "pasa_accurate";
+    }
+    if (S == 1024) full_error = mean_error;
     // pasa's error here is the fp16 rounding of each block's pseudo-average times G (~64): the
     // same mechanism in every block, so a padded block may not change its size.
-    EXPECT_LT(e, 2 * full_error) << "pasa";
-    // pasa_accurate: fp16 P and O~ only. Each block adds one fp16 rounding of P (u = 2^-11) and two
-    // of O~, whose errors add up over N_kv <= 11 blocks: a relative error of order (2 + sqrt(N_kv)) u
-    // ~ 3e-3; the target, 1e-2, leaves room for the exponent's spread.
-    EXPECT_LT(e_acc, 1e-2) << "pasa_accurate";
+    EXPECT_LT(mean_error, 2 * full_error) << "pasa, S " << S << ", mean over seeds 11-14";
   }
 }
 

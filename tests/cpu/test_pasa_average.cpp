@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PASA's global pseudo-average (Eq. 15) on inputs where using each block's own mean, or no reference
 // at all, overflows fp16 (pasa_average_checks.h explains the two inputs).
 #include <gtest/gtest.h>

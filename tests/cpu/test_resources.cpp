@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Running out of resources inside the CPU backends: an exception thrown in an OpenMP loop reaches
 // the caller (instead of std::terminate), and a problem too large for the machine's memory is refused
 // up front with a ResourceError saying what it needs.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SageAttention2 and FlashDecoding++ in the emulator: smoothing is exact, quantization errors are
 // what the report measures, split-KV and the unified max agree with the synchronized algorithm.
 #include <gtest/gtest.h>

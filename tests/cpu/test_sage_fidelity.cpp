@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The SageAttention2 report's own choices as policy options: P against the running maximum
 // (p_max=running) must equal the one-accumulator form's P (two_level=0 takes P against the running
 // maximum by construction) where the accumulators agree, and must differ from the block-maximum P.

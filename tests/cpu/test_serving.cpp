@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The serving layouts (pasa/serving.h): every sequence of a varlen or KV-cache call must give, bit for
 // bit, what pasa::attention gives on that sequence alone as a dense problem, under every preset; and
 // bad batches must be rejected before anything (output or cache) is written.

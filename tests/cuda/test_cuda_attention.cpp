@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA kernels against the fp64 reference, with the CPU emulator running the same policy as the
 // yardstick (cuda_case_harness.h states the rule): awkward shapes, layouts, causal alignments, GQA,
 // decode, CUDA graphs and bad input. Without an sm_90 GPU every test is skipped.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pasa kernels (pasa and pasa_accurate) on the inputs where PASA's numerics are at stake: a short
 // last key block, weight-sensitive inputs (V ~ N(0, 1) beside biased Q and K), large means, and a
 // sweep of seeds of the paper's Table 4 distributions that must give no inf/NaN. Seeds are fixed and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AttentionPlan on the GPU: run() with a caller-owned workspace gives what pasa::attention gives, bit
 // for bit (decode with several splits, so the workspace is used, and prefill); a captured run() replays
 // on the inputs' current contents. Without an sm_90 GPU every test is skipped.

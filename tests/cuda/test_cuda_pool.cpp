@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pasa's device scratch pool when the device runs out of memory: the failed allocation is a
 // pasa::ResourceError, and the context is left usable — the next call runs and gives the same bits
 // as before the failure. Without an sm_90 GPU the tests are skipped.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The wgmma building blocks of src/cuda/wgmma.cuh on one warpgroup, against a CPU matrix product:
 // K-major swizzled B tiles with 64- and 128-byte rows placed at several shared-memory offsets, A
 // fragments from registers, the accumulator layout; INT8 and FP8 e4m3 in the shapes the sage8 kernel

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared by the .npy and .safetensors tests: a scratch directory, random tensors, and a check that a
 // call throws pasa::Error with a message naming the source and the problem.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Writers replace a file whole or leave it untouched: a failed write (full disk, file-size limit)
 // keeps the old contents and leaves no temporary behind; devices are written in place and their
 // failures reported; the signal handler's cleanup removes the temporaries of writes in progress.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // .npy reading and writing: round trips, byte-exact agreement with np.save, the header syntax numpy
 // produces, and a pasa::Error naming the file and the problem for every class of malformed file.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Adaptive-mixing plans: names, lookup order, and files that are not plans.
 #include <gtest/gtest.h>
 
@@ -19,6 +20,10 @@ TEST(Plan, EntryNames) {
   EXPECT_EQ(parse_entry_name("layer12_t40"), std::make_pair(12, 40));
   test::expect_error([] { parse_entry_name("block3"); }, "entry 'block3'");
   test::expect_error([] { parse_entry_name("layer3_x"); }, "layer<L>_t<T>");
+  for (const char* name : {"layer3", "layer12_t40", "layer0_t0"}) {
+    const auto [layer, timestep] = parse_entry_name(name);
+    EXPECT_EQ(entry_name(layer, timestep), name);
+  }
 }
 
 TEST(Plan, RoundTripAndLookup) {

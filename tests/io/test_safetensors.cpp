@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // .safetensors reading and writing: round trips, the writer's layout (sorted names, 8-byte aligned
 // space-padded header), files as the Python library writes them, and a pasa::Error naming the file and
 // the problem for every class of malformed file.
@@ -8,7 +9,6 @@
 #include <fstream>
 #include <iterator>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -16,6 +16,7 @@
 #include "io/io_test_helpers.h"
 #include "pasa/error.h"
 #include "pasa/io.h"
+#include "text/json.h"
 
 namespace pasa::io::test {
 namespace {
@@ -100,14 +101,15 @@ TEST(Safetensors, WriterSortsNamesAndPadsTheHeaderTo8Bytes) {
   const std::string header(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
   EXPECT_EQ(header.front(), '{');
   EXPECT_EQ(header.find_last_not_of(' '), header.find_last_of('}'));
-  const auto json = nlohmann::json::parse(header);
-  EXPECT_EQ(json["a"]["dtype"], "BF16");
-  EXPECT_EQ(json["a"]["shape"], nlohmann::json::array({2, 1}));
-  EXPECT_EQ(json["a"]["data_offsets"], nlohmann::json::array({0, 4}));
-  EXPECT_EQ(json["b"]["dtype"], "F32");
-  EXPECT_EQ(json["b"]["data_offsets"], nlohmann::json::array({4, 16}));
-  EXPECT_EQ(json["c"]["dtype"], "F16");
-  EXPECT_EQ(json["c"]["data_offsets"], nlohmann::json::array({16, 18}));
+  using text::Json;
+  const Json json = Json::parse(header);
+  EXPECT_EQ(json.at("a").at("dtype"), Json("BF16"));
+  EXPECT_EQ(json.at("a").at("shape"), Json::array({2, 1}));
+  EXPECT_EQ(json.at("a").at("data_offsets"), Json::array({0, 4}));
+  EXPECT_EQ(json.at("b").at("dtype"), Json("F32"));
+  EXPECT_EQ(json.at("b").at("data_offsets"), Json::array({4, 16}));
+  EXPECT_EQ(json.at("c").at("dtype"), Json("F16"));
+  EXPECT_EQ(json.at("c").at("data_offsets"), Json::array({16, 18}));
   std::vector<std::uint8_t> data;
   for (const char* name : {"a", "b", "c"}) {
     data.insert(data.end(), tensors.at(name).bytes.begin(), tensors.at(name).bytes.end());

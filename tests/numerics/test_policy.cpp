@@ -1,5 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
 // Policies: presets, the text form (print, parse, round trip) and validation errors naming the field.
 #include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <string_view>
 
 #include "numerics/rounder.h"
 #include "pasa/policy.h"
@@ -61,6 +66,15 @@ TEST(Policy, EqualityCoversEveryTextField) {
     EXPECT_NE(changed, base) << override;
     EXPECT_EQ(changed, parse_policy(to_string(changed))) << override;
   }
+  // Every key of the field table has its override above (a new field needs one, and operator==).
+  for (const PolicyField& field : policy_fields()) {
+    bool covered = false;
+    for (const auto& entry : overrides) {
+      const std::string_view text = entry.second;
+      covered = covered || text.substr(0, text.find('=')) == field.key;
+    }
+    EXPECT_TRUE(covered) << field.key << " has no override in EqualityCoversEveryTextField";
+  }
 }
 
 TEST(Policy, ErrorsNameTheField) {
@@ -79,8 +93,29 @@ TEST(Policy, ErrorsNameTheField) {
   expect_error([] { parse_policy("exact,softmax=e4m3"); }, "'softmax': e4m3 has no infinity");
   expect_error([] { parse_policy("exact,p=fp64"); }, "'p': fp64 is wider than fp32");
   expect_error([] { parse_policy("exact,o=fp99"); }, "policy field 'o': unknown number format 'fp99'");
-  expect_error([] { parse_policy("exact,scale=x"); }, "'scale': 'x' is not s");
-  expect_error([] { parse_policy("exact,shift=max"); }, "'shift': 'max' is not none, pasa or unified");
+  expect_error([] { parse_policy("exact,scale=x"); }, "'scale': 'x' is not one of s, q, k");
+  expect_error([] { parse_policy("exact,window_lo=-5"); }, "it is not a sliding window");
+  expect_error([] { parse_policy("pasa,window_hi=5"); }, "shift=pasa ignores it");
+  EXPECT_EQ(parse_policy("fdpp,window_lo=-5").window_lo, -5.0);
+  expect_error([] { parse_policy("exact,shift=max"); }, "'shift': 'max' is not one of none, pasa, unified");
+}
+
+// The public table lists every text key once, and each key's value reads back as to_string prints it.
+TEST(Policy, FieldTableDescribesEveryKey) {
+  const Policy p = parse_policy("sage8,smooth_v=1,k_gran=block,splits=2");
+  std::set<std::string> keys;
+  std::string rebuilt = p.preset;
+  for (const PolicyField& f : policy_fields()) {
+    EXPECT_TRUE(keys.insert(f.key).second) << f.key;
+    EXPECT_FALSE(f.doc.empty()) << f.key;
+    EXPECT_EQ(f.kind == FieldKind::choice, !f.choices.empty()) << f.key;
+    rebuilt += "," + f.key + "=" + field_value(p, f.key);
+  }
+  EXPECT_EQ(keys.size(), 29u);
+  EXPECT_EQ(parse_policy(rebuilt), p);
+  EXPECT_EQ(field_value(preset_policy("fdpp"), "shift"), "unified");
+  EXPECT_EQ(field_value(preset_policy("sage8"), "pv_acc"), "fp22");
+  expect_error([] { field_value(Policy{}, "gamma"); }, "unknown key 'gamma'");
 }
 
 TEST(Rounder, AgreesWithRoundTo) {

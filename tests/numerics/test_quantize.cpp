@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SageAttention2's quantizers on hand-checked cases.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared helpers for the Python tests: fresh random inputs and a NumPy float64 attention."""
 
 from __future__ import annotations

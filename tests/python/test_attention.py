@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pasa.attention and pasa.reference on NumPy arrays (CPU backends) against a NumPy float64
 attention written in the test."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pasa.capture and pasa.patch on a stand-in transformer. Skipped where torch is not installed."""
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def test_capture_records_every_call(tmp_path, model, x):
     names = [e["name"] for e in cap.entries]
     assert names == [f"layer{i}" for i in range(6)]
     index = json.loads((tmp_path / "cap" / "index.json").read_text())
+    assert index["pasa_version"] == pasa.__version__
     assert index["entries"] == cap.entries
     entry = index["entries"][0]
     assert entry["shape"] == {"q": [2, 2, 17, 64], "k": [2, 1, 17, 64], "v": [2, 1, 17, 64]}
@@ -225,22 +227,108 @@ def test_patch_errors(model, x):
         with pytest.raises(pasa.PasaError, match=r"^plan: no policy for call 'layer1'"):
             with torch.no_grad():
                 model(x)
-    mask = torch.ones(17, 17, dtype=torch.bool).tril()
-    with pasa.patch(model):
-        with pytest.raises(pasa.PasaError, match=r"^attn_mask"):
-            with torch.no_grad():
-                model(x, mask)
     assert F.scaled_dot_product_attention is torch._C._nn.scaled_dot_product_attention
 
 
-def test_patch_fallback(model, x):
+def test_patch_runs_masks_on_the_cpu(model, x):
     mask = torch.ones(17, 17, dtype=torch.bool).tril()
     with torch.no_grad():
         want = model(x, mask)
-        with pasa.patch(model, fallback=True) as handle:
+        with pasa.patch(model) as handle:
             got = model(x, mask)
-    assert handle.fallbacks == 3 and handle.calls == 0
-    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    assert handle.calls == 3 and handle.fallbacks == 0
+    # exact policy: float32 throughout, against torch's float32 SDPA through three blocks.
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_patch_falls_back_and_counts(model, x):
+    pasa.stats(reset=True)
+    with torch.no_grad():
+        want = model(x)
+    x64 = x.double()
+    model64 = TinyTransformer().double().eval()
+    with torch.no_grad():
+        want64 = model64(x64)
+        with pytest.warns(pasa.PasaFallbackWarning, match=r"dtype: torch.float64") as record:
+            with pasa.patch(model64) as handle:
+                got64 = model64(x64)
+                model64(x64)
+    assert len(record) == 1  # warned once for the reason, not once per call
+    assert handle.fallbacks == 6 and handle.calls == 0
+    torch.testing.assert_close(got64, want64, atol=0, rtol=0)
+    counts = pasa.stats()
+    assert counts["fallbacks"] == 6 and counts["calls"] == 0
+    assert list(counts["reasons"]) == ["dtype"]
+    with torch.no_grad(), pasa.patch(model) as handle:
+        torch.testing.assert_close(model(x), want, atol=1e-5, rtol=1e-5)
+    assert pasa.stats()["calls"] == 3
+    with pasa.patch(model64, strict=True):
+        with pytest.raises(pasa.PasaError, match=r"dtype: torch.float64 .*strict=True"):
+            with torch.no_grad():
+                model64(x64)
+    assert pasa.stats(reset=True)["fallbacks"] == 6 and pasa.stats()["fallbacks"] == 0
+
+
+def test_patch_falls_back_for_autograd_and_pasa_errors(model, x):
+    pasa.stats(reset=True)  # warnings come once per reason since the last reset
+    x = x.clone().requires_grad_(True)
+    with pytest.warns(pasa.PasaFallbackWarning, match="autograd"):
+        with pasa.patch(model) as handle:
+            model(x).sum().backward()  # torch's SDPA, so the gradient exists
+    assert handle.fallbacks == 3 and x.grad is not None
+    # What only pasa's own checks find (here: non-finite values, which the CPU backends reject)
+    # also falls back; torch then computes what it computes (NaN here).
+    bad = x.detach().clone()
+    bad[0, 3, 5] = float("inf")
+    with torch.no_grad(), pytest.warns(pasa.PasaFallbackWarning, match="non-finite value"):
+        with pasa.patch(model) as handle:
+            model(bad)
+    assert handle.fallbacks >= 1
+
+
+class DiTBlock(torch.nn.Module):
+    """A DiT-style block: adaLN modulation from a timestep embedding, joint attention over image
+    and text tokens (MM-DiT), text padding masked, through F.scaled_dot_product_attention."""
+
+    def __init__(self, dim=64, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.ada = torch.nn.Linear(dim, 2 * dim)
+        self.norm = torch.nn.LayerNorm(dim, elementwise_affine=False)
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.out = torch.nn.Linear(dim, dim)
+
+    def forward(self, image, text, text_keep, t_embedding):
+        shift, scale = self.ada(t_embedding)[:, None].chunk(2, dim=-1)
+        tokens = torch.cat([text, image], dim=1)
+        h = self.norm(tokens) * (1 + scale) + shift
+        b, n, d = h.shape
+        q, k, v = (t.view(b, n, self.heads, d // self.heads).transpose(1, 2)
+                   for t in self.qkv(h).chunk(3, dim=-1))
+        keep = torch.cat([text_keep, torch.ones(b, image.shape[1], dtype=torch.bool)], dim=1)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :])
+        tokens = tokens + self.out(o.transpose(1, 2).reshape(b, n, d))
+        return tokens[:, text.shape[1]:]
+
+
+def test_patch_runs_a_dit_block(rng):
+    torch.manual_seed(int(rng.integers(2**62)))
+    block = DiTBlock().eval()
+    image = torch.randn(2, 24, 64)
+    text = torch.randn(2, 7, 64)
+    text_keep = torch.ones(2, 7, dtype=torch.bool)
+    text_keep[1, 4:] = False  # the second prompt is shorter: padding
+    t_embedding = torch.randn(2, 64)
+    with torch.no_grad():
+        want = block(image, text, text_keep, t_embedding)
+        with pasa.patch(block, policy="exact") as handle:
+            got = block(image, text, text_keep, t_embedding)
+        with pasa.patch(block, policy="fa16") as low:
+            got16 = block(image, text, text_keep, t_embedding)
+    assert handle.calls == 1 and handle.fallbacks == 0 and low.calls == 1
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    # fa16: fp16 at S, P and O; the residual keeps the error at fp16's unit roundoff scale.
+    assert (got16 - want).abs().max() < 64 * 2.0**-11 * want.abs().max()
 
 
 def test_capture_inside_patch(tmp_path, model, x):

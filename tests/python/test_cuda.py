@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The CUDA path through torch: run on the device (an H200 with torch). Skipped without a GPU or
 without a pasa build that has the CUDA kernels.
 
@@ -182,3 +183,25 @@ def test_cupy_arrays(gen):
     assert isinstance(out, cupy.ndarray) and out.dtype == cupy.float16 and lse.shape == (1, 4, 200)
     want = pasa.attention(q, k, v, causal=True)
     torch.testing.assert_close(torch.from_dlpack(out), want, atol=0, rtol=0)
+
+
+def test_score_mods_raise_on_cuda_and_patch_falls_back(gen):
+    # The GPU kernels have no window, softcap or mask yet: a clear PasaError, and pasa.patch sends
+    # such calls to torch (counted), so a model with a padding mask still runs.
+    q, k, v = (randn(gen, 1, 2, 16, 64, dtype=torch.float16) for _ in range(3))
+    mask = torch.ones(1, 1, 16, 16, dtype=torch.bool, device="cuda").tril()
+    for kwargs in (dict(window_size=(4, 0)), dict(softcap=30.0), dict(attn_mask=mask)):
+        with pytest.raises(pasa.PasaError, match=r"the GPU kernels do not have sliding windows"):
+            pasa.attention(q, k, v, **kwargs)
+
+    class Masked(torch.nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    pasa.stats(reset=True)
+    module = Masked()
+    with torch.no_grad(), pytest.warns(pasa.PasaFallbackWarning, match="GPU kernels"):
+        with pasa.patch(module) as handle:
+            got = module(q, k, v)
+    assert handle.fallbacks == 1 and handle.calls == 0 and pasa.stats()["fallbacks"] == 1
+    torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pasa.distributed on the CPU: ring and all-gather attention over several gloo processes (the
 emulator on each), against single-device pasa.attention on the gathered sequence, for every preset,
 causal and not, contiguous (uneven) and zig-zag shards, GQA. Skipped where torch is not installed.

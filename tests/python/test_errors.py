@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every class of bad input raises pasa.PasaError (a ValueError) whose message names the argument,
 before any output is written."""
 

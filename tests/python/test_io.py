@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pasa.load / pasa.save: .npy and .safetensors round trips and hostile files."""
 
 from __future__ import annotations

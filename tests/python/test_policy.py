@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pasa.Policy: parse, print, presets, read-only fields."""
 
 from __future__ import annotations
@@ -22,16 +23,59 @@ def test_presets():
 def test_fields():
     exact = pasa.Policy("exact")
     assert exact.to_dict() == {
-        "preset_name": "exact", "input": "fp32", "qk_acc": "fp32", "s": "fp32",
-        "scale_placement": "scores", "softmax": "fp32", "p": "fp32", "pv_acc": "fp32",
-        "o": "fp32", "shift": "none", "beta": 0.0, "block_q": 64, "block_kv": 64,
+        "preset": "exact", "input": "fp32", "qk_acc": "fp32", "s": "fp32", "scale": "s",
+        "softmax": "fp32", "sum_acc": "fp32", "p": "fp32", "pv_acc": "fp32", "o": "fp32",
+        "shift": "none", "beta": 0.0, "pseudo_avg": "s", "s1": 64, "s2": 64, "smooth_q": False, "smooth_k": False,
+        "smooth_v": False, "q_quant": None, "k_quant": None, "q_gran": "thread",
+        "k_gran": "thread", "v_quant": None, "p_scale": 1.0, "two_level": True, "p_max": "block", "phi": 0.0,
+        "window_lo": -20.0, "window_hi": 10.0, "splits": 1,
     }
     p = pasa.Policy("pasa")
     assert (p.input, p.s, p.softmax, p.p, p.o) == ("fp16",) * 5
     assert (p.qk_acc, p.pv_acc) == ("fp32", "fp32")
-    assert p.shift == "pasa" and p.scale_placement == "key"
+    assert p.shift == "pasa" and p.scale == "k"
     assert p.beta == pytest.approx(0.984497)
-    assert (p.block_q, p.block_kv) == (128, 128)
+    assert (p.s1, p.s2) == (128, 128)
+
+
+def test_every_preset_reads_every_field_from_the_cpp_table():
+    keys = [f.key for f in pasa.Policy.fields()]
+    assert len(keys) == len(set(keys)) == 29
+    for f in pasa.Policy.fields():
+        assert f.doc and (f.kind == "choice") == bool(f.choices)
+    for name in pasa.Policy.presets():
+        policy = pasa.Policy(name)
+        values = policy.to_dict()
+        assert list(values) == ["preset"] + keys
+        for f in pasa.Policy.fields():
+            if f.kind == "choice":
+                assert values[f.key] in f.choices, (name, f.key)
+        assert pasa.Policy.from_dict(values) == policy
+        assert str(pasa.Policy.from_dict(values)) == name
+
+
+def test_cpp_spellings_reach_python():
+    fdpp = pasa.Policy("fdpp")
+    assert fdpp.shift == "unified" and fdpp.splits == 4 and fdpp.phi == 0.0
+    sage8 = pasa.Policy("sage8")
+    assert sage8.pv_acc == "fp22" and sage8.q_quant == "int8" and sage8.v_quant == "e4m3"
+    assert sage8.smooth_k is True and sage8.p_scale == 448.0 and sage8.two_level is True
+    assert pasa.Policy("sage4").q_gran == "warp"
+    assert pasa.Policy("pasa_accurate").pseudo_avg == "k"
+    assert pasa.Policy("exact,pv_acc=e8m13").pv_acc == "fp22"
+
+
+def test_dict_round_trip_of_changed_fields():
+    policy = pasa.Policy("sage8,smooth_v=1,k_gran=block,v_quant=none,splits=2,p_scale=0.5")
+    data = policy.to_dict()
+    assert data["smooth_v"] is True and data["v_quant"] is None and data["p_scale"] == 0.5
+    assert pasa.Policy.from_dict(data) == policy
+    assert str(pasa.Policy.from_dict(data)) == str(policy)
+    assert pasa.Policy.from_dict({"preset": "pasa", "s2": 64}) == "pasa,s2=64"
+    with pytest.raises(pasa.PasaError, match="'preset' entry"):
+        pasa.Policy.from_dict({"s2": 64})
+    with pytest.raises(AttributeError, match="no field 'nope'"):
+        pasa.Policy("exact").nope
 
 
 def test_fields_are_read_only():
@@ -45,11 +89,11 @@ def test_fields_are_read_only():
 def test_text_round_trip():
     p = pasa.Policy.parse(" pasa , beta=0.968994 , s2=64 ")
     assert str(p) == "pasa,beta=0.968994,s2=64"
-    assert p.beta == pytest.approx(0.968994) and p.block_kv == 64
+    assert p.beta == pytest.approx(0.968994) and p.s2 == 64
     assert pasa.Policy(str(p)) == p
     assert repr(p) == "pasa.Policy('pasa,beta=0.968994,s2=64')"
     q = pasa.Policy("exact,input=bf16,p=e4m3,scale=q")
-    assert (q.input, q.p, q.scale_placement) == ("bf16", "e4m3", "query")
+    assert (q.input, q.p, q.scale) == ("bf16", "e4m3", "q")
     assert pasa.Policy(str(q)) == q
 
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Inputs that used to escape as TypeError, OverflowError, UnicodeDecodeError, RecursionError,
 MemoryError or a crash: each now raises pasa.PasaError naming the argument. And pasa.save stores what
 it is given exactly (0-d, zero-size, big-endian arrays) or refuses it, and never half-writes a file."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pasa.sdpa with torch's semantics, on NumPy arrays (the torch tests are in test_torch.py)."""
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ def test_sdpa_policy(rng):
 
 def test_sdpa_errors(rng):
     q, k, v = qkv(rng, 1, 4, 2, 8, 8, 64)
-    with pytest.raises(pasa.PasaError, match=r"^attn_mask: pasa.sdpa supports no attention masks"):
-        pasa.sdpa(q, k, v, attn_mask=np.ones((8, 8), bool), enable_gqa=True)
+    with pytest.raises(pasa.PasaError, match=r"^attn_mask: shape \(3, 8\) does not broadcast"):
+        pasa.sdpa(q, k, v, attn_mask=np.ones((3, 8), bool), enable_gqa=True)
     with pytest.raises(pasa.PasaError, match=r"^dropout_p: pasa.sdpa has no dropout \(got 0.1\)"):
         pasa.sdpa(q, k, v, dropout_p=0.1, enable_gqa=True)
     with pytest.raises(pasa.PasaError, match=r"^key: 2 heads differ from query's 4; pass "

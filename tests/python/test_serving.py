@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The serving layouts from Python (flash-attn's names): every sequence of a packed (varlen) or
 KV-cache call equals pasa.attention on that sequence alone, bit for bit; bad batches raise PasaError
 before anything is written."""

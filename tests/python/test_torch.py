@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch integration on the CPU: the pasa::attention custom ops, torch.compile, pasa.sdpa against
 torch's scaled_dot_product_attention. Skipped where torch is not installed."""
 
@@ -31,6 +32,24 @@ def test_sdpa_matches_torch(gen, h_q, h_kv, s_q, s_kv, is_causal):
     want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=is_causal,
                                           enable_gqa=gqa)
     assert got.dtype == torch.float32 and got.shape == q.shape
+    torch.testing.assert_close(got.double(), want, atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["bool", "float", "padding"])
+def test_sdpa_masks_match_torch(gen, kind):
+    q, k, v = randn(gen, 2, 4, 13, 32), randn(gen, 2, 2, 13, 32), randn(gen, 2, 2, 13, 32)
+    if kind == "bool":
+        mask = torch.rand(2, 4, 13, 13, generator=gen) > 0.3
+        mask[..., 0] = True  # torch gives NaN for rows with no key, pasa zeros
+    elif kind == "float":
+        mask = torch.randn(1, 4, 13, 13, generator=gen)
+    else:
+        mask = torch.ones(2, 1, 1, 13, dtype=torch.bool)
+        mask[1, ..., :5] = False
+    got = pasa.sdpa(q, k, v, attn_mask=mask, enable_gqa=True)
+    want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(),
+                                          attn_mask=mask if kind != "float" else mask.double(),
+                                          enable_gqa=True)
     torch.testing.assert_close(got.double(), want, atol=2e-5, rtol=0)
 
 
@@ -92,8 +111,8 @@ def test_errors_name_the_argument(gen):
         pasa.attention(q, k, v, policy="nope")
     with pytest.raises(pasa.PasaError, match=r"^q: the head dim \(last axis\) must be contiguous"):
         pasa.attention(q.transpose(2, 3), k.transpose(2, 3), v.transpose(2, 3))
-    with pytest.raises(pasa.PasaError, match=r"^attn_mask"):
-        pasa.sdpa(q, k, v, attn_mask=torch.ones(9, 9, dtype=torch.bool))
+    with pytest.raises(pasa.PasaError, match=r"^attn_mask: shape \(2, 9\) does not broadcast"):
+        pasa.sdpa(q, k, v, attn_mask=torch.ones(2, 9, dtype=torch.bool))
 
 
 def test_opcheck(gen):
@@ -107,6 +126,10 @@ def test_opcheck(gen):
     out, lse = torch.empty_like(q), torch.empty(1, 4, 9)
     torch.library.opcheck(torch.ops.pasa.attention_out.default,
                           (q, k, v, out, lse, "exact", False, "bottom_right", None, "bhsd"))
+    mask = torch.rand(1, 1, 9, 12, generator=gen) > 0.2
+    torch.library.opcheck(torch.ops.pasa.attention.default,
+                          (q, k, v, "exact", True, "bottom_right", None, "bhsd", True, mask, 4, 0,
+                           30.0))
 
 
 class Attention(torch.nn.Module):

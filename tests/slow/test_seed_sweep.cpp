@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fast tests' seeded checks swept over many seeds (CTest label "slow"). PASA_SEED_SWEEP sets how
 // many (default 20, what CI runs; 1000 for a full sweep; the same variable sizes PASA's non-finite
 // sweep in test_pasa.cpp); every failure names its seed.

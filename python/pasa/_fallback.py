@@ -1,0 +1,114 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Falling back to torch: what routes a model's attention calls (``pasa.patch``, the transformers
+backend) does with a call pasa cannot run. It runs torch's own SDPA instead, warns once per reason
+(a :class:`PasaFallbackWarning`) and counts it; ``pasa.stats()`` reports the counts. With
+``strict=True`` the call raises :class:`PasaError` instead.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from typing import Any, Callable, Dict, Optional, TypeVar
+
+from ._errors import PasaError
+
+__all__ = ["PasaFallbackWarning", "stats", "run_or_fallback", "sdpa_precheck"]
+
+T = TypeVar("T")
+
+
+class PasaFallbackWarning(UserWarning):
+    """A model's attention call went to torch's SDPA because pasa cannot run it (warned once per
+    reason; ``pasa.stats()`` counts every one)."""
+
+
+_lock = threading.Lock()
+_calls = 0
+_reasons: Dict[str, int] = {}
+_warned: set = set()
+
+
+def stats(reset: bool = False) -> Dict[str, Any]:
+    """Counts of routed attention calls since the start (or the last ``reset=True``):
+    ``{"calls": run by pasa, "fallbacks": sent to torch, "reasons": {reason: count}}``."""
+    global _calls
+    with _lock:
+        result = {"calls": _calls, "fallbacks": sum(_reasons.values()), "reasons": dict(_reasons)}
+        if reset:
+            _calls = 0
+            _reasons.clear()
+            _warned.clear()
+    return result
+
+
+def _record_call() -> None:
+    global _calls
+    with _lock:
+        _calls += 1
+
+
+def _record_fallback(reason: str, detail: str) -> None:
+    with _lock:
+        _reasons[reason] = _reasons.get(reason, 0) + 1
+        first = reason not in _warned
+        _warned.add(reason)
+    if first:
+        warnings.warn(f"pasa: falling back to torch's scaled_dot_product_attention ({detail}); "
+                      f"further calls for this reason fall back silently, pasa.stats() counts them",
+                      PasaFallbackWarning, stacklevel=4)
+
+
+def _reason_of(error: PasaError) -> str:
+    """A stable key for an error: the argument it names (the text before the first colon)."""
+    text = str(error)
+    return text.split(":", 1)[0].strip() if ":" in text else text
+
+
+def run_or_fallback(run: Callable[[], T], fallback: Callable[[], T], precheck: Optional[str],
+                    strict: bool) -> T:
+    """``run()`` through pasa, or ``fallback()`` (torch) when ``precheck`` names a reason pasa
+    cannot run the call or ``run()`` raises PasaError (pasa checks everything before it computes or
+    writes anything, so nothing is half done). ``strict``: raise instead of falling back."""
+    reason, detail = (None, None) if precheck is None else (precheck.split(":", 1)[0], precheck)
+    if reason is None:
+        try:
+            result = run()
+        except PasaError as error:
+            if strict:
+                raise
+            reason, detail = _reason_of(error), str(error)
+        else:
+            _record_call()
+            return result
+    if strict:
+        raise PasaError(f"{detail} (strict=True: pasa does not fall back to torch)")
+    assert reason is not None and detail is not None
+    _record_fallback(reason, detail)
+    return fallback()
+
+
+def sdpa_precheck(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: Any,
+                  enable_gqa: Any) -> Optional[str]:
+    """Why pasa cannot run this scaled_dot_product_attention call, from metadata alone (None when
+    it may: everything else is found by pasa's own checks)."""
+    import torch
+
+    tensors = (query, key, value)
+    if not all(isinstance(t, torch.Tensor) for t in tensors):
+        return "query/key/value: not torch tensors"
+    if any(t.dtype not in (torch.float32, torch.float16, torch.bfloat16) for t in tensors):
+        return f"dtype: {query.dtype} (pasa takes float32, float16 and bfloat16)"
+    if not all(t.dim() in (3, 4) for t in tensors) or len({t.dim() for t in tensors}) != 1:
+        return "rank: pasa takes [N, H, L, E] or [N, L, E] operands"
+    if dropout_p != 0.0:
+        return "dropout_p: pasa has no dropout"
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return "autograd: pasa has no backward"
+    if attn_mask is not None and attn_mask.device != query.device:
+        return "attn_mask: on another device than the query"
+    if query.dim() == 4 and query.shape[1] != key.shape[1] and not enable_gqa:
+        return "enable_gqa: head counts differ without enable_gqa=True"
+    if query.dim() == 4 and key.shape[1] > 0 and query.shape[1] % key.shape[1] != 0:
+        return "heads: H_q is not a multiple of H_kv"
+    return None

@@ -1,0 +1,84 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The arguments that change the scores before the softmax: ``window_size``, ``softcap`` and
+``attn_mask``, checked and put in the form the extension takes (4-D masks broadcast to
+``[B or 1, H_q or 1, S_q, S_kv]``, boolean masks as one byte per element)."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any, Optional, Tuple
+
+import numpy as np
+
+from ._errors import PasaError
+
+#: The extension's defaults: no window, no softcap.
+NO_WINDOW = (-1, -1)
+
+
+def check_window(window_size: Any) -> Tuple[int, int]:
+    """(left, right) from flash-attn's ``window_size``; -1 leaves a side unbounded."""
+    if window_size is None:
+        return NO_WINDOW
+    try:
+        left, right = window_size
+    except (TypeError, ValueError):
+        raise PasaError(f"window_size: expected a pair (left, right), got {window_size!r}") from None
+    for side in (left, right):
+        if isinstance(side, (bool, np.bool_)) or not isinstance(side, numbers.Integral) or side < -1:
+            raise PasaError(f"window_size: {window_size!r} must hold integers >= -1 (-1 = unbounded)")
+    return int(left), int(right)
+
+
+def check_softcap(softcap: Any) -> float:
+    """The logit softcap; 0 (or None) for none."""
+    if softcap is None:
+        return 0.0
+    if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, numbers.Real):
+        raise PasaError(f"softcap: expected a number, got {type(softcap).__name__}")
+    if not (softcap >= 0.0 and np.isfinite(softcap)):
+        raise PasaError(f"softcap: {softcap} must be finite and >= 0 (0 = no softcap)")
+    return float(softcap)
+
+
+def mask_shape(q_shape: Tuple[int, ...], k_shape: Tuple[int, ...], layout: str) -> Tuple[int, ...]:
+    """[B, H_q, S_q, S_kv]: what a mask broadcasts to (always in this order, as in torch SDPA)."""
+    if layout == "bshd":
+        return (q_shape[0], q_shape[2], q_shape[1], k_shape[1])
+    return (q_shape[0], q_shape[1], q_shape[2], k_shape[2])
+
+
+def broadcast_shape(mask_dims: Tuple[int, ...], target: Tuple[int, ...]) -> Tuple[int, ...]:
+    """The 4-D shape a mask of ``mask_dims`` is given: B and H stay 1 where the mask has 1 (the
+    extension broadcasts them), S_q and S_kv are expanded. Raises PasaError if it cannot broadcast."""
+    if not 1 <= len(mask_dims) <= 4:
+        raise PasaError(f"attn_mask: expected 1 to 4 dimensions, got shape {tuple(mask_dims)}")
+    dims = (1,) * (4 - len(mask_dims)) + tuple(int(n) for n in mask_dims)
+    if any(d not in (1, t) for d, t in zip(dims, target)):
+        raise PasaError(f"attn_mask: shape {tuple(mask_dims)} does not broadcast to [B, H_q, S_q, "
+                        f"S_kv] = {list(target)}")
+    return (dims[0], dims[1], target[2], target[3])
+
+
+def numpy_mask(mask: Any, target: Tuple[int, ...]) -> Tuple[Optional[np.ndarray], str]:
+    """(array, kind) for a host mask: bool (True takes part) or float; kind is "boolean",
+    "additive" or "none"."""
+    if mask is None:
+        return None, "none"
+    if not isinstance(mask, np.ndarray):
+        raise PasaError(f"attn_mask: expected a NumPy array like q, got {type(mask).__name__}")
+    shape = broadcast_shape(mask.shape, target)
+    if mask.dtype == np.bool_:
+        return np.broadcast_to(mask.reshape(_dims4(mask.shape)), shape).view(np.uint8), "boolean"
+    if mask.dtype == np.float64:
+        mask = mask.astype(np.float32)
+    elif mask.dtype.kind != "f" and mask.dtype.name != "bfloat16":
+        raise PasaError(f"attn_mask: unsupported dtype {mask.dtype} (bool, or a float dtype for an "
+                        f"additive mask)")
+    if mask.dtype.name == "bfloat16":
+        mask = mask.astype(np.float32)  # exact
+    return np.broadcast_to(mask.reshape(_dims4(mask.shape)), shape), "additive"
+
+
+def _dims4(shape: Tuple[int, ...]) -> Tuple[int, ...]:
+    return (1,) * (4 - len(shape)) + tuple(shape)

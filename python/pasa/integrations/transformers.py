@@ -1,0 +1,140 @@
+# SPDX-License-Identifier: Apache-2.0
+"""pasa as a Hugging Face transformers attention backend.
+
+``register()`` adds pasa to transformers' ``AttentionInterface`` (and the matching mask interface),
+so a model loads with ``attn_implementation="pasa"``::
+
+    import pasa.integrations.transformers as pasa_hf
+    pasa_hf.register()
+    model = AutoModelForCausalLM.from_pretrained(name, attn_implementation="pasa")
+
+Names: ``"pasa"`` runs the ``exact`` policy (pasa's default everywhere); ``"pasa_<preset>"`` runs a
+preset (``"pasa_pasa"``, ``"pasa_sage8"``, ``"pasa_fa16"``, ...); ``register(policies={name:
+policy})`` adds names of your own. The backend takes what transformers passes: causal attention
+(bottom-right aligned, as a KV cache needs), grouped-query heads (no repeat), sliding windows and
+padding masks (as the boolean or float mask transformers builds), logit softcaps, the scaling. What
+pasa cannot run (dropout while training, autograd, a mask on CUDA tensors, a head dim or policy the
+GPU kernels lack, ...) goes to torch with a warning once per reason and is counted in
+``pasa.stats()``; ``register(strict=True)`` raises instead.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from .._api import attention
+from .._fallback import run_or_fallback, sdpa_precheck
+from .._policy import Policy, PolicyLike
+
+__all__ = ["register", "attention_names"]
+
+
+def attention_names() -> Dict[str, str]:
+    """The names :func:`register` adds by default, and the policy each runs."""
+    names = {"pasa": "exact"}
+    names.update({f"pasa_{preset}": preset for preset in Policy.presets()})
+    return names
+
+
+def register(policies: Optional[Mapping[str, PolicyLike]] = None, *,
+             strict: bool = False) -> List[str]:
+    """Registers pasa's attention under the names of :func:`attention_names` (or ``policies``, a
+    mapping ``{name: policy}``) with transformers; returns the names."""
+    import transformers
+
+    table = attention_names() if policies is None else {str(k): v for k, v in policies.items()}
+    for name, policy in table.items():
+        transformers.AttentionInterface.register(name, make_attention_forward(policy, strict=strict))
+        _register_mask(transformers, name)
+    return list(table)
+
+
+def _register_mask(transformers: Any, name: str) -> None:
+    """Builds the same masks for ``name`` as for "sdpa": none where causal alone says it all,
+    else a boolean mask (padding, sliding windows)."""
+    interface = getattr(transformers, "AttentionMaskInterface", None)
+    if interface is None:  # older transformers build masks without asking the implementation
+        return
+    from transformers.masking_utils import sdpa_mask
+
+    interface.register(name, sdpa_mask)
+
+
+def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Callable[..., Any]:
+    """An attention function with transformers' signature that runs ``policy``."""
+    policy_text = str(Policy(policy))
+
+    def pasa_attention_forward(module: Any, query: Any, key: Any, value: Any,
+                               attention_mask: Optional[Any], dropout: float = 0.0,
+                               scaling: Optional[float] = None, is_causal: Optional[bool] = None,
+                               sliding_window: Optional[int] = None,
+                               softcap: Optional[float] = None, **kwargs: Any) -> Tuple[Any, None]:
+        # query [B, H_q, S_q, D], key/value [B, H_kv, S_kv, D]; returns ([B, S_q, H_q, D], None).
+        s_q, s_kv = query.shape[2], key.shape[2]
+        mask = attention_mask
+        if mask is not None and mask.dim() == 4 and mask.shape[-1] > s_kv:
+            mask = mask[:, :, :, :s_kv]
+        if is_causal is None:
+            is_causal = getattr(module, "is_causal", True)
+        # With a mask, the mask says everything (causal, window, padding); else causal and window.
+        causal = bool(is_causal) and mask is None and s_q > 1
+        window = None
+        if mask is None and sliding_window is not None:
+            window = (int(sliding_window) - 1, -1 if causal else int(sliding_window) - 1)
+        cap = float(softcap) if softcap else None
+        if not getattr(module, "training", False):
+            dropout = 0.0
+
+        def run() -> Any:
+            return attention(query, key, value, policy=policy_text, causal=causal,
+                             causal_alignment="bottom_right", scale=scaling, window_size=window,
+                             softcap=cap, attn_mask=mask)
+
+        def fallback() -> Any:
+            return _torch_attention(query, key, value, mask, causal, window, cap, scaling,
+                                    dropout)
+
+        precheck = sdpa_precheck(query, key, value, mask, dropout, True)
+        out = run_or_fallback(run, fallback, precheck, strict)
+        return out.transpose(1, 2).contiguous(), None
+
+    pasa_attention_forward.__name__ = f"pasa_attention_forward[{policy_text}]"
+    return pasa_attention_forward
+
+
+def _torch_attention(query: Any, key: Any, value: Any, mask: Optional[Any], causal: bool,
+                     window: Optional[Tuple[int, int]], softcap: Optional[float],
+                     scaling: Optional[float], dropout: float) -> Any:
+    """The fallback: torch's SDPA (with the causal and window limits as a boolean mask, bottom-right
+    aligned), or plain torch math when there is a softcap, which SDPA lacks."""
+    import torch
+    import torch.nn.functional as F
+
+    s_q, s_kv = query.shape[2], key.shape[2]
+    if causal or window is not None:
+        rows = torch.arange(s_q, device=query.device)[:, None] + (s_kv - s_q)
+        cols = torch.arange(s_kv, device=query.device)[None, :]
+        keep = torch.ones(s_q, s_kv, dtype=torch.bool, device=query.device)
+        if causal:
+            keep &= cols <= rows
+        if window is not None:
+            if window[0] >= 0:
+                keep &= cols >= rows - window[0]
+            if window[1] >= 0:
+                keep &= cols <= rows + window[1]
+        mask = keep if mask is None else (
+            mask & keep if mask.dtype == torch.bool else mask.masked_fill(~keep, -math.inf))
+    groups = query.shape[1] // key.shape[1]
+    if softcap is None:
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
+                                              scale=scaling, enable_gqa=groups > 1)
+    key, value = (t.repeat_interleave(groups, dim=1) for t in (key, value))
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    scores = softcap * torch.tanh(torch.matmul(query, key.transpose(-1, -2)) * scale / softcap)
+    if mask is not None:
+        scores = (scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool
+                  else scores + mask)
+    weights = torch.softmax(scores.float(), dim=-1).to(query.dtype)
+    weights = F.dropout(weights, p=dropout, training=dropout > 0)
+    return torch.matmul(weights, value)

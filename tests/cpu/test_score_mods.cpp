@@ -1,0 +1,228 @@
+// SPDX-License-Identifier: Apache-2.0
+// Sliding window, logit softcap and attention masks on the CPU backends: the fp64 reference against a
+// naive attention written here from the definitions (flash-attn's window_size and softcap, torch
+// SDPA's attn_mask), and the emulator against the reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "pasa/attention.h"
+#include "test_util.h"
+
+namespace pasa {
+namespace {
+
+using test::Tensor4;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Mods {
+  std::int64_t left = -1, right = -1;
+  double softcap = 0.0;
+  // (b, h, r, c) -> additive value (-inf hides the key); empty: no mask.
+  std::function<double(std::int64_t, std::int64_t, std::int64_t, std::int64_t)> mask;
+};
+
+// Attention from the definitions, in double: s = alpha q.k, softcap, + mask, hidden keys dropped.
+std::vector<double> naive_attention(const Tensor4& q, const Tensor4& k, const Tensor4& v, bool causal,
+                                    CausalAlignment alignment, const Mods& m) {
+  const auto& qs = q.view.shape;
+  const std::int64_t B = qs[0], H = qs[1], Sq = qs[2], D = qs[3], Hkv = k.view.shape[1], Skv = k.view.shape[2];
+  const std::vector<double> qd = test::read_bhsd(q.view), kd = test::read_bhsd(k.view), vd = test::read_bhsd(v.view);
+  std::vector<double> out(static_cast<std::size_t>(B * H * Sq * D), 0.0);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < H; ++h)
+      for (std::int64_t r = 0; r < Sq; ++r) {
+        const std::int64_t hk = h / (H / Hkv);
+        const std::int64_t diag = alignment == CausalAlignment::bottom_right ? r + Skv - Sq : r;
+        std::vector<double> s(static_cast<std::size_t>(Skv), -kInf);
+        for (std::int64_t c = 0; c < Skv; ++c) {
+          if (causal && c > diag) continue;
+          if (m.left >= 0 && c < diag - m.left) continue;
+          if (m.right >= 0 && c > diag + m.right) continue;
+          double dot = 0;
+          for (std::int64_t d = 0; d < D; ++d) {
+            dot += qd[((b * H + h) * Sq + r) * D + d] * kd[((b * Hkv + hk) * Skv + c) * D + d];
+          }
+          double x = dot / std::sqrt(static_cast<double>(D));
+          if (m.softcap > 0) x = m.softcap * std::tanh(x / m.softcap);
+          if (m.mask) x += m.mask(b, h, r, c);
+          s[c] = x;
+        }
+        double top = -kInf;
+        for (double x : s) top = std::max(top, x);
+        if (top == -kInf) continue;  // no visible key: O = 0
+        double l = 0;
+        for (double& x : s) l += (x = std::exp(x - top));
+        for (std::int64_t c = 0; c < Skv; ++c)
+          for (std::int64_t d = 0; d < D; ++d) {
+            out[((b * H + h) * Sq + r) * D + d] += s[c] / l * vd[((b * Hkv + hk) * Skv + c) * D + d];
+          }
+      }
+  return out;
+}
+
+struct Problem {
+  Tensor4 q, k, v, o;
+  std::vector<float> mask;  // additive values or 0/1 bytes, [mb, mh, Sq, Skv]
+  std::vector<std::uint8_t> mask_bytes;
+  AttentionArgs args;
+};
+
+Problem make_problem(std::mt19937_64& rng, std::int64_t B, std::int64_t H, std::int64_t Hkv, std::int64_t Sq,
+                     std::int64_t Skv, std::int64_t D) {
+  Problem p;
+  p.q = test::random_tensor(B, H, Sq, D, rng, DType::f32, false, -2.0, 2.0);
+  p.k = test::random_tensor(B, Hkv, Skv, D, rng, DType::f32, false, -2.0, 2.0);
+  p.v = test::random_tensor(B, Hkv, Skv, D, rng);
+  p.o = test::make_tensor(B, H, Sq, D, DType::f32);
+  test::poison(p.o);
+  return p;
+}
+
+void bind(Problem& p) {
+  p.args.q = p.q.view;
+  p.args.k = p.k.view;
+  p.args.v = p.v.view;
+  p.args.o = p.o.view;
+}
+
+// An additive mask [mb, mh, Sq, Skv] of values in [-3, 3] with about a fifth -inf, or a boolean one
+// with about a fifth false; broadcast over the axes of size 1.
+void add_mask(Problem& p, std::mt19937_64& rng, std::int64_t mb, std::int64_t mh, bool boolean, Mods& m) {
+  const std::int64_t Sq = p.q.view.shape[2], Skv = p.k.view.shape[2];
+  const std::size_t n = static_cast<std::size_t>(mb * mh * Sq * Skv);
+  std::uniform_real_distribution<double> value(-3.0, 3.0);
+  std::bernoulli_distribution hidden(0.2);
+  p.mask.assign(n, 0.0f);
+  p.mask_bytes.assign(n, 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool hide = hidden(rng);
+    p.mask_bytes[i] = hide ? 0 : 1;
+    p.mask[i] = hide ? -std::numeric_limits<float>::infinity() : (boolean ? 0.0f : static_cast<float>(value(rng)));
+  }
+  MaskView& view = p.args.mask;
+  view.kind = boolean ? MaskKind::boolean : MaskKind::additive;
+  view.data = boolean ? static_cast<const void*>(p.mask_bytes.data()) : static_cast<const void*>(p.mask.data());
+  view.dtype = DType::f32;
+  view.shape = {mb, mh, Sq, Skv};
+  view.stride = {mh * Sq * Skv, Sq * Skv, Skv, 1};
+  const std::vector<float> values = p.mask;
+  m.mask = [values, mb, mh, Sq, Skv](std::int64_t b, std::int64_t h, std::int64_t r, std::int64_t c) {
+    return static_cast<double>(values[(((mb == 1 ? 0 : b) * mh + (mh == 1 ? 0 : h)) * Sq + r) * Skv + c]);
+  };
+}
+
+struct Case {
+  std::int64_t B, H, Hkv, Sq, Skv, D;
+  bool causal;
+  CausalAlignment alignment;
+  Mods mods;
+  int mask;  // 0: none, 1: additive [1, H, Sq, Skv], 2: boolean [B, 1, Sq, Skv]
+};
+
+TEST(ScoreMods, ReferenceAndEmulatorFollowTheDefinitions) {
+  const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
+  const Case cases[] = {
+      {1, 2, 1, 37, 37, 64, false, br, {5, 3}, 0},         // window both sides
+      {2, 2, 2, 17, 70, 64, true, br, {8, -1}, 0},         // causal + window, S_q < S_kv (decode-like)
+      {1, 2, 2, 70, 17, 32, true, tl, {4, 0}, 0},          // top-left, S_q > S_kv: rows with no key
+      {1, 2, 1, 1, 300, 64, false, br, {20, 0}, 0},        // one query, window of 21 keys
+      {1, 2, 2, 33, 33, 64, true, tl, {-1, -1, 1.5}, 0},   // softcap (small: it bites)
+      {2, 4, 2, 19, 45, 64, false, br, {-1, -1, 0.0}, 1},  // additive mask, broadcast over B
+      {2, 2, 1, 21, 21, 64, true, br, {6, -1, 2.0}, 2},    // all three, boolean mask over H
+  };
+  for (const Case& c : cases) {
+    const auto seed = test::fresh_seed();
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " Sq " << c.Sq << " Skv " << c.Skv << " window ("
+                                      << c.mods.left << ", " << c.mods.right << ") softcap " << c.mods.softcap
+                                      << " mask " << c.mask);
+    std::mt19937_64 rng(seed);
+    Problem p = make_problem(rng, c.B, c.H, c.Hkv, c.Sq, c.Skv, c.D);
+    Mods mods = c.mods;
+    if (c.mask == 1) add_mask(p, rng, 1, c.H, false, mods);
+    if (c.mask == 2) add_mask(p, rng, c.B, 1, true, mods);
+    bind(p);
+    p.args.causal = c.causal;
+    p.args.alignment = c.alignment;
+    p.args.window_left = mods.left;
+    p.args.window_right = mods.right;
+    p.args.softcap = mods.softcap;
+    p.args.policy.block_q = 16;
+    p.args.policy.block_kv = 16;
+    const std::vector<double> want = naive_attention(p.q, p.k, p.v, c.causal, c.alignment, mods);
+    const ReferenceResult ref = reference_attention(p.args);
+    for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(ref.o[i], want[i], 1e-12) << i;
+    attention(p.args);  // exact policy: fp32 throughout
+    const std::vector<double> got = test::read_bhsd(p.o.view);
+    // fp32 rounding over D-term dot products and S_kv-term sums: a few units of 2^-24 per term.
+    const double tol = 64 * std::ldexp(1.0, -24) * std::sqrt(static_cast<double>(c.D + c.Skv));
+    for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], tol) << i;
+    // Each mechanism changes the result on this input: the test would fail if it were ignored.
+    Mods none;
+    const std::vector<double> plain = naive_attention(p.q, p.k, p.v, c.causal, c.alignment, none);
+    EXPECT_GT(test::relative_rmse(plain, want), 100 * tol);
+  }
+}
+
+TEST(ScoreMods, LowPrecisionPoliciesStayCloseUnderMasksAndWindows) {
+  // fa16, pasa, fdpp (fp16 operands) and sage8: relative RMSE against the masked fp64 reference within
+  // a small multiple of their formats' unit roundoff; the window and mask move the result by far more.
+  const auto seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (const char* policy : {"fa16", "pasa", "sage8", "fdpp"}) {
+    Problem p = make_problem(rng, 1, 2, 1, 200, 260, 64);
+    Mods mods{40, -1};
+    add_mask(p, rng, 1, 1, false, mods);
+    bind(p);
+    p.args.causal = true;
+    p.args.window_left = mods.left;
+    p.args.policy = parse_policy(policy);
+    attention(p.args);
+    const ReferenceResult ref = reference_attention(p.args);
+    const double err = test::relative_rmse(test::read_bhsd(p.o.view), ref.o);
+    // fp16 policies: 16 units of fp16's roundoff; sage8: one unit of e4m3's (FP8 P and V).
+    const double bound = std::string(policy) == "sage8" ? std::ldexp(1.0, -4) : 16 * std::ldexp(1.0, -11);
+    EXPECT_LT(err, bound) << policy;
+    p.args.window_left = -1;
+    p.args.mask = MaskView{};
+    const ReferenceResult unmasked = reference_attention(p.args);
+    EXPECT_GT(test::relative_rmse(unmasked.o, ref.o), 4 * bound) << policy;
+  }
+}
+
+TEST(ScoreMods, BadArgumentsNameTheArgument) {
+  std::mt19937_64 rng(7);
+  Problem p = make_problem(rng, 1, 2, 2, 8, 8, 64);
+  bind(p);
+  AttentionArgs a = p.args;
+  a.window_left = -2;
+  test::expect_error([&] { attention(a); }, "window_size: (-2, -1)");
+  a = p.args;
+  a.softcap = -1;
+  test::expect_error([&] { attention(a); }, "softcap: -1 must be finite");
+  a = p.args;
+  a.softcap = 30;
+  a.policy = parse_policy("pasa");
+  test::expect_error([&] { attention(a); }, "softcap: PASA's shifted scores");
+  Mods m;
+  add_mask(p, rng, 1, 3, false, m);
+  a = p.args;
+  a.mask = p.args.mask;
+  test::expect_error([&] { attention(a); }, "attn_mask: shape [1, 3, 8, 8] does not broadcast");
+  add_mask(p, rng, 1, 1, false, m);
+  p.mask[5] = std::numeric_limits<float>::infinity();
+  a.mask = p.args.mask;
+  test::expect_error([&] { attention(a); }, "attn_mask: inf at [0, 0, 0, 5]");
+  a = p.args;
+  a.mask = MaskView{};
+  a.window_left = 3;
+  a.backend = Backend::cuda;
+  test::expect_error([&] { attention(a); }, "the GPU kernels do not have sliding windows");
+}
+
+}  // namespace
+}  // namespace pasa

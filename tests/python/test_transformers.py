@@ -1,0 +1,164 @@
+# SPDX-License-Identifier: Apache-2.0
+"""pasa as a transformers attention backend, on small random-initialised Llama- and Qwen2-style
+models built from configs (no downloads): logits against transformers' "sdpa" implementation and
+32 greedy tokens with a KV cache. Skipped where torch or transformers is not installed."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed: transformers backend untested")
+transformers = pytest.importorskip("transformers",
+                                   reason="transformers is not installed: backend untested")
+
+import pasa  # noqa: E402
+import pasa.integrations.transformers as pasa_hf  # noqa: E402
+
+# exact runs every rounding point in float32, as torch's float32 SDPA does, in another order: the
+# logits differ by float32 roundings accumulated through the layers (unit roundoff 2^-24 times a
+# growth of 2^12 for two layers of D- and S-long sums), relative to the logits' scale.
+EXACT_TOLERANCE = 2.0**-24 * 2**12
+
+
+def llama_config():
+    return transformers.LlamaConfig(
+        vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+
+
+def qwen2_config():
+    # Sliding window on the second layer only (max_window_layers=1), shorter than the prompts.
+    return transformers.Qwen2Config(
+        vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=128,
+        use_sliding_window=True, sliding_window=6, max_window_layers=1)
+
+
+def build(config, implementation, seed):
+    """A model with weights drawn from `seed`; each model gets its own copy of the config, which
+    holds the attention implementation."""
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config),
+                                                          attn_implementation="sdpa")
+    model.eval()
+    if implementation != "sdpa":
+        other = transformers.AutoModelForCausalLM.from_config(
+            copy.deepcopy(config), attn_implementation=implementation)
+        other.load_state_dict(model.state_dict())
+        model = other.eval()
+    return model
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered():
+    return pasa_hf.register()
+
+
+def test_register_names_every_preset(registered):
+    assert registered[0] == "pasa" and set(pasa_hf.attention_names().values()) == set(
+        pasa.Policy.presets())
+    assert {"pasa_sage8", "pasa_pasa", "pasa_fdpp"} <= set(registered)
+    assert "pasa_sage8" in transformers.AttentionInterface().valid_keys()
+
+
+@pytest.mark.parametrize("make_config", [llama_config, qwen2_config], ids=["llama", "qwen2"])
+def test_logits_and_generation_match_sdpa(rng, make_config):
+    seed = int(rng.integers(2**31))
+    print(f"model seed {seed}")
+    config = make_config()
+    reference, model = build(config, "sdpa", seed), build(config, "pasa", seed)
+    ids = torch.from_numpy(rng.integers(0, config.vocab_size, (2, 12)))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0  # left padding of the second prompt
+    pasa.stats(reset=True)
+    with torch.no_grad():
+        want = reference(input_ids=ids, attention_mask=mask).logits
+        got = model(input_ids=ids, attention_mask=mask).logits
+    counts = pasa.stats()
+    assert counts["calls"] == config.num_hidden_layers and counts["fallbacks"] == 0, counts
+    scale = want.abs().max()
+    assert (got - want).abs().max() <= EXACT_TOLERANCE * scale
+    with torch.no_grad():
+        want_tokens = reference.generate(input_ids=ids, attention_mask=mask, max_new_tokens=32,
+                                         do_sample=False, pad_token_id=0)
+        got_tokens = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=32,
+                                    do_sample=False, pad_token_id=0)
+    assert torch.equal(got_tokens, want_tokens)
+    assert pasa.stats()["fallbacks"] == 0
+
+
+def test_a_low_precision_policy_runs_and_differs(rng):
+    seed = int(rng.integers(2**31))
+    print(f"model seed {seed}")
+    config = llama_config()
+    reference, model = build(config, "sdpa", seed), build(config, "pasa_fa16", seed)
+    ids = torch.from_numpy(rng.integers(0, config.vocab_size, (1, 16)))
+    with torch.no_grad():
+        want, got = reference(input_ids=ids).logits, model(input_ids=ids).logits
+    err = (got - want).abs().max() / want.abs().max()
+    # fa16 rounds S, P and O to fp16: more than exact's float32 error, within fp16's roundoff scale.
+    assert EXACT_TOLERANCE < err < 2.0**-11 * 64
+
+
+def test_softcap_and_window_reach_pasa(rng):
+    seed = int(rng.integers(2**31))
+    print(f"seed {seed}")
+    torch.manual_seed(seed)
+    forward = pasa_hf.make_attention_forward("exact")
+    q, k, v = torch.randn(1, 4, 9, 16), torch.randn(1, 2, 9, 16), torch.randn(1, 2, 9, 16)
+    module = torch.nn.Module().eval()
+    got, _ = forward(module, q, k, v, None, scaling=0.25, softcap=2.0, sliding_window=4)
+    assert got.shape == (1, 9, 4, 16)
+    kk, vv = (t.repeat_interleave(2, dim=1) for t in (k, v))
+    scores = 2.0 * torch.tanh(q @ kk.transpose(-1, -2) * 0.25 / 2.0)
+    rows, cols = torch.arange(9)[:, None], torch.arange(9)[None, :]
+    scores = scores.masked_fill(~((cols <= rows) & (cols > rows - 4)), float("-inf"))
+    want = (torch.softmax(scores, -1) @ vv).transpose(1, 2)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    # Dropout while training goes to torch (counted, warned once), or raises with strict=True.
+    module.train()
+    pasa.stats(reset=True)
+    with pytest.warns(pasa.PasaFallbackWarning, match="dropout"):
+        fallback, _ = forward(module, q, k, v, None, dropout=0.5, scaling=0.25, softcap=2.0,
+                              sliding_window=4)
+    assert pasa.stats()["reasons"] == {"dropout_p": 1}
+    strict = pasa_hf.make_attention_forward("exact", strict=True)
+    with pytest.raises(pasa.PasaError, match="dropout"):
+        strict(module, q, k, v, None, dropout=0.5)
+
+
+def gpu_config():
+    # Head dim 64 and fp16: what the GPU kernels run (exact prefill, split-KV decode).
+    return transformers.LlamaConfig(
+        vocab_size=97, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and pasa.built_with_cuda),
+                    reason="no CUDA device, or a pasa build without the CUDA kernels")
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_gpu_logits_and_generation_match_sdpa(rng, compiled):
+    seed = int(rng.integers(2**31))
+    print(f"model seed {seed}")
+    config = gpu_config()
+    reference = build(config, "sdpa", seed).to("cuda", torch.float16)
+    model = build(config, "pasa", seed).to("cuda", torch.float16)
+    ids = torch.from_numpy(rng.integers(0, config.vocab_size, (2, 40))).cuda()
+    pasa.stats(reset=True)
+    forward = torch.compile(model) if compiled else model
+    with torch.no_grad():
+        want = reference(input_ids=ids).logits.float()
+        got = forward(input_ids=ids).logits.float()
+    assert pasa.stats()["fallbacks"] == 0, pasa.stats()
+    # fp16 activations: both round at fp16 (unit roundoff 2^-11) with fp32 accumulation; a growth
+    # of 2^6 through two layers, relative to the logits' scale.
+    assert (got - want).abs().max() <= 2.0**-11 * 2**6 * want.abs().max()
+    with torch.no_grad():
+        want_tokens = reference.generate(input_ids=ids, max_new_tokens=32, do_sample=False,
+                                         pad_token_id=0)
+        got_tokens = model.generate(input_ids=ids, max_new_tokens=32, do_sample=False,
+                                    pad_token_id=0)
+    assert torch.equal(got_tokens, want_tokens)
+    assert pasa.stats()["fallbacks"] == 0, pasa.stats()
