@@ -234,8 +234,8 @@ void add_study_command(Command& app) {
     const DecodeStudyConfig& c = *decode;
     write_json(*decode_json,
                study_document("decode",
-                              {{"batch", c.batch}, {"heads_q", c.heads_q}, {"heads_kv", c.heads_kv},
-                               {"seq_q", 1}, {"seq_kv", c.seq_kv}, {"dim", 128}},
+                              text::Json::object({{"batch", c.batch}, {"heads_q", c.heads_q}, {"heads_kv", c.heads_kv},
+                                                  {"seq_q", 1}, {"seq_kv", c.seq_kv}, {"dim", 128}}),
                               c.seed, run_decode_study(c)));
   });
 }
