@@ -102,6 +102,10 @@ def test_bad_batches_raise_before_writing(rng):
     with pytest.raises(pasa.PasaError, match="max_seqlen_q and max_seqlen_k together"):
         pasa.attention(q, k, k, cu_seqlens_q=np.array([0, 7], np.int32),
                        cu_seqlens_k=np.array([0, 7], np.int32))
+    with pytest.raises(pasa.PasaError, match="no window_size, softcap or attn_mask"):
+        pasa.attention(q, k, k, cu_seqlens_q=np.array([0, 7], np.int32),
+                       cu_seqlens_k=np.array([0, 7], np.int32), max_seqlen_q=7, max_seqlen_k=7,
+                       softcap=30.0)
     with pytest.raises(pasa.PasaError, match="cu_seqlens_q: expected integers"):
         pasa.attention(q, k, k, cu_seqlens_q=np.array([0.0, 7.0]),
                        cu_seqlens_k=np.array([0, 7], np.int32), max_seqlen_q=7, max_seqlen_k=7)
