@@ -65,7 +65,8 @@ std::uint64_t saturating_sum(std::initializer_list<std::uint64_t> terms) {
 }
 
 std::optional<std::uint64_t> available_memory_bytes() {
-  const auto system = system_available_bytes();
+  auto system = system_available_bytes();
+  if (system && *system == 0) system.reset();  // a reading of nothing at all is no reading
   const auto room = address_space_room_bytes();
   if (system && room) return std::min(*system, *room);
   return system ? system : room;
@@ -74,8 +75,12 @@ std::optional<std::uint64_t> available_memory_bytes() {
 void require_memory(std::uint64_t bytes, const std::string& what) {
   const auto available = available_memory_bytes();
   if (!available || bytes <= *available) return;
+  const auto system = system_available_bytes();
+  const auto room = address_space_room_bytes();
   throw ResourceError(what + ": needs " + byte_size_text(bytes) + " of memory, only " +
-                      byte_size_text(*available) + " is available");
+                      byte_size_text(*available) + " is available (free memory " +
+                      (system ? byte_size_text(*system) : std::string("unknown")) + ", address space left " +
+                      (room ? byte_size_text(*room) : std::string("unlimited")) + ")");
 }
 
 std::string byte_size_text(std::uint64_t bytes) {
