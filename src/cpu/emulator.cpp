@@ -239,11 +239,11 @@ std::vector<Partial> run_splits(const AttentionArgs& args, const Policy& pol, co
 }
 
 // Merges the splits of one row and writes O and the LSE.
-void write_row(const AttentionArgs& args, const Policy& pol, const ProblemShape& ps, const Task& t, int rr,
+// g: the policy's PASA invariance (pasa_invariance), computed once per call.
+void write_row(const AttentionArgs& args, const Policy& pol, double g, const ProblemShape& ps, const Task& t, int rr,
                const std::vector<Partial>& parts, const PreparedQ& pq, const PreparedKV& kv,
                const Rounders& R) {
   const int D = static_cast<int>(ps.dim);
-  const double g = pasa_invariance(pol, resolve_scale(args, ps.dim));
   std::vector<double> o(static_cast<std::size_t>(D), 0.0);
   double lse = kNegInf;
   int with_keys = 0;
@@ -317,6 +317,7 @@ void emulate_attention(const AttentionArgs& args, const ProblemShape& ps) {
 
   Policy synchronized = pol;  // FlashDecoding++'s fallback: the max-tracking algorithm
   synchronized.shift = Shift::none;
+  const double g = pasa_invariance(pol, alpha), g_synchronized = pasa_invariance(synchronized, alpha);
   const std::int64_t s1 = pol.block_q;
   const std::int64_t q_blocks = (ps.seq_q + s1 - 1) / s1;
   const std::int64_t tasks = q_heads * q_blocks;
@@ -333,11 +334,11 @@ void emulate_attention(const AttentionArgs& args, const ProblemShape& ps) {
         return p.state[rr].left_window;
       });
       if (!left) {
-        write_row(args, pol, ps, t, rr, parts, qh, kvh, R);
+        write_row(args, pol, g, ps, t, rr, parts, qh, kvh, R);
         continue;
       }
       if (fallback.empty()) fallback = run_splits(args, synchronized, ps, t, qh, kvh, alpha, R);
-      write_row(args, synchronized, ps, t, rr, fallback, qh, kvh, R);
+      write_row(args, synchronized, g_synchronized, ps, t, rr, fallback, qh, kvh, R);
       recomputed.fetch_add(1, std::memory_order_relaxed);
     }
   });
