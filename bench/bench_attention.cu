@@ -31,8 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/device_fill.h"
-#include "cuda/pasa_stage.cuh"
+#include "cuda/host/device_fill.h"
+#include "cuda/block/pasa_stage.cuh"
 #include "decode_variants.h"
 #include "fwd_variants.h"
 #include "pasa/attention.h"

@@ -4,7 +4,7 @@
 // into bench_attention only (not into the library).
 #include "decode_variants.h"
 
-#include "cuda/attention_decode_kernel.cuh"
+#include "cuda/kernels/attention_decode_kernel.cuh"
 #include "pasa/error.h"
 
 namespace pasa::cuda {

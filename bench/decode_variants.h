@@ -3,7 +3,7 @@
 // m-tile (a GQA group of up to 16 packed rows), any DecodeParams.
 #pragma once
 
-#include "cuda/decode_params.h"
+#include "cuda/host/decode_params.h"
 
 namespace pasa::cuda {
 void launch_decode_variant(const DecodeParams& p, int batch, DecodeVariant v, void* stream);

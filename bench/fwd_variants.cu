@@ -4,7 +4,7 @@
 // into bench_attention only (not into the library).
 #include "fwd_variants.h"
 
-#include "cuda/attention_fwd_kernel.cuh"
+#include "cuda/kernels/attention_fwd_kernel.cuh"
 #include "pasa/error.h"
 
 namespace pasa::cuda {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// bench_host_overhead on the CPU emulator (the GPU half is src/cuda/bench_host_gpu.cpp).
+// bench_host_overhead on the CPU emulator (the GPU half is src/cuda/bench/bench_host_gpu.cpp).
 #include <vector>
 
 #include "host_timing.h"

@@ -18,7 +18,7 @@ bool cuda_backend_available();
 // policies, head dims, dtypes or devices the kernels do not support, before any launch.
 void cuda_attention(const AttentionArgs& args, const ProblemShape& shape);
 
-// The host decisions of one problem (src/cuda/cuda_attention.cpp). Planning checks what
+// The host decisions of one problem (src/cuda/host/cuda_attention.cpp). Planning checks what
 // cuda_attention checks except the data pointers; running launches only, into a caller-owned device
 // workspace of cuda_plan_workspace_bytes (no allocation, no device query, no pointer-kind check).
 struct CudaPlan;

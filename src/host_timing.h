@@ -28,7 +28,7 @@ double host_us_per_call(int calls, Call&& call, Drain&& drain) {
   return rounds[rounds.size() / 2];
 }
 
-// The GPU half of bench_host_overhead (src/cuda/bench_host_gpu.cpp; an error without CUDA).
+// The GPU half of bench_host_overhead (src/cuda/bench/bench_host_gpu.cpp; an error without CUDA).
 HostOverhead bench_host_overhead_gpu(const BenchPoint& point, int calls);
 
 }  // namespace pasa

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda/device_pool.h"
+#include "cuda/host/device_pool.h"
 #include "cuda_backend.h"
 #include "pasa/attention.h"
 #include "pasa/error.h"

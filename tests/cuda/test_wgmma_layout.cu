@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The wgmma building blocks of src/cuda/wgmma.cuh on one warpgroup, against a CPU matrix product:
+// The wgmma building blocks of src/cuda/arch/wgmma.cuh on one warpgroup, against a CPU matrix product:
 // K-major swizzled B tiles with 64- and 128-byte rows placed at several shared-memory offsets, A
 // fragments from registers, the accumulator layout; INT8 and FP8 e4m3 in the shapes the sage8 kernel
 // uses, fp16 in the shapes of the pasa kernel. Its correctness rests on these layouts, and a wrong descriptor or swizzle shows here as a
@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/ptx.cuh"
-#include "cuda/wgmma.cuh"
+#include "cuda/arch/ptx.cuh"
+#include "cuda/arch/wgmma.cuh"
 #include "cuda_backend.h"
 
 namespace pasa::cuda {

@@ -16,8 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda/fwd_tiles.h"
-#include "cuda/kernel_params.h"
+#include "cuda/host/fwd_tiles.h"
+#include "cuda/host/kernel_params.h"
 
 namespace pasa::cuda {
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Instantiations of the split-KV decode kernel and its merge: head dims 64 and 128, one or two m16
 // row tiles per CTA, f16 / bf16 inputs, and bf16 inputs rounded to fp16 (the fdpp policy's input).
-#include "cuda/attention_decode_kernel.cuh"
+#include "cuda/kernels/attention_decode_kernel.cuh"
 #include "pasa/error.h"
 
 namespace pasa::cuda {

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "cuda/fwd_tiles.h"
+#include "cuda/host/fwd_tiles.h"
 
 namespace pasa::cuda {
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Instantiations of the forward kernel for the exact policy: fp16 / bf16 inputs, head dims 64 and 128,
 // CTA shapes from fwd_tiles.h (exact_tile).
-#include "cuda/attention_fwd_kernel.cuh"
+#include "cuda/kernels/attention_fwd_kernel.cuh"
 #include "pasa/error.h"
 
 namespace pasa::cuda {

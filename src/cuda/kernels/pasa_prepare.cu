@@ -17,10 +17,10 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda/cuda_check.h"
-#include "cuda/pasa_stage.cuh"
-#include "cuda/ptx.cuh"
-#include "cuda/wgmma.cuh"
+#include "cuda/arch/cuda_check.h"
+#include "cuda/block/pasa_stage.cuh"
+#include "cuda/arch/ptx.cuh"
+#include "cuda/arch/wgmma.cuh"
 #include "pasa/error.h"
 
 namespace pasa::cuda {

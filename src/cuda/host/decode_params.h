@@ -16,7 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda/kernel_params.h"
+#include "cuda/host/kernel_params.h"
 
 namespace pasa::cuda {
 

@@ -11,9 +11,9 @@
 #include <cmath>
 #include <cstdint>
 
-#include "cuda/cuda_check.h"
-#include "cuda/decode_params.h"
-#include "cuda/device_pool.h"  // align_up
+#include "cuda/arch/cuda_check.h"
+#include "cuda/host/decode_params.h"
+#include "cuda/host/device_pool.h"  // align_up
 #include "pasa/error.h"
 
 namespace pasa::cuda {

@@ -2,14 +2,14 @@
 // pasa's per-device memory pool (device_pool.h). The pools are created once and never destroyed:
 // destroying them from a static destructor would race the CUDA runtime's own teardown at exit, and
 // the driver reclaims everything when the process ends.
-#include "cuda/device_pool.h"
+#include "cuda/host/device_pool.h"
 
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
 
-#include "cuda/cuda_check.h"
+#include "cuda/arch/cuda_check.h"
 
 namespace pasa::cuda {
 

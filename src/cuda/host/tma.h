@@ -8,7 +8,7 @@
 
 #include <cuda.h>
 
-#include "cuda/kernel_params.h"
+#include "cuda/host/kernel_params.h"
 
 namespace pasa::cuda {
 

@@ -10,7 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "cuda/kernel_params.h"
+#include "cuda/host/kernel_params.h"
 
 namespace pasa::cuda {
 

@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "cuda/ptx.cuh"
+#include "cuda/arch/ptx.cuh"
 
 namespace pasa::cuda {
 

@@ -3,8 +3,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "cuda/cuda_check.h"
-#include "cuda/device_fill.h"
+#include "cuda/arch/cuda_check.h"
+#include "cuda/host/device_fill.h"
 
 namespace pasa::cuda {
 namespace {

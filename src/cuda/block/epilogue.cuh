@@ -10,8 +10,8 @@
 
 #include <cstdint>
 
-#include "cuda/kernel_params.h"
-#include "cuda/ptx.cuh"
+#include "cuda/host/kernel_params.h"
+#include "cuda/arch/ptx.cuh"
 
 namespace pasa::cuda {
 

@@ -7,7 +7,7 @@
 #include <mutex>
 #include <string>
 
-#include "cuda/tma.h"
+#include "cuda/host/tma.h"
 #include "pasa/error.h"
 
 namespace pasa::cuda {

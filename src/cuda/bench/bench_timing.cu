@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_check.h"
-#include "cuda/device_fill.h"
+#include "cuda/arch/cuda_check.h"
+#include "cuda/host/device_fill.h"
 #include "cuda_backend.h"
 #include "pasa/attention.h"
 #include "pasa/bench.h"

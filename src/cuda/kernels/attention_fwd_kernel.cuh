@@ -28,15 +28,15 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda/cuda_check.h"
-#include "cuda/epilogue.cuh"
-#include "cuda/fwd_tiles.h"
-#include "cuda/fwd_mask.cuh"
-#include "cuda/kernel_params.h"
-#include "cuda/online_softmax.cuh"
-#include "cuda/ptx.cuh"
-#include "cuda/tile_load.cuh"
-#include "cuda/warp_mma.cuh"
+#include "cuda/arch/cuda_check.h"
+#include "cuda/block/epilogue.cuh"
+#include "cuda/host/fwd_tiles.h"
+#include "cuda/block/fwd_mask.cuh"
+#include "cuda/host/kernel_params.h"
+#include "cuda/block/online_softmax.cuh"
+#include "cuda/arch/ptx.cuh"
+#include "cuda/pipeline/tile_load.cuh"
+#include "cuda/arch/warp_mma.cuh"
 
 namespace pasa::cuda {
 

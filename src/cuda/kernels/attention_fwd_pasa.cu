@@ -29,18 +29,18 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "cuda/cuda_check.h"
-#include "cuda/device_pool.h"
-#include "cuda/epilogue.cuh"
-#include "cuda/fwd_mask.cuh"
-#include "cuda/kernel_params.h"
-#include "cuda/mbarrier.cuh"
-#include "cuda/online_softmax.cuh"
-#include "cuda/pasa_stage.cuh"
-#include "cuda/ptx.cuh"
-#include "cuda/tma.cuh"
-#include "cuda/tma.h"
-#include "cuda/wgmma.cuh"
+#include "cuda/arch/cuda_check.h"
+#include "cuda/host/device_pool.h"
+#include "cuda/block/epilogue.cuh"
+#include "cuda/block/fwd_mask.cuh"
+#include "cuda/host/kernel_params.h"
+#include "cuda/arch/mbarrier.cuh"
+#include "cuda/block/online_softmax.cuh"
+#include "cuda/block/pasa_stage.cuh"
+#include "cuda/arch/ptx.cuh"
+#include "cuda/arch/tma.cuh"
+#include "cuda/host/tma.h"
+#include "cuda/arch/wgmma.cuh"
 #include "pasa/error.h"
 
 namespace pasa::cuda {

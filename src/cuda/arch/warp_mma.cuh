@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "cuda/ptx.cuh"
+#include "cuda/arch/ptx.cuh"
 
 namespace pasa::cuda {
 

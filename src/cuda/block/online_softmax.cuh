@@ -27,7 +27,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "cuda/ptx.cuh"
+#include "cuda/arch/ptx.cuh"
 
 namespace pasa::cuda {
 

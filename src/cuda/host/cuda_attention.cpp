@@ -20,10 +20,10 @@
 #include <string>
 #include <utility>
 
-#include "cuda/cuda_check.h"
-#include "cuda/decode_params.h"
-#include "cuda/device_pool.h"
-#include "cuda/kernel_params.h"
+#include "cuda/arch/cuda_check.h"
+#include "cuda/host/decode_params.h"
+#include "cuda/host/device_pool.h"
+#include "cuda/host/kernel_params.h"
 #include "cuda_backend.h"
 #include "numerics/pasa_shift.h"
 #include "pasa/error.h"

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "cuda/cuda_check.h"
-#include "cuda/device_fill.h"
+#include "cuda/arch/cuda_check.h"
+#include "cuda/host/device_fill.h"
 #include "cuda_backend.h"
 #include "host_timing.h"
 #include "pasa/attention_plan.h"
