@@ -73,6 +73,17 @@ TEST(CudaExact, LongSequences) {
   check_case({1, 2, 2, 1100, 1600, 64, false, br, false, DType::bf16, DType::bf16}, exact_policy(DType::bf16));
 }
 
+// More (query block, head) tiles than the GPU has SMs, so that the persistent exact kernel runs
+// several tiles per CTA and its K / V ring carries its phases across them: causal tiles of different
+// lengths, tiles whose rows see no key (S_q > S_kv, bottom-right) between others, GQA, BSHD.
+TEST(CudaExact, PersistentTilesOfMixedLengths) {
+  REQUIRE_SM90();
+  const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
+  check_case({2, 40, 8, 300, 100, 64, true, br, false, DType::f16, DType::f32}, exact_policy(DType::f16));
+  check_case({2, 36, 36, 260, 700, 128, true, tl, true, DType::bf16, DType::bf16}, exact_policy(DType::bf16));
+  check_case({1, 140, 4, 70, 390, 64, false, br, false, DType::f16, DType::f16}, exact_policy(DType::f16));
+}
+
 TEST(CudaPasa, LongSequences) {
   REQUIRE_SM90();
   const auto br = CausalAlignment::bottom_right;
@@ -246,7 +257,7 @@ TEST(CudaDecode, FdppLargeScoresAreRecomputedAndCounted) {
 // CUDA graphs: every scratch buffer is stream-ordered from pasa's pool, so a call can be captured
 // (pasa: K' scratch; decode: the split workspace) and replayed with the same result.
 
-TEST(CudaGraph, PasaAndDecodeCallsAreCapturable) {
+TEST(CudaGraph, PrefillAndDecodeCallsAreCapturable) {
   REQUIRE_SM90();
   const auto br = CausalAlignment::bottom_right;
   struct Item {
@@ -256,6 +267,7 @@ TEST(CudaGraph, PasaAndDecodeCallsAreCapturable) {
   Policy split3 = exact_policy(DType::f16);
   split3.splits = 3;
   const Item items[] = {{{1, 4, 2, 300, 300, 128, true, br, false, DType::f16, DType::f16}, pasa_policy()},
+                        {{2, 8, 2, 700, 700, 64, true, br, false, DType::bf16, DType::bf16}, exact_policy(DType::bf16)},
                         {{2, 32, 8, 1, 2000, 128, false, br, false, DType::f16, DType::f16}, split3}};
   for (const Item& it : items) {
     const Case& c = it.c;

@@ -412,6 +412,7 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) 
   call.head_dim = dim;
   call.in_type = elem_type(in);
   call.device = plan.device;
+  call.sm_count = device_info(plan.device).sm_count;
   call.alpha = alpha;
 
   if (plan.decode) {
@@ -429,7 +430,12 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) 
   }
   fill_stats(args.stats, ps, 0);
   if (plan.family == Family::exact) {
-    cuda::launch_exact_fwd(p, batch, dim, elem_type(in), args.stream);
+    // The Hopper engine, except for a negative alpha: only the mma.sync kernel flips Q as it loads it.
+    if (p.negate_q) {
+      cuda::launch_exact_fwd(p, batch, dim, elem_type(in), args.stream);
+    } else {
+      cuda::launch_exact_hopper_fwd(call, args.stream);
+    }
     return;
   }
   if (plan.family == Family::sage8) {

@@ -49,7 +49,8 @@ struct KernelRequest {
   FwdParams fwd;
   int batch, heads_kv, head_dim;
   ElemType in_type;
-  int device;    // for the scratch pool and the SM count
+  int device;    // for the scratch pool
+  int sm_count;  // the device's multiprocessors (persistent grids), read once per device by the dispatch
   double alpha;  // the softmax scale as given (any sign)
 };
 
@@ -74,6 +75,9 @@ struct PasaRequest {
 // Launch functions (defined in the .cu files). Each throws pasa::Error on a CUDA error; `stream` is
 // a cudaStream_t. exact: CTA shapes from fwd_tiles.h (batch x heads x ceil(seq_q / block_m) CTAs).
 void launch_exact_fwd(const FwdParams& p, int batch, int head_dim, ElemType in_type, void* stream);
+// exact on the Hopper engine (attention_fwd_hopper.cuh): a persistent grid of min(tiles, sm_count)
+// warp-specialized CTAs. A negative alpha is not taken (launch_exact_fwd flips Q for it).
+void launch_exact_hopper_fwd(const KernelRequest& r, void* stream);
 // pasa: the prepass (K' = M K in fp16, as tiles; bf16 V to fp16) into scratch from pasa's pool, then the
 // fp16 wgmma kernel; both on `stream`.
 void launch_pasa(const PasaRequest& r, void* stream);
