@@ -18,18 +18,18 @@
 namespace pasa::cuda {
 namespace {
 
+constexpr int kMaxDevices = 64;  // as the dispatch's per-device cache
+
 template <typename E>
 struct ExactVariant {
   using Elem = E;
   using Softmax = ExactSoftmax<1>;
 };
 
-// The kernel's shared-memory attribute, set once per device (a per-call cudaFuncSetAttribute is a
-// driver call on the host path of every launch).
+// Sets the kernel's shared-memory attribute once per device: `once` belongs to one kernel (a
+// per-call cudaFuncSetAttribute is a driver call on the host path of every launch).
 template <class Kernel>
-void allow_shared_memory(Kernel* kernel, int bytes, int device) {
-  constexpr int kMaxDevices = 64;
-  static std::once_flag once[kMaxDevices];
+void allow_shared_memory(Kernel* kernel, int bytes, int device, std::once_flag (&once)[kMaxDevices]) {
   std::call_once(once[device], [&] {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
                "cudaFuncSetAttribute(attention_fwd_hopper_kernel, max dynamic shared memory)");
@@ -47,7 +47,8 @@ void launch_typed(const KernelRequest& r, cudaStream_t stream) {
                  p,
                  {m_blocks, p.heads_q, r.batch, p.causal}};
   auto* kernel = attention_fwd_hopper_kernel<ExactVariant<Elem>, D>;
-  allow_shared_memory(kernel, Tile::kSmemBytes, r.device);
+  static std::once_flag smem_set[kMaxDevices];
+  allow_shared_memory(kernel, Tile::kSmemBytes, r.device, smem_set);
   const long long tiles = static_cast<long long>(m_blocks) * p.heads_q * r.batch;
   const int grid = static_cast<int>(std::min<long long>(tiles, r.sm_count));
   if (grid == 0) return;
