@@ -12,8 +12,6 @@
 //   softmax of block j runs on the CUDA cores while the tensor cores do P_{j-1} V_{j-1}.
 // - Both GEMMs on wgmma: S from Q and K in shared memory (ss), O from P in registers and V in
 //   shared memory (rs, V MN-major as it lies in memory).
-// - Ping-pong between the consumer warpgroups (warpgroup_turns.cuh): one's softmax under the other's
-//   GEMMs.
 // - Persistent CTAs (one per SM) over a static tile order, causal tiles longest first
 //   (tile_scheduler.cuh).
 //
@@ -39,7 +37,6 @@
 #include "cuda/host/kernel_params.h"
 #include "cuda/pipeline/tile_ring.cuh"
 #include "cuda/pipeline/tile_scheduler.cuh"
-#include "cuda/pipeline/warpgroup_turns.cuh"
 
 namespace pasa::cuda {
 
@@ -52,7 +49,6 @@ struct HopperTile {
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = 128;
   static constexpr int kStages = 2;
-  static constexpr bool kPingPong = true;  // the consumers take turns to issue GEMMs (warpgroup_turns.cuh)
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kConsumerWarps = 4 * kConsumers;
   static constexpr int kBoxes = D / 64;  // 64-channel boxes per row
@@ -173,8 +169,6 @@ __global__ void __launch_bounds__(HopperTile<D>::kThreads, 1)
     return mn_major_desc(base + Tile::kVOffset + v_ring.slot(fill) * Tile::kKVBytes, Tile::kKVBoxBytes) + 128 * kc;
   };
 
-  const WarpgroupTurns<Tile::kPingPong ? Tile::kConsumers : 1> turns{c};
-  turns.start();
   int fill = 0;
   for (int tt = static_cast<int>(blockIdx.x), n = 0; tt < m.tiles.count(); tt += static_cast<int>(gridDim.x), ++n) {
     const AttentionTile tile = m.tiles.tile(tt);
@@ -220,9 +214,7 @@ __global__ void __launch_bounds__(HopperTile<D>::kThreads, 1)
     q_ring.wait(n);
     if (n_kb > 0) {
       k_ring.wait(fill);
-      turns.wait();
       issue_qk(fill);
-      turns.pass();
       wgmma_wait<0>();
       wgmma_pin(s);
       if (n_kb == 1) q_ring.release(n);
@@ -236,11 +228,9 @@ __global__ void __launch_bounds__(HopperTile<D>::kThreads, 1)
     for (int j = 1; j < n_kb; ++j) {
       const int f = fill + j;
       k_ring.wait(f);
-      v_ring.wait(f - 1);
-      turns.wait();
       issue_qk(f);
+      v_ring.wait(f - 1);
       issue_pv(f - 1);
-      turns.pass();
       wgmma_wait<1>();  // S_j
       wgmma_pin(s);
       if (j == n_kb - 1) q_ring.release(n);
@@ -262,9 +252,7 @@ __global__ void __launch_bounds__(HopperTile<D>::kThreads, 1)
     if (n_kb > 0) {
       const int f = fill + n_kb - 1;
       v_ring.wait(f);
-      turns.wait();
       issue_pv(f);
-      turns.pass();
       wgmma_wait<0>();
       wgmma_pin(o);
       v_ring.release(f);
