@@ -5,7 +5,8 @@
 //
 // - Warp specialization. Warpgroup 0 is the producer: one thread issues every bulk tensor copy (TMA)
 //   of Q, K and V into shared memory, the warpgroup gives most of its registers back (setmaxnreg).
-//   Warpgroups 1 .. kConsumers each own 64 query rows of the CTA's block and only compute.
+//   Warpgroups 1 .. kConsumers (2 or 3, HopperTile) each own 64 query rows of the CTA's block and
+//   only compute.
 // - A kStages ring of K and of V slots on mbarriers (tile_ring.cuh): the producer runs ahead by up to
 //   kStages key blocks of both, across tile boundaries; Q has a one-slot ring of its own.
 // - Intra-warpgroup overlap: block j's S = Q K_j^T is issued before block j - 1's P V, so that the
@@ -45,7 +46,10 @@ namespace pasa::cuda {
 // wgmma's A and B of Q K^T, and the MN-major layout of V as the B of P V.
 template <int D>
 struct HopperTile {
-  static constexpr int kConsumers = 2;  // consumer warpgroups
+  // Consumer warpgroups: three at D 64 (192 query rows share each K and V tile; the softmax, whose
+  // work per score does not shrink with D, has more warps to hide it), two at D 128 (their S, P and O
+  // need ~200 registers a thread).
+  static constexpr int kConsumers = D == 64 ? 3 : 2;
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = 128;
   static constexpr int kStages = 2;
@@ -60,10 +64,10 @@ struct HopperTile {
   static constexpr int kKOffset = kQOffset + kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKVBytes;
   static constexpr int kSmemBytes = kVOffset + kStages * kKVBytes + 1024;  // + slack to align the base
-  // Registers a thread (setmaxnreg): 24 for the producer, 240 for the consumers (24 x 128 + 240 x 256
-  // = 64512 of the SM's 65536).
+  // Registers a thread (setmaxnreg): 24 for the producer, the rest of the SM's 65536 for the consumers
+  // (24 x 128 + 240 x 256 = 64512; 24 x 128 + 160 x 384 = 64512).
   static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
   static_assert(D == 64 || D == 128, "the Hopper engine's head dims");
 };
 
