@@ -47,7 +47,7 @@ ElemType elem_type(DType d) {
 
 // What the dispatch reads of a device, queried once per device for the life of the process.
 struct DeviceInfo {
-  int major, minor, sm_count;
+  int major, minor, sm_count, l2_bytes;
 };
 
 const DeviceInfo& device_info(int device) {
@@ -65,6 +65,8 @@ const DeviceInfo& device_info(int device) {
                "cudaDeviceGetAttribute");
     check_cuda(cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, device),
                "cudaDeviceGetAttribute(multiprocessor count)");
+    check_cuda(cudaDeviceGetAttribute(&d.l2_bytes, cudaDevAttrL2CacheSize, device),
+               "cudaDeviceGetAttribute(L2 cache size)");
     info[device] = d;
   });
   return info[device];
@@ -413,6 +415,7 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) 
   call.in_type = elem_type(in);
   call.device = plan.device;
   call.sm_count = device_info(plan.device).sm_count;
+  call.l2_bytes = device_info(plan.device).l2_bytes;
   call.alpha = alpha;
 
   if (plan.decode) {

@@ -51,6 +51,7 @@ struct KernelRequest {
   ElemType in_type;
   int device;    // for the scratch pool
   int sm_count;  // the device's multiprocessors (persistent grids), read once per device by the dispatch
+  long long l2_bytes;  // the device's L2 size (the persistent scheduler's sections), read likewise
   double alpha;  // the softmax scale as given (any sign)
 };
 

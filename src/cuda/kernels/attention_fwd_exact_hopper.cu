@@ -41,11 +41,14 @@ void launch_typed(const KernelRequest& r, cudaStream_t stream) {
   using Tile = HopperTile<D>;
   const FwdParams& p = r.fwd;
   const int m_blocks = (p.seq_q + Tile::kBlockM - 1) / Tile::kBlockM;
+  // Causal sections: as many (batch, head) pairs as have their K and V in half the L2.
+  const long long kv_bytes = 4LL * p.seq_kv * D;
+  const int section_heads = static_cast<int>(std::clamp<long long>(r.l2_bytes / 2 / std::max(kv_bytes, 1LL), 1, 1 << 20));
   HopperParams m{fp16_row_tile_map(p.q, r.batch, p.heads_q, p.seq_q, D, Tile::kBlockM, "q"),
                  fp16_row_tile_map(p.k, r.batch, r.heads_kv, p.seq_kv, D, Tile::kBlockN, "k"),
                  fp16_row_tile_map(p.v, r.batch, r.heads_kv, p.seq_kv, D, Tile::kBlockN, "v"),
                  p,
-                 {m_blocks, p.heads_q, r.batch, p.causal}};
+                 {m_blocks, p.heads_q, r.batch, p.causal, section_heads}};
   auto* kernel = attention_fwd_hopper_kernel<ExactVariant<Elem>, D>;
   static std::once_flag smem_set[kMaxDevices];
   allow_shared_memory(kernel, Tile::kSmemBytes, r.device, smem_set);
