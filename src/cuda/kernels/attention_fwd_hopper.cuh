@@ -215,6 +215,19 @@ __global__ void __launch_bounds__(HopperTile<D>::kThreads, 1)
       for (int q = 0; q < kBlockN / 4; ++q) pf[q / 4][q % 4] = pack2<Elem>(s[2 * q], s[2 * q + 1]);
     };
 
+    // O's rescale for block j's new maxima is applied at the next issue point, between the next
+    // Q K^T and P_j V_j, so that it runs under Q K^T instead of between the GEMMs.
+    float rescale[2];
+    bool moved = false;
+    auto rescale_o = [&] {
+      if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+        for (int n8 = 0; n8 < kDTiles; ++n8)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[4 * n8 + e] *= rescale[e / 2];
+      }
+    };
+
     q_ring.wait(n);
     if (n_kb > 0) {
       k_ring.wait(fill);
@@ -223,8 +236,7 @@ __global__ void __launch_bounds__(HopperTile<D>::kThreads, 1)
       wgmma_pin(s);
       if (n_kb == 1) q_ring.release(n);
       k_ring.release(fill);
-      float unused[2];
-      softmax_block(0, unused);  // O is still 0: nothing to rescale
+      softmax_block(0, rescale);  // O is still 0: nothing to rescale (moved stays false)
       pack_p();
     } else {
       q_ring.release(n);
@@ -233,28 +245,23 @@ __global__ void __launch_bounds__(HopperTile<D>::kThreads, 1)
       const int f = fill + j;
       k_ring.wait(f);
       issue_qk(f);
+      rescale_o();
       v_ring.wait(f - 1);
       issue_pv(f - 1);
       wgmma_wait<1>();  // S_j
       wgmma_pin(s);
       if (j == n_kb - 1) q_ring.release(n);
       k_ring.release(f);
-      float rescale[2];
-      const bool moved = softmax_block(j, rescale);
+      moved = softmax_block(j, rescale);
       wgmma_wait<0>();  // P_{j-1} V_{j-1}
       wgmma_pin(o);
       wgmma_pin(pf);
       v_ring.release(f - 1);
-      if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-        for (int n8 = 0; n8 < kDTiles; ++n8)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) o[4 * n8 + e] *= rescale[e / 2];
-      }
       pack_p();
     }
     if (n_kb > 0) {
       const int f = fill + n_kb - 1;
+      rescale_o();
       v_ring.wait(f);
       issue_pv(f);
       wgmma_wait<0>();
