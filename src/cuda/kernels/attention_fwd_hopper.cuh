@@ -178,10 +178,7 @@ __global__ void __launch_bounds__(HopperTile<D>::kThreads, 1)
     const AttentionTile tile = m.tiles.tile(tt);
     const int r0 = tile.m_block * kBlockM;
     const int row_lo = r0 + 64 * c + 16 * warp;  // the warp's first row
-    // The CTA's key blocks (the producer loads them all), and this warpgroup's own: none when all its
-    // rows are past the end, fewer when the causal diagonal ends earlier for its rows. The blocks
-    // between are only waited for and released (no GEMM for rows that would discard it).
-    const int n_kb = r0 + 64 * c >= p.seq_q ? 0 : visited_key_blocks(p, r0 + 64 * c, 64, kBlockN, n_kb_all);
+    const int n_kb = visited_key_blocks(p, r0, kBlockM, kBlockN, n_kb_all);
 
     Softmax softmax;
     softmax.init();
@@ -271,14 +268,7 @@ __global__ void __launch_bounds__(HopperTile<D>::kThreads, 1)
       wgmma_pin(o);
       v_ring.release(f);
     }
-    const int n_kb_cta = visited_key_blocks(p, r0, kBlockM, kBlockN, n_kb_all);  // (here: fewer live registers)
-    for (int f = fill + n_kb; f < fill + n_kb_cta; ++f) {
-      k_ring.wait(f);  // (a release before the fill has landed could count towards the slot's previous use)
-      k_ring.release(f);
-      v_ring.wait(f);
-      v_ring.release(f);
-    }
-    fill += n_kb_cta;
+    fill += n_kb;
 
     // Epilogue: O = O / l (0 for a row that saw no key), the LSE.
     float row_l[2], lse[2];
