@@ -9,8 +9,9 @@
 //   only compute.
 // - A kStages ring of K and of V slots on mbarriers (tile_ring.cuh): the producer runs ahead by up to
 //   kStages key blocks of both, across tile boundaries; Q has a one-slot ring of its own.
-// - Intra-warpgroup overlap: block j's S = Q K_j^T is issued before block j - 1's P V, so that the
-//   softmax of block j runs on the CUDA cores while the tensor cores do P_{j-1} V_{j-1}.
+// - Two or three consumer warpgroups share every K and V tile; while one computes its softmax the
+//   others' GEMMs keep the tensor cores busy, and each mainloop overlaps its own GEMMs with its
+//   softmax as well (the variants' headers say how).
 // - Both GEMMs on wgmma: S from Q and K in shared memory (ss), O from P in registers and V in
 //   shared memory (rs, V MN-major as it lies in memory).
 // - Persistent CTAs (one per SM) over a static tile order, causal tiles longest first

@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: Apache-2.0
+// The pasa and pasa_accurate policies on the Hopper engine (attention_fwd_hopper.cuh): PASA's
+// Algorithm 1 (docs/algorithms.md section 3) at the emulator's rounding points (PasaSoftmax,
+// online_softmax.cuh).
+//
+// Its K slots hold the prepass's K' tiles (pasa_stage.cuh: 128 keys, then 8 rows of the block's
+// mean K' row, hi and lo), filled by one bulk copy; Q (fp16) and V (fp16) by TMA. Per key block:
+//   S' = Q K'^T by one m64n136k16 wgmma chain: the 128 scores, and in the 8 extra columns each row's
+//     sum of S' over the block (for the local pseudo-average, from the mean rows: about 22 bits);
+//   S' rounded to fp16 pairs (pasa) or kept in fp32 (pasa_accurate), masked, the block max; then per
+//     k16 step P = fl(e^(fl(S' - m))) sent at once to the tensor cores: P V into a fresh fp32 sum, and
+//     P times a matrix of ones (in the extra shared memory) for the row sums of P;
+//   PASA's state update (F, m, the two rescale factors) under those GEMMs, then the next block's S'
+//     issued, and O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16 and l while it runs.
+// Epilogue: O = fl(O~ (1 / l)), LSE = m + log l + g F.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/arch/mbarrier.cuh"
+#include "cuda/block/online_softmax.cuh"
+#include "cuda/block/pasa_stage.cuh"
+#include "cuda/kernels/attention_fwd_hopper.cuh"
+
+namespace pasa::cuda {
+
+// kAccurate: the pasa_accurate policy (S' and the softmax state in fp32).
+template <bool kAccurate>
+struct PasaHopperVariant {
+  static constexpr int kOnesBytes = 1024;  // the all-ones fp16 B tile of the P row sums
+
+  // Two consumer warpgroups at both head dims: S' (68), P (32), P V (D / 2) and O~ (D / 4) registers.
+  template <int D>
+  using Tile = HopperTile<D, 2, PasaStage<D>::kKRows, kOnesBytes>;
+
+  template <class Tile>
+  __device__ __forceinline__ static void load_k(const HopperParams& m, std::uint32_t slot, std::uint32_t bar, int b,
+                                                int h_kv, int j, int n_kb_all) {
+    const std::int64_t stage = (static_cast<std::int64_t>(b) * m.heads_kv + h_kv) * n_kb_all + j;
+    bulk_copy_to_shared(slot, m.k_tiles + stage * Tile::kKBytes, Tile::kKBytes, bar);
+  }
+
+  // The matrix of ones (fp16 1.0 = 0x3C00).
+  __device__ __forceinline__ static void prepare_smem(std::uint32_t extra, int thread, int threads) {
+    for (int i = thread; i < kOnesBytes / 4; i += threads) {
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(extra + 4 * i), "r"(kOnesHalf2) : "memory");
+    }
+  }
+
+  template <class Tile>
+  struct Mainloop {
+    static constexpr int D = Tile::kHeadDim;
+    static constexpr int kKeys = Tile::kBlockN;
+    static constexpr int kQSteps = D / 16;       // k16 steps of Q K'^T
+    static constexpr int kPSteps = kKeys / 16;   // k16 steps of P V
+    static constexpr int kDT = D / 8;            // n8 tiles of O
+    static constexpr int kSAcc = (kKeys + 8) / 2;  // S' accumulators a thread: 32 pairs, then the sums
+    static_assert(Tile::kKBytes == PasaStage<D>::kKBytes, "a K slot is one prepass stage");
+    using Softmax = PasaSoftmax<1, !kAccurate>;
+
+    __device__ __forceinline__ void run_tile(HopperConsumer<Tile>& ctx) {
+      const FwdParams& p = ctx.p;
+      const int n_kb = ctx.n_kb, fill = ctx.fill;
+      Softmax softmax;
+      softmax.init();
+      __half2 o[kDT][2];  // O~ in fp16: tile n's pair of row g (i = 0) and of row g + 8 (i = 1)
+#pragma unroll
+      for (int n = 0; n < kDT; ++n) o[n][0] = o[n][1] = __float2half2_rn(0.0f);
+      float acc[kSAcc];  // S' of one block (column 8 (i / 4) + 2 t + i % 2 of row g + 8 ((i % 4) / 2))
+      float c[D / 2];    // one block's P V
+      float psum_acc[4];             // P times ones: row g in [0], [1]; row g + 8 in [2], [3]
+      std::uint32_t pa[1][kPSteps][4];  // S', then P, as the P V A fragments
+      const std::uint64_t ones_desc = plain_desc(ctx.extra());
+
+      auto issue_qk = [&](int f) {
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kQSteps; ++kk) wgmma_m64n136k16_ss<__half, false>(acc, ctx.q_desc(kk), ctx.k_desc(f, kk), kk > 0);
+        wgmma_commit();
+      };
+
+      // Block kb with its S' in acc: the softmax and P V, PASA's update, then (kHasNext) the next
+      // block's S' on the tensor cores while O~ takes in this block's P V. (Two instantiations, so
+      // that no wgmma is issued under a run-time condition, which makes ptxas serialize them.)
+      auto run_block = [&](int kb, auto has_next) {
+        constexpr bool kHasNext = decltype(has_next)::value;
+        const int f = fill + kb, key0 = kb * kKeys;
+        // (pasa_accurate: S' stays in acc, seen as the mma C layout's [1][kKeys / 8][4] tiles.)
+        [[maybe_unused]] auto& s32 = *reinterpret_cast<float (*)[1][kKeys / 8][4]>(acc);
+        if constexpr (!kAccurate) {
+#pragma unroll
+          for (int q = 0; q < kKeys / 4; ++q) pa[0][q / 4][q % 4] = pack2<__half>(acc[2 * q], acc[2 * q + 1]);
+        }
+        constexpr float kLo = 1.0f / kMeanLoScale;
+        const float mean[2] = {Softmax::stat(fmaf(acc[kKeys / 2 + 1], kLo, acc[kKeys / 2])),
+                               Softmax::stat(fmaf(acc[kKeys / 2 + 3], kLo, acc[kKeys / 2 + 2]))};
+        ctx.k_ring.release(f);  // S' has been read: the K' slot is free
+        float m_blk[2];
+        [[maybe_unused]] __half2 m_use[2];
+        if constexpr (kAccurate) {
+          if (block_needs_mask(p, key0, kKeys, ctx.row_lo)) apply_mask(s32, p, key0, ctx.row_lo + ctx.g);
+          Softmax::block_max_fp32(s32, m_blk);
+        } else {
+          if (block_needs_mask(p, key0, kKeys, ctx.row_lo)) apply_mask(pa, p, key0, ctx.row_lo + ctx.g);
+          Softmax::block_max(pa, m_blk, m_use);
+        }
+
+        ctx.v_ring.wait(f);
+#pragma unroll
+        for (int kc = 0; kc < kPSteps; ++kc) {
+          if constexpr (kAccurate) {
+            Softmax::exponentiate_fp32(pa[0][kc], s32, m_blk, 0, kc);
+          } else {
+            Softmax::exponentiate_chunk(pa[0][kc], m_use, 0);
+          }
+          wgmma_fence();
+          hopper::mma_pv<__half, D>(c, pa[0][kc], ctx.v_desc(f, kc), kc > 0);
+          wgmma_f16_m64n8k16(psum_acc, pa[0][kc], ones_desc, kc > 0);
+        }
+        wgmma_commit();
+        float ep[2], ec[2];
+        softmax.rescale(kb, m_blk, mean, p.pasa_g, ep, ec);
+        wgmma_wait<0>();  // P V and the row sums of P
+        wgmma_pin(c);
+        wgmma_pin(pa);
+        wgmma_pin(psum_acc);
+        ctx.v_ring.release(f);
+        if constexpr (kHasNext) {
+          ctx.k_ring.wait(f + 1);
+          issue_qk(f + 1);
+        }
+        const float psum[2] = {psum_acc[0], psum_acc[2]};
+        softmax.add_block(psum);
+        const __half2 ep2[2] = {__float2half2_rn(ep[0]), __float2half2_rn(ep[1])};
+        const __half2 ec2[2] = {__float2half2_rn(ec[0]), __float2half2_rn(ec[1])};
+#pragma unroll
+        for (int n = 0; n < kDT; ++n)
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const __half2 pv = __floats2half2_rn(c[4 * n + 2 * i], c[4 * n + 2 * i + 1]);
+            o[n][i] = __hadd2(__hmul2(ep2[i], o[n][i]), __hmul2(ec2[i], pv));
+          }
+        if constexpr (kHasNext) {
+          wgmma_wait<0>();  // the next block's S'
+          wgmma_pin(acc);
+          if (kb + 2 == n_kb) ctx.q_ring.release(ctx.q_fill);  // that was the tile's last Q K'^T
+        }
+      };
+
+      if (n_kb > 0) {
+        ctx.k_ring.wait(fill);
+        issue_qk(fill);
+        wgmma_wait<0>();
+        wgmma_pin(acc);
+        if (n_kb == 1) ctx.q_ring.release(ctx.q_fill);
+      } else {
+        ctx.q_ring.release(ctx.q_fill);
+      }
+      for (int kb = 0; kb + 1 < n_kb; ++kb) run_block(kb, std::true_type{});
+      if (n_kb > 0) run_block(n_kb - 1, std::false_type{});
+
+      // Epilogue: O = fl(O~ (1 / l)) (0 for a row that saw no key; the emulator divides, which can
+      // differ by one fp16 ulp), the LSE.
+      float row_l[2], lse[2];
+      softmax.finish(p.pasa_g, row_l, lse);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int row = ctx.row_lo + ctx.g + 8 * i;
+        store_lse(p, ctx.tile.b, ctx.tile.h, row, lse[i]);
+        if (row >= p.seq_q) continue;
+        const float inv = lse[i] == -INFINITY ? 0.0f : 1.0f / row_l[i];
+        char* out = output_row(p, ctx.tile.b, ctx.tile.h, row);
+#pragma unroll
+        for (int n = 0; n < kDT; ++n) {
+          const float2 x = __half22float2(o[n][i]);
+          store_pair(out, p.o_type, 8 * n + 2 * ctx.t, round_fp16(x.x * inv), round_fp16(x.y * inv));
+        }
+      }
+    }
+  };
+};
+
+}  // namespace pasa::cuda
