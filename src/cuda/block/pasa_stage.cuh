@@ -51,8 +51,4 @@ std::size_t pasa_tile_bytes(int batch, int heads_kv, int n_kb, int head_dim);
 // D], contiguous; unused for fp16 inputs), on `stream`.
 void launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb, void* stream);
 
-// bf16 Q rounded to fp16 (the pasa policy's input format) into `q_fp16` ([B, H_q, S_q, D], contiguous),
-// on `stream`: the kernel reads fp16 Q by TMA.
-void launch_round_q_fp16(const KernelRequest& r, void* q_fp16, void* stream);
-
 }  // namespace pasa::cuda

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The pasa and pasa_accurate policies' launch on the Hopper engine (hopper_pasa_mainloop.cuh): the
-// prepass (pasa_prepare.cu: K' = M K in fp16 as the kernel's K slots; for bf16 inputs V and Q rounded
-// to fp16) into scratch from pasa's stream-ordered pool, then the kernel, both on the caller's stream.
+// prepass (pasa_prepare.cu: K' = M K in fp16 as the kernel's K slots; for bf16 inputs V rounded to
+// fp16) into scratch from pasa's stream-ordered pool, then the kernel, both on the caller's stream.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/block/pasa_stage.cuh"
 #include "cuda/host/device_pool.h"
@@ -17,26 +18,23 @@
 namespace pasa::cuda {
 namespace {
 
-template <int D, bool kAccurate>
+template <typename QElem, int D, bool kAccurate>
 void launch_typed(const PasaRequest& r, cudaStream_t stream) {
-  using Variant = PasaHopperVariant<kAccurate>;
+  using Variant = PasaHopperVariant<QElem, kAccurate>;
   using Tile = typename Variant::template Tile<D>;
   const KernelRequest& c = r.call;
   const FwdParams& p = c.fwd;
   const int n_kb = (p.seq_kv + Tile::kBlockN - 1) / Tile::kBlockN;
   const std::size_t tile_bytes = pasa_tile_bytes(c.batch, c.heads_kv, n_kb, D);
-  const bool bf16 = c.in_type == ElemType::bf16;  // V and Q need rounding to fp16 first
-  const std::int64_t v_elems = bf16 ? static_cast<std::int64_t>(c.batch) * c.heads_kv * p.seq_kv * D : 0;
-  const std::int64_t q_elems = bf16 ? static_cast<std::int64_t>(c.batch) * p.heads_q * p.seq_q * D : 0;
-  StreamBuffer scratch(tile_bytes + 2 * (v_elems + q_elems), c.device, stream);
+  const bool bf16 = std::is_same_v<QElem, __nv_bfloat16>;  // V needs rounding to fp16 first
+  const std::size_t v_bytes = bf16 ? static_cast<std::size_t>(c.batch) * c.heads_kv * p.seq_kv * D * 2 : 0;
+  StreamBuffer scratch(tile_bytes + v_bytes, c.device, stream);
   auto* tiles = static_cast<std::uint8_t*>(scratch.get());
   void* v_fp16 = bf16 ? tiles + tile_bytes : nullptr;
-  void* q_fp16 = bf16 ? tiles + tile_bytes + 2 * v_elems : nullptr;
-  const std::int64_t kv_sh = static_cast<std::int64_t>(p.seq_kv) * D, q_sh = static_cast<std::int64_t>(p.seq_q) * D;
-  const Operand v = bf16 ? Operand{v_fp16, c.heads_kv * kv_sh, kv_sh, D} : p.v;
-  const Operand q = bf16 ? Operand{q_fp16, p.heads_q * q_sh, q_sh, D} : p.q;
+  const std::int64_t sh = static_cast<std::int64_t>(p.seq_kv) * D;
+  const Operand v = bf16 ? Operand{v_fp16, c.heads_kv * sh, sh, D} : p.v;
   // (the maps first: what the driver refuses is an error before anything is launched)
-  const HopperParams m{fp16_row_tile_map(q, c.batch, p.heads_q, p.seq_q, D, Tile::kBlockM, "q"),
+  const HopperParams m{fp16_row_tile_map(p.q, c.batch, p.heads_q, p.seq_q, D, Tile::kBlockM, "q"),
                        CUtensorMap{},  // K' comes by bulk copies of the prepass's tiles
                        fp16_row_tile_map(v, c.batch, c.heads_kv, p.seq_kv, D, Tile::kBlockN, "v"),
                        p,
@@ -44,16 +42,15 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
                        tiles,
                        c.heads_kv};
   launch_pasa_tiles(r, tiles, v_fp16, n_kb, stream);
-  if (bf16) launch_round_q_fp16(c, q_fp16, stream);
   launch_hopper<Variant, D>(m, c, stream, "attention_fwd_hopper_kernel (pasa)");
 }
 
-template <bool kAccurate>
+template <typename QElem, bool kAccurate>
 void launch_dim(const PasaRequest& r, cudaStream_t stream) {
   if (r.call.head_dim == 64) {
-    launch_typed<64, kAccurate>(r, stream);
+    launch_typed<QElem, 64, kAccurate>(r, stream);
   } else if (r.call.head_dim == 128) {
-    launch_typed<128, kAccurate>(r, stream);
+    launch_typed<QElem, 128, kAccurate>(r, stream);
   } else {
     throw Error("pasa kernel: head dim must be 64 or 128");
   }
@@ -63,10 +60,13 @@ void launch_dim(const PasaRequest& r, cudaStream_t stream) {
 
 void launch_pasa(const PasaRequest& r, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  if (r.call.in_type != ElemType::f16 && r.call.in_type != ElemType::bf16) {
+  if (r.call.in_type == ElemType::f16) {
+    r.accurate ? launch_dim<__half, true>(r, s) : launch_dim<__half, false>(r, s);
+  } else if (r.call.in_type == ElemType::bf16) {
+    r.accurate ? launch_dim<__nv_bfloat16, true>(r, s) : launch_dim<__nv_bfloat16, false>(r, s);
+  } else {
     throw Error("pasa kernel: inputs must be f16 or bf16");
   }
-  r.accurate ? launch_dim<true>(r, s) : launch_dim<false>(r, s);
 }
 
 }  // namespace pasa::cuda

@@ -4,7 +4,8 @@
 // online_softmax.cuh).
 //
 // Its K slots hold the prepass's K' tiles (pasa_stage.cuh: 128 keys, then 8 rows of the block's
-// mean K' row, hi and lo), filled by one bulk copy; Q (fp16) and V (fp16) by TMA. Per key block:
+// mean K' row, hi and lo), filled by one bulk copy; Q and V (fp16) by TMA. bf16 Q is rounded to fp16
+// in shared memory by the warpgroup that owns its rows, once per tile. Per key block:
 //   S' = Q K'^T by one m64n136k16 wgmma chain: the 128 scores, and in the 8 extra columns each row's
 //     sum of S' over the block (for the local pseudo-average, from the mean rows: about 22 bits);
 //   S' rounded to fp16 pairs (pasa) or kept in fp32 (pasa_accurate), masked, the block max; then per
@@ -15,6 +16,7 @@
 // Epilogue: O = fl(O~ (1 / l)), LSE = m + log l + g F.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
@@ -22,14 +24,37 @@
 #include <type_traits>
 
 #include "cuda/arch/mbarrier.cuh"
+#include "cuda/arch/warpgroup.cuh"
 #include "cuda/block/online_softmax.cuh"
 #include "cuda/block/pasa_stage.cuh"
 #include "cuda/kernels/attention_fwd_hopper.cuh"
 
 namespace pasa::cuda {
 
-// kAccurate: the pasa_accurate policy (S' and the softmax state in fp32).
-template <bool kAccurate>
+// Rounds this warpgroup's rows of a bf16 Q tile to fp16 in place (an element-wise map, so the
+// swizzle does not matter), then makes them visible to the warpgroup's wgmma.
+template <class Tile>
+__device__ __forceinline__ void round_q_rows_to_fp16(const HopperConsumer<Tile>& ctx) {
+  constexpr int kChunks = Tile::kBoxes * 64 * 8;  // 16-byte chunks of the warpgroup's rows
+  const int thread = static_cast<int>(threadIdx.x) % 128;
+#pragma unroll
+  for (int i = thread; i < kChunks; i += 128) {
+    const int box = i / (64 * 8), in_box = i % (64 * 8);
+    const std::uint32_t addr = ctx.base + Tile::kQOffset + box * Tile::kQBoxBytes + ctx.c * 64 * 128 + in_box * 16;
+    std::uint32_t w[4];
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "r"(addr));
+#pragma unroll
+    for (int e = 0; e < 4; ++e) w[e] = bf16x2_to_half2(w[e]);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+                 : "memory");
+  }
+  fence_proxy_async_shared();
+  named_barrier_sync(2 + ctx.c, 128);  // (barrier 1 is the consumers' start-up barrier)
+}
+
+// QElem: the input type (Q is read as given, bf16 rounded on chip). kAccurate: the pasa_accurate
+// policy (S' and the softmax state in fp32).
+template <typename QElem, bool kAccurate>
 struct PasaHopperVariant {
   static constexpr int kOnesBytes = 1024;  // the all-ones fp16 B tile of the P row sums
 
@@ -75,6 +100,7 @@ struct PasaHopperVariant {
       float psum_acc[4];             // P times ones: row g in [0], [1]; row g + 8 in [2], [3]
       std::uint32_t pa[1][kPSteps][4];  // S', then P, as the P V A fragments
       const std::uint64_t ones_desc = plain_desc(ctx.extra());
+      if constexpr (std::is_same_v<QElem, __nv_bfloat16>) round_q_rows_to_fp16(ctx);
 
       auto issue_qk = [&](int f) {
         wgmma_fence();

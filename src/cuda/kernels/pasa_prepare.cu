@@ -164,29 +164,6 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
   }
 }
 
-// bf16 Q rounded to fp16 ([B, H, S, D] contiguous): one thread per 8 channels of a row.
-struct RoundQParams {
-  Operand q;
-  int heads, seq, head_dim;
-  __half* out;
-};
-
-__global__ void round_q_fp16_kernel(const __grid_constant__ RoundQParams p, std::int64_t groups) {
-  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= groups) return;
-  const int per_row = p.head_dim / 8;
-  const std::int64_t row = i / per_row;  // over [B, H, S]
-  const int col = static_cast<int>(i % per_row) * 8;
-  const int s = static_cast<int>(row % p.seq);
-  const std::int64_t bh = row / p.seq;
-  const int h = static_cast<int>(bh % p.heads), b = static_cast<int>(bh / p.heads);
-  float x[8];
-  load8_as_fp16(static_cast<const __nv_bfloat16*>(p.q.data) + b * p.q.stride_b + h * p.q.stride_h +
-                    static_cast<std::int64_t>(s) * p.q.stride_s + col,
-                x);
-  *reinterpret_cast<uint4*>(p.out + row * p.head_dim + col) = pack8_fp16(x);
-}
-
 template <int D, typename InElem>
 void launch_prepare(const PrepParams& p, int batch, cudaStream_t stream) {
   const dim3 grid(p.n_kb, p.heads_kv, batch);
@@ -199,17 +176,6 @@ void launch_prepare(const PrepParams& p, int batch, cudaStream_t stream) {
 std::size_t pasa_tile_bytes(int batch, int heads_kv, int n_kb, int head_dim) {
   const std::size_t stage = head_dim == 64 ? PasaStage<64>::kBytes : PasaStage<128>::kBytes;
   return static_cast<std::size_t>(batch) * heads_kv * n_kb * stage;
-}
-
-void launch_round_q_fp16(const KernelRequest& r, void* q_fp16, void* stream) {
-  const FwdParams& p = r.fwd;
-  const std::int64_t groups = static_cast<std::int64_t>(r.batch) * p.heads_q * p.seq_q * (r.head_dim / 8);
-  if (groups == 0) return;
-  constexpr int kThreads = 256;
-  const RoundQParams rq{p.q, p.heads_q, p.seq_q, r.head_dim, static_cast<__half*>(q_fp16)};
-  round_q_fp16_kernel<<<static_cast<unsigned>((groups + kThreads - 1) / kThreads), kThreads, 0,
-                        static_cast<cudaStream_t>(stream)>>>(rq, groups);
-  check_launch("round_q_fp16_kernel");
 }
 
 void launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb, void* stream) {
