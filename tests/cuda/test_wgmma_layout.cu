@@ -17,6 +17,8 @@
 
 #include "cuda/arch/ptx.cuh"
 #include "cuda/arch/wgmma.cuh"
+#include "cuda/arch/wgmma_16bit.cuh"
+#include "cuda/arch/wgmma_16bit.cuh"
 #include "cuda_backend.h"
 
 namespace pasa::cuda {
@@ -60,7 +62,7 @@ __global__ void wgmma_product(const std::uint8_t* a, const std::uint8_t* b, int 
 #pragma unroll
     for (int kk = 0; kk < kRowBytes / 32; ++kk) {
       static_assert(N == 136, "the pasa kernel's K-major fp16 shape is Q K'^T, N = 136");
-      wgmma_f16_m64n136k16(out, frag[kk], desc + 2 * kk, kk > 0);
+      wgmma_m64n136k16_rs<__half, false>(out, frag[kk], desc + 2 * kk, kk > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -161,9 +163,9 @@ __global__ void wgmma_product_mn(const __half* a, const __half* b, float* d) {
   for (int kk = 0; kk < kK / 16; ++kk) {
     const std::uint64_t desc = mn_major_desc(tile, kAtomBytes) + 128 * kk;
     if constexpr (N == 128) {
-      wgmma_f16_m64n128k16<true>(out, frag[kk], desc, kk > 0);
+      wgmma_m64n128k16_rs<__half, true>(out, frag[kk], desc, kk > 0);
     } else {
-      wgmma_f16_m64n64k16<true>(out, frag[kk], desc, kk > 0);
+      wgmma_m64n64k16_rs<__half, true>(out, frag[kk], desc, kk > 0);
     }
   }
   wgmma_commit();

@@ -136,7 +136,7 @@ __device__ __forceinline__ std::uint32_t bf16x2_to_half2(std::uint32_t x) {
   return as_u32(__float22half2_rn(__bfloat1622float2(b)));
 }
 
-// Two fp16 ones: the pasa kernel's all-ones B tile, whose product with A puts each row's sum of A
+// Two fp16 ones: the pasa mainloop's all-ones B tile, whose product with A puts each row's sum of A
 // in every column.
 constexpr std::uint32_t kOnesHalf2 = 0x3C003C00u;
 

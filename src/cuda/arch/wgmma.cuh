@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Hopper's warpgroup MMA (wgmma, sm_90a) as the sage8 and pasa kernels use it: A from registers (the
+// Hopper's warpgroup MMA (wgmma, sm_90a) as the sage8 kernel and the pasa mainloop use it: A from registers (the
 // same per-warp fragment layout as mma.sync m16n8k32 for 8-bit types and m16n8k16 for fp16: warp w of
 // the warpgroup holds rows 16 w .. 16 w + 15),
 // B from shared memory through a matrix descriptor, accumulators in registers in the mma.sync C layout
@@ -49,7 +49,7 @@ __device__ __forceinline__ std::uint64_t mn_major_desc(std::uint32_t addr, std::
 
 // The descriptor of a small K-major tile without swizzle (core matrices of 8 rows x 16 bytes, the two
 // of a 32-byte K step 128 bytes apart, 8-row groups 256 bytes apart): used for a tile whose every
-// element is the same (the pasa kernel's matrix of ones), where only the addresses' range matters.
+// element is the same (the pasa mainloop's matrix of ones), where only the addresses' range matters.
 __device__ __forceinline__ std::uint64_t plain_desc(std::uint32_t addr) {
   return static_cast<std::uint64_t>((addr >> 4) & 0x3FFFu) | (std::uint64_t{128 >> 4} << 16) |
          (std::uint64_t{256 >> 4} << 32);
@@ -147,8 +147,9 @@ __device__ __forceinline__ void wgmma_e4m3_m64n128k32(float (&d)[64], const std:
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
-// fp16 A and B, fp32 accumulators: D (+)= A B for one 64 x N x 16 step (the pasa kernel's shapes). B is
-// K-major, or with kTransB MN-major (a tile stored [K][N], mn_major_desc).
+// fp16 A and B, fp32 accumulators: D (+)= A B for one 64 x 8 x 16 step (the pasa mainloop's row sums
+// of P against a tile of ones; the wider 16-bit shapes are in wgmma_16bit.cuh). B is K-major, or with
+// kTransB MN-major (a tile stored [K][N], mn_major_desc).
 template <bool kTransB = false>
 __device__ __forceinline__ void wgmma_f16_m64n8k16(float (&d)[4], const std::uint32_t (&a)[4], std::uint64_t desc_b,
                                                    bool accumulate) {
@@ -160,74 +161,6 @@ __device__ __forceinline__ void wgmma_f16_m64n8k16(float (&d)[4], const std::uin
       "%0, %1, %2, %3"
       "}, {%4, %5, %6, %7}, %8, p, 1, 1, %10;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB ? 1 : 0));
-}
-
-template <bool kTransB = false>
-__device__ __forceinline__ void wgmma_f16_m64n64k16(float (&d)[32], const std::uint32_t (&a)[4], std::uint64_t desc_b,
-                                                    bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB ? 1 : 0));
-}
-
-template <bool kTransB = false>
-__device__ __forceinline__ void wgmma_f16_m64n128k16(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t desc_b,
-                                                     bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB ? 1 : 0));
-}
-
-template <bool kTransB = false>
-__device__ __forceinline__ void wgmma_f16_m64n136k16(float (&d)[68], const std::uint32_t (&a)[4], std::uint64_t desc_b,
-                                                     bool accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "setp.ne.b32 p, %73, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n136k16.f32.f16.f16 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
-      "%64, %65, %66, %67"
-      "}, {%68, %69, %70, %71}, %72, p, 1, 1, %74;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB ? 1 : 0));
 }
 

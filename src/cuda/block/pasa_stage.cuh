@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The pasa kernel's K' tiles as its prepass writes them to global memory and its bulk copies bring
-// them into shared memory, byte for byte (pasa_prepare.cu writes, attention_fwd_pasa.cu reads). (V
+// The pasa mainloop's K' tiles as its prepass writes them to global memory and the producer's bulk
+// copies bring them into shared memory, byte for byte (pasa_prepare.cu writes, hopper_pasa_mainloop.cuh reads). (V
 // needs no prepass tile: the kernel copies its rows by TMA, tma.h, from V itself where it is fp16 or
 // from the prepass's fp16 copy where it is bf16.)
 //
