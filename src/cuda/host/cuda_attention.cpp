@@ -370,10 +370,9 @@ std::string accepts_decode(const Candidate& c) {
   return smem_refusal(cuda::decode_tile(static_cast<int>(c.shape.dim)).smem_bytes(m_tiles), c.device);
 }
 
-// The sm_90a kernels of one family.
+// The sm_90a kernels of one family (the architecture is the spec's own check).
 std::string accepts_hopper(const Candidate& c, Family family, const char* policies) {
   if (c.family != family) return std::string("runs ") + policies;
-  if (!c.hopper_refusal.empty()) return c.hopper_refusal;
   if (!contains(cuda::kHopperHeadDims, c.shape.dim)) return head_dim_refusal(c.shape.dim, "64 or 128");
   return {};
 }
@@ -396,22 +395,35 @@ std::string accepts_exact_portable(const Candidate& c) {
   return head_dim_refusal(c.shape.dim, "64, 96, 128 or 256");
 }
 
-// A kernel the dispatch can choose: accepts() returns empty when the kernel runs the candidate, else
-// why it does not. Tried in order; the plan takes the first that accepts.
+// What a kernel's instructions need. sm80: the portable kernels, compiled for every architecture of
+// the build (check_device refuses devices below 8.0 before any spec is asked). sm90a: wgmma and TMA,
+// compiled for the 90a entries only, and taken only on the Hopper path (hopper_refusal).
+enum class Arch { sm80, sm90a };
+
+// A kernel the dispatch can choose: accepts() returns empty when the kernel runs the candidate's
+// family and shape, else why it does not; the architecture is checked after it. Tried in order; the
+// plan takes the first that accepts.
 struct KernelSpec {
   Kernel kernel;
   const char* name;
-  bool hopper;  // an sm_90a kernel (else a portable one, compiled for every architecture of the build)
+  Arch arch;
   std::string (*accepts)(const Candidate&);
 };
 
 constexpr KernelSpec kKernelSpecs[] = {
-    {Kernel::decode, "decode (split-KV)", false, accepts_decode},
-    {Kernel::exact_hopper, "exact (sm_90a)", true, accepts_exact_hopper},
-    {Kernel::pasa_hopper, "pasa (sm_90a)", true, accepts_pasa_hopper},
-    {Kernel::sage8_hopper, "sage8 (sm_90a)", true, accepts_sage8_hopper},
-    {Kernel::exact_portable, "exact (portable)", false, accepts_exact_portable},
+    {Kernel::decode, "decode (split-KV)", Arch::sm80, accepts_decode},
+    {Kernel::exact_hopper, "exact (sm_90a)", Arch::sm90a, accepts_exact_hopper},
+    {Kernel::pasa_hopper, "pasa (sm_90a)", Arch::sm90a, accepts_pasa_hopper},
+    {Kernel::sage8_hopper, "sage8 (sm_90a)", Arch::sm90a, accepts_sage8_hopper},
+    {Kernel::exact_portable, "exact (portable)", Arch::sm80, accepts_exact_portable},
 };
+
+// Why `spec` does not run the candidate; empty when it does.
+std::string refusal(const KernelSpec& spec, const Candidate& c) {
+  std::string why = spec.accepts(c);
+  if (why.empty() && spec.arch == Arch::sm90a) why = c.hopper_refusal;
+  return why;
+}
 
 // Why the sm_90a kernels cannot run on `d` for this request; empty when they can.
 std::string hopper_refusal(const DeviceInfo& d, bool portable_requested) {
@@ -437,7 +449,7 @@ struct CudaPlan {
   ProblemShape shape;
   Family family;
   const KernelSpec* spec;
-  bool portable;  // the portable path: the device is not sm_90, or it was asked for
+  bool portable;  // the portable path: the sm_90a kernels cannot run here (hopper_refusal)
   int device;
   double alpha;
   cuda::DecodePlan decode_plan;
@@ -490,7 +502,7 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps) {
   plan.portable = !candidate.hopper_refusal.empty();
   std::string refusals;
   for (const KernelSpec& spec : kKernelSpecs) {
-    const std::string why = spec.accepts(candidate);
+    const std::string why = refusal(spec, candidate);
     if (why.empty()) {
       plan.spec = &spec;
       break;
