@@ -55,17 +55,22 @@ phase "tests"
 "$BUILD/tests/pasa_cuda_tests" --gtest_filter="${PASA_TEST_FILTER:-*}" >"$OUT/tests.log" 2>&1
 TESTS_RC=$?
 grep -E "Failure|FAILED|PASSED|SKIPPED|Expected|kernel .* vs emulator" "$OUT/tests.log" | tail -20
+# The portable path forced for the whole process, as PASA_CUDA_PATH does for users.
+PASA_CUDA_PATH=portable "$BUILD/tests/pasa_cuda_tests" \
+  --gtest_filter="${PASA_TEST_FILTER:-*Exact*:*Decode*:*HeadDims*:*PathChoice*:*BadInput*:*Graph*}" \
+  >"$OUT/tests_portable.log" 2>&1 || TESTS_RC=1
+echo "PASA_CUDA_PATH=portable:"; grep -E "FAILED|PASSED" "$OUT/tests_portable.log" | tail -10
 echo "sage8 cases (kernel vs emulator):"; awk '/RUN .*CudaSage8/{on=1} /OK .*CudaSage8|FAILED .*CudaSage8/{on=0} on && /O err/' "$OUT/tests.log" | sed 's/  */ /g' | head -50
 
 if command -v compute-sanitizer >/dev/null; then
-  FILTER='CudaExact.DefaultPolicy*:CudaPasa.BetaZero*:CudaBadInput.*:CudaDecode.PolicySplits*:CudaDecode.FdppLarge*:CudaGraph.*:CudaSage8.Small:WgmmaLayout.*'
+  FILTER='*CudaExact.DefaultPolicy*:CudaPasa.BetaZero*:CudaBadInput.*:CudaDecode.PolicySplits*:CudaDecode.FdppLarge*:CudaGraph.*:CudaSage8.Small:WgmmaLayout.*'
   phase "compute-sanitizer memcheck ($FILTER)"
   compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/pasa_cuda_tests" \
     --gtest_filter="$FILTER" >"$OUT/sanitizer.log" 2>&1
   echo "memcheck rc=$?"
   phase "compute-sanitizer racecheck"
   compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/pasa_cuda_tests" \
-    --gtest_filter='CudaPasa.BetaZero*:CudaExact.DefaultPolicy*:CudaDecode.PolicySplits*:CudaSage8.Small' >>"$OUT/sanitizer.log" 2>&1
+    --gtest_filter='CudaPasa.BetaZero*:*CudaExact.DefaultPolicy*:CudaDecode.PolicySplits*:CudaSage8.Small' >>"$OUT/sanitizer.log" 2>&1
   echo "racecheck rc=$?"
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
 fi

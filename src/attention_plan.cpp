@@ -48,6 +48,7 @@ const char* differing_field(const AttentionArgs& call, const AttentionArgs& plan
   if (call.softcap != plan.softcap) return "softcap";
   if (!same_mask(call.mask, plan.mask)) return "mask";
   if (call.backend != plan.backend) return "backend";
+  if (call.cuda_path != plan.cuda_path) return "cuda_path";
   if (call.policy != plan.policy) return "policy";
   return nullptr;
 }

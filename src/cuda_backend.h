@@ -11,8 +11,13 @@
 
 namespace pasa {
 
-// Whether this build has CUDA kernels and a usable sm_90 device is present.
+// Whether this build has CUDA kernels and the current device can run them (compute capability 8.0
+// or newer).
 bool cuda_backend_available();
+
+// Whether calls on the current device take the sm_90a kernels by default: an sm_90 GPU, a build with
+// sm_90a kernels, and PASA_CUDA_PATH not set to portable. The pasa and sage8 policies need it.
+bool cuda_hopper_path_available();
 
 // Runs args on the GPU (all tensors on the device, work on args.stream). Throws pasa::Error for
 // policies, head dims, dtypes or devices the kernels do not support, before any launch.
@@ -25,5 +30,14 @@ struct CudaPlan;
 std::shared_ptr<const CudaPlan> plan_cuda_attention(const AttentionArgs& args, const ProblemShape& shape);
 std::size_t cuda_plan_workspace_bytes(const CudaPlan& plan);
 void run_cuda_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace);
+
+// What a plan chose: its path (the sm_90a kernels, or the portable ones: another GPU, or asked for)
+// and its kernel's name ("exact (portable)", "decode (split-KV)", ...).
+enum class CudaKernelPath { hopper, portable };
+struct CudaPlanChoice {
+  CudaKernelPath path;
+  const char* kernel;
+};
+CudaPlanChoice cuda_plan_choice(const CudaPlan& plan);
 
 }  // namespace pasa

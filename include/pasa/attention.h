@@ -19,8 +19,14 @@ enum class CausalAlignment { bottom_right, top_left };
 enum class Backend {
   automatic,  // CUDA kernels for device tensors, the CPU emulator for host tensors
   emulator,   // CPU: the tiled online-softmax loop, rounding as the policy says
-  cuda,       // GPU kernels (built with CUDA, run on sm_90)
+  cuda,       // GPU kernels (built with CUDA, run on sm_80 or newer)
 };
+
+// Which CUDA kernels a call may use (docs/api.md, "GPU kernels"). automatic: the sm_90a kernels on an
+// sm_90 GPU (H100, H200), the portable ones (sm_80 instructions) on every other GPU and wherever the
+// environment variable PASA_CUDA_PATH=portable was set when the process first planned. portable: the
+// portable kernels on any GPU (the exact and fdpp policies only).
+enum class CudaPath { automatic, portable };
 
 // An attention mask with torch SDPA's semantics (attn_mask), broadcast over [B, H_q, S_q, S_kv]: shape
 // [B or 1, H_q or 1, S_q, S_kv] with element strides (a size-1 axis broadcasts). Additive (f32, f16 or
@@ -59,6 +65,7 @@ struct AttentionArgs {
   MaskView mask;         // optional attn_mask
   Policy policy;                 // "exact" by default
   Backend backend = Backend::automatic;
+  CudaPath cuda_path = CudaPath::automatic;
   void* stream = nullptr;        // cudaStream_t for the CUDA backend (nullptr = default stream)
   AttentionStats* stats = nullptr;  // filled (overwritten) when set. On the GPU, reading the recompute
                                     // count of a unified-max (fdpp) call waits for `stream`, so such a
@@ -66,7 +73,7 @@ struct AttentionArgs {
 };
 
 // Runs attention as args says. Throws pasa::Error, before touching any output, for bad input: null
-// pointers, shapes that disagree, H_q % H_kv != 0, unsupported D (1..1024 on the CPU, 64 or 128 on the GPU) or dtype,
+// pointers, shapes that disagree, H_q % H_kv != 0, unsupported D (1..1024 on the CPU, 64, 96, 128 or 256 on the GPU) or dtype,
 // S = 0, a non-finite scale, non-finite values in Q/K/V (CPU backends check; see docs/api.md), a bad
 // window, softcap or mask (and, on the GPU, any of the three: its kernels do not have them yet).
 // Fully masked rows give O = 0 and LSE = -inf.

@@ -6,6 +6,7 @@
 namespace pasa {
 
 bool cuda_backend_available() { return false; }
+bool cuda_hopper_path_available() { return false; }
 
 namespace {
 
@@ -22,5 +23,6 @@ void cuda_attention(const AttentionArgs&, const ProblemShape&) { no_cuda(); }
 std::shared_ptr<const CudaPlan> plan_cuda_attention(const AttentionArgs&, const ProblemShape&) { no_cuda(); }
 std::size_t cuda_plan_workspace_bytes(const CudaPlan&) { no_cuda(); }
 void run_cuda_plan(const CudaPlan&, const AttentionArgs&, void*) { no_cuda(); }
+CudaPlanChoice cuda_plan_choice(const CudaPlan&) { no_cuda(); }
 
 }  // namespace pasa

@@ -188,7 +188,7 @@ def check_bench():
                         (("--seq", "1000"), "divide --tokens"), (("--policy", "nonsense"), "nonsense")):
         r = pasa("bench", *args, ok=False)
         assert r.returncode == 2 and words in r.stderr, r.stderr
-    # One small point: timed where there is an sm_90 GPU, a clear error where there is none.
+    # One small point: timed where there is a GPU (sm_80 or newer), a clear error where there is none.
     r = subprocess.run([PASA, "bench", "--policy", "exact", "--dtype", "fp16", "--head-dim", "64", "--seq", "1024",
                         "--tokens", "1024", "--hidden", "128", "--mask", "full", "--no-decode", "--runs", "3",
                         "--warmup", "1"], capture_output=True, text=True)

@@ -89,6 +89,9 @@ TEST(AttentionPlan, ACallOfAnotherProblemIsRefusedBeforeWriting) {
   Problem capped(seed);
   capped.args.softcap = 30.0;
   expect_refused(capped, "softcap: differs");
+  Problem portable(seed);
+  portable.args.cuda_path = CudaPath::portable;
+  expect_refused(portable, "cuda_path: differs");
   Problem masked(seed);
   const std::vector<std::uint8_t> keep(static_cast<std::size_t>(masked.args.k.shape[2]), 1);
   masked.args.mask.data = keep.data();

@@ -3,7 +3,8 @@
 // the CPU emulator running the same policy, both against the fp64 reference. The rule (FlashAttention-3's,
 // made two-sided): the kernel's error is within [0.5x, 2x] of its emulated twin's plus a small atol,
 // for O (relative RMSE) and, one-sided, for the LSE (RMS over rows; fully masked rows must be -inf in
-// both). Outputs are poisoned with NaN before each launch. Without an sm_90 GPU every test is skipped.
+// both). Outputs are poisoned with NaN before each launch. Without a GPU of compute capability 8.0 or
+// newer every test is skipped; tests of the sm_90a kernels (pasa, sage8) also need the Hopper path.
 #pragma once
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
@@ -25,15 +26,44 @@ namespace {  // (each test file gets its own copy)
 
 using test::Tensor4;
 
-bool have_sm90() {
+bool have_gpu() {
   static const bool ok = cuda_backend_available();
   return ok;
 }
 
-#define REQUIRE_SM90()                                                    \
+bool have_hopper_path() {
+  static const bool ok = cuda_hopper_path_available();
+  return ok;
+}
+
+#define REQUIRE_GPU()                                                     \
   do {                                                                    \
-    if (!have_sm90()) GTEST_SKIP() << "no sm_90 GPU: CUDA tests skipped"; \
+    if (!have_gpu()) GTEST_SKIP() << "no sm_80+ GPU: CUDA tests skipped"; \
   } while (0)
+
+// The sm_90a kernels: an sm_90 GPU, a build with 90a, and PASA_CUDA_PATH not forcing the portable path.
+#define REQUIRE_HOPPER_PATH()                                                               \
+  do {                                                                                      \
+    if (!have_hopper_path()) GTEST_SKIP() << "no sm_90a path: Hopper kernel tests skipped"; \
+  } while (0)
+
+// The kernel path run_case asks for (AttentionArgs::cuda_path); the fixtures of the tests that run on
+// both paths set it per test.
+CudaPath g_cuda_path = CudaPath::automatic;
+
+const char* path_name(CudaPath p) { return p == CudaPath::portable ? "portable" : "automatic"; }
+
+// A test run once per CUDA path: automatic (the sm_90a kernels on an sm_90 GPU) and portable forced.
+class OnEachCudaPath : public ::testing::TestWithParam<CudaPath> {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << "no sm_80+ GPU: CUDA tests skipped";
+    g_cuda_path = GetParam();
+  }
+  void TearDown() override { g_cuda_path = CudaPath::automatic; }
+};
+
+std::string path_param_name(const ::testing::TestParamInfo<CudaPath>& info) { return path_name(info.param); }
 
 void cuda_ok(cudaError_t status, const char* what) {
   ASSERT_EQ(status, cudaSuccess) << what << ": " << cudaGetErrorString(status);
@@ -195,6 +225,7 @@ Result run_case(const Case& c, const Policy& kernel_policy, const Policy& emulat
   dev.lse = lse_view(static_cast<float*>(dlse.ptr), c.B, c.Hq, c.Sq, Device::cuda);
   dev.policy = kernel_policy;
   dev.backend = Backend::cuda;
+  dev.cuda_path = g_cuda_path;
   dev.stream = stream;
   dev.stats = extra != nullptr ? &extra->kernel_stats : nullptr;
   if (extra != nullptr) extra->kernel_stats = {-1, -1};  // must be overwritten
@@ -221,7 +252,7 @@ void check_case(const Case& c, const Policy& policy, const Policy& emulator_poli
                 const GivenInputs* given = nullptr, const char* inputs = "uniform") {
   const auto seed = fixed_seed ? *fixed_seed : test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(c) << " policy "
-                                    << to_string(policy) << " scale "
+                                    << to_string(policy) << " path " << path_name(g_cuda_path) << " scale "
                                     << (scale ? std::to_string(*scale) : std::string("default"))
                                     << " inputs " << inputs);
   std::mt19937_64 rng(seed);

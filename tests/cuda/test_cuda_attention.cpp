@@ -1,8 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CUDA kernels against the fp64 reference, with the CPU emulator running the same policy as the
 // yardstick (cuda_case_harness.h states the rule): awkward shapes, layouts, causal alignments, GQA,
-// decode, CUDA graphs and bad input. Without an sm_90 GPU every test is skipped.
+// decode, CUDA graphs, the choice of kernel path and bad input. The exact prefill tests run on both
+// paths (automatic, and the portable kernels forced); pasa and sage8 need the sm_90a path. Without a
+// GPU of compute capability 8.0 or newer every test is skipped.
+#include <cstdlib>
+
+#include "attention_checks.h"
 #include "cuda_case_harness.h"
+#include "pasa/attention_plan.h"
 
 namespace pasa {
 namespace {
@@ -25,28 +31,30 @@ std::vector<Case> awkward_cases(DType in) {
   };
 }
 
-TEST(CudaExact, MatchesReferenceFp16) {
-  REQUIRE_SM90();
+class CudaExact : public OnEachCudaPath {};
+INSTANTIATE_TEST_SUITE_P(Paths, CudaExact, ::testing::Values(CudaPath::automatic, CudaPath::portable),
+                         path_param_name);
+
+TEST_P(CudaExact, MatchesReferenceFp16) {
   for (const Case& c : awkward_cases(DType::f16)) check_case(c, exact_policy(DType::f16));
 }
 
-TEST(CudaExact, MatchesReferenceBf16) {
-  REQUIRE_SM90();
+TEST_P(CudaExact, MatchesReferenceBf16) {
   for (const Case& c : awkward_cases(DType::bf16)) check_case(c, exact_policy(DType::bf16));
 }
 
 TEST(CudaPasa, MatchesReferenceFp16) {
-  REQUIRE_SM90();
+  REQUIRE_HOPPER_PATH();
   for (const Case& c : awkward_cases(DType::f16)) check_case(c, pasa_policy());
 }
 
 TEST(CudaPasa, MatchesReferenceBf16Inputs) {
-  REQUIRE_SM90();
+  REQUIRE_HOPPER_PATH();
   for (const Case& c : awkward_cases(DType::bf16)) check_case(c, pasa_policy());
 }
 
 TEST(CudaPasa, BetaZeroIsAccurate) {
-  REQUIRE_SM90();
+  REQUIRE_HOPPER_PATH();
   Policy p = pasa_policy();
   p.beta = 0.0;
   check_case({1, 2, 1, 300, 300, 128, true, CausalAlignment::bottom_right, false, DType::f16, DType::f32}, p);
@@ -54,8 +62,7 @@ TEST(CudaPasa, BetaZeroIsAccurate) {
 
 // The exact kernel takes the row max on raw scores and scales inside the exponent: it flips Q for a
 // negative scale and runs a zero scale as a tiny positive one. Both must still match the reference.
-TEST(CudaExact, NegativeZeroAndLargeScales) {
-  REQUIRE_SM90();
+TEST_P(CudaExact, NegativeZeroAndLargeScales) {
   const auto br = CausalAlignment::bottom_right;
   for (const double scale : {-0.2, 0.0, 1.5}) {
     check_case({1, 2, 1, 300, 300, 128, true, br, false, DType::f16, DType::f32}, exact_policy(DType::f16),
@@ -66,8 +73,7 @@ TEST(CudaExact, NegativeZeroAndLargeScales) {
 }
 
 // Many key blocks through both pipeline stages, many query blocks, tails on both sides.
-TEST(CudaExact, LongSequences) {
-  REQUIRE_SM90();
+TEST_P(CudaExact, LongSequences) {
   const auto br = CausalAlignment::bottom_right;
   check_case({1, 2, 1, 1500, 1500, 128, true, br, false, DType::f16, DType::f16}, exact_policy(DType::f16));
   check_case({1, 2, 2, 1100, 1600, 64, false, br, false, DType::bf16, DType::bf16}, exact_policy(DType::bf16));
@@ -76,24 +82,30 @@ TEST(CudaExact, LongSequences) {
 // More (query block, head) tiles than the GPU has SMs, so that the persistent exact kernel runs
 // several tiles per CTA and its K / V ring carries its phases across them: causal tiles of different
 // lengths, tiles whose rows see no key (S_q > S_kv, bottom-right) between others, GQA, BSHD.
-TEST(CudaExact, PersistentTilesOfMixedLengths) {
-  REQUIRE_SM90();
+TEST_P(CudaExact, PersistentTilesOfMixedLengths) {
   const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
   check_case({2, 40, 8, 300, 100, 64, true, br, false, DType::f16, DType::f32}, exact_policy(DType::f16));
   check_case({2, 36, 36, 260, 700, 128, true, tl, true, DType::bf16, DType::bf16}, exact_policy(DType::bf16));
   check_case({1, 140, 4, 70, 390, 64, false, br, false, DType::f16, DType::f16}, exact_policy(DType::f16));
 }
 
+// The same for the pasa variant of the persistent engine (two warpgroups of 64 rows a CTA).
+TEST(CudaPasa, PersistentTilesOfMixedLengths) {
+  REQUIRE_HOPPER_PATH();
+  const auto br = CausalAlignment::bottom_right;
+  check_case({2, 36, 12, 260, 300, 64, true, br, false, DType::bf16, DType::f16}, pasa_policy());
+  check_case({1, 140, 4, 70, 200, 128, false, br, true, DType::f16, DType::f32}, pasa_policy());
+}
+
 TEST(CudaPasa, LongSequences) {
-  REQUIRE_SM90();
+  REQUIRE_HOPPER_PATH();
   const auto br = CausalAlignment::bottom_right;
   check_case({1, 2, 1, 1500, 1500, 128, true, br, false, DType::f16, DType::f16}, pasa_policy());
   check_case({1, 2, 2, 1100, 1600, 64, false, br, false, DType::bf16, DType::f16}, pasa_policy());
 }
 
 // The default policy (exact: input and p fp32) runs as exact with P in the input dtype.
-TEST(CudaExact, DefaultPolicyRunsAsInputDtypeP) {
-  REQUIRE_SM90();
+TEST_P(CudaExact, DefaultPolicyRunsAsInputDtypeP) {
   check_case({1, 2, 2, 129, 200, 64, true, CausalAlignment::top_left, false, DType::f16, DType::f32},
              Policy{}, exact_policy(DType::f16));
 }
@@ -103,7 +115,7 @@ TEST(CudaExact, DefaultPolicyRunsAsInputDtypeP) {
 // output into NaN; the x0 = 30 cases also at head dim 64, causal) and the resonance inputs
 // (tests/cpu/test_pasa.cpp shows the overflow without the shift), GQA, MQA and causal among them. The pasa kernel must stay finite and as accurate as its emulator.
 TEST(CudaPasa, PaperTable4AndResonanceInputs) {
-  REQUIRE_SM90();
+  REQUIRE_HOPPER_PATH();
   const auto br = CausalAlignment::bottom_right;
   const Policy pol = pasa_policy();
   struct Table4 {
@@ -169,19 +181,19 @@ std::vector<Case> decode_cases(DType in) {
 }
 
 TEST(CudaDecode, ExactMatchesReferenceFp16) {
-  REQUIRE_SM90();
+  REQUIRE_GPU();
   for (const Case& c : decode_cases(DType::f16)) check_case(c, exact_policy(DType::f16));
 }
 
 TEST(CudaDecode, ExactMatchesReferenceBf16) {
-  REQUIRE_SM90();
+  REQUIRE_GPU();
   for (const Case& c : decode_cases(DType::bf16)) check_case(c, exact_policy(DType::bf16));
 }
 
 // The policy's splits > 1 fix the split count (here against the emulator's exact merge of as many);
 // negative and zero scales as in the prefill kernel; stats are filled without a sync.
 TEST(CudaDecode, PolicySplitsScalesAndStats) {
-  REQUIRE_SM90();
+  REQUIRE_GPU();
   const auto br = CausalAlignment::bottom_right;
   Policy split5 = exact_policy(DType::f16);
   split5.splits = 5;
@@ -199,7 +211,7 @@ TEST(CudaDecode, PolicySplitsScalesAndStats) {
 // FlashDecoding++ with small scores: no row leaves the window, nothing is recomputed, and the result
 // equals the synchronized algorithm's (fdpp,shift=none, the same splits) within rounding.
 TEST(CudaDecode, FdppSmallScoresMatchTheSynchronizedResult) {
-  REQUIRE_SM90();
+  REQUIRE_GPU();
   const auto br = CausalAlignment::bottom_right;
   const Policy unified = preset_policy("fdpp");
   const Policy sync = parse_policy("fdpp,shift=none");
@@ -229,7 +241,7 @@ TEST(CudaDecode, FdppSmallScoresMatchTheSynchronizedResult) {
 // Large scores (x - phi far above window_hi): every row is recomputed with the synchronized path and
 // counted, and the result is the synchronized kernel's, bit for bit.
 TEST(CudaDecode, FdppLargeScoresAreRecomputedAndCounted) {
-  REQUIRE_SM90();
+  REQUIRE_GPU();
   const auto br = CausalAlignment::bottom_right;
   const Policy unified = preset_policy("fdpp");
   const Policy sync = parse_policy("fdpp,shift=none");
@@ -257,18 +269,26 @@ TEST(CudaDecode, FdppLargeScoresAreRecomputedAndCounted) {
 // CUDA graphs: every scratch buffer is stream-ordered from pasa's pool, so a call can be captured
 // (pasa: K' scratch; decode: the split workspace) and replayed with the same result.
 
-TEST(CudaGraph, PrefillAndDecodeCallsAreCapturable) {
-  REQUIRE_SM90();
+TEST(CudaGraph, PrefillDecodeAndPortableCallsAreCapturable) {
+  REQUIRE_GPU();
   const auto br = CausalAlignment::bottom_right;
   struct Item {
     Case c;
     Policy policy;
+    CudaPath path;
   };
   Policy split3 = exact_policy(DType::f16);
   split3.splits = 3;
-  const Item items[] = {{{1, 4, 2, 300, 300, 128, true, br, false, DType::f16, DType::f16}, pasa_policy()},
-                        {{2, 8, 2, 700, 700, 64, true, br, false, DType::bf16, DType::bf16}, exact_policy(DType::bf16)},
-                        {{2, 32, 8, 1, 2000, 128, false, br, false, DType::f16, DType::f16}, split3}};
+  std::vector<Item> items = {
+      {{2, 32, 8, 1, 2000, 128, false, br, false, DType::f16, DType::f16}, split3, CudaPath::automatic},
+      {{1, 4, 2, 300, 300, 96, true, br, false, DType::f16, DType::f16}, exact_policy(DType::f16),
+       CudaPath::portable}};
+  if (have_hopper_path()) {
+    items.push_back(
+        {{1, 4, 2, 300, 300, 128, true, br, false, DType::f16, DType::f16}, pasa_policy(), CudaPath::automatic});
+    items.push_back({{2, 8, 2, 700, 700, 64, true, br, false, DType::bf16, DType::bf16}, exact_policy(DType::bf16),
+                     CudaPath::automatic});
+  }
   for (const Item& it : items) {
     const Case& c = it.c;
     SCOPED_TRACE(describe(c) + " " + to_string(it.policy));
@@ -288,6 +308,7 @@ TEST(CudaGraph, PrefillAndDecodeCallsAreCapturable) {
     args.causal = c.causal;
     args.policy = it.policy;
     args.backend = Backend::cuda;
+    args.cuda_path = it.path;
     args.stream = stream;
     d_o.poison();
     attention(args);
@@ -328,14 +349,130 @@ struct DeviceProblem {
   }
 };
 
-TEST(CudaBadInput, HeadDim96) {
-  REQUIRE_SM90();
-  DeviceProblem p(96);
-  test::expect_error([&] { attention(p.args); }, "head dim 96");
+TEST(CudaBadInput, HeadDimOutsideTheSupportedSet) {
+  REQUIRE_GPU();
+  DeviceProblem p(80);
+  test::expect_error([&] { attention(p.args); }, "head dim 80");
+  test::expect_error([&] { attention(p.args); }, "64, 96, 128 or 256");
+}
+
+// ----------------------------------------------------------------------------------------------
+// Head dims 96 and 256: the portable exact kernel on every GPU (the sm_90a kernels and the decode
+// kernel take 64 and 128), against the emulator.
+
+std::vector<Case> head_dim_cases(DType in, std::int64_t D) {
+  const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
+  const DType f32 = DType::f32;
+  return {
+      {1, 2, 1, 1, 1, D, false, br, false, in, f32},          // one key
+      {2, 4, 2, 17, 17, D, true, br, false, in, in},          // GQA, tails
+      {1, 2, 2, 300, 17, D, true, br, false, in, f32},        // S_q > S_kv: fully masked rows
+      {1, 3, 1, 257, 700, D, true, tl, true, in, DType::bf16},  // MQA, BSHD, top-left
+      {1, 2, 2, 1013, 1013, D, false, br, false, in, in},     // many key blocks
+      {1, 32, 8, 4, 1000, D, true, br, false, in, f32},       // a decode shape: the prefill kernel
+  };
+}
+
+TEST_P(CudaExact, HeadDims96And256) {
+  for (const std::int64_t D : {96, 256}) {
+    for (const DType in : {DType::f16, DType::bf16}) {
+      for (const Case& c : head_dim_cases(in, D)) check_case(c, exact_policy(in));
+    }
+    const auto br = CausalAlignment::bottom_right;
+    check_case({1, 2, 1, 300, 300, D, true, br, false, DType::f16, DType::f32}, exact_policy(DType::f16),
+               exact_policy(DType::f16), -0.2);  // a negative scale flips Q
+  }
+}
+
+// The problem as a plan sees it: the kernel and path a plan of `args` chooses.
+CudaPlanChoice choice_of(const AttentionArgs& args) {
+  const ProblemShape shape = check_attention_args(args);
+  const std::shared_ptr<const CudaPlan> plan = plan_cuda_attention(args, shape);
+  return cuda_plan_choice(*plan);
+}
+
+TEST(CudaHeadDims, DecodeShapesAt96And256TakeThePrefillKernelAndFdppIsRefused) {
+  REQUIRE_GPU();
+  for (const std::int64_t D : {96, 256}) {
+    DeviceProblem p(D, 4);  // S_q = 4
+    EXPECT_STREQ(choice_of(p.args).kernel, "exact (portable)");
+    p.args.policy = preset_policy("fdpp");
+    test::expect_error([&] { attention(p.args); }, "head dim " + std::to_string(D));
+  }
+  DeviceProblem d(128, 4);
+  EXPECT_STREQ(choice_of(d.args).kernel, "decode (split-KV)");
+}
+
+// ----------------------------------------------------------------------------------------------
+// The kernel path: what a plan reports, forcing the portable path, and what it refuses.
+
+TEST(CudaPathChoice, PlanReportsItsPath) {
+  REQUIRE_GPU();
+  DeviceProblem p(128, 256);
+  const CudaPlanChoice automatic = choice_of(p.args);
+  if (have_hopper_path()) {
+    EXPECT_EQ(automatic.path, CudaKernelPath::hopper);
+    EXPECT_STREQ(automatic.kernel, "exact (sm_90a)");
+  } else {
+    EXPECT_EQ(automatic.path, CudaKernelPath::portable);
+    EXPECT_STREQ(automatic.kernel, "exact (portable)");
+  }
+  p.args.cuda_path = CudaPath::portable;
+  const CudaPlanChoice forced = choice_of(p.args);
+  EXPECT_EQ(forced.path, CudaKernelPath::portable);
+  EXPECT_STREQ(forced.kernel, "exact (portable)");
+  // The decode kernel serves both paths.
+  DeviceProblem d(64, 1);
+  d.args.cuda_path = CudaPath::portable;
+  EXPECT_EQ(choice_of(d.args).path, CudaKernelPath::portable);
+  EXPECT_STREQ(choice_of(d.args).kernel, "decode (split-KV)");
+}
+
+// PASA_CUDA_PATH=portable (read once per process; ctest runs a subset with it set) forces the portable
+// path for automatic calls.
+TEST(CudaPathChoice, EnvironmentVariableForcesThePortablePath) {
+  REQUIRE_GPU();
+  const char* env = std::getenv("PASA_CUDA_PATH");
+  if (env == nullptr || std::string(env) != "portable") GTEST_SKIP() << "PASA_CUDA_PATH=portable not set";
+  DeviceProblem p(128, 256);
+  EXPECT_EQ(choice_of(p.args).path, CudaKernelPath::portable);
+  EXPECT_FALSE(have_hopper_path());
+}
+
+TEST(CudaPathChoice, PasaAndSage8NeedTheHopperPath) {
+  REQUIRE_GPU();
+  for (const char* preset : {"pasa", "sage8"}) {
+    DeviceProblem p(128, 256);
+    p.args.policy = preset_policy(preset);
+    p.args.cuda_path = CudaPath::portable;
+    test::expect_error([&] { attention(p.args); }, std::string("policy '") + preset + "'");
+    test::expect_error([&] { attention(p.args); }, "needs sm_90a");
+    test::expect_error([&] { attention(p.args); }, "supports exact and fdpp");
+    test::expect_error([&] { attention(p.args); }, "CUDA device");
+    if (!have_hopper_path()) {
+      p.args.cuda_path = CudaPath::automatic;
+      test::expect_error([&] { attention(p.args); }, "needs sm_90a");
+    }
+  }
+  // Head dim 96 has no sm_90a pasa kernel: the error names the head dim.
+  if (have_hopper_path()) {
+    DeviceProblem p(96, 256);
+    p.args.policy = pasa_policy();
+    test::expect_error([&] { attention(p.args); }, "head dim 96 (it takes 64 or 128)");
+  }
+}
+
+TEST(CudaPathChoice, PlanRunRefusesAnotherPath) {
+  REQUIRE_GPU();
+  DeviceProblem p(64, 32);
+  const AttentionPlan plan(p.args);
+  AttentionArgs forced = p.args;
+  forced.cuda_path = CudaPath::portable;
+  test::expect_error([&] { plan.run(forced); }, "cuda_path: differs from the problem the plan was made for");
 }
 
 TEST(CudaBadInput, HostPointers) {
-  REQUIRE_SM90();
+  REQUIRE_GPU();
   DeviceProblem p;
   std::vector<std::uint16_t> host(32 * 64);
   p.args.k.data = host.data();  // claims Device::cuda, is host memory
@@ -343,21 +480,21 @@ TEST(CudaBadInput, HostPointers) {
 }
 
 TEST(CudaBadInput, MisalignedPointer) {
-  REQUIRE_SM90();
+  REQUIRE_GPU();
   DeviceProblem p;
   p.args.q.data = static_cast<std::uint16_t*>(p.q.ptr) + 1;
   test::expect_error([&] { attention(p.args); }, "q: data pointer is not 16-byte aligned");
 }
 
 TEST(CudaBadInput, HeadDimStrideNotOne) {
-  REQUIRE_SM90();
+  REQUIRE_GPU();
   DeviceProblem p;
   p.args.v.stride = {2 * 32 * 64, 2 * 32 * 64, 2 * 64, 2};
   test::expect_error([&] { attention(p.args); }, "v: head-dim stride is 2");
 }
 
 TEST(CudaBadInput, UnsupportedPolicyDtypeAndBlock) {
-  REQUIRE_SM90();
+  REQUIRE_GPU();
   DeviceProblem p;
   p.args.policy = preset_policy("fa16_fp32");
   test::expect_error([&] { attention(p.args); }, "policy field 's'");
@@ -375,7 +512,7 @@ TEST(CudaBadInput, UnsupportedPolicyDtypeAndBlock) {
 
 // fdpp policies: decode shapes only, and only the preset's formats.
 TEST(CudaBadInput, FdppOutsideDecodeOrWithOtherFormats) {
-  REQUIRE_SM90();
+  REQUIRE_GPU();
   DeviceProblem p(64, 32);  // S_q = 32
   p.args.policy = preset_policy("fdpp");
   test::expect_error([&] { attention(p.args); }, "decode path only");
@@ -388,18 +525,18 @@ TEST(CudaBadInput, FdppOutsideDecodeOrWithOtherFormats) {
 // sage8 (SageAttention2's INT8 Q, K / FP8 P, V kernel): against the emulator running the preset.
 
 TEST(CudaSage8, MatchesReferenceFp16) {
-  REQUIRE_SM90();
+  REQUIRE_HOPPER_PATH();
   for (const Case& c : awkward_cases(DType::f16)) check_case(c, preset_policy("sage8"));
 }
 
 TEST(CudaSage8, MatchesReferenceBf16) {
-  REQUIRE_SM90();
+  REQUIRE_HOPPER_PATH();
   for (const Case& c : awkward_cases(DType::bf16)) check_case(c, preset_policy("sage8"));
 }
 
 // A small case for the sanitizers (scripts/device_run.sh).
 TEST(CudaSage8, Small) {
-  REQUIRE_SM90();
+  REQUIRE_HOPPER_PATH();
   const auto br = CausalAlignment::bottom_right;
   check_case({1, 2, 1, 130, 200, 64, true, br, false, DType::f16, DType::f16}, preset_policy("sage8"));
   check_case({1, 2, 2, 70, 65, 128, false, br, false, DType::bf16, DType::f32}, preset_policy("sage8"));
@@ -408,7 +545,7 @@ TEST(CudaSage8, Small) {
 // normal(0, 1) inputs and SageAttention2's channel outliers (pasa::outlier_qkv: a large same-signed
 // offset in a few channels of Q and K, which smooth K removes), GQA, causal both alignments.
 TEST(CudaSage8, NormalAndOutlierInputs) {
-  REQUIRE_SM90();
+  REQUIRE_HOPPER_PATH();
   const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
   const Case cases[] = {
       {1, 4, 2, 1000, 1000, 128, false, br, false, DType::f16, DType::f32},
@@ -437,7 +574,7 @@ TEST(CudaSage8, NormalAndOutlierInputs) {
 }
 
 TEST(CudaBadInput, Sage8OtherBlockOrFields) {
-  REQUIRE_SM90();
+  REQUIRE_GPU();
   DeviceProblem p(64, 32);
   p.args.policy = parse_policy("sage8,s2=64");
   test::expect_error([&] { attention(p.args); }, "policy field 's2'");
@@ -448,7 +585,7 @@ TEST(CudaBadInput, Sage8OtherBlockOrFields) {
 }
 
 TEST(CudaBadInput, HostLseWithDeviceTensors) {
-  REQUIRE_SM90();
+  REQUIRE_GPU();
   DeviceProblem p;
   std::vector<float> lse(32);
   p.args.lse = lse_view(lse.data(), 1, 1, 32);  // Device::cpu

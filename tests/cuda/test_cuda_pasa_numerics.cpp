@@ -19,7 +19,7 @@ GivenInputs weight_sensitive_inputs(const Shape4& shape, std::uint64_t seed) {
 }
 
 TEST(CudaPasa, AccurateMatchesReference) {
-  REQUIRE_SM90();
+  REQUIRE_HOPPER_PATH();
   for (const Case& c : {Case{2, 4, 2, 17, 17, 64, true, kBr, false, DType::f16, DType::f16},
                         Case{1, 2, 1, 1013, 1013, 128, true, kBr, false, DType::f16, DType::f32},
                         Case{1, 3, 1, 17, 300, 128, true, kBr, true, DType::bf16, DType::bf16},
@@ -32,7 +32,7 @@ TEST(CudaPasa, AccurateMatchesReference) {
 // S = 1124 and 1281 end in a block of 100 and of 1 keys. The kernel and its emulated twin must agree
 // (check_case), and pasa_accurate must meet its target, relative RMSE <= 1e-2.
 TEST(CudaPasa, ShortLastBlockOnWeightSensitiveInputs) {
-  REQUIRE_SM90();
+  REQUIRE_HOPPER_PATH();
   for (const char* name : {"pasa", "pasa_accurate"}) {
     for (const std::int64_t S : {1024, 1124, 1281}) {
       const Case c{1, 2, 2, S, S, 128, false, kBr, false, DType::f16, DType::f16};
@@ -52,7 +52,7 @@ TEST(CudaPasa, ShortLastBlockOnWeightSensitiveInputs) {
 }
 
 TEST(CudaPasa, LargeMeanInputs) {
-  REQUIRE_SM90();
+  REQUIRE_HOPPER_PATH();
   // Q, K, V ~ N(80, 1) at D = 64: block sums of S' past fp16's range, the running max where fp16's
   // ulp is 0.5.
   for (const char* name : {"pasa", "pasa_accurate"}) {
@@ -100,7 +100,7 @@ struct KernelOnly {
 };
 
 TEST(CudaPasa, NoNonFiniteOutputOverATable4SeedSweep) {
-  REQUIRE_SM90();
+  REQUIRE_HOPPER_PATH();
   const char* env = std::getenv("PASA_SEED_SWEEP");
   const int seeds = env != nullptr ? std::atoi(env) : 1000;
   const Shape4 shape{1, 2, 1280, 128};

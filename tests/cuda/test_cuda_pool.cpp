@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // pasa's device scratch pool when the device runs out of memory: the failed allocation is a
 // pasa::ResourceError, and the context is left usable — the next call runs and gives the same bits
-// as before the failure. Without an sm_90 GPU the tests are skipped.
+// as before the failure. Without the sm_90a kernel path the tests are skipped.
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
 
@@ -18,9 +18,10 @@
 namespace pasa {
 namespace {
 
-#define REQUIRE_SM90()                                                                     \
-  do {                                                                                     \
-    if (!cuda_backend_available()) GTEST_SKIP() << "no sm_90 GPU: CUDA tests skipped";     \
+// The test's calls run the pasa policy, an sm_90a kernel.
+#define REQUIRE_HOPPER_PATH()                                                                \
+  do {                                                                                       \
+    if (!cuda_hopper_path_available()) GTEST_SKIP() << "no sm_90a path: CUDA tests skipped"; \
   } while (0)
 
 // One PASA call on the device (its K' prepass takes scratch from the pool), returning O's bits.
@@ -49,7 +50,7 @@ std::vector<std::uint16_t> pasa_call_bits() {
 }
 
 TEST(CudaPool, FailedAllocationIsAnErrorAndTheNextCallWorks) {
-  REQUIRE_SM90();
+  REQUIRE_HOPPER_PATH();
   const std::vector<std::uint16_t> before = pasa_call_bits();
   for (const std::uint16_t bits : before) ASSERT_NE(bits & 0x7c00, 0x7c00) << "non-finite output before the test";
 

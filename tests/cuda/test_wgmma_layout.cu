@@ -258,7 +258,7 @@ void run_case(const Case& c) {
 }
 
 TEST(WgmmaLayout, SwizzledKMajorTilesGiveTheMatrixProduct) {
-  if (!cuda_backend_available()) GTEST_SKIP() << "no sm_90 GPU: CUDA tests skipped";
+  if (!cuda_hopper_path_available()) GTEST_SKIP() << "no sm_90a path: CUDA tests skipped";
   for (const int offset : {0, 1024, 4096, 8192, 12288, 20480}) {
     run_case({64, 128, Elem::s8, offset});    // sage8 Q K^T at D = 64: K tile rows of 64 bytes, 128 keys
     run_case({128, 128, Elem::s8, offset});   // sage8 Q K^T at D = 128
@@ -269,7 +269,7 @@ TEST(WgmmaLayout, SwizzledKMajorTilesGiveTheMatrixProduct) {
 }
 
 TEST(WgmmaLayout, MnMajorFp16TilesGiveTheMatrixProduct) {
-  if (!cuda_backend_available()) GTEST_SKIP() << "no sm_90 GPU: CUDA tests skipped";
+  if (!cuda_hopper_path_available()) GTEST_SKIP() << "no sm_90a path: CUDA tests skipped";
   run_mn_major_case<64>();   // pasa P V at D = 64: one atom of channels
   run_mn_major_case<128>();  // pasa P V at D = 128: two atoms
 }

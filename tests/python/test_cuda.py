@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The CUDA path through torch: run on the device (an H200 with torch). Skipped without a GPU or
+"""The CUDA path through torch: run on the device (an H200 with torch; any GPU of compute capability
+8.0 or newer runs them, the pasa policy's cases only on the Hopper path). Skipped without a GPU or
 without a pasa build that has the CUDA kernels.
 
 Tolerances follow DESIGN.md: a kernel's error against the fp64 reference is at most k x the error
@@ -106,7 +107,10 @@ def test_cuda_graph_replay(gen, policy):
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm up outside the graph
-        pasa.sdpa(q, k, v, is_causal=True, policy=policy)
+        try:
+            pasa.sdpa(q, k, v, is_causal=True, policy=policy)
+        except pasa.PasaError as error:  # pasa off the Hopper path (docs/api.md)
+            pytest.skip(f"the kernels do not run policy {policy!r} here: {error}")
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // One warp's matrix products of the forward mainloop on mma.sync m16n8k16, operands from shared
 // memory through ldmatrix (the 16-byte row padding of the tiles makes every 8-row ldmatrix read
-// conflict-free: row r starts at bank 4r mod 32). The warp owns kMTiles m16 tiles of query rows;
+// conflict-free: tile_load.cuh). The warp owns kMTiles m16 tiles of query rows;
 // each B fragment read from shared memory (K for Q K^T, V for P V) feeds all kMTiles of them.
 //
 // Addresses are shared-window byte addresses: each function takes the thread's own base (its

@@ -26,7 +26,9 @@ struct DeviceMemory {
 }  // namespace
 
 HostOverhead bench_host_overhead_gpu(const BenchPoint& pt, int calls) {
-  if (!cuda_backend_available()) throw Error("the GPU host-overhead benchmark needs an sm_90 GPU");
+  if (!cuda_backend_available()) {
+    throw Error("the GPU host-overhead benchmark needs a GPU of compute capability 8.0 or newer");
+  }
   if (pt.dtype == DType::f32) throw Error("dtype: the kernels take fp16 or bf16");
   const std::int64_t q_elems = std::int64_t{pt.batch} * pt.heads_q * pt.seq_q * pt.head_dim;
   const std::int64_t kv_elems = std::int64_t{pt.batch} * pt.heads_kv * pt.seq_kv * pt.head_dim;

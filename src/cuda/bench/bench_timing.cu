@@ -43,7 +43,9 @@ struct Events {
 };
 
 void require_gpu() {
-  if (!cuda_backend_available()) throw Error("pasa bench needs an sm_90 GPU (H100 / H200); none was found");
+  if (!cuda_backend_available()) {
+    throw Error("pasa bench needs a GPU of compute capability 8.0 or newer; none was found");
+  }
 }
 
 }  // namespace

@@ -1,10 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CUDA backend's dispatch in two steps. The plan checks what the kernels support (device, layout,
 // dtypes, head dim, policy), each failure a pasa::Error naming the argument before anything is
-// launched, and takes every host decision once: the path (the split-KV decode kernel for S_q <= 16
-// with the exact or fdpp policies, the prefill kernels exact, pasa, sage8 otherwise), the decode split
-// plan and its workspace size; device attributes are read once per device, and a policy's family is
-// cached per thread. The run only fills the kernels' arguments and launches on the caller's stream.
+// launched, and takes every host decision once: the kernel, the decode split plan and its workspace
+// size; device attributes are read once per device, and a policy's family is cached per thread. The
+// run only fills the kernels' arguments and launches on the caller's stream.
+//
+// The kernel: a policy is classified into a family by its fields (exact, pasa, sage8, fdpp), then a
+// table of kernel specs (kKernelSpecs) is tried in order, each saying whether it runs the family,
+// shape and device, and why not; the first that accepts runs, and when none does the error lists
+// every spec's reason. Two paths: on an sm_90 GPU in a build with sm_90a kernels, the Hopper kernels
+// (wgmma, TMA: exact, pasa, sage8 at head dims 64 and 128); everywhere else, or when asked
+// (AttentionArgs::cuda_path, PASA_CUDA_PATH=portable), the portable ones (sm_80 instructions: exact at
+// head dims 64, 96, 128, 256). The split-KV decode kernel (S_q <= 16, exact and fdpp, head dims 64
+// and 128) is portable and serves both paths.
+//
 // Eager calls (pasa::attention) plan, check the pointers' memory, and take the workspace from pasa's
 // own stream-ordered pool (device_pool.h). No synchronization. The one exception:
 // AttentionStats of an fdpp (unified max) call read the device's count of recomputed rows, which
@@ -14,6 +23,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -29,6 +40,11 @@
 #include "pasa/error.h"
 #include "pasa/format.h"
 #include "pasa/policy.h"
+
+// 1 when the build compiled the sm_90a kernels (a 90a entry in its CUDA architectures), else 0.
+#ifndef PASA_HOPPER_KERNELS
+#error "PASA_HOPPER_KERNELS must be defined (0 or 1): CMakeLists.txt sets it"
+#endif
 
 namespace pasa {
 namespace {
@@ -48,6 +64,7 @@ ElemType elem_type(DType d) {
 // What the dispatch reads of a device, queried once per device for the life of the process.
 struct DeviceInfo {
   int major, minor, sm_count, l2_bytes;
+  int max_smem;  // bytes of shared memory a CTA may opt in to
 };
 
 const DeviceInfo& device_info(int device) {
@@ -67,24 +84,49 @@ const DeviceInfo& device_info(int device) {
                "cudaDeviceGetAttribute(multiprocessor count)");
     check_cuda(cudaDeviceGetAttribute(&d.l2_bytes, cudaDevAttrL2CacheSize, device),
                "cudaDeviceGetAttribute(L2 cache size)");
+    check_cuda(cudaDeviceGetAttribute(&d.max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+               "cudaDeviceGetAttribute(shared memory per block)");
     info[device] = d;
   });
   return info[device];
 }
 
-// The current device, which must be sm_90 (the kernels are compiled for sm_90a only).
+std::string sm_name(const DeviceInfo& d) { return "sm_" + std::to_string(d.major) + std::to_string(d.minor); }
+
+// "CUDA device 0 (NVIDIA A100-SXM4-80GB, sm_80)": for errors only (the name is not cached).
+std::string device_text(int device, const DeviceInfo& d) {
+  cudaDeviceProp prop{};
+  const std::string name =
+      cudaGetDeviceProperties(&prop, device) == cudaSuccess ? std::string(prop.name) + ", " : std::string();
+  cudaGetLastError();
+  return "CUDA device " + std::to_string(device) + " (" + name + sm_name(d) + ")";
+}
+
+// The current device, which must have compute capability 8.0 or newer (the portable kernels' mma.sync,
+// ldmatrix and cp.async).
 int check_device() {
   int device = 0;
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   const DeviceInfo& d = device_info(device);
-  if (d.major != 9 || d.minor != 0) {
-    cudaDeviceProp prop{};
-    check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-    throw Error("CUDA device " + std::to_string(device) + " (" + prop.name + ") has compute capability " +
-                std::to_string(d.major) + "." + std::to_string(d.minor) +
-                "; the pasa kernels are built for sm_90 (H100 / H200) only");
+  if (d.major < 8) {
+    throw Error(device_text(device, d) + " has compute capability " + std::to_string(d.major) + "." +
+                std::to_string(d.minor) + "; the pasa kernels need 8.0 or newer (Ampere, Ada, Hopper, "
+                "Blackwell)");
   }
   return device;
+}
+
+// PASA_CUDA_PATH as the process found it on its first plan: unset, "" or "auto" (the device decides)
+// or "portable" (the portable kernels on every GPU). Read once: a plan's choice must not change under
+// a running process.
+bool portable_path_from_env() {
+  static const std::string value = [] {
+    const char* v = std::getenv("PASA_CUDA_PATH");
+    return std::string(v == nullptr ? "" : v);
+  }();
+  if (value.empty() || value == "auto") return false;
+  if (value == "portable") return true;
+  throw Error("PASA_CUDA_PATH: '" + value + "' is not a CUDA kernel path (auto or portable)");
 }
 
 // `ptr` must be device (or managed) memory of `device`, not a host pointer.
@@ -139,22 +181,34 @@ std::string field_error(const char* field, const Format& got, const std::string&
 
 enum class Family { exact, pasa, fdpp, sage8 };
 
-// `normalized` is the policy with every field the kernel lets vary set back to `preset`'s value: any
-// field still printed by to_string (smoothing, quantizers, ... whatever the policy type grows) is one
-// the kernel does not implement.
-void reject_other_fields(Policy normalized, const std::string& preset, const char* kernel) {
+const char* family_name(Family f) {
+  switch (f) {
+    case Family::exact: return "exact";
+    case Family::pasa: return "pasa";
+    case Family::fdpp: return "fdpp";
+    case Family::sage8: return "sage8";
+  }
+  return "?";
+}
+
+// `normalized` is the policy with every field the kernel lets vary set back to `preset`'s value: a
+// field that still differs from the preset (smoothing, quantizers, ... whatever the policy type
+// grows: operator== covers every field) is one the kernel does not implement. The text form only
+// names those fields in the error.
+void reject_other_fields(Policy normalized, const char* preset, const char* kernel) {
+  if (normalized == preset_policy(preset)) return;
   normalized.preset = preset;
   const std::string text = to_string(normalized);
-  if (text != preset) {
-    throw Error("policy fields '" + text.substr(preset.size() + 1) + "' are not supported by the CUDA " +
-                kernel + " kernel (it implements the " + preset + " preset's other fields as they are)");
-  }
+  throw Error("policy fields '" + text.substr(text.find(',') + 1) + "' are not supported by the CUDA " +
+              kernel + " kernel (it implements the " + preset + " preset's other fields as they are)");
 }
 
 // The fdpp preset's family: its formats (fp16 input, S and P; fp32 softmax, accumulators and O), any
 // phi, window, splits and block sizes, and shift unified (FlashDecoding++) or none (the synchronized
-// algorithm in the same formats, "fdpp,shift=none"). Returns false for a shift=none policy that is not
-// fdpp-derived; throws naming the fields for an fdpp-derived one that differs elsewhere.
+// algorithm in the same formats, "fdpp,shift=none": derived from the fdpp preset by name, since
+// without the shift its formats are fa16_fp32's, which the prefill kernels refuse field by field).
+// Returns false for any other policy; throws naming the fields for an fdpp-derived one that differs
+// elsewhere.
 bool is_fdpp_family(const Policy& pol) {
   if (pol.shift != Shift::unified && !(pol.shift == Shift::none && pol.preset == "fdpp")) return false;
   const Policy preset = preset_policy("fdpp");
@@ -166,10 +220,7 @@ bool is_fdpp_family(const Policy& pol) {
   normalized.splits = preset.splits;
   normalized.block_q = preset.block_q;
   normalized.block_kv = preset.block_kv;
-  if (pol.shift == Shift::none) {
-    normalized.preset = "fdpp";
-    if (to_string(normalized) != "fdpp") return false;  // judged as an exact-family policy instead
-  }
+  if (pol.shift == Shift::none && normalized != preset) return false;  // judged as an exact-family policy
   reject_other_fields(normalized, "fdpp", "decode");
   return true;
 }
@@ -180,10 +231,9 @@ bool is_fdpp_family(const Policy& pol) {
 bool is_sage8(const Policy& pol) {
   const Policy preset = preset_policy("sage8");
   Policy normalized = pol;
-  normalized.preset = "sage8";
   normalized.block_q = preset.block_q;
   normalized.block_kv = preset.block_kv;
-  if (to_string(normalized) != "sage8") return false;
+  if (normalized != preset) return false;
   if (pol.block_kv != cuda::kSage8BlockKv) {
     throw Error("policy field 's2': " + std::to_string(pol.block_kv) + " is not supported by the CUDA "
                 "sage8 kernel (it quantizes K and accumulates P V in key blocks of s2 = " +
@@ -264,8 +314,8 @@ Family classify_policy(const Policy& pol, DType in) {
   return Family::pasa;
 }
 
-// classify_policy's answer for the last policy and dtype this thread asked about: classifying
-// compares policies through their text, too slow to repeat on every call of a decode loop.
+// classify_policy's answer for the last policy and dtype this thread asked about: classifying builds
+// the presets it compares with, too slow to repeat on every call of a decode loop.
 Family classify_policy_cached(const Policy& pol, DType in) {
   struct Entry {
     Policy policy;
@@ -285,14 +335,129 @@ void fill_stats(AttentionStats* stats, const ProblemShape& ps, long long recompu
   stats->recomputed_rows = recomputed;
 }
 
+// The kernels a plan chooses from.
+enum class Kernel { decode, exact_hopper, pasa_hopper, sage8_hopper, exact_portable };
+
+// What the kernel specs judge: the problem as planned so far.
+struct Candidate {
+  Family family;
+  const ProblemShape& shape;
+  double alpha;  // the softmax scale
+  const DeviceInfo& device;
+  std::string hopper_refusal;  // why the sm_90a kernels cannot run here; empty when they can
+};
+
+bool contains(const int (&dims)[2], std::int64_t d) { return d == dims[0] || d == dims[1]; }
+
+std::string head_dim_refusal(std::int64_t dim, const char* supported) {
+  return "head dim " + std::to_string(dim) + " (it takes " + supported + ")";
+}
+
+std::string smem_refusal(int bytes, const DeviceInfo& d) {
+  return bytes <= d.max_smem ? std::string()
+                             : "needs " + std::to_string(bytes) + " bytes of shared memory per CTA, the " +
+                                   sm_name(d) + " device grants " + std::to_string(d.max_smem);
+}
+
+std::string accepts_decode(const Candidate& c) {
+  if (c.family != Family::exact && c.family != Family::fdpp) return "runs the exact and fdpp policies";
+  if (c.shape.seq_q > cuda::kDecodeMaxSeqQ) {
+    const std::string takes = "takes S_q <= " + std::to_string(cuda::kDecodeMaxSeqQ) + " (q has S_q = " +
+                              std::to_string(c.shape.seq_q) + ")";
+    return c.family == Family::fdpp
+               ? "the fdpp policies (FlashDecoding++) run on the CUDA decode path only, which " + takes
+               : takes;
+  }
+  if (!contains(cuda::kDecodeHeadDims, c.shape.dim)) return head_dim_refusal(c.shape.dim, "64 or 128");
+  const int m_tiles = c.shape.group() * c.shape.seq_q <= 16 ? 1 : cuda::kDecodeMaxMTiles;
+  return smem_refusal(cuda::decode_tile(static_cast<int>(c.shape.dim)).smem_bytes(m_tiles), c.device);
+}
+
+// The sm_90a kernels of one family (the architecture is the spec's own check).
+std::string accepts_hopper(const Candidate& c, Family family, const char* policies) {
+  if (c.family != family) return std::string("runs ") + policies;
+  if (!contains(cuda::kHopperHeadDims, c.shape.dim)) return head_dim_refusal(c.shape.dim, "64 or 128");
+  return {};
+}
+
+std::string accepts_exact_hopper(const Candidate& c) {
+  if (c.family == Family::exact && c.alpha < 0.0) {
+    return "a negative softmax scale (the portable kernel flips Q as it loads it; TMA copies Q as it is)";
+  }
+  return accepts_hopper(c, Family::exact, "the exact policy");
+}
+std::string accepts_pasa_hopper(const Candidate& c) {
+  return accepts_hopper(c, Family::pasa, "the pasa and pasa_accurate policies");
+}
+std::string accepts_sage8_hopper(const Candidate& c) { return accepts_hopper(c, Family::sage8, "the sage8 policy"); }
+
+std::string accepts_exact_portable(const Candidate& c) {
+  if (c.family != Family::exact) return "runs the exact policy";
+  // Every portable head dim is checked before the specs; the tile's shared memory is not.
+  switch (c.shape.dim) {
+    case 64: return smem_refusal(cuda::exact_tile(64).smem_bytes(), c.device);
+    case 96: return smem_refusal(cuda::exact_tile(96).smem_bytes(), c.device);
+    case 128: return smem_refusal(cuda::exact_tile(128).smem_bytes(), c.device);
+    case 256: return smem_refusal(cuda::exact_tile(256).smem_bytes(), c.device);
+  }
+  return head_dim_refusal(c.shape.dim, "64, 96, 128 or 256");
+}
+
+// What a kernel's instructions need. sm80: the portable kernels, compiled for every architecture of
+// the build (check_device refuses devices below 8.0 before any spec is asked). sm90a: wgmma and TMA,
+// compiled for the 90a entries only, and taken only on the Hopper path (hopper_refusal).
+enum class Arch { sm80, sm90a };
+
+// A kernel the dispatch can choose: accepts() returns empty when the kernel runs the candidate's
+// family and shape, else why it does not; the architecture is checked after it. Tried in order; the
+// plan takes the first that accepts.
+struct KernelSpec {
+  Kernel kernel;
+  const char* name;
+  Arch arch;
+  std::string (*accepts)(const Candidate&);
+};
+
+constexpr KernelSpec kKernelSpecs[] = {
+    {Kernel::decode, "decode (split-KV)", Arch::sm80, accepts_decode},
+    {Kernel::exact_hopper, "exact (sm_90a)", Arch::sm90a, accepts_exact_hopper},
+    {Kernel::pasa_hopper, "pasa (sm_90a)", Arch::sm90a, accepts_pasa_hopper},
+    {Kernel::sage8_hopper, "sage8 (sm_90a)", Arch::sm90a, accepts_sage8_hopper},
+    {Kernel::exact_portable, "exact (portable)", Arch::sm80, accepts_exact_portable},
+};
+
+// Why `spec` does not run the candidate; empty when it does.
+std::string refusal(const KernelSpec& spec, const Candidate& c) {
+  std::string why = spec.accepts(c);
+  if (why.empty() && spec.arch == Arch::sm90a) why = c.hopper_refusal;
+  return why;
+}
+
+// Why the sm_90a kernels cannot run on `d` for this request; empty when they can.
+std::string hopper_refusal(const DeviceInfo& d, bool portable_requested) {
+  if (d.major != 9 || d.minor != 0) {
+    return "needs sm_90a, the device is " + sm_name(d) + " (the portable path supports exact and fdpp)";
+  }
+  if (PASA_HOPPER_KERNELS == 0) {
+    return "needs sm_90a kernels, and pasa was built without them (no 90a in its CUDA architectures; "
+           "the portable path supports exact and fdpp)";
+  }
+  if (portable_requested) {
+    return "needs sm_90a, and the portable path was asked for (AttentionArgs::cuda_path or "
+           "PASA_CUDA_PATH=portable), which supports exact and fdpp";
+  }
+  return {};
+}
+
 }  // namespace
 
 // Every host decision for one problem shape: what the CUDA kernels were checked to support, the
-// kernel family, the device, the decode split plan and PASA's M coefficients.
+// kernel and its path, the device, the decode split plan and PASA's M coefficients.
 struct CudaPlan {
   ProblemShape shape;
   Family family;
-  bool decode;
+  const KernelSpec* spec;
+  bool portable;  // the portable path: the sm_90a kernels cannot run here (hopper_refusal)
   int device;
   double alpha;
   cuda::DecodePlan decode_plan;
@@ -311,9 +476,10 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps) {
     throw Error("lse: the CUDA kernels need a device LSE buffer, but lse is on the host");
   }
   // Shape, dtype and layout first (no CUDA calls needed), then the device.
-  if (ps.dim != 64 && ps.dim != 128) {
+  if (std::find(std::begin(cuda::kPortableHeadDims), std::end(cuda::kPortableHeadDims), ps.dim) ==
+      std::end(cuda::kPortableHeadDims)) {
     throw Error("q: head dim " + std::to_string(ps.dim) + " is not supported by the CUDA kernels "
-                "(64 or 128)");
+                "(64, 96, 128 or 256; the sm_90a pasa and sage8 kernels and the decode kernel take 64 or 128)");
   }
   const DType in = args.q.dtype;
   if (in != DType::f16 && in != DType::bf16) {
@@ -337,22 +503,33 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps) {
   CudaPlan plan{};
   plan.shape = ps;
   plan.family = classify_policy_cached(args.policy, in);
-  plan.decode = (plan.family == Family::exact || plan.family == Family::fdpp) &&
-                ps.seq_q <= cuda::kDecodeMaxSeqQ;
-  if (plan.family == Family::fdpp && !plan.decode) {
-    throw Error("policy '" + to_string(args.policy) + "': the fdpp policies (FlashDecoding++) run on the "
-                "CUDA decode path only, which takes S_q <= " + std::to_string(cuda::kDecodeMaxSeqQ) +
-                " (q has S_q = " + std::to_string(ps.seq_q) + ")");
-  }
   plan.device = check_device();
+  const DeviceInfo& info = device_info(plan.device);
   plan.alpha = resolve_scale(args, ps.dim);
-  if (plan.decode) {
+  const Candidate candidate{plan.family, ps, plan.alpha, info,
+                            hopper_refusal(info, args.cuda_path == CudaPath::portable || portable_path_from_env())};
+  plan.portable = !candidate.hopper_refusal.empty();
+  std::string refusals;
+  for (const KernelSpec& spec : kKernelSpecs) {
+    const std::string why = refusal(spec, candidate);
+    if (why.empty()) {
+      plan.spec = &spec;
+      break;
+    }
+    refusals += std::string("; ") + spec.name + ": " + why;
+  }
+  if (plan.spec == nullptr) {
+    throw Error("policy '" + to_string(args.policy) + "' (family " + family_name(plan.family) + ") on " +
+                device_text(plan.device, info) + ", " + (plan.portable ? "portable" : "sm_90a") +
+                " path: no CUDA kernel runs it" + refusals);
+  }
+  if (plan.spec->kernel == Kernel::decode) {
     const cuda::DecodeShape shape{static_cast<int>(ps.batch), static_cast<int>(ps.heads_kv),
                                   static_cast<int>(ps.group()), static_cast<int>(ps.seq_q),
                                   static_cast<int>(ps.seq_kv), static_cast<int>(ps.dim),
                                   plan.family == Family::fdpp && args.policy.shift == Shift::unified,
                                   args.policy.splits};
-    plan.decode_plan = cuda::plan_decode(shape, device_info(plan.device).sm_count);
+    plan.decode_plan = cuda::plan_decode(shape, info.sm_count);
   }
   if (plan.family == Family::pasa) {
     const PasaShift shift = pasa_shift(args.policy.beta, cuda::kPasaBlockKv, plan.alpha, Format::fp16());
@@ -418,7 +595,8 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) 
   call.l2_bytes = device_info(plan.device).l2_bytes;
   call.alpha = alpha;
 
-  if (plan.decode) {
+  const Kernel kernel = plan.spec->kernel;
+  if (kernel == Kernel::decode) {
     cuda::DecodeRequest r{};
     static_cast<cuda::KernelRequest&>(r) = call;
     r.fdpp_formats = plan.family == Family::fdpp;
@@ -432,26 +610,28 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) 
     return;
   }
   fill_stats(args.stats, ps, 0);
-  if (plan.family == Family::exact) {
-    // The Hopper engine, except for a negative alpha: only the mma.sync kernel flips Q as it loads it.
-    if (p.negate_q) {
-      cuda::launch_exact_fwd(p, batch, dim, elem_type(in), args.stream);
-    } else {
-      cuda::launch_exact_hopper_fwd(call, args.stream);
+  switch (kernel) {
+    case Kernel::decode: break;
+    case Kernel::exact_portable:
+      cuda::launch_exact_portable_fwd(p, batch, dim, elem_type(in), args.stream);
+      break;
+    case Kernel::exact_hopper:
+      cuda::launch_exact_fwd(call, args.stream);
+      break;
+    case Kernel::sage8_hopper:
+      cuda::launch_sage8(call, args.stream);
+      break;
+    case Kernel::pasa_hopper: {
+      cuda::PasaRequest r{};
+      r.call = call;
+      r.diag = plan.pasa_diag;
+      r.off = plan.pasa_off;
+      r.accurate = plan.pasa_accurate;
+      r.mean_key_factor = plan.pasa_mean_key_factor;
+      cuda::launch_pasa(r, args.stream);
+      break;
     }
-    return;
   }
-  if (plan.family == Family::sage8) {
-    cuda::launch_sage8(call, args.stream);
-    return;
-  }
-  cuda::PasaRequest r{};
-  r.call = call;
-  r.diag = plan.pasa_diag;
-  r.off = plan.pasa_off;
-  r.accurate = plan.pasa_accurate;
-  r.mean_key_factor = plan.pasa_mean_key_factor;
-  cuda::launch_pasa(r, args.stream);
 }
 
 }  // namespace
@@ -462,14 +642,24 @@ bool cuda_backend_available() {
     cudaGetLastError();
     return false;
   }
-  int device = 0, major = 0, minor = 0;
+  int device = 0, major = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
     cudaGetLastError();
     return false;
   }
-  return major == 9 && minor == 0;
+  return major >= 8;
+}
+
+bool cuda_hopper_path_available() {
+  if (!cuda_backend_available()) return false;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  return hopper_refusal(device_info(device), portable_path_from_env()).empty();
+}
+
+CudaPlanChoice cuda_plan_choice(const CudaPlan& plan) {
+  return {plan.portable ? CudaKernelPath::portable : CudaKernelPath::hopper, plan.spec->name};
 }
 
 std::shared_ptr<const CudaPlan> plan_cuda_attention(const AttentionArgs& args, const ProblemShape& shape) {
@@ -477,7 +667,7 @@ std::shared_ptr<const CudaPlan> plan_cuda_attention(const AttentionArgs& args, c
 }
 
 std::size_t cuda_plan_workspace_bytes(const CudaPlan& plan) {
-  return plan.decode ? plan.decode_plan.workspace_bytes : 0;
+  return plan.spec->kernel == Kernel::decode ? plan.decode_plan.workspace_bytes : 0;
 }
 
 void run_cuda_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) {

@@ -66,6 +66,7 @@ constexpr DecodeTile decode_variant_tile(DecodeTile t, DecodeVariant v) {
   return t;
 }
 
+constexpr int kDecodeHeadDims[] = {64, 128};  // the head dims decode_tile has shapes for
 constexpr int kDecodeMaxSeqQ = 16;     // the decode path takes S_q <= this
 constexpr int kDecodeMaxMTiles = 2;    // packed rows per CTA: 16 or 32
 

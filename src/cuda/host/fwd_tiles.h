@@ -34,13 +34,22 @@ struct FwdTile {
   constexpr int smem_bytes() const { return (block_m() + 2 * stages * block_n) * smem_stride() * 2; }
 };
 
-// The tuned shapes (bench/NOTES.md has the measurements behind them, H200 2026-11-22). Two m-tiles
-// per warp everywhere. One stage everywhere: two measured no faster (the other CTA on the SM
-// already hides the loads). O staged through shared memory except at D 128, where the direct stores
-// measured 0-3% faster. Shared memory per CTA: 68 KB (D 128), 54 KB (D 64). Registers (<= 255 a
-// thread) allow two CTAs, 8 warps, per SM.
+// The shapes per head dim. D 64 and 128 are tuned (bench/NOTES.md has the measurements behind them,
+// H200 2026-11-22): two m-tiles per warp, one stage (two measured no faster: the other CTA on the SM
+// already hides the loads), O staged through shared memory except at D 128, where the direct stores
+// measured 0-3% faster. D 96 and 256 are not measured, only sized: D 96 takes D 128's shape (its O
+// accumulators are smaller); at D 256 a warp's O alone is 128 fp32 registers, so one m-tile per warp,
+// 32-key tiles and Q read from shared memory each k step keep it within 255 registers without spills
+// (ptxas: 224 on sm_80, 240 on sm_90a).
+// Shared memory per CTA: 54 KB (D 64), 53 KB (D 96), 68 KB (D 128), 66 KB (D 256), under the 99 KB
+// that every sm_80+ GPU grants a CTA. Registers (<= 255 a thread) allow two CTAs, 8 warps, per SM.
 constexpr FwdTile exact_tile(int head_dim) {
-  return head_dim == 64 ? FwdTile{64, 128, 2, 4, 1, Epilogue::staged} : FwdTile{128, 64, 2, 4, 1, Epilogue::direct};
+  switch (head_dim) {
+    case 64: return FwdTile{64, 128, 2, 4, 1, Epilogue::staged};
+    case 96: return FwdTile{96, 64, 2, 4, 1, Epilogue::direct};
+    case 256: return FwdTile{256, 32, 1, 4, 1, Epilogue::direct};
+    default: return FwdTile{128, 64, 2, 4, 1, Epilogue::direct};
+  }
 }
 
 // Variants the benchmark times beside the tuned shapes (f16 inputs; bench/fwd_variants.cu), each one

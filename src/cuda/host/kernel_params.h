@@ -39,6 +39,10 @@ struct FwdParams {
   float pasa_g;      // pasa: the invariance G of the stored M (numerics/pasa_shift.h), in fp32
 };
 
+// The head dims each family of kernels is built for (the decode kernel's: decode_params.h).
+constexpr int kPortableHeadDims[] = {64, 96, 128, 256};
+constexpr int kHopperHeadDims[] = {64, 128};
+
 // SageAttention2's 8-bit kernel (the sage8 preset, algorithms.md section 4): key blocks of s2 = 128 keys (the
 // INT8 K groups and the two-level PV accumulation follow them); any s1, each row's state is its own.
 constexpr int kSage8BlockKv = 128;
@@ -74,15 +78,21 @@ struct PasaRequest {
 };
 
 // Launch functions (defined in the .cu files). Each throws pasa::Error on a CUDA error; `stream` is
-// a cudaStream_t. exact: CTA shapes from fwd_tiles.h (batch x heads x ceil(seq_q / block_m) CTAs).
-void launch_exact_fwd(const FwdParams& p, int batch, int head_dim, ElemType in_type, void* stream);
+// a cudaStream_t. Two families: the portable kernels (sm_80 instructions, compiled for every
+// architecture of the build) and the sm_90a ones (wgmma, TMA; compiled for the build's 90a entries
+// only; without one, hopper_kernels_absent.cpp defines them as errors).
+//
+// exact, portable: CTA shapes from fwd_tiles.h (batch x heads x ceil(seq_q / block_m) CTAs); head dims
+// kPortableHeadDims.
+void launch_exact_portable_fwd(const FwdParams& p, int batch, int head_dim, ElemType in_type, void* stream);
 // exact on the Hopper engine (attention_fwd_hopper.cuh): a persistent grid of min(tiles, sm_count)
-// warp-specialized CTAs. A negative alpha is not taken (launch_exact_fwd flips Q for it).
-void launch_exact_hopper_fwd(const KernelRequest& r, void* stream);
-// pasa: the prepass (K' = M K in fp16, as tiles; bf16 V to fp16) into scratch from pasa's pool, then the
-// fp16 wgmma kernel; both on `stream`.
+// warp-specialized CTAs; head dims kHopperHeadDims, a positive alpha (the portable kernel flips Q for a
+// negative one).
+void launch_exact_fwd(const KernelRequest& r, void* stream);
+// pasa (sm_90a): the prepass (K' = M K in fp16, as tiles; bf16 V to fp16) into scratch from pasa's pool, then the
+// Hopper engine's pasa variant; both on `stream`.
 void launch_pasa(const PasaRequest& r, void* stream);
-// sage8: the quantization prepass (smooth K, INT8 Q and K per thread group, FP8 V per channel) into
+// sage8 (sm_90a): the quantization prepass (smooth K, INT8 Q and K per thread group, FP8 V per channel) into
 // scratch from pasa's pool, then the INT8 / FP8 attention kernel; all on `stream`.
 void launch_sage8(const Sage8Request& r, void* stream);
 

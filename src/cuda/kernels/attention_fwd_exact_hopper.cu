@@ -40,7 +40,7 @@ void launch_dim(const KernelRequest& r, cudaStream_t stream) {
 
 }  // namespace
 
-void launch_exact_hopper_fwd(const KernelRequest& r, void* stream) {
+void launch_exact_fwd(const KernelRequest& r, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (r.fwd.negate_q) throw Error("exact Hopper kernel: a negative softmax scale runs on the portable kernel");
   if (r.in_type == ElemType::f16) {

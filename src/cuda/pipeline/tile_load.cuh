@@ -2,7 +2,8 @@
 // Global -> shared tile copies for the attention mainloop: kRows rows of kHeadDim 16-bit elements,
 // 16 bytes per cp.async, rows past the end of the sequence zero-filled (so tails compute on zeros,
 // never on garbage). Shared tiles are padded by 16 bytes per row, which makes the 8-row ldmatrix
-// reads conflict-free (row r starts at bank 4r mod 32).
+// reads conflict-free for head dims that are multiples of 16 (row r starts at bank 4r mod 32 for
+// multiples of 64, 20r mod 32 at head dim 96: eight rows cover all 32 banks either way).
 //
 // Thread t copies column chunk t % kChunksPerRow of rows t / kChunksPerRow + i kRowStep: a warp's
 // copy covers whole rows (coalesced), and the thread's shared addresses are one base plus
@@ -24,26 +25,42 @@ constexpr int smem_row_stride() {
 
 // Copies kRows rows (row r at base + r * row_stride) into `smem`; rows r >= rows_valid are
 // zero-filled and not read. Issued by all kThreads threads of the CTA; the caller commits the group.
-// kPrefetch: the cp.async's L2 prefetch size hint (0: none).
+// kPrefetch: the cp.async's L2 prefetch size hint (0: none). Where the CTA's thread count is not a multiple of a row's chunks (head dim 96: 12 chunks a row),
+// thread t copies chunks t, t + kThreads, ... in row-major order instead, each with its own address.
 template <int kRows, int kHeadDim, int kThreads, typename Elem, int kPrefetch = 0>
 __device__ __forceinline__ void load_tile_async(Elem* smem, const Elem* base, std::int64_t row_stride,
                                                 int rows_valid) {
   constexpr int kChunksPerRow = kHeadDim / 8;  // 8 elements = 16 bytes
-  static_assert(kThreads % kChunksPerRow == 0, "a thread keeps one column chunk");
-  constexpr int kRowStep = kThreads / kChunksPerRow;  // rows covered by one pass of the CTA
-  static_assert(kRows % kRowStep == 0, "tile must split evenly over the CTA");
+  static_assert(kHeadDim % 8 == 0, "whole 16-byte chunks");
   constexpr int kStride = smem_row_stride<kHeadDim>();
   const unsigned tid = threadIdx.x;
-  const int row = static_cast<int>(tid / kChunksPerRow);
-  const int col = static_cast<int>(tid % kChunksPerRow) * 8;
-  const std::uint32_t dst = smem_addr(smem + row * kStride + col);
-  const Elem* src = base + row * row_stride + col;
-  const std::int64_t step = kRowStep * row_stride;
+  if constexpr (kThreads % kChunksPerRow != 0) {
+    constexpr int kChunks = kRows * kChunksPerRow;
 #pragma unroll
-  for (int i = 0; i < kRows / kRowStep; ++i) {
-    const bool valid = row + i * kRowStep < rows_valid;
-    cp_async_16_hint<kPrefetch>(dst + i * kRowStep * kStride * 2, valid ? src : base, valid);
-    src += step;
+    for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i) {
+      const int c = static_cast<int>(tid) + i * kThreads;
+      if (kChunks % kThreads == 0 || c < kChunks) {
+        const int row = c / kChunksPerRow;
+        const int col = (c % kChunksPerRow) * 8;
+        const bool valid = row < rows_valid;
+        cp_async_16_hint<kPrefetch>(smem_addr(smem + row * kStride + col),
+                                    valid ? base + row * row_stride + col : base, valid);
+      }
+    }
+  } else {
+    constexpr int kRowStep = kThreads / kChunksPerRow;  // rows covered by one pass of the CTA
+    static_assert(kRows % kRowStep == 0, "tile must split evenly over the CTA");
+    const int row = static_cast<int>(tid / kChunksPerRow);
+    const int col = static_cast<int>(tid % kChunksPerRow) * 8;
+    const std::uint32_t dst = smem_addr(smem + row * kStride + col);
+    const Elem* src = base + row * row_stride + col;
+    const std::int64_t step = kRowStep * row_stride;
+#pragma unroll
+    for (int i = 0; i < kRows / kRowStep; ++i) {
+      const bool valid = row + i * kRowStep < rows_valid;
+      cp_async_16_hint<kPrefetch>(dst + i * kRowStep * kStride * 2, valid ? src : base, valid);
+      src += step;
+    }
   }
 }
 
