@@ -51,14 +51,34 @@ def register(policies: Optional[Mapping[str, PolicyLike]] = None, *,
 
 
 def _register_mask(transformers: Any, name: str) -> None:
-    """Builds the same masks for ``name`` as for "sdpa": none where causal alone says it all,
-    else a boolean mask (padding, sliding windows)."""
+    """Builds the same masks for ``name`` as for "sdpa" (none where causal alone says it all, else a
+    boolean mask: padding, sliding windows), and no mask either for a plain causal mask without
+    padding while the model is traced (``torch.compile``), where "sdpa" materializes it."""
     interface = getattr(transformers, "AttentionMaskInterface", None)
     if interface is None:  # older transformers build masks without asking the implementation
         return
-    from transformers.masking_utils import sdpa_mask
+    interface.register(name, _causal_or_sdpa_mask)
 
-    interface.register(name, sdpa_mask)
+
+def _causal_or_sdpa_mask(batch_size: int, cache_position: Any, kv_length: int, kv_offset: int = 0,
+                         mask_function: Any = None, attention_mask: Optional[Any] = None,
+                         local_size: Optional[int] = None, allow_is_causal_skip: bool = True,
+                         **kwargs: Any) -> Optional[Any]:
+    """None (pasa's causal, bottom-right, says it all) when the mask would be the causal one alone:
+    the causal mask function, no padding mask, no window, no offset, and the queries are the last
+    keys (one query, or as many as keys). The test reads only shapes, so it also holds while
+    tracing, where sdpa's own skip gives up. Else transformers' sdpa mask."""
+    from transformers.masking_utils import causal_mask_function, sdpa_mask
+
+    if mask_function is None:
+        mask_function = causal_mask_function
+    query_length = cache_position.shape[0]
+    if (allow_is_causal_skip and mask_function is causal_mask_function and attention_mask is None
+            and local_size is None and kv_offset == 0 and (query_length == 1 or query_length == kv_length)):
+        return None
+    return sdpa_mask(batch_size=batch_size, cache_position=cache_position, kv_length=kv_length,
+                     kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
+                     local_size=local_size, allow_is_causal_skip=allow_is_causal_skip, **kwargs)
 
 
 def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Callable[..., Any]:

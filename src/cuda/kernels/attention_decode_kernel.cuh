@@ -26,6 +26,7 @@
 #include <type_traits>
 
 #include "cuda/arch/cuda_check.h"
+#include "cuda/host/once_per_device.h"
 #include "cuda/host/decode_params.h"
 #include "cuda/block/epilogue.cuh"
 #include "cuda/block/fwd_mask.cuh"
@@ -360,11 +361,14 @@ void launch_decode_split_tile(const DecodeParams& p, int batch, cudaStream_t str
   constexpr DecodeTile kT = TileOf::value;
   constexpr int smem = kT.smem_bytes(kMTiles);
   auto* kernel = attention_decode_kernel<TileOf, kMTiles, InElem, kToHalf>;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-             "cudaFuncSetAttribute(attention_decode_kernel, max dynamic shared memory)");
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                  cudaSharedmemCarveoutMaxShared),
-             "cudaFuncSetAttribute(attention_decode_kernel, carveout)");
+  static OncePerDevice configured;
+  configured([&] {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+               "cudaFuncSetAttribute(attention_decode_kernel, max dynamic shared memory)");
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    cudaSharedmemCarveoutMaxShared),
+               "cudaFuncSetAttribute(attention_decode_kernel, carveout)");
+  });
   const dim3 grid(p.splits, p.heads_kv * p.row_chunks, batch);
   kernel<<<grid, kT.threads(), smem, stream>>>(p);
   check_launch("attention_decode_kernel launch");

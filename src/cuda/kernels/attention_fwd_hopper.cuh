@@ -33,7 +33,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
 
 #include "cuda/arch/cuda_check.h"
 #include "cuda/arch/mbarrier.cuh"
@@ -45,6 +44,7 @@
 #include "cuda/block/epilogue.cuh"
 #include "cuda/block/fwd_mask.cuh"
 #include "cuda/host/kernel_params.h"
+#include "cuda/host/once_per_device.h"
 #include "cuda/pipeline/tile_ring.cuh"
 #include "cuda/pipeline/tile_scheduler.cuh"
 
@@ -226,15 +226,13 @@ TileScheduler hopper_schedule(const KernelRequest& r) {
   return {m_blocks, p.heads_q, r.batch, p.causal, static_cast<int>(section)};
 }
 
-// The persistent launch: min(tiles, SMs) CTAs. The shared-memory attribute is set once per device
-// and kernel (a per-call cudaFuncSetAttribute is a driver call on the host path of every launch).
+// The persistent launch: min(tiles, SMs) CTAs; the shared-memory attribute set once per device.
 template <class Variant, int D>
 void launch_hopper(const HopperParams& m, const KernelRequest& r, cudaStream_t stream, const char* name) {
   using Tile = typename Variant::template Tile<D>;
-  constexpr int kMaxDevices = 64;  // as the dispatch's per-device cache
-  static std::once_flag smem_set[kMaxDevices];
+  static OncePerDevice configured;
   auto* kernel = attention_fwd_hopper_kernel<Variant, D>;
-  std::call_once(smem_set[r.device], [&] {
+  configured([&] {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes), name);
   });
   const long long tiles = static_cast<long long>(m.tiles.m_blocks) * m.tiles.heads * m.tiles.batch;

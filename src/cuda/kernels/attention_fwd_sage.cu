@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "cuda/arch/cuda_check.h"
+#include "cuda/host/once_per_device.h"
 #include "cuda/host/device_pool.h"
 #include "cuda/block/epilogue.cuh"
 #include "cuda/block/fwd_mask.cuh"
@@ -651,8 +652,11 @@ void launch_typed(const Sage8Request& r, cudaStream_t stream) {
 
   const SageMain m{p, s, Hkv, static_cast<float>(r.alpha), static_cast<float>(r.alpha * 1.4426950408889634)};
   constexpr int kSmem = SageStage<D>::kSmemBytes;
-  check_cuda(cudaFuncSetAttribute(sage8_fwd_kernel<Elem, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-             "cudaFuncSetAttribute(sage8_fwd_kernel, max dynamic shared memory)");
+  static OncePerDevice configured;
+  configured([&] {
+    check_cuda(cudaFuncSetAttribute(sage8_fwd_kernel<Elem, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
+               "cudaFuncSetAttribute(sage8_fwd_kernel, max dynamic shared memory)");
+  });
   const int q_blocks = (p.seq_q + kMainRows - 1) / kMainRows;
   sage8_fwd_kernel<Elem, D><<<dim3(q_blocks, Hq, B), kMainThreads, kSmem, stream>>>(m);
   check_launch("sage8_fwd_kernel");

@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+// Kernel attributes (shared-memory size, carveout) set once per device and kernel instead of on every
+// launch: each cudaFuncSetAttribute is a driver call of about a microsecond on the host path of a
+// call whose whole budget is a few. A launcher keeps one OncePerDevice per kernel instantiation.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+
+#include "cuda/arch/cuda_check.h"
+#include "pasa/error.h"
+
+namespace pasa::cuda {
+
+class OncePerDevice {
+ public:
+  static constexpr int kMaxDevices = 64;  // as the dispatch's per-device cache
+
+  // Runs `configure` the first time this is called on the current device (again after it throws).
+  template <class Configure>
+  void operator()(Configure&& configure) {
+    int device = 0;
+    check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+    if (device < 0 || device >= kMaxDevices) throw Error("CUDA device ordinals above 63 are not supported");
+    std::call_once(flags_[device], configure);
+  }
+
+ private:
+  std::once_flag flags_[kMaxDevices];
+};
+
+}  // namespace pasa::cuda
