@@ -20,6 +20,8 @@ GPU kernels lack, ...) goes to torch with a warning once per reason and is count
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
@@ -60,25 +62,32 @@ def _register_mask(transformers: Any, name: str) -> None:
     interface.register(name, _causal_or_sdpa_mask)
 
 
-def _causal_or_sdpa_mask(batch_size: int, cache_position: Any, kv_length: int, kv_offset: int = 0,
-                         mask_function: Any = None, attention_mask: Optional[Any] = None,
-                         local_size: Optional[int] = None, allow_is_causal_skip: bool = True,
-                         **kwargs: Any) -> Optional[Any]:
+def _causal_or_sdpa_mask(*args: Any, **kwargs: Any) -> Optional[Any]:
     """None (pasa's causal, bottom-right, says it all) when the mask would be the causal one alone:
-    the causal mask function, no padding mask, no window, no offset, and the queries are the last
-    keys (one query, or as many as keys). The test reads only shapes, so it also holds while
-    tracing, where sdpa's own skip gives up. Else transformers' sdpa mask."""
+    the causal mask function, no padding mask, no window, no key offset, and one query or as many
+    queries as keys. The test reads only sizes, so it also holds while tracing, where sdpa's own skip
+    gives up. Else transformers' sdpa mask. (The arguments are read by name: transformers 4.x passes
+    ``cache_position``, 5.x ``q_length`` and ``q_offset``.)"""
     from transformers.masking_utils import causal_mask_function, sdpa_mask
 
-    if mask_function is None:
-        mask_function = causal_mask_function
-    query_length = cache_position.shape[0]
-    if (allow_is_causal_skip and mask_function is causal_mask_function and attention_mask is None
-            and local_size is None and kv_offset == 0 and (query_length == 1 or query_length == kv_length)):
+    given = _sdpa_mask_signature().bind_partial(*args, **kwargs).arguments
+    q_length = given.get("q_length")
+    if q_length is None and given.get("cache_position") is not None:
+        q_length = given["cache_position"].shape[0]
+    kv_length = given.get("kv_length")
+    if (given.get("allow_is_causal_skip", True) and given.get("mask_function", causal_mask_function) is causal_mask_function
+            and given.get("attention_mask") is None and given.get("local_size") is None
+            and given.get("kv_offset", 0) == 0 and q_length is not None
+            and (q_length == 1 or q_length == kv_length)):
         return None
-    return sdpa_mask(batch_size=batch_size, cache_position=cache_position, kv_length=kv_length,
-                     kv_offset=kv_offset, mask_function=mask_function, attention_mask=attention_mask,
-                     local_size=local_size, allow_is_causal_skip=allow_is_causal_skip, **kwargs)
+    return sdpa_mask(*args, **kwargs)
+
+
+@functools.lru_cache(maxsize=1)
+def _sdpa_mask_signature() -> inspect.Signature:
+    from transformers.masking_utils import sdpa_mask
+
+    return inspect.signature(sdpa_mask)
 
 
 def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Callable[..., Any]:
