@@ -18,9 +18,9 @@ void attention(const AttentionArgs& args) {
     backend = args.q.device == Device::cuda ? Backend::cuda : Backend::emulator;
   }
   if (backend == Backend::cuda) {
-    if (has_score_mods(args)) {
-      throw Error("window_size/softcap/attn_mask: the GPU kernels do not have sliding windows, softcaps "
-                  "or masks yet (the CPU backends do); pasa.patch and the integrations fall back to torch");
+    if (args.mask.kind != MaskKind::none) {
+      throw Error("attn_mask: the GPU kernels do not have masks yet (the CPU backends do); pasa.patch and "
+                  "the integrations fall back to torch");
     }
     cuda_attention(args, shape);
     return;

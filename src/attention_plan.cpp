@@ -73,9 +73,9 @@ AttentionPlan::AttentionPlan(const AttentionArgs& args) {
   }
   state->on_gpu = backend == Backend::cuda;
   if (state->on_gpu) {
-    if (has_score_mods(args)) {
-      throw Error("window_size/softcap/attn_mask: the GPU kernels do not have sliding windows, softcaps "
-                  "or masks yet (the CPU backends do); pasa.patch and the integrations fall back to torch");
+    if (args.mask.kind != MaskKind::none) {
+      throw Error("attn_mask: the GPU kernels do not have masks yet (the CPU backends do); pasa.patch and "
+                  "the integrations fall back to torch");
     }
     state->cuda = plan_cuda_attention(args, state->shape);
   } else {

@@ -75,7 +75,8 @@ struct AttentionArgs {
 // Runs attention as args says. Throws pasa::Error, before touching any output, for bad input: null
 // pointers, shapes that disagree, H_q % H_kv != 0, unsupported D (1..1024 on the CPU, 64, 96, 128 or 256 on the GPU) or dtype,
 // S = 0, a non-finite scale, non-finite values in Q/K/V (CPU backends check; see docs/api.md), a bad
-// window, softcap or mask (and, on the GPU, any of the three: its kernels do not have them yet).
+// window, softcap or mask (and, on the GPU, a mask, or a window or softcap on any kernel but the
+// sm_90a exact one).
 // Fully masked rows give O = 0 and LSE = -inf.
 void attention(const AttentionArgs& args);
 

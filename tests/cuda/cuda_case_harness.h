@@ -114,13 +114,19 @@ struct Case {
   CausalAlignment alignment;
   bool bshd;
   DType in, out;
+  std::int64_t window_left = -1, window_right = -1;  // AttentionArgs' sliding window
+  double softcap = 0.0;
 };
 
 std::string describe(const Case& c) {
   return "B" + std::to_string(c.B) + " Hq" + std::to_string(c.Hq) + " Hkv" + std::to_string(c.Hkv) +
          " Sq" + std::to_string(c.Sq) + " Skv" + std::to_string(c.Skv) + " D" + std::to_string(c.D) +
          (c.causal ? (c.alignment == CausalAlignment::bottom_right ? " causal-br" : " causal-tl") : "") +
-         (c.bshd ? " bshd" : " bhsd") + " in " + dtype_name(c.in) + " out " + dtype_name(c.out);
+         (c.bshd ? " bshd" : " bhsd") + " in " + dtype_name(c.in) + " out " + dtype_name(c.out) +
+         (c.window_left >= 0 || c.window_right >= 0
+              ? " window(" + std::to_string(c.window_left) + "," + std::to_string(c.window_right) + ")"
+              : "") +
+         (c.softcap > 0 ? " softcap " + std::to_string(c.softcap) : "");
 }
 
 // RMS of (x - ref) over rows where ref is finite; NaN if x is not finite there or if x and ref
@@ -204,6 +210,9 @@ Result run_case(const Case& c, const Policy& kernel_policy, const Policy& emulat
   host.lse = lse_view(lse_emu.data(), c.B, c.Hq, c.Sq);
   host.causal = c.causal;
   host.alignment = c.alignment;
+  host.window_left = c.window_left;
+  host.window_right = c.window_right;
+  host.softcap = c.softcap;
   host.scale = scale;
   host.policy = emulator_policy;
   host.backend = Backend::emulator;

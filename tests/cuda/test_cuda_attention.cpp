@@ -89,6 +89,28 @@ TEST_P(CudaExact, PersistentTilesOfMixedLengths) {
   check_case({1, 140, 4, 70, 390, 64, false, br, false, DType::f16, DType::f16}, exact_policy(DType::f16));
 }
 
+// Sliding windows (one side, both sides; causal or not; both alignments; S_q != S_kv; the tile's
+// first key blocks skipped) and the logit softcap (at scale 1 on wide scores, where tanh bends) on the
+// Hopper exact kernel, against the emulator running the same. A decode shape with a window runs there
+// too (the decode kernel has no window).
+TEST(CudaExact, SlidingWindowAndSoftcap) {
+  REQUIRE_HOPPER_PATH();
+  const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
+  const DType f16 = DType::f16, bf16 = DType::bf16, f32 = DType::f32;
+  const Case cases[] = {
+      {1, 4, 2, 700, 700, 128, true, br, false, f16, f16, 100, -1, 0.0},      // Mistral-style causal window
+      {2, 2, 1, 300, 900, 64, false, tl, true, bf16, bf16, 150, 40, 0.0},     // two-sided, S_q < S_kv
+      {1, 2, 2, 900, 300, 128, false, br, false, f16, f32, 20, 70, 0.0},      // S_q > S_kv, rows outside
+      {1, 2, 1, 1100, 1100, 64, true, br, false, bf16, bf16, 255, -1, 5.0},   // window + softcap
+      {1, 2, 1, 1, 1000, 128, true, br, false, f16, f16, 200, -1, 0.0},       // decode shape
+  };
+  for (const Case& c : cases) check_case(c, exact_policy(c.in));
+  for (const Case& c : {Case{1, 2, 2, 500, 500, 128, true, br, false, f16, f32, -1, -1, 5.0},
+                        Case{1, 3, 1, 257, 513, 64, false, tl, true, bf16, bf16, -1, -1, 3.0}}) {
+    check_case(c, exact_policy(c.in), exact_policy(c.in), 1.0);  // wide scores: tanh saturates
+  }
+}
+
 // The same for the pasa variant of the persistent engine (two warpgroups of 64 rows a CTA).
 TEST(CudaPasa, PersistentTilesOfMixedLengths) {
   REQUIRE_HOPPER_PATH();
@@ -590,6 +612,21 @@ TEST(CudaBadInput, HostLseWithDeviceTensors) {
   std::vector<float> lse(32);
   p.args.lse = lse_view(lse.data(), 1, 1, 32);  // Device::cpu
   test::expect_error([&] { attention(p.args); }, "lse");
+}
+
+// Only the Hopper exact kernel has windows and softcaps: the portable path and pasa refuse them with
+// the reason. (An attention mask on the GPU: tests/cpu/test_score_mods.cpp.)
+TEST(CudaBadInput, WindowSoftcapAndMaskOutsideTheHopperExactKernel) {
+  REQUIRE_GPU();
+  DeviceProblem pr(64, 32);
+  pr.args.window_left = 8;
+  pr.args.cuda_path = CudaPath::portable;
+  test::expect_error([&] { attention(pr.args); }, "has no sliding window or softcap");
+  pr.args.window_left = -1;
+  pr.args.softcap = 10.0;
+  pr.args.cuda_path = CudaPath::automatic;
+  pr.args.policy = pasa_policy();
+  test::expect_error([&] { attention(pr.args); }, "softcap");
 }
 
 }  // namespace

@@ -189,14 +189,23 @@ def test_cupy_arrays(gen):
     torch.testing.assert_close(torch.from_dlpack(out), want, atol=0, rtol=0)
 
 
-def test_score_mods_raise_on_cuda_and_patch_falls_back(gen):
-    # The GPU kernels have no window, softcap or mask yet: a clear PasaError, and pasa.patch sends
-    # such calls to torch (counted), so a model with a padding mask still runs.
-    q, k, v = (randn(gen, 1, 2, 16, 64, dtype=torch.float16) for _ in range(3))
-    mask = torch.ones(1, 1, 16, 16, dtype=torch.bool, device="cuda").tril()
-    for kwargs in (dict(window_size=(4, 0)), dict(softcap=30.0), dict(attn_mask=mask)):
-        with pytest.raises(pasa.PasaError, match=r"the GPU kernels do not have sliding windows"):
-            pasa.attention(q, k, v, **kwargs)
+def test_window_and_softcap_on_cuda_and_masks_fall_back(gen):
+    # Windows and softcaps run on the Hopper exact kernel (elsewhere: a PasaError naming them);
+    # masks are a clear PasaError on every GPU path, and pasa.patch sends such calls to torch
+    # (counted), so a model with a padding mask still runs.
+    q, k, v = (randn(gen, 1, 2, 160, 64, dtype=torch.float16) for _ in range(3))
+    mask = torch.ones(1, 1, 160, 160, dtype=torch.bool, device="cuda").tril()
+    for kwargs in (dict(window_size=(40, 0)), dict(softcap=2.0, scale=1.0),
+                   dict(window_size=(30, 10), softcap=5.0)):
+        try:
+            got = pasa.attention(q, k, v, **kwargs)
+        except pasa.PasaError as error:
+            assert "sliding window or softcap" in str(error)
+            continue
+        want = pasa.attention(q.cpu(), k.cpu(), v.cpu(), **kwargs)
+        torch.testing.assert_close(got.cpu().float(), want.float(), atol=2e-3, rtol=2e-3)
+    with pytest.raises(pasa.PasaError, match=r"attn_mask: the GPU kernels do not have masks"):
+        pasa.attention(q, k, v, attn_mask=mask)
 
     class Masked(torch.nn.Module):
         def forward(self, q, k, v):

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -14,51 +15,72 @@
 
 namespace pasa::cuda {
 
-// Keys a row may not see: past the sequence end, and (causal) after the row's last visible key.
+// The keys row `row` sees are [visible_first, visible_limit): the causal diagonal, the sliding window
+// around it and the sequence end (the limit can be <= the first key, or negative: none).
+__device__ __forceinline__ int visible_first(const FwdParams& p, int row) {
+  return p.window_left >= 0 ? max(0, row + p.causal_offset - p.window_left) : 0;
+}
 __device__ __forceinline__ int visible_limit(const FwdParams& p, int row) {
-  return p.causal ? min(p.seq_kv, row + p.causal_offset + 1) : p.seq_kv;
+  int limit = p.seq_kv;
+  if (p.causal) limit = min(limit, row + p.causal_offset + 1);
+  if (p.window_right >= 0) limit = min(limit, row + p.causal_offset + p.window_right + 1);
+  return limit;
 }
 
-// The key blocks (of `block` keys, n_kb of them) that rows [r0, r0 + rows) of a CTA visit: all but the
-// blocks past the last row's causal diagonal.
+// The key blocks (of `block` keys, n_kb of them) that rows [r0, r0 + rows) of a CTA visit end here:
+// the blocks past the last row's limit are left out. (Both bounds grow with the row.)
 __device__ __forceinline__ int visited_key_blocks(const FwdParams& p, int r0, int rows, int block, int n_kb) {
-  if (!p.causal) return n_kb;
-  const int last = min(r0 + rows - 1, p.seq_q - 1) + p.causal_offset;
+  if (!p.causal && p.window_right < 0) return n_kb;
+  const int last = visible_limit(p, min(r0 + rows - 1, p.seq_q - 1)) - 1;
   return last < 0 ? 0 : min(n_kb, last / block + 1);
 }
 
-// Whether some key of the block [key0, key0 + block) is invisible to some of the rows from row_lo on:
-// past the sequence end, or past the first row's causal diagonal.
-__device__ __forceinline__ bool block_needs_mask(const FwdParams& p, int key0, int block, int row_lo) {
-  return key0 + block > p.seq_kv || (p.causal && key0 + block - 1 > row_lo + p.causal_offset);
+// ... and begin here: the blocks before the first row's window are left out.
+__device__ __forceinline__ int first_key_block(const FwdParams& p, int r0, int block) {
+  return visible_first(p, r0) / block;
 }
 
-// fp32 scores of keys at or past their row's limit become -inf: limit_of(2 mt + i) for rows i (g, g + 8)
-// of m-tile mt (called once per row, where the row's loop begins), keys from n0.
-template <int kMTiles, int kNTiles, typename LimitOf>
-__device__ __forceinline__ void mask_past_limits(float (&s)[kMTiles][kNTiles][4], int n0, LimitOf limit_of) {
+// Whether some key of the block [key0, key0 + block) is invisible to some of the rows
+// [row_lo, row_lo + rows): past the first row's limit or before the last row's first key.
+__device__ __forceinline__ bool block_needs_mask(const FwdParams& p, int key0, int block, int row_lo, int rows = 16) {
+  return key0 + block > visible_limit(p, row_lo) || key0 < visible_first(p, row_lo + rows - 1);
+}
+
+// fp32 scores of keys outside [first_of(r), limit_of(r)) become -inf, for rows r = 2 mt + i (g, g + 8
+// of m-tile mt; each called once per row, where the row's loop begins), keys from n0.
+template <int kMTiles, int kNTiles, typename FirstOf, typename LimitOf>
+__device__ __forceinline__ void mask_outside(float (&s)[kMTiles][kNTiles][4], int n0, FirstOf first_of,
+                                             LimitOf limit_of) {
   const int t = static_cast<int>(threadIdx.x) % 4;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int limit = limit_of(2 * mt + i);
+      const int first = first_of(2 * mt + i), limit = limit_of(2 * mt + i);
 #pragma unroll
       for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          if (n0 + 8 * n + 2 * t + e >= limit) s[mt][n][2 * i + e] = -INFINITY;
+          const int key = n0 + 8 * n + 2 * t + e;
+          if (key >= limit || key < first) s[mt][n][2 * i + e] = -INFINITY;
         }
       }
     }
   }
 }
 
+// The same with no lower bound (every key from 0).
+template <int kMTiles, int kNTiles, typename LimitOf>
+__device__ __forceinline__ void mask_past_limits(float (&s)[kMTiles][kNTiles][4], int n0, LimitOf limit_of) {
+  mask_outside(s, n0, [](int) { return INT_MIN; }, limit_of);
+}
+
 // exact: scores of keys a row may not see become -inf.
 template <int kMTiles, int kNTiles>
 __device__ __forceinline__ void apply_mask(float (&s)[kMTiles][kNTiles][4], const FwdParams& p, int n0,
                                            int row_lo) {
-  mask_past_limits(s, n0, [&](int r) { return visible_limit(p, row_lo + 16 * (r / 2) + 8 * (r % 2)); });
+  auto row = [&](int r) { return row_lo + 16 * (r / 2) + 8 * (r % 2); };
+  mask_outside(s, n0, [&](int r) { return visible_first(p, row(r)); }, [&](int r) { return visible_limit(p, row(r)); });
 }
 
 // pasa: the same on fp16 pairs in the A-fragment layout (tile n, row i: s[mt][n / 2][2 (n % 2) + i]).

@@ -343,6 +343,8 @@ struct Candidate {
   Family family;
   const ProblemShape& shape;
   double alpha;  // the softmax scale
+  bool window;   // a sliding window (AttentionArgs::window_left / window_right)
+  bool softcap;  // a logit softcap
   const DeviceInfo& device;
   std::string hopper_refusal;  // why the sm_90a kernels cannot run here; empty when they can
 };
@@ -416,19 +418,23 @@ struct KernelSpec {
   const char* name;
   Arch arch;
   std::string (*accepts)(const Candidate&);
+  bool window_and_softcap;  // runs a sliding window and a logit softcap
 };
 
 constexpr KernelSpec kKernelSpecs[] = {
-    {Kernel::decode, "decode (split-KV)", Arch::sm80, accepts_decode},
-    {Kernel::exact_hopper, "exact (sm_90a)", Arch::sm90a, accepts_exact_hopper},
-    {Kernel::pasa_hopper, "pasa (sm_90a)", Arch::sm90a, accepts_pasa_hopper},
-    {Kernel::sage8_hopper, "sage8 (sm_90a)", Arch::sm90a, accepts_sage8_hopper},
-    {Kernel::exact_portable, "exact (portable)", Arch::sm80, accepts_exact_portable},
+    {Kernel::decode, "decode (split-KV)", Arch::sm80, accepts_decode, false},
+    {Kernel::exact_hopper, "exact (sm_90a)", Arch::sm90a, accepts_exact_hopper, true},
+    {Kernel::pasa_hopper, "pasa (sm_90a)", Arch::sm90a, accepts_pasa_hopper, false},
+    {Kernel::sage8_hopper, "sage8 (sm_90a)", Arch::sm90a, accepts_sage8_hopper, false},
+    {Kernel::exact_portable, "exact (portable)", Arch::sm80, accepts_exact_portable, false},
 };
 
 // Why `spec` does not run the candidate; empty when it does.
 std::string refusal(const KernelSpec& spec, const Candidate& c) {
   std::string why = spec.accepts(c);
+  if (why.empty() && (c.window || c.softcap) && !spec.window_and_softcap) {
+    why = "has no sliding window or softcap (the sm_90a exact kernel has them)";
+  }
   if (why.empty() && spec.arch == Arch::sm90a) why = c.hopper_refusal;
   return why;
 }
@@ -506,7 +512,8 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps) {
   plan.device = check_device();
   const DeviceInfo& info = device_info(plan.device);
   plan.alpha = resolve_scale(args, ps.dim);
-  const Candidate candidate{plan.family, ps, plan.alpha, info,
+  const Candidate candidate{plan.family, ps, plan.alpha, args.window_left >= 0 || args.window_right >= 0,
+                            args.softcap > 0.0, info,
                             hopper_refusal(info, args.cuda_path == CudaPath::portable || portable_path_from_env())};
   plan.portable = !candidate.hopper_refusal.empty();
   std::string refusals;
@@ -576,6 +583,12 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) 
   p.causal = args.causal;
   p.causal_offset =
       args.alignment == CausalAlignment::bottom_right ? static_cast<int>(ps.seq_kv - ps.seq_q) : 0;
+  // (window sides beyond the sequences are unbounded: the int fields cannot hold every int64)
+  auto window_side = [&](std::int64_t w) { return w < 0 || w > ps.seq_kv + ps.seq_q ? -1 : static_cast<int>(w); };
+  p.window_left = window_side(args.window_left);
+  p.window_right = window_side(args.window_right);
+  p.softcap = static_cast<float>(args.softcap);
+  p.softcap_scale = args.softcap > 0.0 ? static_cast<float>(alpha / args.softcap) : 0.0f;
   // The exact kernel scales by |alpha| > 0 (the row max is taken on raw scores) and flips Q's sign
   // for a negative alpha; a zero alpha runs as 1e-30 (every visible key weighs the same either way).
   p.scale_log2 = std::max(static_cast<float>(std::fabs(alpha) * 1.4426950408889634), 1e-30f);

@@ -32,6 +32,13 @@ struct FwdParams {
   int seq_q, seq_kv, heads_q, group;  // group = H_q / H_kv
   bool causal;
   int causal_offset;  // key k is visible to query r iff k <= r + causal_offset (when causal)
+  // Sliding window (flash-attn's window_size) around the same diagonal: query r sees keys
+  // r + causal_offset - window_left .. r + causal_offset + window_right; -1: that side unbounded.
+  // Only the Hopper exact kernel takes a window (the dispatch checks).
+  int window_left = -1, window_right = -1;
+  // Logit softcap: > 0 turns the scaled scores s into softcap tanh(s / softcap) (Hopper exact only);
+  // softcap_scale = alpha / softcap.
+  float softcap = 0.0f, softcap_scale = 0.0f;
 
   float scale_log2;  // exact: |alpha| * log2(e) (> 0: a zero alpha is passed as 1e-30), scores are
                      // exponentiated in base 2

@@ -104,7 +104,8 @@ struct HopperConsumer {
   AttentionTile tile;
   int c, warp, g, t;  // warpgroup (0-based among the consumers), warp in it, lane / 4, lane % 4
   int row_lo;         // the warp's first row (warp w: rows 16 w .. 16 w + 15 of the warpgroup's 64)
-  int n_kb;           // key blocks of the tile
+  int kb_first;       // the tile's first key block (a sliding window starts past 0)
+  int n_kb;           // key blocks of the tile, from kb_first
   int fill;           // the ring fill of its first key block
   int q_fill;         // the Q ring's fill of the tile
   std::uint32_t base;
@@ -172,13 +173,14 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
     for (int t = static_cast<int>(blockIdx.x), n = 0; t < m.tiles.count(); t += static_cast<int>(gridDim.x), ++n) {
       const AttentionTile tile = m.tiles.tile(t);
       const int r0 = tile.m_block * kBlockM, h_kv = tile.h / p.group;
-      const int n_kb = visited_key_blocks(p, r0, kBlockM, kBlockN, n_kb_all);
+      const int kb_first = first_key_block(p, r0, kBlockN);
+      const int kb_end = visited_key_blocks(p, r0, kBlockM, kBlockN, n_kb_all);
       const std::uint32_t q_bar = q_ring.acquire(n, Tile::kQBytes);
 #pragma unroll
       for (int box = 0; box < Tile::kBoxes; ++box) {
         tma_load_4d(base + Tile::kQOffset + box * Tile::kQBoxBytes, &m.q_map, 64 * box, r0, tile.h, tile.b, q_bar);
       }
-      for (int j = 0; j < n_kb; ++j, ++fill) {
+      for (int j = kb_first; j < kb_end; ++j, ++fill) {
         const std::uint32_t k_bar = k_ring.acquire(fill, Tile::kKBytes);
         Variant::template load_k<Tile>(m, base + Tile::kKOffset + k_ring.slot(fill) * Tile::kKBytes, k_bar, tile.b,
                                        h_kv, j, n_kb_all);
@@ -206,8 +208,9 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
   for (int tt = static_cast<int>(blockIdx.x), n = 0; tt < m.tiles.count(); tt += static_cast<int>(gridDim.x), ++n) {
     const AttentionTile tile = m.tiles.tile(tt);
     const int r0 = tile.m_block * kBlockM;
-    const int n_kb = visited_key_blocks(p, r0, kBlockM, kBlockN, n_kb_all);
-    HopperConsumer<Tile> ctx{p, tile, c, warp, lane / 4, lane % 4, r0 + 64 * c + 16 * warp, n_kb, fill, n,
+    const int kb_first = first_key_block(p, r0, kBlockN);
+    const int n_kb = max(0, visited_key_blocks(p, r0, kBlockM, kBlockN, n_kb_all) - kb_first);
+    HopperConsumer<Tile> ctx{p, tile, c, warp, lane / 4, lane % 4, r0 + 64 * c + 16 * warp, kb_first, n_kb, fill, n,
                              base, q_ring, k_ring, v_ring};
     q_ring.wait(n);
     mainloop.run_tile(ctx);  // releases the Q slot after its last Q K^T

@@ -2,6 +2,9 @@
 // The exact policy on the Hopper engine (attention_fwd_hopper.cuh): FlashAttention-2's online softmax
 // in fp32 (ExactSoftmax, algorithms.md section 1), P rounded to the input dtype for P V.
 //
+// Also the sliding window (the tile's key blocks start at the first row's window, fwd_mask.cuh) and the
+// logit softcap (on the fp32 scores before the mask and the softmax).
+//
 // Per key block j, FlashAttention-3's intra-warpgroup overlap (section 3.2): S_j = Q K_j^T is issued,
 // O is rescaled for block j - 1's maxima while it runs, then P_{j-1} V_{j-1} is issued; the softmax
 // of block j (mask, maxima, exponentials) runs on the CUDA cores under P_{j-1} V_{j-1}; P_j is packed
@@ -16,6 +19,13 @@
 #include "cuda/kernels/attention_fwd_hopper.cuh"
 
 namespace pasa::cuda {
+
+// softcap tanh(x) of x = s alpha / softcap, as 1 - 2 / (e^2x + 1) on the special-function unit (about
+// 2 fp32 ulp of the result's scale; e^2x = inf gives 1, 0 gives -1).
+__device__ __forceinline__ float soft_cap(float s, float softcap, float scale_over_cap) {
+  const float e = fast_exp2(2.0f * kLog2e * scale_over_cap * s);
+  return softcap * (1.0f - __fdividef(2.0f, e + 1.0f));
+}
 
 template <typename E>
 struct ExactHopperVariant {
@@ -73,11 +83,17 @@ struct ExactHopperVariant {
         for (int kc = 0; kc < kPSteps; ++kc) hopper::mma_pv<E, D>(o, pf[kc], ctx.v_desc(f, kc), true);
         wgmma_commit();
       };
-      // The block's scores, masked, through the softmax: P in place (fp32) and O's rescale factors.
+      // The block's scores (soft-capped), masked, through the softmax: P in place (fp32) and O's
+      // rescale factors. With a softcap the scores are scaled before the softmax, else inside it.
+      const float scale_log2 = p.softcap > 0.0f ? kLog2e : p.scale_log2;
       auto softmax_block = [&](int j, float (&rescale)[2]) {
-        const int key0 = j * kBlockN;
+        const int key0 = (ctx.kb_first + j) * kBlockN;
+        if (p.softcap > 0.0f) {
+#pragma unroll
+          for (int i = 0; i < kBlockN / 2; ++i) s[i] = soft_cap(s[i], p.softcap, p.softcap_scale);
+        }
         if (block_needs_mask(p, key0, kBlockN, ctx.row_lo)) apply_mask(s4, p, key0, ctx.row_lo + ctx.g);
-        return softmax.step(s4, p.scale_log2, rescale);
+        return softmax.step(s4, scale_log2, rescale);
       };
       // P as Elem pairs in the A-fragment layout (once the previous P V has stopped reading pf).
       auto pack_p = [&] {

@@ -114,7 +114,7 @@ struct PasaHopperVariant {
       // that no wgmma is issued under a run-time condition, which makes ptxas serialize them.)
       auto run_block = [&](int kb, auto has_next) {
         constexpr bool kHasNext = decltype(has_next)::value;
-        const int f = fill + kb, key0 = kb * kKeys;
+        const int f = fill + kb, key0 = (ctx.kb_first + kb) * kKeys;
         // (pasa_accurate: S' stays in acc, seen as the mma C layout's [1][kKeys / 8][4] tiles.)
         [[maybe_unused]] auto& s32 = *reinterpret_cast<float (*)[1][kKeys / 8][4]>(acc);
         if constexpr (!kAccurate) {
