@@ -158,9 +158,21 @@ def test_gpu_logits_and_generation_match_sdpa(rng, compiled):
     # of 2^6 through two layers, relative to the logits' scale.
     assert (got - want).abs().max() <= 2.0**-11 * 2**6 * want.abs().max()
     with torch.no_grad():
-        want_tokens = reference.generate(input_ids=ids, max_new_tokens=32, do_sample=False,
-                                         pad_token_id=0)
+        want = reference.generate(input_ids=ids, max_new_tokens=32, do_sample=False, pad_token_id=0,
+                                  output_scores=True, return_dict_in_generate=True)
         got_tokens = model.generate(input_ids=ids, max_new_tokens=32, do_sample=False,
                                     pad_token_id=0)
-    assert torch.equal(got_tokens, want_tokens)
     assert pasa.stats()["fallbacks"] == 0, pasa.stats()
+    # The same tokens, except after a step where the reference's top two logits are closer than the
+    # logits' tolerance above (random weights produce such near-ties; no two fp16 implementations
+    # break them alike). From such a step on, the sequences may differ.
+    start = ids.shape[1]
+    for b in range(ids.shape[0]):
+        differ = (got_tokens[b, start:] != want.sequences[b, start:]).nonzero()
+        if differ.numel() == 0:
+            continue
+        step = int(differ[0])
+        scores = want.scores[step][b].float()
+        margin = scores[want.sequences[b, start + step]] - scores[got_tokens[b, start + step]]
+        tolerance = 2.0**-11 * 2**6 * scores.abs().max()
+        assert margin <= tolerance, (b, step, float(margin), float(tolerance))
