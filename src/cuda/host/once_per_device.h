@@ -30,4 +30,17 @@ class OncePerDevice {
   std::once_flag flags_[kMaxDevices];
 };
 
+// The dynamic shared memory `kernel` may use; with max_carveout, all of the unified L1 / shared memory
+// as shared memory (for kernels that read global memory through cp.async.cg, which bypasses L1, and
+// want several CTAs an SM). Call it from a OncePerDevice.
+template <class Kernel>
+void set_shared_memory(Kernel* kernel, int bytes, bool max_carveout, const char* name) {
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), name);
+  if (max_carveout) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    cudaSharedmemCarveoutMaxShared),
+               name);
+  }
+}
+
 }  // namespace pasa::cuda

@@ -362,13 +362,7 @@ void launch_decode_split_tile(const DecodeParams& p, int batch, cudaStream_t str
   constexpr int smem = kT.smem_bytes(kMTiles);
   auto* kernel = attention_decode_kernel<TileOf, kMTiles, InElem, kToHalf>;
   static OncePerDevice configured;
-  configured([&] {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-               "cudaFuncSetAttribute(attention_decode_kernel, max dynamic shared memory)");
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                    cudaSharedmemCarveoutMaxShared),
-               "cudaFuncSetAttribute(attention_decode_kernel, carveout)");
-  });
+  configured([&] { set_shared_memory(kernel, smem, true, "cudaFuncSetAttribute(attention_decode_kernel)"); });
   const dim3 grid(p.splits, p.heads_kv * p.row_chunks, batch);
   kernel<<<grid, kT.threads(), smem, stream>>>(p);
   check_launch("attention_decode_kernel launch");

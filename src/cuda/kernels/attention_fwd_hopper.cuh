@@ -127,6 +127,29 @@ struct HopperConsumer {
     return mn_major_desc(base + Tile::kVOffset + v_ring.slot(f) * Tile::kVBytes, Tile::kVBoxBytes) + 128 * kc;
   }
   __device__ __forceinline__ std::uint32_t extra() const { return base + Tile::kExtraOffset; }
+
+  // The epilogue of the thread's two rows (g, g + 8 of its warp): the LSE, and the output row
+  // O = pair(n8, i) / l in the output type (0 for a row that saw no key: its LSE is -inf). pair(n8, i)
+  // gives the thread's two adjacent O~ values of n8 tile n8 of row i.
+  template <class Pair>
+  __device__ __forceinline__ void store_rows(const float (&row_l)[2], const float (&lse)[2], Pair pair,
+                                             bool round_to_fp16 = false) const {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = row_lo + g + 8 * i;
+      store_lse(p, tile.b, tile.h, row, lse[i]);
+      if (row >= p.seq_q) continue;
+      const float inv = lse[i] == -INFINITY ? 0.0f : 1.0f / row_l[i];
+      char* out = output_row(p, tile.b, tile.h, row);
+#pragma unroll
+      for (int n8 = 0; n8 < Tile::kHeadDim / 8; ++n8) {
+        const float2 x = pair(n8, i);
+        const float a = x.x * inv, b = x.y * inv;
+        store_pair(out, p.o_type, 8 * n8 + 2 * t, round_to_fp16 ? round_fp16(a) : a,
+                   round_to_fp16 ? round_fp16(b) : b);
+      }
+    }
+  }
 };
 
 namespace hopper {
@@ -235,9 +258,7 @@ void launch_hopper(const HopperParams& m, const KernelRequest& r, cudaStream_t s
   using Tile = typename Variant::template Tile<D>;
   static OncePerDevice configured;
   auto* kernel = attention_fwd_hopper_kernel<Variant, D>;
-  configured([&] {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes), name);
-  });
+  configured([&] { set_shared_memory(kernel, Tile::kSmemBytes, false, name); });
   const long long tiles = static_cast<long long>(m.tiles.m_blocks) * m.tiles.heads * m.tiles.batch;
   const int grid = static_cast<int>(std::min<long long>(tiles, r.sm_count));
   if (grid == 0) return;

@@ -246,15 +246,8 @@ void launch_fwd(const FwdParams& p, int batch, cudaStream_t stream) {
   auto* kernel = attention_fwd_kernel<TileOf, QElem>;
   constexpr int smem = kT.smem_bytes();
   static OncePerDevice configured;
-  configured([&] {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-               "cudaFuncSetAttribute(attention_fwd_kernel, max dynamic shared memory)");
-    // All of the unified L1 / shared memory as shared memory: two CTAs of up to 104 KB each per SM
-    // (the kernels read global memory through cp.async.cg, which bypasses L1).
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                    cudaSharedmemCarveoutMaxShared),
-               "cudaFuncSetAttribute(attention_fwd_kernel, carveout)");
-  });
+  // (all of the unified L1 / shared memory as shared memory: two CTAs of up to 104 KB each per SM)
+  configured([&] { set_shared_memory(kernel, smem, true, "cudaFuncSetAttribute(attention_fwd_kernel)"); });
   const dim3 grid((p.seq_q + kT.block_m() - 1) / kT.block_m(), p.heads_q, batch);
   kernel<<<grid, kT.threads(), smem, stream>>>(p);
   check_launch("attention_fwd_kernel launch");

@@ -653,10 +653,7 @@ void launch_typed(const Sage8Request& r, cudaStream_t stream) {
   const SageMain m{p, s, Hkv, static_cast<float>(r.alpha), static_cast<float>(r.alpha * 1.4426950408889634)};
   constexpr int kSmem = SageStage<D>::kSmemBytes;
   static OncePerDevice configured;
-  configured([&] {
-    check_cuda(cudaFuncSetAttribute(sage8_fwd_kernel<Elem, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-               "cudaFuncSetAttribute(sage8_fwd_kernel, max dynamic shared memory)");
-  });
+  configured([&] { set_shared_memory(sage8_fwd_kernel<Elem, D>, kSmem, false, "cudaFuncSetAttribute(sage8_fwd_kernel)"); });
   const int q_blocks = (p.seq_q + kMainRows - 1) / kMainRows;
   sage8_fwd_kernel<Elem, D><<<dim3(q_blocks, Hq, B), kMainThreads, kSmem, stream>>>(m);
   check_launch("sage8_fwd_kernel");

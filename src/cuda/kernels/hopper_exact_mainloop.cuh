@@ -156,18 +156,7 @@ struct ExactHopperVariant {
       // Epilogue: O = O / l (0 for a row that saw no key), the LSE.
       float row_l[2], lse[2];
       softmax.finish(row_l, lse);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int row = ctx.row_lo + ctx.g + 8 * i;
-        store_lse(p, ctx.tile.b, ctx.tile.h, row, lse[i]);
-        if (row >= p.seq_q) continue;
-        const float inv = lse[i] == -INFINITY ? 0.0f : 1.0f / row_l[i];
-        char* out = output_row(p, ctx.tile.b, ctx.tile.h, row);
-#pragma unroll
-        for (int n8 = 0; n8 < kDTiles; ++n8) {
-          store_pair(out, p.o_type, 8 * n8 + 2 * ctx.t, o[4 * n8 + 2 * i] * inv, o[4 * n8 + 2 * i + 1] * inv);
-        }
-      }
+      ctx.store_rows(row_l, lse, [&](int n8, int i) { return make_float2(o[4 * n8 + 2 * i], o[4 * n8 + 2 * i + 1]); });
     }
   };
 };

@@ -193,19 +193,7 @@ struct PasaHopperVariant {
       // differ by one fp16 ulp), the LSE.
       float row_l[2], lse[2];
       softmax.finish(p.pasa_g, row_l, lse);
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int row = ctx.row_lo + ctx.g + 8 * i;
-        store_lse(p, ctx.tile.b, ctx.tile.h, row, lse[i]);
-        if (row >= p.seq_q) continue;
-        const float inv = lse[i] == -INFINITY ? 0.0f : 1.0f / row_l[i];
-        char* out = output_row(p, ctx.tile.b, ctx.tile.h, row);
-#pragma unroll
-        for (int n = 0; n < kDT; ++n) {
-          const float2 x = __half22float2(o[n][i]);
-          store_pair(out, p.o_type, 8 * n + 2 * ctx.t, round_fp16(x.x * inv), round_fp16(x.y * inv));
-        }
-      }
+      ctx.store_rows(row_l, lse, [&](int n8, int i) { return __half22float2(o[n8][i]); }, true);
     }
   };
 };
