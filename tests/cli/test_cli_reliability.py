@@ -255,9 +255,9 @@ def check_phi_in_bounded_memory(tmp):
 def check_sigint_during_write(tmp):
     # `pasa run` writing a large output: SIGINT as soon as its temporary file appears must leave the
     # old output intact and remove the temporary.
-    q = os.path.join(tmp, "wq.npy")
-    np.save(q, RNG.standard_normal((1, 1, 1 << 21, 16)).astype(np.float32))  # 128 MiB
     k, v = save_qkv(tmp, shape=(1, 1, 1, 16), prefix="w")[1:]
+    q = os.path.join(tmp, "wq.npy")  # (after save_qkv, which writes a small wq.npy of its own)
+    np.save(q, RNG.standard_normal((1, 1, 1 << 21, 16)).astype(np.float32))  # 128 MiB
     out = os.path.join(tmp, "wo.npy")
     for sig in (signal.SIGINT, signal.SIGTERM):
         # On a fast machine the write can end between seeing its temporary and the signal landing:
