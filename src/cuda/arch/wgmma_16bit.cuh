@@ -128,38 +128,4 @@ __device__ __forceinline__ void wgmma_m64n136k16_ss(float (&d)[68], std::uint64_
 }
 #undef PASA_WGMMA_M64N136K16_SS
 
-#define PASA_WGMMA_M64N176K16_RS(TYPE)                                                                      \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %93, 0;\n"                                            \
-               "wgmma.mma_async.sync.aligned.m64n176k16.f32." TYPE "." TYPE " {" PASA_WGMMA_ACC_TEXT_88 "}, " \
-               "{%88, %89, %90, %91}, %92, p, 1, 1, %94;\n}\n"                                                   \
-               : PASA_WGMMA_F32_88(d)                                                                   \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB ? 1 : 0))
-template <typename Elem, bool kTransB>
-__device__ __forceinline__ void wgmma_m64n176k16_rs(float (&d)[88], const std::uint32_t (&a)[4], std::uint64_t desc_b,
-                                                   bool accumulate) {
-  if constexpr (WgmmaType<Elem>::is_bf16) {
-    PASA_WGMMA_M64N176K16_RS("bf16");
-  } else {
-    PASA_WGMMA_M64N176K16_RS("f16");
-  }
-}
-#undef PASA_WGMMA_M64N176K16_RS
-
-#define PASA_WGMMA_M64N176K16_SS(TYPE)                                                                      \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"                                            \
-               "wgmma.mma_async.sync.aligned.m64n176k16.f32." TYPE "." TYPE " {" PASA_WGMMA_ACC_TEXT_88 "}, " \
-               "%88, %89, p, 1, 1, 0, %91;\n}\n"                                                   \
-               : PASA_WGMMA_F32_88(d)                                                                   \
-               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)), "n"(kTransB ? 1 : 0))
-template <typename Elem, bool kTransB>
-__device__ __forceinline__ void wgmma_m64n176k16_ss(float (&d)[88], std::uint64_t desc_a, std::uint64_t desc_b,
-                                                   bool accumulate) {
-  if constexpr (WgmmaType<Elem>::is_bf16) {
-    PASA_WGMMA_M64N176K16_SS("bf16");
-  } else {
-    PASA_WGMMA_M64N176K16_SS("f16");
-  }
-}
-#undef PASA_WGMMA_M64N176K16_SS
-
 }  // namespace pasa::cuda

@@ -52,15 +52,14 @@ namespace pasa::cuda {
 
 // The CTA's shape and shared-memory plan. Operand tiles arrive as boxes of (rows) x 64 channels,
 // 128 bytes a row with the 128-byte swizzle: the K-major layout of Q and K as wgmma's A and B of
-// Q K^T, and the MN-major layout of V as the B of P V. kBlockN_: keys a block; kKRows: the rows of a
-// K box (the keys, or more where a variant appends rows of its own); kExtraBytes: a variant's own
-// shared memory.
-template <int D, int kConsumers_, int kBlockN_ = 128, int kKRows = kBlockN_, int kExtraBytes = 0>
+// Q K^T, and the MN-major layout of V as the B of P V. kKRows: the rows of a K box (128 keys, or
+// more where a variant appends rows of its own); kExtraBytes: a variant's own shared memory.
+template <int D, int kConsumers_, int kKRows = 128, int kExtraBytes = 0>
 struct HopperTile {
   static constexpr int kHeadDim = D;
   static constexpr int kConsumers = kConsumers_;  // consumer warpgroups of 64 query rows
   static constexpr int kBlockM = 64 * kConsumers;
-  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kBlockN = 128;
   static constexpr int kStages = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kConsumerWarps = 4 * kConsumers;
@@ -83,8 +82,7 @@ struct HopperTile {
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
   static_assert(D == 64 || D == 128, "the Hopper engine's head dims");
   static_assert(kConsumers == 2 || kConsumers == 3, "two or three consumer warpgroups");
-  static_assert(kKBoxBytes % 1024 == 0 && kVBoxBytes % 1024 == 0,
-                "K and V boxes on 1024-byte boundaries (the swizzle's period)");
+  static_assert(kKBoxBytes % 1024 == 0, "K boxes on 1024-byte boundaries (the swizzle's period)");
 };
 
 // The kernel's parameters: the call, a tensor map per operand (tma.h; boxes of kBlockM rows for Q,

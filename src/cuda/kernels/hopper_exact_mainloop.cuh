@@ -33,9 +33,9 @@ struct ExactHopperVariant {
 
   // Three consumer warpgroups at D 64 (192 query rows share each K and V tile; the softmax, whose
   // work per score does not shrink with D, has more warps to hide it), two at D 128 (their S, P and
-  // O need ~200 registers a thread), with key blocks of 176 (FA3's choice: fewer, longer GEMMs).
+  // O need ~200 registers a thread).
   template <int D>
-  using Tile = HopperTile<D, D == 64 ? 3 : 2, D == 64 ? 128 : 176>;
+  using Tile = HopperTile<D, D == 64 ? 3 : 2>;
 
   template <class Tile>
   __device__ __forceinline__ static void load_k(const HopperParams& m, std::uint32_t slot, std::uint32_t bar, int b,
@@ -74,13 +74,7 @@ struct ExactHopperVariant {
       auto issue_qk = [&](int f) {
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kQSteps; ++kk) {
-          if constexpr (kBlockN == 176) {
-            wgmma_m64n176k16_ss<E, false>(s, ctx.q_desc(kk), ctx.k_desc(f, kk), kk > 0);
-          } else {
-            wgmma_m64n128k16_ss<E, false>(s, ctx.q_desc(kk), ctx.k_desc(f, kk), kk > 0);
-          }
-        }
+        for (int kk = 0; kk < kQSteps; ++kk) wgmma_m64n128k16_ss<E, false>(s, ctx.q_desc(kk), ctx.k_desc(f, kk), kk > 0);
         wgmma_commit();
       };
       auto issue_pv = [&](int f) {

@@ -60,7 +60,7 @@ struct PasaHopperVariant {
 
   // Two consumer warpgroups at both head dims: S' (68), P (32), P V (D / 2) and O~ (D / 4) registers.
   template <int D>
-  using Tile = HopperTile<D, 2, kPasaBlockKv, PasaStage<D>::kKRows, kOnesBytes>;
+  using Tile = HopperTile<D, 2, PasaStage<D>::kKRows, kOnesBytes>;
 
   template <class Tile>
   __device__ __forceinline__ static void load_k(const HopperParams& m, std::uint32_t slot, std::uint32_t bar, int b,
