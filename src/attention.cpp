@@ -18,10 +18,6 @@ void attention(const AttentionArgs& args) {
     backend = args.q.device == Device::cuda ? Backend::cuda : Backend::emulator;
   }
   if (backend == Backend::cuda) {
-    if (args.mask.kind != MaskKind::none) {
-      throw Error("attn_mask: the GPU kernels do not have masks yet (the CPU backends do); pasa.patch and "
-                  "the integrations fall back to torch");
-    }
     cuda_attention(args, shape);
     return;
   }

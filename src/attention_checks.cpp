@@ -96,10 +96,6 @@ void check_score_mods(const AttentionArgs& a, const ProblemShape& p) {
 
 }  // namespace
 
-bool has_score_mods(const AttentionArgs& a) {
-  return a.window_left != -1 || a.window_right != -1 || a.softcap != 0.0 || a.mask.kind != MaskKind::none;
-}
-
 ProblemShape check_attention_args(const AttentionArgs& a) {
   check_view(a.q, "q", false);
   check_view(a.k, "k", false);

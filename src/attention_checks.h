@@ -21,9 +21,6 @@ ProblemShape check_attention_args(const AttentionArgs& args);
 // "q [B, H_q, S_q, D], k/v [B, H_kv, S_kv, D]" for messages about a whole problem.
 std::string problem_text(const ProblemShape& p);
 
-// True when the call asks for a sliding window, a softcap or a mask (what the GPU kernels lack).
-bool has_score_mods(const AttentionArgs& args);
-
 // alpha: the caller's scale or 1/sqrt(D).
 double resolve_scale(const AttentionArgs& args, std::int64_t dim);
 

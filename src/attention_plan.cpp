@@ -73,10 +73,6 @@ AttentionPlan::AttentionPlan(const AttentionArgs& args) {
   }
   state->on_gpu = backend == Backend::cuda;
   if (state->on_gpu) {
-    if (args.mask.kind != MaskKind::none) {
-      throw Error("attn_mask: the GPU kernels do not have masks yet (the CPU backends do); pasa.patch and "
-                  "the integrations fall back to torch");
-    }
     state->cuda = plan_cuda_attention(args, state->shape);
   } else {
     if (args.q.device != Device::cpu) {

@@ -614,14 +614,14 @@ TEST(CudaBadInput, HostLseWithDeviceTensors) {
   test::expect_error([&] { attention(p.args); }, "lse");
 }
 
-// Only the Hopper exact kernel has windows and softcaps: the portable path and pasa refuse them with
-// the reason. (An attention mask on the GPU: tests/cpu/test_score_mods.cpp.)
+// Only the Hopper exact kernel has windows, softcaps and masks: the portable path and pasa refuse them
+// with the reason. (Masks against the emulator on the GPU: tests/python/test_cuda.py.)
 TEST(CudaBadInput, WindowSoftcapAndMaskOutsideTheHopperExactKernel) {
   REQUIRE_GPU();
   DeviceProblem pr(64, 32);
   pr.args.window_left = 8;
   pr.args.cuda_path = CudaPath::portable;
-  test::expect_error([&] { attention(pr.args); }, "has no sliding window or softcap");
+  test::expect_error([&] { attention(pr.args); }, "has no sliding window, softcap or attention mask");
   pr.args.window_left = -1;
   pr.args.softcap = 10.0;
   pr.args.cuda_path = CudaPath::automatic;

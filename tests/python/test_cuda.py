@@ -189,23 +189,25 @@ def test_cupy_arrays(gen):
     torch.testing.assert_close(torch.from_dlpack(out), want, atol=0, rtol=0)
 
 
-def test_window_and_softcap_on_cuda_and_masks_fall_back(gen):
-    # Windows and softcaps run on the Hopper exact kernel (elsewhere: a PasaError naming them);
-    # masks are a clear PasaError on every GPU path, and pasa.patch sends such calls to torch
-    # (counted), so a model with a padding mask still runs.
+def test_window_softcap_and_mask_on_cuda_or_fall_back(gen):
+    # Windows, softcaps and masks (bool and additive) run on the Hopper exact kernel, as the CPU
+    # emulator runs them; elsewhere (the portable path, other policies) a PasaError names them, and
+    # pasa.patch sends such calls to torch (counted), so a model with a padding mask still runs.
     q, k, v = (randn(gen, 1, 2, 160, 64, dtype=torch.float16) for _ in range(3))
     mask = torch.ones(1, 1, 160, 160, dtype=torch.bool, device="cuda").tril()
+    mask[..., 100:, 20:40] = False
+    bias = torch.randn(1, 2, 1, 160, device="cuda", generator=gen) * 2
     for kwargs in (dict(window_size=(40, 0)), dict(softcap=2.0, scale=1.0),
-                   dict(window_size=(30, 10), softcap=5.0)):
+                   dict(window_size=(30, 10), softcap=5.0), dict(attn_mask=mask),
+                   dict(attn_mask=bias.half(), softcap=3.0), dict(attn_mask=bias, causal=True)):
         try:
             got = pasa.attention(q, k, v, **kwargs)
         except pasa.PasaError as error:
-            assert "sliding window or softcap" in str(error)
+            assert "sliding window, softcap or attention mask" in str(error)
             continue
-        want = pasa.attention(q.cpu(), k.cpu(), v.cpu(), **kwargs)
+        host = {key: (x.cpu() if isinstance(x, torch.Tensor) else x) for key, x in kwargs.items()}
+        want = pasa.attention(q.cpu(), k.cpu(), v.cpu(), **host)
         torch.testing.assert_close(got.cpu().float(), want.float(), atol=2e-3, rtol=2e-3)
-    with pytest.raises(pasa.PasaError, match=r"attn_mask: the GPU kernels do not have masks"):
-        pasa.attention(q, k, v, attn_mask=mask)
 
     class Masked(torch.nn.Module):
         def forward(self, q, k, v):
@@ -213,8 +215,8 @@ def test_window_and_softcap_on_cuda_and_masks_fall_back(gen):
 
     pasa.stats(reset=True)
     module = Masked()
-    with torch.no_grad(), pytest.warns(pasa.PasaFallbackWarning, match="GPU kernels"):
-        with pasa.patch(module) as handle:
+    with torch.no_grad(), pytest.warns(pasa.PasaFallbackWarning, match="attention mask"):
+        with pasa.patch(module, policy="pasa") as handle:  # (no pasa kernel has a mask)
             got = module(q, k, v)
     assert handle.fallbacks == 1 and handle.calls == 0 and pasa.stats()["fallbacks"] == 1
     torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))

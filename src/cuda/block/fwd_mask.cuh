@@ -5,6 +5,8 @@
 // row_lo + 16 mt + 8 i and keys n0 + 8 n + 2 t + e.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -81,6 +83,48 @@ __device__ __forceinline__ void apply_mask(float (&s)[kMTiles][kNTiles][4], cons
                                            int row_lo) {
   auto row = [&](int r) { return row_lo + 16 * (r / 2) + 8 * (r % 2); };
   mask_outside(s, n0, [&](int r) { return visible_first(p, row(r)); }, [&](int r) { return visible_limit(p, row(r)); });
+}
+
+// The attention mask (FwdParams::mask) on fp32 scores in the mma C layout: rows row_lo + 16 mt + 8 i
+// of head (b, h), keys from n0 (keys at or past seq_kv are left alone: apply_mask hides them).
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void apply_attn_mask(float (&s)[kMTiles][kNTiles][4], const FwdParams& p, int b, int h,
+                                                int n0, int row_lo) {
+  const int t = static_cast<int>(threadIdx.x) % 4;
+  const char* base = static_cast<const char*>(p.mask);
+  const int elem = p.mask_type == MaskType::boolean ? 1 : p.mask_type == MaskType::add_f32 ? 4 : 2;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int row = min(row_lo + 16 * mt + 8 * i, p.seq_q - 1);  // (rows past the end are not stored)
+      const char* row_base = base + (b * p.mask_stride_b + h * p.mask_stride_h +
+                                     static_cast<std::int64_t>(row) * p.mask_stride_s) * elem;
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = n0 + 8 * n + 2 * t + e;
+          if (key >= p.seq_kv) continue;
+          const char* at = row_base + static_cast<std::int64_t>(key) * p.mask_stride_k * elem;
+          float& x = s[mt][n][2 * i + e];
+          switch (p.mask_type) {
+            case MaskType::boolean:
+              if (__ldg(reinterpret_cast<const unsigned char*>(at)) == 0) x = -INFINITY;
+              break;
+            case MaskType::add_f32: x += __ldg(reinterpret_cast<const float*>(at)) * p.mask_scale; break;
+            case MaskType::add_f16:
+              x += __half2float(__ldg(reinterpret_cast<const __half*>(at))) * p.mask_scale;
+              break;
+            case MaskType::add_bf16:
+              x += __bfloat162float(__ldg(reinterpret_cast<const __nv_bfloat16*>(at))) * p.mask_scale;
+              break;
+            case MaskType::none: break;
+          }
+        }
+      }
+    }
+  }
 }
 
 // pasa: the same on fp16 pairs in the A-fragment layout (tile n, row i: s[mt][n / 2][2 (n % 2) + i]).

@@ -327,6 +327,26 @@ Family classify_policy_cached(const Policy& pol, DType in) {
   return last->family;
 }
 
+// The attention mask's fields of the kernel's arguments: its element type, its strides with 0 on a
+// broadcast (size-1) axis, the factor its additive values take (the kernel adds them to raw scores,
+// or to soft-capped ones, which are already scaled).
+void set_mask(cuda::FwdParams& p, const MaskView& m, double scale) {
+  if (m.kind == MaskKind::none) return;
+  using cuda::MaskType;
+  p.mask_type = m.kind == MaskKind::boolean ? MaskType::boolean
+                : m.dtype == DType::f32     ? MaskType::add_f32
+                : m.dtype == DType::f16     ? MaskType::add_f16
+                                            : MaskType::add_bf16;
+  const std::size_t elem = m.kind == MaskKind::boolean ? 1 : dtype_size(m.dtype);
+  if (reinterpret_cast<std::uintptr_t>(m.data) % elem != 0) {
+    throw Error("attn_mask: data pointer is not aligned to its element size");
+  }
+  p.mask = m.data;
+  std::int64_t* strides[4] = {&p.mask_stride_b, &p.mask_stride_h, &p.mask_stride_s, &p.mask_stride_k};
+  for (int i = 0; i < 4; ++i) *strides[i] = m.shape[i] == 1 ? 0 : m.stride[i];
+  p.mask_scale = static_cast<float>(scale);
+}
+
 cuda::Operand operand(const TensorView& t) { return {t.data, t.stride[0], t.stride[1], t.stride[2]}; }
 
 void fill_stats(AttentionStats* stats, const ProblemShape& ps, long long recomputed) {
@@ -345,6 +365,7 @@ struct Candidate {
   double alpha;  // the softmax scale
   bool window;   // a sliding window (AttentionArgs::window_left / window_right)
   bool softcap;  // a logit softcap
+  bool mask;     // an attention mask
   const DeviceInfo& device;
   std::string hopper_refusal;  // why the sm_90a kernels cannot run here; empty when they can
 };
@@ -418,7 +439,7 @@ struct KernelSpec {
   const char* name;
   Arch arch;
   std::string (*accepts)(const Candidate&);
-  bool window_and_softcap;  // runs a sliding window and a logit softcap
+  bool score_mods;  // runs a sliding window, a logit softcap and an attention mask
 };
 
 constexpr KernelSpec kKernelSpecs[] = {
@@ -432,8 +453,8 @@ constexpr KernelSpec kKernelSpecs[] = {
 // Why `spec` does not run the candidate; empty when it does.
 std::string refusal(const KernelSpec& spec, const Candidate& c) {
   std::string why = spec.accepts(c);
-  if (why.empty() && (c.window || c.softcap) && !spec.window_and_softcap) {
-    why = "has no sliding window or softcap (the sm_90a exact kernel has them)";
+  if (why.empty() && (c.window || c.softcap || c.mask) && !spec.score_mods) {
+    why = "has no sliding window, softcap or attention mask (the sm_90a exact kernel has them)";
   }
   if (why.empty() && spec.arch == Arch::sm90a) why = c.hopper_refusal;
   return why;
@@ -513,7 +534,7 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps) {
   const DeviceInfo& info = device_info(plan.device);
   plan.alpha = resolve_scale(args, ps.dim);
   const Candidate candidate{plan.family, ps, plan.alpha, args.window_left >= 0 || args.window_right >= 0,
-                            args.softcap > 0.0, info,
+                            args.softcap > 0.0, args.mask.kind != MaskKind::none, info,
                             hopper_refusal(info, args.cuda_path == CudaPath::portable || portable_path_from_env())};
   plan.portable = !candidate.hopper_refusal.empty();
   std::string refusals;
@@ -589,6 +610,7 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) 
   p.window_right = window_side(args.window_right);
   p.softcap = static_cast<float>(args.softcap);
   p.softcap_scale = args.softcap > 0.0 ? static_cast<float>(alpha / args.softcap) : 0.0f;
+  set_mask(p, args.mask, args.softcap > 0.0 ? 1.0 : 1.0 / std::fabs(alpha));
   // The exact kernel scales by |alpha| > 0 (the row max is taken on raw scores) and flips Q's sign
   // for a negative alpha; a zero alpha runs as 1e-30 (every visible key weighs the same either way).
   p.scale_log2 = std::max(static_cast<float>(std::fabs(alpha) * 1.4426950408889634), 1e-30f);
@@ -694,6 +716,7 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
   check_device_pointer(args.v.data, "v", plan.device);
   check_device_pointer(args.o.data, "o", plan.device);
   if (args.lse.data != nullptr) check_device_pointer(args.lse.data, "lse", plan.device);
+  if (args.mask.kind != MaskKind::none) check_device_pointer(args.mask.data, "attn_mask", plan.device);
   cuda::StreamBuffer workspace(cuda_plan_workspace_bytes(plan), plan.device,
                                static_cast<cudaStream_t>(args.stream));
   run_plan(plan, args, workspace.get());

@@ -12,6 +12,9 @@ namespace pasa::cuda {
 // The element types the kernels read and write.
 enum class ElemType : int { f32 = 0, f16 = 1, bf16 = 2 };
 
+// What an attention mask holds: nothing, bytes (nonzero: the key takes part) or additive values.
+enum class MaskType : int { none = 0, boolean = 1, add_f32 = 2, add_f16 = 3, add_bf16 = 4 };
+
 // A [B, H, S, D] operand: base pointer and element strides of the batch, head and sequence
 // dimensions (the head-dim stride is 1, checked by the dispatcher).
 struct Operand {
@@ -39,6 +42,14 @@ struct FwdParams {
   // Logit softcap: > 0 turns the scaled scores s into softcap tanh(s / softcap) (Hopper exact only);
   // softcap_scale = alpha / softcap.
   float softcap = 0.0f, softcap_scale = 0.0f;
+  // attn_mask (Hopper exact only): element (b, h, row, key) at mask + b mask_stride_b + h mask_stride_h +
+  // row mask_stride_s + key mask_stride_k (stride 0 on a broadcast axis). Boolean: a zero byte hides the
+  // key; additive: the value times mask_scale is added to the score as the kernel holds it (raw
+  // scores: 1 / alpha; soft-capped ones: 1).
+  const void* mask = nullptr;
+  MaskType mask_type = MaskType::none;
+  std::int64_t mask_stride_b = 0, mask_stride_h = 0, mask_stride_s = 0, mask_stride_k = 0;
+  float mask_scale = 1.0f;
 
   float scale_log2;  // exact: |alpha| * log2(e) (> 0: a zero alpha is passed as 1e-30), scores are
                      // exponentiated in base 2

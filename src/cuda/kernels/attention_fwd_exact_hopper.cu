@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The exact policy's launch on the Hopper engine (hopper_exact_mainloop.cuh): fp16 / bf16 inputs,
-// head dims 64 and 128, any output dtype.
+// head dims 64 and 128, any output dtype, with or without an attention mask.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -12,9 +12,9 @@
 namespace pasa::cuda {
 namespace {
 
-template <typename Elem, int D>
+template <typename Elem, int D, bool kMasked>
 void launch_typed(const KernelRequest& r, cudaStream_t stream) {
-  using Variant = ExactHopperVariant<Elem>;
+  using Variant = ExactHopperVariant<Elem, kMasked>;
   using Tile = typename Variant::template Tile<D>;
   const FwdParams& p = r.fwd;
   const HopperParams m{fp16_row_tile_map(p.q, r.batch, p.heads_q, p.seq_q, D, Tile::kBlockM, "q"),
@@ -29,10 +29,11 @@ void launch_typed(const KernelRequest& r, cudaStream_t stream) {
 
 template <typename Elem>
 void launch_dim(const KernelRequest& r, cudaStream_t stream) {
+  const bool masked = r.fwd.mask_type != MaskType::none;
   if (r.head_dim == 64) {
-    launch_typed<Elem, 64>(r, stream);
+    masked ? launch_typed<Elem, 64, true>(r, stream) : launch_typed<Elem, 64, false>(r, stream);
   } else if (r.head_dim == 128) {
-    launch_typed<Elem, 128>(r, stream);
+    masked ? launch_typed<Elem, 128, true>(r, stream) : launch_typed<Elem, 128, false>(r, stream);
   } else {
     throw Error("exact Hopper kernel: head dim must be 64 or 128");
   }

@@ -2,8 +2,9 @@
 // The exact policy on the Hopper engine (attention_fwd_hopper.cuh): FlashAttention-2's online softmax
 // in fp32 (ExactSoftmax, algorithms.md section 1), P rounded to the input dtype for P V.
 //
-// Also the sliding window (the tile's key blocks start at the first row's window, fwd_mask.cuh) and the
-// logit softcap (on the fp32 scores before the mask and the softmax).
+// Also the sliding window (the tile's key blocks start at the first row's window, fwd_mask.cuh), the
+// logit softcap (on the fp32 scores before the masks and the softmax) and the attention mask (read
+// from global memory per score, apply_attn_mask).
 //
 // Per key block j, FlashAttention-3's intra-warpgroup overlap (section 3.2): S_j = Q K_j^T is issued,
 // O is rescaled for block j - 1's maxima while it runs, then P_{j-1} V_{j-1} is issued; the softmax
@@ -27,7 +28,9 @@ __device__ __forceinline__ float soft_cap(float s, float softcap, float scale_ov
   return softcap * (1.0f - __fdividef(2.0f, e + 1.0f));
 }
 
-template <typename E>
+// kMasked: the call has an attention mask (an instantiation of its own: the unmasked one keeps its
+// registers, and at D 64 the masked one runs two consumer warpgroups of 240 registers).
+template <typename E, bool kMasked = false>
 struct ExactHopperVariant {
   using Elem = E;
 
@@ -35,7 +38,7 @@ struct ExactHopperVariant {
   // work per score does not shrink with D, has more warps to hide it), two at D 128 (their S, P and
   // O need ~200 registers a thread).
   template <int D>
-  using Tile = HopperTile<D, D == 64 ? 3 : 2>;
+  using Tile = HopperTile<D, D == 64 && !kMasked ? 3 : 2>;
 
   template <class Tile>
   __device__ __forceinline__ static void load_k(const HopperParams& m, std::uint32_t slot, std::uint32_t bar, int b,
@@ -92,6 +95,7 @@ struct ExactHopperVariant {
 #pragma unroll
           for (int i = 0; i < kBlockN / 2; ++i) s[i] = soft_cap(s[i], p.softcap, p.softcap_scale);
         }
+        if constexpr (kMasked) apply_attn_mask(s4, p, ctx.tile.b, ctx.tile.h, key0, ctx.row_lo + ctx.g);
         if (block_needs_mask(p, key0, kBlockN, ctx.row_lo)) apply_mask(s4, p, key0, ctx.row_lo + ctx.g);
         return softmax.step(s4, scale_log2, rescale);
       };
