@@ -27,7 +27,6 @@
 #include <iterator>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <utility>
 
@@ -35,6 +34,7 @@
 #include "cuda/host/decode_params.h"
 #include "cuda/host/device_pool.h"
 #include "cuda/host/kernel_params.h"
+#include "cuda/host/policy_family.h"
 #include "cuda_backend.h"
 #include "numerics/pasa_shift.h"
 #include "pasa/error.h"
@@ -172,159 +172,6 @@ void check_aligned(const void* data, const char* name) {
     throw Error(std::string(name) + ": data pointer is not 16-byte aligned (the CUDA kernels need "
                 "16-byte aligned rows)");
   }
-}
-
-std::string field_error(const char* field, const Format& got, const std::string& want) {
-  return std::string("policy field '") + field + "': " + got.name() + " is not supported by the CUDA "
-         "kernels (they need " + want + ")";
-}
-
-enum class Family { exact, pasa, fdpp, sage8 };
-
-const char* family_name(Family f) {
-  switch (f) {
-    case Family::exact: return "exact";
-    case Family::pasa: return "pasa";
-    case Family::fdpp: return "fdpp";
-    case Family::sage8: return "sage8";
-  }
-  return "?";
-}
-
-// `normalized` is the policy with every field the kernel lets vary set back to `preset`'s value: a
-// field that still differs from the preset (smoothing, quantizers, ... whatever the policy type
-// grows: operator== covers every field) is one the kernel does not implement. The text form only
-// names those fields in the error.
-void reject_other_fields(Policy normalized, const char* preset, const char* kernel) {
-  if (normalized == preset_policy(preset)) return;
-  normalized.preset = preset;
-  const std::string text = to_string(normalized);
-  throw Error("policy fields '" + text.substr(text.find(',') + 1) + "' are not supported by the CUDA " +
-              kernel + " kernel (it implements the " + preset + " preset's other fields as they are)");
-}
-
-// The fdpp preset's family: its formats (fp16 input, S and P; fp32 softmax, accumulators and O), any
-// phi, window, splits and block sizes, and shift unified (FlashDecoding++) or none (the synchronized
-// algorithm in the same formats, "fdpp,shift=none": derived from the fdpp preset by name, since
-// without the shift its formats are fa16_fp32's, which the prefill kernels refuse field by field).
-// Returns false for any other policy; throws naming the fields for an fdpp-derived one that differs
-// elsewhere.
-bool is_fdpp_family(const Policy& pol) {
-  if (pol.shift != Shift::unified && !(pol.shift == Shift::none && pol.preset == "fdpp")) return false;
-  const Policy preset = preset_policy("fdpp");
-  Policy normalized = pol;
-  normalized.shift = preset.shift;
-  normalized.phi = preset.phi;
-  normalized.window_lo = preset.window_lo;
-  normalized.window_hi = preset.window_hi;
-  normalized.splits = preset.splits;
-  normalized.block_q = preset.block_q;
-  normalized.block_kv = preset.block_kv;
-  if (pol.shift == Shift::none && normalized != preset) return false;  // judged as an exact-family policy
-  reject_other_fields(normalized, "fdpp", "decode");
-  return true;
-}
-
-// The sage8 preset (SageAttention2's 8-bit kernel): every field as the preset has it, any s1 (each
-// row's state is its own); s2 must be the kernel's kSage8BlockKv = 128 (it sets K's quantization
-// groups and the two-level PV accumulation). Returns false for any other policy (judged by the other families).
-bool is_sage8(const Policy& pol) {
-  const Policy preset = preset_policy("sage8");
-  Policy normalized = pol;
-  normalized.block_q = preset.block_q;
-  normalized.block_kv = preset.block_kv;
-  if (normalized != preset) return false;
-  if (pol.block_kv != cuda::kSage8BlockKv) {
-    throw Error("policy field 's2': " + std::to_string(pol.block_kv) + " is not supported by the CUDA "
-                "sage8 kernel (it quantizes K and accumulates P V in key blocks of s2 = " +
-                std::to_string(cuda::kSage8BlockKv) + ")");
-  }
-  return true;
-}
-
-// The kernels implement four policy families: exact (fp32 scores and softmax; P rounded to the input
-// dtype for the tensor cores; input and p may name that dtype or fp32; any s1, s2, splits), the pasa
-// preset (any beta and s1; s2 = 128), the sage8 preset (is_sage8) and the fdpp preset
-// (is_fdpp_family; decode shapes only).
-// Everything else is an error naming the field.
-Family classify_policy(const Policy& pol, DType in) {
-  const Format in_fmt = in == DType::bf16 ? Format::bf16() : Format::fp16();
-  const Format fp32 = Format::fp32();
-  const Format fp16 = Format::fp16();
-  if (is_fdpp_family(pol)) return Family::fdpp;
-  if (is_sage8(pol)) return Family::sage8;
-  if (pol.shift == Shift::none) {
-    const std::string in_name = in_fmt.name();
-    if (pol.input != fp32 && pol.input != in_fmt) {
-      throw Error(field_error("input", pol.input, "fp32 or the tensors' dtype " + in_name));
-    }
-    if (pol.p != fp32 && pol.p != in_fmt) {
-      throw Error(field_error("p", pol.p, "fp32 or the tensors' dtype " + in_name +
-                                              "; P is rounded to it for the tensor cores"));
-    }
-    for (auto [field, f] : {std::pair{"qk_acc", pol.qk_acc}, {"s", pol.s}, {"softmax", pol.softmax},
-                           {"pv_acc", pol.pv_acc}, {"o", pol.o}}) {
-      if (f != fp32) throw Error(field_error(field, f, "fp32 without shift, i.e. the exact policy"));
-    }
-    if (pol.scale != ScalePlacement::scores) {
-      throw Error("policy field 'scale': only s (scores) is supported by the CUDA exact kernel");
-    }
-    // s1 / s2 / splits only order fp32 roundings here: the kernels use their own tiles (the decode
-    // path takes a policy's splits > 1 as its split count).
-    const Policy preset = preset_policy("exact");
-    Policy normalized = pol;
-    normalized.input = normalized.p = fp32;
-    normalized.block_q = preset.block_q;
-    normalized.block_kv = preset.block_kv;
-    normalized.splits = preset.splits;
-    reject_other_fields(normalized, "exact", "exact");
-    return Family::exact;
-  }
-  if (pol.shift != Shift::pasa) {
-    throw Error("policy field 'shift': only none (exact), pasa and unified (fdpp) are supported by the "
-                "CUDA kernels");
-  }
-  // shift == pasa: the pasa preset's formats, or pasa_accurate's (S' and the softmax state in fp32).
-  const Format state = pol.s == fp32 && pol.softmax == fp32 ? fp32 : fp16;
-  const std::pair<const char*, Format> want[] = {{"input", fp16}, {"qk_acc", fp32}, {"s", state},
-                                                 {"softmax", state}, {"p", fp16}, {"pv_acc", fp32},
-                                                 {"o", fp16}};
-  const Format got[] = {pol.input, pol.qk_acc, pol.s, pol.softmax, pol.p, pol.pv_acc, pol.o};
-  for (int i = 0; i < 7; ++i) {
-    if (got[i] != want[i].second) {
-      throw Error(field_error(want[i].first, got[i], want[i].second.name() + " with shift=pasa (the pasa or pasa_accurate preset)"));
-    }
-  }
-  if (pol.scale != ScalePlacement::key) {
-    throw Error("policy field 'scale': shift=pasa needs scale=k (alpha folded into M) on the CUDA kernels");
-  }
-  if (pol.block_kv != cuda::kPasaBlockKv) {
-    throw Error("policy field 's2': " + std::to_string(pol.block_kv) + " is not supported by the CUDA "
-                "pasa kernel (it shifts key blocks of s2 = " + std::to_string(cuda::kPasaBlockKv) + ")");
-  }
-  // Any beta and pseudo_avg; s1 does not change the result (each row's state is its own).
-  const char* name = state == fp32 ? "pasa_accurate" : "pasa";
-  const Policy preset = preset_policy(name);
-  Policy normalized = pol;
-  normalized.preset = name;
-  normalized.beta = preset.beta;
-  normalized.pseudo_avg = preset.pseudo_avg;  // both kinds of pseudo-average are implemented
-  normalized.block_q = preset.block_q;
-  reject_other_fields(normalized, name, "pasa");
-  return Family::pasa;
-}
-
-// classify_policy's answer for the last policy and dtype this thread asked about: classifying builds
-// the presets it compares with, too slow to repeat on every call of a decode loop.
-Family classify_policy_cached(const Policy& pol, DType in) {
-  struct Entry {
-    Policy policy;
-    DType in;
-    Family family;
-  };
-  thread_local std::optional<Entry> last;
-  if (!last || last->in != in || last->policy != pol) last = Entry{pol, in, classify_policy(pol, in)};
-  return last->family;
 }
 
 // The attention mask's fields of the kernel's arguments: its element type, its strides with 0 on a
