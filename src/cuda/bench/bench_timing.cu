@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cuda/arch/cuda_check.h"
-#include "cuda/host/device_fill.h"
+#include "cuda/bench/bench_problem.h"
 #include "cuda_backend.h"
 #include "pasa/attention.h"
 #include "pasa/bench.h"
@@ -18,15 +18,6 @@
 
 namespace pasa {
 namespace {
-
-// Device memory released on every path out.
-struct DeviceMemory {
-  void* ptr = nullptr;
-  explicit DeviceMemory(std::size_t bytes) { cuda::check_cuda(cudaMalloc(&ptr, bytes), "cudaMalloc (bench)"); }
-  ~DeviceMemory() { cudaFree(ptr); }
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
-};
 
 struct Events {
   cudaEvent_t start = nullptr, stop = nullptr;
@@ -68,38 +59,15 @@ BenchTiming bench_cuda_attention(const BenchPoint& pt, int warmup, int runs, std
   require_gpu();
   if (pt.dtype == DType::f32) throw Error("pasa bench: inputs must be fp16 or bf16 (the kernels' types)");
   if (runs < 1 || warmup < 0) throw Error("pasa bench: runs must be >= 1 and warmup >= 0");
-  const std::int64_t q_elems = std::int64_t{pt.batch} * pt.heads_q * pt.seq_q * pt.head_dim;
-  const std::int64_t kv_elems = std::int64_t{pt.batch} * pt.heads_kv * pt.seq_kv * pt.head_dim;
-  DeviceMemory q(q_elems * 2), k(kv_elems * 2), v(kv_elems * 2), o(q_elems * 2);
-  DeviceMemory lse(static_cast<std::size_t>(pt.batch) * pt.heads_q * pt.seq_q * sizeof(float));
+  const BenchProblem problem(pt, seed);
+  const AttentionArgs& args = problem.args();
+  const cudaStream_t stream = problem.stream();
   int device = 0, l2_bytes = 0;
   cuda::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   cuda::check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute");
   const std::size_t flush_bytes = 2 * static_cast<std::size_t>(std::max(l2_bytes, 1 << 20));
   DeviceMemory flush(flush_bytes);
-  cudaStream_t stream = nullptr;
-  cuda::check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  struct StreamGuard {
-    cudaStream_t s;
-    ~StreamGuard() { cudaStreamDestroy(s); }
-  } stream_guard{stream};
   Events ev;
-
-  const bool bf16 = pt.dtype == DType::bf16;
-  cuda::fill_uniform_16bit(static_cast<std::uint16_t*>(q.ptr), q_elems, seed, bf16, stream);
-  cuda::fill_uniform_16bit(static_cast<std::uint16_t*>(k.ptr), kv_elems, seed + 1, bf16, stream);
-  cuda::fill_uniform_16bit(static_cast<std::uint16_t*>(v.ptr), kv_elems, seed + 2, bf16, stream);
-
-  AttentionArgs args;
-  args.q = bhsd_view(q.ptr, pt.dtype, pt.batch, pt.heads_q, pt.seq_q, pt.head_dim, Device::cuda);
-  args.k = bhsd_view(k.ptr, pt.dtype, pt.batch, pt.heads_kv, pt.seq_kv, pt.head_dim, Device::cuda);
-  args.v = bhsd_view(v.ptr, pt.dtype, pt.batch, pt.heads_kv, pt.seq_kv, pt.head_dim, Device::cuda);
-  args.o = bhsd_view(o.ptr, pt.dtype, pt.batch, pt.heads_q, pt.seq_q, pt.head_dim, Device::cuda);
-  args.lse = lse_view(static_cast<float*>(lse.ptr), pt.batch, pt.heads_q, pt.seq_q, Device::cuda);
-  args.causal = pt.causal;
-  args.policy = pt.policy;
-  args.backend = Backend::cuda;
-  args.stream = stream;
 
   for (int i = 0; i < warmup; ++i) attention(args);
   std::vector<float> times;
