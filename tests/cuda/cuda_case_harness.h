@@ -94,6 +94,12 @@ struct DeviceTensor {
   void copy_to(Tensor4& host) const {
     cudaMemcpy(host.bytes.data(), buf.ptr, host.bytes.size(), cudaMemcpyDeviceToHost);
   }
+  void upload(const Tensor4& host) { cudaMemcpy(buf.ptr, host.bytes.data(), buf.bytes, cudaMemcpyHostToDevice); }
+  std::vector<std::uint8_t> download() const {
+    std::vector<std::uint8_t> out(buf.bytes);
+    cudaMemcpy(out.data(), buf.ptr, buf.bytes, cudaMemcpyDeviceToHost);
+    return out;
+  }
 };
 
 Format format_of(DType d) { return d == DType::bf16 ? Format::bf16() : Format::fp16(); }

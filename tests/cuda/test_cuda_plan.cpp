@@ -10,50 +10,14 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda_backend.h"
+#include "cuda_case_harness.h"
 #include "pasa/attention_plan.h"
-#include "test_util.h"
 
 namespace pasa {
 namespace {
 
-using test::Tensor4;
-
-#define REQUIRE_GPU()                                                                        \
-  do {                                                                                       \
-    if (!cuda_backend_available()) GTEST_SKIP() << "no sm_80+ GPU: CUDA plan tests skipped"; \
-  } while (0)
-
-void cuda_ok(cudaError_t status, const char* what) {
-  ASSERT_EQ(status, cudaSuccess) << what << ": " << cudaGetErrorString(status);
-}
-
-// A device copy of a host tensor (same dtype, shape, strides), freed at the end of the scope.
-struct DeviceTensor {
-  void* ptr = nullptr;
-  std::size_t bytes;
-  TensorView view;
-  explicit DeviceTensor(const Tensor4& host) : bytes(host.bytes.size()), view(host.view) {
-    cudaMalloc(&ptr, bytes);
-    upload(host);
-    view.data = ptr;
-    view.device = Device::cuda;
-  }
-  ~DeviceTensor() { cudaFree(ptr); }
-  DeviceTensor(const DeviceTensor&) = delete;
-  DeviceTensor& operator=(const DeviceTensor&) = delete;
-  void upload(const Tensor4& host) { cudaMemcpy(ptr, host.bytes.data(), bytes, cudaMemcpyHostToDevice); }
-  std::vector<std::uint8_t> download() const {
-    std::vector<std::uint8_t> out(bytes);
-    cudaMemcpy(out.data(), ptr, bytes, cudaMemcpyDeviceToHost);
-    return out;
-  }
-  void poison() { cudaMemset(ptr, 0xff, bytes); }  // NaN in f16
-};
-
 Policy exact_fp16(int splits) {
-  Policy p = preset_policy("exact");
-  p.input = p.p = Format::fp16();
+  Policy p = exact_policy(DType::f16);
   p.splits = splits;
   return p;
 }
