@@ -83,12 +83,15 @@ def _launch(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor],
                     mask=None if mask is None else _capsule(mask), mask_kind=mask_kind)
 
 
+# torch's own raw current-stream accessor where it has one (what Triton calls; a Stream object costs
+# ~10 us a call), looked up once.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _current_raw_stream(device_index: Optional[int]) -> int:
-    """The cudaStream_t of torch's current stream on the device (that of the current device for None):
-    torch's own raw accessor where it has one (what Triton calls; a Stream object costs ~10 us)."""
+    """The cudaStream_t of torch's current stream on the device (that of the current device for None)."""
     index = torch.cuda.current_device() if device_index is None else device_index
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+    return _raw_stream(index) if _raw_stream is not None else torch.cuda.current_stream(index).cuda_stream
 
 
 def _capsule(t: Tensor) -> object:
@@ -140,12 +143,14 @@ def _plain_eager(*tensors: Optional[Tensor]) -> bool:
     return True
 
 
+try:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+except ImportError:  # (a torch without it: always take the op)
+    _get_current_dispatch_mode = None
+
+
 def _dispatch_mode_active() -> bool:
-    try:
-        from torch.utils._python_dispatch import _get_current_dispatch_mode
-    except ImportError:  # (a torch without it: always take the op)
-        return True
-    return _get_current_dispatch_mode() is not None
+    return _get_current_dispatch_mode is None or _get_current_dispatch_mode() is not None
 
 
 @_attention_op.register_fake

@@ -473,8 +473,9 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) 
   call.head_dim = dim;
   call.in_type = elem_type(in);
   call.device = plan.device;
-  call.sm_count = device_info(plan.device).sm_count;
-  call.l2_bytes = device_info(plan.device).l2_bytes;
+  const DeviceInfo& info = device_info(plan.device);
+  call.sm_count = info.sm_count;
+  call.l2_bytes = info.l2_bytes;
   call.alpha = alpha;
 
   const Kernel kernel = plan.spec->kernel;
