@@ -90,11 +90,11 @@ TEST_P(CudaExact, PersistentTilesOfMixedLengths) {
 }
 
 // Sliding windows (one side, both sides; causal or not; both alignments; S_q != S_kv; the tile's
-// first key blocks skipped) and the logit softcap (at scale 1 on wide scores, where tanh bends) on the
-// Hopper exact kernel, against the emulator running the same. A decode shape with a window runs there
-// too (the decode kernel has no window).
-TEST(CudaExact, SlidingWindowAndSoftcap) {
-  REQUIRE_HOPPER_PATH();
+// first key blocks skipped) and the logit softcap (at scale 1 on wide scores, where tanh bends) on
+// both exact kernels (the sm_90a one at D 64 and 128; the portable one on its path, at D 96 and 256
+// and for a negative scale, whose Q it flips), against the emulator running the same. A decode shape
+// with a window runs there too (the decode kernel has no window).
+TEST_P(CudaExact, SlidingWindowAndSoftcap) {
   const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
   const DType f16 = DType::f16, bf16 = DType::bf16, f32 = DType::f32;
   const Case cases[] = {
@@ -103,11 +103,41 @@ TEST(CudaExact, SlidingWindowAndSoftcap) {
       {1, 2, 2, 900, 300, 128, false, br, false, f16, f32, 20, 70, 0.0},      // S_q > S_kv, rows outside
       {1, 2, 1, 1100, 1100, 64, true, br, false, bf16, bf16, 255, -1, 5.0},   // window + softcap
       {1, 2, 1, 1, 1000, 128, true, br, false, f16, f16, 200, -1, 0.0},       // decode shape
+      {1, 2, 1, 600, 600, 96, true, tl, false, bf16, bf16, 64, -1, 0.0},      // D 96
+      {1, 2, 2, 300, 700, 256, false, br, true, f16, f16, 90, 30, 4.0},       // D 256, window + softcap
   };
   for (const Case& c : cases) check_case(c, exact_policy(c.in));
   for (const Case& c : {Case{1, 2, 2, 500, 500, 128, true, br, false, f16, f32, -1, -1, 5.0},
-                        Case{1, 3, 1, 257, 513, 64, false, tl, true, bf16, bf16, -1, -1, 3.0}}) {
+                        Case{1, 3, 1, 257, 513, 64, false, tl, true, bf16, bf16, -1, -1, 3.0},
+                        Case{1, 2, 1, 300, 300, 256, true, br, false, f16, f16, -1, -1, 3.0}}) {
     check_case(c, exact_policy(c.in), exact_policy(c.in), 1.0);  // wide scores: tanh saturates
+  }
+  check_case({1, 2, 1, 400, 400, 64, true, br, false, f16, f32, 70, -1, 3.0}, exact_policy(f16),
+             exact_policy(f16), -1.0);  // negative scale: the softcap of the sign-flipped scores
+}
+
+// Attention masks (boolean and additive f32 / f16 / bf16, each with another broadcast: harness
+// CaseMask) on both exact kernels and every head dim, alone and with causal masks, windows and
+// softcaps, against the emulator running the same. Boolean masks hide every key of a row (O = 0,
+// LSE = -inf there).
+TEST_P(CudaExact, AttentionMasks) {
+  const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
+  const DType f16 = DType::f16, bf16 = DType::bf16, f32 = DType::f32;
+  using M = CaseMask;
+  const Case cases[] = {
+      {2, 2, 1, 300, 300, 64, false, br, false, f16, f16, -1, -1, 0.0, M::boolean},
+      {1, 4, 2, 200, 500, 128, true, br, true, bf16, f32, -1, -1, 0.0, M::add_f32},
+      {2, 2, 2, 17, 260, 96, false, tl, false, f16, f16, -1, -1, 0.0, M::add_f16},
+      {2, 2, 1, 150, 333, 256, true, tl, false, bf16, bf16, -1, -1, 0.0, M::add_bf16},  // padding
+      {1, 2, 1, 700, 700, 64, true, br, false, bf16, bf16, 120, -1, 5.0, M::add_bf16},  // all three
+      {1, 2, 2, 400, 400, 128, false, br, false, f16, f16, 60, 60, 0.0, M::boolean},
+      {1, 2, 1, 300, 300, 256, false, br, false, f16, f32, -1, -1, 4.0, M::add_f16},
+      {1, 4, 1, 1, 700, 128, true, br, false, f16, f16, -1, -1, 0.0, M::add_bf16},      // decode shape
+  };
+  for (const Case& c : cases) check_case(c, exact_policy(c.in));
+  for (const double scale : {-0.2, 0.0}) {  // Q flipped; a zero scale (the mask alone decides)
+    check_case({1, 2, 1, 260, 300, 64, true, br, false, f16, f32, -1, -1, 0.0, M::add_f32}, exact_policy(f16),
+               exact_policy(f16), scale);
   }
 }
 
@@ -564,6 +594,17 @@ TEST(CudaSage8, Small) {
   check_case({1, 2, 2, 70, 65, 128, false, br, false, DType::bf16, DType::f32}, preset_policy("sage8"));
 }
 
+// More tiles than SMs for the persistent sage8 variant: its four-stage K and V rings and the Q slot
+// (freed once each warpgroup has quantized its rows) carry their phases across tiles of mixed
+// lengths, causal rows that see no key, GQA, BSHD, LSE.
+TEST(CudaSage8, PersistentTilesOfMixedLengths) {
+  REQUIRE_HOPPER_PATH();
+  const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
+  check_case({2, 36, 12, 260, 200, 64, true, br, false, DType::bf16, DType::f16}, preset_policy("sage8"));
+  check_case({1, 140, 4, 70, 390, 128, false, br, true, DType::f16, DType::f32}, preset_policy("sage8"));
+  check_case({2, 40, 8, 300, 700, 128, true, tl, true, DType::f16, DType::bf16}, preset_policy("sage8"));
+}
+
 // normal(0, 1) inputs and SageAttention2's channel outliers (pasa::outlier_qkv: a large same-signed
 // offset in a few channels of Q and K, which smooth K removes), GQA, causal both alignments.
 TEST(CudaSage8, NormalAndOutlierInputs) {
@@ -614,19 +655,14 @@ TEST(CudaBadInput, HostLseWithDeviceTensors) {
   test::expect_error([&] { attention(p.args); }, "lse");
 }
 
-// Only the Hopper exact kernel has windows, softcaps and masks: the portable path and pasa refuse them
-// with the reason. (Masks against the emulator on the GPU: tests/python/test_cuda.py.)
-TEST(CudaBadInput, WindowSoftcapAndMaskOutsideTheHopperExactKernel) {
+// Only the exact policy's prefill kernels have windows, softcaps and masks: pasa refuses them with the
+// reason (on either path: the sm_90a pasa kernel is asked first).
+TEST(CudaBadInput, WindowSoftcapAndMaskOutsideTheExactKernels) {
   REQUIRE_GPU();
   DeviceProblem pr(64, 32);
   pr.args.window_left = 8;
-  pr.args.cuda_path = CudaPath::portable;
-  test::expect_error([&] { attention(pr.args); }, "has no sliding window, softcap or attention mask");
-  pr.args.window_left = -1;
-  pr.args.softcap = 10.0;
-  pr.args.cuda_path = CudaPath::automatic;
   pr.args.policy = pasa_policy();
-  test::expect_error([&] { attention(pr.args); }, "softcap");
+  test::expect_error([&] { attention(pr.args); }, "has no sliding window, softcap or attention mask");
 }
 
 }  // namespace

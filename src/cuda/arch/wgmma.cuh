@@ -95,6 +95,16 @@ __device__ __forceinline__ void wgmma_s8_m64n128k32(int (&d)[64], const std::uin
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
+// A from shared memory too (K-major, desc_a).
+__device__ __forceinline__ void wgmma_s8_m64n128k32_ss(int (&d)[64], std::uint64_t desc_a, std::uint64_t desc_b,
+                                                       bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {" PASA_WGMMA_ACC_TEXT_64 "}, "
+               "%64, %65, p;\n}\n"
+               : PASA_WGMMA_S32_64(d)
+               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
 __device__ __forceinline__ void wgmma_e4m3_m64n64k32(float (&d)[32], const std::uint32_t (&a)[4], std::uint64_t desc_b,
                                                      bool accumulate) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"

@@ -20,12 +20,15 @@
 // What is written once here: the warp roles and register split, the producer, the rings, the
 // scheduler, the tile loop and the consumer context (the descriptors of this warpgroup's Q rows and
 // of the K and V slots). What a policy brings, as a Variant type:
-//   Tile<D>            the CTA shape (HopperTile: consumers, K rows a box, extra shared memory);
+//   Tile<D>            the CTA shape (HopperTile: consumers, slot sizes, ring depth, extra shared
+//                      memory);
 //   load_k(...)        how the producer fills a K slot (TMA of K, or a bulk copy of a prepass tile);
-//   prepare_smem(...)  what the consumers write into the extra shared memory once;
+//   load_v(...)        likewise a V slot (HopperVariantDefaults: TMA of V);
+//   prepare_smem(...)  what the consumers write into the extra shared memory once (default: nothing);
 //   Mainloop<Tile>     one tile's key blocks (GEMM order, softmax and its rounding points, the
 //                      epilogue with the LSE), on the context's rings.
-// The exact policy's are in hopper_exact_mainloop.cuh, pasa's in hopper_pasa_mainloop.cuh.
+// The exact policy's are in hopper_exact_mainloop.cuh, pasa's in hopper_pasa_mainloop.cuh, sage8's
+// in hopper_sage8_mainloop.cuh.
 #pragma once
 
 #include <cuda.h>
@@ -50,49 +53,64 @@
 
 namespace pasa::cuda {
 
-// The CTA's shape and shared-memory plan. Operand tiles arrive as boxes of (rows) x 64 channels,
-// 128 bytes a row with the 128-byte swizzle: the K-major layout of Q and K as wgmma's A and B of
-// Q K^T, and the MN-major layout of V as the B of P V. kKRows: the rows of a K box (128 keys, or
-// more where a variant appends rows of its own); kExtraBytes: a variant's own shared memory.
-template <int D, int kConsumers_, int kKRows = 128, int kExtraBytes = 0>
+// The CTA's shape and shared-memory plan. Q arrives by TMA as boxes of kBlockM rows x 64 channels,
+// 128 bytes a row with the 128-byte swizzle: the K-major layout of wgmma's A. A K and a V slot hold
+// kKSlotBytes and kVSlotBytes; for the 16-bit variants (the defaults) boxes of 128 rows x 64 channels
+// like Q's, K-major K as the B of Q K^T and MN-major V as the B of P V, where a variant may append
+// rows of its own to each K box; an 8-bit variant brings its own tiles. kExtraBytes: a variant's own
+// shared memory; kStages: the depth of the K and V rings.
+template <int D, int kConsumers_, int kExtraBytes = 0, int kKSlotBytes = 2 * 128 * D, int kVSlotBytes = 2 * 128 * D,
+          int kStages_ = 2>
 struct HopperTile {
   static constexpr int kHeadDim = D;
   static constexpr int kConsumers = kConsumers_;  // consumer warpgroups of 64 query rows
   static constexpr int kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = 128;
-  static constexpr int kStages = 2;
+  static constexpr int kStages = kStages_;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kConsumerWarps = 4 * kConsumers;
   static constexpr int kBoxes = D / 64;  // 64-channel boxes per row
   static constexpr int kQBoxBytes = kBlockM * 128;
   static constexpr int kQBytes = kBoxes * kQBoxBytes;
-  static constexpr int kKBoxBytes = kKRows * 128;
-  static constexpr int kKBytes = kBoxes * kKBoxBytes;
-  static constexpr int kVBoxBytes = kBlockN * 128;
-  static constexpr int kVBytes = kBoxes * kVBoxBytes;
+  static constexpr int kKBytes = kKSlotBytes;
+  static constexpr int kKBoxBytes = kKBytes / kBoxes;
+  static constexpr int kVBytes = kVSlotBytes;
+  static constexpr int kVBoxBytes = kVBytes / kBoxes;
   static constexpr int kQOffset = 0;
   static constexpr int kKOffset = kQOffset + kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKBytes;
   static constexpr int kExtraOffset = kVOffset + kStages * kVBytes;
   static constexpr int kExtra = kExtraBytes;
   static constexpr int kSmemBytes = kExtraOffset + kExtraBytes + 1024;  // + slack to align the base
+  // Bytes of K and V slots a key: what the causal scheduler's L2 sections count.
+  static constexpr int kKvBytesPerKey = (kKBytes + kVBytes) / kBlockN;
   // Registers a thread (setmaxnreg): 24 for the producer, the rest of the SM's 65536 for the consumers
   // (24 x 128 + 240 x 256 = 64512; 24 x 128 + 160 x 384 = 64512).
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
   static_assert(D == 64 || D == 128, "the Hopper engine's head dims");
   static_assert(kConsumers == 2 || kConsumers == 3, "two or three consumer warpgroups");
-  static_assert(kKBoxBytes % 1024 == 0, "K boxes on 1024-byte boundaries (the swizzle's period)");
+  static_assert(kKBoxBytes % 1024 == 0 && kVBoxBytes % 1024 == 0, "slots on 1024-byte boundaries (the swizzle's period)");
+  static_assert(kSmemBytes <= 227 * 1024, "an SM's shared memory");
+};
+
+// A quantizing variant's prepass outputs beside its tiles (sage8's scales; unused by the others).
+struct QuantScales {
+  const float* k_scale = nullptr;  // [B, H_kv, key blocks, 8]: INT8 K's scale per key group
+  const float* k_mean = nullptr;   // [B, H_kv, D]: smooth K's mean (the LSE's correction)
+  const float* v_scale = nullptr;  // [B, H_kv, D]: FP8 V's scale per channel
+  float alpha = 0.0f;              // the softmax scale as given
 };
 
 // The kernel's parameters: the call, a tensor map per operand (tma.h; boxes of kBlockM rows for Q,
-// kBlockN rows for K and V), and, for a variant whose K comes from a prepass, its tiles.
+// kBlockN rows for K and V), and, for a variant whose K (and V) come from a prepass, its tiles.
 struct HopperParams {
   CUtensorMap q_map, k_map, v_map;
   FwdParams p;
   TileScheduler tiles;
-  const std::uint8_t* k_tiles;  // [B, H_kv, key blocks] tiles of Tile::kKBytes (null: K by TMA)
+  const std::uint8_t* k_tiles;  // [B, H_kv, key blocks] tiles of the variant's (null: K by TMA)
   int heads_kv;
+  QuantScales quant;
 };
 
 // What a consumer warpgroup's mainloop sees of one tile: who it is, its rows, the key blocks, the
@@ -100,6 +118,7 @@ struct HopperParams {
 // shared-memory descriptors.
 template <class Tile>
 struct HopperConsumer {
+  const HopperParams& m;
   const FwdParams& p;
   AttentionTile tile;
   int c, warp, g, t;  // warpgroup (0-based among the consumers), warp in it, lane / 4, lane % 4
@@ -113,18 +132,21 @@ struct HopperConsumer {
   TileRing<Tile::kStages>& k_ring;
   TileRing<Tile::kStages>& v_ring;
 
+  // Shared addresses: the K and V slots of ring fill f.
+  __device__ __forceinline__ std::uint32_t k_slot(int f) const { return base + Tile::kKOffset + k_ring.slot(f) * Tile::kKBytes; }
+  __device__ __forceinline__ std::uint32_t v_slot(int f) const { return base + Tile::kVOffset + v_ring.slot(f) * Tile::kVBytes; }
+
   // A K-major descriptor of this warpgroup's 64 rows of Q at k16 step kk.
   __device__ __forceinline__ std::uint64_t q_desc(int kk) const {
     return kmajor_desc<128>(base + Tile::kQOffset + c * 64 * 128 + (kk / 4) * Tile::kQBoxBytes) + 2 * (kk % 4);
   }
-  // The K slot of ring fill f, at k16 step kk.
+  // The 16-bit K slot of ring fill f, at k16 step kk.
   __device__ __forceinline__ std::uint64_t k_desc(int f, int kk) const {
-    return kmajor_desc<128>(base + Tile::kKOffset + k_ring.slot(f) * Tile::kKBytes + (kk / 4) * Tile::kKBoxBytes) +
-           2 * (kk % 4);
+    return kmajor_desc<128>(k_slot(f) + (kk / 4) * Tile::kKBoxBytes) + 2 * (kk % 4);
   }
-  // The V slot of ring fill f as the MN-major B of P V, at k16 step kc (16 keys, 2048 bytes).
+  // The 16-bit V slot of ring fill f as the MN-major B of P V, at k16 step kc (16 keys, 2048 bytes).
   __device__ __forceinline__ std::uint64_t v_desc(int f, int kc) const {
-    return mn_major_desc(base + Tile::kVOffset + v_ring.slot(f) * Tile::kVBytes, Tile::kVBoxBytes) + 128 * kc;
+    return mn_major_desc(v_slot(f), Tile::kVBoxBytes) + 128 * kc;
   }
   __device__ __forceinline__ std::uint32_t extra() const { return base + Tile::kExtraOffset; }
 
@@ -150,6 +172,20 @@ struct HopperConsumer {
       }
     }
   }
+};
+
+// What a variant inherits unless it brings its own: V by TMA from V as given, and no shared memory of
+// its own to prepare.
+struct HopperVariantDefaults {
+  template <class Tile>
+  __device__ __forceinline__ static void load_v(const HopperParams& m, std::uint32_t slot, std::uint32_t bar, int b,
+                                                int h_kv, int j, int /*n_kb_all*/) {
+#pragma unroll
+    for (int box = 0; box < Tile::kBoxes; ++box) {
+      tma_load_4d(slot + box * Tile::kVBoxBytes, &m.v_map, 64 * box, j * Tile::kBlockN, h_kv, b, bar);
+    }
+  }
+  __device__ __forceinline__ static void prepare_smem(std::uint32_t, int, int) {}
 };
 
 namespace hopper {
@@ -208,11 +244,8 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
         Variant::template load_k<Tile>(m, base + Tile::kKOffset + k_ring.slot(fill) * Tile::kKBytes, k_bar, tile.b,
                                        h_kv, j, n_kb_all);
         const std::uint32_t v_bar = v_ring.acquire(fill, Tile::kVBytes);
-        const std::uint32_t v_slot = base + Tile::kVOffset + v_ring.slot(fill) * Tile::kVBytes;
-#pragma unroll
-        for (int box = 0; box < Tile::kBoxes; ++box) {
-          tma_load_4d(v_slot + box * Tile::kVBoxBytes, &m.v_map, 64 * box, j * kBlockN, h_kv, tile.b, v_bar);
-        }
+        Variant::template load_v<Tile>(m, base + Tile::kVOffset + v_ring.slot(fill) * Tile::kVBytes, v_bar, tile.b,
+                                       h_kv, j, n_kb_all);
       }
     }
     return;
@@ -233,7 +266,7 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
     const int r0 = tile.m_block * kBlockM;
     const int kb_first = first_key_block(p, r0, kBlockN);
     const int n_kb = max(0, visited_key_blocks(p, r0, kBlockM, kBlockN, n_kb_all) - kb_first);
-    HopperConsumer<Tile> ctx{p, tile, c, warp, lane / 4, lane % 4, r0 + 64 * c + 16 * warp, kb_first, n_kb, fill, n,
+    HopperConsumer<Tile> ctx{m, p, tile, c, warp, lane / 4, lane % 4, r0 + 64 * c + 16 * warp, kb_first, n_kb, fill, n,
                              base, q_ring, k_ring, v_ring};
     q_ring.wait(n);
     mainloop.run_tile(ctx);  // releases the Q slot after its last Q K^T
@@ -247,7 +280,7 @@ template <class Tile>
 TileScheduler hopper_schedule(const KernelRequest& r) {
   const FwdParams& p = r.fwd;
   const int m_blocks = (p.seq_q + Tile::kBlockM - 1) / Tile::kBlockM;
-  const long long kv_bytes = 4LL * p.seq_kv * Tile::kHeadDim;
+  const long long kv_bytes = static_cast<long long>(Tile::kKvBytesPerKey) * p.seq_kv;
   const auto section = std::clamp<long long>(r.l2_bytes / 2 / std::max(kv_bytes, 1LL), 1, 1 << 20);
   return {m_blocks, p.heads_q, r.batch, p.causal, static_cast<int>(section)};
 }

@@ -21,17 +21,10 @@
 
 namespace pasa::cuda {
 
-// softcap tanh(x) of x = s alpha / softcap, as 1 - 2 / (e^2x + 1) on the special-function unit (about
-// 2 fp32 ulp of the result's scale; e^2x = inf gives 1, 0 gives -1).
-__device__ __forceinline__ float soft_cap(float s, float softcap, float scale_over_cap) {
-  const float e = fast_exp2(2.0f * kLog2e * scale_over_cap * s);
-  return softcap * (1.0f - __fdividef(2.0f, e + 1.0f));
-}
-
 // kMasked: the call has an attention mask (an instantiation of its own: the unmasked one keeps its
 // registers, and at D 64 the masked one runs two consumer warpgroups of 240 registers).
 template <typename E, bool kMasked = false>
-struct ExactHopperVariant {
+struct ExactHopperVariant : HopperVariantDefaults {
   using Elem = E;
 
   // Three consumer warpgroups at D 64 (192 query rows share each K and V tile; the softmax, whose
@@ -48,8 +41,6 @@ struct ExactHopperVariant {
       tma_load_4d(slot + box * Tile::kKBoxBytes, &m.k_map, 64 * box, j * Tile::kBlockN, h_kv, b, bar);
     }
   }
-
-  __device__ __forceinline__ static void prepare_smem(std::uint32_t, int, int) {}
 
   template <class Tile>
   struct Mainloop {

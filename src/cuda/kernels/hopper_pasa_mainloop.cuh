@@ -55,12 +55,12 @@ __device__ __forceinline__ void round_q_rows_to_fp16(const HopperConsumer<Tile>&
 // QElem: the input type (Q is read as given, bf16 rounded on chip). kAccurate: the pasa_accurate
 // policy (S' and the softmax state in fp32).
 template <typename QElem, bool kAccurate>
-struct PasaHopperVariant {
+struct PasaHopperVariant : HopperVariantDefaults {
   static constexpr int kOnesBytes = 1024;  // the all-ones fp16 B tile of the P row sums
 
   // Two consumer warpgroups at both head dims: S' (68), P (32), P V (D / 2) and O~ (D / 4) registers.
   template <int D>
-  using Tile = HopperTile<D, 2, PasaStage<D>::kKRows, kOnesBytes>;
+  using Tile = HopperTile<D, 2, kOnesBytes, PasaStage<D>::kKBytes>;
 
   template <class Tile>
   __device__ __forceinline__ static void load_k(const HopperParams& m, std::uint32_t slot, std::uint32_t bar, int b,
