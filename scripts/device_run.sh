@@ -10,7 +10,8 @@
 # Phases that can be left out to fit a short device call: PASA_VARIANTS=0 (the prefill and decode
 # kernels' variant benchmarks in bench/, and their compilation), PASA_PYTHON=0 (the Python package and its tests);
 # PASA_TEST_FILTER=<gtest filter> runs only those GPU tests; PASA_BENCH_ARGS="--policy sage8 ..." narrows
-# `pasa bench` to some points.
+# `pasa bench` to some points; PASA_COMPARE=1 adds bench/python_compare.py (PASA_COMPARE_ARGS=--quick:
+# S 1k and 4k only).
 set -uo pipefail
 ROOT=$(pwd)
 OUT=${OUT:-/tmp/pasa-out}
@@ -57,20 +58,21 @@ TESTS_RC=$?
 grep -E "Failure|FAILED|PASSED|SKIPPED|Expected|kernel .* vs emulator" "$OUT/tests.log" | tail -20
 # The portable path forced for the whole process, as PASA_CUDA_PATH does for users.
 PASA_CUDA_PATH=portable "$BUILD/tests/pasa_cuda_tests" \
-  --gtest_filter="${PASA_TEST_FILTER:-*Exact*:*Decode*:*HeadDims*:*PathChoice*:*BadInput*:*Graph*}" \
+  --gtest_filter="${PASA_TEST_FILTER:-*Exact*:*Pasa*:*Decode*:*HeadDims*:*PathChoice*:*BadInput*:*Graph*-*SeedSweep*}" \
   >"$OUT/tests_portable.log" 2>&1 || TESTS_RC=1
 echo "PASA_CUDA_PATH=portable:"; grep -E "FAILED|PASSED" "$OUT/tests_portable.log" | tail -10
+cat "$OUT/tests_portable.log" >>"$OUT/tests.log" && rm "$OUT/tests_portable.log"  # $OUT returns at most 8 files
 echo "sage8 cases (kernel vs emulator):"; awk '/RUN .*CudaSage8/{on=1} /OK .*CudaSage8|FAILED .*CudaSage8/{on=0} on && /O err/' "$OUT/tests.log" | sed 's/  */ /g' | head -50
 
 if command -v compute-sanitizer >/dev/null; then
-  FILTER='*CudaExact.DefaultPolicy*:CudaPasa.BetaZero*:CudaBadInput.*:CudaDecode.PolicySplits*:CudaDecode.FdppLarge*:CudaGraph.*:CudaSage8.Small:WgmmaLayout.*'
+  FILTER='*CudaExact.DefaultPolicy*:*CudaPasa.BetaZero*:CudaBadInput.*:CudaDecode.PolicySplits*:CudaDecode.FdppLarge*:CudaGraph.*:CudaSage8.Small:WgmmaLayout.*'
   phase "compute-sanitizer memcheck ($FILTER)"
   compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/pasa_cuda_tests" \
     --gtest_filter="$FILTER" >"$OUT/sanitizer.log" 2>&1
   echo "memcheck rc=$?"
   phase "compute-sanitizer racecheck"
   compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/pasa_cuda_tests" \
-    --gtest_filter='CudaPasa.BetaZero*:*CudaExact.DefaultPolicy*:CudaDecode.PolicySplits*:CudaSage8.Small' >>"$OUT/sanitizer.log" 2>&1
+    --gtest_filter='*CudaPasa.BetaZero*:*CudaExact.DefaultPolicy*:CudaDecode.PolicySplits*:CudaSage8.Small' >>"$OUT/sanitizer.log" 2>&1
   echo "racecheck rc=$?"
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
 fi
@@ -96,8 +98,8 @@ cat "$BUILD/bench_build.log" >>"$OUT/build.log" 2>/dev/null  # $OUT returns at m
 grep -E "error|spill" "$BUILD/bench_build.log" 2>/dev/null | head -10
 
 phase "pasa bench (the public API: exact, pasa, sage8 prefill; exact, fdpp decode)"
-"$BUILD/pasa" bench ${PASA_BENCH_ARGS:-} --csv "$OUT/pasa_bench.csv" >"$OUT/pasa_bench.log" 2>"$OUT/pasa_bench.err"
-echo "pasa bench rc=$?"; head -1 "$OUT/pasa_bench.log"; grep -i "error" "$OUT/pasa_bench.err" | head -5
+"$BUILD/pasa" bench ${PASA_BENCH_ARGS:-} --csv "$OUT/pasa_bench.csv" >"$OUT/pasa_bench.log" 2>&1
+echo "pasa bench rc=$?"; head -1 "$OUT/pasa_bench.log"; grep -i "error" "$OUT/pasa_bench.log" | head -5
 
 if [ -x "$BUILD/bench_attention" ]; then
   phase "bench/: the kernels' variants, the prepass"
@@ -124,6 +126,16 @@ CSVS="$OUT/pasa_bench.csv"
 [ -f "$OUT/variants_bench.csv" ] && CSVS="$CSVS,$OUT/variants_bench.csv"
 PYTHONUNBUFFERED=1 python3 bench/torch_sdpa.py "$CSVS" "$OUT/torch_sdpa.csv" 2>&1 \
   | grep -E -v "^torch-(flash|cudnn) "
+
+# The Python comparison (PASA_COMPARE=1; needs the package built above): pasa's policies, torch SDPA
+# and SageAttention2 where importable (PASA_PEER_PYTHONPATH: where a build of it lies), interleaved.
+if [ "${PASA_COMPARE:-0}" = 1 ] && [ -d /tmp/pasa-py ]; then
+  phase "python_compare (interleaved in one process)"
+  PYTHONUNBUFFERED=1 PYTHONPATH="/tmp/pasa-py:${PASA_PEER_PYTHONPATH:-}" python3 bench/python_compare.py \
+    "$OUT/python_compare.csv" ${PASA_COMPARE_ARGS:-} >"$OUT/python_compare.txt" 2>&1
+  echo "python_compare rc=$?"
+  grep -v "^#" "$OUT/python_compare.txt" | tail -n 70
+fi
 
 phase "done: tests rc=$TESTS_RC"
 exit "$TESTS_RC"

@@ -25,13 +25,13 @@ enum class Backend {
 // Which CUDA kernels a call may use (docs/api.md, "GPU kernels"). automatic: the sm_90a kernels on an
 // sm_90 GPU (H100, H200), the portable ones (sm_80 instructions) on every other GPU and wherever the
 // environment variable PASA_CUDA_PATH=portable was set when the process first planned. portable: the
-// portable kernels on any GPU (the exact and fdpp policies only).
+// portable kernels on any GPU (the exact, pasa and fdpp policies; not sage8).
 enum class CudaPath { automatic, portable };
 
 // An attention mask with torch SDPA's semantics (attn_mask), broadcast over [B, H_q, S_q, S_kv]: shape
 // [B or 1, H_q or 1, S_q, S_kv] with element strides (a size-1 axis broadcasts). Additive (f32, f16 or
 // bf16): added to the scaled, soft-capped scores, -inf hides the key. Boolean (one byte each): nonzero
-// = the key takes part. CPU backends, and the sm_90a exact kernel (with Device::cuda data).
+// = the key takes part. CPU backends, and the exact policy's prefill kernels (with Device::cuda data).
 enum class MaskKind { none, additive, boolean };
 struct MaskView {
   const void* data = nullptr;
@@ -75,7 +75,7 @@ struct AttentionArgs {
 // Runs attention as args says. Throws pasa::Error, before touching any output, for bad input: null
 // pointers, shapes that disagree, H_q % H_kv != 0, unsupported D (1..1024 on the CPU, 64, 96, 128 or 256 on the GPU) or dtype,
 // S = 0, a non-finite scale, non-finite values in Q/K/V (CPU backends check; see docs/api.md), a bad
-// window, softcap or mask (and, on the GPU, any of the three on a kernel but the sm_90a exact one).
+// window, softcap or mask (and, on the GPU, any of the three with a policy but exact).
 // Fully masked rows give O = 0 and LSE = -inf.
 void attention(const AttentionArgs& args);
 

@@ -108,9 +108,9 @@ def attention(
         attn_mask: torch SDPA's ``attn_mask`` for ``[B, H_q, S_q, S_kv]`` (broadcastable, e.g.
             ``[B, 1, 1, S_kv]`` padding): bool (True takes part) or float (added to the scaled,
             soft-capped scores; -inf hides a key). Same array kind as ``q``.
-            On CUDA arrays the window, softcap and mask run on the sm_90a exact kernel (other
-            kernels and paths raise PasaError naming them; ``pasa.patch`` and the transformers
-            backend then fall back to torch).
+            On CUDA arrays the window, softcap and mask run with the ``exact`` policy, on either
+            kernel path (other policies raise PasaError naming them; ``pasa.patch`` and the
+            transformers and diffusers integrations then fall back to torch).
         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k: packed variable-length batches
             (flash-attn's varlen names; host arrays, CPU emulator): q is ``[total_q, H_q, D]``, k and
             v ``[total_k, H_kv, D]``; sequence ``b`` owns tokens ``cu_seqlens[b]:cu_seqlens[b+1]``

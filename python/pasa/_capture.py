@@ -485,7 +485,7 @@ def patch(module: Any, *, policy: Optional[PolicyLike] = None, plan: Any = None,
         name_fn: ``CallInfo -> str``, as for :func:`capture`.
         strict: raise :class:`PasaError` for a call pasa cannot run. By default such a call
             (``dropout_p > 0``, autograd, an unsupported dtype, head dim or policy on the GPU, a
-            mask on CUDA tensors, ...) runs torch's own SDPA instead, with a
+            mask with a policy whose GPU kernel lacks it, ...) runs torch's own SDPA instead, with a
             :class:`PasaFallbackWarning` once per reason; it is counted in ``.fallbacks`` and in
             :func:`pasa.stats`.
 

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// The harness of the CUDA tests: one case (shape, layout, dtypes, causal) run on the GPU kernel and on
+// The harness of the CUDA tests: one case (shape, layout, dtypes, causal, window, softcap, attention
+// mask) run on the GPU kernel and on
 // the CPU emulator running the same policy, both against the fp64 reference. The rule (FlashAttention-3's,
 // made two-sided): the kernel's error is within [0.5x, 2x] of its emulated twin's plus a small atol,
 // for O (relative RMSE) and, one-sided, for the LSE (RMS over rows; fully masked rows must be -inf in
 // both). Outputs are poisoned with NaN before each launch. Without a GPU of compute capability 8.0 or
-// newer every test is skipped; tests of the sm_90a kernels (pasa, sage8) also need the Hopper path.
+// newer every test is skipped; tests of the sm_90a-only kernel (sage8) also need the Hopper path.
 #pragma once
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
@@ -65,6 +66,14 @@ class OnEachCudaPath : public ::testing::TestWithParam<CudaPath> {
 
 std::string path_param_name(const ::testing::TestParamInfo<CudaPath>& info) { return path_name(info.param); }
 
+// Whether the current device grants a CTA `bytes` of shared memory (its opt-in maximum).
+bool device_grants_shared_memory(int bytes) {
+  int device = 0, smem = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  return bytes <= smem;
+}
+
 void cuda_ok(cudaError_t status, const char* what) {
   ASSERT_EQ(status, cudaSuccess) << what << ": " << cudaGetErrorString(status);
 }
@@ -114,6 +123,12 @@ Policy exact_policy(DType in) {
 
 Policy pasa_policy() { return preset_policy("pasa"); }  // s1 = s2 = 128, beta 0.984497
 
+// An attention mask a case draws with its inputs, each kind with another broadcast: boolean
+// [B, 1, S_q, S_kv] (a fifth of the keys hidden, and every key of query row 1), additive f32
+// [1, H_q, S_q, S_kv], f16 [B, H_q, S_q, S_kv] and bf16 [B, 1, S_q, S_kv] with one row for all (a
+// padding mask: stride 0 over S_q) of values in [-3, 3] with a fifth -inf.
+enum class CaseMask { none, boolean, add_f32, add_f16, add_bf16 };
+
 struct Case {
   std::int64_t B, Hq, Hkv, Sq, Skv, D;
   bool causal;
@@ -122,7 +137,54 @@ struct Case {
   DType in, out;
   std::int64_t window_left = -1, window_right = -1;  // AttentionArgs' sliding window
   double softcap = 0.0;
+  CaseMask mask = CaseMask::none;
 };
+
+const char* mask_name(CaseMask m) {
+  switch (m) {
+    case CaseMask::none: break;
+    case CaseMask::boolean: return " mask bool[B,1,Sq,Skv]";
+    case CaseMask::add_f32: return " mask f32[1,H,Sq,Skv]";
+    case CaseMask::add_f16: return " mask f16[B,H,Sq,Skv]";
+    case CaseMask::add_bf16: return " mask bf16[B,1,Sq(stride 0),Skv]";
+  }
+  return "";
+}
+
+// A case's mask on the host: its elements (one byte or one additive value each) and its view.
+struct HostMask {
+  std::vector<std::uint8_t> bytes;
+  MaskView view;
+};
+
+HostMask draw_mask(const Case& c, std::mt19937_64& rng) {
+  HostMask m;
+  if (c.mask == CaseMask::none) return m;
+  const bool boolean = c.mask == CaseMask::boolean;
+  const DType dtype = c.mask == CaseMask::add_f16    ? DType::f16
+                      : c.mask == CaseMask::add_bf16 ? DType::bf16
+                                                     : DType::f32;
+  const std::int64_t mb = c.mask == CaseMask::add_f32 ? 1 : c.B;
+  const std::int64_t mh = c.mask == CaseMask::add_f32 || c.mask == CaseMask::add_f16 ? c.Hq : 1;
+  const std::int64_t ms = c.mask == CaseMask::add_bf16 ? 1 : c.Sq;
+  const std::int64_t n = mb * mh * ms * c.Skv;
+  m.bytes.resize(static_cast<std::size_t>(n) * (boolean ? 1 : dtype_size(dtype)));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const bool hide = test::uniform(rng, 0.0, 1.0) < 0.2 || (boolean && (i / c.Skv) % ms == 1);
+    if (boolean) {
+      m.bytes[static_cast<std::size_t>(i)] = hide ? 0 : 1;
+    } else {
+      const double value = test::uniform(rng, -3.0, 3.0);
+      store_from_double(m.bytes.data(), dtype, i, hide ? -INFINITY : value);
+    }
+  }
+  m.view.data = m.bytes.data();
+  m.view.kind = boolean ? MaskKind::boolean : MaskKind::additive;
+  m.view.dtype = dtype;
+  m.view.shape = {mb, mh, c.Sq, c.Skv};
+  m.view.stride = {mh * ms * c.Skv, ms * c.Skv, ms == 1 ? 0 : c.Skv, 1};  // (S_q broadcasts by stride 0)
+  return m;
+}
 
 std::string describe(const Case& c) {
   return "B" + std::to_string(c.B) + " Hq" + std::to_string(c.Hq) + " Hkv" + std::to_string(c.Hkv) +
@@ -132,7 +194,7 @@ std::string describe(const Case& c) {
          (c.window_left >= 0 || c.window_right >= 0
               ? " window(" + std::to_string(c.window_left) + "," + std::to_string(c.window_right) + ")"
               : "") +
-         (c.softcap > 0 ? " softcap " + std::to_string(c.softcap) : "");
+         (c.softcap > 0 ? " softcap " + std::to_string(c.softcap) : "") + mask_name(c.mask);
 }
 
 // RMS of (x - ref) over rows where ref is finite; NaN if x is not finite there or if x and ref
@@ -173,7 +235,7 @@ struct Result {
 // What run_case can also hand back: both runs' AttentionStats and the kernel's output.
 struct Extra {
   AttentionStats kernel_stats, emulator_stats;
-  std::vector<double> kernel_o;  // [B, H, S, D] order
+  std::vector<double> kernel_o, emulator_o;  // [B, H, S, D] order
   std::vector<float> kernel_lse;
 };
 
@@ -201,6 +263,7 @@ Result run_case(const Case& c, const Policy& kernel_policy, const Policy& emulat
                     : test::random_tensor(c.B, c.Hkv, c.Skv, c.D, rng, c.in, c.bshd, lo, hi);
   Tensor4 v = given ? tensor_from(given->v, c.B, c.Hkv, c.Skv, c.D)
                     : test::random_tensor(c.B, c.Hkv, c.Skv, c.D, rng, c.in, c.bshd, lo, hi);
+  const HostMask mask = draw_mask(c, rng);
   Tensor4 o_emu = test::make_tensor(c.B, c.Hq, c.Sq, c.D, c.out, c.bshd);
   Tensor4 o_gpu = test::make_tensor(c.B, c.Hq, c.Sq, c.D, c.out, c.bshd);
   test::poison(o_emu);
@@ -219,6 +282,7 @@ Result run_case(const Case& c, const Policy& kernel_policy, const Policy& emulat
   host.window_left = c.window_left;
   host.window_right = c.window_right;
   host.softcap = c.softcap;
+  host.mask = mask.view;
   host.scale = scale;
   host.policy = emulator_policy;
   host.backend = Backend::emulator;
@@ -227,7 +291,8 @@ Result run_case(const Case& c, const Policy& kernel_policy, const Policy& emulat
   const ReferenceResult ref = reference_attention(host);
 
   DeviceTensor dq(q), dk(k), dv(v), d_o(o_gpu);
-  DeviceBuffer dlse(rows * sizeof(float));
+  DeviceBuffer dlse(rows * sizeof(float)), dmask(mask.bytes.size());
+  cudaMemcpy(dmask.ptr, mask.bytes.data(), mask.bytes.size(), cudaMemcpyHostToDevice);
   d_o.poison();
   cudaMemset(dlse.ptr, 0xff, dlse.bytes);
   cudaStream_t stream = nullptr;
@@ -238,6 +303,10 @@ Result run_case(const Case& c, const Policy& kernel_policy, const Policy& emulat
   dev.v = dv.view;
   dev.o = d_o.view;
   dev.lse = lse_view(static_cast<float*>(dlse.ptr), c.B, c.Hq, c.Sq, Device::cuda);
+  if (c.mask != CaseMask::none) {
+    dev.mask.data = dmask.ptr;
+    dev.mask.device = Device::cuda;
+  }
   dev.policy = kernel_policy;
   dev.backend = Backend::cuda;
   dev.cuda_path = g_cuda_path;
@@ -253,6 +322,7 @@ Result run_case(const Case& c, const Policy& kernel_policy, const Policy& emulat
   const std::vector<double> o_kernel = test::read_bhsd(o_gpu.view);
   if (extra != nullptr) {
     extra->kernel_o = o_kernel;
+    extra->emulator_o = test::read_bhsd(o_emu.view);
     extra->kernel_lse = lse_gpu;
   }
 

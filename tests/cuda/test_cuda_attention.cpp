@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // The CUDA kernels against the fp64 reference, with the CPU emulator running the same policy as the
 // yardstick (cuda_case_harness.h states the rule): awkward shapes, layouts, causal alignments, GQA,
-// decode, CUDA graphs, the choice of kernel path and bad input. The exact prefill tests run on both
-// paths (automatic, and the portable kernels forced); pasa and sage8 need the sm_90a path. Without a
-// GPU of compute capability 8.0 or newer every test is skipped.
+// CUDA graphs, the choice of kernel path and bad input (the decode kernel: test_cuda_decode.cpp). The
+// exact and pasa prefill tests run on both paths (automatic, and the portable kernels forced); sage8
+// needs the sm_90a path. Without a GPU of compute capability 8.0 or newer every test is skipped.
 #include <cstdlib>
 
 #include "attention_checks.h"
+#include "cuda/host/decode_params.h"
 #include "cuda_case_harness.h"
 #include "pasa/attention_plan.h"
 
@@ -43,18 +44,20 @@ TEST_P(CudaExact, MatchesReferenceBf16) {
   for (const Case& c : awkward_cases(DType::bf16)) check_case(c, exact_policy(DType::bf16));
 }
 
-TEST(CudaPasa, MatchesReferenceFp16) {
-  REQUIRE_HOPPER_PATH();
+// pasa on both paths: the sm_90a kernel where the automatic path has it, the portable one forced.
+class CudaPasa : public OnEachCudaPath {};
+INSTANTIATE_TEST_SUITE_P(Paths, CudaPasa, ::testing::Values(CudaPath::automatic, CudaPath::portable),
+                         path_param_name);
+
+TEST_P(CudaPasa, MatchesReferenceFp16) {
   for (const Case& c : awkward_cases(DType::f16)) check_case(c, pasa_policy());
 }
 
-TEST(CudaPasa, MatchesReferenceBf16Inputs) {
-  REQUIRE_HOPPER_PATH();
+TEST_P(CudaPasa, MatchesReferenceBf16Inputs) {
   for (const Case& c : awkward_cases(DType::bf16)) check_case(c, pasa_policy());
 }
 
-TEST(CudaPasa, BetaZeroIsAccurate) {
-  REQUIRE_HOPPER_PATH();
+TEST_P(CudaPasa, BetaZeroIsAccurate) {
   Policy p = pasa_policy();
   p.beta = 0.0;
   check_case({1, 2, 1, 300, 300, 128, true, CausalAlignment::bottom_right, false, DType::f16, DType::f32}, p);
@@ -141,16 +144,15 @@ TEST_P(CudaExact, AttentionMasks) {
   }
 }
 
-// The same for the pasa variant of the persistent engine (two warpgroups of 64 rows a CTA).
-TEST(CudaPasa, PersistentTilesOfMixedLengths) {
-  REQUIRE_HOPPER_PATH();
+// The same for the pasa kernels (the sm_90a one: two warpgroups of 64 rows a CTA on the persistent
+// engine; the portable one: many CTAs of 128 rows).
+TEST_P(CudaPasa, PersistentTilesOfMixedLengths) {
   const auto br = CausalAlignment::bottom_right;
   check_case({2, 36, 12, 260, 300, 64, true, br, false, DType::bf16, DType::f16}, pasa_policy());
   check_case({1, 140, 4, 70, 200, 128, false, br, true, DType::f16, DType::f32}, pasa_policy());
 }
 
-TEST(CudaPasa, LongSequences) {
-  REQUIRE_HOPPER_PATH();
+TEST_P(CudaPasa, LongSequences) {
   const auto br = CausalAlignment::bottom_right;
   check_case({1, 2, 1, 1500, 1500, 128, true, br, false, DType::f16, DType::f16}, pasa_policy());
   check_case({1, 2, 2, 1100, 1600, 64, false, br, false, DType::bf16, DType::f16}, pasa_policy());
@@ -166,8 +168,7 @@ TEST_P(CudaExact, DefaultPolicyRunsAsInputDtypeP) {
 // (uniform and hybrid Q, K, V at (1, 2, 1280, 128), fp16; FA(FP16-FP32) turns 0.04-100% of its
 // output into NaN; the x0 = 30 cases also at head dim 64, causal) and the resonance inputs
 // (tests/cpu/test_pasa.cpp shows the overflow without the shift), GQA, MQA and causal among them. The pasa kernel must stay finite and as accurate as its emulator.
-TEST(CudaPasa, PaperTable4AndResonanceInputs) {
-  REQUIRE_HOPPER_PATH();
+TEST_P(CudaPasa, PaperTable4AndResonanceInputs) {
   const auto br = CausalAlignment::bottom_right;
   const Policy pol = pasa_policy();
   struct Table4 {
@@ -208,116 +209,6 @@ TEST(CudaPasa, PaperTable4AndResonanceInputs) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// The split-KV decode path (S_q <= 16, exact and fdpp policies).
-
-// Decode shapes: B 1..4, 32 query heads over 8 K/V heads (GQA, 16 packed rows at S_q = 4) or one
-// (MQA: 32+ packed rows, two m-tiles, several row chunks), S_q 1 / 4 / 16, S_kv 1 to 16k+ (one
-// split to many), causal bottom-right (a shorter key range per query row; fully masked rows when
-// S_q > S_kv) and top-left.
-std::vector<Case> decode_cases(DType in) {
-  const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
-  const DType f32 = DType::f32;
-  return {
-      {1, 32, 8, 1, 1, 128, false, br, false, in, in},       // S_kv = 1
-      {2, 32, 8, 1, 17, 64, false, br, false, in, f32},
-      {4, 32, 8, 1, 1000, 128, false, br, true, in, in},     // BSHD
-      {1, 32, 8, 4, 1000, 64, true, br, false, in, f32},     // 16 packed rows, causal
-      {2, 32, 1, 1, 4096, 128, false, br, false, in, in},    // MQA: 32 packed rows, two m-tiles
-      {1, 32, 8, 16, 4096, 128, true, br, false, in, f32},   // 64 packed rows: two row chunks
-      {3, 32, 1, 4, 1000, 64, true, br, true, in, in},       // MQA, S_q = 4: four row chunks
-      {1, 32, 8, 1, 16411, 128, false, br, false, in, in},   // long: many splits, a tail tile
-      {1, 32, 8, 16, 17, 64, true, br, false, in, f32},
-      {1, 8, 8, 16, 10, 128, true, br, false, in, f32},      // S_q > S_kv: fully masked rows
-      {1, 4, 2, 16, 300, 64, true, tl, false, in, f32},      // top-left
-  };
-}
-
-TEST(CudaDecode, ExactMatchesReferenceFp16) {
-  REQUIRE_GPU();
-  for (const Case& c : decode_cases(DType::f16)) check_case(c, exact_policy(DType::f16));
-}
-
-TEST(CudaDecode, ExactMatchesReferenceBf16) {
-  REQUIRE_GPU();
-  for (const Case& c : decode_cases(DType::bf16)) check_case(c, exact_policy(DType::bf16));
-}
-
-// The policy's splits > 1 fix the split count (here against the emulator's exact merge of as many);
-// negative and zero scales as in the prefill kernel; stats are filled without a sync.
-TEST(CudaDecode, PolicySplitsScalesAndStats) {
-  REQUIRE_GPU();
-  const auto br = CausalAlignment::bottom_right;
-  Policy split5 = exact_policy(DType::f16);
-  split5.splits = 5;
-  Extra extra;
-  check_case({1, 32, 8, 4, 3000, 128, true, br, false, DType::f16, DType::f32}, split5, split5, std::nullopt,
-             &extra);
-  EXPECT_EQ(extra.kernel_stats.rows, 32 * 4);
-  EXPECT_EQ(extra.kernel_stats.recomputed_rows, 0);
-  for (const double scale : {-0.2, 0.0}) {
-    check_case({2, 32, 8, 1, 700, 64, false, br, false, DType::bf16, DType::bf16}, exact_policy(DType::bf16),
-               exact_policy(DType::bf16), scale);
-  }
-}
-
-// FlashDecoding++ with small scores: no row leaves the window, nothing is recomputed, and the result
-// equals the synchronized algorithm's (fdpp,shift=none, the same splits) within rounding.
-TEST(CudaDecode, FdppSmallScoresMatchTheSynchronizedResult) {
-  REQUIRE_GPU();
-  const auto br = CausalAlignment::bottom_right;
-  const Policy unified = preset_policy("fdpp");
-  const Policy sync = parse_policy("fdpp,shift=none");
-  Policy auto_splits = unified;
-  auto_splits.splits = 1;  // the split count chosen from the shape
-  const Case cases[] = {{2, 32, 8, 4, 2048, 128, false, br, false, DType::f16, DType::f32},
-                        {1, 32, 1, 16, 5000, 64, true, br, false, DType::bf16, DType::bf16},
-                        {3, 32, 8, 1, 1000, 128, false, br, true, DType::bf16, DType::f16}};
-  for (const Case& c : cases) {
-    for (const Policy& pol : {unified, auto_splits}) {
-      const auto seed = test::fresh_seed();
-      Extra u, s;
-      check_case(c, pol, pol, std::nullopt, &u, seed);
-      Policy pol_sync = sync;
-      pol_sync.splits = pol.splits;
-      check_case(c, pol_sync, pol_sync, std::nullopt, &s, seed);
-      SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(c) << " " << to_string(pol));
-      const std::int64_t rows = c.B * c.Hq * c.Sq;
-      EXPECT_EQ(u.kernel_stats.rows, rows);
-      EXPECT_EQ(u.kernel_stats.recomputed_rows, 0);
-      EXPECT_EQ(u.emulator_stats.recomputed_rows, 0);
-      EXPECT_LT(test::relative_rmse(u.kernel_o, s.kernel_o), 2e-3) << "unified vs synchronized kernel";
-    }
-  }
-}
-
-// Large scores (x - phi far above window_hi): every row is recomputed with the synchronized path and
-// counted, and the result is the synchronized kernel's, bit for bit.
-TEST(CudaDecode, FdppLargeScoresAreRecomputedAndCounted) {
-  REQUIRE_GPU();
-  const auto br = CausalAlignment::bottom_right;
-  const Policy unified = preset_policy("fdpp");
-  const Policy sync = parse_policy("fdpp,shift=none");
-  const Case cases[] = {{1, 32, 8, 4, 600, 64, false, br, false, DType::f16, DType::f32},
-                        {2, 32, 1, 1, 3000, 128, true, br, false, DType::bf16, DType::f16}};
-  for (const Case& c : cases) {
-    const auto seed = test::fresh_seed();
-    Extra u, s;
-    check_case(c, unified, unified, 2.0, &u, seed, 0.5, 1.5);
-    check_case(c, sync, sync, 2.0, &s, seed, 0.5, 1.5);
-    SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(c));
-    const std::int64_t rows = c.B * c.Hq * c.Sq;
-    EXPECT_EQ(u.emulator_stats.recomputed_rows, rows);
-    EXPECT_EQ(u.kernel_stats.recomputed_rows, rows);
-    EXPECT_EQ(u.kernel_stats.rows, rows);
-    ASSERT_EQ(u.kernel_o.size(), s.kernel_o.size());
-    std::size_t differ = 0;
-    for (std::size_t i = 0; i < u.kernel_o.size(); ++i) differ += u.kernel_o[i] != s.kernel_o[i];
-    EXPECT_EQ(differ, 0u) << "recomputed rows differ from the synchronized kernel's";
-    EXPECT_EQ(std::memcmp(u.kernel_lse.data(), s.kernel_lse.data(), u.kernel_lse.size() * sizeof(float)), 0);
-  }
-}
-
-// ----------------------------------------------------------------------------------------------
 // CUDA graphs: every scratch buffer is stream-ordered from pasa's pool, so a call can be captured
 // (pasa: K' scratch; decode: the split workspace) and replayed with the same result.
 
@@ -334,7 +225,8 @@ TEST(CudaGraph, PrefillDecodeAndPortableCallsAreCapturable) {
   std::vector<Item> items = {
       {{2, 32, 8, 1, 2000, 128, false, br, false, DType::f16, DType::f16}, split3, CudaPath::automatic},
       {{1, 4, 2, 300, 300, 96, true, br, false, DType::f16, DType::f16}, exact_policy(DType::f16),
-       CudaPath::portable}};
+       CudaPath::portable},
+      {{1, 4, 2, 300, 300, 128, true, br, false, DType::bf16, DType::f16}, pasa_policy(), CudaPath::portable}};
   if (have_hopper_path()) {
     items.push_back(
         {{1, 4, 2, 300, 300, 128, true, br, false, DType::f16, DType::f16}, pasa_policy(), CudaPath::automatic});
@@ -409,8 +301,8 @@ TEST(CudaBadInput, HeadDimOutsideTheSupportedSet) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// Head dims 96 and 256: the portable exact kernel on every GPU (the sm_90a kernels and the decode
-// kernel take 64 and 128), against the emulator.
+// Head dims 96 and 256: the portable exact kernel on every GPU (the sm_90a kernels take 64 and 128)
+// and the decode kernel, against the emulator.
 
 std::vector<Case> head_dim_cases(DType in, std::int64_t D) {
   const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
@@ -421,7 +313,7 @@ std::vector<Case> head_dim_cases(DType in, std::int64_t D) {
       {1, 2, 2, 300, 17, D, true, br, false, in, f32},        // S_q > S_kv: fully masked rows
       {1, 3, 1, 257, 700, D, true, tl, true, in, DType::bf16},  // MQA, BSHD, top-left
       {1, 2, 2, 1013, 1013, D, false, br, false, in, in},     // many key blocks
-      {1, 32, 8, 4, 1000, D, true, br, false, in, f32},       // a decode shape: the prefill kernel
+      {1, 32, 8, 4, 1000, D, true, br, false, in, f32},       // a decode shape (the decode kernel)
   };
 }
 
@@ -443,16 +335,20 @@ CudaPlanChoice choice_of(const AttentionArgs& args) {
   return cuda_plan_choice(*plan);
 }
 
-TEST(CudaHeadDims, DecodeShapesAt96And256TakeThePrefillKernelAndFdppIsRefused) {
+// Decode shapes take the decode kernel at every head dim where the device grants its shared memory
+// (head dim 256: 140 KB, which A100 and H100 / H200 grant); elsewhere exact takes the prefill kernel
+// and fdpp is refused naming the shared memory.
+TEST(CudaHeadDims, DecodeShapesTakeTheDecodeKernelAtEveryHeadDim) {
   REQUIRE_GPU();
-  for (const std::int64_t D : {96, 256}) {
-    DeviceProblem p(D, 4);  // S_q = 4
-    EXPECT_STREQ(choice_of(p.args).kernel, "exact (portable)");
-    p.args.policy = preset_policy("fdpp");
-    test::expect_error([&] { attention(p.args); }, "head dim " + std::to_string(D));
+  for (const std::int64_t D : {64, 96, 128, 256}) {
+    DeviceProblem p(D, 4);  // S_q = 4: one m-tile
+    const bool fits = device_grants_shared_memory(cuda::decode_tile(static_cast<int>(D)).smem_bytes(1));
+    EXPECT_STREQ(choice_of(p.args).kernel, fits ? "decode (split-KV)" : "exact (portable)") << "head dim " << D;
+    if (!fits) {
+      p.args.policy = preset_policy("fdpp");
+      test::expect_error([&] { attention(p.args); }, "bytes of shared memory per CTA");
+    }
   }
-  DeviceProblem d(128, 4);
-  EXPECT_STREQ(choice_of(d.args).kernel, "decode (split-KV)");
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -491,27 +387,32 @@ TEST(CudaPathChoice, EnvironmentVariableForcesThePortablePath) {
   EXPECT_FALSE(have_hopper_path());
 }
 
-TEST(CudaPathChoice, PasaAndSage8NeedTheHopperPath) {
+// pasa runs on both paths (the sm_90a kernel where the automatic path has it); sage8 needs sm_90a.
+TEST(CudaPathChoice, PasaRunsOnBothPathsSage8NeedsTheHopperPath) {
   REQUIRE_GPU();
-  for (const char* preset : {"pasa", "sage8"}) {
+  for (const char* preset : {"pasa", "pasa_accurate"}) {
     DeviceProblem p(128, 256);
     p.args.policy = preset_policy(preset);
+    EXPECT_STREQ(choice_of(p.args).kernel, have_hopper_path() ? "pasa (sm_90a)" : "pasa (portable)");
     p.args.cuda_path = CudaPath::portable;
-    test::expect_error([&] { attention(p.args); }, std::string("policy '") + preset + "'");
+    EXPECT_EQ(choice_of(p.args).path, CudaKernelPath::portable);
+    EXPECT_STREQ(choice_of(p.args).kernel, "pasa (portable)");
+  }
+  DeviceProblem p(128, 256);
+  p.args.policy = preset_policy("sage8");
+  p.args.cuda_path = CudaPath::portable;
+  test::expect_error([&] { attention(p.args); }, "policy 'sage8'");
+  test::expect_error([&] { attention(p.args); }, "needs sm_90a");
+  test::expect_error([&] { attention(p.args); }, "supports exact, pasa and fdpp");
+  test::expect_error([&] { attention(p.args); }, "CUDA device");
+  if (!have_hopper_path()) {
+    p.args.cuda_path = CudaPath::automatic;
     test::expect_error([&] { attention(p.args); }, "needs sm_90a");
-    test::expect_error([&] { attention(p.args); }, "supports exact and fdpp");
-    test::expect_error([&] { attention(p.args); }, "CUDA device");
-    if (!have_hopper_path()) {
-      p.args.cuda_path = CudaPath::automatic;
-      test::expect_error([&] { attention(p.args); }, "needs sm_90a");
-    }
   }
-  // Head dim 96 has no sm_90a pasa kernel: the error names the head dim.
-  if (have_hopper_path()) {
-    DeviceProblem p(96, 256);
-    p.args.policy = pasa_policy();
-    test::expect_error([&] { attention(p.args); }, "head dim 96 (it takes 64 or 128)");
-  }
+  // Head dim 96 has no pasa kernel on either path: the error names the head dim.
+  DeviceProblem d96(96, 256);
+  d96.args.policy = pasa_policy();
+  test::expect_error([&] { attention(d96.args); }, "head dim 96 (it takes 64 or 128)");
 }
 
 TEST(CudaPathChoice, PlanRunRefusesAnotherPath) {

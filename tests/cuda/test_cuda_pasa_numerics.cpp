@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// The pasa kernels (pasa and pasa_accurate) on the inputs where PASA's numerics are at stake: a short
-// last key block, weight-sensitive inputs (V ~ N(0, 1) beside biased Q and K), large means, and a
-// sweep of seeds of the paper's Table 4 distributions that must give no inf/NaN. Seeds are fixed and
+// The pasa kernels (pasa and pasa_accurate; the sm_90a kernel on the automatic path where it exists,
+// the portable one forced) on the inputs where PASA's numerics are at stake: a short last key block,
+// weight-sensitive inputs (V ~ N(0, 1) beside biased Q and K), large means, inputs on which fp16
+// attention overflows, and a sweep of seeds of the paper's Table 4 distributions that must give no
+// inf/NaN; and the portable kernel's rounding points against the emulator's. Seeds are fixed and
 // printed; PASA_SEED_SWEEP sets the sweep's seed count (default 1000 per distribution).
+#include <cmath>
 #include <cstdlib>
 #include <future>
+#include <utility>
 
 #include "cuda_case_harness.h"
 
@@ -13,13 +17,22 @@ namespace {
 
 const auto kBr = CausalAlignment::bottom_right;
 
+class CudaPasaNumerics : public OnEachCudaPath {};
+INSTANTIATE_TEST_SUITE_P(Paths, CudaPasaNumerics, ::testing::Values(CudaPath::automatic, CudaPath::portable),
+                         path_param_name);
+
+std::size_t non_finite(const std::vector<double>& x) {
+  std::size_t n = 0;
+  for (const double e : x) n += !std::isfinite(e);
+  return n;
+}
+
 GivenInputs weight_sensitive_inputs(const Shape4& shape, std::uint64_t seed) {
   const QKV qk = uniform_qkv(shape, 20.0, 0.5, seed);
   return {qk.q, qk.k, hybrid_qkv(shape, 0.0, 0.0, seed + 1).v};  // V ~ N(0, 1)
 }
 
-TEST(CudaPasa, AccurateMatchesReference) {
-  REQUIRE_HOPPER_PATH();
+TEST_P(CudaPasaNumerics, AccurateMatchesReference) {
   for (const Case& c : {Case{2, 4, 2, 17, 17, 64, true, kBr, false, DType::f16, DType::f16},
                         Case{1, 2, 1, 1013, 1013, 128, true, kBr, false, DType::f16, DType::f32},
                         Case{1, 3, 1, 17, 300, 128, true, kBr, true, DType::bf16, DType::bf16},
@@ -31,8 +44,7 @@ TEST(CudaPasa, AccurateMatchesReference) {
 
 // S = 1124 and 1281 end in a block of 100 and of 1 keys. The kernel and its emulated twin must agree
 // (check_case), and pasa_accurate must meet its target, relative RMSE <= 1e-2.
-TEST(CudaPasa, ShortLastBlockOnWeightSensitiveInputs) {
-  REQUIRE_HOPPER_PATH();
+TEST_P(CudaPasaNumerics, ShortLastBlockOnWeightSensitiveInputs) {
   for (const char* name : {"pasa", "pasa_accurate"}) {
     for (const std::int64_t S : {1024, 1124, 1281}) {
       const Case c{1, 2, 2, S, S, 128, false, kBr, false, DType::f16, DType::f16};
@@ -51,8 +63,7 @@ TEST(CudaPasa, ShortLastBlockOnWeightSensitiveInputs) {
   }
 }
 
-TEST(CudaPasa, LargeMeanInputs) {
-  REQUIRE_HOPPER_PATH();
+TEST_P(CudaPasaNumerics, LargeMeanInputs) {
   // Q, K, V ~ N(80, 1) at D = 64: block sums of S' past fp16's range, the running max where fp16's
   // ulp is 0.5.
   for (const char* name : {"pasa", "pasa_accurate"}) {
@@ -65,6 +76,91 @@ TEST(CudaPasa, LargeMeanInputs) {
   }
 }
 
+// Where fp16 attention overflows, pasa does not: on the paper's uniform x0 = 30, Am = 0.5 inputs every
+// unscaled score is about 128 * 30 * 30 = 115,200, past fp16's 65504, so FA(FP16-FP32) (the fa16_fp32
+// preset: S leaves the GEMM in fp16) turns every output into NaN, as its emulation shows here; both
+// pasa policies stay finite and as accurate as their emulated twins (check_case), causal or not.
+TEST_P(CudaPasaNumerics, FiniteWhereFp16AttentionOverflows) {
+  for (const bool causal : {false, true}) {
+    const Case c{1, 2, 2, 1280, 1280, 128, causal, kBr, false, DType::f16, DType::f16};
+    const std::uint64_t seed = 2024;
+    const QKV data = uniform_qkv({c.B, c.Hq, c.Sq, c.D}, 30.0, 0.5, seed);
+    GivenInputs in{data.q, data.k, data.v};
+    HostTensor o{DType::f32, in.q.shape, std::vector<std::uint8_t>(in.q.bytes.size() * 2)};
+    AttentionArgs fp16{in.q.view("q"), in.k.view("k"), in.v.view("v"), o.view("o")};
+    fp16.causal = causal;
+    fp16.policy = preset_policy("fa16_fp32");
+    fp16.backend = Backend::emulator;
+    attention(fp16);
+    const std::vector<float> o_fp16 = to_float(o);
+    std::size_t bad = 0;
+    for (const float x : o_fp16) bad += !std::isfinite(x);
+    EXPECT_EQ(bad, o_fp16.size()) << "fa16_fp32 no longer overflows on these inputs: the test shows nothing";
+    for (const char* name : {"pasa", "pasa_accurate"}) {
+      Extra extra;
+      const Policy pol = preset_policy(name);
+      check_case(c, pol, pol, std::nullopt, &extra, seed, -1.0, 1.0, &in, "uniform x0 30 Am 0.5");
+      EXPECT_EQ(non_finite(extra.kernel_o), 0u) << name;
+    }
+  }
+}
+
+// The portable kernel rounds where the emulator does. With pseudo_avg=k (the local pseudo-average from
+// the block's mean key; pasa_accurate's default. With pseudo_avg=s the kernels take the mean of S'
+// before its rounding to fp16, the emulator after) every rounding point of the kernel is one of the
+// emulator's, at the same format. On Q, K, V on a grid of 1/16 in [-1, 1] (5 significant bits), M K is
+// exact in fp32 in any order, so the prepass and the emulator store the same K'; what remains are the
+// GEMMs' summation order and the exponential's last bits, which round a value the other way only where
+// it lies within a few fp32 ulps of a rounding boundary. Most elements of O are then equal bit for bit
+// (a flip moves a few elements of a row, or one row). A rounding point added or left out (S' or O~
+// kept in fp32, P, V or the rescale factors rounded once more) moves nearly every element: at least
+// two thirds must be equal. The scale is 1, so that S' spans several units and its own rounding to
+// fp16 moves P by more than P's (at 1 / sqrt(d) it would hide among the others).
+GivenInputs grid_inputs(const Case& c, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto tensor = [&](std::int64_t H, std::int64_t S) {
+    std::vector<float> x(static_cast<std::size_t>(c.B * H * S * c.D));
+    for (float& e : x) e = static_cast<float>(std::round(test::uniform(rng, -16.0, 16.0)) / 16.0);
+    return from_float(x, {c.B, H, S, c.D}, c.in);
+  };
+  HostTensor q = tensor(c.Hq, c.Sq), k = tensor(c.Hkv, c.Skv), v = tensor(c.Hkv, c.Skv);
+  return {std::move(q), std::move(k), std::move(v)};
+}
+
+class CudaPasaPortable : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!have_gpu()) GTEST_SKIP() << "no sm_80+ GPU: CUDA tests skipped";
+    g_cuda_path = CudaPath::portable;
+  }
+  void TearDown() override { g_cuda_path = CudaPath::automatic; }
+};
+
+TEST_F(CudaPasaPortable, KernelRoundsWhereTheEmulatorDoes) {
+  for (const char* text : {"pasa,pseudo_avg=k", "pasa_accurate"}) {
+    const Policy pol = parse_policy(text);
+    for (const Case& c : {Case{1, 4, 2, 1000, 1000, 128, false, kBr, false, DType::f16, DType::f32},
+                          Case{1, 2, 1, 700, 700, 64, true, kBr, false, DType::bf16, DType::f32}}) {
+      const std::uint64_t seed = 31 + c.Sq;
+      SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(c) << " policy " << text);
+      const GivenInputs in = grid_inputs(c, seed);
+      std::mt19937_64 rng(seed);
+      Extra extra;
+      const Result r = run_case(c, pol, pol, rng, -1.0, 1.0, 1.0, &extra, &in);
+      ASSERT_EQ(extra.kernel_o.size(), extra.emulator_o.size());
+      std::size_t equal = 0;
+      for (std::size_t i = 0; i < extra.kernel_o.size(); ++i) equal += extra.kernel_o[i] == extra.emulator_o[i];
+      const double share = static_cast<double>(equal) / static_cast<double>(extra.kernel_o.size());
+      const double apart = test::relative_rmse(extra.kernel_o, extra.emulator_o);
+      std::printf("  %-60s %s: %.1f%% of O equal to the emulator's, kernel vs emulator %.3e, emulator vs "
+                  "fp64 %.3e\n", describe(c).c_str(), text, 100.0 * share, apart, r.err_emulator);
+      ASSERT_TRUE(std::isfinite(r.err_emulator));
+      EXPECT_GE(share, 2.0 / 3.0) << "the kernel's rounding points differ from the emulator's";
+      EXPECT_LE(apart, r.err_emulator);
+    }
+  }
+}
+
 // Runs the kernel only (no emulator: thousands of cases) and counts non-finite outputs and LSEs.
 struct KernelOnly {
   DeviceBuffer q, k, v, o, lse;
@@ -74,7 +170,7 @@ struct KernelOnly {
     return static_cast<std::size_t>(s.batch * s.heads * s.seq * s.dim) * elem;
   }
   // Non-finite elements of O plus non-finite LSEs.
-  long long run(const QKV& data, const Shape4& s, const Policy& policy) {
+  long long run(const QKV& data, const Shape4& s, const Policy& policy, CudaPath path) {
     cudaMemcpy(q.ptr, data.q.bytes.data(), q.bytes, cudaMemcpyHostToDevice);
     cudaMemcpy(k.ptr, data.k.bytes.data(), k.bytes, cudaMemcpyHostToDevice);
     cudaMemcpy(v.ptr, data.v.bytes.data(), v.bytes, cudaMemcpyHostToDevice);
@@ -87,6 +183,7 @@ struct KernelOnly {
     args.lse = lse_view(static_cast<float*>(lse.ptr), s.batch, s.heads, s.seq, Device::cuda);
     args.policy = policy;
     args.backend = Backend::cuda;
+    args.cuda_path = path;
     attention(args);
     std::vector<std::uint16_t> out(o.bytes / 2);
     std::vector<float> l(lse.bytes / 4);
@@ -99,8 +196,11 @@ struct KernelOnly {
   }
 };
 
-TEST(CudaPasa, NoNonFiniteOutputOverATable4SeedSweep) {
-  REQUIRE_HOPPER_PATH();
+// Every seed on each pasa kernel: the sm_90a one (where the automatic path has it) and the portable one.
+TEST(CudaPasaNumerics, NoNonFiniteOutputOverATable4SeedSweep) {
+  REQUIRE_GPU();
+  std::vector<CudaPath> paths = {CudaPath::portable};
+  if (have_hopper_path()) paths.push_back(CudaPath::automatic);
   const char* env = std::getenv("PASA_SEED_SWEEP");
   const int seeds = env != nullptr ? std::atoi(env) : 1000;
   const Shape4 shape{1, 2, 1280, 128};
@@ -124,14 +224,16 @@ TEST(CudaPasa, NoNonFiniteOutputOverATable4SeedSweep) {
       for (int i = 0; i < static_cast<int>(batch.size()); ++i) {
         const QKV data = batch[i].get();
         for (int p = 0; p < 2; ++p) {
-          const long long n = gpu.run(data, shape, preset_policy(p == 0 ? "pasa" : "pasa_accurate"));
-          bad[p] += n;
-          if (n > 0 && bad_seed < 0) bad_seed = s0 + i;
+          for (const CudaPath path : paths) {
+            const long long n = gpu.run(data, shape, preset_policy(p == 0 ? "pasa" : "pasa_accurate"), path);
+            bad[p] += n;
+            if (n > 0 && bad_seed < 0) bad_seed = s0 + i;
+          }
         }
       }
     }
-    std::printf("  %s x0 %g Am %g: %d seeds, non-finite elements: pasa %lld, pasa_accurate %lld\n",
-                d.hybrid ? "hybrid" : "uniform", d.x0, d.am, seeds, bad[0], bad[1]);
+    std::printf("  %s x0 %g Am %g: %d seeds, %zu kernel(s), non-finite elements: pasa %lld, pasa_accurate %lld\n",
+                d.hybrid ? "hybrid" : "uniform", d.x0, d.am, seeds, paths.size(), bad[0], bad[1]);
     EXPECT_EQ(bad[0] + bad[1], 0) << "first seed with a non-finite output: " << bad_seed;
   }
 }

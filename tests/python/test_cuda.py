@@ -1,7 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The CUDA path through torch: run on the device (an H200 with torch; any GPU of compute capability
-8.0 or newer runs them, the pasa policy's cases only on the Hopper path). Skipped without a GPU or
-without a pasa build that has the CUDA kernels.
+8.0 or newer runs them). Skipped without a GPU or without a pasa build that has the CUDA kernels.
 
 Tolerances follow DESIGN.md: a kernel's error against the fp64 reference is at most k x the error
 of the CPU emulator running the same policy (or of torch's SDPA for the drop-in), plus a small atol.
@@ -107,10 +106,7 @@ def test_cuda_graph_replay(gen, policy):
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm up outside the graph
-        try:
-            pasa.sdpa(q, k, v, is_causal=True, policy=policy)
-        except pasa.PasaError as error:  # pasa off the Hopper path (docs/api.md)
-            pytest.skip(f"the kernels do not run policy {policy!r} here: {error}")
+        pasa.sdpa(q, k, v, is_causal=True, policy=policy)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -189,25 +185,31 @@ def test_cupy_arrays(gen):
     torch.testing.assert_close(torch.from_dlpack(out), want, atol=0, rtol=0)
 
 
-def test_window_softcap_and_mask_on_cuda_or_fall_back(gen):
-    # Windows, softcaps and masks (bool and additive) run on the Hopper exact kernel, as the CPU
-    # emulator runs them; elsewhere (the portable path, other policies) a PasaError names them, and
-    # pasa.patch sends such calls to torch (counted), so a model with a padding mask still runs.
-    q, k, v = (randn(gen, 1, 2, 160, 64, dtype=torch.float16) for _ in range(3))
+@pytest.mark.parametrize("d", [64, 96, 128, 256])
+def test_window_softcap_and_mask_on_cuda_or_fall_back(gen, d):
+    # Windows, softcaps and masks (bool and additive) run on the exact kernels, as the CPU emulator
+    # runs them: the sm_90a one at D 64 and 128 on an H100 / H200, the portable one elsewhere, at
+    # D 96 and 256 and for a negative scale (the last two calls). Other policies raise a PasaError
+    # naming them, and pasa.patch sends such calls to torch (counted), so a model with a padding
+    # mask still runs.
+    q, k, v = (randn(gen, 1, 2, 160, d, dtype=torch.float16) for _ in range(3))
     mask = torch.ones(1, 1, 160, 160, dtype=torch.bool, device="cuda").tril()
     mask[..., 100:, 20:40] = False
+    empty_row = mask.clone()
+    empty_row[..., 7, :] = False  # a row with no visible key: O = 0
     bias = torch.randn(1, 2, 1, 160, device="cuda", generator=gen) * 2
     for kwargs in (dict(window_size=(40, 0)), dict(softcap=2.0, scale=1.0),
                    dict(window_size=(30, 10), softcap=5.0), dict(attn_mask=mask),
-                   dict(attn_mask=bias.half(), softcap=3.0), dict(attn_mask=bias, causal=True)):
-        try:
-            got = pasa.attention(q, k, v, **kwargs)
-        except pasa.PasaError as error:
-            assert "sliding window, softcap or attention mask" in str(error)
-            continue
+                   dict(attn_mask=bias.half(), softcap=3.0), dict(attn_mask=bias, causal=True),
+                   dict(attn_mask=bias.bfloat16(), window_size=(50, -1), scale=-0.1),
+                   dict(attn_mask=empty_row, softcap=4.0, scale=-1.0)):
+        got = pasa.attention(q, k, v, **kwargs)
         host = {key: (x.cpu() if isinstance(x, torch.Tensor) else x) for key, x in kwargs.items()}
         want = pasa.attention(q.cpu(), k.cpu(), v.cpu(), **host)
         torch.testing.assert_close(got.cpu().float(), want.float(), atol=2e-3, rtol=2e-3)
+    if d in (64, 128):  # (sage8's head dims: at others the refusal names the head dim)
+        with pytest.raises(pasa.PasaError, match="sliding window, softcap or attention mask"):
+            pasa.attention(q, k, v, policy="sage8", window_size=(40, 0))
 
     class Masked(torch.nn.Module):
         def forward(self, q, k, v):

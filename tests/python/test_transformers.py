@@ -145,8 +145,8 @@ def test_gpu_logits_and_generation_match_sdpa(rng, compiled):
     config = gpu_config()
     reference = build(config, "sdpa", seed).to("cuda", torch.float16)
     model = build(config, "pasa", seed).to("cuda", torch.float16)
-    # No token equals pad_token_id (0): generate() would turn it into a padding mask, which the GPU
-    # kernels do not have (such a call falls back to torch, and this test counts fallbacks).
+    # No token equals pad_token_id (0): generate() would turn it into a padding mask, which the
+    # split-KV decode kernel does not have (such decode steps run on the prefill kernel).
     ids = torch.from_numpy(rng.integers(1, config.vocab_size, (2, 40))).cuda()
     pasa.stats(reset=True)
     forward = torch.compile(model) if compiled else model

@@ -13,8 +13,8 @@ preset (``"pasa_pasa"``, ``"pasa_sage8"``, ``"pasa_fa16"``, ...); ``register(pol
 policy})`` adds names of your own. The backend takes what transformers passes: causal attention
 (bottom-right aligned, as a KV cache needs), grouped-query heads (no repeat), sliding windows and
 padding masks (as the boolean or float mask transformers builds), logit softcaps, the scaling. What
-pasa cannot run (dropout while training, autograd, a mask on CUDA tensors, a head dim or policy the
-GPU kernels lack, ...) goes to torch with a warning once per reason and is counted in
+pasa cannot run (dropout while training, autograd, a head dim the GPU kernels lack, a policy without a
+GPU kernel or without the window, softcap or mask the call needs, ...) goes to torch with a warning once per reason and is counted in
 ``pasa.stats()``; ``register(strict=True)`` raises instead.
 """
 

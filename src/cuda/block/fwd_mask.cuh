@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The causal and sequence-end masks of the forward kernels, on a warp's scores in the mma.sync C
+// What the forward kernels do to the scores before the softmax: the causal, sliding-window and
+// sequence-end masks, the logit softcap and the attention mask, on a warp's scores in the mma.sync C
 // layout (exact: fp32) or as fp16 pairs in the A-fragment layout (pasa), which the wgmma accumulator
 // layout of one warp's 16 rows repeats: thread (g = lane / 4, t = lane % 4) holds rows
 // row_lo + 16 mt + 8 i and keys n0 + 8 n + 2 t + e.
@@ -13,6 +14,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/arch/ptx.cuh"
+#include "cuda/block/online_softmax.cuh"
 #include "cuda/host/kernel_params.h"
 
 namespace pasa::cuda {
@@ -83,6 +86,27 @@ __device__ __forceinline__ void apply_mask(float (&s)[kMTiles][kNTiles][4], cons
                                            int row_lo) {
   auto row = [&](int r) { return row_lo + 16 * (r / 2) + 8 * (r % 2); };
   mask_outside(s, n0, [&](int r) { return visible_first(p, row(r)); }, [&](int r) { return visible_limit(p, row(r)); });
+}
+
+// softcap tanh(x) of x = s alpha / softcap, as 1 - 2 / (e^2x + 1) on the special-function unit (about
+// 2 fp32 ulp of the result's scale; e^2x = inf gives 1, 0 gives -1).
+__device__ __forceinline__ float soft_cap(float s, float softcap, float scale_over_cap) {
+  const float e = fast_exp2(2.0f * kLog2e * scale_over_cap * s);
+  return softcap * (1.0f - __fdividef(2.0f, e + 1.0f));
+}
+
+// The logit softcap (FwdParams::softcap > 0) on raw fp32 scores in the mma C layout: they leave it
+// scaled and capped (the softmax then scales by log2(e) alone).
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void apply_softcap(float (&s)[kMTiles][kNTiles][4], const FwdParams& p) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[mt][n][e] = soft_cap(s[mt][n][e], p.softcap, p.softcap_scale);
+    }
+  }
 }
 
 // The attention mask (FwdParams::mask) on fp32 scores in the mma C layout: rows row_lo + 16 mt + 8 i

@@ -2,7 +2,8 @@
 // The pasa mainloop's K' tiles as its prepass writes them to global memory and the producer's bulk
 // copies bring them into shared memory, byte for byte (pasa_prepare.cu writes, hopper_pasa_mainloop.cuh reads). (V
 // needs no prepass tile: the kernel copies its rows by TMA, tma.h, from V itself where it is fp16 or
-// from the prepass's fp16 copy where it is bf16.)
+// from the prepass's fp16 copy where it is bf16.) The portable kernel (attention_fwd_pasa_portable.cu)
+// reads the same stages by cp.async, undoing the swizzle into padded rows.
 //
 // Per (batch, K/V head, key block of s2 = 128 keys) one stage: the K' tile, the K-major B operand of
 // S' = Q K'^T (N = keys, K = channels; wgmma.cuh), stored in D / 64 atoms of 64 channels with
@@ -48,7 +49,7 @@ std::size_t pasa_tile_bytes(int batch, int heads_kv, int n_kb, int head_dim);
 
 // The prepass (pasa_prepare.cu): those stages into `tiles` ([B, H_kv, n_kb] stages of
 // PasaStage<head_dim>::kBytes), and for bf16 inputs V rounded to fp16 into `v_fp16` ([B, H_kv, S_kv,
-// D], contiguous; unused for fp16 inputs), on `stream`.
+// D], contiguous; unused for fp16 inputs, and not written where null), on `stream`.
 void launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb, void* stream);
 
 }  // namespace pasa::cuda

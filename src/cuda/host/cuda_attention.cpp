@@ -11,8 +11,8 @@
 // every spec's reason. Two paths: on an sm_90 GPU in a build with sm_90a kernels, the Hopper kernels
 // (wgmma, TMA: exact, pasa, sage8 at head dims 64 and 128); everywhere else, or when asked
 // (AttentionArgs::cuda_path, PASA_CUDA_PATH=portable), the portable ones (sm_80 instructions: exact at
-// head dims 64, 96, 128, 256). The split-KV decode kernel (S_q <= 16, exact and fdpp, head dims 64
-// and 128) is portable and serves both paths.
+// head dims 64, 96, 128, 256; pasa at 64 and 128). The split-KV decode kernel (S_q <= 16, exact and
+// fdpp, head dims 64, 96, 128, 256) is portable and serves both paths.
 //
 // Eager calls (pasa::attention) plan, check the pointers' memory, and take the workspace from pasa's
 // own stream-ordered pool (device_pool.h). No synchronization. The one exception:
@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <iterator>
@@ -203,7 +204,7 @@ void fill_stats(AttentionStats* stats, const ProblemShape& ps, long long recompu
 }
 
 // The kernels a plan chooses from.
-enum class Kernel { decode, exact_hopper, pasa_hopper, sage8_hopper, exact_portable };
+enum class Kernel { decode, exact_hopper, pasa_hopper, sage8_hopper, exact_portable, pasa_portable };
 
 // What the kernel specs judge: the problem as planned so far.
 struct Candidate {
@@ -217,7 +218,10 @@ struct Candidate {
   std::string hopper_refusal;  // why the sm_90a kernels cannot run here; empty when they can
 };
 
-bool contains(const int (&dims)[2], std::int64_t d) { return d == dims[0] || d == dims[1]; }
+template <std::size_t N>
+bool contains(const int (&dims)[N], std::int64_t d) {
+  return std::find(std::begin(dims), std::end(dims), d) != std::end(dims);
+}
 
 std::string head_dim_refusal(std::int64_t dim, const char* supported) {
   return "head dim " + std::to_string(dim) + " (it takes " + supported + ")";
@@ -238,9 +242,10 @@ std::string accepts_decode(const Candidate& c) {
                ? "the fdpp policies (FlashDecoding++) run on the CUDA decode path only, which " + takes
                : takes;
   }
-  if (!contains(cuda::kDecodeHeadDims, c.shape.dim)) return head_dim_refusal(c.shape.dim, "64 or 128");
-  const int m_tiles = c.shape.group() * c.shape.seq_q <= 16 ? 1 : cuda::kDecodeMaxMTiles;
-  return smem_refusal(cuda::decode_tile(static_cast<int>(c.shape.dim)).smem_bytes(m_tiles), c.device);
+  if (!contains(cuda::kDecodeHeadDims, c.shape.dim)) return head_dim_refusal(c.shape.dim, "64, 96, 128 or 256");
+  const int dim = static_cast<int>(c.shape.dim);
+  const int m_tiles = cuda::decode_m_tiles(dim, c.shape.group() * c.shape.seq_q);
+  return smem_refusal(cuda::decode_tile(dim).smem_bytes(m_tiles), c.device);
 }
 
 // The sm_90a kernels of one family (the architecture is the spec's own check).
@@ -273,6 +278,12 @@ std::string accepts_exact_portable(const Candidate& c) {
   return head_dim_refusal(c.shape.dim, "64, 96, 128 or 256");
 }
 
+std::string accepts_pasa_portable(const Candidate& c) {
+  if (c.family != Family::pasa) return "runs the pasa and pasa_accurate policies";
+  if (!contains(cuda::kPasaHeadDims, c.shape.dim)) return head_dim_refusal(c.shape.dim, "64 or 128");
+  return smem_refusal(cuda::PasaPortableTile{static_cast<int>(c.shape.dim)}.smem_bytes(), c.device);
+}
+
 // What a kernel's instructions need. sm80: the portable kernels, compiled for every architecture of
 // the build (check_device refuses devices below 8.0 before any spec is asked). sm90a: wgmma and TMA,
 // compiled for the 90a entries only, and taken only on the Hopper path (hopper_refusal).
@@ -294,14 +305,15 @@ constexpr KernelSpec kKernelSpecs[] = {
     {Kernel::exact_hopper, "exact (sm_90a)", Arch::sm90a, accepts_exact_hopper, true},
     {Kernel::pasa_hopper, "pasa (sm_90a)", Arch::sm90a, accepts_pasa_hopper, false},
     {Kernel::sage8_hopper, "sage8 (sm_90a)", Arch::sm90a, accepts_sage8_hopper, false},
-    {Kernel::exact_portable, "exact (portable)", Arch::sm80, accepts_exact_portable, false},
+    {Kernel::exact_portable, "exact (portable)", Arch::sm80, accepts_exact_portable, true},
+    {Kernel::pasa_portable, "pasa (portable)", Arch::sm80, accepts_pasa_portable, false},
 };
 
 // Why `spec` does not run the candidate; empty when it does.
 std::string refusal(const KernelSpec& spec, const Candidate& c) {
   std::string why = spec.accepts(c);
   if (why.empty() && (c.window || c.softcap || c.mask) && !spec.score_mods) {
-    why = "has no sliding window, softcap or attention mask (the sm_90a exact kernel has them)";
+    why = "has no sliding window, softcap or attention mask (the exact policy's prefill kernels have them)";
   }
   if (why.empty() && spec.arch == Arch::sm90a) why = c.hopper_refusal;
   return why;
@@ -310,15 +322,15 @@ std::string refusal(const KernelSpec& spec, const Candidate& c) {
 // Why the sm_90a kernels cannot run on `d` for this request; empty when they can.
 std::string hopper_refusal(const DeviceInfo& d, bool portable_requested) {
   if (d.major != 9 || d.minor != 0) {
-    return "needs sm_90a, the device is " + sm_name(d) + " (the portable path supports exact and fdpp)";
+    return "needs sm_90a, the device is " + sm_name(d) + " (the portable path supports exact, pasa and fdpp)";
   }
   if (PASA_HOPPER_KERNELS == 0) {
     return "needs sm_90a kernels, and pasa was built without them (no 90a in its CUDA architectures; "
-           "the portable path supports exact and fdpp)";
+           "the portable path supports exact, pasa and fdpp)";
   }
   if (portable_requested) {
     return "needs sm_90a, and the portable path was asked for (AttentionArgs::cuda_path or "
-           "PASA_CUDA_PATH=portable), which supports exact and fdpp";
+           "PASA_CUDA_PATH=portable), which supports exact, pasa and fdpp";
   }
   return {};
 }
@@ -353,7 +365,7 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps) {
   if (std::find(std::begin(cuda::kPortableHeadDims), std::end(cuda::kPortableHeadDims), ps.dim) ==
       std::end(cuda::kPortableHeadDims)) {
     throw Error("q: head dim " + std::to_string(ps.dim) + " is not supported by the CUDA kernels "
-                "(64, 96, 128 or 256; the sm_90a pasa and sage8 kernels and the decode kernel take 64 or 128)");
+                "(64, 96, 128 or 256; the pasa and sage8 kernels take 64 or 128)");
   }
   const DType in = args.q.dtype;
   if (in != DType::f16 && in != DType::bf16) {
@@ -455,13 +467,15 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) 
   auto window_side = [&](std::int64_t w) { return w < 0 || w > ps.seq_kv + ps.seq_q ? -1 : static_cast<int>(w); };
   p.window_left = window_side(args.window_left);
   p.window_right = window_side(args.window_right);
-  p.softcap = static_cast<float>(args.softcap);
-  p.softcap_scale = args.softcap > 0.0 ? static_cast<float>(alpha / args.softcap) : 0.0f;
-  set_mask(p, args.mask, args.softcap > 0.0 ? 1.0 : 1.0 / std::fabs(alpha));
-  // The exact kernel scales by |alpha| > 0 (the row max is taken on raw scores) and flips Q's sign
+  // The exact kernels scale by |alpha| > 0 (the row max is taken on raw scores) and flip Q's sign
   // for a negative alpha; a zero alpha runs as 1e-30 (every visible key weighs the same either way).
-  p.scale_log2 = std::max(static_cast<float>(std::fabs(alpha) * 1.4426950408889634), 1e-30f);
+  constexpr double kLog2e = 1.4426950408889634;
+  p.scale_log2 = std::max(static_cast<float>(std::fabs(alpha) * kLog2e), 1e-30f);
   p.negate_q = alpha < 0.0;
+  p.softcap = static_cast<float>(args.softcap);
+  p.softcap_scale = args.softcap > 0.0 ? static_cast<float>(std::fabs(alpha) / args.softcap) : 0.0f;
+  // (an additive mask meets raw scores at the scale the kernel runs, 1e-30 for a zero alpha included)
+  set_mask(p, args.mask, args.softcap > 0.0 ? 1.0 : kLog2e / p.scale_log2);
   p.pasa_g = plan.pasa_g;
   const int batch = static_cast<int>(ps.batch);
   const int dim = static_cast<int>(ps.dim);
@@ -504,14 +518,15 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) 
     case Kernel::sage8_hopper:
       cuda::launch_sage8(call, args.stream);
       break;
-    case Kernel::pasa_hopper: {
+    case Kernel::pasa_hopper:
+    case Kernel::pasa_portable: {
       cuda::PasaRequest r{};
       r.call = call;
       r.diag = plan.pasa_diag;
       r.off = plan.pasa_off;
       r.accurate = plan.pasa_accurate;
       r.mean_key_factor = plan.pasa_mean_key_factor;
-      cuda::launch_pasa(r, args.stream);
+      kernel == Kernel::pasa_hopper ? cuda::launch_pasa(r, args.stream) : cuda::launch_pasa_portable(r, args.stream);
       break;
     }
   }

@@ -42,7 +42,7 @@ DecodePlan plan_decode(const DecodeShape& shape, int sm_count) {
   const DecodeTile tile = decode_tile(shape.head_dim);
   DecodePlan plan{};
   plan.rows = shape.group * shape.seq_q;
-  plan.m_tiles = plan.rows <= 16 ? 1 : kDecodeMaxMTiles;
+  plan.m_tiles = decode_m_tiles(shape.head_dim, plan.rows);
   plan.row_chunks = (plan.rows + 16 * plan.m_tiles - 1) / (16 * plan.m_tiles);
   int splits = shape.policy_splits > 1
                    ? shape.policy_splits

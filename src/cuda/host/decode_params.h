@@ -34,14 +34,24 @@ struct DecodeTile {
   constexpr int smem_bytes(int m_tiles) const {
     return (16 * m_tiles + 2 * stages * block_n) * smem_stride() * 2;
   }
+  // m16 row tiles a CTA may take: two up to head dim 128; one at 256, where a tile's fp32 O alone is
+  // 128 registers a thread.
+  constexpr int max_m_tiles() const { return head_dim <= 128 ? 2 : 1; }
 };
 
 // Shapes (H200; bench/NOTES.md, run 3): 64-key tiles; three stages at head dim 128 (106-110 KB of
 // shared memory, two CTAs per SM, two tiles = 64 KB of loads in flight per CTA; two or four stages
 // measured the same) with the .L2::128B prefetch hint (+2-2.5% at B 64, 4k-32k keys); four stages
-// at head dim 64 (77 KB; not measured separately).
+// at head dim 64 (77 KB; not measured separately). Head dims 96 and 256 are sized, not measured: 96
+// takes 128's three stages (81-85 KB); 256 two stages and one m-tile (140 KB: one CTA per SM, on the
+// GPUs that grant a CTA that much, A100 and H100 / H200; the dispatch checks).
 constexpr DecodeTile decode_tile(int head_dim) {
-  return head_dim == 64 ? DecodeTile{64, 64, 4, 2, 0} : DecodeTile{128, 64, 3, 2, 128};
+  switch (head_dim) {
+    case 64: return DecodeTile{64, 64, 4, 2, 0};
+    case 96: return DecodeTile{96, 64, 3, 2, 0};
+    case 256: return DecodeTile{256, 64, 2, 1, 0};
+    default: return DecodeTile{128, 64, 3, 2, 128};
+  }
 }
 
 // Variants the benchmark times beside the tuned shape (bench/decode_variants.cu; head dim 128, bf16,
@@ -66,9 +76,8 @@ constexpr DecodeTile decode_variant_tile(DecodeTile t, DecodeVariant v) {
   return t;
 }
 
-constexpr int kDecodeHeadDims[] = {64, 128};  // the head dims decode_tile has shapes for
+constexpr int kDecodeHeadDims[] = {64, 96, 128, 256};  // the head dims decode_tile has shapes for
 constexpr int kDecodeMaxSeqQ = 16;     // the decode path takes S_q <= this
-constexpr int kDecodeMaxMTiles = 2;    // packed rows per CTA: 16 or 32
 
 struct DecodeParams {
   FwdParams fwd;     // Q, K, V, O, LSE, S_q, S_kv, heads, group, causal, scale_log2, negate_q
@@ -102,6 +111,12 @@ struct DecodeShape {
   int policy_splits;  // > 1: the policy fixes the split count; otherwise chosen from the shape
 };
 
+// The m16 row tiles a CTA of `head_dim` takes for `rows` packed rows: one for up to 16, else the
+// tile's max_m_tiles.
+constexpr int decode_m_tiles(int head_dim, long long rows) {
+  return rows <= 16 ? 1 : decode_tile(head_dim).max_m_tiles();
+}
+
 // The host decisions of one decode shape (decode_dispatch.cpp), taken once: the packed rows, the
 // split count and the workspace layout.
 struct DecodePlan {
@@ -131,8 +146,9 @@ long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* works
 int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_count, int ctas_per_sm);
 
 // Launch functions (attention_decode.cu). Each throws pasa::Error on a CUDA error. Split kernel:
-// splits x (H_kv row_chunks) x batch CTAs of decode_tile(head_dim); m_tiles 1 or 2; in_type f16 or
-// bf16; to_half: bf16 inputs rounded to fp16 in shared memory (the fdpp policy's input format).
+// splits x (H_kv row_chunks) x batch CTAs of decode_tile(head_dim); m_tiles as decode_m_tiles gives
+// it (1 or 2); in_type f16 or bf16; to_half: bf16 inputs rounded to fp16 in shared memory (the fdpp
+// policy's input format).
 void launch_decode_split(const DecodeParams& p, int batch, int head_dim, int m_tiles, ElemType in_type,
                          bool to_half, void* stream);
 // Merge: one warp per packed row. pass 0 merges every row (and, with the unified max, flags and counts

@@ -52,6 +52,17 @@ constexpr FwdTile exact_tile(int head_dim) {
   }
 }
 
+// The shapes of the instantiations with a sliding window, a softcap or an attention mask
+// (attention_fwd_kernel.cuh, ScoreMods::all). At D 64 to 128 the tuned shapes hold 255 registers a
+// thread already, and the window's bounds and the mask's addresses and reads made ptxas spill 36-104
+// bytes there; key tiles of half the keys free a quarter of the scores' registers and keep the two
+// m-tiles per warp (no spills, sm_80 and sm_90a). D 256 keeps its shape (no spills).
+constexpr FwdTile score_mods_tile(int head_dim) {
+  FwdTile t = exact_tile(head_dim);
+  if (head_dim != 256) t.block_n /= 2;
+  return t;
+}
+
 // Variants the benchmark times beside the tuned shapes (f16 inputs; bench/fwd_variants.cu), each one
 // lever of bench/NOTES.md changed. `tuned` is exact_tile().
 enum class FwdVariant : int {

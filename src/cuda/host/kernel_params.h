@@ -37,15 +37,16 @@ struct FwdParams {
   int causal_offset;  // key k is visible to query r iff k <= r + causal_offset (when causal)
   // Sliding window (flash-attn's window_size) around the same diagonal: query r sees keys
   // r + causal_offset - window_left .. r + causal_offset + window_right; -1: that side unbounded.
-  // Only the Hopper exact kernel takes a window (the dispatch checks).
+  // The window, the softcap and the mask: the exact kernels only (the dispatch checks).
   int window_left = -1, window_right = -1;
-  // Logit softcap: > 0 turns the scaled scores s into softcap tanh(s / softcap) (Hopper exact only);
-  // softcap_scale = alpha / softcap.
+  // Logit softcap: > 0 turns the scaled scores s into softcap tanh(s / softcap); softcap_scale =
+  // |alpha| / softcap (the kernels' raw scores carry alpha's sign: the portable one flips Q for a
+  // negative alpha).
   float softcap = 0.0f, softcap_scale = 0.0f;
-  // attn_mask (Hopper exact only): element (b, h, row, key) at mask + b mask_stride_b + h mask_stride_h +
+  // attn_mask: element (b, h, row, key) at mask + b mask_stride_b + h mask_stride_h +
   // row mask_stride_s + key mask_stride_k (stride 0 on a broadcast axis). Boolean: a zero byte hides the
   // key; additive: the value times mask_scale is added to the score as the kernel holds it (raw
-  // scores: 1 / alpha; soft-capped ones: 1).
+  // scores: log2(e) / scale_log2, i.e. 1 / |alpha|; soft-capped ones: 1).
   const void* mask = nullptr;
   MaskType mask_type = MaskType::none;
   std::int64_t mask_stride_b = 0, mask_stride_h = 0, mask_stride_s = 0, mask_stride_k = 0;
@@ -55,6 +56,12 @@ struct FwdParams {
                      // exponentiated in base 2
   bool negate_q;     // exact: alpha < 0; the kernel flips Q's sign so that it scales by |alpha|
   float pasa_g;      // pasa: the invariance G of the stored M (numerics/pasa_shift.h), in fp32
+
+  // A sliding window, a softcap or an attention mask: the scores take more than the causal and
+  // sequence-end masks.
+  bool has_score_mods() const {
+    return window_left >= 0 || window_right >= 0 || softcap > 0.0f || mask_type != MaskType::none;
+  }
 };
 
 // The head dims each family of kernels is built for (the decode kernel's: decode_params.h).
@@ -95,13 +102,29 @@ struct PasaRequest {
   bool accurate;
 };
 
+// The portable pasa kernel's CTA (attention_fwd_pasa_portable.cu): 8 warps of one m16 row tile each
+// (128 query rows), key blocks of s2 = kPasaBlockKv keys. Shared memory: the K' tile with the
+// prepass's 8 mean rows, then the V tile (which holds the Q tile first, until every warp has its Q
+// fragments in registers), rows padded by 16 bytes. 37 KB at head dim 64, 70 KB at 128: under the
+// 99 KB that every sm_80+ GPU grants a CTA.
+struct PasaPortableTile {
+  int head_dim;
+  static constexpr int kWarps = 8;
+  static constexpr int kKRows = kPasaBlockKv + 8;  // the keys, then the mean rows (pasa_stage.cuh)
+  constexpr int block_m() const { return 16 * kWarps; }
+  constexpr int threads() const { return 32 * kWarps; }
+  constexpr int smem_stride() const { return head_dim + 8; }  // elements
+  constexpr int smem_bytes() const { return (kKRows + kPasaBlockKv) * smem_stride() * 2; }
+};
+constexpr int kPasaHeadDims[] = {64, 128};  // the prepass's K' tiles (pasa_stage.cuh), both paths
+
 // Launch functions (defined in the .cu files). Each throws pasa::Error on a CUDA error; `stream` is
 // a cudaStream_t. Two families: the portable kernels (sm_80 instructions, compiled for every
 // architecture of the build) and the sm_90a ones (wgmma, TMA; compiled for the build's 90a entries
 // only; without one, hopper_kernels_absent.cpp defines them as errors).
 //
 // exact, portable: CTA shapes from fwd_tiles.h (batch x heads x ceil(seq_q / block_m) CTAs); head dims
-// kPortableHeadDims.
+// kPortableHeadDims; any alpha, window, softcap and mask.
 void launch_exact_portable_fwd(const FwdParams& p, int batch, int head_dim, ElemType in_type, void* stream);
 // exact on the Hopper engine (attention_fwd_hopper.cuh): a persistent grid of min(tiles, sm_count)
 // warp-specialized CTAs; head dims kHopperHeadDims, a positive alpha (the portable kernel flips Q for a
@@ -110,6 +133,9 @@ void launch_exact_fwd(const KernelRequest& r, void* stream);
 // pasa (sm_90a): the prepass (K' = M K in fp16, as tiles; bf16 V to fp16) into scratch from pasa's pool, then the
 // Hopper engine's pasa variant; both on `stream`.
 void launch_pasa(const PasaRequest& r, void* stream);
+// pasa, portable: the same prepass (K' only: bf16 V is rounded to fp16 in shared memory), then the
+// portable pasa kernel (batch x heads x ceil(seq_q / 128) CTAs); both on `stream`. Head dims kPasaHeadDims.
+void launch_pasa_portable(const PasaRequest& r, void* stream);
 // sage8 (sm_90a): the quantization prepass (smooth K, INT8 Q and K per thread group, FP8 V per channel) into
 // scratch from pasa's pool, then the INT8 / FP8 attention kernel; all on `stream`.
 void launch_sage8(const Sage8Request& r, void* stream);

@@ -15,9 +15,10 @@
 // flagged row return at once).
 //
 // v1 (this file): cp.async ring (with the .L2::128B prefetch hint at head dim 128), Q fragments in
-//   registers for one m-tile, in-CTA warp split of keys. B 64, 32/8 heads, d 128, bf16: 3.9-4.2 TB/s
-//   through the API, 0.92-0.98x cuDNN and 1.5x torch's flash backend (H200, bench/NOTES.md run 3);
-//   the stage count (2, 3 or 4) does not move it: the stream, not the bytes in flight, is the limit.
+//   registers for one m-tile (up to head dim 128), in-CTA warp split of keys. B 64, 32/8 heads,
+//   d 128, bf16: 3.9-4.2 TB/s through the API, 0.92-0.98x cuDNN and 1.5x torch's flash backend
+//   (H200, bench/NOTES.md run 3); the stage count (2, 3 or 4) does not move it: the stream, not the
+//   bytes in flight, is the limit.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -97,7 +98,9 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   constexpr int kDChunks = kHeadDim / 16;
   constexpr int kRows = 2 * kMTiles;       // rows per thread
   constexpr int kBlockM = 16 * kMTiles;    // packed rows per CTA
-  constexpr bool kQInRegs = kMTiles == 1;
+  // Q stays in registers for one m-tile up to head dim 128 (at 256, its 64 registers and O's 128 would
+  // not fit in 255).
+  constexpr bool kQInRegs = kMTiles == 1 && kHeadDim <= 128;
   constexpr std::uint32_t kTileBytes = kBlockN * kStride * 2;
   static_assert(kStride == smem_row_stride<kHeadDim>(), "tile_load and the tile table agree on padding");
   static_assert(kStages >= 2 && kWarpKeys % 16 == 0, "a ring of stages; whole k16 steps per warp");
@@ -368,14 +371,15 @@ void launch_decode_split_tile(const DecodeParams& p, int batch, cudaStream_t str
   check_launch("attention_decode_kernel launch");
 }
 
-// Exact merge of the splits (algorithms.md section 1), one warp per packed row. pass 0: every row; with the
+// Exact merge of the splits (algorithms.md section 1), one warp per packed row, each lane one or two
+// float4 pieces of it (lanes past the row's kHeadDim / 4 pieces idle). pass 0: every row; with the
 // unified max a row some split flagged is not written but marked in row_flag and counted. pass 1:
 // only the rows marked (the synchronized pass's partials).
 template <int kHeadDim>
 __global__ void __launch_bounds__(128) attention_decode_merge_kernel(const __grid_constant__ DecodeParams p,
                                                                     int batch, int pass) {
-  constexpr int kPerLane = kHeadDim / 32;
-  static_assert(kPerLane == 4 || kPerLane == 2, "head dim 64 or 128");
+  constexpr int kQuads = kHeadDim / 4;
+  constexpr int kPerLane = (kQuads + 31) / 32;
   const std::int64_t R = static_cast<std::int64_t>(batch) * p.heads_kv * p.rows;
   const std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
   if (idx >= R) return;
@@ -395,34 +399,31 @@ __global__ void __launch_bounds__(128) attention_decode_merge_kernel(const __gri
     if (flag) return;
   }
   float L = 0.0f;
-  float acc[kPerLane] = {};
+  float4 acc[kPerLane] = {};
   for (int s = 0; s < p.splits; ++s) {
     const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + (s * R + idx) * 2);
     const float wt = ml.x == -INFINITY ? 0.0f : exp2f(ml.x - M);  // exactly 1 for the unified max
     L += wt * ml.y;
-    const float* src = p.part_o + (s * R + idx) * kHeadDim + lane * kPerLane;
-    if constexpr (kPerLane == 4) {
-      const float4 x = *reinterpret_cast<const float4*>(src);
-      acc[0] += wt * x.x;
-      acc[1] += wt * x.y;
-      acc[2] += wt * x.z;
-      acc[3] += wt * x.w;
-    } else {
-      const float2 x = *reinterpret_cast<const float2*>(src);
-      acc[0] += wt * x.x;
-      acc[1] += wt * x.y;
+    const float* src = p.part_o + (s * R + idx) * kHeadDim;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int quad = lane + 32 * i;
+      if (quad >= kQuads) continue;
+      const float4 x = *reinterpret_cast<const float4*>(src + 4 * quad);
+      acc[i].x += wt * x.x;
+      acc[i].y += wt * x.y;
+      acc[i].z += wt * x.z;
+      acc[i].w += wt * x.w;
     }
   }
   const int per_b = p.heads_kv * p.rows;
   const int b = static_cast<int>(idx / per_b);
   const int h_kv = static_cast<int>(idx % per_b) / p.rows;
   const int r = static_cast<int>(idx % per_b) % p.rows;
-  if constexpr (kPerLane == 4) {
-    store_final(p, b, h_kv, r, lane * 4, M, L, make_float4(acc[0], acc[1], acc[2], acc[3]));
-  } else {
-    // Two lanes' pairs make one quad: even lanes store columns 4 (lane / 2) .. + 3.
-    const float x2 = __shfl_down_sync(0xffffffffu, acc[0], 1), y2 = __shfl_down_sync(0xffffffffu, acc[1], 1);
-    if (lane % 2 == 0) store_final(p, b, h_kv, r, lane * 2, M, L, make_float4(acc[0], acc[1], x2, y2));
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int quad = lane + 32 * i;
+    if (quad < kQuads) store_final(p, b, h_kv, r, 4 * quad, M, L, acc[i]);
   }
 }
 

@@ -4,6 +4,11 @@
 // warp_mma (the warp's Q K^T and P V), fwd_mask, online_softmax (the exact row step), epilogue (O and
 // LSE).
 //
+// The sliding window, the logit softcap and the attention mask run in an instantiation of their own
+// (ScoreMods::all), so that the plain one keeps its registers: its CTAs visit only the key blocks the
+// window leaves them (fwd_mask.cuh, as the Hopper kernel does), soft-cap the raw scores, then add or
+// apply the mask before the causal / window / sequence-end masks.
+//
 // One CTA = kWarps warps = one block of kBlockM = 16 kMTiles kWarps query rows of one (batch, head);
 // each warp owns 16 kMTiles rows and reads its Q fragments from shared memory each k step (one m-tile
 // per warp keeps them in registers instead). With two stages, K_j+1 and V_j+1 load into the other
@@ -38,8 +43,14 @@
 #include "cuda/arch/ptx.cuh"
 #include "cuda/pipeline/tile_load.cuh"
 #include "cuda/arch/warp_mma.cuh"
+#include "pasa/error.h"
 
 namespace pasa::cuda {
+
+// Which score modifications an instantiation runs beyond the causal and sequence-end masks: none
+// (the fast path), or all of the sliding window, the logit softcap and the attention mask, each as
+// FwdParams asks (FwdParams::has_score_mods).
+enum class ScoreMods : int { none = 0, all = 1 };
 
 // The tile of an instantiation, as a type (C++17 has no class-type template parameters).
 template <int kHeadDim, int kVariant = 0>
@@ -47,9 +58,19 @@ struct FwdTileOf {
   static constexpr FwdTile value = variant_tile(exact_tile(kHeadDim), static_cast<FwdVariant>(kVariant));
 };
 
-template <class TileOf, typename QElem>
+template <int kHeadDim>
+struct ScoreModsTileOf {
+  static constexpr FwdTile value = score_mods_tile(kHeadDim);
+};
+
+// The exact policy's tile for an instantiation of kMods.
+template <int kHeadDim, ScoreMods kMods>
+using ExactTileOf = std::conditional_t<kMods == ScoreMods::none, FwdTileOf<kHeadDim>, ScoreModsTileOf<kHeadDim>>;
+
+template <class TileOf, typename QElem, ScoreMods kMods = ScoreMods::none>
 __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_ctas_per_sm())
     attention_fwd_kernel(const __grid_constant__ FwdParams p) {
+  constexpr bool kScoreMods = kMods == ScoreMods::all;
   constexpr FwdTile kT = TileOf::value;
   constexpr int kHeadDim = kT.head_dim;
   constexpr int kBlockN = kT.block_n;
@@ -87,19 +108,25 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
   const int warp_row0 = warp * 16 * kMTiles;     // the warp's first row in the CTA's tile
   const int row_lo = m0 + warp_row0 + lane / 4;  // this thread's rows: row_lo + 16 mt + 8 i
 
-  // Keys [0, n_end) are visible to at least one row of the block.
-  int n_end = p.seq_kv;
-  if (p.causal) {
-    const int last_row = min(m0 + kBlockM, p.seq_q) - 1;
-    n_end = max(0, min(p.seq_kv, last_row + p.causal_offset + 1));
+  // Key blocks [kb_first, kb_end) hold the keys visible to at least one row of the block.
+  int kb_first = 0, kb_end;
+  if constexpr (kScoreMods) {
+    kb_first = first_key_block(p, m0, kBlockN);
+    kb_end = visited_key_blocks(p, m0, kBlockM, kBlockN, (p.seq_kv + kBlockN - 1) / kBlockN);
+  } else {
+    int n_end = p.seq_kv;
+    if (p.causal) {
+      const int last_row = min(m0 + kBlockM, p.seq_q) - 1;
+      n_end = max(0, min(p.seq_kv, last_row + p.causal_offset + 1));
+    }
+    kb_end = (n_end + kBlockN - 1) / kBlockN;
   }
-  if (n_end == 0) {  // every row fully masked: O = 0, LSE = -inf
+  if (kb_end <= kb_first) {  // every row fully masked: O = 0, LSE = -inf
     const float zero[kDTiles][2] = {};
 #pragma unroll
     for (int r = 0; r < kRows; ++r) store_output_row(p, b, h, row_lo + 8 * r, zero, -INFINITY);
     return;
   }
-  const int n_blocks = (n_end + kBlockN - 1) / kBlockN;
 
   const QElem* gQ = static_cast<const QElem*>(p.q.data) + b * p.q.stride_b + h * p.q.stride_h +
                     m0 * p.q.stride_s;  // [kBlockM, D] tile
@@ -116,10 +143,10 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
                                                  p.v.stride_s, p.seq_kv - n0);
   };
 
-  // Prologue: Q and K_0 (and V_0 with two stages) in one group.
+  // Prologue: Q and the first K (and V with two stages) in one group.
   load_tile_async<kBlockM, kHeadDim, kThreads>(sQ, gQ, p.q.stride_s, p.seq_q - m0);
-  load_k(0, 0);
-  if constexpr (kStages == 2) load_v(0, 0);
+  load_k(kb_first, 0);
+  if constexpr (kStages == 2) load_v(kb_first, 0);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
@@ -146,15 +173,15 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
   softmax.init();
   float tOrO[kMTiles][kDTiles][4] = {};  // running O~ in fp32
 
-  for (int j = 0; j < n_blocks; ++j) {
+  for (int j = kb_first; j < kb_end; ++j) {
     const int n0 = j * kBlockN;
-    const int stage = kStages == 2 ? (j & 1) : 0;
+    const int stage = kStages == 2 ? ((j - kb_first) & 1) : 0;
     if constexpr (kStages == 2) {
-      if (j > 0) {
+      if (j > kb_first) {
         cp_async_wait<0>();  // K_j, V_j have landed
         __syncthreads();     // ... for every thread; and every warp is done with block j - 1's buffers
       }
-      if (j + 1 < n_blocks) {
+      if (j + 1 < kb_end) {
         load_k(j + 1, stage ^ 1);
         load_v(j + 1, stage ^ 1);
         cp_async_commit();
@@ -167,24 +194,30 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
     }
     const std::uint32_t k_stage = k_addr + stage * kTileBytes;
     const std::uint32_t v_stage = v_addr + stage * kTileBytes;
-    const bool needs_mask =
-        n0 + kBlockN > p.seq_kv || (p.causal && n0 + kBlockN - 1 > m0 + p.causal_offset);
+    const bool needs_mask = kScoreMods ? block_needs_mask(p, n0, kBlockN, m0 + warp_row0, 16 * kMTiles)
+                                       : n0 + kBlockN > p.seq_kv ||
+                                             (p.causal && n0 + kBlockN - 1 > m0 + p.causal_offset);
 
     // P of this block as A fragments of the P V mma (keys 16 kk .. 16 kk + 15 in tOrP[mt][kk]).
     std::uint32_t tOrP[kMTiles][kNChunks][4];
     float rescale[kRows];  // the factor of each row's running O
 
-    // S = Q K_j^T (raw: the scale rides in the exponent).
+    // S = Q K_j^T (raw: the scale rides in the exponent, except where a softcap scales it first).
     float tSrS[kMTiles][kNTiles][4] = {};
     warp_qk<kMTiles, kNTiles, kDChunks, kStride, MmaElem, kQInRegs>(tSrS, q_addr, tSrQ, k_stage);
+    if constexpr (kScoreMods) {
+      if (p.softcap > 0.0f) apply_softcap(tSrS, p);
+      if (p.mask_type != MaskType::none) apply_attn_mask(tSrS, p, b, h, n0, row_lo);
+    }
     if (needs_mask) apply_mask(tSrS, p, n0, row_lo);
-    const bool rescale_o = __any_sync(0xffffffffu, softmax.step(tSrS, p.scale_log2, rescale));  // a max moved
+    const float scale_log2 = kScoreMods && p.softcap > 0.0f ? kLog2e : p.scale_log2;
+    const bool rescale_o = __any_sync(0xffffffffu, softmax.step(tSrS, scale_log2, rescale));  // a max moved
     scores_to_p_fragments<MmaElem>(tOrP, tSrS);
 
     if constexpr (kStages == 1) {
       cp_async_wait<0>();  // V_j has landed
       __syncthreads();     // ... for every thread; and every warp is done reading K_j
-      if (j + 1 < n_blocks) {
+      if (j + 1 < kb_end) {
         load_k(j + 1, 0);
         cp_async_commit();
       }
@@ -240,10 +273,10 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
 }
 
 // Host side: one launch of an instantiation. Throws pasa::Error on a CUDA error.
-template <class TileOf, typename QElem>
+template <class TileOf, typename QElem, ScoreMods kMods = ScoreMods::none>
 void launch_fwd(const FwdParams& p, int batch, cudaStream_t stream) {
   constexpr FwdTile kT = TileOf::value;
-  auto* kernel = attention_fwd_kernel<TileOf, QElem>;
+  auto* kernel = attention_fwd_kernel<TileOf, QElem, kMods>;
   constexpr int smem = kT.smem_bytes();
   static OncePerDevice configured;
   // (all of the unified L1 / shared memory as shared memory: two CTAs of up to 104 KB each per SM)
@@ -252,5 +285,34 @@ void launch_fwd(const FwdParams& p, int batch, cudaStream_t stream) {
   kernel<<<grid, kT.threads(), smem, stream>>>(p);
   check_launch("attention_fwd_kernel launch");
 }
+
+// The exact policy's instantiations of one ScoreMods: fp16 / bf16 inputs, head dims 64, 96, 128 and
+// 256, CTA shapes from fwd_tiles.h (ExactTileOf).
+template <ScoreMods kMods, typename Elem>
+void launch_exact_dim(const FwdParams& p, int batch, int head_dim, cudaStream_t s) {
+  switch (head_dim) {
+    case 64: launch_fwd<ExactTileOf<64, kMods>, Elem, kMods>(p, batch, s); break;
+    case 96: launch_fwd<ExactTileOf<96, kMods>, Elem, kMods>(p, batch, s); break;
+    case 128: launch_fwd<ExactTileOf<128, kMods>, Elem, kMods>(p, batch, s); break;
+    case 256: launch_fwd<ExactTileOf<256, kMods>, Elem, kMods>(p, batch, s); break;
+    default: throw Error("exact kernel: head dim must be 64, 96, 128 or 256");
+  }
+}
+
+template <ScoreMods kMods>
+void launch_exact_portable(const FwdParams& p, int batch, int head_dim, ElemType in_type, cudaStream_t s) {
+  if (in_type == ElemType::f16) {
+    launch_exact_dim<kMods, __half>(p, batch, head_dim, s);
+  } else if (in_type == ElemType::bf16) {
+    launch_exact_dim<kMods, __nv_bfloat16>(p, batch, head_dim, s);
+  } else {
+    throw Error("exact kernel: inputs must be f16 or bf16");
+  }
+}
+
+// ScoreMods::all's instantiations (attention_fwd_exact_score_mods.cu: a translation unit of their own,
+// compiled beside the plain ones).
+void launch_exact_portable_score_mods(const FwdParams& p, int batch, int head_dim, ElemType in_type,
+                                      cudaStream_t s);
 
 }  // namespace pasa::cuda

@@ -8,7 +8,8 @@
 // block in fp32, then one fused multiply-add per element rounded once to fp16 (the emulator forms the
 // same GEMM in fp32 term by term). bf16 inputs are rounded to fp16 first (the pasa policy's input
 // format). Also per block: the column mean of the fp16 K' rows (the rows that give the kernel its
-// sums of S'), and, for bf16 inputs only, V rounded to fp16 (the kernel reads fp16 V as given).
+// sums of S'), and, for bf16 inputs to the sm_90a kernel, V rounded to fp16 (its TMA copies fp16 V as
+// given; the portable kernel rounds V in shared memory instead).
 //
 // One CTA of kPrepThreads per (key block, K/V head, batch); thread (row lane, column group) owns 8
 // consecutive channels (16-byte loads and stores) of every kRowLanes-th key.
@@ -59,7 +60,7 @@ struct PrepParams {
   float mean_key_factor;  // pseudo_avg=k: the mean rows are this (M's row sum) times the mean key;
                           // 0: they are the mean of the stored K' rows (pseudo_avg=s)
   std::uint8_t* tiles;
-  __half* v_fp16;  // bf16 inputs: V in fp16, [B, H_kv, S_kv, D]
+  __half* v_fp16;  // bf16 inputs: V in fp16, [B, H_kv, S_kv, D]; null: not written
 };
 
 template <int D, typename InElem>
@@ -93,10 +94,12 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
 #pragma unroll
     for (int i = 0; i < 8; ++i) sum[i] += x[i];
     if constexpr (std::is_same_v<InElem, __nv_bfloat16>) {
-      const InElem* gV = static_cast<const InElem*>(p.v.data) + b * p.v.stride_b + h * p.v.stride_h + col;
-      load8_as_fp16(gV + (k0 + r) * p.v.stride_s, x);
-      *reinterpret_cast<uint4*>(p.v_fp16 + (((static_cast<std::int64_t>(b) * p.heads_kv + h) * p.seq_kv + k0 + r) * D + col)) =
-          pack8_fp16(x);
+      if (p.v_fp16 != nullptr) {
+        const InElem* gV = static_cast<const InElem*>(p.v.data) + b * p.v.stride_b + h * p.v.stride_h + col;
+        load8_as_fp16(gV + (k0 + r) * p.v.stride_s, x);
+        *reinterpret_cast<uint4*>(p.v_fp16 + (((static_cast<std::int64_t>(b) * p.heads_kv + h) * p.seq_kv + k0 + r) * D + col)) =
+            pack8_fp16(x);
+      }
     }
   }
   const auto reduce = [&](float (&s)[8]) {  // the row lanes' partial sums -> colsum (ends synced)

@@ -71,20 +71,32 @@ __device__ __forceinline__ void load_tile_async(Elem* smem, const Elem* base, st
 template <int kRows, int kHeadDim, int kThreads>
 __device__ __forceinline__ void own_chunks_bf16_to_half(void* smem) {
   constexpr int kChunksPerRow = kHeadDim / 8;
-  constexpr int kRowStep = kThreads / kChunksPerRow;
   constexpr int kStride = smem_row_stride<kHeadDim>();
   const unsigned tid = threadIdx.x;
-  const int row = static_cast<int>(tid / kChunksPerRow);
-  const int col = static_cast<int>(tid % kChunksPerRow) * 8;
-  auto* base = static_cast<std::uint16_t*>(smem) + row * kStride + col;
-#pragma unroll
-  for (int i = 0; i < kRows / kRowStep; ++i) {
-    uint4* chunk = reinterpret_cast<uint4*>(base + i * kRowStep * kStride);
+  const auto convert = [](std::uint16_t* at) {
+    uint4* chunk = reinterpret_cast<uint4*>(at);
     uint4 x = *chunk;
     std::uint32_t* w = &x.x;
 #pragma unroll
     for (int e = 0; e < 4; ++e) w[e] = bf16x2_to_half2(w[e]);
     *chunk = x;
+  };
+  auto* tile = static_cast<std::uint16_t*>(smem);
+  if constexpr (kThreads % kChunksPerRow != 0) {  // load_tile_async's row-major chunk order
+    constexpr int kChunks = kRows * kChunksPerRow;
+#pragma unroll
+    for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i) {
+      const int c = static_cast<int>(tid) + i * kThreads;
+      if (kChunks % kThreads == 0 || c < kChunks) {
+        convert(tile + (c / kChunksPerRow) * kStride + (c % kChunksPerRow) * 8);
+      }
+    }
+  } else {
+    constexpr int kRowStep = kThreads / kChunksPerRow;
+    const int row = static_cast<int>(tid / kChunksPerRow);
+    const int col = static_cast<int>(tid % kChunksPerRow) * 8;
+#pragma unroll
+    for (int i = 0; i < kRows / kRowStep; ++i) convert(tile + (row + i * kRowStep) * kStride + col);
   }
 }
 

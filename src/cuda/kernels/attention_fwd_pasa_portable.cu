@@ -1,0 +1,291 @@
+// SPDX-License-Identifier: Apache-2.0
+// The pasa and pasa_accurate policies on the portable path (sm_80 instructions: mma.sync m16n8k16,
+// ldmatrix, cp.async): PASA's Algorithm 1 (docs/algorithms.md section 3) at the emulator's rounding
+// points, as the sm_90a kernel computes it (hopper_pasa_mainloop.cuh), from the same prepass
+// (pasa_prepare.cu: K' = M K in fp16, as tiles with 8 mean rows, pasa_stage.cuh) and the same per-row
+// state (PasaSoftmax, online_softmax.cuh). It composes the exact kernel's pieces (tile_load, warp_mma,
+// fwd_mask, epilogue); its mainloop is its own, since every step differs: 128-key blocks with the mean
+// rows, the state in fp16, O~ in fp16.
+//
+// One CTA = 8 warps = 128 query rows of one (batch, head), launched longest first when causal; each
+// warp owns one m16 tile and keeps its Q fragments in registers (bf16 Q rounded to fp16 in shared
+// memory first). Per key block of s2 = 128 keys:
+//   K'_j (the prepass's stage) by cp.async into padded rows, its 128-byte swizzle undone on the way;
+//   S' = Q K'^T with fp32 accumulators (the policies' qk_acc), 16 n8 tiles of scores, and a 17th
+//     against the mean rows: each row's mean of S' as hi + lo 2^-11 (about 22 bits);
+//   S' rounded to fp16 pairs (pasa) or kept in fp32 (pasa_accurate), masked, the block max, PASA's state
+//     update (the two rescale factors), P = fl(e^(fl(S' - m))) as the A fragments of P V;
+//   P V into a fresh fp32 accumulator (pv_acc), and P times a fragment of ones: the row sums of P;
+//   O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16, and l likewise (pasa_accurate's factors are fp32
+//     state: its products are formed in fp32 and rounded once, as the emulator rounds them).
+// V_j loads under S'_j, K'_j+1 under P V_j (the exact kernel's one-stage pipeline: two barriers a
+// block); bf16 V is rounded to fp16 in shared memory. Epilogue: O = fl(O~ / l), LSE = m + log l + G F.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/arch/cuda_check.h"
+#include "cuda/arch/ptx.cuh"
+#include "cuda/arch/warp_mma.cuh"
+#include "cuda/arch/wgmma.cuh"  // swizzled_offset: the prepass's stage layout
+#include "cuda/block/epilogue.cuh"
+#include "cuda/block/fwd_mask.cuh"
+#include "cuda/block/online_softmax.cuh"
+#include "cuda/block/pasa_stage.cuh"
+#include "cuda/host/device_pool.h"
+#include "cuda/host/kernel_params.h"
+#include "cuda/host/once_per_device.h"
+#include "cuda/pipeline/tile_load.cuh"
+#include "pasa/error.h"
+
+namespace pasa::cuda {
+namespace {
+
+// Copies one prepass stage (kKRows rows of D fp16 channels, swizzled 64-channel atoms) into `smem` as
+// plain rows of kStride elements, 16 bytes per cp.async. Issued by all kThreads threads; the caller
+// commits the group. Consecutive threads read consecutive 16-byte chunks of a 128-byte atom row, in
+// swizzled order: whole rows, coalesced.
+template <int D, int kThreads>
+__device__ __forceinline__ void load_stage_async(__half* smem, const std::uint8_t* stage) {
+  using Stage = PasaStage<D>;
+  constexpr int kStride = smem_row_stride<D>();
+  constexpr int kChunksPerRow = D / 8;
+  constexpr int kChunks = Stage::kKRows * kChunksPerRow;
+#pragma unroll
+  for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i) {
+    const int c = static_cast<int>(threadIdx.x) + i * kThreads;
+    if (kChunks % kThreads == 0 || c < kChunks) {
+      const int row = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+      cp_async_16(smem_addr(smem + row * kStride + col), stage + swizzled_offset<128>(Stage::k_offset(row, col)),
+                  true);
+    }
+  }
+}
+
+// QElem: the input type (bf16 Q and V are rounded to fp16 in shared memory). kAccurate: pasa_accurate
+// (S' and the softmax state in fp32). One CTA an SM: 189-252 registers a thread (sm_80), no spills.
+template <int D, typename QElem, bool kAccurate>
+__global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
+    attention_fwd_pasa_portable_kernel(const __grid_constant__ FwdParams p,
+                                       const std::uint8_t* __restrict__ k_tiles) {
+  constexpr PasaPortableTile kT{D};
+  constexpr int kThreads = kT.threads();
+  constexpr int kBlockM = kT.block_m();
+  constexpr int kKeys = kPasaBlockKv;
+  constexpr int kStride = kT.smem_stride();
+  constexpr int kNTiles = kKeys / 8;    // n8 score tiles of a block
+  constexpr int kNChunks = kKeys / 16;  // k16 steps of P V
+  constexpr int kDTiles = D / 8;        // n8 tiles of O
+  constexpr int kDChunks = D / 16;      // k16 steps of S'
+  constexpr bool kBf16 = std::is_same_v<QElem, __nv_bfloat16>;
+  using Stage = PasaStage<D>;
+  using Softmax = PasaSoftmax<1, !kAccurate>;
+  static_assert(kStride == smem_row_stride<D>(), "tile_load and the tile agree on padding");
+  static_assert(PasaPortableTile::kKRows == Stage::kKRows, "a K' tile is one prepass stage");
+  static_assert(kBlockM <= kKeys, "Q's tile fits in V's buffer");
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __half* sK = reinterpret_cast<__half*>(smem_raw);  // [kKRows][kStride]: K'_j, then its mean rows
+  __half* sV = sK + Stage::kKRows * kStride;          // [kKeys][kStride]: V_j (Q's tile until the loop)
+
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int m_block = p.causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
+  const int h = static_cast<int>(blockIdx.y);
+  const int b = static_cast<int>(blockIdx.z);
+  const int h_kv = h / p.group;
+  const int m0 = m_block * kBlockM;
+  const int warp_row0 = m0 + warp * 16;  // the warp's first row
+  const int row = warp_row0 + lane / 4;  // this thread's rows: row, row + 8
+
+  // Keys [0, n_end) are visible to at least one row of the CTA.
+  int n_end = p.seq_kv;
+  if (p.causal) {
+    const int last_row = min(m0 + kBlockM, p.seq_q) - 1;
+    n_end = max(0, min(p.seq_kv, last_row + p.causal_offset + 1));
+  }
+  if (n_end == 0) {  // every row fully masked: O = 0, LSE = -inf
+    const float zero[kDTiles][2] = {};
+    store_output_row(p, b, h, row, zero, -INFINITY);
+    store_output_row(p, b, h, row + 8, zero, -INFINITY);
+    return;
+  }
+  const int n_blocks = (n_end + kKeys - 1) / kKeys;
+  const int n_kb = (p.seq_kv + kKeys - 1) / kKeys;  // the prepass's stages per (batch, K/V head)
+  const int heads_kv = p.heads_q / p.group;
+  const std::uint8_t* gK = k_tiles + (static_cast<std::int64_t>(b) * heads_kv + h_kv) * n_kb * Stage::kBytes;
+  const QElem* gV = static_cast<const QElem*>(p.v.data) + b * p.v.stride_b + h_kv * p.v.stride_h;
+  const auto load_v = [&](int j) {
+    const int n0 = j * kKeys;
+    load_tile_async<kKeys, D, kThreads>(reinterpret_cast<QElem*>(sV), gV + n0 * p.v.stride_s, p.v.stride_s,
+                                        p.seq_kv - n0);
+  };
+
+  // Prologue: Q (into V's buffer) and K'_0 in one group, then each warp's Q fragments into registers.
+  const QElem* gQ = static_cast<const QElem*>(p.q.data) + b * p.q.stride_b + h * p.q.stride_h + m0 * p.q.stride_s;
+  load_tile_async<kBlockM, D, kThreads>(reinterpret_cast<QElem*>(sV), gQ, p.q.stride_s, p.seq_q - m0);
+  load_stage_async<D, kThreads>(sK, gK);
+  cp_async_commit();
+  cp_async_wait<0>();
+  if constexpr (kBf16) own_chunks_bf16_to_half<kBlockM, D, kThreads>(sV);
+  __syncthreads();
+  std::uint32_t tSrQ[kDChunks][4];
+  const std::uint32_t q_addr = smem_addr(sV) + warp * 16 * kStride * 2 + a_lane_offset<kStride>(lane);
+#pragma unroll
+  for (int kk = 0; kk < kDChunks; ++kk) ldmatrix_x4(tSrQ[kk], q_addr + kk * 16 * 2);
+
+  const std::uint32_t k_addr = smem_addr(sK) + k_lane_offset<kStride>(lane);
+  const std::uint32_t mean_addr = k_addr + kKeys * kStride * 2;  // lanes 0-15: the mean rows (x2)
+  const std::uint32_t v_addr = smem_addr(sV) + v_lane_offset<kStride>(lane);
+  Softmax softmax;
+  softmax.init();
+  __half2 tOrO[kDTiles][2];  // O~ in fp16: tile n's pair of row `row` (i = 0) and of row + 8 (i = 1)
+#pragma unroll
+  for (int n = 0; n < kDTiles; ++n) tOrO[n][0] = tOrO[n][1] = __float2half2_rn(0.0f);
+
+  for (int j = 0; j < n_blocks; ++j) {
+    const int n0 = j * kKeys;
+    cp_async_wait<0>();  // K'_j has landed
+    __syncthreads();     // ... for every thread; every warp is done reading V_j-1 (at j = 0, Q)
+    load_v(j);
+    cp_async_commit();
+
+    // S' = Q K'_j^T, and against the mean rows: column 2t is Q . hi, 2t + 1 is Q . lo (every t).
+    float tSrS[1][kNTiles][4] = {};
+    float tSrMean[4] = {};
+    warp_qk<1, kNTiles, kDChunks, kStride, __half, true>(tSrS, q_addr, tSrQ, k_addr);
+#pragma unroll
+    for (int kk = 0; kk < kDChunks; ++kk) {
+      std::uint32_t bm[2];
+      ldmatrix_x2(bm, mean_addr + kk * 16 * 2);
+      mma_16816<__half>(tSrMean, tSrQ[kk], bm[0], bm[1]);
+    }
+    constexpr float kLo = 1.0f / kMeanLoScale;
+    const float mean[2] = {Softmax::stat(fmaf(tSrMean[1], kLo, tSrMean[0])),
+                           Softmax::stat(fmaf(tSrMean[3], kLo, tSrMean[2]))};
+
+    // The block max of the masked S', PASA's update, then P as the P V A fragments.
+    const bool needs_mask = block_needs_mask(p, n0, kKeys, warp_row0);
+    std::uint32_t tOrP[1][kNChunks][4];
+    float m_blk[2];
+    [[maybe_unused]] __half2 m_use[2];  // pasa: the fp16 shift of the exponentials
+    if constexpr (kAccurate) {
+      if (needs_mask) apply_mask(tSrS, p, n0, row);
+      Softmax::block_max_fp32(tSrS, m_blk);
+    } else {
+      scores_to_p_fragments<__half>(tOrP, tSrS);  // S' rounded to fp16
+      if (needs_mask) apply_mask(tOrP, p, n0, row);
+      Softmax::block_max(tOrP, m_blk, m_use);
+    }
+    float ep[2], ec[2];
+    softmax.rescale(j, m_blk, mean, p.pasa_g, ep, ec);
+#pragma unroll
+    for (int kc = 0; kc < kNChunks; ++kc) {
+      if constexpr (kAccurate) {
+        Softmax::exponentiate_fp32(tOrP[0][kc], tSrS, m_blk, 0, kc);
+      } else {
+        Softmax::exponentiate_chunk(tOrP[0][kc], m_use, 0);
+      }
+    }
+
+    cp_async_wait<0>();  // V_j has landed
+    if constexpr (kBf16) own_chunks_bf16_to_half<kKeys, D, kThreads>(sV);
+    __syncthreads();     // ... for every thread; and every warp is done reading K'_j
+    if (j + 1 < n_blocks) {
+      load_stage_async<D, kThreads>(sK, gK + static_cast<std::int64_t>(j + 1) * Stage::kBytes);
+      cp_async_commit();
+    }
+
+    // P V_j into a fresh fp32 sum, and the row sums of P (P times ones: every column the row's sum).
+    float tOrPV[1][kDTiles][4] = {};
+    warp_pv<1, kNChunks, kDTiles, kStride, __half>(tOrPV, tOrP, v_addr);
+    float psum[4] = {};
+#pragma unroll
+    for (int kc = 0; kc < kNChunks; ++kc) mma_16816<__half>(psum, tOrP[0][kc], kOnesHalf2, kOnesHalf2);
+    const float row_psum[2] = {psum[0], psum[2]};
+    softmax.add_block(row_psum);
+
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if constexpr (kAccurate) {
+#pragma unroll
+        for (int n = 0; n < kDTiles; ++n) {
+          const float2 o = __half22float2(tOrO[n][i]);
+          const float2 pv = __half22float2(__floats2half2_rn(tOrPV[0][n][2 * i], tOrPV[0][n][2 * i + 1]));
+          tOrO[n][i] = __hadd2(__floats2half2_rn(ep[i] * o.x, ep[i] * o.y),
+                               __floats2half2_rn(ec[i] * pv.x, ec[i] * pv.y));
+        }
+      } else {
+        const __half2 ep2 = __float2half2_rn(ep[i]), ec2 = __float2half2_rn(ec[i]);  // fp16 values: exact
+#pragma unroll
+        for (int n = 0; n < kDTiles; ++n) {
+          const __half2 pv = __floats2half2_rn(tOrPV[0][n][2 * i], tOrPV[0][n][2 * i + 1]);
+          tOrO[n][i] = __hadd2(__hmul2(ep2, tOrO[n][i]), __hmul2(ec2, pv));
+        }
+      }
+    }
+  }
+
+  // Epilogue: O = fl(O~ / l) (0 for a row that saw no key), the LSE.
+  float row_l[2], lse[2];
+  softmax.finish(p.pasa_g, row_l, lse);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float o_row[kDTiles][2];
+#pragma unroll
+    for (int n = 0; n < kDTiles; ++n) {
+      const float2 o = __half22float2(tOrO[n][i]);
+      o_row[n][0] = lse[i] == -INFINITY ? 0.0f : round_fp16(__fdiv_rn(o.x, row_l[i]));
+      o_row[n][1] = lse[i] == -INFINITY ? 0.0f : round_fp16(__fdiv_rn(o.y, row_l[i]));
+    }
+    store_output_row(p, b, h, row + 8 * i, o_row, lse[i]);
+  }
+}
+
+template <int D, typename QElem, bool kAccurate>
+void launch_typed(const PasaRequest& r, cudaStream_t stream) {
+  constexpr PasaPortableTile kT{D};
+  const KernelRequest& c = r.call;
+  const FwdParams& p = c.fwd;
+  const int n_kb = (p.seq_kv + kPasaBlockKv - 1) / kPasaBlockKv;
+  StreamBuffer tiles(pasa_tile_bytes(c.batch, c.heads_kv, n_kb, D), c.device, stream);
+  auto* k_tiles = static_cast<std::uint8_t*>(tiles.get());
+  launch_pasa_tiles(r, k_tiles, nullptr, n_kb, stream);
+  auto* kernel = attention_fwd_pasa_portable_kernel<D, QElem, kAccurate>;
+  static OncePerDevice configured;
+  configured([&] {
+    set_shared_memory(kernel, kT.smem_bytes(), true, "cudaFuncSetAttribute(attention_fwd_pasa_portable_kernel)");
+  });
+  const dim3 grid((p.seq_q + kT.block_m() - 1) / kT.block_m(), p.heads_q, c.batch);
+  kernel<<<grid, kT.threads(), kT.smem_bytes(), stream>>>(p, k_tiles);
+  check_launch("attention_fwd_pasa_portable_kernel launch");
+}
+
+template <typename QElem, bool kAccurate>
+void launch_dim(const PasaRequest& r, cudaStream_t stream) {
+  if (r.call.head_dim == 64) {
+    launch_typed<64, QElem, kAccurate>(r, stream);
+  } else if (r.call.head_dim == 128) {
+    launch_typed<128, QElem, kAccurate>(r, stream);
+  } else {
+    throw Error("pasa kernel (portable): head dim must be 64 or 128");
+  }
+}
+
+}  // namespace
+
+void launch_pasa_portable(const PasaRequest& r, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (r.call.in_type == ElemType::f16) {
+    r.accurate ? launch_dim<__half, true>(r, s) : launch_dim<__half, false>(r, s);
+  } else if (r.call.in_type == ElemType::bf16) {
+    r.accurate ? launch_dim<__nv_bfloat16, true>(r, s) : launch_dim<__nv_bfloat16, false>(r, s);
+  } else {
+    throw Error("pasa kernel (portable): inputs must be f16 or bf16");
+  }
+}
+
+}  // namespace pasa::cuda

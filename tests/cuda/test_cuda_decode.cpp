@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: Apache-2.0
+// The split-KV decode kernel (S_q <= 16, the exact and fdpp policies) against the fp64 reference, with
+// the CPU emulator running the same policy as the yardstick (cuda_case_harness.h states the rule):
+// GQA / MQA packing, one split and many, causal both alignments, FlashDecoding++'s unified max and its
+// recomputed rows, head dims 64 to 256. It serves both CUDA paths. Without a GPU of compute capability
+// 8.0 or newer every test is skipped.
+#include <cstring>
+
+#include "cuda/host/decode_params.h"
+#include "cuda_case_harness.h"
+
+namespace pasa {
+namespace {
+
+// Decode shapes: B 1..4, 32 query heads over 8 K/V heads (GQA, 16 packed rows at S_q = 4) or one
+// (MQA: 32+ packed rows, two m-tiles, several row chunks), S_q 1 / 4 / 16, S_kv 1 to 16k+ (one
+// split to many), causal bottom-right (a shorter key range per query row; fully masked rows when
+// S_q > S_kv) and top-left.
+std::vector<Case> decode_cases(DType in) {
+  const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
+  const DType f32 = DType::f32;
+  return {
+      {1, 32, 8, 1, 1, 128, false, br, false, in, in},       // S_kv = 1
+      {2, 32, 8, 1, 17, 64, false, br, false, in, f32},
+      {4, 32, 8, 1, 1000, 128, false, br, true, in, in},     // BSHD
+      {1, 32, 8, 4, 1000, 64, true, br, false, in, f32},     // 16 packed rows, causal
+      {2, 32, 1, 1, 4096, 128, false, br, false, in, in},    // MQA: 32 packed rows, two m-tiles
+      {1, 32, 8, 16, 4096, 128, true, br, false, in, f32},   // 64 packed rows: two row chunks
+      {3, 32, 1, 4, 1000, 64, true, br, true, in, in},       // MQA, S_q = 4: four row chunks
+      {1, 32, 8, 1, 16411, 128, false, br, false, in, in},   // long: many splits, a tail tile
+      {1, 32, 8, 16, 17, 64, true, br, false, in, f32},
+      {1, 8, 8, 16, 10, 128, true, br, false, in, f32},      // S_q > S_kv: fully masked rows
+      {1, 4, 2, 16, 300, 64, true, tl, false, in, f32},      // top-left
+  };
+}
+
+TEST(CudaDecode, ExactMatchesReferenceFp16) {
+  REQUIRE_GPU();
+  for (const Case& c : decode_cases(DType::f16)) check_case(c, exact_policy(DType::f16));
+}
+
+TEST(CudaDecode, ExactMatchesReferenceBf16) {
+  REQUIRE_GPU();
+  for (const Case& c : decode_cases(DType::bf16)) check_case(c, exact_policy(DType::bf16));
+}
+
+// The policy's splits > 1 fix the split count (here against the emulator's exact merge of as many);
+// negative and zero scales as in the prefill kernel; stats are filled without a sync.
+TEST(CudaDecode, PolicySplitsScalesAndStats) {
+  REQUIRE_GPU();
+  const auto br = CausalAlignment::bottom_right;
+  Policy split5 = exact_policy(DType::f16);
+  split5.splits = 5;
+  Extra extra;
+  check_case({1, 32, 8, 4, 3000, 128, true, br, false, DType::f16, DType::f32}, split5, split5, std::nullopt,
+             &extra);
+  EXPECT_EQ(extra.kernel_stats.rows, 32 * 4);
+  EXPECT_EQ(extra.kernel_stats.recomputed_rows, 0);
+  for (const double scale : {-0.2, 0.0}) {
+    check_case({2, 32, 8, 1, 700, 64, false, br, false, DType::bf16, DType::bf16}, exact_policy(DType::bf16),
+               exact_policy(DType::bf16), scale);
+  }
+}
+
+// FlashDecoding++ with small scores: no row leaves the window, nothing is recomputed, and the result
+// equals the synchronized algorithm's (fdpp,shift=none, the same splits) within rounding.
+TEST(CudaDecode, FdppSmallScoresMatchTheSynchronizedResult) {
+  REQUIRE_GPU();
+  const auto br = CausalAlignment::bottom_right;
+  const Policy unified = preset_policy("fdpp");
+  const Policy sync = parse_policy("fdpp,shift=none");
+  Policy auto_splits = unified;
+  auto_splits.splits = 1;  // the split count chosen from the shape
+  const Case cases[] = {{2, 32, 8, 4, 2048, 128, false, br, false, DType::f16, DType::f32},
+                        {1, 32, 1, 16, 5000, 64, true, br, false, DType::bf16, DType::bf16},
+                        {3, 32, 8, 1, 1000, 128, false, br, true, DType::bf16, DType::f16}};
+  for (const Case& c : cases) {
+    for (const Policy& pol : {unified, auto_splits}) {
+      const auto seed = test::fresh_seed();
+      Extra u, s;
+      check_case(c, pol, pol, std::nullopt, &u, seed);
+      Policy pol_sync = sync;
+      pol_sync.splits = pol.splits;
+      check_case(c, pol_sync, pol_sync, std::nullopt, &s, seed);
+      SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(c) << " " << to_string(pol));
+      const std::int64_t rows = c.B * c.Hq * c.Sq;
+      EXPECT_EQ(u.kernel_stats.rows, rows);
+      EXPECT_EQ(u.kernel_stats.recomputed_rows, 0);
+      EXPECT_EQ(u.emulator_stats.recomputed_rows, 0);
+      EXPECT_LT(test::relative_rmse(u.kernel_o, s.kernel_o), 2e-3) << "unified vs synchronized kernel";
+    }
+  }
+}
+
+// Large scores (x - phi far above window_hi): every row is recomputed with the synchronized path and
+// counted, and the result is the synchronized kernel's, bit for bit.
+TEST(CudaDecode, FdppLargeScoresAreRecomputedAndCounted) {
+  REQUIRE_GPU();
+  const auto br = CausalAlignment::bottom_right;
+  const Policy unified = preset_policy("fdpp");
+  const Policy sync = parse_policy("fdpp,shift=none");
+  const Case cases[] = {{1, 32, 8, 4, 600, 64, false, br, false, DType::f16, DType::f32},
+                        {2, 32, 1, 1, 3000, 128, true, br, false, DType::bf16, DType::f16}};
+  for (const Case& c : cases) {
+    const auto seed = test::fresh_seed();
+    Extra u, s;
+    check_case(c, unified, unified, 2.0, &u, seed, 0.5, 1.5);
+    check_case(c, sync, sync, 2.0, &s, seed, 0.5, 1.5);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(c));
+    const std::int64_t rows = c.B * c.Hq * c.Sq;
+    EXPECT_EQ(u.emulator_stats.recomputed_rows, rows);
+    EXPECT_EQ(u.kernel_stats.recomputed_rows, rows);
+    EXPECT_EQ(u.kernel_stats.rows, rows);
+    ASSERT_EQ(u.kernel_o.size(), s.kernel_o.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < u.kernel_o.size(); ++i) differ += u.kernel_o[i] != s.kernel_o[i];
+    EXPECT_EQ(differ, 0u) << "recomputed rows differ from the synchronized kernel's";
+    EXPECT_EQ(std::memcmp(u.kernel_lse.data(), s.kernel_lse.data(), u.kernel_lse.size() * sizeof(float)), 0);
+  }
+}
+
+// The decode kernel at head dims 96 and 256 (where the device grants its shared memory): exact and
+// fdpp (unified, synchronized, and the recomputed rows of large scores), f16 and bf16 inputs (head dim
+// 96's rows of 12 16-byte chunks do not divide the CTA's threads: fdpp's rounding of bf16 K and V in
+// shared memory takes the row-major chunk order), one and two m-tiles (two at 96 only), one split and
+// many, the policy's split count, causal both alignments, GQA and MQA.
+std::vector<Case> decode_head_dim_cases(DType in, std::int64_t D) {
+  const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
+  const DType f32 = DType::f32;
+  return {
+      {1, 32, 8, 1, 1, D, false, br, false, in, in},        // S_kv = 1
+      {2, 32, 8, 4, 1000, D, true, br, true, in, f32},      // 16 packed rows, causal, BSHD
+      {2, 32, 1, 1, 4096, D, false, br, false, in, in},     // MQA: 32 packed rows
+      {1, 32, 8, 16, 3000, D, true, br, false, in, f32},    // 64 packed rows: row chunks
+      {1, 8, 8, 16, 10, D, true, br, false, in, f32},       // S_q > S_kv: fully masked rows
+      {1, 4, 2, 16, 300, D, true, tl, false, in, f32},      // top-left
+  };
+}
+
+TEST(CudaDecode, HeadDims96And256) {
+  REQUIRE_GPU();
+  const auto br = CausalAlignment::bottom_right;
+  const Policy unified = preset_policy("fdpp"), sync = parse_policy("fdpp,shift=none");
+  int ran = 0;
+  for (const int D : {96, 256}) {
+    if (!device_grants_shared_memory(cuda::decode_tile(D).smem_bytes(cuda::decode_m_tiles(D, 32)))) {
+      std::printf("  head dim %d: the device does not grant the decode kernel's shared memory\n", D);
+      continue;
+    }
+    ++ran;
+    for (const DType in : {DType::f16, DType::bf16}) {
+      for (const Case& c : decode_head_dim_cases(in, D)) {
+        check_case(c, exact_policy(in));
+        check_case(c, unified);
+        check_case(c, sync);
+      }
+    }
+    Policy split5 = exact_policy(DType::f16);
+    split5.splits = 5;
+    check_case({1, 32, 8, 4, 3000, D, true, br, false, DType::f16, DType::f32}, split5);
+    // Large scores: every row leaves the window and is recomputed, as the emulator counts.
+    const Case c{1, 32, 8, 4, 600, D, false, br, false, DType::bf16, DType::f16};
+    Extra extra;
+    check_case(c, unified, unified, 2.0, &extra, std::nullopt, 0.5, 1.5);
+    EXPECT_EQ(extra.kernel_stats.recomputed_rows, c.B * c.Hq * c.Sq);
+    EXPECT_EQ(extra.emulator_stats.recomputed_rows, c.B * c.Hq * c.Sq);
+  }
+  if (ran == 0) GTEST_SKIP() << "the device grants neither head dim's decode CTA its shared memory";
+}
+
+}  // namespace
+}  // namespace pasa
