@@ -6,7 +6,8 @@ Usage: python3 bench/python_compare.py [out_csv] [--quick]
 
 Points: head dims 64 / 128, S = 1k / 4k / 16k, B * S = 32k tokens, H * D = 2048, causal and not,
 fp16 and bf16, BHSD contiguous, normal(0, 1) inputs. Per point every method runs once per round, in
-turn, for 5 warm-up and 30 timed rounds (CUDA events around each call); the median of each is kept.
+turn (the order rotated every round), for 5 warm-up and 30 timed rounds, CUDA events around each call
+and nothing waiting between calls; the median of each is kept.
 TFLOP/s = 4 B H S^2 D / t, halved for causal. Each method's quantization or prepass is inside its
 call (pasa's sage8 and SageAttention2 alike). SageAttention2 (`sageattention`) is timed where it is
 importable; it is a peer, never a dependency.
@@ -51,19 +52,23 @@ def methods(causal):
 
 
 def interleaved_ms(fns, q, k, v):
-    """Median ms of each function, the functions taking turns within every round."""
-    times = {name: [] for name in fns}
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in fns]
+    """Median ms of each function, the functions taking turns within every round (in a rotated order,
+    so that none is always first). Nothing waits between calls: each call's host work overlaps the
+    GPU work queued before it, so the events time the GPU, as in the C++ benchmark."""
+    names = list(fns)
+    events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                     for _ in range(WARMUP + RUNS)] for name in names}
+    torch.cuda.synchronize()
+    torch.cuda._sleep(50_000_000)  # ~25 ms of queued GPU time, so the host starts ahead of the GPU
     for r in range(WARMUP + RUNS):
-        for (name, fn), (start, stop) in zip(fns.items(), events):
+        for i in range(len(names)):
+            name = names[(r + i) % len(names)]
+            start, stop = events[name][r]
             start.record()
-            fn(q, k, v)
+            fns[name](q, k, v)
             stop.record()
-        torch.cuda.synchronize()
-        if r >= WARMUP:
-            for name, (start, stop) in zip(fns, events):
-                times[name].append(start.elapsed_time(stop))
-    return {name: statistics.median(t) for name, t in times.items()}
+    torch.cuda.synchronize()
+    return {name: statistics.median(s.elapsed_time(e) for s, e in events[name][WARMUP:]) for name in names}
 
 
 def speed(points, out_csv):

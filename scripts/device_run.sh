@@ -10,7 +10,8 @@
 # Phases that can be left out to fit a short device call: PASA_VARIANTS=0 (the prefill and decode
 # kernels' variant benchmarks in bench/, and their compilation), PASA_PYTHON=0 (the Python package and its tests);
 # PASA_TEST_FILTER=<gtest filter> runs only those GPU tests; PASA_BENCH_ARGS="--policy sage8 ..." narrows
-# `pasa bench` to some points; PASA_COMPARE=1 adds bench/python_compare.py (PASA_COMPARE_ARGS=--quick:
+# `pasa bench` to some points (PASA_CPP_BENCH=0 leaves it out, PASA_TORCH_SDPA=0 the torch table after
+# it); PASA_COMPARE=1 adds bench/python_compare.py (PASA_COMPARE_ARGS=--quick:
 # S 1k and 4k only).
 set -uo pipefail
 ROOT=$(pwd)
@@ -86,7 +87,8 @@ if [ "${PASA_PYTHON:-1}" != 0 ] && python3 -c "import scikit_build_core, nanobin
   CMAKE_BUILD_PARALLEL_LEVEL=16 PASA_CUDA_ARCHS=90a python3 -m pip install -q --no-build-isolation \
     --no-deps --target /tmp/pasa-py -Cbuild-dir=/tmp/pasa-pybuild "${PY_PREFIX[@]}" . \
     >"$BUILD/python_build.log" 2>&1 || tail -20 "$BUILD/python_build.log"
-  PYTHONPATH=/tmp/pasa-py python3 -m pytest -q -p no:cacheprovider tests/python >"$BUILD/pytest.log" 2>&1
+  PYTHONPATH="/tmp/pasa-py:${PASA_PEER_PYTHONPATH:-}" python3 -m pytest -q -p no:cacheprovider tests/python \
+    >"$BUILD/pytest.log" 2>&1
   echo "pytest rc=$?"
   grep -E "passed|failed|error" "$BUILD/pytest.log" | tail -5
   cat "$BUILD/pytest.log" >>"$OUT/tests.log"
@@ -97,9 +99,11 @@ wait "$BENCH_BUILD"
 cat "$BUILD/bench_build.log" >>"$OUT/build.log" 2>/dev/null  # $OUT returns at most 8 files
 grep -E "error|spill" "$BUILD/bench_build.log" 2>/dev/null | head -10
 
+[ "${PASA_CPP_BENCH:-1}" = 0 ] || {
 phase "pasa bench (the public API: exact, pasa, sage8 prefill; exact, fdpp decode)"
 "$BUILD/pasa" bench ${PASA_BENCH_ARGS:-} --csv "$OUT/pasa_bench.csv" >"$OUT/pasa_bench.log" 2>&1
 echo "pasa bench rc=$?"; head -1 "$OUT/pasa_bench.log"; grep -i "error" "$OUT/pasa_bench.log" | head -5
+}
 
 if [ -x "$BUILD/bench_attention" ]; then
   phase "bench/: the kernels' variants, the prepass"
@@ -121,11 +125,13 @@ if [ "${PASA_NCU:-0}" = 1 ] && [ -n "$NCU" ] && [ -x "$BUILD/bench_attention" ];
     "$OUT/ncu.txt" | sed -E 's/ +/ /g; s/smsp__average_warps_issue_stalled_/stall /; s/_per_issue_active.ratio//' | cut -c1-100 | head -30
 fi
 
+[ "${PASA_TORCH_SDPA:-1}" = 0 ] || {
 phase "bench: torch SDPA (and the table)"
 CSVS="$OUT/pasa_bench.csv"
 [ -f "$OUT/variants_bench.csv" ] && CSVS="$CSVS,$OUT/variants_bench.csv"
 PYTHONUNBUFFERED=1 python3 bench/torch_sdpa.py "$CSVS" "$OUT/torch_sdpa.csv" 2>&1 \
   | grep -E -v "^torch-(flash|cudnn) "
+}
 
 # The Python comparison (PASA_COMPARE=1; needs the package built above): pasa's policies, torch SDPA
 # and SageAttention2 where importable (PASA_PEER_PYTHONPATH: where a build of it lies), interleaved.

@@ -105,7 +105,7 @@ TEST_P(CudaPasaNumerics, FiniteWhereFp16AttentionOverflows) {
   }
 }
 
-// The portable kernel rounds where the emulator does. With pseudo_avg=k (the local pseudo-average from
+// The pasa kernels round where the emulator does. With pseudo_avg=k (the local pseudo-average from
 // the block's mean key; pasa_accurate's default. With pseudo_avg=s the kernels take the mean of S'
 // before its rounding to fp16, the emulator after) every rounding point of the kernel is one of the
 // emulator's, at the same format. On Q, K, V on a grid of 1/16 in [-1, 1] (5 significant bits), M K is
@@ -127,36 +127,41 @@ GivenInputs grid_inputs(const Case& c, std::uint64_t seed) {
   return {std::move(q), std::move(k), std::move(v)};
 }
 
-class CudaPasaPortable : public ::testing::Test {
+// Both pasa kernels (the portable one, and the sm_90a one where the device has it) on grid inputs.
+class CudaPasaRounding : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!have_gpu()) GTEST_SKIP() << "no sm_80+ GPU: CUDA tests skipped";
-    g_cuda_path = CudaPath::portable;
   }
   void TearDown() override { g_cuda_path = CudaPath::automatic; }
 };
 
-TEST_F(CudaPasaPortable, KernelRoundsWhereTheEmulatorDoes) {
-  for (const char* text : {"pasa,pseudo_avg=k", "pasa_accurate"}) {
-    const Policy pol = parse_policy(text);
-    for (const Case& c : {Case{1, 4, 2, 1000, 1000, 128, false, kBr, false, DType::f16, DType::f32},
-                          Case{1, 2, 1, 700, 700, 64, true, kBr, false, DType::bf16, DType::f32}}) {
-      const std::uint64_t seed = 31 + c.Sq;
-      SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(c) << " policy " << text);
-      const GivenInputs in = grid_inputs(c, seed);
-      std::mt19937_64 rng(seed);
-      Extra extra;
-      const Result r = run_case(c, pol, pol, rng, -1.0, 1.0, 1.0, &extra, &in);
-      ASSERT_EQ(extra.kernel_o.size(), extra.emulator_o.size());
-      std::size_t equal = 0;
-      for (std::size_t i = 0; i < extra.kernel_o.size(); ++i) equal += extra.kernel_o[i] == extra.emulator_o[i];
-      const double share = static_cast<double>(equal) / static_cast<double>(extra.kernel_o.size());
-      const double apart = test::relative_rmse(extra.kernel_o, extra.emulator_o);
-      std::printf("  %-60s %s: %.1f%% of O equal to the emulator's, kernel vs emulator %.3e, emulator vs "
-                  "fp64 %.3e\n", describe(c).c_str(), text, 100.0 * share, apart, r.err_emulator);
-      ASSERT_TRUE(std::isfinite(r.err_emulator));
-      EXPECT_GE(share, 2.0 / 3.0) << "the kernel's rounding points differ from the emulator's";
-      EXPECT_LE(apart, r.err_emulator);
+TEST_F(CudaPasaRounding, KernelsRoundWhereTheEmulatorDoes) {
+  for (const CudaPath path : {CudaPath::portable, CudaPath::automatic}) {
+    g_cuda_path = path;
+    const char* path_name = path == CudaPath::portable ? "portable" : "automatic";
+    for (const char* text : {"pasa,pseudo_avg=k", "pasa_accurate"}) {
+      const Policy pol = parse_policy(text);
+      for (const Case& c : {Case{1, 4, 2, 1000, 1000, 128, false, kBr, false, DType::f16, DType::f32},
+                            Case{1, 2, 1, 700, 700, 64, true, kBr, false, DType::bf16, DType::f32}}) {
+        const std::uint64_t seed = 31 + c.Sq;
+        SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(c) << " policy " << text << " path "
+                                          << path_name);
+        const GivenInputs in = grid_inputs(c, seed);
+        std::mt19937_64 rng(seed);
+        Extra extra;
+        const Result r = run_case(c, pol, pol, rng, -1.0, 1.0, 1.0, &extra, &in);
+        ASSERT_EQ(extra.kernel_o.size(), extra.emulator_o.size());
+        std::size_t equal = 0;
+        for (std::size_t i = 0; i < extra.kernel_o.size(); ++i) equal += extra.kernel_o[i] == extra.emulator_o[i];
+        const double share = static_cast<double>(equal) / static_cast<double>(extra.kernel_o.size());
+        const double apart = test::relative_rmse(extra.kernel_o, extra.emulator_o);
+        std::printf("  %-60s %s (%s): %.1f%% of O equal to the emulator's, kernel vs emulator %.3e, emulator vs "
+                    "fp64 %.3e\n", describe(c).c_str(), text, path_name, 100.0 * share, apart, r.err_emulator);
+        ASSERT_TRUE(std::isfinite(r.err_emulator));
+        EXPECT_GE(share, 2.0 / 3.0) << "the kernel's rounding points differ from the emulator's";
+        EXPECT_LE(apart, r.err_emulator);
+      }
     }
   }
 }

@@ -85,11 +85,15 @@ __device__ __forceinline__ float2 unpack2(std::uint32_t w) {
 
 template <typename Elem>
 struct Sage8HopperVariant : HopperVariantDefaults {
-  // Two consumer warpgroups at both head dims (S 64, the fresh P~ V sum D / 2, O D / 2 and P~ 16
-  // registers a thread); each keeps a 64-row Q8 tile in the extra shared memory. Four stages: the
+  // Three consumer warpgroups at D 64, two at D 128 (S 64, the fresh P~ V sum D / 2, O D / 2 and P~
+  // 16 registers a thread); each keeps a 64-row Q8 tile in the extra shared memory. Four stages: the
   // 8-bit slots are half the 16-bit ones, so a deeper ring costs what two stages of those do.
+  // (ptxas spills 88 bytes at D 64 in 160 registers; three warpgroups still measured 1.0-1.12x two,
+  // bench/NOTES.md.)
   template <int D>
-  using Tile = HopperTile<D, 2, 2 * 64 * D, SageStage<D>::kKBytes, SageStage<D>::kVBytes, 4>;
+  static constexpr int kConsumers = D == 64 ? 3 : 2;
+  template <int D>
+  using Tile = HopperTile<D, kConsumers<D>, kConsumers<D> * 64 * D, SageStage<D>::kKBytes, SageStage<D>::kVBytes, 4>;
 
   template <class Tile>
   __device__ __forceinline__ static const std::uint8_t* stage(const HopperParams& m, int b, int h_kv, int j,
