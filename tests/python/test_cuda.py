@@ -217,8 +217,10 @@ def test_window_softcap_and_mask_on_cuda_or_fall_back(gen, d):
 
     pasa.stats(reset=True)
     module = Masked()
-    with torch.no_grad(), pytest.warns(pasa.PasaFallbackWarning, match="attention mask"):
-        with pasa.patch(module, policy="pasa") as handle:  # (no pasa kernel has a mask)
+    # (No pasa kernel has a mask; at D 96 and 256 there is no pasa kernel at all, which is the reason.)
+    reason = "attention mask" if d in (64, 128) else "head dim"
+    with torch.no_grad(), pytest.warns(pasa.PasaFallbackWarning, match=reason):
+        with pasa.patch(module, policy="pasa") as handle:
             got = module(q, k, v)
     assert handle.fallbacks == 1 and handle.calls == 0 and pasa.stats()["fallbacks"] == 1
     torch.testing.assert_close(got, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
