@@ -12,9 +12,9 @@
 namespace pasa::cuda {
 namespace {
 
-template <typename Elem, int D, bool kMasked>
+template <typename Elem, int D, bool kMasked, int kConsumers64 = kMasked ? 2 : 3>
 void launch_typed(const KernelRequest& r, cudaStream_t stream) {
-  using Variant = ExactHopperVariant<Elem, kMasked>;
+  using Variant = ExactHopperVariant<Elem, kMasked, kConsumers64>;
   using Tile = typename Variant::template Tile<D>;
   const FwdParams& p = r.fwd;
   const HopperParams m{fp16_row_tile_map(p.q, r.batch, p.heads_q, p.seq_q, D, Tile::kBlockM, "q"),
@@ -30,8 +30,17 @@ void launch_typed(const KernelRequest& r, cudaStream_t stream) {
 template <typename Elem>
 void launch_dim(const KernelRequest& r, cudaStream_t stream) {
   const bool masked = r.fwd.mask_type != MaskType::none;
+  // Causal calls up to 4k rows at D 64 on two consumer warpgroups: measured 1.03-1.11x three at 1k and
+  // 4k, 0.87-1.00x at 16k (bench/NOTES.md).
+  const bool short_causal = r.fwd.causal && r.fwd.seq_q <= 4096;
   if (r.head_dim == 64) {
-    masked ? launch_typed<Elem, 64, true>(r, stream) : launch_typed<Elem, 64, false>(r, stream);
+    if (masked) {
+      launch_typed<Elem, 64, true>(r, stream);
+    } else if (short_causal) {
+      launch_typed<Elem, 64, false, 2>(r, stream);
+    } else {
+      launch_typed<Elem, 64, false>(r, stream);
+    }
   } else if (r.head_dim == 128) {
     masked ? launch_typed<Elem, 128, true>(r, stream) : launch_typed<Elem, 128, false>(r, stream);
   } else {

@@ -13,6 +13,7 @@
 #include "cuda/host/kernel_params.h"
 #include "cuda/host/tma.h"
 #include "cuda/kernels/hopper_pasa_mainloop.cuh"
+#include "cuda/kernels/pasa_dispatch.h"
 #include "pasa/error.h"
 
 namespace pasa::cuda {
@@ -45,28 +46,12 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
   launch_hopper<Variant, D>(m, c, stream, "attention_fwd_hopper_kernel (pasa)");
 }
 
-template <typename QElem, bool kAccurate>
-void launch_dim(const PasaRequest& r, cudaStream_t stream) {
-  if (r.call.head_dim == 64) {
-    launch_typed<QElem, 64, kAccurate>(r, stream);
-  } else if (r.call.head_dim == 128) {
-    launch_typed<QElem, 128, kAccurate>(r, stream);
-  } else {
-    throw Error("pasa kernel: head dim must be 64 or 128");
-  }
-}
-
 }  // namespace
 
 void launch_pasa(const PasaRequest& r, void* stream) {
-  const auto s = static_cast<cudaStream_t>(stream);
-  if (r.call.in_type == ElemType::f16) {
-    r.accurate ? launch_dim<__half, true>(r, s) : launch_dim<__half, false>(r, s);
-  } else if (r.call.in_type == ElemType::bf16) {
-    r.accurate ? launch_dim<__nv_bfloat16, true>(r, s) : launch_dim<__nv_bfloat16, false>(r, s);
-  } else {
-    throw Error("pasa kernel: inputs must be f16 or bf16");
-  }
+  dispatch_pasa(r, "pasa kernel", [&]<typename QElem, int D, bool kAccurate>() {
+    launch_typed<QElem, D, kAccurate>(r, static_cast<cudaStream_t>(stream));
+  });
 }
 
 }  // namespace pasa::cuda

@@ -38,6 +38,7 @@
 #include "cuda/host/device_pool.h"
 #include "cuda/host/kernel_params.h"
 #include "cuda/host/once_per_device.h"
+#include "cuda/kernels/pasa_dispatch.h"
 #include "cuda/pipeline/tile_load.cuh"
 #include "pasa/error.h"
 
@@ -264,28 +265,12 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
   check_launch("attention_fwd_pasa_portable_kernel launch");
 }
 
-template <typename QElem, bool kAccurate>
-void launch_dim(const PasaRequest& r, cudaStream_t stream) {
-  if (r.call.head_dim == 64) {
-    launch_typed<64, QElem, kAccurate>(r, stream);
-  } else if (r.call.head_dim == 128) {
-    launch_typed<128, QElem, kAccurate>(r, stream);
-  } else {
-    throw Error("pasa kernel (portable): head dim must be 64 or 128");
-  }
-}
-
 }  // namespace
 
 void launch_pasa_portable(const PasaRequest& r, void* stream) {
-  const auto s = static_cast<cudaStream_t>(stream);
-  if (r.call.in_type == ElemType::f16) {
-    r.accurate ? launch_dim<__half, true>(r, s) : launch_dim<__half, false>(r, s);
-  } else if (r.call.in_type == ElemType::bf16) {
-    r.accurate ? launch_dim<__nv_bfloat16, true>(r, s) : launch_dim<__nv_bfloat16, false>(r, s);
-  } else {
-    throw Error("pasa kernel (portable): inputs must be f16 or bf16");
-  }
+  dispatch_pasa(r, "pasa kernel (portable)", [&]<typename QElem, int D, bool kAccurate>() {
+    launch_typed<D, QElem, kAccurate>(r, static_cast<cudaStream_t>(stream));
+  });
 }
 
 }  // namespace pasa::cuda

@@ -23,15 +23,17 @@ namespace pasa::cuda {
 
 // kMasked: the call has an attention mask (an instantiation of its own: the unmasked one keeps its
 // registers, and at D 64 the masked one runs two consumer warpgroups of 240 registers).
-template <typename E, bool kMasked = false>
+// kConsumers64: the consumer warpgroups at D 64. Three by default (192 query rows share each K and V
+// tile; the softmax, whose work per score does not shrink with D, has more warps to hide it); two for
+// short causal calls, whose 192-row tiles leave more rows idle past the diagonal and the sequence end
+// (the launcher chooses: attention_fwd_exact_hopper.cu). Two at D 128 (S, P and O need ~200 registers
+// a thread).
+template <typename E, bool kMasked = false, int kConsumers64 = kMasked ? 2 : 3>
 struct ExactHopperVariant : HopperVariantDefaults {
   using Elem = E;
 
-  // Three consumer warpgroups at D 64 (192 query rows share each K and V tile; the softmax, whose
-  // work per score does not shrink with D, has more warps to hide it), two at D 128 (their S, P and
-  // O need ~200 registers a thread).
   template <int D>
-  using Tile = HopperTile<D, D == 64 && !kMasked ? 3 : 2>;
+  using Tile = HopperTile<D, D == 64 ? kConsumers64 : 2>;
 
   template <class Tile>
   __device__ __forceinline__ static void load_k(const HopperParams& m, std::uint32_t slot, std::uint32_t bar, int b,
