@@ -165,7 +165,7 @@ void run(const BenchOptions& o) {
 void add_bench_command(Command& app) {
   auto opt = std::make_shared<BenchOptions>();
   Command* cmd = app.add_subcommand(
-      "bench", "Time pasa's CUDA kernels (needs an sm_80+ GPU; pasa and sage8 an sm_90 one): prefill TFLOP/s "
+      "bench", "Time pasa's CUDA kernels (needs an sm_80+ GPU; sage8 an sm_90 one): prefill TFLOP/s "
       "and decode KV-read TB/s");
   cmd->add_option("--policy", opt->policies, "prefill policies, comma-separated")->delimiter(',')->capture_default_str();
   cmd->add_option("--dtype", opt->dtypes, "input dtypes: fp16, bf16")->delimiter(',')->capture_default_str();
