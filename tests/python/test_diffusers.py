@@ -104,12 +104,14 @@ def test_the_padding_mask_reaches_the_cross_attention(rng):
     model = build(pixart, seed)
     pasa_diffusers.register(model)
     given = pixart_inputs(torch.Generator().manual_seed(seed), model)
+    pasa.stats(reset=True)
     base = run(model, given)
     for token, moves in ((7, False), (2, True)):
         changed = dict(given, encoder_hidden_states=given["encoder_hidden_states"].clone())
         changed["encoder_hidden_states"][1, token] += 3.0
         delta = (run(model, changed)[1] - base[1]).abs().max()
         assert (delta > 1e-3) == moves, (token, float(delta))
+    assert pasa.stats()["fallbacks"] == 0  # pasa itself applied the mask
 
 
 def test_grouped_query_heads_and_image_inputs(rng):
@@ -121,8 +123,11 @@ def test_grouped_query_heads_and_image_inputs(rng):
     attn = Attention(query_dim=32, heads=4, kv_heads=2, dim_head=8, residual_connection=True,
                      processor=pasa_diffusers.PasaAttnProcessor()).eval()
     x = torch.randn(2, 32, 3, 5)
+    pasa.stats(reset=True)
     with torch.no_grad():
         got = attn(x)
+    assert pasa.stats()["fallbacks"] == 0  # pasa itself took the grouped heads
+    with torch.no_grad():
         tokens = x.flatten(2).transpose(1, 2)
         q, k, v = (proj(tokens).view(2, 15, -1, 8).transpose(1, 2)
                    for proj in (attn.to_q, attn.to_k, attn.to_v))

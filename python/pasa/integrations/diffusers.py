@@ -138,22 +138,28 @@ def register(model: Any, policy: PolicyLike = "exact", *, strict: bool = False) 
     processor = PasaAttnProcessor(policy, strict=strict)
     names = []
     for name, module in model.named_modules():
-        if type(getattr(module, "processor", None)) in replaced:
+        current = getattr(module, "processor", None)
+        if type(current) in replaced:
+            if not isinstance(current, PasaAttnProcessor):
+                module._pasa_replaced_processor = current  # what unregister() gives back
             module.set_processor(processor)
             names.append(name)
     return names
 
 
 def unregister(model: Any) -> List[str]:
-    """Gives every ``Attention`` module of ``model`` that has a :class:`PasaAttnProcessor`
-    diffusers' default processor back (``AttnProcessor2_0``, or ``AttnProcessor`` for a module
-    without ``scale_qk``, as ``Attention`` chooses); returns those modules' names."""
+    """Gives every ``Attention`` module of ``model`` that has a :class:`PasaAttnProcessor` the
+    processor :func:`register` replaced (or, for a module that came with a PasaAttnProcessor,
+    diffusers' default: ``AttnProcessor2_0``, or ``AttnProcessor`` without ``scale_qk``, as
+    ``Attention`` chooses); returns those modules' names."""
     from diffusers.models.attention_processor import AttnProcessor, AttnProcessor2_0
 
     names = []
     for name, module in model.named_modules():
         if isinstance(getattr(module, "processor", None), PasaAttnProcessor):
-            scale_qk = getattr(module, "scale_qk", True)
-            module.set_processor(AttnProcessor2_0() if scale_qk else AttnProcessor())
+            original = module.__dict__.pop("_pasa_replaced_processor", None)
+            if original is None:
+                original = AttnProcessor2_0() if getattr(module, "scale_qk", True) else AttnProcessor()
+            module.set_processor(original)
             names.append(name)
     return names

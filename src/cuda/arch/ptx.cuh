@@ -148,4 +148,18 @@ constexpr std::uint32_t kOnesHalf2 = 0x3C003C00u;
 // fl_fp16(x) as a float: the rounding points of the fp16 policies.
 __device__ __forceinline__ float round_fp16(float x) { return __half2float(__float2half_rn(x)); }
 
+// fl16(s x) for each half of the fp16 pair x, rounded once from the exact product (the fp32 multiply
+// alone would round it first: a double rounding, one fp16 ulp off where the fp32 product lands on a
+// midpoint). The product is rounded to fp32 toward zero and its last bit set when that dropped
+// anything (round to odd, exact remainder from an FMA): with 13 bits to spare, rounding that to fp16
+// gives what rounding the exact product gives.
+__device__ __forceinline__ float mul_round_to_odd(float a, float b) {
+  const float p = __fmul_rz(a, b);
+  return fmaf(a, b, -p) == 0.0f ? p : __int_as_float(__float_as_int(p) | 1);
+}
+__device__ __forceinline__ __half2 scale_half2_once(float s, __half2 x) {
+  const float2 f = __half22float2(x);
+  return __floats2half2_rn(mul_round_to_odd(s, f.x), mul_round_to_odd(s, f.y));
+}
+
 }  // namespace pasa::cuda

@@ -30,9 +30,10 @@ void launch_typed(const KernelRequest& r, cudaStream_t stream) {
 template <typename Elem>
 void launch_dim(const KernelRequest& r, cudaStream_t stream) {
   const bool masked = r.fwd.mask_type != MaskType::none;
-  // Causal calls up to 4k rows at D 64 on two consumer warpgroups: measured 1.03-1.11x three at 1k and
-  // 4k, 0.87-1.00x at 16k (bench/NOTES.md).
-  const bool short_causal = r.fwd.causal && r.fwd.seq_q <= 4096;
+  // Causal calls of up to 4k queries and keys at D 64 on two consumer warpgroups: measured 1.03-1.11x
+  // three at 1k and 4k, 0.87-1.00x at 16k (bench/NOTES.md, S_q = S_kv). (A few queries against many
+  // keys, as in chunked prefill, are mostly unmasked: the full case, where three are faster.)
+  const bool short_causal = r.fwd.causal && r.fwd.seq_q <= 4096 && r.fwd.seq_kv <= 4096;
   if (r.head_dim == 64) {
     if (masked) {
       launch_typed<Elem, 64, true>(r, stream);

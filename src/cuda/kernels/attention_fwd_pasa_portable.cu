@@ -17,7 +17,7 @@
 //     update (the two rescale factors), P = fl(e^(fl(S' - m))) as the A fragments of P V;
 //   P V into a fresh fp32 accumulator (pv_acc), and P times a fragment of ones: the row sums of P;
 //   O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16, and l likewise (pasa_accurate's factors are fp32
-//     state: its products are formed in fp32 and rounded once, as the emulator rounds them).
+//     state: each product is rounded to fp16 once from its exact value, as the emulator rounds it).
 // V_j loads under S'_j, K'_j+1 under P V_j (the exact kernel's one-stage pipeline: two barriers a
 // block); bf16 V is rounded to fp16 in shared memory. Epilogue: O = fl(O~ / l), LSE = m + log l + G F.
 #include <cuda_bf16.h>
@@ -214,10 +214,8 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
       if constexpr (kAccurate) {
 #pragma unroll
         for (int n = 0; n < kDTiles; ++n) {
-          const float2 o = __half22float2(tOrO[n][i]);
-          const float2 pv = __half22float2(__floats2half2_rn(tOrPV[0][n][2 * i], tOrPV[0][n][2 * i + 1]));
-          tOrO[n][i] = __hadd2(__floats2half2_rn(ep[i] * o.x, ep[i] * o.y),
-                               __floats2half2_rn(ec[i] * pv.x, ec[i] * pv.y));
+          const __half2 pv = __floats2half2_rn(tOrPV[0][n][2 * i], tOrPV[0][n][2 * i + 1]);
+          tOrO[n][i] = __hadd2(scale_half2_once(ep[i], tOrO[n][i]), scale_half2_once(ec[i], pv));
         }
       } else {
         const __half2 ep2 = __float2half2_rn(ep[i]), ec2 = __float2half2_rn(ec[i]);  // fp16 values: exact

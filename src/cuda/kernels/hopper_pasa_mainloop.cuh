@@ -162,8 +162,8 @@ struct PasaHopperVariant : HopperVariantDefaults {
         const float psum[2] = {psum_acc[0], psum_acc[2]};
         softmax.add_block(psum);
         // O~ = fl(fl(ep O~) + fl(ec fl(P V))): pasa's factors are fp16 values (its state is fp16), so
-        // the products are fp16 multiplies; pasa_accurate's are fp32, so each product is formed in
-        // fp32 and rounded once, as the emulator does.
+        // the products are fp16 multiplies; pasa_accurate's are fp32, so each product is rounded to
+        // fp16 once from its exact value (scale_half2_once), as the emulator rounds it.
         const __half2 ep2[2] = {__float2half2_rn(ep[0]), __float2half2_rn(ep[1])};
         const __half2 ec2[2] = {__float2half2_rn(ec[0]), __float2half2_rn(ec[1])};
 #pragma unroll
@@ -172,9 +172,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
           for (int i = 0; i < 2; ++i) {
             const __half2 pv = __floats2half2_rn(c[4 * n + 2 * i], c[4 * n + 2 * i + 1]);
             if constexpr (kAccurate) {
-              const float2 of = __half22float2(o[n][i]), pvf = __half22float2(pv);
-              o[n][i] = __hadd2(__floats2half2_rn(ep[i] * of.x, ep[i] * of.y),
-                                __floats2half2_rn(ec[i] * pvf.x, ec[i] * pvf.y));
+              o[n][i] = __hadd2(scale_half2_once(ep[i], o[n][i]), scale_half2_once(ec[i], pv));
             } else {
               o[n][i] = __hadd2(__hmul2(ep2[i], o[n][i]), __hmul2(ec2[i], pv));
             }

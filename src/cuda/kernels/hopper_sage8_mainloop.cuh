@@ -16,7 +16,8 @@
 //     exponentials are packed, into a fresh fp32 accumulator;
 //   the next block's Q8 K8^T issued, and O = O exp(m_old - m_new) + (P~ V8) exp(m_blk - m_new) while it
 //     runs (two-level accumulation, as the emulator models it).
-// Epilogue: O = O / l / 448 * v_scale, LSE = m + log l - log 448 + alpha q . mean(K).
+// Epilogue: O = O / l * v_scale (O and l both carry P~'s factor 448), LSE = m + log l - log 448 +
+// alpha q . mean(K).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -155,7 +156,11 @@ struct Sage8HopperVariant : HopperVariantDefaults {
       }
       ctx.q_ring.release(ctx.q_fill);  // (rows past the sequence are the TMA's zeros)
       amax = quad_max(amax);
-      const float inv = amax == 0.0f ? 0.0f : 127.0f / amax;  // x * inv: x / scale without a division each
+      // x * inv: x / scale without a division each. A negative softmax scale's sign goes into Q8 (exact:
+      // the INT8 range is symmetric), so that the dequantization scales and the integer maxima below
+      // see a positive scale.
+      const float alpha = ctx.m.quant.alpha;
+      const float inv = amax == 0.0f ? 0.0f : copysignf(127.0f / amax, alpha);
       auto pack = [&](const float (&v4)[4]) {
         std::uint32_t word = 0;
 #pragma unroll
@@ -163,7 +168,9 @@ struct Sage8HopperVariant : HopperVariantDefaults {
         return word;
       };
       // The words where the A fragments of the register form would be: rows g, g + 8 of the warp's
-      // slab, bytes kk 32 + 16 half + 4 t.
+      // slab, bytes kk 32 + 16 half + 4 t. (First the warpgroup's barrier: every warp's part of the
+      // previous tile's Q8 K8^T has completed before any warp overwrites Q8.)
+      named_barrier_sync(2 + ctx.c, 128);
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int row = ctx.warp * 16 + ctx.g + 8 * j;  // in the warpgroup's Q8 tile
@@ -184,14 +191,14 @@ struct Sage8HopperVariant : HopperVariantDefaults {
           for (int kk = 0; kk < kKT; ++kk)
 #pragma unroll
             for (int i = 0; i < 8; ++i) dot += x[j][kk][i / 4][i % 4] * mean[kk * 32 + 16 * (i / 4) + 4 * t + i % 4];
-          lse_off[j] = ctx.m.quant.alpha * quad_sum(dot);
+          lse_off[j] = alpha * quad_sum(dot);
         }
       } else {
         lse_off[0] = lse_off[1] = 0.0f;
       }
       fence_proxy_async_shared();
       named_barrier_sync(2 + ctx.c, 128);  // the warpgroup's Q8 tile is whole (barrier 1: start-up)
-      return amax / 127.0f * ctx.m.quant.alpha * kLog2e;
+      return amax / 127.0f * fabsf(alpha) * kLog2e;
     }
 
     __device__ __forceinline__ void run_tile(HopperConsumer<Tile>& ctx) const {
