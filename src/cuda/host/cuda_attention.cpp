@@ -264,7 +264,12 @@ std::string accepts_exact_hopper(const Candidate& c) {
 std::string accepts_pasa_hopper(const Candidate& c) {
   return accepts_hopper(c, Family::pasa, "the pasa and pasa_accurate policies");
 }
-std::string accepts_sage8_hopper(const Candidate& c) { return accepts_hopper(c, Family::sage8, "the sage8 policy"); }
+std::string accepts_sage8_hopper(const Candidate& c) {
+  if (c.family == Family::sage8 && c.alpha < 0.0) {
+    return "a negative softmax scale (its integer score maxima assume a positive one)";
+  }
+  return accepts_hopper(c, Family::sage8, "the sage8 policy");
+}
 
 std::string accepts_exact_portable(const Candidate& c) {
   if (c.family != Family::exact) return "runs the exact policy";

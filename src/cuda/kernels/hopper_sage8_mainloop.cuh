@@ -156,11 +156,10 @@ struct Sage8HopperVariant : HopperVariantDefaults {
       }
       ctx.q_ring.release(ctx.q_fill);  // (rows past the sequence are the TMA's zeros)
       amax = quad_max(amax);
-      // x * inv: x / scale without a division each. A negative softmax scale's sign goes into Q8 (exact:
-      // the INT8 range is symmetric), so that the dequantization scales and the integer maxima below
-      // see a positive scale.
+      // x * inv: x / scale without a division each. (The softmax scale alpha is >= 0: the integer
+      // maxima below assume a positive dequantization scale; the dispatch refuses a negative one.)
       const float alpha = ctx.m.quant.alpha;
-      const float inv = amax == 0.0f ? 0.0f : copysignf(127.0f / amax, alpha);
+      const float inv = amax == 0.0f ? 0.0f : 127.0f / amax;
       auto pack = [&](const float (&v4)[4]) {
         std::uint32_t word = 0;
 #pragma unroll
@@ -168,9 +167,7 @@ struct Sage8HopperVariant : HopperVariantDefaults {
         return word;
       };
       // The words where the A fragments of the register form would be: rows g, g + 8 of the warp's
-      // slab, bytes kk 32 + 16 half + 4 t. (First the warpgroup's barrier: every warp's part of the
-      // previous tile's Q8 K8^T has completed before any warp overwrites Q8.)
-      named_barrier_sync(2 + ctx.c, 128);
+      // slab, bytes kk 32 + 16 half + 4 t.
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int row = ctx.warp * 16 + ctx.g + 8 * j;  // in the warpgroup's Q8 tile
@@ -198,7 +195,7 @@ struct Sage8HopperVariant : HopperVariantDefaults {
       }
       fence_proxy_async_shared();
       named_barrier_sync(2 + ctx.c, 128);  // the warpgroup's Q8 tile is whole (barrier 1: start-up)
-      return amax / 127.0f * fabsf(alpha) * kLog2e;
+      return amax / 127.0f * alpha * kLog2e;
     }
 
     __device__ __forceinline__ void run_tile(HopperConsumer<Tile>& ctx) const {
@@ -377,6 +374,9 @@ struct Sage8HopperVariant : HopperVariantDefaults {
         const int col = 8 * n8 + 2 * t;
         return make_float2(o[n8][2 * i] * vsc[col], o[n8][2 * i + 1] * vsc[col + 1]);
       });
+      // Every warp's part of this tile's last Q8 K8^T has completed before any warp writes the next
+      // tile's Q8 (a warp's wgmma_wait covers its own part only).
+      named_barrier_sync(2 + ctx.c, 128);
     }
   };
 };
