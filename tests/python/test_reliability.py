@@ -62,7 +62,11 @@ def test_oom_inside_the_emulator_does_not_abort_python(tmp_path):
     # The emulator under an address-space limit too small for its working set: a Python exception,
     # never SIGABRT. Run in a child so the limit does not touch this process.
     script = textwrap.dedent("""
-        import resource, numpy as np, pasa
+        import os, resource, numpy as np, pasa
+        mapped = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        if mapped >= 2 << 30:
+            print("SKIP", mapped)
+            raise SystemExit(0)
         q = np.ones((1, 8, 4096, 64), np.float32)
         k = np.broadcast_to(np.ones((1, 8, 1, 64), np.float32), (1, 8, 20_000_000, 64))
         resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
@@ -73,6 +77,10 @@ def test_oom_inside_the_emulator_does_not_abort_python(tmp_path):
     """)
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
+    if r.stdout.startswith("SKIP"):
+        # A GPU runtime loaded with the package can map more address space than the limit leaves, and
+        # then the limit bounds nothing (the budget takes no estimate from it: memory_budget.cpp).
+        pytest.skip(f"the child maps {int(r.stdout.split()[1]) >> 20} MiB before the 3 GiB limit is set")
     assert r.stdout.startswith("PasaError") and "needs" in r.stdout, r.stdout
 
 
