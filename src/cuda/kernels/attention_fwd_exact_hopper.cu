@@ -7,6 +7,7 @@
 #include "cuda/host/kernel_params.h"
 #include "cuda/host/tma.h"
 #include "cuda/kernels/hopper_exact_mainloop.cuh"
+#include "cuda/kernels/launch_dispatch.h"
 #include "pasa/error.h"
 
 namespace pasa::cuda {
@@ -27,40 +28,31 @@ void launch_typed(const KernelRequest& r, cudaStream_t stream) {
   launch_hopper<Variant, D>(m, r, stream, "attention_fwd_hopper_kernel (exact)");
 }
 
-template <typename Elem>
-void launch_dim(const KernelRequest& r, cudaStream_t stream) {
-  const bool masked = r.fwd.mask_type != MaskType::none;
-  // Causal calls of up to 4k queries and keys at D 64 on two consumer warpgroups: measured 1.03-1.11x
-  // three at 1k and 4k, 0.87-1.00x at 16k (bench/NOTES.md, S_q = S_kv). (A few queries against many
-  // keys, as in chunked prefill, are mostly unmasked: the full case, where three are faster.)
-  const bool short_causal = r.fwd.causal && r.fwd.seq_q <= 4096 && r.fwd.seq_kv <= 4096;
-  if (r.head_dim == 64) {
-    if (masked) {
-      launch_typed<Elem, 64, true>(r, stream);
-    } else if (short_causal) {
-      launch_typed<Elem, 64, false, 2>(r, stream);
-    } else {
-      launch_typed<Elem, 64, false>(r, stream);
-    }
-  } else if (r.head_dim == 128) {
-    masked ? launch_typed<Elem, 128, true>(r, stream) : launch_typed<Elem, 128, false>(r, stream);
-  } else {
-    throw Error("exact Hopper kernel: head dim must be 64 or 128");
-  }
-}
-
 }  // namespace
 
 void launch_exact_fwd(const KernelRequest& r, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (r.fwd.negate_q) throw Error("exact Hopper kernel: a negative softmax scale runs on the portable kernel");
-  if (r.in_type == ElemType::f16) {
-    launch_dim<__half>(r, s);
-  } else if (r.in_type == ElemType::bf16) {
-    launch_dim<__nv_bfloat16>(r, s);
-  } else {
-    throw Error("exact Hopper kernel: inputs must be f16 or bf16");
-  }
+  const bool masked = r.fwd.mask_type != MaskType::none;
+  // Causal calls of up to 4k queries and keys at D 64 on two consumer warpgroups: measured 1.03-1.11x
+  // three at 1k and 4k, 0.87-1.00x at 16k (bench/NOTES.md, S_q = S_kv). (A few queries against many
+  // keys, as in chunked prefill, are mostly unmasked: the full case, where three are faster.)
+  const bool short_causal = r.fwd.causal && r.fwd.seq_q <= 4096 && r.fwd.seq_kv <= 4096;
+  dispatch_16bit(r.in_type, "exact Hopper kernel", [&]<typename Elem>() {
+    dispatch_dim_64_128(r.head_dim, "exact Hopper kernel", [&]<int D>() {
+      if (masked) {
+        launch_typed<Elem, D, true>(r, s);
+        return;
+      }
+      if constexpr (D == 64) {
+        if (short_causal) {
+          launch_typed<Elem, D, false, 2>(r, s);
+          return;
+        }
+      }
+      launch_typed<Elem, D, false>(r, s);
+    });
+  });
 }
 
 }  // namespace pasa::cuda

@@ -13,8 +13,7 @@
 #include "cuda/host/kernel_params.h"
 #include "cuda/host/tma.h"
 #include "cuda/kernels/hopper_pasa_mainloop.cuh"
-#include "cuda/kernels/pasa_dispatch.h"
-#include "pasa/error.h"
+#include "cuda/kernels/launch_dispatch.h"
 
 namespace pasa::cuda {
 namespace {

@@ -38,9 +38,8 @@
 #include "cuda/host/device_pool.h"
 #include "cuda/host/kernel_params.h"
 #include "cuda/host/once_per_device.h"
-#include "cuda/kernels/pasa_dispatch.h"
+#include "cuda/kernels/launch_dispatch.h"
 #include "cuda/pipeline/tile_load.cuh"
-#include "pasa/error.h"
 
 namespace pasa::cuda {
 namespace {

@@ -21,7 +21,7 @@
 #include "cuda/block/sage8_stage.cuh"
 #include "cuda/host/device_pool.h"
 #include "cuda/host/kernel_params.h"
-#include "pasa/error.h"
+#include "cuda/kernels/launch_dispatch.h"
 
 namespace pasa::cuda {
 namespace {
@@ -251,17 +251,6 @@ void launch_typed(const Sage8Request& r, const Sage8Scratch& s, cudaStream_t str
   check_launch("sage_quant_v");
 }
 
-template <typename Elem>
-void launch_dim(const Sage8Request& r, const Sage8Scratch& s, cudaStream_t stream) {
-  if (r.head_dim == 64) {
-    launch_typed<Elem, 64>(r, s, stream);
-  } else if (r.head_dim == 128) {
-    launch_typed<Elem, 128>(r, s, stream);
-  } else {
-    throw Error("sage8 kernel: head dim must be 64 or 128");
-  }
-}
-
 }  // namespace
 
 std::size_t sage8_scratch_bytes(const Sage8Request& r) {
@@ -281,14 +270,11 @@ Sage8Scratch launch_sage8_prepass(const Sage8Request& r, void* scratch, void* st
   const Sage8Scratch s{static_cast<std::uint8_t*>(ptrs[0]), static_cast<float*>(ptrs[1]), static_cast<float*>(ptrs[2]),
                        static_cast<float*>(ptrs[3]),        static_cast<float*>(ptrs[4]), static_cast<float*>(ptrs[5]),
                        plan.n_kb,                           plan.n_chunk};
-  const auto st = static_cast<cudaStream_t>(stream);
-  if (r.in_type == ElemType::f16) {
-    launch_dim<__half>(r, s, st);
-  } else if (r.in_type == ElemType::bf16) {
-    launch_dim<__nv_bfloat16>(r, s, st);
-  } else {
-    throw Error("sage8 kernel: inputs must be f16 or bf16");
-  }
+  dispatch_16bit(r.in_type, "sage8 kernel", [&]<typename Elem>() {
+    dispatch_dim_64_128(r.head_dim, "sage8 kernel", [&]<int D>() {
+      launch_typed<Elem, D>(r, s, static_cast<cudaStream_t>(stream));
+    });
+  });
   return s;
 }
 

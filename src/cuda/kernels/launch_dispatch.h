@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+// The launchers' choice of instantiation from a call's run-time input type, head dim and policy: each
+// calls launch.template operator()<...>() with the compile-time values, or throws naming `kernel` for
+// what it is not built for. Host code.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+
+#include "cuda/host/kernel_params.h"
+#include "pasa/error.h"
+
+namespace pasa::cuda {
+
+// <Elem>: __half or __nv_bfloat16.
+template <class Launch>
+void dispatch_16bit(ElemType in_type, const char* kernel, Launch&& launch) {
+  if (in_type == ElemType::f16) {
+    launch.template operator()<__half>();
+  } else if (in_type == ElemType::bf16) {
+    launch.template operator()<__nv_bfloat16>();
+  } else {
+    throw Error(std::string(kernel) + ": inputs must be f16 or bf16");
+  }
+}
+
+// <D>: head dim 64 or 128 (the sm_90a kernels' and the portable pasa kernel's).
+template <class Launch>
+void dispatch_dim_64_128(int head_dim, const char* kernel, Launch&& launch) {
+  if (head_dim == 64) {
+    launch.template operator()<64>();
+  } else if (head_dim == 128) {
+    launch.template operator()<128>();
+  } else {
+    throw Error(std::string(kernel) + ": head dim must be 64 or 128");
+  }
+}
+
+// <QElem, D, kAccurate>: the pasa kernels' (sm_90a and portable) instantiations.
+template <class Launch>
+void dispatch_pasa(const PasaRequest& r, const char* kernel, Launch&& launch) {
+  dispatch_16bit(r.call.in_type, kernel, [&]<typename QElem>() {
+    dispatch_dim_64_128(r.call.head_dim, kernel, [&]<int D>() {
+      r.accurate ? launch.template operator()<QElem, D, true>() : launch.template operator()<QElem, D, false>();
+    });
+  });
+}
+
+}  // namespace pasa::cuda
