@@ -32,6 +32,20 @@ __device__ __forceinline__ int visible_limit(const FwdParams& p, int row) {
   return limit;
 }
 
+// Where a portable kernel's CTA and thread sit: one CTA per (query block of block_m rows, query head,
+// batch) on grid (query blocks, H_q, B), causal blocks launched last first (the longest first).
+struct PortableCta {
+  int warp, lane;
+  int h, b, h_kv;
+  int m0;  // the block's first row
+};
+__device__ __forceinline__ PortableCta portable_cta(const FwdParams& p, int block_m) {
+  const int m_block = p.causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
+  const int h = static_cast<int>(blockIdx.y);
+  return {static_cast<int>(threadIdx.x) / 32, static_cast<int>(threadIdx.x) % 32, h, static_cast<int>(blockIdx.z),
+          h / p.group, m_block * block_m};
+}
+
 // The key blocks (of `block` keys, n_kb of them) that rows [r0, r0 + rows) of a CTA visit end here:
 // the blocks past the last row's limit are left out. (Both bounds grow with the row.)
 __device__ __forceinline__ int visited_key_blocks(const FwdParams& p, int r0, int rows, int block, int n_kb) {

@@ -98,29 +98,14 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
   KVElem* sK = reinterpret_cast<KVElem*>(sQ + kBlockM * kStride);  // [kStages][kBlockN][kStride]
   KVElem* sV = sK + kStages * kBlockN * kStride;                   // [kStages][kBlockN][kStride]
 
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int m_block = p.causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
-  const int h = static_cast<int>(blockIdx.y);
-  const int b = static_cast<int>(blockIdx.z);
-  const int h_kv = h / p.group;
-  const int m0 = m_block * kBlockM;
+  const auto [warp, lane, h, b, h_kv, m0] = portable_cta(p, kBlockM);
   const int warp_row0 = warp * 16 * kMTiles;     // the warp's first row in the CTA's tile
   const int row_lo = m0 + warp_row0 + lane / 4;  // this thread's rows: row_lo + 16 mt + 8 i
 
-  // Key blocks [kb_first, kb_end) hold the keys visible to at least one row of the block.
-  int kb_first = 0, kb_end;
-  if constexpr (kScoreMods) {
-    kb_first = first_key_block(p, m0, kBlockN);
-    kb_end = visited_key_blocks(p, m0, kBlockM, kBlockN, (p.seq_kv + kBlockN - 1) / kBlockN);
-  } else {
-    int n_end = p.seq_kv;
-    if (p.causal) {
-      const int last_row = min(m0 + kBlockM, p.seq_q) - 1;
-      n_end = max(0, min(p.seq_kv, last_row + p.causal_offset + 1));
-    }
-    kb_end = (n_end + kBlockN - 1) / kBlockN;
-  }
+  // Key blocks [kb_first, kb_end) hold the keys visible to at least one row of the block (without a
+  // window, which only the kScoreMods instantiation runs, they start at 0).
+  const int kb_first = kScoreMods ? first_key_block(p, m0, kBlockN) : 0;
+  const int kb_end = visited_key_blocks(p, m0, kBlockM, kBlockN, (p.seq_kv + kBlockN - 1) / kBlockN);
   if (kb_end <= kb_first) {  // every row fully masked: O = 0, LSE = -inf
     const float zero[kDTiles][2] = {};
 #pragma unroll

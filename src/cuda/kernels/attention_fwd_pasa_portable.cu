@@ -91,30 +91,18 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
   __half* sK = reinterpret_cast<__half*>(smem_raw);  // [kKRows][kStride]: K'_j, then its mean rows
   __half* sV = sK + Stage::kKRows * kStride;          // [kKeys][kStride]: V_j (Q's tile until the loop)
 
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int m_block = p.causal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
-  const int h = static_cast<int>(blockIdx.y);
-  const int b = static_cast<int>(blockIdx.z);
-  const int h_kv = h / p.group;
-  const int m0 = m_block * kBlockM;
+  const auto [warp, lane, h, b, h_kv, m0] = portable_cta(p, kBlockM);
   const int warp_row0 = m0 + warp * 16;  // the warp's first row
   const int row = warp_row0 + lane / 4;  // this thread's rows: row, row + 8
 
-  // Keys [0, n_end) are visible to at least one row of the CTA.
-  int n_end = p.seq_kv;
-  if (p.causal) {
-    const int last_row = min(m0 + kBlockM, p.seq_q) - 1;
-    n_end = max(0, min(p.seq_kv, last_row + p.causal_offset + 1));
-  }
-  if (n_end == 0) {  // every row fully masked: O = 0, LSE = -inf
+  const int n_kb = (p.seq_kv + kKeys - 1) / kKeys;  // the prepass's stages per (batch, K/V head)
+  const int n_blocks = visited_key_blocks(p, m0, kBlockM, kKeys, n_kb);  // keys some row of the CTA sees
+  if (n_blocks == 0) {  // every row fully masked: O = 0, LSE = -inf
     const float zero[kDTiles][2] = {};
     store_output_row(p, b, h, row, zero, -INFINITY);
     store_output_row(p, b, h, row + 8, zero, -INFINITY);
     return;
   }
-  const int n_blocks = (n_end + kKeys - 1) / kKeys;
-  const int n_kb = (p.seq_kv + kKeys - 1) / kKeys;  // the prepass's stages per (batch, K/V head)
   const int heads_kv = p.heads_q / p.group;
   const std::uint8_t* gK = k_tiles + (static_cast<std::int64_t>(b) * heads_kv + h_kv) * n_kb * Stage::kBytes;
   const QElem* gV = static_cast<const QElem*>(p.v.data) + b * p.v.stride_b + h_kv * p.v.stride_h;
