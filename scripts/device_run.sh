@@ -9,7 +9,7 @@
 # is used as CMAKE_PREFIX_PATH when present). Logs and CSVs land in $OUT (default /tmp/pasa-out).
 # Phases that can be left out to fit a short device call: PASA_VARIANTS=0 (the prefill and decode
 # kernels' variant benchmarks in bench/, and their compilation), PASA_PYTHON=0 (the Python package and its tests);
-# PASA_TEST_FILTER=<gtest filter> runs only those GPU tests; PASA_BENCH_ARGS="--policy sage8 ..." narrows
+# PASA_TEST_FILTER=<gtest filter> runs only those GPU tests, PASA_PYTEST="<files>" only those Python tests; PASA_BENCH_ARGS="--policy sage8 ..." narrows
 # `pasa bench` to some points (PASA_CPP_BENCH=0 leaves it out, PASA_TORCH_SDPA=0 the torch table after
 # it); PASA_COMPARE=1 adds bench/python_compare.py (PASA_COMPARE_ARGS=--quick:
 # S 1k and 4k only).
@@ -87,7 +87,7 @@ if [ "${PASA_PYTHON:-1}" != 0 ] && python3 -c "import scikit_build_core, nanobin
   CMAKE_BUILD_PARALLEL_LEVEL=16 PASA_CUDA_ARCHS=90a python3 -m pip install -q --no-build-isolation \
     --no-deps --target /tmp/pasa-py -Cbuild-dir=/tmp/pasa-pybuild "${PY_PREFIX[@]}" . \
     >"$BUILD/python_build.log" 2>&1 || tail -20 "$BUILD/python_build.log"
-  PYTHONPATH="/tmp/pasa-py:${PASA_PEER_PYTHONPATH:-}" python3 -m pytest -q -p no:cacheprovider tests/python \
+  PYTHONPATH="/tmp/pasa-py:${PASA_PEER_PYTHONPATH:-}" python3 -m pytest -q -p no:cacheprovider ${PASA_PYTEST:-tests/python} \
     >"$BUILD/pytest.log" 2>&1
   echo "pytest rc=$?"
   grep -E "passed|failed|error" "$BUILD/pytest.log" | tail -5
