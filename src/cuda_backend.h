@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "attention_checks.h"
@@ -30,6 +31,29 @@ struct CudaPlan;
 std::shared_ptr<const CudaPlan> plan_cuda_attention(const AttentionArgs& args, const ProblemShape& shape);
 std::size_t cuda_plan_workspace_bytes(const CudaPlan& plan);
 void run_cuda_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace);
+
+// A KV cache as the GPU decode kernel reads it (pasa/serving.h; every pointer device memory).
+struct CudaKvCache {
+  TensorView k_cache, v_cache;      // paged [num_blocks, H_kv, block_size, D]; dense [B, H_kv, S_max, D]
+  TensorView k_new, v_new;          // [B, H_kv, S_new, D], written into the cache first; data null: none
+  const std::int32_t* seqlens;      // [B]: positions cached before the append
+  const std::int32_t* block_table;  // [B, max_blocks]; null: dense
+  std::int64_t max_blocks;
+};
+
+// Appends the new keys, then runs args (q, o, lse and the options of pasa::attention_with_kvcache;
+// k and v unused) against the cache on args.stream. Throws pasa::Error, before any launch, for what
+// the kernels do not support (S_q > 16, a policy other than the decode kernel's, layouts, devices).
+// The index arrays' values are the caller's to check (the kernels only stay inside the tensors).
+void cuda_attention_with_kvcache(const AttentionArgs& args, const CudaKvCache& cache);
+
+// Copies `bytes` of device memory at `src` to the host at `dst` on `stream` and waits for it; returns
+// false, copying nothing, while the stream is being captured into a CUDA graph (which cannot wait).
+bool cuda_read_to_host(void* dst, const void* src, std::size_t bytes, void* stream);
+
+// O = 0 and LSE = -inf (when lse.data is set) for every row of the batch-of-one views o [1, H, n, D]
+// and lse [1, H, n], on `stream`: the result of query rows that see no key.
+void cuda_write_empty_rows(const TensorView& o, const LseView& lse, void* stream);
 
 // What a plan chose: its path (the sm_90a kernels, or the portable ones: another GPU, or asked for)
 // and its kernel's name ("exact (portable)", "decode (split-KV)", ...).

@@ -10,10 +10,12 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <vector>
 
 #include "attention_checks.h"
+#include "cuda_backend.h"
 #include "pasa/error.h"
 #include "pasa/serving.h"
 #include "serving_sequence.h"
@@ -72,8 +74,8 @@ void check_finite_row(const TensorView& t, std::int64_t offset, const char* name
   }
 }
 
-// Everything about the caches, cache_seqlens, the block table and the new keys; returns S_new.
-std::int64_t check_cache(const KVCacheArgs& a, const CacheMap& map, std::int64_t B, std::int64_t H_kv) {
+// The caches and the new keys as tensors (no index values read); returns S_new.
+std::int64_t check_cache_tensors(const KVCacheArgs& a, std::int64_t B, std::int64_t H_kv) {
   if (a.cache_seqlens == nullptr) throw Error("cache_seqlens: pointer is null");
   const std::int64_t num_blocks = a.k_cache.shape[0];
   if (a.block_table == nullptr && num_blocks != B) {
@@ -100,9 +102,16 @@ std::int64_t check_cache(const KVCacheArgs& a, const CacheMap& map, std::int64_t
         throw Error(text::format("{}: dtype {} differs from the cache's {}", name, dtype_name(t->dtype),
                                 dtype_name(a.k_cache.dtype)));
       }
-      if (t->device != Device::cpu) throw Error(text::format("{}: on a different device than q", name));
+      if (t->device != a.q.device) throw Error(text::format("{}: on a different device than q", name));
     }
   }
+  return s_new;
+}
+
+// cache_seqlens and the block ids each sequence uses (host arrays, `map` over the table): lengths,
+// ids in range, room for the append, and no append into a block another sequence reads.
+void check_cache_indices(const KVCacheArgs& a, const CacheMap& map, std::int64_t B, std::int64_t s_new) {
+  const std::int64_t num_blocks = a.k_cache.shape[0];
   // Which sequence appends into each block: such a block must be no other sequence's.
   std::vector<std::int64_t> appender(static_cast<std::size_t>(num_blocks), -1);
   for (std::int64_t b = 0; b < B; ++b) {
@@ -133,19 +142,47 @@ std::int64_t check_cache(const KVCacheArgs& a, const CacheMap& map, std::int64_t
       }
     }
   }
-  return s_new;
+}
+
+// The GPU path: the index arrays are device memory, checked on host copies unless the stream is
+// being captured (pasa/serving.h), then the kernels run on the cache in place.
+void kvcache_on_gpu(const KVCacheArgs& args, const AttentionArgs& whole, std::int64_t B, std::int64_t s_new) {
+  if (args.k_cache.shape[0] > std::numeric_limits<std::int32_t>::max()) {
+    throw Error(text::format("k_cache: {} blocks; the GPU kernels take at most 2^31 - 1",
+                             args.k_cache.shape[0]));
+  }
+  const bool paged = args.block_table != nullptr;
+  std::vector<std::int32_t> seqlens(static_cast<std::size_t>(B));
+  std::vector<std::int32_t> table(paged ? static_cast<std::size_t>(B * args.max_blocks) : 0);
+  if (cuda_read_to_host(seqlens.data(), args.cache_seqlens, seqlens.size() * sizeof(std::int32_t),
+                        args.options.stream) &&
+      (!paged || cuda_read_to_host(table.data(), args.block_table, table.size() * sizeof(std::int32_t),
+                                   args.options.stream))) {
+    KVCacheArgs host = args;
+    host.cache_seqlens = seqlens.data();
+    host.block_table = paged ? table.data() : nullptr;
+    const CacheMap map{host.block_table, paged ? args.max_blocks : 1, args.k_cache.shape[2]};
+    check_cache_indices(host, map, B, s_new);
+  }
+  CudaKvCache cache{args.k_cache, args.v_cache, TensorView{}, TensorView{}, args.cache_seqlens,
+                    args.block_table, args.max_blocks};
+  if (s_new > 0) {
+    cache.k_new = args.k;
+    cache.v_new = args.v;
+  }
+  cuda_attention_with_kvcache(whole, cache);
 }
 
 }  // namespace
 
 void attention_with_kvcache(const KVCacheArgs& args) {
-  check_serving_host(args.options, args.q);
+  const bool on_gpu = serving_on_gpu(args.options, args.q);
   check_cache_view(args.k_cache, "k_cache");
   check_cache_view(args.v_cache, "v_cache");
   if (args.v_cache.shape != args.k_cache.shape || args.v_cache.dtype != args.k_cache.dtype) {
     throw Error("v_cache: shape or dtype differs from k_cache's");
   }
-  if (args.k_cache.device != Device::cpu || args.v_cache.device != Device::cpu) {
+  if (args.k_cache.device != args.q.device || args.v_cache.device != args.q.device) {
     throw Error("k_cache/v_cache: on a different device than q");
   }
   if (args.q.shape[1] % args.k_cache.heads() != 0 || args.q.dim() != args.k_cache.dim()) {
@@ -162,13 +199,18 @@ void attention_with_kvcache(const KVCacheArgs& args) {
   whole.k = whole.v = slice_rows(args.k_cache, 0, 0, args.k_cache.shape[2]);
   whole.k.shape[0] = whole.v.shape[0] = args.q.shape[0];
   const ProblemShape shape = check_attention_args(whole);
+  const std::int64_t B = shape.batch;
+  const std::int64_t s_new = check_cache_tensors(args, B, shape.heads_kv);
+  if (on_gpu) {
+    kvcache_on_gpu(args, whole, B, s_new);
+    return;
+  }
   if (shape.dim > 1024) {
     throw Error(text::format("q: head dim {} is larger than the CPU backends' 1024", shape.dim));
   }
-  const std::int64_t B = shape.batch;
   const CacheMap map{args.block_table, args.block_table != nullptr ? args.max_blocks : 1,
                      args.k_cache.shape[2]};
-  const std::int64_t s_new = check_cache(args, map, B, shape.heads_kv);
+  check_cache_indices(args, map, B, s_new);
   std::int64_t longest = 0;
   for (std::int64_t b = 0; b < B; ++b) longest = std::max<std::int64_t>(longest, args.cache_seqlens[b] + s_new);
   const auto gathered = static_cast<std::uint64_t>(2 * shape.heads_kv * longest * shape.dim) *

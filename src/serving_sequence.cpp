@@ -35,11 +35,17 @@ LseView slice_rows(const LseView& lse, std::int64_t b, std::int64_t s0, std::int
   return out;
 }
 
-void check_serving_host(const AttentionArgs& options, const TensorView& q) {
-  if (options.backend == Backend::cuda || q.device != Device::cpu) {
-    throw Error("q: the varlen and KV-cache layouts run on the CPU emulator only (host tensors); the "
-                "GPU kernels do not read them yet");
+bool serving_on_gpu(const AttentionArgs& options, const TensorView& q) {
+  if (q.device == Device::cuda) {
+    if (options.backend == Backend::emulator) {
+      throw Error("backend: the CPU emulator needs host tensors, but q is on the GPU");
+    }
+    return true;
   }
+  if (options.backend == Backend::cuda) {
+    throw Error("backend: the CUDA kernels need device tensors, but q is a host tensor (Device::cpu)");
+  }
+  return false;
 }
 
 void require_sequence_memory(const ProblemShape& largest, const Policy& policy, std::uint64_t extra_bytes) {

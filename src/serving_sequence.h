@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the serving layouts (pasa/serving.h) share on the CPU: slicing one sequence out of a batched
+// What the serving layouts (pasa/serving.h) share: where a call runs, slicing one sequence out of a batched
 // or packed view, and running that sequence as the dense problem pasa::attention would see.
 #pragma once
 
@@ -15,8 +15,9 @@ TensorView slice_rows(const TensorView& t, std::int64_t b, std::int64_t s0, std:
 // The matching rows of an LSE view (unchanged when its data is null).
 LseView slice_rows(const LseView& lse, std::int64_t b, std::int64_t s0, std::int64_t len);
 
-// Throws unless the call can run on the CPU emulator (host tensors, backend not cuda).
-void check_serving_host(const AttentionArgs& options, const TensorView& q);
+// Whether a serving call runs on the GPU (q on the device) or on the CPU emulator (host q); throws
+// where options.backend asks for the other one.
+bool serving_on_gpu(const AttentionArgs& options, const TensorView& q);
 
 // Throws pasa::ResourceError, before anything is written, unless the emulator's run of the largest
 // sequence (`largest`, batch 1) and `extra_bytes` (a gathered copy of its keys) fit in memory.

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// pasa::attention_varlen on the CPU: check the packed tensors and both cu_seqlens, then run each
-// sequence on its slices of the packed tensors.
+// pasa::attention_varlen: check the packed tensors and both cu_seqlens, then run each sequence on its
+// slices of the packed tensors (the emulator for host tensors, the dense GPU call for device ones).
 #include "text/format.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "attention_checks.h"
+#include "cuda_backend.h"
 #include "pasa/error.h"
 #include "pasa/serving.h"
 #include "serving_sequence.h"
@@ -34,10 +36,51 @@ void check_cu_seqlens(const std::int32_t* cu, std::int64_t batch, std::int64_t t
   }
 }
 
+// The GPU path: the offsets are read on the host, then each sequence is the dense GPU call on its
+// slices (a sequence without keys gets the fully masked rows' result directly).
+void varlen_on_gpu(const VarlenArgs& args, const ProblemShape& shape) {
+  const std::int64_t B = args.batch;
+  std::vector<std::int32_t> cq(static_cast<std::size_t>(B + 1)), ck(cq.size());
+  const std::size_t bytes = cq.size() * sizeof(std::int32_t);
+  if (args.cu_seqlens_q == nullptr) throw Error("cu_seqlens_q: pointer is null");
+  if (args.cu_seqlens_k == nullptr) throw Error("cu_seqlens_k: pointer is null");
+  if (!cuda_read_to_host(cq.data(), args.cu_seqlens_q, bytes, args.options.stream) ||
+      !cuda_read_to_host(ck.data(), args.cu_seqlens_k, bytes, args.options.stream)) {
+    throw Error("cu_seqlens_q: attention_varlen on the GPU reads the offsets on the host, which a stream "
+                "being captured into a CUDA graph cannot wait for: call it outside the capture");
+  }
+  check_cu_seqlens(cq.data(), B, shape.seq_q, args.max_seqlen_q, "cu_seqlens_q", "max_seqlen_q");
+  check_cu_seqlens(ck.data(), B, shape.seq_kv, args.max_seqlen_k, "cu_seqlens_k", "max_seqlen_k");
+  AttentionStats stats;
+  for (std::int64_t b = 0; b < B; ++b) {
+    const std::int64_t q0 = cq[b], nq = cq[b + 1] - cq[b], k0 = ck[b], nk = ck[b + 1] - ck[b];
+    if (nq == 0) continue;
+    const TensorView o = slice_rows(args.o, 0, q0, nq);
+    const LseView lse = slice_rows(args.lse, 0, q0, nq);
+    if (nk == 0) {
+      cuda_write_empty_rows(o, lse, args.options.stream);
+      stats.rows += shape.heads_q * nq;
+      continue;
+    }
+    AttentionArgs a = args.options;
+    a.q = slice_rows(args.q, 0, q0, nq);
+    a.k = slice_rows(args.k, 0, k0, nk);
+    a.v = slice_rows(args.v, 0, k0, nk);
+    a.o = o;
+    a.lse = lse;
+    AttentionStats one;
+    a.stats = args.options.stats != nullptr ? &one : nullptr;
+    attention(a);
+    stats.rows += one.rows;
+    stats.recomputed_rows += one.recomputed_rows;
+  }
+  if (args.options.stats != nullptr) *args.options.stats = stats;
+}
+
 }  // namespace
 
 void attention_varlen(const VarlenArgs& args) {
-  check_serving_host(args.options, args.q);
+  const bool on_gpu = serving_on_gpu(args.options, args.q);
   AttentionArgs whole = args.options;
   whole.q = args.q;
   whole.k = args.k;
@@ -49,10 +92,14 @@ void attention_varlen(const VarlenArgs& args) {
     throw Error(text::format("q: batch size {}; packed tensors are one batch of all the tokens "
                             "(packed_view)", shape.batch));
   }
+  if (args.batch < 1) throw Error(text::format("batch: {} (must be at least 1)", args.batch));
+  if (on_gpu) {
+    varlen_on_gpu(args, shape);
+    return;
+  }
   if (shape.dim > 1024) {
     throw Error(text::format("q: head dim {} is larger than the CPU backends' 1024", shape.dim));
   }
-  if (args.batch < 1) throw Error(text::format("batch: {} (must be at least 1)", args.batch));
   const std::int64_t B = args.batch;
   const std::int32_t *cq = args.cu_seqlens_q, *ck = args.cu_seqlens_k;
   check_cu_seqlens(cq, B, shape.seq_q, args.max_seqlen_q, "cu_seqlens_q", "max_seqlen_q");

@@ -58,12 +58,27 @@ struct KVCacheArgs {
   AttentionArgs options;  // as in VarlenArgs
 };
 
-// Run on the CPU emulator (host tensors, every policy). Throw pasa::Error naming the argument before
-// anything is written (the cache included) for: a cu_seqlens that decreases or leaves the packed
-// tensors, a sequence longer than max_seqlen, a cache_seqlens below 0, a block id outside
+// Host tensors run on the CPU emulator (every policy). Both throw pasa::Error naming the argument
+// before anything is written (the cache included) for: a cu_seqlens that decreases or leaves the
+// packed tensors, a sequence longer than max_seqlen, a cache_seqlens below 0, a block id outside
 // [0, num_blocks), an append that does not fit in the cache, two sequences whose appends write a block
-// another sequence reads, non-finite values in what is read, and everything pasa::attention rejects.
-// Device tensors are rejected: the GPU kernels do not read these layouts yet.
+// another sequence reads, non-finite values in what is read (host tensors), and everything
+// pasa::attention rejects.
+//
+// Device tensors run on the GPU, on options.stream; cu_seqlens, cache_seqlens and block_table are then
+// device arrays (int32, on q's device).
+//   attention_varlen: copies both cu_seqlens to the host (waiting for the stream), checks them, and
+//     runs each sequence as the dense pasa::attention call on its slices (every policy the dense GPU
+//     call takes). Reading the offsets on the host cannot be captured in a CUDA graph: a call on a
+//     capturing stream throws.
+//   attention_with_kvcache: the split-KV decode kernel reads the cache in place, paged or dense, each
+//     sequence to its own length, after a kernel that appends k, v; S_q <= 16 and the decode kernel's
+//     policies (exact, fdpp). The index arrays are copied to the host and checked first (waiting for
+//     the stream), except on a stream being captured into a CUDA graph: there nothing waits, and
+//     the kernels instead read a block id outside [0, num_blocks) as zero keys, and clamp lengths to
+//     the cache (the result of such a call is undefined, but no memory outside the tensors is
+//     touched). Its plan (kernel, split count) depends on the cache's capacity, not on cache_seqlens,
+//     so a captured graph replays correctly with new cache_seqlens and block_table values.
 void attention_varlen(const VarlenArgs& args);
 void attention_with_kvcache(const KVCacheArgs& args);
 

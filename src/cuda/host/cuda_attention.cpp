@@ -35,6 +35,8 @@
 #include "cuda/host/decode_params.h"
 #include "cuda/host/device_pool.h"
 #include "cuda/host/kernel_params.h"
+#include "cuda/host/operand_checks.h"
+#include "cuda/host/plan_on_cache.h"
 #include "cuda/host/policy_family.h"
 #include "cuda_backend.h"
 #include "numerics/pasa_shift.h"
@@ -128,51 +130,6 @@ bool portable_path_from_env() {
   if (value.empty() || value == "auto") return false;
   if (value == "portable") return true;
   throw Error("PASA_CUDA_PATH: '" + value + "' is not a CUDA kernel path (auto or portable)");
-}
-
-// `ptr` must be device (or managed) memory of `device`, not a host pointer.
-void check_device_pointer(const void* ptr, const char* name, int device) {
-  cudaPointerAttributes attr{};
-  const cudaError_t status = cudaPointerGetAttributes(&attr, ptr);
-  if (status != cudaSuccess) {
-    cudaGetLastError();  // clear the non-sticky error
-    throw Error(std::string(name) + ": cudaPointerGetAttributes failed (" + cudaGetErrorString(status) +
-                "); pass device memory");
-  }
-  if (attr.type == cudaMemoryTypeManaged) return;
-  if (attr.type != cudaMemoryTypeDevice) {
-    throw Error(std::string(name) + ": pointer is host memory, not device memory (the tensor says "
-                "Device::cuda; copy it to the GPU first)");
-  }
-  if (attr.device != device) {
-    throw Error(std::string(name) + ": memory is on CUDA device " + std::to_string(attr.device) +
-                " but the current device is " + std::to_string(device));
-  }
-}
-
-// The kernels read and write whole 16-byte rows: head-dim stride 1, strides in whole 16 bytes (the
-// plan checks), and 16-byte aligned data pointers (each call checks).
-void check_layout(const TensorView& t, const char* name) {
-  if (t.stride[3] != 1) {
-    throw Error(std::string(name) + ": head-dim stride is " + std::to_string(t.stride[3]) +
-                " (the CUDA kernels need stride[3] == 1, i.e. contiguous rows)");
-  }
-  const auto elem = static_cast<std::int64_t>(dtype_size(t.dtype));
-  static const char* dims[] = {"batch", "heads", "sequence"};
-  for (int i = 0; i < 3; ++i) {
-    if ((t.stride[i] * elem) % 16 != 0) {
-      throw Error(std::string(name) + ": stride of the " + dims[i] + " dimension (" +
-                  std::to_string(t.stride[i]) + " elements) is not a multiple of 16 bytes (the CUDA "
-                  "kernels need 16-byte aligned rows)");
-    }
-  }
-}
-
-void check_aligned(const void* data, const char* name) {
-  if (reinterpret_cast<std::uintptr_t>(data) % 16 != 0) {
-    throw Error(std::string(name) + ": data pointer is not 16-byte aligned (the CUDA kernels need "
-                "16-byte aligned rows)");
-  }
 }
 
 // The attention mask's fields of the kernel's arguments: its element type, its strides with 0 on a
@@ -437,8 +394,10 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps) {
 }
 
 // Launches `plan` on args' tensors and stream: no allocation, no device query, no synchronization
-// (except reading an fdpp call's recompute count for args.stats).
-void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) {
+// (except reading an fdpp call's recompute count for args.stats). A decode plan reads its keys from
+// `cache` (default: args.k and args.v as they are).
+void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace,
+              const cuda::KvCacheRead& cache = {}) {
   for (const auto& [t, name] : {std::pair{&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.o, "o"}}) {
     check_aligned(t->data, name);
   }
@@ -501,6 +460,7 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) 
   if (kernel == Kernel::decode) {
     cuda::DecodeRequest r{};
     static_cast<cuda::KernelRequest&>(r) = call;
+    r.cache = cache;
     r.fdpp_formats = plan.family == Family::fdpp;
     r.unified = plan.family == Family::fdpp && args.policy.shift == Shift::unified;
     r.phi = args.policy.phi;
@@ -575,6 +535,15 @@ std::size_t cuda_plan_workspace_bytes(const CudaPlan& plan) {
 
 void run_cuda_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) {
   run_plan(plan, args, workspace);
+}
+
+bool cuda_plan_is_decode(const CudaPlan& plan) { return plan.spec->kernel == Kernel::decode; }
+
+int cuda_plan_device(const CudaPlan& plan) { return plan.device; }
+
+void run_cuda_decode_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace,
+                          const cuda::KvCacheRead& cache) {
+  run_plan(plan, args, workspace, cache);
 }
 
 void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {

@@ -70,6 +70,7 @@ long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* works
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
   DecodeParams p{};
   p.fwd = r.fwd;
+  p.cache = r.cache;
   p.heads_kv = r.heads_kv;
   p.rows = plan.rows;
   p.row_chunks = plan.row_chunks;

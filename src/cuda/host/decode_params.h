@@ -79,8 +79,23 @@ constexpr DecodeTile decode_variant_tile(DecodeTile t, DecodeVariant v) {
 constexpr int kDecodeHeadDims[] = {64, 96, 128, 256};  // the head dims decode_tile has shapes for
 constexpr int kDecodeMaxSeqQ = 16;     // the decode path takes S_q <= this
 
+// Where a decode call's keys live when they are a KV cache (pasa/serving.h): each sequence's own
+// length, and for a paged cache the block table. Device arrays; all null for a dense [B, H_kv, S_kv, D]
+// K / V whose every sequence has S_kv keys.
+struct KvCacheRead {
+  const int* seqlens = nullptr;  // [B]: positions cached before this call; null: S_kv for every sequence
+  int appended = 0;              // positions this call appended after them
+  bool bottom_right = true;      // causal offset of sequence b: its length - S_q (else 0)
+  // Paged: key n of sequence b is slot n % block_size of block block_table[b max_blocks + n / block_size],
+  // and K / V's batch stride steps a block. A block id outside [0, num_blocks) reads as zero keys.
+  const int* block_table = nullptr;
+  int max_blocks = 0, block_size = 0, num_blocks = 0;
+};
+
 struct DecodeParams {
-  FwdParams fwd;     // Q, K, V, O, LSE, S_q, S_kv, heads, group, causal, scale_log2, negate_q
+  FwdParams fwd;     // Q, K, V, O, LSE, S_q, S_kv (a cache: its capacity), heads, group, causal,
+                     // scale_log2, negate_q
+  KvCacheRead cache;
   int heads_kv;
   int rows;          // packed rows of one K/V head: group * seq_q
   int row_chunks;    // CTAs along the packed rows: ceil(rows / (16 m_tiles))
@@ -129,6 +144,7 @@ DecodePlan plan_decode(const DecodeShape& shape, int sm_count);
 
 // One decode call's arguments (the pointers and the policy's numbers).
 struct DecodeRequest : KernelRequest {
+  KvCacheRead cache;    // a KV cache's lengths and block table (default: dense K / V of S_kv keys)
   bool fdpp_formats;    // the fdpp policy's formats: fp16 scores, bf16 inputs rounded to fp16
   bool unified;         // FlashDecoding++'s unified max (fdpp_formats too)
   double phi, window_lo, window_hi;

@@ -75,6 +75,41 @@ __device__ __forceinline__ void store_final(const DecodeParams& p, int b, int h_
   }
 }
 
+// Sequence b's keys: their count (a KV cache: its cached length plus the append, clamped to the
+// cache's capacity S_kv) and the causal offset that goes with it.
+struct SequenceKeys {
+  int seq_kv, causal_offset;
+};
+__device__ __forceinline__ SequenceKeys sequence_keys(const DecodeParams& p, int b) {
+  const FwdParams& f = p.fwd;
+  if (p.cache.seqlens == nullptr) return {f.seq_kv, f.causal_offset};
+  const int len = min(max(p.cache.seqlens[b], 0) + p.cache.appended, f.seq_kv);
+  return {len, p.cache.bottom_right ? len - f.seq_q : f.causal_offset};
+}
+
+// Key rows [n0, n0 + kRows) of sequence b, K/V head h_kv, into a shared tile (rows from `valid` on
+// zero-filled): a dense operand's rows are one stride apart; a paged cache's are looked up row by row
+// in the block table.
+template <int kRows, int kHeadDim, int kThreads, int kPrefetch, typename Elem>
+__device__ __forceinline__ void load_key_rows(const DecodeParams& p, const Operand& op, int b, int h_kv,
+                                              Elem* smem, int n0, int valid) {
+  const Elem* data = static_cast<const Elem*>(op.data);
+  if (p.cache.block_table == nullptr) {
+    load_tile_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(
+        smem, data + b * op.stride_b + h_kv * op.stride_h + static_cast<std::int64_t>(n0) * op.stride_s,
+        op.stride_s, valid);
+    return;
+  }
+  const KvCacheRead& c = p.cache;
+  const int* table = c.block_table + static_cast<std::int64_t>(b) * c.max_blocks;
+  load_rows_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem, data, valid, [&](int row) -> const Elem* {
+    const int n = n0 + row;
+    const int block = table[n / c.block_size];
+    if (block < 0 || block >= c.num_blocks) return nullptr;
+    return data + block * op.stride_b + h_kv * op.stride_h + static_cast<std::int64_t>(n % c.block_size) * op.stride_s;
+  });
+}
+
 // The tile of an instantiation, as a type (C++17 has no class-type template parameters).
 template <int kHeadDim, int kVariant = 0>
 struct DecodeTileOf {
@@ -122,8 +157,9 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   const int r0 = chunk * kBlockM;                        // the CTA's first packed row
   const int r_last = min(r0 + kBlockM, p.rows) - 1;      // ... and its last valid one
   const std::int64_t head_row0 = (static_cast<std::int64_t>(b) * p.heads_kv + h_kv) * p.rows;  // row index base
+  const SequenceKeys keys = sequence_keys(p, b);
   const int k_begin = split * p.split_keys;
-  const int k_end = min(f.seq_kv, k_begin + p.split_keys);
+  const int k_end = min(keys.seq_kv, k_begin + p.split_keys);
 
   if (p.unified && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) {
     *p.counter = 0;  // the first merge, which counts flagged rows, runs after this kernel
@@ -142,7 +178,9 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int row = r0 + 16 * (r / 2) + 8 * (r % 2) + lane / 4;
-    limit[r] = row < p.rows ? min(k_end, visible_limit(f, row % f.seq_q)) : k_end;  // (row's query)
+    // (decode takes no window: the limit is the causal diagonal of the row's query)
+    const bool causal_row = f.causal && row < p.rows;
+    limit[r] = causal_row ? min(k_end, row % f.seq_q + keys.causal_offset + 1) : k_end;
   }
   // Keys [k_begin, n_end) are visible to some row of the CTA; keys below min_limit to all of them.
   int n_end = k_end, min_limit = k_end;
@@ -152,20 +190,18 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
       const int s_first = r0 % f.seq_q, s_last = r_last % f.seq_q;
       if (s_last >= s_first) s_max = s_last;
     }
-    n_end = min(k_end, s_max + f.causal_offset + 1);
-    min_limit = min(k_end, f.causal_offset + 1);
+    n_end = min(k_end, s_max + keys.causal_offset + 1);
+    min_limit = min(k_end, keys.causal_offset + 1);
   }
   const int n_tiles = n_end > k_begin ? (n_end - k_begin + kBlockN - 1) / kBlockN : 0;
 
-  const InElem* gK = static_cast<const InElem*>(f.k.data) + b * f.k.stride_b + h_kv * f.k.stride_h;
-  const InElem* gV = static_cast<const InElem*>(f.v.data) + b * f.v.stride_b + h_kv * f.v.stride_h;
   const auto load_tile = [&](int t) {
     const int n0 = k_begin + t * kBlockN;
     const int stage = t % kStages;
-    load_tile_async<kBlockN, kHeadDim, kThreads, InElem, kT.l2_prefetch>(
-        sK + stage * kBlockN * kStride, gK + n0 * f.k.stride_s, f.k.stride_s, k_end - n0);
-    load_tile_async<kBlockN, kHeadDim, kThreads, InElem, kT.l2_prefetch>(
-        sV + stage * kBlockN * kStride, gV + n0 * f.v.stride_s, f.v.stride_s, k_end - n0);
+    load_key_rows<kBlockN, kHeadDim, kThreads, kT.l2_prefetch>(p, f.k, b, h_kv, sK + stage * kBlockN * kStride,
+                                                                n0, k_end - n0);
+    load_key_rows<kBlockN, kHeadDim, kThreads, kT.l2_prefetch>(p, f.v, b, h_kv, sV + stage * kBlockN * kStride,
+                                                                n0, k_end - n0);
   };
 
   // Prologue: Q (packed rows gathered from their heads, zero past p.rows) and the first tiles, one

@@ -64,6 +64,35 @@ __device__ __forceinline__ void load_tile_async(Elem* smem, const Elem* base, st
   }
 }
 
+// load_tile_async's copy (the same chunks to the same threads: thread t takes chunks t, t + kThreads,
+// ... in row-major order, which is also what its other order amounts to) where each row has its own
+// address: row_at(r) gives row r's first element, or null for a row to zero-fill (as are rows r >=
+// rows_valid, for which it is not called). `base` is any valid global address (the source operand of
+// a zero-filling copy, which reads nothing). Each thread looks its rows up before issuing any copy,
+// so that the lookups' latencies overlap.
+template <int kRows, int kHeadDim, int kThreads, typename Elem, int kPrefetch = 0, typename RowAt>
+__device__ __forceinline__ void load_rows_async(Elem* smem, const Elem* base, int rows_valid, RowAt&& row_at) {
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  constexpr int kStride = smem_row_stride<kHeadDim>();
+  constexpr int kChunks = kRows * kChunksPerRow;
+  constexpr int kPerThread = (kChunks + kThreads - 1) / kThreads;
+  const int tid = static_cast<int>(threadIdx.x);
+  const Elem* src[kPerThread];
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int c = tid + i * kThreads, row = c / kChunksPerRow;
+    src[i] = c < kChunks && row < rows_valid ? row_at(row) : nullptr;
+  }
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int c = tid + i * kThreads;
+    if (kChunks % kThreads != 0 && c >= kChunks) continue;
+    const int row = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+    const bool valid = src[i] != nullptr;
+    cp_async_16_hint<kPrefetch>(smem_addr(smem + row * kStride + col), valid ? src[i] + col : base, valid);
+  }
+}
+
 // bf16 -> fp16 in place, for the chunks this thread copied with the same load_tile_async<kRows,
 // kHeadDim, kThreads> call (so that only its own, completed cp.async writes are read: call it after
 // cp_async_wait and before the barrier that publishes the tile). Values beyond fp16's range become
