@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The host side of the split-KV decode path: how many splits and the workspace layout (planned once
-// per shape), and the launches into a workspace the caller owns. With FlashDecoding++'s unified max
-// the sequence is: split kernel (unified) -> merge (rows whose x - phi left the window are flagged
-// and counted, not written) -> split kernel again in synchronized mode (CTAs holding no flagged row return at once) -> merge of the flagged rows. All of
-// it is stream-ordered on the caller's stream; only counting the recomputed rows for
-// AttentionStats waits for the stream.
+// per shape), and the launches into a workspace the caller owns: the split kernel, then (more than
+// one split) the merge. FlashDecoding++'s unified max needs nothing more: its fallback for rows that
+// leave the window runs inside the split kernel. All of it is stream-ordered on the caller's stream;
+// only counting the recomputed rows for AttentionStats waits for the stream.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -52,16 +51,17 @@ DecodePlan plan_decode(const DecodeShape& shape, int sm_count) {
   const int per_split = (shape.seq_kv + splits - 1) / splits;
   plan.split_keys = (per_split + tile.block_n - 1) / tile.block_n * tile.block_n;
   plan.splits = (shape.seq_kv + plan.split_keys - 1) / plan.split_keys;
-  plan.direct = plan.splits == 1 && !shape.unified;
-  // Workspace: the splits' partials, the flags and the counter (none when the CTAs write O directly).
-  const std::size_t R = static_cast<std::size_t>(shape.batch) * shape.heads_kv * plan.rows;
-  const std::size_t S = static_cast<std::size_t>(plan.splits);
-  plan.o_bytes = align_up(S * R * shape.head_dim * sizeof(float));
-  plan.ml_bytes = align_up(S * R * 2 * sizeof(float));
-  plan.flag_bytes = align_up(S * R * sizeof(int));
-  plan.row_flag_bytes = align_up(R * sizeof(int));
-  plan.workspace_bytes =
-      plan.direct ? 0 : plan.o_bytes + plan.ml_bytes + plan.flag_bytes + plan.row_flag_bytes + 256;
+  plan.direct = plan.splits == 1;
+  // Workspace: the splits' partials and flags (none when the CTAs write O directly), then the counter
+  // of flagged rows (the unified max only).
+  if (!plan.direct) {
+    const std::size_t R = static_cast<std::size_t>(shape.batch) * shape.heads_kv * plan.rows;
+    const std::size_t S = static_cast<std::size_t>(plan.splits);
+    plan.o_bytes = align_up(S * R * shape.head_dim * sizeof(float));
+    plan.ml_bytes = align_up(S * R * 2 * sizeof(float));
+    plan.flag_bytes = align_up(S * R * sizeof(int));
+  }
+  plan.workspace_bytes = plan.o_bytes + plan.ml_bytes + plan.flag_bytes + (shape.unified ? 256 : 0);
   return plan;
 }
 
@@ -84,30 +84,20 @@ long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* works
   p.phi_log2 = static_cast<float>(r.phi * 1.4426950408889634);
   p.window_lo = static_cast<float>(r.window_lo);
   p.window_hi = static_cast<float>(r.window_hi);
+  char* w = static_cast<char*>(workspace);
   if (!p.direct) {
-    char* w = static_cast<char*>(workspace);
     p.part_o = reinterpret_cast<float*>(w);
     p.part_ml = reinterpret_cast<float*>(w + plan.o_bytes);
     p.part_flag = reinterpret_cast<int*>(w + plan.o_bytes + plan.ml_bytes);
-    p.row_flag = reinterpret_cast<int*>(w + plan.o_bytes + plan.ml_bytes + plan.flag_bytes);
-    p.counter =
-        reinterpret_cast<int*>(w + plan.o_bytes + plan.ml_bytes + plan.flag_bytes + plan.row_flag_bytes);
+  }
+  if (count_recomputed && p.unified) {  // (the synchronized softmax recomputes nothing)
+    p.counter = reinterpret_cast<int*>(w + plan.o_bytes + plan.ml_bytes + plan.flag_bytes);
+    check_cuda(cudaMemsetAsync(p.counter, 0, sizeof(int), stream), "cudaMemsetAsync (recomputed rows)");
   }
   const bool to_half = r.fdpp_formats && r.in_type == ElemType::bf16;
-  const int m_tiles = plan.m_tiles;
-
-  launch_decode_split(p, r.batch, r.head_dim, m_tiles, r.in_type, to_half, stream);
-  if (!p.direct) launch_decode_merge(p, r.batch, r.head_dim, 0, stream);
-  if (!p.unified) return 0;
-
-  // FlashDecoding++'s fallback: the flagged rows again with the synchronized (max-tracking) algorithm
-  // over the same splits, merged exactly.
-  DecodeParams sync = p;
-  sync.unified = false;
-  sync.recompute = true;
-  launch_decode_split(sync, r.batch, r.head_dim, m_tiles, r.in_type, to_half, stream);
-  launch_decode_merge(sync, r.batch, r.head_dim, 1, stream);
-  if (!count_recomputed) return 0;
+  launch_decode_split(p, r.batch, r.head_dim, plan.m_tiles, r.in_type, to_half, stream);
+  if (!p.direct) launch_decode_merge(p, r.batch, r.head_dim, stream);
+  if (p.counter == nullptr) return 0;
   int recomputed = 0;
   check_cuda(cudaMemcpyAsync(&recomputed, p.counter, sizeof(int), cudaMemcpyDeviceToHost, stream),
              "cudaMemcpyAsync (recomputed rows)");

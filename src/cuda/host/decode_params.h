@@ -9,8 +9,10 @@
 // between them (FlashDecoding inside the CTA) and combine their partial results through shared memory
 // at the end. Each split writes O~ (unnormalised, fp32), m and l to a workspace, which the merge
 // kernel combines exactly (algorithms.md section 1): O = sum_p w_p O~_p / sum_p w_p l_p with w_p = 2^(m_p - M).
-// With FlashDecoding++'s unified max (algorithms.md section 5) every m_p is phi, so every w_p is exactly 1 and
-// the partials are simply summed.
+// With FlashDecoding++'s unified max (algorithms.md section 5) a split's m_p is phi, so the weights of
+// such partials are exactly 1; a CTA where some row's x - phi left the window runs its split again
+// with the running max, and its partial carries that max (the merge weighs both kinds alike). One
+// split: the CTAs write O and the LSE themselves, unified max or not.
 #pragma once
 
 #include <cstddef>
@@ -101,11 +103,10 @@ struct DecodeParams {
   int row_chunks;    // CTAs along the packed rows: ceil(rows / (16 m_tiles))
   int splits;        // key ranges: split z covers [z split_keys, min((z + 1) split_keys, S_kv))
   int split_keys;    // a multiple of the tile's block_n
-  bool direct;       // one split, no unified max: the CTA writes O and the LSE itself
+  bool direct;       // one split: the CTA writes O and the LSE itself
   bool round_s;      // fdpp: scores leave the Q K^T GEMM rounded to fp16 (the policy's s format)
   bool unified;      // fdpp: P = e^(x - phi) for every split; rows with an x - phi outside the
-                     // window are flagged
-  bool recompute;    // the synchronized second pass: only CTAs holding a flagged row run
+                     // window are flagged, and their CTA runs its split again with the running max
   float alpha;       // |alpha| (x = alpha s for the window test; a zero alpha runs as 1e-30)
   float phi;         // the unified max, fp32
   float phi_log2;    // phi log2(e): P = 2^(s |alpha| log2 e - phi log2 e)
@@ -115,8 +116,7 @@ struct DecodeParams {
   float* part_o;     // [splits][R][D]: the split's O~ (unnormalised)
   float* part_ml;    // [splits][R][2]: m (base-2 units, -inf for no visible key), l
   int* part_flag;    // [splits][R]: some visible x - phi of the split left the window
-  int* row_flag;     // [R]: written by the first merge: the row goes to the synchronized pass
-  int* counter;      // flagged rows (zeroed by the unified split kernel, counted by the first merge)
+  int* counter;      // null, or the rows some split flagged are counted here (zeroed before the launch)
 };
 
 // What the decode plan depends on: the shape and the split count the policy asks for.
@@ -136,8 +136,8 @@ constexpr int decode_m_tiles(int head_dim, long long rows) {
 // split count and the workspace layout.
 struct DecodePlan {
   int rows, m_tiles, row_chunks, splits, split_keys;
-  bool direct;  // one split, no unified max: the CTAs write O and the LSE, no workspace
-  std::size_t o_bytes, ml_bytes, flag_bytes, row_flag_bytes;  // the workspace's arrays, 256-aligned
+  bool direct;  // one split: the CTAs write O and the LSE; the workspace holds the counter only
+  std::size_t o_bytes, ml_bytes, flag_bytes;  // the workspace's arrays, 256-aligned (none when direct)
   std::size_t workspace_bytes;
 };
 DecodePlan plan_decode(const DecodeShape& shape, int sm_count);
@@ -151,9 +151,9 @@ struct DecodeRequest : KernelRequest {
 };
 
 // Launches the decode path on `stream` into `workspace` (plan.workspace_bytes, 256-byte aligned; not
-// read by another call in flight). Returns the number of rows sent to the synchronized pass when
-// `count_recomputed` (which then waits for the stream: the count lives on the device), else 0 with
-// no synchronization, allocation or device query.
+// read by another call in flight). Returns the number of rows whose x - phi left the window (their
+// splits recomputed with the running max) when `count_recomputed` (which then waits for the stream:
+// the count lives on the device), else 0 with no synchronization, allocation or device query.
 long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* workspace,
                      bool count_recomputed, void* stream);
 
@@ -167,8 +167,7 @@ int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_co
 // policy's input format).
 void launch_decode_split(const DecodeParams& p, int batch, int head_dim, int m_tiles, ElemType in_type,
                          bool to_half, void* stream);
-// Merge: one warp per packed row. pass 0 merges every row (and, with the unified max, flags and counts
-// the rows that left the window instead of writing them); pass 1 merges the flagged rows only.
-void launch_decode_merge(const DecodeParams& p, int batch, int head_dim, int pass, void* stream);
+// Merge: one warp per packed row, counting the flagged rows when p.counter is set.
+void launch_decode_merge(const DecodeParams& p, int batch, int head_dim, void* stream);
 
 }  // namespace pasa::cuda

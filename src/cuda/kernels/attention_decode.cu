@@ -53,15 +53,15 @@ void launch_decode_split(const DecodeParams& p, int batch, int head_dim, int m_t
   }
 }
 
-void launch_decode_merge(const DecodeParams& p, int batch, int head_dim, int pass, void* stream) {
+void launch_decode_merge(const DecodeParams& p, int batch, int head_dim, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   const std::int64_t rows = static_cast<std::int64_t>(batch) * p.heads_kv * p.rows;
   const dim3 grid(static_cast<unsigned>((rows + 3) / 4));
   switch (head_dim) {
-    case 64: attention_decode_merge_kernel<64><<<grid, 128, 0, s>>>(p, batch, pass); break;
-    case 96: attention_decode_merge_kernel<96><<<grid, 128, 0, s>>>(p, batch, pass); break;
-    case 128: attention_decode_merge_kernel<128><<<grid, 128, 0, s>>>(p, batch, pass); break;
-    case 256: attention_decode_merge_kernel<256><<<grid, 128, 0, s>>>(p, batch, pass); break;
+    case 64: attention_decode_merge_kernel<64><<<grid, 128, 0, s>>>(p, batch); break;
+    case 96: attention_decode_merge_kernel<96><<<grid, 128, 0, s>>>(p, batch); break;
+    case 128: attention_decode_merge_kernel<128><<<grid, 128, 0, s>>>(p, batch); break;
+    case 256: attention_decode_merge_kernel<256><<<grid, 128, 0, s>>>(p, batch); break;
     default: throw Error("decode merge: head dim must be 64, 96, 128 or 256");
   }
   check_launch("attention_decode_merge_kernel launch");

@@ -11,8 +11,8 @@
 // Modes (runtime, uniform per launch): exact (running max, FlashAttention-2's step); fdpp's formats
 // (round_s: scores leave the GEMM rounded to fp16; bf16 inputs rounded to fp16 in shared memory by
 // the kToHalf instantiation); unified (FlashDecoding++: P = e^(x - phi) with no running max, rows whose
-// visible x - phi leave the window flagged); recompute (the synchronized second pass: CTAs holding no
-// flagged row return at once).
+// visible x - phi leave the window flagged, and a CTA holding such a row runs its split again with
+// the running max before it writes anything).
 //
 // v1 (this file): cp.async ring (with the .L2::128B prefetch hint at head dim 128), Q fragments in
 //   registers for one m-tile (up to head dim 128), in-CTA warp split of keys. B 64, 32/8 heads,
@@ -161,17 +161,6 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   const int k_begin = split * p.split_keys;
   const int k_end = min(keys.seq_kv, k_begin + p.split_keys);
 
-  if (p.unified && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == 0) {
-    *p.counter = 0;  // the first merge, which counts flagged rows, runs after this kernel
-  }
-  if (p.recompute) {  // the synchronized pass: only CTAs holding a flagged row
-    bool flagged = false;
-    if (static_cast<int>(threadIdx.x) < kBlockM && r0 + static_cast<int>(threadIdx.x) <= r_last) {
-      flagged = p.row_flag[head_row0 + r0 + threadIdx.x] != 0;
-    }
-    if (!__syncthreads_or(flagged)) return;
-  }
-
   // This thread's rows (r = 2 mt + i: packed row r0 + 16 mt + 8 i + lane / 4) and their visible key
   // ends within the split; padding rows (past p.rows) compute on Q = 0 and are never written.
   int limit[kRows];
@@ -220,11 +209,14 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
     }
     cp_async_16(smem_addr(sQ + rr * kStride + col), src, valid);
   }
+  const auto load_first_tiles = [&] {  // one group per tile
 #pragma unroll
-  for (int t = 0; t < kStages - 1; ++t) {
-    if (t < n_tiles) load_tile(t);
-    cp_async_commit();
-  }
+    for (int t = 0; t < kStages - 1; ++t) {
+      if (t < n_tiles) load_tile(t);
+      cp_async_commit();
+    }
+  };
+  load_first_tiles();
   cp_async_wait<kStages - 2>();  // Q and tile 0 have landed (this thread's copies)
   // Q in place, each thread on the chunks it copied: bf16 -> fp16 (fdpp's input format), and the
   // sign flip for a negative scale (the softmax scales by |alpha|).
@@ -262,60 +254,102 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
 
   ExactSoftmax<kMTiles> exact;
   UnifiedSoftmax<kMTiles> unified;
-  exact.init();
-  unified.init();
-  bool left[kRows] = {};                       // unified: a visible x - phi left the window
-  float tOrO[kMTiles][kDTiles][4] = {};        // running O~ in fp32
+  bool left[kRows];                            // unified: a visible x - phi left the window
+  float tOrO[kMTiles][kDTiles][4];             // running O~ in fp32
   const int t4 = lane % 4;
 
-  for (int j = 0; j < n_tiles; ++j) {
-    if (j > 0) {
-      cp_async_wait<kStages - 2>();  // tile j has landed (this thread's copies)
-      if constexpr (kToHalf) stage_to_half(j);
-      __syncthreads();  // ... everyone's; and every warp is done with tile j - 1's stage
-    }
-    if (j + kStages - 1 < n_tiles) load_tile(j + kStages - 1);
-    cp_async_commit();
+  // One pass over the split's key tiles (the first tiles already in flight), with FlashDecoding++'s
+  // unified max or the synchronized (running max) softmax.
+  const auto run_tiles = [&](bool unified_max) {
+    exact.init();
+    unified.init();
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) left[r] = false;
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int n = 0; n < kDTiles; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) tOrO[mt][n][e] = 0.0f;
+    for (int j = 0; j < n_tiles; ++j) {
+      if (j > 0) {
+        cp_async_wait<kStages - 2>();  // tile j has landed (this thread's copies)
+        if constexpr (kToHalf) stage_to_half(j);
+        __syncthreads();  // ... everyone's; and every warp is done with tile j - 1's stage
+      }
+      if (j + kStages - 1 < n_tiles) load_tile(j + kStages - 1);
+      cp_async_commit();
 
-    const std::uint32_t stage_off = (j % kStages) * kTileBytes;
-    const int key0 = k_begin + j * kBlockN + warp * kWarpKeys;  // the warp's first key
-    float tSrS[kMTiles][kNTiles][4] = {};
-    warp_qk<kMTiles, kNTiles, kDChunks, kStride, MmaElem, kQInRegs>(tSrS, q_addr, tSrQ, k_addr + stage_off);
-    if (p.round_s) {
+      const std::uint32_t stage_off = (j % kStages) * kTileBytes;
+      const int key0 = k_begin + j * kBlockN + warp * kWarpKeys;  // the warp's first key
+      float tSrS[kMTiles][kNTiles][4] = {};
+      warp_qk<kMTiles, kNTiles, kDChunks, kStride, MmaElem, kQInRegs>(tSrS, q_addr, tSrQ, k_addr + stage_off);
+      if (p.round_s) {
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-        for (int n = 0; n < kNTiles; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) tSrS[mt][n][e] = round_fp16(tSrS[mt][n][e]);
-    }
-    if (key0 + kWarpKeys > min_limit) mask_past_limits(tSrS, key0, [&](int r) { return limit[r]; });  // some key masked
-
-    bool rescale_o = false;
-    float rescale[kRows];
-    if (p.unified) {
-      // The window test on x = |alpha| s (Q's sign already carries alpha's), masked keys skipped.
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt)
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
+        for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
           for (int n = 0; n < kNTiles; ++n)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float s = tSrS[mt][n][2 * i + e];
-              const float d = s * p.alpha - p.phi;
-              if (s != -INFINITY && !(d > p.window_lo && d < p.window_hi)) left[2 * mt + i] = true;
-            }
-      unified.step(tSrS, f.scale_log2, p.phi_log2);
-    } else {
-      rescale_o = __any_sync(0xffffffffu, exact.step(tSrS, f.scale_log2, rescale));
-    }
+            for (int e = 0; e < 4; ++e) tSrS[mt][n][e] = round_fp16(tSrS[mt][n][e]);
+      }
+      if (key0 + kWarpKeys > min_limit) mask_past_limits(tSrS, key0, [&](int r) { return limit[r]; });  // some key masked
 
-    std::uint32_t tOrP[kMTiles][kNChunks][4];
-    scores_to_p_fragments<MmaElem>(tOrP, tSrS);
-    if (rescale_o) scale_rows(tOrO, rescale);
-    warp_pv<kMTiles, kNChunks, kDTiles, kStride, MmaElem>(tOrO, tOrP, v_addr + stage_off);
+      bool rescale_o = false;
+      float rescale[kRows];
+      if (unified_max) {
+        // The window test on x = |alpha| s (Q's sign already carries alpha's), masked keys skipped.
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+          for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int n = 0; n < kNTiles; ++n)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const float s = tSrS[mt][n][2 * i + e];
+                const float d = s * p.alpha - p.phi;
+                if (s != -INFINITY && !(d > p.window_lo && d < p.window_hi)) left[2 * mt + i] = true;
+              }
+        unified.step(tSrS, f.scale_log2, p.phi_log2);
+      } else {
+        rescale_o = __any_sync(0xffffffffu, exact.step(tSrS, f.scale_log2, rescale));
+      }
+
+      std::uint32_t tOrP[kMTiles][kNChunks][4];
+      scores_to_p_fragments<MmaElem>(tOrP, tSrS);
+      if (rescale_o) scale_rows(tOrO, rescale);
+      warp_pv<kMTiles, kNChunks, kDTiles, kStride, MmaElem>(tOrO, tOrP, v_addr + stage_off);
+    }
+  };
+
+  run_tiles(p.unified);
+  // FlashDecoding++'s fallback, per CTA: where some row's x - phi left the window, the CTA runs its
+  // split again with the synchronized softmax. Its partial then carries its own max, which the merge
+  // weighs exactly like the unified partials' phi; the flags still say which rows left.
+  bool flagged[kRows];
+  bool unified_partial = p.unified;
+  if (p.unified) {
+    bool any_left = false;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      flagged[r] = left[r];
+      any_left |= left[r];
+    }
+    if (__syncthreads_or(any_left)) {
+      cp_async_wait<0>();
+      __syncthreads();  // every warp is done with the stages
+      load_first_tiles();
+      cp_async_wait<kStages - 2>();
+      if constexpr (kToHalf) {
+        if (n_tiles > 0) stage_to_half(0);
+      }
+      __syncthreads();
+      run_tiles(false);
+      unified_partial = false;
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) flagged[r] = false;
   }
 
   // The warps' partials (m, l, flag, O~) through shared memory (the stages are free once every
@@ -331,7 +365,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   for (int r = 0; r < kRows; ++r) {
     const int rr = 16 * (r / 2) + 8 * (r % 2) + lane / 4;  // the row within the CTA's tile
     float m, l;
-    if (p.unified) {
+    if (unified_partial) {
       // phi for a warp that saw a visible key of the row (its first key is below the row's end).
       const bool seen = n_tiles > 0 && k_begin + warp * kWarpKeys < limit[r];
       m = seen ? p.phi_log2 : -INFINITY;
@@ -340,7 +374,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
       m = exact.m[r];
       l = quad_sum(exact.l[r]);
     }
-    const bool row_left = (__ballot_sync(0xffffffffu, left[r]) >> (lane & ~3) & 0xFu) != 0;  // the quad's OR
+    const bool row_left = (__ballot_sync(0xffffffffu, flagged[r]) >> (lane & ~3) & 0xFu) != 0;  // the quad's OR
     if (t4 == 0) {
       sML[(warp * kBlockM + rr) * 2] = m;
       sML[(warp * kBlockM + rr) * 2 + 1] = l;
@@ -382,6 +416,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
     }
     if (p.direct) {
       store_final(p, b, h_kv, row, col, M, L, o);
+      if (col == 0 && flag != 0 && p.counter != nullptr) atomicAdd(p.counter, 1);
     } else {
       const std::int64_t R = static_cast<std::int64_t>(gridDim.z) * p.heads_kv * p.rows;
       const std::int64_t idx = split * R + head_row0 + row;
@@ -408,37 +443,30 @@ void launch_decode_split_tile(const DecodeParams& p, int batch, cudaStream_t str
 }
 
 // Exact merge of the splits (algorithms.md section 1), one warp per packed row, each lane one or two
-// float4 pieces of it (lanes past the row's kHeadDim / 4 pieces idle). pass 0: every row; with the
-// unified max a row some split flagged is not written but marked in row_flag and counted. pass 1:
-// only the rows marked (the synchronized pass's partials).
+// float4 pieces of it (lanes past the row's kHeadDim / 4 pieces idle). Partials of the unified max
+// (m = phi) and of the synchronized fallback (their own m) are weighed alike; with a counter, the
+// rows some split flagged are counted.
 template <int kHeadDim>
 __global__ void __launch_bounds__(128) attention_decode_merge_kernel(const __grid_constant__ DecodeParams p,
-                                                                    int batch, int pass) {
+                                                                    int batch) {
   constexpr int kQuads = kHeadDim / 4;
   constexpr int kPerLane = (kQuads + 31) / 32;
   const std::int64_t R = static_cast<std::int64_t>(batch) * p.heads_kv * p.rows;
   const std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
   if (idx >= R) return;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  if (pass == 1 && p.row_flag[idx] == 0) return;
   float M = -INFINITY;
   int flag = 0;
   for (int s = 0; s < p.splits; ++s) {
     M = fmaxf(M, p.part_ml[(s * R + idx) * 2]);
     flag |= p.part_flag[s * R + idx];
   }
-  if (pass == 0 && p.unified) {
-    if (lane == 0) {
-      p.row_flag[idx] = flag;
-      if (flag) atomicAdd(p.counter, 1);
-    }
-    if (flag) return;
-  }
+  if (flag != 0 && lane == 0 && p.counter != nullptr) atomicAdd(p.counter, 1);
   float L = 0.0f;
   float4 acc[kPerLane] = {};
   for (int s = 0; s < p.splits; ++s) {
     const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + (s * R + idx) * 2);
-    const float wt = ml.x == -INFINITY ? 0.0f : exp2f(ml.x - M);  // exactly 1 for the unified max
+    const float wt = ml.x == -INFINITY ? 0.0f : exp2f(ml.x - M);
     L += wt * ml.y;
     const float* src = p.part_o + (s * R + idx) * kHeadDim;
 #pragma unroll
