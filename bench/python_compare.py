@@ -17,7 +17,7 @@ normal(0, 1) inputs and on SageAttention2's channel-outlier inputs (a same-signe
 channels of Q and K), B 1, H 8, S 4096, both head dims, fp16.
 """
 import csv
-import statistics
+import functools
 import sys
 
 import torch
@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import pasa
+from interleaved import interleaved_ms
 
 TOKENS, HIDDEN = 32768, 2048
 WARMUP, RUNS = 5, 30
@@ -51,26 +52,6 @@ def methods(causal):
     return m
 
 
-def interleaved_ms(fns, q, k, v):
-    """Median ms of each function, the functions taking turns within every round (in a rotated order,
-    so that none is always first). Nothing waits between calls: each call's host work overlaps the
-    GPU work queued before it, so the events time the GPU, as in the C++ benchmark."""
-    names = list(fns)
-    events = {name: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                     for _ in range(WARMUP + RUNS)] for name in names}
-    torch.cuda.synchronize()
-    torch.cuda._sleep(50_000_000)  # ~25 ms of queued GPU time, so the host starts ahead of the GPU
-    for r in range(WARMUP + RUNS):
-        for i in range(len(names)):
-            name = names[(r + i) % len(names)]
-            start, stop = events[name][r]
-            start.record()
-            fns[name](q, k, v)
-            stop.record()
-    torch.cuda.synchronize()
-    return {name: statistics.median(s.elapsed_time(e) for s, e in events[name][WARMUP:]) for name in names}
-
-
 def speed(points, out_csv):
     rows = []
     for dtype in (torch.float16, torch.bfloat16):
@@ -87,7 +68,8 @@ def speed(points, out_csv):
                         except Exception as e:  # noqa: BLE001 (a peer's own error types)
                             print(f"# {name} skipped at D {D} S {S}: {type(e).__name__}: {e}", file=sys.stderr)
                             del fns[name]
-                    ms = interleaved_ms(fns, q, k, v)
+                    ms = interleaved_ms({name: functools.partial(fn, q, k, v) for name, fn in fns.items()},
+                                        WARMUP, RUNS)
                     flops = 4.0 * B * H * S * S * D / (2 if causal else 1)
                     dt = "fp16" if dtype == torch.float16 else "bf16"
                     for name, t in ms.items():

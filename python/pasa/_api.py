@@ -112,11 +112,14 @@ def attention(
             kernel path (other policies raise PasaError naming them; ``pasa.patch`` and the
             transformers and diffusers integrations then fall back to torch).
         cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k: packed variable-length batches
-            (flash-attn's varlen names; host arrays, CPU emulator): q is ``[total_q, H_q, D]``, k and
-            v ``[total_k, H_kv, D]``; sequence ``b`` owns tokens ``cu_seqlens[b]:cu_seqlens[b+1]``
-            (int32 ``[B + 1]``). The output is ``[total_q, H_q, D]``, the LSE ``[H_q, total_q]``;
-            tokens past ``cu_seqlens_q[B]`` are not written. Not with ``window_size``, ``softcap``
-            or ``attn_mask``.
+            (flash-attn's varlen names): q is ``[total_q, H_q, D]``, k and v ``[total_k, H_kv, D]``;
+            sequence ``b`` owns tokens ``cu_seqlens[b]:cu_seqlens[b+1]`` (integers ``[B + 1]``, on
+            q's device). The output is ``[total_q, H_q, D]``, the LSE ``[H_q, total_q]``; tokens
+            past ``cu_seqlens_q[B]`` are not written. Host arrays run on the CPU emulator, torch
+            CUDA tensors on the GPU: there the offsets are copied to the host (waiting for torch's
+            current stream) and each sequence runs as the dense call, so such a call cannot be
+            captured in a CUDA graph (it raises PasaError inside one). Not with ``window_size``,
+            ``softcap`` or ``attn_mask``.
 
     Returns:
         The output, or ``(output, lse)`` when ``return_lse`` is True.

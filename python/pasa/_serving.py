@@ -1,40 +1,79 @@
 # SPDX-License-Identifier: Apache-2.0
 """The serving layouts with flash-attn's names: packed variable-length batches (``cu_seqlens``) and
-paged or dense KV caches (``block_table``, ``cache_seqlens``), on the CPU emulator (host arrays).
+paged or dense KV caches (``block_table``, ``cache_seqlens``).
 
-Each sequence's result is what :func:`pasa.attention` gives on that sequence alone.
+Each sequence's result is what :func:`pasa.attention` gives on that sequence alone. Host arrays run on
+the CPU emulator; torch CUDA tensors on the GPU, on torch's current stream of q's device, with the
+index arrays on that device too (``pasa/serving.h`` says what runs there).
 """
 
 from __future__ import annotations
 
 import numbers
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Callable, Optional, Tuple, Union
 
 import numpy as np
 
 from . import _core
-from ._arrays import check_array, is_torch_tensor
+from ._arrays import _DL_CPU, check_array, dlpack_device, is_torch_tensor
 from ._errors import PasaError
 from ._policy import PolicyLike, core_policy
 
 __all__ = ["attention_varlen", "attention_with_kvcache"]
 
 
+def _where(x: Any) -> str:
+    """The device an array lives on, as the messages name it."""
+    if is_torch_tensor(x):
+        return str(x.device)
+    kind, index = dlpack_device(x)
+    return "cpu" if kind == _DL_CPU else f"DLPack device type {kind} (index {index})"
+
+
+def _cuda_device(q: Any) -> Optional[Any]:
+    """q's torch.device when q is a torch CUDA tensor, None when q is a host array."""
+    if is_torch_tensor(q) and q.device.type == "cuda":
+        return q.device
+    check_array(q, "q")
+    if dlpack_device(q)[0] != _DL_CPU:
+        raise PasaError(f"q: on {_where(q)}; the varlen and KV-cache layouts take host arrays (CPU "
+                        f"emulator) or torch CUDA tensors")
+    return None
+
+
+def _mixed(name: str, x: Any, device: Any) -> PasaError:
+    return PasaError(f"{name}: on {_where(x)} but q is on {device or 'cpu'} (all arrays, the index "
+                     f"arrays too, must be on q's device)")
+
+
 def _host(x: Any, name: str) -> Any:
     """x, checked to be a host array (NumPy, torch CPU tensor, any DLPack host array)."""
-    if is_torch_tensor(x):
-        if x.device.type != "cpu":
-            raise PasaError(f"{name}: on {x.device}; the varlen and KV-cache layouts run on the CPU "
-                            f"emulator only (host arrays)")
-        return x.detach()
     check_array(x, name)
+    if dlpack_device(x)[0] != _DL_CPU:
+        raise _mixed(name, x, None)
+    return x.detach() if is_torch_tensor(x) else x
+
+
+def _on_device(x: Any, name: str, device: Any) -> Any:
+    """x, checked to be a torch tensor on q's CUDA device."""
+    if not (is_torch_tensor(x) and x.device == device):
+        raise _mixed(name, x, device)
     return x
 
 
+def _placer(device: Optional[Any]) -> Callable[[Any, str], Any]:
+    """The check each array of a call goes through: on the host, or on q's CUDA device."""
+    if device is None:
+        return _host
+    return lambda x, name: _on_device(x, name, device)
+
+
 def _int32(x: Any, name: str) -> np.ndarray:
-    """An int32 array of integers (what cu_seqlens, cache_seqlens and block_table hold)."""
+    """A host int32 array of integers (what cu_seqlens, cache_seqlens and block_table hold)."""
+    if hasattr(x, "__dlpack_device__"):  # an array: it must be on the host, like q
+        _host(x, name)
     if is_torch_tensor(x):
-        x = x.detach().cpu().numpy()
+        x = x.detach().numpy()
     array = np.asarray(x)
     if array.dtype.kind not in "iu":
         raise PasaError(f"{name}: expected integers, got dtype {array.dtype}")
@@ -43,13 +82,50 @@ def _int32(x: Any, name: str) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.int32)
 
 
+def _device_int32(x: Any, name: str, device: Any) -> Any:
+    """An int32 tensor on q's device. An integer tensor there is converted on the device: its values
+    are never read on the host, so the call stays capturable in a CUDA graph (negative values are the
+    C++ API's to reject, where it copies the index arrays to check them)."""
+    import torch
+
+    x = _on_device(x, name, device)
+    if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
+        raise PasaError(f"{name}: expected integers, got dtype {str(x.dtype).replace('torch.', '')}")
+    return x.to(torch.int32).contiguous()
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
 def _empty_like(x: Any, shape: Tuple[int, ...], dtype: Any = None) -> Any:
-    """A new host array of x's kind (torch or NumPy)."""
+    """A new array of x's kind (torch, on x's device, or NumPy)."""
     if is_torch_tensor(x):
         import torch
 
-        return torch.empty(shape, dtype=x.dtype if dtype is None else torch.float32)
+        return torch.empty(shape, dtype=x.dtype if dtype is None else torch.float32, device=x.device)
     return np.empty(shape, dtype=x.dtype if dtype is None else dtype)
+
+
+def _run(function: Callable[..., None], device: Optional[Any], arrays: Tuple[Any, ...],
+         options: Tuple[Any, ...]) -> None:
+    """function(*arrays, *options, stream): on the host with stream 0, or on q's CUDA device (the
+    kernels launch on the current device) with torch's current stream of that device (the capturing
+    one inside torch.cuda.graph), the tensors handed over as DLPack capsules made without stream
+    synchronization (pasa._torch says why)."""
+    if device is None:
+        function(*arrays, *options, 0)
+        return
+    import torch
+
+    from . import _torch
+
+    if device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            _run(function, device, arrays, options)
+        return
+    capsules = tuple(None if a is None else _torch._capsule(a) for a in arrays)
+    function(*capsules, *options, _torch._current_raw_stream(device.index))
 
 
 def _check_flag(value: Any, name: str) -> bool:
@@ -72,21 +148,29 @@ def attention_varlen(q: Any, k: Any, v: Any, *, cu_seqlens_q: Any, cu_seqlens_k:
                      out: Optional[Any]) -> Union[Any, Tuple[Any, Any]]:
     """pasa.attention's packed path (its docstring describes the arguments)."""
     for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        if not _is_int(value):
             raise PasaError(f"{name}: expected an int, got {value!r}")
-    arrays = [_host(x, name) for name, x in (("q", q), ("k", k), ("v", v))]
-    if len(arrays[0].shape) != 3:
+    device = _cuda_device(q)
+    place = _placer(device)
+    q, k, v = (place(x, name) for name, x in (("q", q), ("k", k), ("v", v)))
+    if len(q.shape) != 3:
         raise PasaError(f"q: with cu_seqlens_q, expected a 3-D packed array [total_q, H_q, D], got "
-                        f"shape {tuple(arrays[0].shape)}")
-    total_q, heads_q = int(arrays[0].shape[0]), int(arrays[0].shape[1])
+                        f"shape {tuple(q.shape)}")
+    total_q, heads_q = int(q.shape[0]), int(q.shape[1])
     if out is None:
-        out = _empty_like(arrays[0], tuple(int(n) for n in arrays[0].shape))
-    elif tuple(out.shape) != tuple(arrays[0].shape):
-        raise PasaError(f"out: shape {tuple(out.shape)} differs from q's {tuple(arrays[0].shape)}")
-    lse = _empty_like(arrays[0], (heads_q, total_q), np.float32) if return_lse else None
-    _core.attention_varlen(arrays[0], arrays[1], arrays[2], out, lse, _int32(cu_seqlens_q, "cu_seqlens_q"),
-                           _int32(cu_seqlens_k, "cu_seqlens_k"), int(max_seqlen_q), int(max_seqlen_k),
-                           core_policy(policy), causal, causal_alignment, scale)
+        out = _empty_like(q, tuple(int(n) for n in q.shape))
+    else:
+        out = place(out, "out")
+        if tuple(out.shape) != tuple(q.shape):
+            raise PasaError(f"out: shape {tuple(out.shape)} differs from q's {tuple(q.shape)}")
+    if device is None:
+        cu_q, cu_k = _int32(cu_seqlens_q, "cu_seqlens_q"), _int32(cu_seqlens_k, "cu_seqlens_k")
+    else:
+        cu_q = _device_int32(cu_seqlens_q, "cu_seqlens_q", device)
+        cu_k = _device_int32(cu_seqlens_k, "cu_seqlens_k", device)
+    lse = _empty_like(q, (heads_q, total_q), np.float32) if return_lse else None
+    _run(_core.attention_varlen, device, (q, k, v, out, lse, cu_q, cu_k),
+         (int(max_seqlen_q), int(max_seqlen_k), core_policy(policy), causal, causal_alignment, scale))
     return (out, lse) if return_lse else out
 
 
@@ -108,16 +192,31 @@ def attention_with_kvcache(
 ) -> Union[Any, Tuple[Any, Any]]:
     """Attention of ``q`` against a KV cache, with flash-attn's ``flash_attn_with_kvcache`` names.
 
+    Host arrays (NumPy, torch CPU tensors) run on the CPU emulator, every policy. torch CUDA tensors
+    run on the GPU, on torch's current stream of ``q``'s device: a kernel appends ``k``, ``v``, then
+    the split-KV decode kernel reads the cache in place, each sequence to its own length. There
+    ``S_q <= 16`` and the policy is ``exact`` or ``fdpp``; every array (``cache_seqlens`` and
+    ``block_table`` too) must be on ``q``'s device, and the outputs are allocated there.
+
+    CUDA graphs: eager GPU calls copy ``cache_seqlens`` and ``block_table`` to the host to check
+    them (waiting for the stream). A call captured with ``torch.cuda.graph`` waits for nothing: the
+    kernels read a block id outside ``[0, num_blocks)`` as zero keys and clamp lengths to the cache
+    (such a call's result is undefined, but no memory outside the tensors is touched). The plan
+    depends on the cache's capacity, not on the lengths, so a graph replays correctly after
+    ``cache_seqlens`` and ``block_table`` are changed in place (pass them as device tensors: one int
+    is captured as a constant).
+
     Args:
-        q: ``[B, S_q, H_q, D]``, float32, float16 or bfloat16 (host arrays: NumPy, torch CPU).
+        q: ``[B, S_q, H_q, D]``, float32, float16 or bfloat16.
         k_cache: paged ``[num_blocks, block_size, H_kv, D]`` with ``block_table``, or dense
             ``[B, S_max, H_kv, D]`` without. Written when ``k``/``v`` are given.
         v_cache: same shape and dtype as ``k_cache``.
         k, v: optional new keys and values ``[B, S_new, H_kv, D]`` (the cache's dtype), written into
             the cache at positions ``cache_seqlens[b] ..`` before attending.
         cache_seqlens: int ``[B]`` (or one int for every sequence): positions already in the cache.
-            Sequence ``b`` attends to its first ``cache_seqlens[b] + S_new`` positions.
-        block_table: int32 ``[B, max_blocks]``: position ``p`` of sequence ``b`` is slot
+            Sequence ``b`` attends to its first ``cache_seqlens[b] + S_new`` positions. On the GPU an
+            integer tensor on ``q``'s device (converted to int32 there); one int becomes a new one.
+        block_table: int ``[B, max_blocks]``: position ``p`` of sequence ``b`` is slot
             ``p % block_size`` of block ``block_table[b, p // block_size]``.
         causal: mask keys after the query's position, bottom-right aligned by default (query ``i``
             sees keys ``<= i + cache_seqlens[b] + S_new - S_q``).
@@ -131,25 +230,38 @@ def attention_with_kvcache(
 
     Raises:
         PasaError: bad input, before anything (cache included) is written: block ids out of range,
-            an append that does not fit, negative cache_seqlens, non-finite values, and every check
-            of :func:`pasa.attention`.
+            an append that does not fit, negative cache_seqlens, non-finite values (host arrays),
+            arrays on different devices, on the GPU ``S_q > 16`` or a policy other than ``exact``
+            and ``fdpp``, and every check of :func:`pasa.attention`.
     """
     causal = _check_flag(causal, "causal")
     return_softmax_lse = _check_flag(return_softmax_lse, "return_softmax_lse")
     scale = _check_scale(softmax_scale, "softmax_scale")
-    q, k_cache, v_cache = (_host(x, name) for name, x in
+    device = _cuda_device(q)
+    place = _placer(device)
+    q, k_cache, v_cache = (place(x, name) for name, x in
                            (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)))
-    k, v = (None if x is None else _host(x, name) for name, x in (("k", k), ("v", v)))
+    k, v = (None if x is None else place(x, name) for name, x in (("k", k), ("v", v)))
     if len(q.shape) != 4:
         raise PasaError(f"q: expected a 4-D array [B, S_q, H_q, D], got shape {tuple(q.shape)}")
     batch, s_q, heads_q = (int(n) for n in q.shape[:3])
-    if isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, (bool, np.bool_)):
-        cache_seqlens = np.full(batch, cache_seqlens)
-    if out is None:
-        out = _empty_like(q, tuple(int(n) for n in q.shape))
+    if device is None:
+        if _is_int(cache_seqlens):
+            cache_seqlens = np.full(batch, cache_seqlens)
+        seqlens = _int32(cache_seqlens, "cache_seqlens")
+        table = None if block_table is None else _int32(block_table, "block_table")
+    else:
+        if _is_int(cache_seqlens):
+            if not np.iinfo(np.int32).min <= int(cache_seqlens) <= np.iinfo(np.int32).max:
+                raise PasaError("cache_seqlens: values do not fit in int32")
+            import torch
+
+            seqlens = torch.full((batch,), int(cache_seqlens), dtype=torch.int32, device=device)
+        else:
+            seqlens = _device_int32(cache_seqlens, "cache_seqlens", device)
+        table = None if block_table is None else _device_int32(block_table, "block_table", device)
+    out = _empty_like(q, tuple(int(n) for n in q.shape)) if out is None else place(out, "out")
     lse = _empty_like(q, (batch, heads_q, s_q), np.float32) if return_softmax_lse else None
-    _core.attention_with_kvcache(q, k_cache, v_cache, k, v, out, lse,
-                                 _int32(cache_seqlens, "cache_seqlens"),
-                                 None if block_table is None else _int32(block_table, "block_table"),
-                                 core_policy(policy), causal, causal_alignment, scale)
+    _run(_core.attention_with_kvcache, device, (q, k_cache, v_cache, k, v, out, lse, seqlens, table),
+         (core_policy(policy), causal, causal_alignment, scale))
     return (out, lse) if return_softmax_lse else out

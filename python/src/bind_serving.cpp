@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // pasa._core.attention_varlen and pasa._core.attention_with_kvcache: the serving layouts of
 // pasa/serving.h on DLPack arrays, in flash-attn's layouts (packed [total, H, D]; caches
-// [num_blocks, block_size, H_kv, D]; q [B, S_q, H_q, D]). Outputs are allocated by the caller.
+// [num_blocks, block_size, H_kv, D]; q [B, S_q, H_q, D]). Outputs are allocated by the caller. Every
+// array is on q's device: host arrays run on the CPU emulator, CUDA arrays (the index arrays too) on
+// the GPU, on the stream the caller passes.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -41,28 +43,31 @@ TensorView packed_array_view(const ArrayInfo& a, const char* name) {
   return attention_view(four, name, Layout::bshd);
 }
 
-// A host int32 array of `rank` dims, C-contiguous: cu_seqlens, cache_seqlens, block_table.
-const std::int32_t* int32_array(const ArrayInfo& a, const char* name, std::size_t rank) {
+// An int32 array of `rank` dims on q's device, C-contiguous: cu_seqlens, cache_seqlens, block_table.
+// A device array's pointer is passed through as it is: the C++ API reads it on the GPU.
+const std::int32_t* int32_array(const ArrayInfo& a, const char* name, std::size_t rank,
+                                const ArrayInfo& q) {
   const bool int32 = a.dtype == nb::dtype<std::int32_t>();
   if (a.ndim != rank || !int32) {
     throw Error(text::format("{}: expected a {}-D int32 array, got {}-D {} with shape {}", name, rank,
                             a.ndim, dtype_text(a.dtype), shape_text(a)));
   }
-  if (a.device_type != 1) {
-    throw Error(text::format("{}: on {}; the CPU emulator reads it on the host", name, device_text(a)));
-  }
+  check_same_device(q, a, name);
   if (a.strides[rank - 1] != 1 && a.shape[rank - 1] > 1) {
-    throw Error(text::format("{}: must be contiguous (numpy.ascontiguousarray)", name));
+    throw Error(text::format("{}: must be contiguous (numpy.ascontiguousarray, torch.Tensor.contiguous)",
+                             name));
   }
   if (rank == 2 && a.shape[0] > 1 && a.strides[0] != a.shape[1]) {
-    throw Error(text::format("{}: rows must be contiguous (numpy.ascontiguousarray)", name));
+    throw Error(text::format("{}: rows must be contiguous (numpy.ascontiguousarray, "
+                             "torch.Tensor.contiguous)", name));
   }
   return static_cast<const std::int32_t*>(a.data);
 }
 
 AttentionArgs options(const Policy& policy, bool causal, const std::string& alignment,
-                      std::optional<double> scale) {
+                      std::optional<double> scale, std::uintptr_t stream) {
   AttentionArgs o;
+  o.stream = reinterpret_cast<void*>(stream);
   o.policy = policy;
   o.causal = causal;
   if (alignment != "bottom_right" && alignment != "top_left") {
@@ -77,18 +82,22 @@ void attention_varlen(const InputArray& q, const InputArray& k, const InputArray
                       const OutputArray& out, const std::optional<OutputArray>& lse,
                       const InputArray& cu_seqlens_q, const InputArray& cu_seqlens_k,
                       std::int64_t max_seqlen_q, std::int64_t max_seqlen_k, const Policy& policy,
-                      bool causal, const std::string& alignment, std::optional<double> scale) {
+                      bool causal, const std::string& alignment, std::optional<double> scale,
+                      std::uintptr_t stream) {
   VarlenArgs args;
-  args.options = options(policy, causal, alignment, scale);
-  const ArrayInfo qi = array_info(q), oi = array_info(out), cq = array_info(cu_seqlens_q),
-                  ck = array_info(cu_seqlens_k);
+  args.options = options(policy, causal, alignment, scale, stream);
+  const ArrayInfo qi = array_info(q), ki = array_info(k), vi = array_info(v), oi = array_info(out),
+                  cq = array_info(cu_seqlens_q), ck = array_info(cu_seqlens_k);
   args.q = packed_array_view(qi, "q");
-  args.k = packed_array_view(array_info(k), "k");
-  args.v = packed_array_view(array_info(v), "v");
+  args.k = packed_array_view(ki, "k");
+  args.v = packed_array_view(vi, "v");
   args.o = packed_array_view(oi, "out");
+  check_same_device(qi, ki, "k");
+  check_same_device(qi, vi, "v");
+  check_same_device(qi, oi, "out");
   check_no_overlap(oi, "out", qi, "q");
-  args.cu_seqlens_q = int32_array(cq, "cu_seqlens_q", 1);
-  args.cu_seqlens_k = int32_array(ck, "cu_seqlens_k", 1);
+  args.cu_seqlens_q = int32_array(cq, "cu_seqlens_q", 1, qi);
+  args.cu_seqlens_k = int32_array(ck, "cu_seqlens_k", 1, qi);
   if (cq.shape[0] < 2 || ck.shape[0] != cq.shape[0]) {
     throw Error(text::format("cu_seqlens_k: cu_seqlens_q and cu_seqlens_k need the same length B + 1 >= "
                             "2, got {} and {}", cq.shape[0], ck.shape[0]));
@@ -98,10 +107,14 @@ void attention_varlen(const InputArray& q, const InputArray& k, const InputArray
   args.max_seqlen_k = max_seqlen_k;
   if (lse) {  // flash-attn's varlen LSE: [H_q, total_q]
     const ArrayInfo li = array_info(*lse);
-    if (li.ndim != 2 || pasa_dtype(li.dtype) != DType::f32 || li.device_type != 1) {
-      throw Error("lse: expected a 2-D float32 host array [H_q, total_q]");
+    if (li.ndim != 2 || pasa_dtype(li.dtype) != DType::f32) {
+      throw Error(text::format("lse: expected a 2-D float32 array [H_q, total_q], got {}-D {} with "
+                              "shape {}", li.ndim, dtype_text(li.dtype), shape_text(li)));
     }
+    check_same_device(qi, li, "lse");
+    check_no_overlap(li, "lse", oi, "out");
     args.lse.data = static_cast<float*>(li.data);
+    args.lse.device = args.q.device;
     args.lse.shape = {1, li.shape[0], li.shape[1]};
     args.lse.stride = {li.shape[0] * li.strides[0], li.strides[0], li.strides[1]};
   }
@@ -114,31 +127,46 @@ void attention_with_kvcache(const InputArray& q, const OutputArray& k_cache,
                             const std::optional<InputArray>& v, const OutputArray& out,
                             const std::optional<OutputArray>& lse, const InputArray& cache_seqlens,
                             const std::optional<InputArray>& block_table, const Policy& policy,
-                            bool causal, const std::string& alignment, std::optional<double> scale) {
+                            bool causal, const std::string& alignment, std::optional<double> scale,
+                            std::uintptr_t stream) {
   KVCacheArgs args;
-  args.options = options(policy, causal, alignment, scale);
+  args.options = options(policy, causal, alignment, scale, stream);
   const ArrayInfo qi = array_info(q), oi = array_info(out), kc = array_info(k_cache),
                   vc = array_info(v_cache), cs = array_info(cache_seqlens);
   args.q = attention_view(qi, "q", Layout::bshd);
   args.o = attention_view(oi, "out", Layout::bshd);
   args.k_cache = attention_view(kc, "k_cache", Layout::bshd);
   args.v_cache = attention_view(vc, "v_cache", Layout::bshd);
+  check_same_device(qi, oi, "out");
+  check_same_device(qi, kc, "k_cache");
+  check_same_device(qi, vc, "v_cache");
   for (const ArrayInfo* cache : {&kc, &vc}) check_no_overlap(oi, "out", *cache, "the cache");
-  if (k) args.k = attention_view(array_info(*k), "k", Layout::bshd);
-  if (v) args.v = attention_view(array_info(*v), "v", Layout::bshd);
-  args.cache_seqlens = int32_array(cs, "cache_seqlens", 1);
+  const auto new_tokens = [&qi](const std::optional<InputArray>& a, const char* name) {
+    if (!a) return TensorView{};  // no data: no append
+    const ArrayInfo info = array_info(*a);
+    const TensorView view = attention_view(info, name, Layout::bshd);
+    check_same_device(qi, info, name);
+    return view;
+  };
+  args.k = new_tokens(k, "k");
+  args.v = new_tokens(v, "v");
+  args.cache_seqlens = int32_array(cs, "cache_seqlens", 1, qi);
   if (cs.shape[0] != args.q.batch()) {
     throw Error(text::format("cache_seqlens: {} entries for a batch of {}", cs.shape[0], args.q.batch()));
   }
   if (block_table) {
     const ArrayInfo bt = array_info(*block_table);
-    args.block_table = int32_array(bt, "block_table", 2);
+    args.block_table = int32_array(bt, "block_table", 2, qi);
     if (bt.shape[0] != args.q.batch()) {
       throw Error(text::format("block_table: {} rows for a batch of {}", bt.shape[0], args.q.batch()));
     }
     args.max_blocks = bt.shape[1];
   }
-  if (lse) args.lse = lse_output_view(array_info(*lse));
+  if (lse) {
+    const ArrayInfo li = array_info(*lse);
+    args.lse = lse_output_view(li);
+    check_same_device(qi, li, "lse");
+  }
   nb::gil_scoped_release release;
   pasa::attention_with_kvcache(args);
 }
@@ -148,12 +176,14 @@ void attention_with_kvcache(const InputArray& q, const OutputArray& k_cache,
 void bind_serving(nb::module_& m) {
   m.def("attention_varlen", &attention_varlen, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(),
         "cu_seqlens_q"_a, "cu_seqlens_k"_a, "max_seqlen_q"_a, "max_seqlen_k"_a, "policy"_a, "causal"_a,
-        "causal_alignment"_a, "scale"_a.none(),
-        "Packed variable-length attention (pasa::attention_varlen), writing `out` (and `lse`).");
+        "causal_alignment"_a, "scale"_a.none(), "stream"_a,
+        "Packed variable-length attention (pasa::attention_varlen), writing `out` (and `lse`); device "
+        "arrays run on `stream` (a cudaStream_t as an int).");
   m.def("attention_with_kvcache", &attention_with_kvcache, "q"_a, "k_cache"_a, "v_cache"_a, "k"_a.none(),
         "v"_a.none(), "out"_a, "lse"_a.none(), "cache_seqlens"_a, "block_table"_a.none(), "policy"_a,
-        "causal"_a, "causal_alignment"_a, "scale"_a.none(),
-        "Attention against a paged or dense KV cache (pasa::attention_with_kvcache), appending k, v.");
+        "causal"_a, "causal_alignment"_a, "scale"_a.none(), "stream"_a,
+        "Attention against a paged or dense KV cache (pasa::attention_with_kvcache), appending k, v; "
+        "device arrays run on `stream` (a cudaStream_t as an int).");
 }
 
 }  // namespace pasa::python

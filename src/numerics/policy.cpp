@@ -305,12 +305,13 @@ Policy preset_policy(std::string_view name) {
   }
   if (name == "fdpp") {
     // FlashDecoding++: fp16 operands, fp32 statistics, one unified max for every split of the keys.
+    // No split count: with the unified max the splits' partials add up without rescaling, so their
+    // number changes only the order of fp32 sums, and the GPU chooses it to fill its SMs.
     p.softmax = Format::fp32();
     p.o = Format::fp32();
     p.shift = Shift::unified;
     p.block_q = 16;
     p.block_kv = 128;
-    p.splits = 4;
     return p;
   }
   std::string known;

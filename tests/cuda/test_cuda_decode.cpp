@@ -67,15 +67,15 @@ TEST(CudaDecode, PolicySplitsScalesAndStats) {
 TEST(CudaDecode, FdppSmallScoresMatchTheSynchronizedResult) {
   REQUIRE_GPU();
   const auto br = CausalAlignment::bottom_right;
-  const Policy unified = preset_policy("fdpp");
+  const Policy unified = preset_policy("fdpp");  // the split count chosen from the shape
   const Policy sync = parse_policy("fdpp,shift=none");
-  Policy auto_splits = unified;
-  auto_splits.splits = 1;  // the split count chosen from the shape
+  Policy four_splits = unified;
+  four_splits.splits = 4;  // the policy's split count
   const Case cases[] = {{2, 32, 8, 4, 2048, 128, false, br, false, DType::f16, DType::f32},
                         {1, 32, 1, 16, 5000, 64, true, br, false, DType::bf16, DType::bf16},
                         {3, 32, 8, 1, 1000, 128, false, br, true, DType::bf16, DType::f16}};
   for (const Case& c : cases) {
-    for (const Policy& pol : {unified, auto_splits}) {
+    for (const Policy& pol : {unified, four_splits}) {
       const auto seed = test::fresh_seed();
       Extra u, s;
       check_case(c, pol, pol, std::nullopt, &u, seed);

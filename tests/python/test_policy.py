@@ -56,7 +56,7 @@ def test_every_preset_reads_every_field_from_the_cpp_table():
 
 def test_cpp_spellings_reach_python():
     fdpp = pasa.Policy("fdpp")
-    assert fdpp.shift == "unified" and fdpp.splits == 4 and fdpp.phi == 0.0
+    assert fdpp.shift == "unified" and fdpp.splits == 1 and fdpp.phi == 0.0
     sage8 = pasa.Policy("sage8")
     assert sage8.pv_acc == "fp22" and sage8.q_quant == "int8" and sage8.v_quant == "e4m3"
     assert sage8.smooth_k is True and sage8.p_scale == 448.0 and sage8.two_level is True

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The serving layouts from Python (flash-attn's names): every sequence of a packed (varlen) or
 KV-cache call equals pasa.attention on that sequence alone, bit for bit; bad batches raise PasaError
-before anything is written."""
+before anything is written. On a GPU (torch CUDA tensors), the same calls against the CPU emulator
+on copies of the inputs, CUDA-graph replay with new cache lengths, and the device checks."""
 
 from __future__ import annotations
 
@@ -11,6 +12,24 @@ import pytest
 import pasa
 
 from conftest import randn
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def _no_gpu_reason():
+    if torch is None:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    if not pasa.built_with_cuda:
+        return "this pasa build has no CUDA kernels (built without nvcc)"
+    return ""
+
+
+gpu = pytest.mark.skipif(bool(_no_gpu_reason()), reason=_no_gpu_reason() or "a GPU is present")
 
 PRESETS = ["exact", "fa16", "pasa", "sage8", "fdpp"]
 
@@ -121,3 +140,213 @@ def test_bad_batches_raise_before_writing(rng):
         pasa.attention_with_kvcache(q4, k_cache, k_cache.copy(), new, new, cache_seqlens=[2, 8],
                                     block_table=np.array([[0, 1], [2, 3]], np.int32))
     np.testing.assert_array_equal(k_cache, before)
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_torch_cpu_tensors_run_on_the_emulator(rng):
+    k_cache, v_cache = randn(rng, (2, 13, 2, 32)), randn(rng, (2, 13, 2, 32))
+    q = randn(rng, (2, 3, 4, 32))
+    want = pasa.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=np.array([11, 4], np.int32),
+                                       causal=True)
+    got = pasa.attention_with_kvcache(*(torch.from_numpy(x) for x in (q, k_cache, v_cache)),
+                                      cache_seqlens=torch.tensor([11, 4]), causal=True)  # int64
+    assert isinstance(got, torch.Tensor) and got.device.type == "cpu"
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+# --- torch CUDA tensors: the GPU against the CPU emulator on copies of the same inputs ---------------
+
+def host_tensor(rng, shape, dtype):
+    """Standard normal values from the project's generator, as a torch CPU tensor of dtype."""
+    return torch.from_numpy(randn(rng, shape)).to(dtype)
+
+
+def assert_close_to_scale(got, want):
+    """O within 2e-2 of the CPU result's largest magnitude: fp16/bf16 inputs and fp32 accumulation on
+    both, which may still round P for the PV product differently (bf16's unit roundoff is 2^-8)."""
+    assert got.shape == want.shape and got.dtype == want.dtype
+    got, want = got.cpu().float(), want.float()
+    assert torch.isfinite(got).all()
+    scale = want.abs().max().item()
+    error = (got - want).abs().max().item()
+    assert error <= 2e-2 * scale, f"max |GPU - emulator| = {error}, scale {scale}"
+
+
+def lse_atol(dtype):
+    """3u + 1e-3, u the unit roundoff of the inputs' format (the scores and P of exact and fdpp are
+    no coarser), as the C++ serving tests allow."""
+    return 3 * torch.finfo(dtype).eps / 2 + 1e-3
+
+
+def shuffled_table(rng, batch, max_blocks, num_blocks):
+    """Each sequence its own max_blocks blocks, drawn in random order from [0, num_blocks)."""
+    ids = rng.permutation(num_blocks)[:batch * max_blocks]
+    return torch.from_numpy(ids.reshape(batch, max_blocks).astype(np.int32))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("policy", ["exact", "fdpp"])
+@pytest.mark.parametrize("s_q, causal", [(1, False), (1, True), (7, True)])
+def test_cuda_paged_cache_with_append_matches_the_emulator(rng, dtype, policy, s_q, causal):
+    dtype = getattr(torch, dtype)
+    batch, heads_q, heads_kv, d, block, max_blocks = 3, 8, 2, 128, 16, 8
+    num_blocks = batch * max_blocks + 5  # some blocks belong to no sequence
+    table = shuffled_table(rng, batch, max_blocks, num_blocks)
+    seqlens = torch.tensor([37, 0, 100], dtype=torch.int32)  # mid-block, empty, several blocks
+    k_cache, v_cache = (host_tensor(rng, (num_blocks, block, heads_kv, d), dtype) for _ in range(2))
+    q = host_tensor(rng, (batch, s_q, heads_q, d), dtype)
+    k_new, v_new = (host_tensor(rng, (batch, s_q, heads_kv, d), dtype) for _ in range(2))
+    gq, gk_cache, gv_cache, gk, gv, gtable = (x.cuda() for x in (q, k_cache, v_cache, k_new, v_new, table))
+    poison = torch.full_like(gq, float("nan"))
+    got, lse = pasa.attention_with_kvcache(gq, gk_cache, gv_cache, gk, gv,
+                                           cache_seqlens=seqlens.long().cuda(),  # converted on the GPU
+                                           block_table=gtable, causal=causal, policy=policy,
+                                           return_softmax_lse=True, out=poison)
+    want, want_lse = pasa.attention_with_kvcache(q, k_cache, v_cache, k_new, v_new,
+                                                 cache_seqlens=seqlens, block_table=table,
+                                                 causal=causal, policy=policy,
+                                                 return_softmax_lse=True)
+    assert got is poison and lse.device == gq.device and lse.dtype == torch.float32
+    assert_close_to_scale(got, want)
+    torch.testing.assert_close(lse.cpu(), want_lse, atol=lse_atol(dtype), rtol=0)
+    assert torch.equal(gk_cache.cpu(), k_cache) and torch.equal(gv_cache.cpu(), v_cache)
+
+
+@gpu
+@pytest.mark.parametrize("append", [False, True])
+def test_cuda_dense_cache_matches_the_emulator(rng, append):
+    dtype, batch, s_max, d = torch.float16, 3, 300, 64
+    k_cache, v_cache = (host_tensor(rng, (batch, s_max, 2, d), dtype) for _ in range(2))
+    q = host_tensor(rng, (batch, 1, 8, d), dtype)
+    new = [host_tensor(rng, (batch, 1, 2, d), dtype) for _ in range(2)] if append else [None, None]
+    gpu_new = [None if x is None else x.cuda() for x in new]
+    gk_cache, gv_cache = k_cache.cuda(), v_cache.cuda()
+    # One int for every sequence; then a full row and an empty one (no key at all without append).
+    for lengths in (211, [s_max - 1, 0, 76]):
+        host_lengths = lengths if isinstance(lengths, int) else torch.tensor(lengths)
+        gpu_lengths = lengths if isinstance(lengths, int) else host_lengths.cuda()
+        poison = torch.full(q.shape, float("nan"), dtype=dtype, device="cuda")
+        got, lse = pasa.attention_with_kvcache(q.cuda(), gk_cache, gv_cache, *gpu_new,
+                                               cache_seqlens=gpu_lengths, return_softmax_lse=True,
+                                               out=poison)
+        want, want_lse = pasa.attention_with_kvcache(q, k_cache, v_cache, *new,
+                                                     cache_seqlens=host_lengths,
+                                                     return_softmax_lse=True)
+        assert_close_to_scale(got, want)
+        torch.testing.assert_close(lse.cpu(), want_lse, atol=lse_atol(dtype), rtol=0)
+        assert torch.equal(gk_cache.cpu(), k_cache) and torch.equal(gv_cache.cpu(), v_cache)
+
+
+@gpu
+def test_cuda_graph_replays_with_new_cache_seqlens_and_block_table(rng):
+    dtype, batch, heads_q, heads_kv, d, block, max_blocks = torch.bfloat16, 2, 8, 2, 128, 16, 6
+    num_blocks = batch * max_blocks
+    table = shuffled_table(rng, batch, max_blocks, num_blocks).cuda()
+    k_cache, v_cache = (host_tensor(rng, (num_blocks, block, heads_kv, d), dtype).cuda()
+                        for _ in range(2))
+    lengths = torch.tensor([3, 20], dtype=torch.int32, device="cuda")
+    # The graph's inputs: refilled in place before each replay.
+    q, k_new, v_new = (host_tensor(rng, (batch, 1, h, d), dtype).cuda()
+                       for h in (heads_q, heads_kv, heads_kv))
+
+    def step():
+        return pasa.attention_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=lengths,
+                                           block_table=table, causal=True)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up outside the graph (this appends at 3 and 20)
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    for new_lengths, new_table in (([4, 21], None), ([17, 60], None),
+                                   ([0, max_blocks * block - 1], table.flip(0).flip(1))):
+        lengths.copy_(torch.tensor(new_lengths, dtype=torch.int32))
+        if new_table is not None:
+            table.copy_(new_table)
+        for x in (q, k_new, v_new):
+            x.copy_(host_tensor(rng, x.shape, dtype))
+        k_host, v_host = k_cache.cpu(), v_cache.cpu()  # the cache before this step
+        out.fill_(float("nan"))
+        graph.replay()
+        want = pasa.attention_with_kvcache(q.cpu(), k_host, v_host, k_new.cpu(), v_new.cpu(),
+                                           cache_seqlens=torch.tensor(new_lengths),
+                                           block_table=table.cpu(), causal=True)
+        assert_close_to_scale(out, want)
+        assert torch.equal(k_cache.cpu(), k_host) and torch.equal(v_cache.cpu(), v_host)
+
+
+@gpu
+def test_cuda_varlen_matches_the_emulator(rng):
+    lengths = [(5, 9), (0, 3), (17, 17), (3, 0), (1, 70), (9, 4)]  # empty, no key, S_q > S_kv
+    cu_q = torch.tensor(np.cumsum([0] + [n for n, _ in lengths]), dtype=torch.int32)
+    cu_k = torch.tensor(np.cumsum([0] + [n for _, n in lengths]), dtype=torch.int32)
+    q = host_tensor(rng, (int(cu_q[-1]), 4, 64), torch.float16)
+    k, v = (host_tensor(rng, (int(cu_k[-1]), 2, 64), torch.float16) for _ in range(2))
+    options = dict(max_seqlen_q=17, max_seqlen_k=70, causal=True, policy="exact", return_lse=True)
+    want, want_lse = pasa.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, **options)
+    poison = torch.full(q.shape, float("nan"), dtype=q.dtype, device="cuda")
+    got, lse = pasa.attention(q.cuda(), k.cuda(), v.cuda(), cu_seqlens_q=cu_q.long().cuda(),
+                              cu_seqlens_k=cu_k.cuda(), out=poison, **options)
+    assert got.device == lse.device == torch.device("cuda", torch.cuda.current_device())
+    assert lse.shape == (4, q.shape[0]) and lse.dtype == torch.float32
+    assert_close_to_scale(got, want)
+    torch.testing.assert_close(lse.cpu(), want_lse, atol=lse_atol(q.dtype), rtol=0)
+
+
+@gpu
+def test_cuda_varlen_is_refused_inside_graph_capture(rng):
+    q = host_tensor(rng, (8, 4, 64), torch.float16).cuda()
+    cu = torch.tensor([0, 3, 8], dtype=torch.int32, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # reading the offsets on the host would wait inside the capture
+        with pytest.raises(pasa.PasaError, match="(?i)captur"):
+            pasa.attention(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=5, max_seqlen_k=5)
+
+
+@gpu
+def test_cuda_bad_input_raises_before_writing(rng):
+    dtype, d = torch.float16, 64
+    k_cache, v_cache = (host_tensor(rng, (4, 16, 2, d), dtype).cuda() for _ in range(2))
+    k_before, v_before = k_cache.clone(), v_cache.clone()
+    q = host_tensor(rng, (2, 1, 4, d), dtype).cuda()
+    new = host_tensor(rng, (2, 1, 2, d), dtype).cuda()
+    lengths = torch.tensor([2, 20], dtype=torch.int32, device="cuda")
+    out = torch.full_like(q, float("nan"))
+    bad_table = torch.tensor([[0, 1], [2, 4]], dtype=torch.int32, device="cuda")  # 4: no such block
+    with pytest.raises(pasa.PasaError, match=r"block_table: \[1, 1\] = 4 is outside \[0, 4\)"):
+        pasa.attention_with_kvcache(q, k_cache, v_cache, new, new, cache_seqlens=lengths,
+                                    block_table=bad_table, out=out)
+    torch.cuda.synchronize()
+    assert torch.isnan(out).all()
+    assert torch.equal(k_cache, k_before) and torch.equal(v_cache, v_before)
+    table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32, device="cuda")
+    long_q = host_tensor(rng, (2, 17, 4, d), dtype).cuda()  # S_q 17: past the decode kernel's 16
+    for query, policy in ((long_q, "exact"), (q, "pasa")):  # what the decode kernel does not run
+        with pytest.raises(pasa.PasaError, match="S_q <= 16"):
+            pasa.attention_with_kvcache(query, k_cache, v_cache, cache_seqlens=lengths,
+                                        block_table=table, policy=policy)
+
+
+@gpu
+def test_cuda_arrays_on_another_device_are_named(rng):
+    k_cache = host_tensor(rng, (4, 16, 2, 64), torch.float16)
+    q = host_tensor(rng, (2, 1, 4, 64), torch.float16)
+    table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
+    gq, gk_cache, gtable = q.cuda(), k_cache.cuda(), table.cuda()
+    lengths = torch.tensor([2, 20], dtype=torch.int32, device="cuda")
+    cases = [  # (q, k_cache, block_table, cache_seqlens), the message
+        ((gq, k_cache, gtable, lengths), r"k_cache: on cpu but q is on cuda"),
+        ((gq, gk_cache, table, lengths), r"block_table: on cpu but q is on cuda"),
+        ((gq, gk_cache, gtable, np.array([2, 20], np.int32)), r"cache_seqlens: on cpu but q is on cuda"),
+        ((gq, gk_cache, gtable, lengths.float()), r"cache_seqlens: expected integers"),
+        ((q, gk_cache, table, lengths.cpu()), r"k_cache: on cuda:\d+ but q is on cpu"),
+        ((q, k_cache, gtable, lengths.cpu()), r"block_table: on cuda:\d+ but q is on cpu"),
+    ]
+    for (query, cache, block_table, cache_seqlens), message in cases:
+        with pytest.raises(pasa.PasaError, match=message):
+            pasa.attention_with_kvcache(query, cache, cache, cache_seqlens=cache_seqlens,
+                                        block_table=block_table)

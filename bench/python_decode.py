@@ -1,0 +1,201 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Decoding through the public Python API: torch SDPA (cuDNN, flash) and pasa.attention on dense
+tensors, pasa.attention_with_kvcache on a dense and on paged KV caches, interleaved in one process on
+the same keys and values, eager and replayed as CUDA graphs.
+
+Usage: python3 bench/python_decode.py [out_csv]
+
+Points: S_q = 1, 32 query / 8 KV heads, d = 128, bf16, B 1 / 8 / 64, S_kv 4k / 16k / 32k, normal(0, 1)
+inputs, no mask (S_q = 1). A point whose tensors do not fit in the GPU's free memory is skipped
+(said on stderr). Methods:
+  torch-cudnn, torch-flash  SDPA's backends on q [B, 32, 1, 128], k, v [B, 8, S_kv, 128]
+                            (enable_gqa=True, else the backend's own head broadcast)
+  attention                 pasa.attention, exact, on the same dense tensors
+  kv-dense                  pasa.attention_with_kvcache, exact, dense cache [B, S_kv, 8, 128]
+  kv-paged16, kv-paged64    the same on a paged cache of 16- / 64-position blocks, each sequence's
+                            blocks shuffled over the whole pool
+  kv-paged16-fdpp           kv-paged16 under the fdpp policy
+Every cache holds the dense tensors' keys and values and is full (cache_seqlens = S_kv, no append),
+so every method computes the same attention; each output is checked against the first method's
+(2e-2 of its scale) and a disagreement is said on stderr.
+
+Eager: per round every method runs once in a rotated order, CUDA events around each call, nothing
+waiting between calls; the median of 30 rounds after 5 warm-up rounds (bench/interleaved.py). An
+eager attention_with_kvcache copies cache_seqlens and block_table to the host to check them, waiting
+for the stream: its eager time includes that wait and the check, and the call after it starts on an
+idle GPU (its host time shows in its time). Graphs: each method captured once with torch.cuda.graph,
+the replays timed the same way: the GPU's time alone.
+TB/s = K and V bytes read / time = 2 B S_kv H_kv d 2 / t. Ratios are of TB/s under graphs (above 1:
+the first is faster).
+"""
+import csv
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import pasa
+from interleaved import interleaved_ms
+
+H_Q, H_KV, D = 32, 8, 128
+BATCHES = (1, 8, 64)
+SEQS = (4096, 16384, 32768)
+WARMUP, RUNS = 5, 30
+RATIOS = [("attention/cudnn", "attention", "torch-cudnn"), ("kv-dense/cudnn", "kv-dense", "torch-cudnn"),
+          ("paged16/dense", "kv-paged16", "kv-dense"), ("paged64/dense", "kv-paged64", "kv-dense"),
+          ("fdpp/exact", "kv-paged16-fdpp", "kv-paged16")]
+
+
+def shuffled_table(B, S, block, gen):
+    """int32 [B, S / block]: the pool's blocks in a random order, S / block of them per sequence."""
+    return torch.randperm(B * S // block, device="cuda", generator=gen).view(B, S // block).to(torch.int32)
+
+
+def paged(dense_cache, table):
+    """dense_cache [B, S, H, D] as a pool of blocks [B S / block, block, H, D] holding the same
+    positions where the table says."""
+    blocks, block = table.numel(), dense_cache.shape[1] // table.shape[1]
+    pool = torch.empty((blocks, block) + tuple(dense_cache.shape[2:]), dtype=dense_cache.dtype, device="cuda")
+    pool[table.flatten().long()] = dense_cache.reshape(blocks, block, *dense_cache.shape[2:])
+    return pool
+
+
+def methods(B, S, gen):
+    """The calls of one point (outputs [B, H_q, 1, D] or, from the caches, [B, 1, H_q, D])."""
+    q = torch.randn(B, H_Q, 1, D, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k, v = (torch.randn(B, H_KV, S, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    q_bshd = q.view(B, 1, H_Q, D)  # the same memory: [B, H, 1, D] is [B, 1, H, D] when S_q = 1
+    k_cache, v_cache = (x.transpose(1, 2).contiguous() for x in (k, v))
+    lengths = torch.full((B,), S, dtype=torch.int32, device="cuda")
+    fns = {}
+    for name, backend in (("torch-cudnn", SDPBackend.CUDNN_ATTENTION), ("torch-flash", SDPBackend.FLASH_ATTENTION)):
+        for gqa in ({"enable_gqa": True}, {}):
+            def sdpa(backend=backend, gqa=gqa):
+                with sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(q, k, v, **gqa)
+            try:
+                sdpa()
+            except RuntimeError as e:
+                print(f"# {name} {'with' if gqa else 'without'} enable_gqa at B {B} S_kv {S}: "
+                      f"{str(e).splitlines()[0]}", file=sys.stderr)
+                continue
+            fns[name] = sdpa
+            break
+    fns["attention"] = lambda: pasa.attention(q, k, v)
+
+    def kvcache(kc, vc, table=None, policy="exact"):
+        return lambda: pasa.attention_with_kvcache(q_bshd, kc, vc, cache_seqlens=lengths, block_table=table,
+                                                   policy=policy)
+
+    fns["kv-dense"] = kvcache(k_cache, v_cache)
+    for block in (16, 64):
+        table = shuffled_table(B, S, block, gen)
+        k_pool, v_pool = paged(k_cache, table), paged(v_cache, table)
+        fns[f"kv-paged{block}"] = kvcache(k_pool, v_pool, table)
+        if block == 16:
+            fns["kv-paged16-fdpp"] = kvcache(k_pool, v_pool, table, "fdpp")
+    return fns
+
+
+def run_once_and_check(fns, B, S):
+    """Runs each method once; drops (and says) those that fail, and says which disagree."""
+    outs = {}
+    for name in list(fns):
+        try:
+            outs[name] = fns[name]()
+        except Exception as e:  # noqa: BLE001 (torch's and pasa's own error types)
+            print(f"# {name} skipped at B {B} S_kv {S}: {type(e).__name__}: {e}", file=sys.stderr)
+            del fns[name]
+    if outs:
+        flat = (B, H_Q, D)  # either output layout, S_q being 1
+        first, want = next(iter(outs.items()))
+        want = want.float().reshape(flat)
+        scale = want.abs().max().item()
+        for name, out in outs.items():
+            err = (out.float().reshape(flat) - want).abs().max().item()
+            if not err <= 2e-2 * scale:
+                print(f"# {name} differs from {first} at B {B} S_kv {S}: max error {err:.3g}, scale {scale:.3g}",
+                      file=sys.stderr)
+
+
+def graphs(fns, B, S):
+    """Each method captured once in a CUDA graph; the replays (methods whose capture fails are said)."""
+    replays = {}
+    for name, fn in fns.items():
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                fn()
+        except Exception as e:  # noqa: BLE001
+            print(f"# {name} not captured at B {B} S_kv {S}: {type(e).__name__}: {e}", file=sys.stderr)
+            continue
+        replays[name] = graph.replay
+    return replays
+
+
+def fits(B, S):
+    """Whether a point's tensors fit: K and V dense, as a dense cache and as two paged ones."""
+    kv_bytes = 2 * B * S * H_KV * D * 2
+    free, _ = torch.cuda.mem_get_info()
+    return 4 * kv_bytes + (1 << 30) < free
+
+
+def bench():
+    rows = []
+    for B in BATCHES:
+        for S in SEQS:
+            torch.cuda.empty_cache()
+            if not fits(B, S):
+                print(f"# B {B} S_kv {S} skipped: its tensors do not fit in the GPU's free memory", file=sys.stderr)
+                continue
+            fns = methods(B, S, torch.Generator(device="cuda").manual_seed(B * S))
+            run_once_and_check(fns, B, S)
+            kv_bytes = 2.0 * B * S * H_KV * D * 2
+            for mode, calls in (("eager", fns), ("graph", graphs(fns, B, S))):
+                for name, ms in interleaved_ms(calls, WARMUP, RUNS).items():
+                    rows.append({"B": B, "S_kv": S, "method": name, "mode": mode, "us": f"{ms * 1e3:.2f}",
+                                 "tbps": f"{kv_bytes / (ms * 1e-3) / 1e12:.3f}"})
+                print(f"# B {B} S_kv {S} {mode} done", file=sys.stderr, flush=True)
+            del fns, calls
+    return rows
+
+
+def print_tables(rows):
+    table = {}
+    for r in rows:
+        table.setdefault((r["B"], r["S_kv"], r["mode"]), {})[r["method"]] = (float(r["us"]), float(r["tbps"]))
+    names = list(dict.fromkeys(r["method"] for r in rows))
+    print(f"\ndecode, S_q 1, {H_Q}/{H_KV} heads, d {D}, bf16 (median of {RUNS}, interleaved; "
+          f"{torch.cuda.get_device_name()}; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}; "
+          f"pasa {pasa.__version__})")
+    for title, column, digits in (("microseconds", 0, 2), ("TB/s of K and V read", 1, 3)):
+        print(f"\n{title}")
+        print(f"{'B':>3}{'S_kv':>7} {'mode':<6}" + "".join(f"{n:>16}" for n in names))
+        for (B, S, mode), t in table.items():
+            cells = (t[n][column] if n in t else float("nan") for n in names)
+            print(f"{B:>3}{S:>7} {mode:<6}" + "".join(f"{c:16.{digits}f}" for c in cells))
+    print("\nratios of TB/s under CUDA graphs (above 1: the first is faster)")
+    print(f"{'B':>3}{'S_kv':>7}" + "".join(f"{r[0]:>17}" for r in RATIOS))
+    for (B, S, mode), t in table.items():
+        if mode == "graph":
+            cells = [t[a][1] / t[b][1] if a in t and b in t else float("nan") for _, a, b in RATIOS]
+            print(f"{B:>3}{S:>7}" + "".join(f"{c:17.3f}" for c in cells))
+
+
+def main():
+    if not (torch.cuda.is_available() and pasa.built_with_cuda):
+        sys.exit("python_decode.py needs a CUDA GPU and a pasa build with the CUDA kernels")
+    rows = bench()
+    if not rows:
+        sys.exit("no point ran")
+    print_tables(rows)
+    if len(sys.argv) > 1:
+        with open(sys.argv[1], "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
