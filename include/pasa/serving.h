@@ -73,7 +73,7 @@ struct KVCacheArgs {
 //     capturing stream throws.
 //   attention_with_kvcache: the split-KV decode kernel reads the cache in place, paged or dense, each
 //     sequence to its own length, after a kernel that appends k, v; S_q <= 16 and the decode kernel's
-//     policies (exact, fdpp). The index arrays are copied to the host and checked first (waiting for
+//     policies (exact, fdpp), a power-of-two block size, and k_cache and v_cache with equal strides. The index arrays are copied to the host and checked first (waiting for
 //     the stream), except on a stream being captured into a CUDA graph: there nothing waits, and
 //     the kernels instead read a block id outside [0, num_blocks) as zero keys, and clamp lengths to
 //     the cache (the result of such a call is undefined, but no memory outside the tensors is

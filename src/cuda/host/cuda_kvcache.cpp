@@ -30,6 +30,14 @@ bool cuda_read_to_host(void* dst, const void* src, std::size_t bytes, void* stre
 
 void cuda_attention_with_kvcache(const AttentionArgs& args, const CudaKvCache& c) {
   const bool paged = c.block_table != nullptr;
+  const std::int64_t block_size = c.k_cache.shape[2];
+  if (paged && (block_size & (block_size - 1)) != 0) {
+    throw Error(text::format("k_cache: block size {}; the GPU kernels take a power of two (16, 32, 64, ...)",
+                             block_size));
+  }
+  if (c.k_cache.stride != c.v_cache.stride) {
+    throw Error("v_cache: strides differ from k_cache's (the GPU kernels address both with one offset)");
+  }
   const std::int64_t batch = args.q.shape[0];
   const std::int64_t capacity = paged ? c.max_blocks * c.k_cache.shape[2] : c.k_cache.shape[2];
   // The decode plan's K and V: `capacity` keys per sequence over the cache's memory (a paged cache's
@@ -71,7 +79,7 @@ void cuda_attention_with_kvcache(const AttentionArgs& args, const CudaKvCache& c
   if (paged) {
     read.block_table = c.block_table;
     read.max_blocks = static_cast<int>(c.max_blocks);
-    read.block_size = static_cast<int>(c.k_cache.shape[2]);
+    while ((std::int64_t{1} << read.block_shift) < block_size) ++read.block_shift;
     read.num_blocks = static_cast<int>(c.k_cache.shape[0]);
   }
   if (append) {

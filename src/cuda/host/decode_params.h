@@ -89,9 +89,10 @@ struct KvCacheRead {
   int appended = 0;              // positions this call appended after them
   bool bottom_right = true;      // causal offset of sequence b: its length - S_q (else 0)
   // Paged: key n of sequence b is slot n % block_size of block block_table[b max_blocks + n / block_size],
-  // and K / V's batch stride steps a block. A block id outside [0, num_blocks) reads as zero keys.
+  // and K / V's batch stride steps a block (K and V have the same strides). The block size is a power
+  // of two, 2^block_shift. A block id outside [0, num_blocks) reads as zero keys.
   const int* block_table = nullptr;
-  int max_blocks = 0, block_size = 0, num_blocks = 0;
+  int max_blocks = 0, block_shift = 0, num_blocks = 0;
 };
 
 struct DecodeParams {

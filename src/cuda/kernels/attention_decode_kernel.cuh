@@ -87,27 +87,34 @@ __device__ __forceinline__ SequenceKeys sequence_keys(const DecodeParams& p, int
   return {len, p.cache.bottom_right ? len - f.seq_q : f.causal_offset};
 }
 
-// Key rows [n0, n0 + kRows) of sequence b, K/V head h_kv, into a shared tile (rows from `valid` on
-// zero-filled): a dense operand's rows are one stride apart; a paged cache's are looked up row by row
-// in the block table.
+// Key rows [n0, n0 + kRows) of sequence b, K/V head h_kv, of K and V into their shared tiles (rows
+// from `valid` on zero-filled): a dense operand's rows are one stride apart; a paged cache's are
+// looked up in the block table, once per row for K and V together (the host checks that their
+// strides agree), with shifts for the power-of-two block size.
 template <int kRows, int kHeadDim, int kThreads, int kPrefetch, typename Elem>
-__device__ __forceinline__ void load_key_rows(const DecodeParams& p, const Operand& op, int b, int h_kv,
-                                              Elem* smem, int n0, int valid) {
-  const Elem* data = static_cast<const Elem*>(op.data);
+__device__ __forceinline__ void load_key_rows(const DecodeParams& p, int b, int h_kv, Elem* smem_k, Elem* smem_v,
+                                              int n0, int valid) {
+  const Operand& k = p.fwd.k;
+  const Operand& v = p.fwd.v;
+  const Elem* k_head = static_cast<const Elem*>(k.data) + h_kv * k.stride_h;
+  const Elem* v_head = static_cast<const Elem*>(v.data) + h_kv * v.stride_h;
   if (p.cache.block_table == nullptr) {
-    load_tile_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(
-        smem, data + b * op.stride_b + h_kv * op.stride_h + static_cast<std::int64_t>(n0) * op.stride_s,
-        op.stride_s, valid);
+    const std::int64_t k_row0 = b * k.stride_b + static_cast<std::int64_t>(n0) * k.stride_s;
+    const std::int64_t v_row0 = b * v.stride_b + static_cast<std::int64_t>(n0) * v.stride_s;
+    load_tile_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_k, k_head + k_row0, k.stride_s, valid);
+    load_tile_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_v, v_head + v_row0, v.stride_s, valid);
     return;
   }
   const KvCacheRead& c = p.cache;
   const int* table = c.block_table + static_cast<std::int64_t>(b) * c.max_blocks;
-  load_rows_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem, data, valid, [&](int row) -> const Elem* {
-    const int n = n0 + row;
-    const int block = table[n / c.block_size];
-    if (block < 0 || block >= c.num_blocks) return nullptr;
-    return data + block * op.stride_b + h_kv * op.stride_h + static_cast<std::int64_t>(n % c.block_size) * op.stride_s;
-  });
+  const int slot_mask = (1 << c.block_shift) - 1;
+  load_rows_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(
+      smem_k, smem_v, k_head, v_head, valid, [&](int row) -> std::int64_t {
+        const int n = n0 + row;
+        const int block = table[n >> c.block_shift];
+        if (block < 0 || block >= c.num_blocks) return -1;
+        return block * k.stride_b + (n & slot_mask) * k.stride_s;
+      });
 }
 
 // The tile of an instantiation, as a type (C++17 has no class-type template parameters).
@@ -187,10 +194,8 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   const auto load_tile = [&](int t) {
     const int n0 = k_begin + t * kBlockN;
     const int stage = t % kStages;
-    load_key_rows<kBlockN, kHeadDim, kThreads, kT.l2_prefetch>(p, f.k, b, h_kv, sK + stage * kBlockN * kStride,
-                                                                n0, k_end - n0);
-    load_key_rows<kBlockN, kHeadDim, kThreads, kT.l2_prefetch>(p, f.v, b, h_kv, sV + stage * kBlockN * kStride,
-                                                                n0, k_end - n0);
+    load_key_rows<kBlockN, kHeadDim, kThreads, kT.l2_prefetch>(p, b, h_kv, sK + stage * kBlockN * kStride,
+                                                                sV + stage * kBlockN * kStride, n0, k_end - n0);
   };
 
   // Prologue: Q (packed rows gathered from their heads, zero past p.rows) and the first tiles, one

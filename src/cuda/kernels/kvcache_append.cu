@@ -15,9 +15,9 @@ __device__ __forceinline__ long long cache_row(const KvAppendParams& p, const Ca
   if (pos < 0 || pos >= p.capacity) return -1;
   const KvCacheRead& kv = p.cache;
   if (kv.block_table == nullptr) return b * c.stride_b + static_cast<long long>(pos) * c.stride_s;
-  const int block = kv.block_table[static_cast<long long>(b) * kv.max_blocks + pos / kv.block_size];
+  const int block = kv.block_table[static_cast<long long>(b) * kv.max_blocks + (pos >> kv.block_shift)];
   if (block < 0 || block >= kv.num_blocks) return -1;
-  return block * c.stride_b + static_cast<long long>(pos % kv.block_size) * c.stride_s;
+  return block * c.stride_b + static_cast<long long>(pos & ((1 << kv.block_shift) - 1)) * c.stride_s;
 }
 
 __device__ __forceinline__ void copy_row(const KvAppendParams& p, const Operand& src, const CacheOperand& dst,

@@ -64,32 +64,35 @@ __device__ __forceinline__ void load_tile_async(Elem* smem, const Elem* base, st
   }
 }
 
-// load_tile_async's copy (the same chunks to the same threads: thread t takes chunks t, t + kThreads,
-// ... in row-major order, which is also what its other order amounts to) where each row has its own
-// address: row_at(r) gives row r's first element, or null for a row to zero-fill (as are rows r >=
-// rows_valid, for which it is not called). `base` is any valid global address (the source operand of
-// a zero-filling copy, which reads nothing). Each thread looks its rows up before issuing any copy,
-// so that the lookups' latencies overlap.
-template <int kRows, int kHeadDim, int kThreads, typename Elem, int kPrefetch = 0, typename RowAt>
-__device__ __forceinline__ void load_rows_async(Elem* smem, const Elem* base, int rows_valid, RowAt&& row_at) {
+// load_tile_async's copy of two tiles whose rows share their offsets (K and V of one paged cache),
+// the same chunks to the same threads (thread t takes chunks t, t + kThreads, ... in row-major order,
+// which is also what load_tile_async's other order amounts to), where each row has its own offset:
+// row_offset(r) gives row r's element offset from base_a and from base_b, or -1 for a row to
+// zero-fill (as are rows r >= rows_valid, for which it is not called). Each thread looks its rows up
+// before issuing any copy, so that the lookups' latencies overlap.
+template <int kRows, int kHeadDim, int kThreads, typename Elem, int kPrefetch = 0, typename RowOffset>
+__device__ __forceinline__ void load_rows_async(Elem* smem_a, Elem* smem_b, const Elem* base_a, const Elem* base_b,
+                                                int rows_valid, RowOffset&& row_offset) {
   constexpr int kChunksPerRow = kHeadDim / 8;
   constexpr int kStride = smem_row_stride<kHeadDim>();
   constexpr int kChunks = kRows * kChunksPerRow;
   constexpr int kPerThread = (kChunks + kThreads - 1) / kThreads;
   const int tid = static_cast<int>(threadIdx.x);
-  const Elem* src[kPerThread];
+  std::int64_t offset[kPerThread];
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
     const int c = tid + i * kThreads, row = c / kChunksPerRow;
-    src[i] = c < kChunks && row < rows_valid ? row_at(row) : nullptr;
+    offset[i] = c < kChunks && row < rows_valid ? row_offset(row) : -1;
   }
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
     const int c = tid + i * kThreads;
     if (kChunks % kThreads != 0 && c >= kChunks) continue;
     const int row = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
-    const bool valid = src[i] != nullptr;
-    cp_async_16_hint<kPrefetch>(smem_addr(smem + row * kStride + col), valid ? src[i] + col : base, valid);
+    const bool valid = offset[i] >= 0;
+    const std::int64_t at = valid ? offset[i] + col : 0;  // (a zero-filling copy reads nothing)
+    cp_async_16_hint<kPrefetch>(smem_addr(smem_a + row * kStride + col), base_a + at, valid);
+    cp_async_16_hint<kPrefetch>(smem_addr(smem_b + row * kStride + col), base_b + at, valid);
   }
 }
 
