@@ -10,50 +10,10 @@
 #include "cpu/operands.h"
 #include "cuda_backend.h"
 #include "memory_budget.h"
+#include "plan_compare.h"
 #include "pasa/error.h"
 
 namespace pasa {
-namespace {
-
-bool same_view(const TensorView& a, const TensorView& b) {
-  return a.dtype == b.dtype && a.shape == b.shape && a.stride == b.stride && a.device == b.device;
-}
-
-bool same_lse(const LseView& a, const LseView& b) {
-  if ((a.data == nullptr) != (b.data == nullptr)) return false;
-  return a.data == nullptr || (a.shape == b.shape && a.stride == b.stride && a.device == b.device);
-}
-
-bool same_mask(const MaskView& a, const MaskView& b) {
-  if (a.kind != b.kind || (a.data == nullptr) != (b.data == nullptr)) return false;
-  if (a.kind == MaskKind::none) return true;
-  return (a.kind != MaskKind::additive || a.dtype == b.dtype) && a.shape == b.shape && a.stride == b.stride &&
-         a.device == b.device;
-}
-
-// The first field in which a call's problem differs from the plan's, or null. Compared: every field
-// of AttentionArgs but the data pointers (the mask's too, once both are set or both null), the stream
-// and the stats.
-const char* differing_field(const AttentionArgs& call, const AttentionArgs& plan) {
-  if (!same_view(call.q, plan.q)) return "q";
-  if (!same_view(call.k, plan.k)) return "k";
-  if (!same_view(call.v, plan.v)) return "v";
-  if (!same_view(call.o, plan.o)) return "o";
-  if (!same_lse(call.lse, plan.lse)) return "lse";
-  if (call.scale != plan.scale) return "scale";
-  if (call.causal != plan.causal) return "causal";
-  if (call.alignment != plan.alignment) return "alignment";
-  if (call.window_left != plan.window_left) return "window_left";
-  if (call.window_right != plan.window_right) return "window_right";
-  if (call.softcap != plan.softcap) return "softcap";
-  if (!same_mask(call.mask, plan.mask)) return "mask";
-  if (call.backend != plan.backend) return "backend";
-  if (call.cuda_path != plan.cuda_path) return "cuda_path";
-  if (call.policy != plan.policy) return "policy";
-  return nullptr;
-}
-
-}  // namespace
 
 struct AttentionPlan::State {
   AttentionArgs problem;  // the arguments planned for (their pointers are never read)

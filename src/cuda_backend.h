@@ -47,6 +47,13 @@ struct CudaKvCache {
 // The index arrays' values are the caller's to check (the kernels only stay inside the tensors).
 void cuda_attention_with_kvcache(const AttentionArgs& args, const CudaKvCache& cache);
 
+// The same in two steps (KVCachePlan): the plan checks and decides what the call above does, except
+// the pointers' memory kind; the run launches only, into a caller-owned device workspace.
+struct CudaKvPlan;
+std::shared_ptr<const CudaKvPlan> plan_cuda_kvcache(const AttentionArgs& args, const CudaKvCache& cache);
+std::size_t cuda_kvcache_workspace_bytes(const CudaKvPlan& plan);
+void run_cuda_kvcache(const CudaKvPlan& plan, const AttentionArgs& args, const CudaKvCache& cache, void* workspace);
+
 // Copies `bytes` of device memory at `src` to the host at `dst` on `stream` and waits for it; returns
 // false, copying nothing, while the stream is being captured into a CUDA graph (which cannot wait).
 bool cuda_read_to_host(void* dst, const void* src, std::size_t bytes, void* stream);

@@ -18,6 +18,7 @@
 #include "cuda_backend.h"
 #include "pasa/error.h"
 #include "pasa/serving.h"
+#include "kvcache_checks.h"
 #include "serving_sequence.h"
 #include "storage_convert.h"
 
@@ -147,10 +148,6 @@ void check_cache_indices(const KVCacheArgs& a, const CacheMap& map, std::int64_t
 // The GPU path: the index arrays are device memory, checked on host copies unless the stream is
 // being captured (pasa/serving.h), then the kernels run on the cache in place.
 void kvcache_on_gpu(const KVCacheArgs& args, const AttentionArgs& whole, std::int64_t B, std::int64_t s_new) {
-  if (args.k_cache.shape[0] > std::numeric_limits<std::int32_t>::max()) {
-    throw Error(text::format("k_cache: {} blocks; the GPU kernels take at most 2^31 - 1",
-                             args.k_cache.shape[0]));
-  }
   const bool paged = args.block_table != nullptr;
   std::vector<std::int32_t> seqlens(static_cast<std::size_t>(B));
   std::vector<std::int32_t> table(paged ? static_cast<std::size_t>(B * args.max_blocks) : 0);
@@ -164,19 +161,14 @@ void kvcache_on_gpu(const KVCacheArgs& args, const AttentionArgs& whole, std::in
     const CacheMap map{host.block_table, paged ? args.max_blocks : 1, args.k_cache.shape[2]};
     check_cache_indices(host, map, B, s_new);
   }
-  CudaKvCache cache{args.k_cache, args.v_cache, TensorView{}, TensorView{}, args.cache_seqlens,
-                    args.block_table, args.max_blocks};
-  if (s_new > 0) {
-    cache.k_new = args.k;
-    cache.v_new = args.v;
-  }
-  cuda_attention_with_kvcache(whole, cache);
+  cuda_attention_with_kvcache(whole, cuda_kv_cache(args));
 }
 
 }  // namespace
 
-void attention_with_kvcache(const KVCacheArgs& args) {
-  const bool on_gpu = serving_on_gpu(args.options, args.q);
+KVCacheProblem check_kvcache_tensors(const KVCacheArgs& args) {
+  KVCacheProblem problem;
+  problem.on_gpu = serving_on_gpu(args.options, args.q);
   check_cache_view(args.k_cache, "k_cache");
   check_cache_view(args.v_cache, "v_cache");
   if (args.v_cache.shape != args.k_cache.shape || args.v_cache.dtype != args.k_cache.dtype) {
@@ -192,17 +184,37 @@ void attention_with_kvcache(const KVCacheArgs& args) {
   }
   // q, o, lse and the options as the dense API checks them, with k and v standing for the cache of
   // one sequence.
-  AttentionArgs whole = args.options;
+  AttentionArgs& whole = problem.whole;
+  whole = args.options;
   whole.q = args.q;
   whole.o = args.o;
   whole.lse = args.lse;
   whole.k = whole.v = slice_rows(args.k_cache, 0, 0, args.k_cache.shape[2]);
   whole.k.shape[0] = whole.v.shape[0] = args.q.shape[0];
-  const ProblemShape shape = check_attention_args(whole);
-  const std::int64_t B = shape.batch;
-  const std::int64_t s_new = check_cache_tensors(args, B, shape.heads_kv);
-  if (on_gpu) {
-    kvcache_on_gpu(args, whole, B, s_new);
+  problem.shape = check_attention_args(whole);
+  problem.s_new = check_cache_tensors(args, problem.shape.batch, problem.shape.heads_kv);
+  if (problem.on_gpu && args.k_cache.shape[0] > std::numeric_limits<std::int32_t>::max()) {
+    throw Error(text::format("k_cache: {} blocks; the GPU kernels take at most 2^31 - 1", args.k_cache.shape[0]));
+  }
+  return problem;
+}
+
+CudaKvCache cuda_kv_cache(const KVCacheArgs& args) {
+  CudaKvCache cache{args.k_cache, args.v_cache, TensorView{}, TensorView{}, args.cache_seqlens,
+                    args.block_table, args.max_blocks};
+  if (args.k.data != nullptr) {
+    cache.k_new = args.k;
+    cache.v_new = args.v;
+  }
+  return cache;
+}
+
+void attention_with_kvcache(const KVCacheArgs& args) {
+  const KVCacheProblem problem = check_kvcache_tensors(args);
+  const ProblemShape& shape = problem.shape;
+  const std::int64_t B = shape.batch, s_new = problem.s_new;
+  if (problem.on_gpu) {
+    kvcache_on_gpu(args, problem.whole, B, s_new);
     return;
   }
   if (shape.dim > 1024) {

@@ -4,7 +4,9 @@
 // new keys and values. Each sequence's result is the one pasa::attention gives on that sequence alone.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "pasa/attention.h"
 
@@ -81,5 +83,30 @@ struct KVCacheArgs {
 //     so a captured graph replays correctly with new cache_seqlens and block_table values.
 void attention_varlen(const VarlenArgs& args);
 void attention_with_kvcache(const KVCacheArgs& args);
+
+// attention_with_kvcache's checks and decisions made once, for a serving loop's decode step: run()
+// launches only (GPU: no index check, no allocation, no device query, no synchronization), so it can be
+// captured in a CUDA graph, which replays with whatever cache_seqlens and block_table then hold. On
+// the GPU, bad index values in a run() are undefined behaviour within the tensors (see above: the
+// kernels read an out-of-range block as zero keys and clamp lengths); check them where they are made.
+// On host tensors, run() is attention_with_kvcache (the emulator checks everything on every call).
+class KVCachePlan {
+ public:
+  // Checks `args` as attention_with_kvcache does, except the index arrays' values and, on the GPU, the
+  // pointers' memory kind; only the problem is kept, not the pointers. Throws pasa::Error.
+  explicit KVCachePlan(const KVCacheArgs& args);
+
+  // Bytes of device workspace run() needs on the GPU (0: none, and always 0 on the CPU).
+  std::size_t workspace_bytes() const;
+
+  // Runs `args`, which must describe the plan's problem: only the data pointers (the index arrays'
+  // too), the stream and the stats may differ (anything else: pasa::Error naming the field, nothing
+  // launched). `workspace`: at least workspace_bytes(), 256-byte aligned, used by one run at a time.
+  void run(const KVCacheArgs& args, void* workspace = nullptr) const;
+
+ private:
+  struct State;
+  std::shared_ptr<const State> state_;
+};
 
 }  // namespace pasa

@@ -18,6 +18,7 @@ namespace {
 }  // namespace
 
 struct CudaPlan {};
+struct CudaKvPlan {};
 
 void cuda_attention(const AttentionArgs&, const ProblemShape&) { no_cuda(); }
 std::shared_ptr<const CudaPlan> plan_cuda_attention(const AttentionArgs&, const ProblemShape&) { no_cuda(); }
@@ -25,6 +26,9 @@ std::size_t cuda_plan_workspace_bytes(const CudaPlan&) { no_cuda(); }
 void run_cuda_plan(const CudaPlan&, const AttentionArgs&, void*) { no_cuda(); }
 CudaPlanChoice cuda_plan_choice(const CudaPlan&) { no_cuda(); }
 void cuda_attention_with_kvcache(const AttentionArgs&, const CudaKvCache&) { no_cuda(); }
+std::shared_ptr<const CudaKvPlan> plan_cuda_kvcache(const AttentionArgs&, const CudaKvCache&) { no_cuda(); }
+std::size_t cuda_kvcache_workspace_bytes(const CudaKvPlan&) { no_cuda(); }
+void run_cuda_kvcache(const CudaKvPlan&, const AttentionArgs&, const CudaKvCache&, void*) { no_cuda(); }
 bool cuda_read_to_host(void*, const void*, std::size_t, void*) { no_cuda(); }
 void cuda_write_empty_rows(const TensorView&, const LseView&, void*) { no_cuda(); }
 

@@ -546,6 +546,52 @@ TEST(CudaKVCacheGraph, ACapturedCallReplaysWithNewLengthsAndBlockIds) {
   cudaGraphDestroy(graph);
 }
 
+// KVCachePlan: planned once, run on a caller-owned workspace, captured; the graph replays with new
+// lengths and block ids, and a call of another problem is refused before anything runs.
+TEST(CudaKVCacheGraph, APlanRunCapturedReplaysWithNewLengthsAndBlockIds) {
+  REQUIRE_GPU();
+  const auto seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  KVProblem p = make_kv(3, 1, 64, 60, 32, 1, DType::bf16, DType::bf16, true, rng);
+  set_paged(p, {5, 40, 0}, 32, 0, rng);
+  p.options.policy = exact_policy(DType::bf16);
+  DeviceKV d(p);
+  Stream stream;
+  const KVCacheArgs args = d.args(p, stream.s);
+  const KVCachePlan plan(args);
+  void* workspace = nullptr;
+  cuda_ok(cudaMalloc(&workspace, std::max<std::size_t>(plan.workspace_bytes(), 1)), "cudaMalloc (workspace)");
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cuda_ok(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  plan.run(args, workspace);
+  cuda_ok(cudaStreamEndCapture(stream.s, &graph), "cudaStreamEndCapture");
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  Outcome gpu = d.download();
+  for (const std::vector<std::int32_t>& lengths : {std::vector<std::int32_t>{5, 40, 0}, {300, 1, 77}}) {
+    SCOPED_TRACE(::testing::Message() << "replay with lengths " << lengths[0] << ", " << lengths[1] << ", "
+                                      << lengths[2]);
+    p.k_cache.bytes = gpu.k_cache;  // the host copies follow the device's caches
+    p.v_cache.bytes = gpu.v_cache;
+    set_paged(p, lengths, 32, 0, rng);
+    d.upload_indices(p);
+    d.poison();
+    cuda_ok(cudaGraphLaunch(exec, stream.s), "cudaGraphLaunch");
+    cuda_ok(cudaStreamSynchronize(stream.s), "graph replay");
+    gpu = d.download();
+    const Outcome emu = run_on_host(p);
+    expect_close(gpu, emu, p.dim(), p.options.policy, p.in, p.out);
+    EXPECT_TRUE(gpu.k_cache == emu.k_cache && gpu.v_cache == emu.v_cache) << "the replay's append";
+  }
+  KVCacheArgs other = args;
+  other.options.causal = !other.options.causal;
+  expect_error_naming([&] { plan.run(other, workspace); }, {"causal", "differs"});
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaFree(workspace);
+}
+
 // ------------------------------------------------------------------------------------------------
 // attention_varlen
 

@@ -5,6 +5,7 @@
 // block ids on the device, and a captured graph replays with new ones.
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <string>
 
 #include "cuda/arch/cuda_check.h"
@@ -28,7 +29,29 @@ bool cuda_read_to_host(void* dst, const void* src, std::size_t bytes, void* stre
   return true;
 }
 
-void cuda_attention_with_kvcache(const AttentionArgs& args, const CudaKvCache& c) {
+struct CudaKvPlan {
+  std::shared_ptr<const CudaPlan> decode;  // the decode kernel's plan for `capacity` keys a sequence
+  std::int64_t capacity;
+  cuda::KvCacheRead layout;  // the cache's geometry (the index arrays' pointers are set per run)
+  int device;
+};
+
+namespace {
+
+// The decode plan's K and V: `capacity` keys per sequence over the cache's memory (a paged cache's
+// batch stride steps a block, which the kernel follows through the block table).
+AttentionArgs over_capacity(const AttentionArgs& args, const CudaKvCache& c, std::int64_t capacity) {
+  AttentionArgs dense = args;
+  dense.k = c.k_cache;
+  dense.v = c.v_cache;
+  dense.k.shape[0] = dense.v.shape[0] = args.q.shape[0];
+  dense.k.shape[2] = dense.v.shape[2] = capacity;
+  return dense;
+}
+
+}  // namespace
+
+std::shared_ptr<const CudaKvPlan> plan_cuda_kvcache(const AttentionArgs& args, const CudaKvCache& c) {
   const bool paged = c.block_table != nullptr;
   const std::int64_t block_size = c.k_cache.shape[2];
   if (paged && (block_size & (block_size - 1)) != 0) {
@@ -38,51 +61,44 @@ void cuda_attention_with_kvcache(const AttentionArgs& args, const CudaKvCache& c
   if (c.k_cache.stride != c.v_cache.stride) {
     throw Error("v_cache: strides differ from k_cache's (the GPU kernels address both with one offset)");
   }
-  const std::int64_t batch = args.q.shape[0];
-  const std::int64_t capacity = paged ? c.max_blocks * c.k_cache.shape[2] : c.k_cache.shape[2];
-  // The decode plan's K and V: `capacity` keys per sequence over the cache's memory (a paged cache's
-  // batch stride steps a block, which the kernel follows through the block table).
-  AttentionArgs dense = args;
-  dense.k = c.k_cache;
-  dense.v = c.v_cache;
-  dense.k.shape[0] = dense.v.shape[0] = batch;
-  dense.k.shape[2] = dense.v.shape[2] = capacity;
+  auto plan = std::make_shared<CudaKvPlan>();
+  plan->capacity = paged ? c.max_blocks * block_size : block_size;
+  const AttentionArgs dense = over_capacity(args, c, plan->capacity);
   const ProblemShape shape = check_attention_args(dense);
-  const auto plan = plan_cuda_attention(dense, shape);
-  if (!cuda_plan_is_decode(*plan)) {
+  plan->decode = plan_cuda_attention(dense, shape);
+  if (!cuda_plan_is_decode(*plan->decode)) {
     throw Error(text::format("attention_with_kvcache on the GPU runs the split-KV decode kernel, which takes "
                              "S_q <= {} and the exact and fdpp policies; this call (S_q = {}, policy '{}') "
                              "would need {}", cuda::kDecodeMaxSeqQ, shape.seq_q, to_string(args.policy),
-                             cuda_plan_choice(*plan).kernel));
+                             cuda_plan_choice(*plan->decode).kernel));
   }
-  const int device = cuda_plan_device(*plan);
-  for (const auto& [t, name] : {std::pair{&args.q, "q"}, {&args.o, "o"}, {&c.k_cache, "k_cache"},
-                                {&c.v_cache, "v_cache"}}) {
-    check_device_pointer(t->data, name, device);
+  plan->device = cuda_plan_device(*plan->decode);
+  for (const auto& [t, name] : {std::pair{&c.k_new, "k"}, {&c.v_new, "v"}}) {
+    if (t->data != nullptr) check_layout(*t, name);
   }
-  if (args.lse.data != nullptr) check_device_pointer(args.lse.data, "lse", device);
-  check_device_pointer(c.seqlens, "cache_seqlens", device);
-  if (paged) check_device_pointer(c.block_table, "block_table", device);
-  const bool append = c.k_new.data != nullptr;
-  if (append) {
-    for (const auto& [t, name] : {std::pair{&c.k_new, "k"}, {&c.v_new, "v"}}) {
-      check_device_pointer(t->data, name, device);
-      check_layout(*t, name);
-      check_aligned(t->data, name);
-    }
-  }
-
-  cuda::KvCacheRead read;
-  read.seqlens = c.seqlens;
-  read.appended = append ? static_cast<int>(c.k_new.shape[2]) : 0;
-  read.bottom_right = args.alignment == CausalAlignment::bottom_right;
+  cuda::KvCacheRead& layout = plan->layout;
+  layout.appended = c.k_new.data != nullptr ? static_cast<int>(c.k_new.shape[2]) : 0;
+  layout.bottom_right = args.alignment == CausalAlignment::bottom_right;
   if (paged) {
-    read.block_table = c.block_table;
-    read.max_blocks = static_cast<int>(c.max_blocks);
-    while ((std::int64_t{1} << read.block_shift) < block_size) ++read.block_shift;
-    read.num_blocks = static_cast<int>(c.k_cache.shape[0]);
+    layout.max_blocks = static_cast<int>(c.max_blocks);
+    layout.num_blocks = static_cast<int>(c.k_cache.shape[0]);
+    while ((std::int64_t{1} << layout.block_shift) < block_size) ++layout.block_shift;
   }
-  if (append) {
+  return plan;
+}
+
+std::size_t cuda_kvcache_workspace_bytes(const CudaKvPlan& plan) { return cuda_plan_workspace_bytes(*plan.decode); }
+
+void run_cuda_kvcache(const CudaKvPlan& plan, const AttentionArgs& args, const CudaKvCache& c, void* workspace) {
+  if (c.seqlens == nullptr) throw Error("cache_seqlens: pointer is null");
+  if ((plan.layout.max_blocks > 0) != (c.block_table != nullptr)) {
+    throw Error("block_table: null in a paged plan, or set in a dense one");
+  }
+  cuda::KvCacheRead read = plan.layout;
+  read.seqlens = c.seqlens;
+  read.block_table = c.block_table;
+  if (read.appended > 0) {
+    for (const auto& [t, name] : {std::pair{&c.k_new, "k"}, {&c.v_new, "v"}}) check_aligned(t->data, name);
     const auto cache_operand = [](const TensorView& t) {
       return cuda::CacheOperand{t.data, t.stride[0], t.stride[1], t.stride[2]};
     };
@@ -92,16 +108,29 @@ void cuda_attention_with_kvcache(const AttentionArgs& args, const CudaKvCache& c
     p.k_cache = cache_operand(c.k_cache);
     p.v_cache = cache_operand(c.v_cache);
     p.cache = read;
-    p.capacity = static_cast<int>(capacity);
-    p.batch = static_cast<int>(batch);
-    p.heads_kv = static_cast<int>(shape.heads_kv);
+    p.capacity = static_cast<int>(plan.capacity);
+    p.batch = static_cast<int>(args.q.shape[0]);
+    p.heads_kv = static_cast<int>(c.k_cache.shape[1]);
     p.s_new = read.appended;
-    p.head_dim = static_cast<int>(shape.dim);
+    p.head_dim = static_cast<int>(c.k_cache.shape[3]);
     p.elem_bytes = static_cast<int>(dtype_size(c.k_cache.dtype));
     cuda::launch_kvcache_append(p, args.stream);
   }
-  cuda::StreamBuffer workspace(cuda_plan_workspace_bytes(*plan), device, static_cast<cudaStream_t>(args.stream));
-  run_cuda_decode_plan(*plan, dense, workspace.get(), read);
+  run_cuda_decode_plan(*plan.decode, over_capacity(args, c, plan.capacity), workspace, read);
+}
+
+void cuda_attention_with_kvcache(const AttentionArgs& args, const CudaKvCache& c) {
+  const auto plan = plan_cuda_kvcache(args, c);
+  for (const auto& [t, name] : {std::pair{&args.q, "q"}, {&args.o, "o"}, {&c.k_cache, "k_cache"},
+                                {&c.v_cache, "v_cache"}, {&c.k_new, "k"}, {&c.v_new, "v"}}) {
+    if (t->data != nullptr) check_device_pointer(t->data, name, plan->device);
+  }
+  if (args.lse.data != nullptr) check_device_pointer(args.lse.data, "lse", plan->device);
+  check_device_pointer(c.seqlens, "cache_seqlens", plan->device);
+  if (c.block_table != nullptr) check_device_pointer(c.block_table, "block_table", plan->device);
+  cuda::StreamBuffer workspace(cuda_kvcache_workspace_bytes(*plan), plan->device,
+                               static_cast<cudaStream_t>(args.stream));
+  run_cuda_kvcache(*plan, args, c, workspace.get());
 }
 
 }  // namespace pasa
