@@ -226,6 +226,16 @@ Outcome run_on_host(KVProblem p) {
   return {test::read_bhsd(o.view), lse, p.k_cache.bytes, p.v_cache.bytes};
 }
 
+// A call's O (through o_host, which has its shape and layout) and LSE, downloaded.
+Outcome download_outputs(DeviceTensor& o, Tensor4& o_host, const DeviceBuffer& lse) {
+  Outcome out;
+  o.copy_to(o_host);
+  out.o = test::read_bhsd(o_host.view);
+  out.lse.resize(lse.bytes / sizeof(float));
+  cudaMemcpy(out.lse.data(), lse.ptr, lse.bytes, cudaMemcpyDeviceToHost);
+  return out;
+}
+
 // Device copies of a problem's tensors and index arrays, and its outputs (poisoned: all-ones bytes,
 // NaN in every dtype).
 struct DeviceKV {
@@ -268,11 +278,7 @@ struct DeviceKV {
     return a;
   }
   Outcome download() {
-    Outcome out;
-    o.copy_to(o_host);
-    out.o = test::read_bhsd(o_host.view);
-    out.lse.resize(lse.bytes / sizeof(float));
-    cudaMemcpy(out.lse.data(), lse.ptr, lse.bytes, cudaMemcpyDeviceToHost);
+    Outcome out = download_outputs(o, o_host, lse);
     out.k_cache = k_cache.download();
     out.v_cache = v_cache.download();
     return out;
@@ -676,14 +682,7 @@ struct DeviceVarlen {
     a.options.stream = stream;
     return a;
   }
-  Outcome download() {
-    Outcome out;
-    o.copy_to(o_host);
-    out.o = test::read_bhsd(o_host.view);
-    out.lse.resize(lse.bytes / sizeof(float));
-    cudaMemcpy(out.lse.data(), lse.ptr, lse.bytes, cudaMemcpyDeviceToHost);
-    return out;
-  }
+  Outcome download() { return download_outputs(o, o_host, lse); }
 };
 
 Outcome run_varlen_on_device(const VarlenProblem& p, const Policy& policy) {
