@@ -17,14 +17,10 @@
 
 namespace pasa::cuda {
 
-int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_count) {
+int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_count, int ctas_per_sm) {
   const int tiles = (seq_kv + block_n - 1) / block_n;
   const int max_splits = std::max(1, std::min(128, tiles / 2));
-  // One CTA per SM, although two fit: at B 1 (8 K/V heads, D 128, bf16, H200) 16 splits of 4k-32k
-  // keys ran in 12.8 / 26.1 / 41.3 us against 14.7 / 29.0 / 46.0 for the 32-64 splits that fill both
-  // slots (bench/NOTES.md): a CTA's fixed costs (Q, the first tiles' latency, the combine, the
-  // partial) weigh more than the second CTA's overlap.
-  const long long capacity = std::max(sm_count, 1);
+  const long long capacity = static_cast<long long>(std::max(sm_count, 1)) * ctas_per_sm;
   if (base_ctas <= 0 || max_splits == 1) return 1;
   // The fraction of CTA slots busy over the whole run, per split count (whole waves are best).
   const auto efficiency = [&](int s) {
@@ -50,7 +46,7 @@ DecodePlan plan_decode(const DecodeShape& shape, int sm_count) {
   int splits = shape.policy_splits > 1
                    ? shape.policy_splits
                    : choose_decode_splits(static_cast<long long>(shape.batch) * shape.heads_kv * plan.row_chunks,
-                                          shape.seq_kv, tile.block_n, sm_count);
+                                          shape.seq_kv, tile.block_n, sm_count, tile.ctas_per_sm);
   // Split boundaries on whole key tiles; no empty split.
   const int per_split = (shape.seq_kv + splits - 1) / splits;
   plan.split_keys = (per_split + tile.block_n - 1) / tile.block_n * tile.block_n;

@@ -158,9 +158,9 @@ struct DecodeRequest : KernelRequest {
 long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* workspace,
                      bool count_recomputed, void* stream);
 
-// Splits of the key axis for `base_ctas` CTAs per split: enough CTAs to give each of sm_count SMs
-// one, in whole waves where possible, each split at least two key tiles.
-int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_count);
+// Splits of the key axis for `base_ctas` CTAs per split: enough CTAs to fill sm_count SMs at
+// ctas_per_sm each, in whole waves where possible, each split at least two key tiles.
+int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_count, int ctas_per_sm);
 
 // Launch functions (attention_decode.cu). Each throws pasa::Error on a CUDA error. Split kernel:
 // splits x (H_kv row_chunks) x batch CTAs of decode_tile(head_dim); m_tiles as decode_m_tiles gives
