@@ -87,35 +87,59 @@ __device__ __forceinline__ SequenceKeys sequence_keys(const DecodeParams& p, int
   return {len, p.cache.bottom_right ? len - f.seq_q : f.causal_offset};
 }
 
-// Key rows [n0, n0 + kRows) of sequence b, K/V head h_kv, of K and V into their shared tiles (rows
-// from `valid` on zero-filled): a dense operand's rows are one stride apart; a paged cache's are
-// looked up in the block table, once per row for K and V together (the host checks that their
-// strides agree), with shifts for the power-of-two block size.
+// How the decode kernel finds its key rows: a dense operand's are one stride apart; a paged cache's
+// are looked up in the block table, once per row for K and V together (the host checks that their
+// strides agree), with shifts for the power-of-two block size. The lookups of a tile are issued one
+// step before its copies (look_up, then load), so that their latency overlaps the wait for the tile
+// before.
 template <int kRows, int kHeadDim, int kThreads, int kPrefetch, typename Elem>
-__device__ __forceinline__ void load_key_rows(const DecodeParams& p, int b, int h_kv, Elem* smem_k, Elem* smem_v,
-                                              int n0, int valid) {
-  const Operand& k = p.fwd.k;
-  const Operand& v = p.fwd.v;
-  const Elem* k_head = static_cast<const Elem*>(k.data) + h_kv * k.stride_h;
-  const Elem* v_head = static_cast<const Elem*>(v.data) + h_kv * v.stride_h;
-  if (p.cache.block_table == nullptr) {
-    const std::int64_t k_row0 = b * k.stride_b + static_cast<std::int64_t>(n0) * k.stride_s;
-    const std::int64_t v_row0 = b * v.stride_b + static_cast<std::int64_t>(n0) * v.stride_s;
-    load_tile_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_k, k_head + k_row0, k.stride_s, valid);
-    load_tile_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_v, v_head + v_row0, v.stride_s, valid);
-    return;
+struct KeyRows {
+  using Rows = ThreadRows<kRows, kHeadDim, kThreads>;
+  const DecodeParams& p;
+  int b;
+  const Elem* k_head;
+  const Elem* v_head;
+  int block[Rows::kCount];  // the looked-up block ids of this thread's rows (paged), -1: none
+
+  __device__ KeyRows(const DecodeParams& params, int batch, int h_kv)
+      : p(params), b(batch),
+        k_head(static_cast<const Elem*>(params.fwd.k.data) + h_kv * params.fwd.k.stride_h),
+        v_head(static_cast<const Elem*>(params.fwd.v.data) + h_kv * params.fwd.v.stride_h) {}
+
+  __device__ __forceinline__ bool paged() const { return p.cache.block_table != nullptr; }
+
+  // The block ids of rows [n0, n0 + valid) (paged caches; nothing for a dense operand).
+  __device__ __forceinline__ void look_up(int n0, int valid) {
+    if (!paged()) return;
+    const int* table = p.cache.block_table + static_cast<std::int64_t>(b) * p.cache.max_blocks;
+#pragma unroll
+    for (int i = 0; i < Rows::kCount; ++i) {
+      const int row = Rows::row(i);
+      block[i] = row >= 0 && row < valid ? table[(n0 + row) >> p.cache.block_shift] : -1;
+    }
   }
-  const KvCacheRead& c = p.cache;
-  const int* table = c.block_table + static_cast<std::int64_t>(b) * c.max_blocks;
-  const int slot_mask = (1 << c.block_shift) - 1;
-  load_rows_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(
-      smem_k, smem_v, k_head, v_head, valid, [&](int row) -> std::int64_t {
-        const int n = n0 + row;
-        const int block = table[n >> c.block_shift];
-        if (block < 0 || block >= c.num_blocks) return -1;
-        return block * k.stride_b + (n & slot_mask) * k.stride_s;
-      });
-}
+
+  // The copies of rows [n0, n0 + valid) (rows past `valid` zero-filled), after look_up(n0, valid).
+  __device__ __forceinline__ void load(Elem* smem_k, Elem* smem_v, int n0, int valid) const {
+    const Operand& k = p.fwd.k;
+    const Operand& v = p.fwd.v;
+    if (!paged()) {
+      const std::int64_t k_row0 = b * k.stride_b + static_cast<std::int64_t>(n0) * k.stride_s;
+      const std::int64_t v_row0 = b * v.stride_b + static_cast<std::int64_t>(n0) * v.stride_s;
+      load_tile_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_k, k_head + k_row0, k.stride_s, valid);
+      load_tile_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_v, v_head + v_row0, v.stride_s, valid);
+      return;
+    }
+    const int slot_mask = (1 << p.cache.block_shift) - 1;
+    std::int64_t offset[Rows::kCount];
+#pragma unroll
+    for (int i = 0; i < Rows::kCount; ++i) {
+      const bool inside = block[i] >= 0 && block[i] < p.cache.num_blocks;
+      offset[i] = inside ? block[i] * k.stride_b + ((n0 + Rows::row(i)) & slot_mask) * k.stride_s : -1;
+    }
+    load_rows_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_k, smem_v, k_head, v_head, offset);
+  }
+};
 
 // The tile of an instantiation, as a type (C++17 has no class-type template parameters).
 template <int kHeadDim, int kVariant = 0>
@@ -191,11 +215,12 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   }
   const int n_tiles = n_end > k_begin ? (n_end - k_begin + kBlockN - 1) / kBlockN : 0;
 
+  KeyRows<kBlockN, kHeadDim, kThreads, kT.l2_prefetch, InElem> key_rows(p, b, h_kv);
+  const auto look_up = [&](int t) { key_rows.look_up(k_begin + t * kBlockN, k_end - k_begin - t * kBlockN); };
   const auto load_tile = [&](int t) {
     const int n0 = k_begin + t * kBlockN;
     const int stage = t % kStages;
-    load_key_rows<kBlockN, kHeadDim, kThreads, kT.l2_prefetch>(p, b, h_kv, sK + stage * kBlockN * kStride,
-                                                                sV + stage * kBlockN * kStride, n0, k_end - n0);
+    key_rows.load(sK + stage * kBlockN * kStride, sV + stage * kBlockN * kStride, n0, k_end - n0);
   };
 
   // Prologue: Q (packed rows gathered from their heads, zero past p.rows) and the first tiles, one
@@ -217,7 +242,10 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   const auto load_first_tiles = [&] {  // one group per tile
 #pragma unroll
     for (int t = 0; t < kStages - 1; ++t) {
-      if (t < n_tiles) load_tile(t);
+      if (t < n_tiles) {
+        look_up(t);
+        load_tile(t);
+      }
       cp_async_commit();
     }
   };
@@ -277,12 +305,14 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
 #pragma unroll
         for (int e = 0; e < 4; ++e) tOrO[mt][n][e] = 0.0f;
     for (int j = 0; j < n_tiles; ++j) {
+      const bool load_next = j + kStages - 1 < n_tiles;
+      if (load_next) look_up(j + kStages - 1);  // (its latency runs under the wait below)
       if (j > 0) {
         cp_async_wait<kStages - 2>();  // tile j has landed (this thread's copies)
         if constexpr (kToHalf) stage_to_half(j);
         __syncthreads();  // ... everyone's; and every warp is done with tile j - 1's stage
       }
-      if (j + kStages - 1 < n_tiles) load_tile(j + kStages - 1);
+      if (load_next) load_tile(j + kStages - 1);
       cp_async_commit();
 
       const std::uint32_t stage_off = (j % kStages) * kTileBytes;

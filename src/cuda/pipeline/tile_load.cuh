@@ -64,31 +64,32 @@ __device__ __forceinline__ void load_tile_async(Elem* smem, const Elem* base, st
   }
 }
 
-// load_tile_async's copy of two tiles whose rows share their offsets (K and V of one paged cache),
-// the same chunks to the same threads (thread t takes chunks t, t + kThreads, ... in row-major order,
-// which is also what load_tile_async's other order amounts to), where each row has its own offset:
-// row_offset(r) gives row r's element offset from base_a and from base_b, or -1 for a row to
-// zero-fill (as are rows r >= rows_valid, for which it is not called). Each thread looks its rows up
-// before issuing any copy, so that the lookups' latencies overlap.
-template <int kRows, int kHeadDim, int kThreads, typename Elem, int kPrefetch = 0, typename RowOffset>
-__device__ __forceinline__ void load_rows_async(Elem* smem_a, Elem* smem_b, const Elem* base_a, const Elem* base_b,
-                                                int rows_valid, RowOffset&& row_offset) {
-  constexpr int kChunksPerRow = kHeadDim / 8;
-  constexpr int kStride = smem_row_stride<kHeadDim>();
-  constexpr int kChunks = kRows * kChunksPerRow;
-  constexpr int kPerThread = (kChunks + kThreads - 1) / kThreads;
-  const int tid = static_cast<int>(threadIdx.x);
-  std::int64_t offset[kPerThread];
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int c = tid + i * kThreads, row = c / kChunksPerRow;
-    offset[i] = c < kChunks && row < rows_valid ? row_offset(row) : -1;
+// The rows of the chunks a thread copies in load_tile_async's order (chunks t, t + kThreads, ... in
+// row-major order, which is also what its other order amounts to): row(i) of the i-th, -1 past the tile.
+template <int kRows, int kHeadDim, int kThreads>
+struct ThreadRows {
+  static constexpr int kChunksPerRow = kHeadDim / 8;
+  static constexpr int kChunks = kRows * kChunksPerRow;
+  static constexpr int kCount = (kChunks + kThreads - 1) / kThreads;
+  __device__ __forceinline__ static int row(int i) {
+    const int c = static_cast<int>(threadIdx.x) + i * kThreads;
+    return c < kChunks ? c / kChunksPerRow : -1;
   }
+};
+
+// load_tile_async's copy (the same chunks to the same threads) of two tiles whose rows share their
+// offsets (K and V of one paged cache), each row at its own element offset from base_a and base_b:
+// offset[i] for the row of the thread's i-th chunk (ThreadRows), -1 for a row to zero-fill.
+template <int kRows, int kHeadDim, int kThreads, typename Elem, int kPrefetch = 0>
+__device__ __forceinline__ void load_rows_async(Elem* smem_a, Elem* smem_b, const Elem* base_a, const Elem* base_b,
+                                                const std::int64_t (&offset)[ThreadRows<kRows, kHeadDim, kThreads>::kCount]) {
+  using Rows = ThreadRows<kRows, kHeadDim, kThreads>;
+  constexpr int kStride = smem_row_stride<kHeadDim>();
 #pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int c = tid + i * kThreads;
-    if (kChunks % kThreads != 0 && c >= kChunks) continue;
-    const int row = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+  for (int i = 0; i < Rows::kCount; ++i) {
+    const int row = Rows::row(i);
+    if (Rows::kChunks % kThreads != 0 && row < 0) continue;
+    const int col = ((static_cast<int>(threadIdx.x) + i * kThreads) % Rows::kChunksPerRow) * 8;
     const bool valid = offset[i] >= 0;
     const std::int64_t at = valid ? offset[i] + col : 0;  // (a zero-filling copy reads nothing)
     cp_async_16_hint<kPrefetch>(smem_addr(smem_a + row * kStride + col), base_a + at, valid);
