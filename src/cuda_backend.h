@@ -59,8 +59,14 @@ void run_cuda_kvcache(const CudaKvPlan& plan, const AttentionArgs& args, const C
 bool cuda_read_to_host(void* dst, const void* src, std::size_t bytes, void* stream);
 
 // O = 0 and LSE = -inf (when lse.data is set) for every row of the batch-of-one views o [1, H, n, D]
-// and lse [1, H, n], on `stream`: the result of query rows that see no key.
+// and lse [1, H, n], on `stream`: the result of query rows that see no key. The check throws
+// pasa::Error for what the write does not take (memory that is not the current device's, rows that
+// are not contiguous, more than 65535 heads); the write launches only.
+void cuda_check_empty_rows(const TensorView& o, const LseView& lse);
 void cuda_write_empty_rows(const TensorView& o, const LseView& lse, void* stream);
+
+// Throws pasa::Error unless `t`'s memory is the current device's (as the dense GPU call checks).
+void cuda_check_device_memory(const void* data, const char* name);
 
 // What a plan chose: its path (the sm_90a kernels, or the portable ones: another GPU, or asked for)
 // and its kernel's name ("exact (portable)", "decode (split-KV)", ...).

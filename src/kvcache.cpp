@@ -133,6 +133,8 @@ void check_cache_indices(const KVCacheArgs& a, const CacheMap& map, std::int64_t
     }
   }
   if (s_new > 0) {
+    // Where each block was last seen: a block an append writes may appear once in all the tables.
+    std::vector<std::int64_t> seen_in(static_cast<std::size_t>(num_blocks), -1), seen_at(seen_in.size(), -1);
     for (std::int64_t b = 0; b < B; ++b) {
       for (std::int64_t i = 0; i < map.blocks_for(a.cache_seqlens[b] + s_new); ++i) {
         const std::int64_t id = map.block(b, i * map.block_size);
@@ -140,6 +142,12 @@ void check_cache_indices(const KVCacheArgs& a, const CacheMap& map, std::int64_t
           throw Error(text::format("block_table: block {} is used by sequences {} and {}, and {}'s append "
                                   "writes into it", id, b, appender[id], appender[id]));
         }
+        if (appender[id] == b && seen_in[id] == b && seen_at[id] != i) {
+          throw Error(text::format("block_table: block {} is at [{}, {}] and [{}, {}], and sequence {}'s "
+                                  "append writes into it", id, b, seen_at[id], b, i, b));
+        }
+        seen_in[id] = b;
+        seen_at[id] = i;
       }
     }
   }

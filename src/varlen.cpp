@@ -51,23 +51,42 @@ void varlen_on_gpu(const VarlenArgs& args, const ProblemShape& shape) {
   }
   check_cu_seqlens(cq.data(), B, shape.seq_q, args.max_seqlen_q, "cu_seqlens_q", "max_seqlen_q");
   check_cu_seqlens(ck.data(), B, shape.seq_kv, args.max_seqlen_k, "cu_seqlens_k", "max_seqlen_k");
-  AttentionStats stats;
-  for (std::int64_t b = 0; b < B; ++b) {
+  // Sequence b as the dense call sees it.
+  const auto sequence = [&](std::int64_t b) {
     const std::int64_t q0 = cq[b], nq = cq[b + 1] - cq[b], k0 = ck[b], nk = ck[b + 1] - ck[b];
-    if (nq == 0) continue;
-    const TensorView o = slice_rows(args.o, 0, q0, nq);
-    const LseView lse = slice_rows(args.lse, 0, q0, nq);
-    if (nk == 0) {
-      cuda_write_empty_rows(o, lse, args.options.stream);
-      stats.rows += shape.heads_q * nq;
-      continue;
-    }
     AttentionArgs a = args.options;
     a.q = slice_rows(args.q, 0, q0, nq);
     a.k = slice_rows(args.k, 0, k0, nk);
     a.v = slice_rows(args.v, 0, k0, nk);
-    a.o = o;
-    a.lse = lse;
+    a.o = slice_rows(args.o, 0, q0, nq);
+    a.lse = slice_rows(args.lse, 0, q0, nq);
+    return a;
+  };
+  // Every sequence is planned, and the memory checked, before the first launch: nothing is written
+  // unless every sequence can run.
+  for (const auto& [data, name] : {std::pair{args.q.data, "q"}, {args.k.data, "k"}, {args.v.data, "v"}}) {
+    cuda_check_device_memory(data, name);
+  }
+  for (std::int64_t b = 0; b < B; ++b) {
+    const AttentionArgs a = sequence(b);
+    if (a.q.seq() == 0) continue;
+    if (a.k.seq() == 0) {
+      cuda_check_empty_rows(a.o, a.lse);
+    } else {
+      plan_cuda_attention(a, check_attention_args(a));
+    }
+  }
+  cuda_check_device_memory(args.o.data, "out");
+  if (args.lse.data != nullptr) cuda_check_device_memory(args.lse.data, "lse");
+  AttentionStats stats;
+  for (std::int64_t b = 0; b < B; ++b) {
+    AttentionArgs a = sequence(b);
+    if (a.q.seq() == 0) continue;
+    if (a.k.seq() == 0) {
+      cuda_write_empty_rows(a.o, a.lse, args.options.stream);
+      stats.rows += shape.heads_q * a.q.seq();
+      continue;
+    }
     AttentionStats one;
     a.stats = args.options.stats != nullptr ? &one : nullptr;
     attention(a);

@@ -83,14 +83,20 @@ def _int32(x: Any, name: str) -> np.ndarray:
 
 
 def _device_int32(x: Any, name: str, device: Any) -> Any:
-    """An int32 tensor on q's device. An integer tensor there is converted on the device: its values
-    are never read on the host, so the call stays capturable in a CUDA graph (negative values are the
-    C++ API's to reject, where it copies the index arrays to check them)."""
+    """An int32 tensor on q's device. An integer tensor there is converted on the device; outside
+    CUDA-graph capture its values are first checked to fit in int32 (inside, nothing is read on the
+    host; negative values are the C++ API's to reject, where it copies the index arrays to check
+    them)."""
     import torch
 
     x = _on_device(x, name, device)
     if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
         raise PasaError(f"{name}: expected integers, got dtype {str(x.dtype).replace('torch.', '')}")
+    if x.dtype != torch.int32 and x.numel() and not torch.cuda.is_current_stream_capturing():
+        # (an eager call waits for the stream anyway, to check the values: so can this)
+        low, high = (int(t) for t in torch.aminmax(x))
+        if low < -2**31 or high >= 2**31:
+            raise PasaError(f"{name}: values do not fit in int32")
     return x.to(torch.int32).contiguous()
 
 

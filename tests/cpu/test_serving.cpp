@@ -314,6 +314,11 @@ TEST(KVCache, BadInputIsRejectedBeforeAnythingIsWritten) {
     expect_rejected_untouched(c, call(c), "block_table: block 1 is used by sequences");
   }
   {
+    Cache c(2, 1, kBlocks, kBlockSize, 2, seed);  // sequence 0 holds block 1 twice and appends into it
+    c.set_table({3, 2}, {1, 1, 2, 3}, 2);
+    expect_rejected_untouched(c, call(c), "block_table: block 1 is at [0, 0] and [0, 1]");
+  }
+  {
     Cache c(2, 1, kBlocks, kBlockSize, 2, seed);
     c.set_table({3, 6}, {0, 1, 2, 3}, 2);
     store_from_double(c.v_cache.bytes.data(), DType::f16, c.v_cache.view.offset(3, 1, 1, 4), INFINITY);

@@ -5,6 +5,7 @@
 // block ids on the device, and a captured graph replays with new ones.
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -94,11 +95,18 @@ void run_cuda_kvcache(const CudaKvPlan& plan, const AttentionArgs& args, const C
   if ((plan.layout.max_blocks > 0) != (c.block_table != nullptr)) {
     throw Error("block_table: null in a paged plan, or set in a dense one");
   }
+  // Every pointer's alignment before the append writes the cache (the decode launch checks again).
+  for (const auto& [t, name] : {std::pair{&args.q, "q"}, {&args.o, "o"}, {&c.k_cache, "k_cache"},
+                                {&c.v_cache, "v_cache"}, {&c.k_new, "k"}, {&c.v_new, "v"}}) {
+    if (t->data != nullptr) check_aligned(t->data, name);
+  }
+  if (reinterpret_cast<std::uintptr_t>(args.lse.data) % alignof(float) != 0) {
+    throw Error("lse: data pointer is not 4-byte aligned");
+  }
   cuda::KvCacheRead read = plan.layout;
   read.seqlens = c.seqlens;
   read.block_table = c.block_table;
   if (read.appended > 0) {
-    for (const auto& [t, name] : {std::pair{&c.k_new, "k"}, {&c.v_new, "v"}}) check_aligned(t->data, name);
     const auto cache_operand = [](const TensorView& t) {
       return cuda::CacheOperand{t.data, t.stride[0], t.stride[1], t.stride[2]};
     };

@@ -83,7 +83,7 @@ struct SequenceKeys {
 __device__ __forceinline__ SequenceKeys sequence_keys(const DecodeParams& p, int b) {
   const FwdParams& f = p.fwd;
   if (p.cache.seqlens == nullptr) return {f.seq_kv, f.causal_offset};
-  const int len = min(max(p.cache.seqlens[b], 0) + p.cache.appended, f.seq_kv);
+  const int len = min(min(max(p.cache.seqlens[b], 0), f.seq_kv) + p.cache.appended, f.seq_kv);  // (no overflow)
   return {len, p.cache.bottom_right ? len - f.seq_q : f.causal_offset};
 }
 
@@ -194,13 +194,13 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
 
   // This thread's rows (r = 2 mt + i: packed row r0 + 16 mt + 8 i + lane / 4) and their visible key
   // ends within the split; padding rows (past p.rows) compute on Q = 0 and are never written.
+  const auto real_row = [&](int r) { return r0 + 16 * (r / 2) + 8 * (r % 2) + lane / 4 < p.rows; };
   int limit[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const int row = r0 + 16 * (r / 2) + 8 * (r % 2) + lane / 4;
     // (decode takes no window: the limit is the causal diagonal of the row's query)
-    const bool causal_row = f.causal && row < p.rows;
-    limit[r] = causal_row ? min(k_end, row % f.seq_q + keys.causal_offset + 1) : k_end;
+    limit[r] = f.causal && real_row(r) ? min(k_end, row % f.seq_q + keys.causal_offset + 1) : k_end;
   }
   // Keys [k_begin, n_end) are visible to some row of the CTA; keys below min_limit to all of them.
   int n_end = k_end, min_limit = k_end;
@@ -343,7 +343,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
               for (int e = 0; e < 2; ++e) {
                 const float s = tSrS[mt][n][2 * i + e];
                 const float d = s * p.alpha - p.phi;
-                if (s != -INFINITY && !(d > p.window_lo && d < p.window_hi)) left[2 * mt + i] = true;
+                if (s != -INFINITY && !(d > p.window_lo && d < p.window_hi)) left[2 * mt + i] = real_row(2 * mt + i);  // (padding never sets it off)
               }
         unified.step(tSrS, f.scale_log2, p.phi_log2);
       } else {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "cuda/arch/cuda_check.h"
+#include "cuda/host/operand_checks.h"
 #include "cuda_backend.h"
 #include "pasa/error.h"
 
@@ -22,12 +23,23 @@ __global__ void write_empty_rows(char* o, long long o_stride_h, long long o_stri
 
 }  // namespace
 
-void cuda_write_empty_rows(const TensorView& o, const LseView& lse, void* stream) {
-  if (o.shape[2] == 0) return;
+void cuda_check_empty_rows(const TensorView& o, const LseView& lse) {
   if (o.stride[3] != 1 || o.shape[2] > 0x7fffffff || o.shape[1] > 65535) {
     throw Error("out: the rows of sequences without keys are written on the GPU only for contiguous rows, "
                 "at most 65535 heads");
   }
+  cuda_check_device_memory(o.data, "out");
+  if (lse.data != nullptr) cuda_check_device_memory(lse.data, "lse");
+}
+
+void cuda_check_device_memory(const void* data, const char* name) {
+  int device = 0;
+  cuda::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_device_pointer(data, name, device);
+}
+
+void cuda_write_empty_rows(const TensorView& o, const LseView& lse, void* stream) {
+  if (o.shape[2] == 0) return;
   const long long elem = static_cast<long long>(dtype_size(o.dtype));
   const dim3 grid(static_cast<unsigned>(o.shape[2]), static_cast<unsigned>(o.shape[1]));
   write_empty_rows<<<grid, 128, 0, static_cast<cudaStream_t>(stream)>>>(

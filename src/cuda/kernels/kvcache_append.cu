@@ -3,6 +3,7 @@
 
 #include "cuda/arch/cuda_check.h"
 #include "cuda/host/kvcache_append.h"
+#include "pasa/error.h"
 
 namespace pasa::cuda {
 namespace {
@@ -22,7 +23,7 @@ __device__ __forceinline__ long long cache_row(const KvAppendParams& p, const Ca
 
 __device__ __forceinline__ void copy_row(const KvAppendParams& p, const Operand& src, const CacheOperand& dst,
                                          int b, int h, int i, int lane) {
-  const int cached = p.cache.seqlens[b];
+  const int cached = min(p.cache.seqlens[b], p.capacity);  // (cached + i cannot overflow)
   const long long at = cached < 0 ? -1 : cache_row(p, dst, b, cached + i);
   if (at < 0) return;
   const char* from = static_cast<const char*>(src.data) +
@@ -50,6 +51,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) kvcache_append_kernel(const
 void launch_kvcache_append(const KvAppendParams& p, void* stream) {
   const long long rows = static_cast<long long>(p.batch) * p.heads_kv * p.s_new;
   if (rows == 0) return;
+  if (rows > (1ll << 31) * kWarpsPerCta) throw Error("kvcache append: more than 2^33 new rows (B H_kv S_new)");
   const dim3 grid(static_cast<unsigned>((rows + kWarpsPerCta - 1) / kWarpsPerCta));
   kvcache_append_kernel<<<grid, 32 * kWarpsPerCta, 0, static_cast<cudaStream_t>(stream)>>>(p);
   check_launch("kvcache_append_kernel launch");
