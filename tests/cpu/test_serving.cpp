@@ -238,6 +238,42 @@ TEST(KVCache, PagedShuffledAndSharedBlocksEqualTheDenseProblemUnderEveryPreset) 
   }
 }
 
+// KVCachePlan on host tensors: made once, its runs equal attention_with_kvcache's on new lengths and
+// block ids, and a call of another problem is refused, naming the field, before anything is written.
+TEST(KVCache, APlanRunsEachStepAndRefusesAnotherProblem) {
+  const auto seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  Cache c(2, 1, kBlocks, kBlockSize, 1, seed);
+  c.set_table({5, 2}, {0, 1, -1, 2, -1, -1}, 3);
+  c.args.options.causal = true;
+  const KVCachePlan plan(c.args);
+  EXPECT_EQ(plan.workspace_bytes(), 0u);
+  plan.run(c.args);
+  c.expect_equal_to_dense();
+  c.set_table({6, 3}, {0, 1, -1, 2, -1, -1}, 3);  // the next decode step: each sequence one longer
+  plan.run(c.args);
+  c.expect_equal_to_dense();
+
+  const auto refused = [&](KVCacheArgs other, const char* field) {
+    SCOPED_TRACE(field);
+    const std::vector<std::uint8_t> cache_before = c.k_cache.bytes, o_before = c.o.bytes;
+    test::expect_error([&] { plan.run(other); }, std::string(field) + ": differs from the problem");
+    EXPECT_TRUE(c.k_cache.bytes == cache_before && c.o.bytes == o_before);
+  };
+  KVCacheArgs other = c.args;
+  other.options.causal = false;
+  refused(other, "causal");
+  other = c.args;
+  other.max_blocks = 2;
+  refused(other, "max_blocks");
+  other = c.args;
+  other.k = other.v = TensorView{};
+  refused(other, "k");
+  other = c.args;
+  other.options.policy = preset_policy("pasa");
+  refused(other, "policy");
+}
+
 TEST(KVCache, AppendAtTheEndOfAFullBlockThenAttendEqualsTheDenseProblem) {
   for (const char* preset : {"exact", "pasa", "sage8", "fdpp"}) {
     const auto seed = test::fresh_seed();
