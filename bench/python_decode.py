@@ -3,9 +3,10 @@
 tensors, pasa.attention_with_kvcache on a dense and on paged KV caches, interleaved in one process on
 the same keys and values, eager and replayed as CUDA graphs.
 
-Usage: python3 bench/python_decode.py [out_csv]
+Usage: python3 bench/python_decode.py [out_csv] [--fp16]
 
-Points: S_q = 1, 32 query / 8 KV heads, d = 128, bf16, B 1 / 8 / 64, S_kv 4k / 16k / 32k, normal(0, 1)
+Points: S_q = 1, 32 query / 8 KV heads, d = 128, bf16 (fp16 with --fp16: the fdpp policy's own input
+format, which it then reads without converting), B 1 / 8 / 64, S_kv 4k / 16k / 32k, normal(0, 1)
 inputs, no mask (S_q = 1). A point whose tensors do not fit in the GPU's free memory is skipped
 (said on stderr). Methods:
   torch-cudnn, torch-flash  SDPA's backends on q [B, 32, 1, 128], k, v [B, 8, S_kv, 128]
@@ -61,10 +62,10 @@ def paged(dense_cache, table):
     return pool
 
 
-def methods(B, S, gen):
+def methods(B, S, gen, dtype):
     """The calls of one point (outputs [B, H_q, 1, D] or, from the caches, [B, 1, H_q, D])."""
-    q = torch.randn(B, H_Q, 1, D, device="cuda", dtype=torch.bfloat16, generator=gen)
-    k, v = (torch.randn(B, H_KV, S, D, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    q = torch.randn(B, H_Q, 1, D, device="cuda", dtype=dtype, generator=gen)
+    k, v = (torch.randn(B, H_KV, S, D, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
     q_bshd = q.view(B, 1, H_Q, D)  # the same memory: [B, H, 1, D] is [B, 1, H, D] when S_q = 1
     k_cache, v_cache = (x.transpose(1, 2).contiguous() for x in (k, v))
     lengths = torch.full((B,), S, dtype=torch.int32, device="cuda")
@@ -141,7 +142,7 @@ def fits(B, S):
     return 4 * kv_bytes + (1 << 30) < free
 
 
-def bench():
+def bench(dtype):
     rows = []
     for B in BATCHES:
         for S in SEQS:
@@ -149,7 +150,7 @@ def bench():
             if not fits(B, S):
                 print(f"# B {B} S_kv {S} skipped: its tensors do not fit in the GPU's free memory", file=sys.stderr)
                 continue
-            fns = methods(B, S, torch.Generator(device="cuda").manual_seed(B * S))
+            fns = methods(B, S, torch.Generator(device="cuda").manual_seed(B * S), dtype)
             run_once_and_check(fns, B, S)
             kv_bytes = 2.0 * B * S * H_KV * D * 2
             for mode, calls in (("eager", fns), ("graph", graphs(fns, B, S))):
@@ -161,12 +162,12 @@ def bench():
     return rows
 
 
-def print_tables(rows):
+def print_tables(rows, dtype_name):
     table = {}
     for r in rows:
         table.setdefault((r["B"], r["S_kv"], r["mode"]), {})[r["method"]] = (float(r["us"]), float(r["tbps"]))
     names = list(dict.fromkeys(r["method"] for r in rows))
-    print(f"\ndecode, S_q 1, {H_Q}/{H_KV} heads, d {D}, bf16 (median of {RUNS}, interleaved; "
+    print(f"\ndecode, S_q 1, {H_Q}/{H_KV} heads, d {D}, {dtype_name} (median of {RUNS}, interleaved; "
           f"{torch.cuda.get_device_name()}; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}; "
           f"pasa {pasa.__version__})")
     for title, column, digits in (("microseconds", 0, 2), ("TB/s of K and V read", 1, 3)):
@@ -186,12 +187,14 @@ def print_tables(rows):
 def main():
     if not (torch.cuda.is_available() and pasa.built_with_cuda):
         sys.exit("python_decode.py needs a CUDA GPU and a pasa build with the CUDA kernels")
-    rows = bench()
+    fp16 = "--fp16" in sys.argv[1:]
+    paths = [a for a in sys.argv[1:] if a != "--fp16"]
+    rows = bench(torch.float16 if fp16 else torch.bfloat16)
     if not rows:
         sys.exit("no point ran")
-    print_tables(rows)
-    if len(sys.argv) > 1:
-        with open(sys.argv[1], "w", newline="") as f:
+    print_tables(rows, "fp16" if fp16 else "bf16")
+    if paths:
+        with open(paths[0], "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
