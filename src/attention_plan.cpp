@@ -53,19 +53,13 @@ std::size_t AttentionPlan::workspace_bytes() const {
 
 void AttentionPlan::run(const AttentionArgs& args, void* workspace) const {
   const State& s = *state_;
-  if (const char* field = differing_field(args, s.problem)) {
-    throw Error(text::format("{}: differs from the problem the plan was made for (a plan runs one "
-                            "problem; make a new plan for this one)", field));
-  }
+  check_same_problem(differing_field(args, s.problem));
   for (const auto& [t, name] : {std::pair{&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.o, "o"}}) {
     if (t->data == nullptr) throw Error(text::format("{}: data pointer is null", name));
   }
   if (args.mask.kind != MaskKind::none && args.mask.data == nullptr) throw Error("mask: data pointer is null");
   if (s.on_gpu) {
-    const std::size_t needed = cuda_plan_workspace_bytes(*s.cuda);
-    if (needed > 0 && workspace == nullptr) {
-      throw Error(text::format("workspace: null, but the plan needs {} bytes (workspace_bytes())", needed));
-    }
+    check_workspace(cuda_plan_workspace_bytes(*s.cuda), workspace);
     run_cuda_plan(*s.cuda, args, workspace);
     return;
   }

@@ -31,6 +31,9 @@ struct CudaPlan;
 std::shared_ptr<const CudaPlan> plan_cuda_attention(const AttentionArgs& args, const ProblemShape& shape);
 std::size_t cuda_plan_workspace_bytes(const CudaPlan& plan);
 void run_cuda_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace);
+// run_cuda_plan with its workspace from pasa's own stream-ordered pool on args.stream (what an eager
+// call does after its checks).
+void run_cuda_plan_pooled(const CudaPlan& plan, const AttentionArgs& args);
 
 // A KV cache as the GPU decode kernel reads it (pasa/serving.h; every pointer device memory).
 struct CudaKvCache {
@@ -60,8 +63,8 @@ bool cuda_read_to_host(void* dst, const void* src, std::size_t bytes, void* stre
 
 // O = 0 and LSE = -inf (when lse.data is set) for every row of the batch-of-one views o [1, H, n, D]
 // and lse [1, H, n], on `stream`: the result of query rows that see no key. The check throws
-// pasa::Error for what the write does not take (memory that is not the current device's, rows that
-// are not contiguous, more than 65535 heads); the write launches only.
+// pasa::Error for the layouts the write does not take (rows that are not contiguous, more than 65535
+// heads; the memory is the caller's to check); the write launches only.
 void cuda_check_empty_rows(const TensorView& o, const LseView& lse);
 void cuda_write_empty_rows(const TensorView& o, const LseView& lse, void* stream);
 

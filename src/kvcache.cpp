@@ -193,10 +193,7 @@ KVCacheProblem check_kvcache_tensors(const KVCacheArgs& args) {
   // q, o, lse and the options as the dense API checks them, with k and v standing for the cache of
   // one sequence.
   AttentionArgs& whole = problem.whole;
-  whole = args.options;
-  whole.q = args.q;
-  whole.o = args.o;
-  whole.lse = args.lse;
+  whole = call_options(args);
   whole.k = whole.v = slice_rows(args.k_cache, 0, 0, args.k_cache.shape[2]);
   whole.k.shape[0] = whole.v.shape[0] = args.q.shape[0];
   problem.shape = check_attention_args(whole);
@@ -205,6 +202,14 @@ KVCacheProblem check_kvcache_tensors(const KVCacheArgs& args) {
     throw Error(text::format("k_cache: {} blocks; the GPU kernels take at most 2^31 - 1", args.k_cache.shape[0]));
   }
   return problem;
+}
+
+AttentionArgs call_options(const KVCacheArgs& args) {
+  AttentionArgs call = args.options;
+  call.q = args.q;
+  call.o = args.o;
+  call.lse = args.lse;
+  return call;
 }
 
 CudaKvCache cuda_kv_cache(const KVCacheArgs& args) {

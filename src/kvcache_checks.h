@@ -22,6 +22,9 @@ struct KVCacheProblem {
 // reads cache_seqlens or the block table. Throws pasa::Error naming the argument.
 KVCacheProblem check_kvcache_tensors(const KVCacheArgs& args);
 
+// args.options with args' q, o and lse: the call as the dense API sees it, without keys.
+AttentionArgs call_options(const KVCacheArgs& args);
+
 // args' cache as the GPU backend reads it.
 CudaKvCache cuda_kv_cache(const KVCacheArgs& args);
 

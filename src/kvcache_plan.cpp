@@ -59,10 +59,7 @@ std::size_t KVCachePlan::workspace_bytes() const {
 
 void KVCachePlan::run(const KVCacheArgs& args, void* workspace) const {
   const State& s = *state_;
-  if (const char* field = differing_kv_field(args, s.problem)) {
-    throw Error(text::format("{}: differs from the problem the plan was made for (a plan runs one "
-                             "problem; make a new plan for this one)", field));
-  }
+  check_same_problem(differing_kv_field(args, s.problem));
   if (!s.on_gpu) {
     attention_with_kvcache(args);
     return;
@@ -71,15 +68,8 @@ void KVCachePlan::run(const KVCacheArgs& args, void* workspace) const {
                                 {&args.v_cache, "v_cache"}}) {
     if (t->data == nullptr) throw Error(text::format("{}: data pointer is null", name));
   }
-  const std::size_t needed = cuda_kvcache_workspace_bytes(*s.cuda);
-  if (needed > 0 && workspace == nullptr) {
-    throw Error(text::format("workspace: null, but the plan needs {} bytes (workspace_bytes())", needed));
-  }
-  AttentionArgs whole = args.options;
-  whole.q = args.q;
-  whole.o = args.o;
-  whole.lse = args.lse;
-  run_cuda_kvcache(*s.cuda, whole, cuda_kv_cache(args), workspace);
+  check_workspace(cuda_kvcache_workspace_bytes(*s.cuda), workspace);
+  run_cuda_kvcache(*s.cuda, call_options(args), cuda_kv_cache(args), workspace);
 }
 
 }  // namespace pasa

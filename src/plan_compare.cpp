@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "plan_compare.h"
 
+#include "pasa/error.h"
+#include "text/format.h"
+
 namespace pasa {
 namespace {
 
@@ -39,6 +42,18 @@ const char* differing_field(const AttentionArgs& call, const AttentionArgs& plan
   if (call.cuda_path != plan.cuda_path) return "cuda_path";
   if (call.policy != plan.policy) return "policy";
   return nullptr;
+}
+
+void check_same_problem(const char* field) {
+  if (field == nullptr) return;
+  throw Error(text::format("{}: differs from the problem the plan was made for (a plan runs one problem; "
+                           "make a new plan for this one)", field));
+}
+
+void check_workspace(std::size_t needed, const void* workspace) {
+  if (needed > 0 && workspace == nullptr) {
+    throw Error(text::format("workspace: null, but the plan needs {} bytes (workspace_bytes())", needed));
+  }
 }
 
 }  // namespace pasa

@@ -3,6 +3,8 @@
 // data pointers, the stream and the stats (AttentionPlan, KVCachePlan).
 #pragma once
 
+#include <cstddef>
+
 #include "pasa/attention.h"
 
 namespace pasa {
@@ -14,5 +16,11 @@ bool same_lse(const LseView& a, const LseView& b);
 // Compared: every field but the data pointers (the mask's too, once both are set or both null), the
 // stream and the stats.
 const char* differing_field(const AttentionArgs& call, const AttentionArgs& plan);
+
+// What every plan's run() checks of a call: pasa::Error naming `field` unless it is null (the first
+// field in which the call differs from the planned problem), and unless a GPU plan that needs
+// `needed` bytes of workspace got one.
+void check_same_problem(const char* field);
+void check_workspace(std::size_t needed, const void* workspace);
 
 }  // namespace pasa

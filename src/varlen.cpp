@@ -4,6 +4,7 @@
 #include "text/format.h"
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "attention_checks.h"
@@ -64,32 +65,33 @@ void varlen_on_gpu(const VarlenArgs& args, const ProblemShape& shape) {
   };
   // Every sequence is planned, and the memory checked, before the first launch: nothing is written
   // unless every sequence can run.
-  for (const auto& [data, name] : {std::pair{args.q.data, "q"}, {args.k.data, "k"}, {args.v.data, "v"}}) {
-    cuda_check_device_memory(data, name);
+  for (const auto& [data, name] : {std::pair<const void*, const char*>{args.q.data, "q"}, {args.k.data, "k"},
+                                    {args.v.data, "v"}, {args.o.data, "out"}, {args.lse.data, "lse"}}) {
+    if (data != nullptr) cuda_check_device_memory(data, name);
   }
+  std::vector<std::shared_ptr<const CudaPlan>> plans(static_cast<std::size_t>(B));  // null: no keys
   for (std::int64_t b = 0; b < B; ++b) {
     const AttentionArgs a = sequence(b);
     if (a.q.seq() == 0) continue;
     if (a.k.seq() == 0) {
       cuda_check_empty_rows(a.o, a.lse);
     } else {
-      plan_cuda_attention(a, check_attention_args(a));
+      plans[static_cast<std::size_t>(b)] = plan_cuda_attention(a, check_attention_args(a));
     }
   }
-  cuda_check_device_memory(args.o.data, "out");
-  if (args.lse.data != nullptr) cuda_check_device_memory(args.lse.data, "lse");
   AttentionStats stats;
   for (std::int64_t b = 0; b < B; ++b) {
     AttentionArgs a = sequence(b);
     if (a.q.seq() == 0) continue;
-    if (a.k.seq() == 0) {
+    const auto& plan = plans[static_cast<std::size_t>(b)];
+    if (plan == nullptr) {
       cuda_write_empty_rows(a.o, a.lse, args.options.stream);
       stats.rows += shape.heads_q * a.q.seq();
       continue;
     }
     AttentionStats one;
     a.stats = args.options.stats != nullptr ? &one : nullptr;
-    attention(a);
+    run_cuda_plan_pooled(*plan, a);
     stats.rows += one.rows;
     stats.recomputed_rows += one.recomputed_rows;
   }

@@ -401,9 +401,7 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace,
   for (const auto& [t, name] : {std::pair{&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.o, "o"}}) {
     check_aligned(t->data, name);
   }
-  if (reinterpret_cast<std::uintptr_t>(args.lse.data) % alignof(float) != 0) {
-    throw Error("lse: data pointer is not 4-byte aligned");
-  }
+  check_lse_aligned(args.lse.data);
   const ProblemShape& ps = plan.shape;
   const double alpha = plan.alpha;
   const DType in = args.q.dtype;
@@ -554,6 +552,10 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
   check_device_pointer(args.o.data, "o", plan.device);
   if (args.lse.data != nullptr) check_device_pointer(args.lse.data, "lse", plan.device);
   if (args.mask.kind != MaskKind::none) check_device_pointer(args.mask.data, "attn_mask", plan.device);
+  run_cuda_plan_pooled(plan, args);
+}
+
+void run_cuda_plan_pooled(const CudaPlan& plan, const AttentionArgs& args) {
   cuda::StreamBuffer workspace(cuda_plan_workspace_bytes(plan), plan.device,
                                static_cast<cudaStream_t>(args.stream));
   run_plan(plan, args, workspace.get());

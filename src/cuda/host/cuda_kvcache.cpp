@@ -5,8 +5,9 @@
 // block ids on the device, and a captured graph replays with new ones.
 #include <cuda_runtime.h>
 
-#include <cstdint>
+#include <array>
 #include <memory>
+#include <utility>
 #include <string>
 
 #include "cuda/arch/cuda_check.h"
@@ -38,6 +39,13 @@ struct CudaKvPlan {
 };
 
 namespace {
+
+// The tensors of a call, named as errors name them (k and v: null data when nothing is appended).
+std::array<std::pair<const TensorView*, const char*>, 6> named_tensors(const AttentionArgs& args,
+                                                                         const CudaKvCache& c) {
+  return {{{&args.q, "q"}, {&args.o, "o"}, {&c.k_cache, "k_cache"}, {&c.v_cache, "v_cache"}, {&c.k_new, "k"},
+           {&c.v_new, "v"}}};
+}
 
 // The decode plan's K and V: `capacity` keys per sequence over the cache's memory (a paged cache's
 // batch stride steps a block, which the kernel follows through the block table).
@@ -96,13 +104,10 @@ void run_cuda_kvcache(const CudaKvPlan& plan, const AttentionArgs& args, const C
     throw Error("block_table: null in a paged plan, or set in a dense one");
   }
   // Every pointer's alignment before the append writes the cache (the decode launch checks again).
-  for (const auto& [t, name] : {std::pair{&args.q, "q"}, {&args.o, "o"}, {&c.k_cache, "k_cache"},
-                                {&c.v_cache, "v_cache"}, {&c.k_new, "k"}, {&c.v_new, "v"}}) {
+  for (const auto& [t, name] : named_tensors(args, c)) {
     if (t->data != nullptr) check_aligned(t->data, name);
   }
-  if (reinterpret_cast<std::uintptr_t>(args.lse.data) % alignof(float) != 0) {
-    throw Error("lse: data pointer is not 4-byte aligned");
-  }
+  check_lse_aligned(args.lse.data);
   cuda::KvCacheRead read = plan.layout;
   read.seqlens = c.seqlens;
   read.block_table = c.block_table;
@@ -129,8 +134,7 @@ void run_cuda_kvcache(const CudaKvPlan& plan, const AttentionArgs& args, const C
 
 void cuda_attention_with_kvcache(const AttentionArgs& args, const CudaKvCache& c) {
   const auto plan = plan_cuda_kvcache(args, c);
-  for (const auto& [t, name] : {std::pair{&args.q, "q"}, {&args.o, "o"}, {&c.k_cache, "k_cache"},
-                                {&c.v_cache, "v_cache"}, {&c.k_new, "k"}, {&c.v_new, "v"}}) {
+  for (const auto& [t, name] : named_tensors(args, c)) {
     if (t->data != nullptr) check_device_pointer(t->data, name, plan->device);
   }
   if (args.lse.data != nullptr) check_device_pointer(args.lse.data, "lse", plan->device);

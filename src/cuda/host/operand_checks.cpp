@@ -52,4 +52,10 @@ void check_aligned(const void* data, const char* name) {
   }
 }
 
+void check_lse_aligned(const float* lse) {
+  if (reinterpret_cast<std::uintptr_t>(lse) % alignof(float) != 0) {
+    throw Error("lse: data pointer is not 4-byte aligned");
+  }
+}
+
 }  // namespace pasa

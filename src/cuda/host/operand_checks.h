@@ -14,5 +14,6 @@ void check_device_pointer(const void* ptr, const char* name, int device);
 // plan checks), and 16-byte aligned data pointers (each call checks).
 void check_layout(const TensorView& t, const char* name);
 void check_aligned(const void* data, const char* name);
+void check_lse_aligned(const float* lse);  // (null, or 4-byte aligned)
 
 }  // namespace pasa

@@ -194,13 +194,13 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
 
   // This thread's rows (r = 2 mt + i: packed row r0 + 16 mt + 8 i + lane / 4) and their visible key
   // ends within the split; padding rows (past p.rows) compute on Q = 0 and are never written.
-  const auto real_row = [&](int r) { return r0 + 16 * (r / 2) + 8 * (r % 2) + lane / 4 < p.rows; };
+  const auto row_of = [&](int r) { return r0 + 16 * (r / 2) + 8 * (r % 2) + lane / 4; };
+  const auto real_row = [&](int r) { return row_of(r) < p.rows; };
   int limit[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    const int row = r0 + 16 * (r / 2) + 8 * (r % 2) + lane / 4;
     // (decode takes no window: the limit is the causal diagonal of the row's query)
-    limit[r] = f.causal && real_row(r) ? min(k_end, row % f.seq_q + keys.causal_offset + 1) : k_end;
+    limit[r] = f.causal && real_row(r) ? min(k_end, row_of(r) % f.seq_q + keys.causal_offset + 1) : k_end;
   }
   // Keys [k_begin, n_end) are visible to some row of the CTA; keys below min_limit to all of them.
   int n_end = k_end, min_limit = k_end;
