@@ -2,9 +2,9 @@
 """pasa's prefill policies against torch SDPA (cuDNN, flash) and SageAttention2, interleaved in one
 process on the same tensors, through the public Python API, then the sage8 accuracy check.
 
-Usage: python3 bench/python_compare.py [out_csv] [--quick]
+Usage: python3 bench/python_compare.py [out_csv] [--quick] [--head-dims 96,256]
 
-Points: head dims 64 / 128, S = 1k / 4k / 16k, B * S = 32k tokens, H * D = 2048, causal and not,
+Points: head dims 64 / 128 (or those of --head-dims), S = 1k / 4k / 16k (--quick: 1k / 4k), B * S = 32k tokens, H * D = 2048, causal and not,
 fp16 and bf16, BHSD contiguous, normal(0, 1) inputs. Per point every method runs once per round, in
 turn (the order rotated every round), for 5 warm-up and 30 timed rounds, CUDA events around each call
 and nothing waiting between calls; the median of each is kept.
@@ -52,10 +52,10 @@ def methods(causal):
     return m
 
 
-def speed(points, out_csv):
+def speed(points, head_dims, out_csv):
     rows = []
     for dtype in (torch.float16, torch.bfloat16):
-        for D in (64, 128):
+        for D in head_dims:
             for S in points:
                 for causal in (False, True):
                     B, H = TOKENS // S, HIDDEN // D
@@ -126,12 +126,18 @@ def accuracy():
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    argv = sys.argv[1:]
+    head_dims = (64, 128)
+    if "--head-dims" in argv:
+        at = argv.index("--head-dims")
+        head_dims = tuple(int(d) for d in argv[at + 1].split(","))
+        del argv[at:at + 2]
+    args = [a for a in argv if not a.startswith("--")]
     out_csv = args[0] if args else "python_compare.csv"
-    points = (1024, 4096) if "--quick" in sys.argv else (1024, 4096, 16384)
+    points = (1024, 4096) if "--quick" in argv else (1024, 4096, 16384)
     if sageattn is None:
         print("# SageAttention2 (sageattention) is not importable: its columns are left out", file=sys.stderr)
-    print_tables(speed(points, out_csv))
+    print_tables(speed(points, head_dims, out_csv))
     accuracy()
 
 

@@ -42,6 +42,22 @@ TEST_P(CudaPasaNumerics, AccurateMatchesReference) {
   }
 }
 
+// Head dims 96 and 256 (the portable kernel on either path): 96's rows of 12 16-byte chunks, which
+// do not divide the CTA's threads, and 256's K' and V in two slices of 128 channels each. Short last
+// blocks (S 300, 17), causal both alignments, GQA, bf16 and BSHD.
+TEST_P(CudaPasaNumerics, HeadDims96And256) {
+  const auto kTl = CausalAlignment::top_left;
+  for (const char* name : {"pasa", "pasa_accurate"}) {
+    for (const std::int64_t D : {96, 256}) {
+      for (const Case& c : {Case{1, 4, 2, 300, 300, D, true, kBr, false, DType::f16, DType::f16},
+                            Case{2, 2, 1, 17, 700, D, true, kTl, true, DType::bf16, DType::f32},
+                            Case{1, 3, 3, 260, 17, D, false, kBr, false, DType::bf16, DType::bf16}}) {
+        check_case(c, preset_policy(name));
+      }
+    }
+  }
+}
+
 // S = 1124 and 1281 end in a block of 100 and of 1 keys. The kernel and its emulated twin must agree
 // (check_case), and pasa_accurate must meet its target, relative RMSE <= 1e-2.
 TEST_P(CudaPasaNumerics, ShortLastBlockOnWeightSensitiveInputs) {
@@ -143,7 +159,9 @@ TEST_F(CudaPasaRounding, KernelsRoundWhereTheEmulatorDoes) {
     for (const char* text : {"pasa,pseudo_avg=k", "pasa_accurate"}) {
       const Policy pol = parse_policy(text);
       for (const Case& c : {Case{1, 4, 2, 1000, 1000, 128, false, kBr, false, DType::f16, DType::f32},
-                            Case{1, 2, 1, 700, 700, 64, true, kBr, false, DType::bf16, DType::f32}}) {
+                            Case{1, 2, 1, 700, 700, 64, true, kBr, false, DType::bf16, DType::f32},
+                            Case{1, 2, 1, 500, 500, 96, true, kBr, false, DType::f16, DType::f32},
+                            Case{1, 2, 2, 400, 400, 256, false, kBr, false, DType::bf16, DType::f32}}) {
         const std::uint64_t seed = 31 + c.Sq;
         SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(c) << " policy " << text << " path "
                                           << path_name);

@@ -67,9 +67,10 @@ def test_sdpa_matches_torch_sdpa(gen, shape, dtype, is_causal):
                                atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("policy", ["exact", "fa16", "pasa"])
-def test_kernel_against_emulator(gen, policy):
-    q, k, v = (randn(gen, 1, 4, 333, 128, dtype=torch.float16) for _ in range(3))
+@pytest.mark.parametrize("policy, d", [("exact", 128), ("fa16", 128), ("pasa", 128), ("pasa", 96),
+                                       ("pasa", 256)])
+def test_kernel_against_emulator(gen, policy, d):
+    q, k, v = (randn(gen, 1, 4, 333, d, dtype=torch.float16) for _ in range(3))
     try:
         got, lse = pasa.attention(q, k, v, policy=policy, causal=True, return_lse=True)
     except pasa.PasaError as error:

@@ -6,8 +6,9 @@
 // reads the same stages by cp.async, undoing the swizzle into padded rows.
 //
 // Per (batch, K/V head, key block of s2 = 128 keys) one stage: the K' tile, the K-major B operand of
-// S' = Q K'^T (N = keys, K = channels; wgmma.cuh), stored in D / 64 atoms of 64 channels with
-// 128-byte rows and the 128-byte XOR swizzle, every atom starting on a 1024-byte boundary. Each
+// S' = Q K'^T (N = keys, K = channels; wgmma.cuh), stored in ceil(D / 64) atoms of 64 channels with
+// 128-byte rows and the 128-byte XOR swizzle, every atom starting on a 1024-byte boundary (at head
+// dim 96, which only the portable kernel takes, the second atom's rows are half used). Each
 // atom has kKRows = 136 rows: the 128 keys (zeros past the sequence end), then 8 rows holding the
 // column mean of the block's fp16 K' (sum over its keys / 128) split as hi, lo, hi, lo, ... (fp16 hi,
 // and fp16 lo = the rest times kMeanLoScale), so that the same wgmma (N = 136) also gives every
@@ -27,11 +28,11 @@ constexpr float kMeanLoScale = 2048.0f;
 
 template <int D>
 struct PasaStage {
-  static_assert(D == 64 || D == 128, "head dims 64 and 128");
+  static_assert(D == 64 || D == 96 || D == 128 || D == 256, "head dims 64, 96, 128 and 256");
   static constexpr int kKeys = kPasaBlockKv;  // 128
   static constexpr int kAtomRowBytes = 128;   // 64 fp16 values
   static constexpr int kKRows = kKeys + 8;    // the keys, then the mean rows
-  static constexpr int kKAtoms = D / 64;
+  static constexpr int kKAtoms = (D + 63) / 64;
   static constexpr int kKAtomBytes = kKRows * kAtomRowBytes;
   static constexpr int kKBytes = kKAtoms * kKAtomBytes;
   static constexpr int kBytes = kKBytes;
@@ -44,7 +45,7 @@ struct PasaStage {
   }
 };
 
-// The bytes of the stages of n_kb key blocks of every (batch, K/V head) at head dim 64 or 128.
+// The bytes of the stages of n_kb key blocks of every (batch, K/V head) at a head dim of PasaStage's.
 std::size_t pasa_tile_bytes(int batch, int heads_kv, int n_kb, int head_dim);
 
 // The prepass (pasa_prepare.cu): those stages into `tiles` ([B, H_kv, n_kb] stages of

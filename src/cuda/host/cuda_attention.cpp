@@ -242,7 +242,7 @@ std::string accepts_exact_portable(const Candidate& c) {
 
 std::string accepts_pasa_portable(const Candidate& c) {
   if (c.family != Family::pasa) return "runs the pasa and pasa_accurate policies";
-  if (!contains(cuda::kPasaHeadDims, c.shape.dim)) return head_dim_refusal(c.shape.dim, "64 or 128");
+  // Every portable head dim is checked before the specs, as for exact.
   return smem_refusal(cuda::PasaPortableTile{static_cast<int>(c.shape.dim)}.smem_bytes(), c.device);
 }
 
@@ -327,7 +327,7 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps) {
   if (std::find(std::begin(cuda::kPortableHeadDims), std::end(cuda::kPortableHeadDims), ps.dim) ==
       std::end(cuda::kPortableHeadDims)) {
     throw Error("q: head dim " + std::to_string(ps.dim) + " is not supported by the CUDA kernels "
-                "(64, 96, 128 or 256; the pasa and sage8 kernels take 64 or 128)");
+                "(64, 96, 128 or 256; the sage8 kernel takes 64 or 128)");
   }
   const DType in = args.q.dtype;
   if (in != DType::f16 && in != DType::bf16) {

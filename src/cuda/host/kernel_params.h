@@ -103,21 +103,28 @@ struct PasaRequest {
 };
 
 // The portable pasa kernel's CTA (attention_fwd_pasa_portable.cu): 8 warps of one m16 row tile each
-// (128 query rows), key blocks of s2 = kPasaBlockKv keys. Shared memory: the K' tile with the
-// prepass's 8 mean rows, then the V tile (which holds the Q tile first, until every warp has its Q
-// fragments in registers), rows padded by 16 bytes. 37 KB at head dim 64, 70 KB at 128: under the
-// 99 KB that every sm_80+ GPU grants a CTA.
+// (128 query rows), key blocks of s2 = kPasaBlockKv keys. Its K' and V tiles stream through two
+// shared-memory slots of kKRows rows (the keys, then the prepass's 8 mean rows for K'), rows padded
+// by 16 bytes, in slices of slice_dim() channels: the whole head up to 128 channels (K'_j in one slot,
+// V_j in the other), two slices of 128 at head dim 256 (K'_j's two slices, then V_j's), so that the
+// slots stay under the 99 KB that every sm_80+ GPU grants a CTA: 38, 55, 72 and 72 KB at head dims
+// 64, 96, 128 and 256. Q's slices pass through the slots first, until every warp holds its Q
+// fragments in registers. pv_tiles(): the n8 tiles of O one P V pass accumulates in fp32 before they
+// are added into O~ (all of a slice up to 128 channels; 64 at head dim 256, where Q's and O~'s
+// registers leave room for no more).
 struct PasaPortableTile {
   int head_dim;
   static constexpr int kWarps = 8;
   static constexpr int kKRows = kPasaBlockKv + 8;  // the keys, then the mean rows (pasa_stage.cuh)
   constexpr int block_m() const { return 16 * kWarps; }
   constexpr int threads() const { return 32 * kWarps; }
-  constexpr int smem_stride() const { return head_dim + 8; }  // elements
-  constexpr int smem_bytes() const { return (kKRows + kPasaBlockKv) * smem_stride() * 2; }
+  constexpr int slices() const { return head_dim > 128 ? head_dim / 128 : 1; }
+  constexpr int slice_dim() const { return head_dim / slices(); }
+  constexpr int smem_stride() const { return slice_dim() + 8; }  // elements
+  constexpr int slot_elems() const { return kKRows * smem_stride(); }
+  constexpr int smem_bytes() const { return 2 * slot_elems() * 2; }
+  constexpr int pv_tiles() const { return head_dim > 128 ? 8 : slice_dim() / 8; }
 };
-constexpr int kPasaHeadDims[] = {64, 128};  // the prepass's K' tiles (pasa_stage.cuh), both paths
-
 // Launch functions (defined in the .cu files). Each throws pasa::Error on a CUDA error; `stream` is
 // a cudaStream_t. Two families: the portable kernels (sm_80 instructions, compiled for every
 // architecture of the build) and the sm_90a ones (wgmma, TMA; compiled for the build's 90a entries
@@ -134,7 +141,8 @@ void launch_exact_fwd(const KernelRequest& r, void* stream);
 // Hopper engine's pasa variant; both on `stream`.
 void launch_pasa(const PasaRequest& r, void* stream);
 // pasa, portable: the same prepass (K' only: bf16 V is rounded to fp16 in shared memory), then the
-// portable pasa kernel (batch x heads x ceil(seq_q / 128) CTAs); both on `stream`. Head dims kPasaHeadDims.
+// portable pasa kernel (batch x heads x ceil(seq_q / 128) CTAs); both on `stream`. Head dims
+// kPortableHeadDims.
 void launch_pasa_portable(const PasaRequest& r, void* stream);
 // sage8 (sm_90a): the quantization prepass (smooth K, INT8 Q and K per thread group, FP8 V per channel) into
 // scratch from pasa's pool, then the INT8 / FP8 attention kernel; all on `stream`.

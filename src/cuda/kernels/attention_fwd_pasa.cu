@@ -48,7 +48,7 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
 }  // namespace
 
 void launch_pasa(const PasaRequest& r, void* stream) {
-  dispatch_pasa(r, "pasa kernel", [&]<typename QElem, int D, bool kAccurate>() {
+  dispatch_pasa<64, 128>(r, "pasa kernel", [&]<typename QElem, int D, bool kAccurate>() {
     launch_typed<QElem, D, kAccurate>(r, static_cast<cudaStream_t>(stream));
   });
 }

@@ -9,17 +9,20 @@
 //
 // One CTA = 8 warps = 128 query rows of one (batch, head), launched longest first when causal; each
 // warp owns one m16 tile and keeps its Q fragments in registers (bf16 Q rounded to fp16 in shared
-// memory first). Per key block of s2 = 128 keys:
+// memory first). K' and V pass through two shared-memory slots in slices of the head's channels
+// (PasaPortableTile: one slice up to head dim 128, two at 256); a block's phases are K'_j's slices,
+// then V_j's, and each phase's copy is issued under the previous phase's compute (one barrier a
+// phase). Per key block of s2 = 128 keys:
 //   K'_j (the prepass's stage) by cp.async into padded rows, its 128-byte swizzle undone on the way;
 //   S' = Q K'^T with fp32 accumulators (the policies' qk_acc), 16 n8 tiles of scores, and a 17th
 //     against the mean rows: each row's mean of S' as hi + lo 2^-11 (about 22 bits);
 //   S' rounded to fp16 pairs (pasa) or kept in fp32 (pasa_accurate), masked, the block max, PASA's state
 //     update (the two rescale factors), P = fl(e^(fl(S' - m))) as the A fragments of P V;
-//   P V into a fresh fp32 accumulator (pv_acc), and P times a fragment of ones: the row sums of P;
+//   P times a fragment of ones: the row sums of P; P V into fresh fp32 accumulators (pv_acc), a pass
+//     of pv_tiles() n8 tiles at a time;
 //   O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16, and l likewise (pasa_accurate's factors are fp32
 //     state: each product is rounded to fp16 once from its exact value, as the emulator rounds it).
-// V_j loads under S'_j, K'_j+1 under P V_j (the exact kernel's one-stage pipeline: two barriers a
-// block); bf16 V is rounded to fp16 in shared memory. Epilogue: O = fl(O~ / l), LSE = m + log l + G F.
+// bf16 V is rounded to fp16 in shared memory. Epilogue: O = fl(O~ / l), LSE = m + log l + G F.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -44,29 +47,29 @@
 namespace pasa::cuda {
 namespace {
 
-// Copies one prepass stage (kKRows rows of D fp16 channels, swizzled 64-channel atoms) into `smem` as
-// plain rows of kStride elements, 16 bytes per cp.async. Issued by all kThreads threads; the caller
-// commits the group. Consecutive threads read consecutive 16-byte chunks of a 128-byte atom row, in
-// swizzled order: whole rows, coalesced.
-template <int D, int kThreads>
-__device__ __forceinline__ void load_stage_async(__half* smem, const std::uint8_t* stage) {
+// Copies channels [ch0, ch0 + kSliceDim) of one prepass stage (kKRows rows of D fp16 channels,
+// swizzled 64-channel atoms) into `smem` as plain rows of kStride elements, 16 bytes per cp.async.
+// Issued by all kThreads threads; the caller commits the group. Consecutive threads read consecutive
+// 16-byte chunks of a 128-byte atom row, in swizzled order: whole rows, coalesced.
+template <int D, int kSliceDim, int kThreads>
+__device__ __forceinline__ void load_stage_async(__half* smem, const std::uint8_t* stage, int ch0) {
   using Stage = PasaStage<D>;
-  constexpr int kStride = smem_row_stride<D>();
-  constexpr int kChunksPerRow = D / 8;
+  constexpr int kStride = smem_row_stride<kSliceDim>();
+  constexpr int kChunksPerRow = kSliceDim / 8;
   constexpr int kChunks = Stage::kKRows * kChunksPerRow;
 #pragma unroll
   for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i) {
     const int c = static_cast<int>(threadIdx.x) + i * kThreads;
     if (kChunks % kThreads == 0 || c < kChunks) {
       const int row = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
-      cp_async_16(smem_addr(smem + row * kStride + col), stage + swizzled_offset<128>(Stage::k_offset(row, col)),
-                  true);
+      cp_async_16(smem_addr(smem + row * kStride + col),
+                  stage + swizzled_offset<128>(Stage::k_offset(row, ch0 + col)), true);
     }
   }
 }
 
 // QElem: the input type (bf16 Q and V are rounded to fp16 in shared memory). kAccurate: pasa_accurate
-// (S' and the softmax state in fp32). One CTA an SM: 189-252 registers a thread (sm_80), no spills.
+// (S' and the softmax state in fp32). One CTA an SM.
 template <int D, typename QElem, bool kAccurate>
 __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
     attention_fwd_pasa_portable_kernel(const __grid_constant__ FwdParams p,
@@ -75,21 +78,28 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
   constexpr int kThreads = kT.threads();
   constexpr int kBlockM = kT.block_m();
   constexpr int kKeys = kPasaBlockKv;
+  constexpr int kSlices = kT.slices();
+  constexpr int kSliceDim = kT.slice_dim();
   constexpr int kStride = kT.smem_stride();
-  constexpr int kNTiles = kKeys / 8;    // n8 score tiles of a block
-  constexpr int kNChunks = kKeys / 16;  // k16 steps of P V
-  constexpr int kDTiles = D / 8;        // n8 tiles of O
-  constexpr int kDChunks = D / 16;      // k16 steps of S'
+  constexpr int kPhases = 2 * kSlices;            // a block's copies: K'_j's slices, then V_j's
+  constexpr int kNTiles = kKeys / 8;              // n8 score tiles of a block
+  constexpr int kNChunks = kKeys / 16;            // k16 steps of P V
+  constexpr int kDTiles = D / 8;                  // n8 tiles of O
+  constexpr int kSliceChunks = kSliceDim / 16;    // k16 steps of S' in a slice
+  constexpr int kSliceTiles = kSliceDim / 8;      // n8 tiles of O in a slice
+  constexpr int kPvTiles = kT.pv_tiles();         // n8 tiles of O in one P V pass
   constexpr bool kBf16 = std::is_same_v<QElem, __nv_bfloat16>;
   using Stage = PasaStage<D>;
   using Softmax = PasaSoftmax<1, !kAccurate>;
-  static_assert(kStride == smem_row_stride<D>(), "tile_load and the tile agree on padding");
-  static_assert(PasaPortableTile::kKRows == Stage::kKRows, "a K' tile is one prepass stage");
-  static_assert(kBlockM <= kKeys, "Q's tile fits in V's buffer");
+  static_assert(kStride == smem_row_stride<kSliceDim>(), "tile_load and the tile agree on padding");
+  static_assert(PasaPortableTile::kKRows == Stage::kKRows, "a K' slot holds a stage's rows");
+  static_assert(kBlockM <= PasaPortableTile::kKRows, "Q's slices fit in the slots");
+  static_assert(kSliceTiles % kPvTiles == 0, "whole P V passes");
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __half* sK = reinterpret_cast<__half*>(smem_raw);  // [kKRows][kStride]: K'_j, then its mean rows
-  __half* sV = sK + Stage::kKRows * kStride;          // [kKeys][kStride]: V_j (Q's tile until the loop)
+  const auto slot = [&](int phase) {  // [kKRows][kStride]: the copy of phase `phase` (mod 2)
+    return reinterpret_cast<__half*>(smem_raw) + (phase % 2) * kT.slot_elems();
+  };
 
   const auto [warp, lane, h, b, h_kv, m0] = portable_cta(p, kBlockM);
   const int warp_row0 = m0 + warp * 16;  // the warp's first row
@@ -106,28 +116,64 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
   const int heads_kv = p.heads_q / p.group;
   const std::uint8_t* gK = k_tiles + (static_cast<std::int64_t>(b) * heads_kv + h_kv) * n_kb * Stage::kBytes;
   const QElem* gV = static_cast<const QElem*>(p.v.data) + b * p.v.stride_b + h_kv * p.v.stride_h;
-  const auto load_v = [&](int j) {
-    const int n0 = j * kKeys;
-    load_tile_async<kKeys, D, kThreads>(reinterpret_cast<QElem*>(sV), gV + n0 * p.v.stride_s, p.v.stride_s,
-                                        p.seq_kv - n0);
+  // Issues the copy of block j's phase t (K'_j's slice t, or V_j's slice t - kSlices) into its slot.
+  const auto load_phase = [&](int j, int t) {
+    if (t < kSlices) {
+      load_stage_async<D, kSliceDim, kThreads>(slot(t), gK + static_cast<std::int64_t>(j) * Stage::kBytes,
+                                               t * kSliceDim);
+    } else {
+      const int n0 = j * kKeys;
+      load_tile_async<kKeys, kSliceDim, kThreads>(reinterpret_cast<QElem*>(slot(t)),
+                                                  gV + n0 * p.v.stride_s + (t - kSlices) * kSliceDim,
+                                                  p.v.stride_s, p.seq_kv - n0);
+    }
+    cp_async_commit();
   };
 
-  // Prologue: Q (into V's buffer) and K'_0 in one group, then each warp's Q fragments into registers.
+  // Prologue: Q's slices into the slots (slice s into slot s + 1), each warp's Q fragments into
+  // registers. With one slice, K'_0 loads beside Q into the slot Q leaves free.
   const QElem* gQ = static_cast<const QElem*>(p.q.data) + b * p.q.stride_b + h * p.q.stride_h + m0 * p.q.stride_s;
-  load_tile_async<kBlockM, D, kThreads>(reinterpret_cast<QElem*>(sV), gQ, p.q.stride_s, p.seq_q - m0);
-  load_stage_async<D, kThreads>(sK, gK);
+#pragma unroll
+  for (int s = 0; s < kSlices; ++s) {
+    load_tile_async<kBlockM, kSliceDim, kThreads>(reinterpret_cast<QElem*>(slot(s + 1)), gQ + s * kSliceDim,
+                                                  p.q.stride_s, p.seq_q - m0);
+  }
+  if constexpr (kSlices == 1) load_stage_async<D, kSliceDim, kThreads>(slot(0), gK, 0);
   cp_async_commit();
   cp_async_wait<0>();
-  if constexpr (kBf16) own_chunks_bf16_to_half<kBlockM, D, kThreads>(sV);
-  __syncthreads();
-  std::uint32_t tSrQ[kDChunks][4];
-  const std::uint32_t q_addr = smem_addr(sV) + warp * 16 * kStride * 2 + a_lane_offset<kStride>(lane);
+  if constexpr (kBf16) {
 #pragma unroll
-  for (int kk = 0; kk < kDChunks; ++kk) ldmatrix_x4(tSrQ[kk], q_addr + kk * 16 * 2);
+    for (int s = 0; s < kSlices; ++s) own_chunks_bf16_to_half<kBlockM, kSliceDim, kThreads>(slot(s + 1));
+  }
+  __syncthreads();
+  std::uint32_t tSrQ[kSlices][kSliceChunks][4];
+#pragma unroll
+  for (int s = 0; s < kSlices; ++s) {
+    const std::uint32_t q_addr = smem_addr(slot(s + 1)) + warp * 16 * kStride * 2 + a_lane_offset<kStride>(lane);
+#pragma unroll
+    for (int kk = 0; kk < kSliceChunks; ++kk) ldmatrix_x4(tSrQ[s][kk], q_addr + kk * 16 * 2);
+  }
+  if constexpr (kSlices > 1) {
+    __syncthreads();  // every warp holds its Q: both slots are free
+    load_phase(0, 0);
+  }
 
-  const std::uint32_t k_addr = smem_addr(sK) + k_lane_offset<kStride>(lane);
-  const std::uint32_t mean_addr = k_addr + kKeys * kStride * 2;  // lanes 0-15: the mean rows (x2)
-  const std::uint32_t v_addr = smem_addr(sV) + v_lane_offset<kStride>(lane);
+  // Waits for the copy of phase t and publishes it (bf16 V rounded to fp16 by the threads that copied
+  // it), then issues the next phase's copy into the other slot, which every warp is done reading.
+  const auto next_phase = [&](int j, int t) {
+    cp_async_wait<0>();
+    if constexpr (kBf16) {
+      if (t >= kSlices) own_chunks_bf16_to_half<kKeys, kSliceDim, kThreads>(slot(t));
+    }
+    __syncthreads();
+    if (t + 1 < kPhases) {
+      load_phase(j, t + 1);
+    } else if (j + 1 < n_blocks) {
+      load_phase(j + 1, 0);
+    }
+  };
+  const std::uint32_t lane_k = k_lane_offset<kStride>(lane);
+  const std::uint32_t lane_v = v_lane_offset<kStride>(lane);
   Softmax softmax;
   softmax.init();
   __half2 tOrO[kDTiles][2];  // O~ in fp16: tile n's pair of row `row` (i = 0) and of row + 8 (i = 1)
@@ -136,20 +182,21 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
 
   for (int j = 0; j < n_blocks; ++j) {
     const int n0 = j * kKeys;
-    cp_async_wait<0>();  // K'_j has landed
-    __syncthreads();     // ... for every thread; every warp is done reading V_j-1 (at j = 0, Q)
-    load_v(j);
-    cp_async_commit();
-
     // S' = Q K'_j^T, and against the mean rows: column 2t is Q . hi, 2t + 1 is Q . lo (every t).
     float tSrS[1][kNTiles][4] = {};
     float tSrMean[4] = {};
-    warp_qk<1, kNTiles, kDChunks, kStride, __half, true>(tSrS, q_addr, tSrQ, k_addr);
 #pragma unroll
-    for (int kk = 0; kk < kDChunks; ++kk) {
-      std::uint32_t bm[2];
-      ldmatrix_x2(bm, mean_addr + kk * 16 * 2);
-      mma_16816<__half>(tSrMean, tSrQ[kk], bm[0], bm[1]);
+    for (int s = 0; s < kSlices; ++s) {
+      next_phase(j, s);
+      const std::uint32_t k_addr = smem_addr(slot(s)) + lane_k;
+      const std::uint32_t mean_addr = k_addr + kKeys * kStride * 2;  // lanes 0-15: the mean rows (x2)
+      warp_qk<1, kNTiles, kSliceChunks, kStride, __half, true>(tSrS, 0, tSrQ[s], k_addr);
+#pragma unroll
+      for (int kk = 0; kk < kSliceChunks; ++kk) {
+        std::uint32_t bm[2];
+        ldmatrix_x2(bm, mean_addr + kk * 16 * 2);
+        mma_16816<__half>(tSrMean, tSrQ[s][kk], bm[0], bm[1]);
+      }
     }
     constexpr float kLo = 1.0f / kMeanLoScale;
     const float mean[2] = {Softmax::stat(fmaf(tSrMean[1], kLo, tSrMean[0])),
@@ -178,38 +225,39 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
         Softmax::exponentiate_chunk(tOrP[0][kc], m_use, 0);
       }
     }
-
-    cp_async_wait<0>();  // V_j has landed
-    if constexpr (kBf16) own_chunks_bf16_to_half<kKeys, D, kThreads>(sV);
-    __syncthreads();     // ... for every thread; and every warp is done reading K'_j
-    if (j + 1 < n_blocks) {
-      load_stage_async<D, kThreads>(sK, gK + static_cast<std::int64_t>(j + 1) * Stage::kBytes);
-      cp_async_commit();
-    }
-
-    // P V_j into a fresh fp32 sum, and the row sums of P (P times ones: every column the row's sum).
-    float tOrPV[1][kDTiles][4] = {};
-    warp_pv<1, kNChunks, kDTiles, kStride, __half>(tOrPV, tOrP, v_addr);
+    // The row sums of P (P times ones: every column the row's sum).
     float psum[4] = {};
 #pragma unroll
     for (int kc = 0; kc < kNChunks; ++kc) mma_16816<__half>(psum, tOrP[0][kc], kOnesHalf2, kOnesHalf2);
     const float row_psum[2] = {psum[0], psum[2]};
     softmax.add_block(row_psum);
 
+    // P V_j slice by slice, pass by pass into fresh fp32 sums, each added into O~.
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      if constexpr (kAccurate) {
+    for (int s = 0; s < kSlices; ++s) {
+      next_phase(j, kSlices + s);
 #pragma unroll
-        for (int n = 0; n < kDTiles; ++n) {
-          const __half2 pv = __floats2half2_rn(tOrPV[0][n][2 * i], tOrPV[0][n][2 * i + 1]);
-          tOrO[n][i] = __hadd2(scale_half2_once(ep[i], tOrO[n][i]), scale_half2_once(ec[i], pv));
-        }
-      } else {
-        const __half2 ep2 = __float2half2_rn(ep[i]), ec2 = __float2half2_rn(ec[i]);  // fp16 values: exact
+      for (int pass = 0; pass < kSliceTiles / kPvTiles; ++pass) {
+        const int c0 = s * kSliceTiles + pass * kPvTiles;  // the pass's first n8 tile of O
+        float tOrPV[1][kPvTiles][4] = {};
+        warp_pv<1, kNChunks, kPvTiles, kStride, __half>(tOrPV, tOrP, smem_addr(slot(kSlices + s)) + lane_v +
+                                                                         pass * kPvTiles * 8 * 2);
 #pragma unroll
-        for (int n = 0; n < kDTiles; ++n) {
-          const __half2 pv = __floats2half2_rn(tOrPV[0][n][2 * i], tOrPV[0][n][2 * i + 1]);
-          tOrO[n][i] = __hadd2(__hmul2(ep2, tOrO[n][i]), __hmul2(ec2, pv));
+        for (int i = 0; i < 2; ++i) {
+          if constexpr (kAccurate) {
+#pragma unroll
+            for (int n = 0; n < kPvTiles; ++n) {
+              const __half2 pv = __floats2half2_rn(tOrPV[0][n][2 * i], tOrPV[0][n][2 * i + 1]);
+              tOrO[c0 + n][i] = __hadd2(scale_half2_once(ep[i], tOrO[c0 + n][i]), scale_half2_once(ec[i], pv));
+            }
+          } else {
+            const __half2 ep2 = __float2half2_rn(ep[i]), ec2 = __float2half2_rn(ec[i]);  // fp16 values: exact
+#pragma unroll
+            for (int n = 0; n < kPvTiles; ++n) {
+              const __half2 pv = __floats2half2_rn(tOrPV[0][n][2 * i], tOrPV[0][n][2 * i + 1]);
+              tOrO[c0 + n][i] = __hadd2(__hmul2(ep2, tOrO[c0 + n][i]), __hmul2(ec2, pv));
+            }
+          }
         }
       }
     }
@@ -253,7 +301,7 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
 }  // namespace
 
 void launch_pasa_portable(const PasaRequest& r, void* stream) {
-  dispatch_pasa(r, "pasa kernel (portable)", [&]<typename QElem, int D, bool kAccurate>() {
+  dispatch_pasa<64, 96, 128, 256>(r, "pasa kernel (portable)", [&]<typename QElem, int D, bool kAccurate>() {
     launch_typed<D, QElem, kAccurate>(r, static_cast<cudaStream_t>(stream));
   });
 }

@@ -26,23 +26,29 @@ void dispatch_16bit(ElemType in_type, const char* kernel, Launch&& launch) {
   }
 }
 
-// <D>: head dim 64 or 128 (the sm_90a kernels' and the portable pasa kernel's).
-template <class Launch>
-void dispatch_dim_64_128(int head_dim, const char* kernel, Launch&& launch) {
-  if (head_dim == 64) {
-    launch.template operator()<64>();
-  } else if (head_dim == 128) {
-    launch.template operator()<128>();
-  } else {
-    throw Error(std::string(kernel) + ": head dim must be 64 or 128");
+// <D>: the head dim, one of kDims (listed in the error otherwise).
+template <int... kDims, class Launch>
+void dispatch_head_dim(int head_dim, const char* kernel, Launch&& launch) {
+  const bool launched = ((head_dim == kDims && (launch.template operator()<kDims>(), true)) || ...);
+  if (!launched) {
+    std::string dims;
+    ((dims += (dims.empty() ? "" : ", ") + std::to_string(kDims)), ...);
+    throw Error(std::string(kernel) + ": head dim must be one of " + dims);
   }
 }
 
-// <QElem, D, kAccurate>: the pasa kernels' (sm_90a and portable) instantiations.
+// <D>: head dim 64 or 128 (the sm_90a kernels').
 template <class Launch>
+void dispatch_dim_64_128(int head_dim, const char* kernel, Launch&& launch) {
+  dispatch_head_dim<64, 128>(head_dim, kernel, launch);
+}
+
+// <QElem, D, kAccurate>: the pasa kernels' instantiations, D one of kDims (sm_90a: 64, 128; portable:
+// 64, 96, 128, 256).
+template <int... kDims, class Launch>
 void dispatch_pasa(const PasaRequest& r, const char* kernel, Launch&& launch) {
   dispatch_16bit(r.call.in_type, kernel, [&]<typename QElem>() {
-    dispatch_dim_64_128(r.call.head_dim, kernel, [&]<int D>() {
+    dispatch_head_dim<kDims...>(r.call.head_dim, kernel, [&]<int D>() {
       r.accurate ? launch.template operator()<QElem, D, true>() : launch.template operator()<QElem, D, false>();
     });
   });

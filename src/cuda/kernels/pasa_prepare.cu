@@ -12,7 +12,8 @@
 // given; the portable kernel rounds V in shared memory instead).
 //
 // One CTA of kPrepThreads per (key block, K/V head, batch); thread (row lane, column group) owns 8
-// consecutive channels (16-byte loads and stores) of every kRowLanes-th key.
+// consecutive channels (16-byte loads and stores) of every kRowLanes-th key (at head dim 96, 12
+// column groups, the last 4 threads own none).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -22,6 +23,7 @@
 #include "cuda/block/pasa_stage.cuh"
 #include "cuda/arch/ptx.cuh"
 #include "cuda/arch/wgmma.cuh"
+#include "cuda/kernels/launch_dispatch.h"
 #include "pasa/error.h"
 
 namespace pasa::cuda {
@@ -82,13 +84,14 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
   const int cg = static_cast<int>(threadIdx.x) % kGroups;
   const int lane_row = static_cast<int>(threadIdx.x) / kGroups;
   const int col = cg * 8;
+  const int row_end = lane_row < kRowLanes ? kKeys : 0;  // a thread past the row lanes copies no key
 
   const InElem* gK = static_cast<const InElem*>(p.k.data) + b * p.k.stride_b + h * p.k.stride_h + col;
   std::uint8_t* stage = p.tiles + ((static_cast<std::int64_t>(b) * p.heads_kv + h) * p.n_kb + kb) * Stage::kBytes;
 
   // Column sums of the block's keys; bf16 V's rows rounded to fp16 on the way.
   float sum[8] = {};
-  for (int r = lane_row; r < n; r += kRowLanes) {
+  for (int r = lane_row; r < min(n, row_end); r += kRowLanes) {
     float x[8];
     load8_as_fp16(gK + (k0 + r) * p.k.stride_s, x);
 #pragma unroll
@@ -103,8 +106,10 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
     }
   }
   const auto reduce = [&](float (&s)[8]) {  // the row lanes' partial sums -> colsum (ends synced)
+    if (lane_row < kRowLanes) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) partial[lane_row][col + i] = s[i];
+      for (int i = 0; i < 8; ++i) partial[lane_row][col + i] = s[i];
+    }
     __syncthreads();
     if (threadIdx.x < D) {
       float total = 0.0f;
@@ -136,7 +141,7 @@ __global__ void __launch_bounds__(kPrepThreads) pasa_prepare_kernel(const __grid
 #pragma unroll
   for (int i = 0; i < 8; ++i) shift[i] = off * fmaf(n_pad, pad[i], colsum[col + i]);
   float ksum[8] = {};
-  for (int r = lane_row; r < kKeys; r += kRowLanes) {
+  for (int r = lane_row; r < row_end; r += kRowLanes) {
     float x[8];
     if (r < n) {
       load8_as_fp16(gK + (k0 + r) * p.k.stride_s, x);
@@ -177,7 +182,8 @@ void launch_prepare(const PrepParams& p, int batch, cudaStream_t stream) {
 }  // namespace
 
 std::size_t pasa_tile_bytes(int batch, int heads_kv, int n_kb, int head_dim) {
-  const std::size_t stage = head_dim == 64 ? PasaStage<64>::kBytes : PasaStage<128>::kBytes;
+  std::size_t stage = 0;
+  dispatch_head_dim<64, 96, 128, 256>(head_dim, "pasa prepass", [&]<int D>() { stage = PasaStage<D>::kBytes; });
   return static_cast<std::size_t>(batch) * heads_kv * n_kb * stage;
 }
 
@@ -188,13 +194,9 @@ void launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, 
                      r.diag, r.off, r.mean_key_factor, tiles,        static_cast<__half*>(v_fp16)};
   const bool bf16 = c.in_type == ElemType::bf16;
   if (c.in_type != ElemType::f16 && !bf16) throw Error("pasa prepass: k/v must be f16 or bf16");
-  if (c.head_dim == 64) {
-    bf16 ? launch_prepare<64, __nv_bfloat16>(p, c.batch, s) : launch_prepare<64, __half>(p, c.batch, s);
-  } else if (c.head_dim == 128) {
-    bf16 ? launch_prepare<128, __nv_bfloat16>(p, c.batch, s) : launch_prepare<128, __half>(p, c.batch, s);
-  } else {
-    throw Error("pasa prepass: head dim must be 64 or 128");
-  }
+  dispatch_head_dim<64, 96, 128, 256>(c.head_dim, "pasa prepass", [&]<int D>() {
+    bf16 ? launch_prepare<D, __nv_bfloat16>(p, c.batch, s) : launch_prepare<D, __half>(p, c.batch, s);
+  });
 }
 
 }  // namespace pasa::cuda
