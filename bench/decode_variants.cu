@@ -13,11 +13,11 @@ void launch_decode_variant(const DecodeParams& p, int batch, DecodeVariant v, vo
   const auto s = static_cast<cudaStream_t>(stream);
   using Elem = __nv_bfloat16;
   switch (v) {
-    case DecodeVariant::tuned: launch_decode_split_tile<DecodeTileOf<128, 0>, 1, Elem, false>(p, batch, s); break;
-    case DecodeVariant::stages2: launch_decode_split_tile<DecodeTileOf<128, 1>, 1, Elem, false>(p, batch, s); break;
-    case DecodeVariant::stages4: launch_decode_split_tile<DecodeTileOf<128, 2>, 1, Elem, false>(p, batch, s); break;
-    case DecodeVariant::no_prefetch: launch_decode_split_tile<DecodeTileOf<128, 3>, 1, Elem, false>(p, batch, s); break;
-    case DecodeVariant::prefetch256: launch_decode_split_tile<DecodeTileOf<128, 4>, 1, Elem, false>(p, batch, s); break;
+    case DecodeVariant::tuned: launch_decode_split_tile<DecodeTileOf<128, 0>, 1, Elem, false>(p, batch, false, s); break;
+    case DecodeVariant::stages2: launch_decode_split_tile<DecodeTileOf<128, 1>, 1, Elem, false>(p, batch, false, s); break;
+    case DecodeVariant::stages4: launch_decode_split_tile<DecodeTileOf<128, 2>, 1, Elem, false>(p, batch, false, s); break;
+    case DecodeVariant::no_prefetch: launch_decode_split_tile<DecodeTileOf<128, 3>, 1, Elem, false>(p, batch, false, s); break;
+    case DecodeVariant::prefetch256: launch_decode_split_tile<DecodeTileOf<128, 4>, 1, Elem, false>(p, batch, false, s); break;
   }
 }
 

@@ -162,4 +162,21 @@ __device__ __forceinline__ __half2 scale_half2_once(float s, __half2 x) {
   return __floats2half2_rn(mul_round_to_odd(s, f.x), mul_round_to_odd(s, f.y));
 }
 
+// Programmatic dependent launch (sm_90; a no-op where compiled for an earlier architecture, or where
+// the grid was launched without the attribute, launch_dependent.h). A grid launched as a dependent may
+// start while the grid before it in the stream finishes: wait_for_previous_grid() blocks until that
+// grid has completed and its writes are visible, so it must come before the first global read or
+// write. allow_dependent_grid() lets the next grid (if launched as a dependent) start its CTAs once
+// every CTA of this one has called it or exited.
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependent_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 }  // namespace pasa::cuda

@@ -453,6 +453,9 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace,
   call.sm_count = info.sm_count;
   call.l2_bytes = info.l2_bytes;
   call.alpha = alpha;
+  // Every kernel has sm_90a code in a build with 90a (the portable ones too), and an sm_90 device runs
+  // that code: its griddepcontrol instructions make dependent launches safe there.
+  call.dependent_launch = PASA_HOPPER_KERNELS == 1 && info.major == 9 && info.minor == 0;
 
   const Kernel kernel = plan.spec->kernel;
   if (kernel == Kernel::decode) {

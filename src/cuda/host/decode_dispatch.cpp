@@ -95,8 +95,8 @@ long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* works
     check_cuda(cudaMemsetAsync(p.counter, 0, sizeof(int), stream), "cudaMemsetAsync (recomputed rows)");
   }
   const bool to_half = r.fdpp_formats && r.in_type == ElemType::bf16;
-  launch_decode_split(p, r.batch, r.head_dim, plan.m_tiles, r.in_type, to_half, stream);
-  if (!p.direct) launch_decode_merge(p, r.batch, r.head_dim, stream);
+  launch_decode_split(p, r.batch, r.head_dim, plan.m_tiles, r.in_type, to_half, r.dependent_launch, stream);
+  if (!p.direct) launch_decode_merge(p, r.batch, r.head_dim, r.dependent_launch, stream);
   if (p.counter == nullptr) return 0;
   int recomputed = 0;
   check_cuda(cudaMemcpyAsync(&recomputed, p.counter, sizeof(int), cudaMemcpyDeviceToHost, stream),

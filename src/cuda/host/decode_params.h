@@ -165,10 +165,11 @@ int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_co
 // Launch functions (attention_decode.cu). Each throws pasa::Error on a CUDA error. Split kernel:
 // splits x (H_kv row_chunks) x batch CTAs of decode_tile(head_dim); m_tiles as decode_m_tiles gives
 // it (1 or 2); in_type f16 or bf16; to_half: bf16 inputs rounded to fp16 in shared memory (the fdpp
-// policy's input format).
+// policy's input format). dependent: launched as a programmatic dependent of the kernel before it
+// (KernelRequest::dependent_launch).
 void launch_decode_split(const DecodeParams& p, int batch, int head_dim, int m_tiles, ElemType in_type,
-                         bool to_half, void* stream);
+                         bool to_half, bool dependent, void* stream);
 // Merge: one warp per packed row, counting the flagged rows when p.counter is set.
-void launch_decode_merge(const DecodeParams& p, int batch, int head_dim, void* stream);
+void launch_decode_merge(const DecodeParams& p, int batch, int head_dim, bool dependent, void* stream);
 
 }  // namespace pasa::cuda

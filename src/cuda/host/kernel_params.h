@@ -82,6 +82,8 @@ struct KernelRequest {
   int sm_count;  // the device's multiprocessors (persistent grids), read once per device by the dispatch
   long long l2_bytes;  // the device's L2 size (the persistent scheduler's sections), read likewise
   double alpha;  // the softmax scale as given (any sign)
+  bool dependent_launch;  // the device runs the kernels' sm_90a code, so a kernel may be launched as
+                          // a programmatic dependent of the one before it (launch_dependent.h)
 };
 
 // launch_sage8 needs nothing beyond it.

@@ -5,66 +5,54 @@
 #include <string>
 
 #include "cuda/kernels/attention_decode_kernel.cuh"
+#include "cuda/kernels/launch_dispatch.h"
 #include "pasa/error.h"
 
 namespace pasa::cuda {
 namespace {
 
 template <int kHeadDim, int kMTiles>
-void launch_types(const DecodeParams& p, int batch, ElemType in_type, bool to_half, cudaStream_t s) {
+void launch_types(const DecodeParams& p, int batch, ElemType in_type, bool to_half, bool dependent, cudaStream_t s) {
+  using Tile = DecodeTileOf<kHeadDim>;
   if (in_type == ElemType::f16) {
-    launch_decode_split_tile<DecodeTileOf<kHeadDim>, kMTiles, __half, false>(p, batch, s);
+    launch_decode_split_tile<Tile, kMTiles, __half, false>(p, batch, dependent, s);
   } else if (in_type == ElemType::bf16) {
-    to_half ? launch_decode_split_tile<DecodeTileOf<kHeadDim>, kMTiles, __nv_bfloat16, true>(p, batch, s)
-            : launch_decode_split_tile<DecodeTileOf<kHeadDim>, kMTiles, __nv_bfloat16, false>(p, batch, s);
+    to_half ? launch_decode_split_tile<Tile, kMTiles, __nv_bfloat16, true>(p, batch, dependent, s)
+            : launch_decode_split_tile<Tile, kMTiles, __nv_bfloat16, false>(p, batch, dependent, s);
   } else {
     throw Error("decode kernel: inputs must be f16 or bf16");
   }
 }
 
-template <int kHeadDim>
-void launch_tiles(const DecodeParams& p, int batch, int m_tiles, ElemType in_type, bool to_half, cudaStream_t s) {
-  constexpr int kMaxMTiles = decode_tile(kHeadDim).max_m_tiles();
-  if (m_tiles == 1) {
-    launch_types<kHeadDim, 1>(p, batch, in_type, to_half, s);
-    return;
-  }
-  if constexpr (kMaxMTiles == 2) {  // (no two-tile instantiation where a tile's O fills the registers)
-    if (m_tiles == 2) {
-      launch_types<kHeadDim, 2>(p, batch, in_type, to_half, s);
-      return;
-    }
-  }
-  throw Error("decode kernel: 1 to " + std::to_string(kMaxMTiles) + " row tiles per CTA at head dim " +
-              std::to_string(kHeadDim));
-}
-
 }  // namespace
 
 void launch_decode_split(const DecodeParams& p, int batch, int head_dim, int m_tiles, ElemType in_type,
-                         bool to_half, void* stream) {
+                         bool to_half, bool dependent, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  switch (head_dim) {
-    case 64: launch_tiles<64>(p, batch, m_tiles, in_type, to_half, s); break;
-    case 96: launch_tiles<96>(p, batch, m_tiles, in_type, to_half, s); break;
-    case 128: launch_tiles<128>(p, batch, m_tiles, in_type, to_half, s); break;
-    case 256: launch_tiles<256>(p, batch, m_tiles, in_type, to_half, s); break;
-    default: throw Error("decode kernel: head dim must be 64, 96, 128 or 256");
-  }
+  dispatch_head_dim<64, 96, 128, 256>(head_dim, "decode kernel", [&]<int D>() {
+    constexpr int kMaxMTiles = decode_tile(D).max_m_tiles();
+    if (m_tiles == 1) {
+      launch_types<D, 1>(p, batch, in_type, to_half, dependent, s);
+      return;
+    }
+    if constexpr (kMaxMTiles == 2) {  // (no two-tile instantiation where a tile's O fills the registers)
+      if (m_tiles == 2) {
+        launch_types<D, 2>(p, batch, in_type, to_half, dependent, s);
+        return;
+      }
+    }
+    throw Error("decode kernel: 1 to " + std::to_string(kMaxMTiles) + " row tiles per CTA at head dim " +
+                std::to_string(D));
+  });
 }
 
-void launch_decode_merge(const DecodeParams& p, int batch, int head_dim, void* stream) {
-  const auto s = static_cast<cudaStream_t>(stream);
+void launch_decode_merge(const DecodeParams& p, int batch, int head_dim, bool dependent, void* stream) {
   const std::int64_t rows = static_cast<std::int64_t>(batch) * p.heads_kv * p.rows;
   const dim3 grid(static_cast<unsigned>((rows + 3) / 4));
-  switch (head_dim) {
-    case 64: attention_decode_merge_kernel<64><<<grid, 128, 0, s>>>(p, batch); break;
-    case 96: attention_decode_merge_kernel<96><<<grid, 128, 0, s>>>(p, batch); break;
-    case 128: attention_decode_merge_kernel<128><<<grid, 128, 0, s>>>(p, batch); break;
-    case 256: attention_decode_merge_kernel<256><<<grid, 128, 0, s>>>(p, batch); break;
-    default: throw Error("decode merge: head dim must be 64, 96, 128 or 256");
-  }
-  check_launch("attention_decode_merge_kernel launch");
+  dispatch_head_dim<64, 96, 128, 256>(head_dim, "decode merge", [&]<int D>() {
+    launch_kernel(attention_decode_merge_kernel<D>, grid, dim3(128), 0, static_cast<cudaStream_t>(stream),
+                  dependent, "attention_decode_merge_kernel launch", p, batch);
+  });
 }
 
 }  // namespace pasa::cuda

@@ -29,6 +29,7 @@
 #include "cuda/arch/cuda_check.h"
 #include "cuda/host/once_per_device.h"
 #include "cuda/host/decode_params.h"
+#include "cuda/host/launch_dependent.h"
 #include "cuda/block/epilogue.cuh"
 #include "cuda/block/fwd_mask.cuh"
 #include "cuda/block/online_softmax.cuh"
@@ -178,6 +179,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   InElem* sK = sQ + kBlockM * kStride;                      // [kStages][kBlockN][kStride]
   InElem* sV = sK + kStages * kBlockN * kStride;            // [kStages][kBlockN][kStride]
 
+  wait_for_previous_grid();  // (a KV-cache call's append, or whatever kernel came before)
   const FwdParams& f = p.fwd;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -394,6 +396,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   float* sML = sO + kWarps * kBlockM * kOStride;              // [kWarps][kBlockM][2]
   int* sFlag = reinterpret_cast<int*>(sML + kWarps * kBlockM * 2);  // [kWarps][kBlockM]
   static_assert((kWarps * kBlockM * (kOStride + 3)) * 4 <= kT.smem_bytes(kMTiles), "combine fits");
+  allow_dependent_grid();  // the merge's CTAs may start once every split is this far
   cp_async_wait<0>();
   __syncthreads();
 #pragma unroll
@@ -464,17 +467,17 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   }
 }
 
-// Host side: one launch of a split-kernel instantiation. Throws pasa::Error on a CUDA error.
+// Host side: one launch of a split-kernel instantiation (a programmatic dependent of the kernel before
+// it when `dependent`). Throws pasa::Error on a CUDA error.
 template <class TileOf, int kMTiles, typename InElem, bool kToHalf>
-void launch_decode_split_tile(const DecodeParams& p, int batch, cudaStream_t stream) {
+void launch_decode_split_tile(const DecodeParams& p, int batch, bool dependent, cudaStream_t stream) {
   constexpr DecodeTile kT = TileOf::value;
   constexpr int smem = kT.smem_bytes(kMTiles);
   auto* kernel = attention_decode_kernel<TileOf, kMTiles, InElem, kToHalf>;
   static OncePerDevice configured;
   configured([&] { set_shared_memory(kernel, smem, true, "cudaFuncSetAttribute(attention_decode_kernel)"); });
   const dim3 grid(p.splits, p.heads_kv * p.row_chunks, batch);
-  kernel<<<grid, kT.threads(), smem, stream>>>(p);
-  check_launch("attention_decode_kernel launch");
+  launch_kernel(kernel, grid, dim3(kT.threads()), smem, stream, dependent, "attention_decode_kernel launch", p);
 }
 
 // Exact merge of the splits (algorithms.md section 1), one warp per packed row, each lane one or two
@@ -486,6 +489,7 @@ __global__ void __launch_bounds__(128) attention_decode_merge_kernel(const __gri
                                                                     int batch) {
   constexpr int kQuads = kHeadDim / 4;
   constexpr int kPerLane = (kQuads + 31) / 32;
+  wait_for_previous_grid();  // the split kernel's partials
   const std::int64_t R = static_cast<std::int64_t>(batch) * p.heads_kv * p.rows;
   const std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
   if (idx >= R) return;

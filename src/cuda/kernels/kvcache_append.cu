@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/arch/cuda_check.h"
+#include "cuda/arch/ptx.cuh"
 #include "cuda/host/kvcache_append.h"
 #include "pasa/error.h"
 
@@ -36,6 +37,7 @@ __device__ __forceinline__ void copy_row(const KvAppendParams& p, const Operand&
 }
 
 __global__ void __launch_bounds__(32 * kWarpsPerCta) kvcache_append_kernel(const __grid_constant__ KvAppendParams p) {
+  allow_dependent_grid();  // the decode kernel's CTAs may start; they wait for this grid's writes
   const long long row = static_cast<long long>(blockIdx.x) * kWarpsPerCta + threadIdx.x / 32;
   if (row >= static_cast<long long>(p.batch) * p.heads_kv * p.s_new) return;
   const int i = static_cast<int>(row % p.s_new);

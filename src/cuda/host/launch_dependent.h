@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+// Kernel launches that may overlap the end of the kernel before them in the stream (programmatic
+// dependent launch, sm_90): the launched grid's CTAs can be resident, past their launch latency,
+// when the previous grid finishes. The kernel must call wait_for_previous_grid() (ptx.cuh) before
+// its first global access; CUDA graphs captured from the stream keep the overlap. Used between the
+// decode path's kernels (append, split, merge), where a call is a few microseconds of GPU work and a
+// kernel boundary costs one or two of them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "cuda/arch/cuda_check.h"
+
+namespace pasa::cuda {
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent of the previous
+// kernel in the stream when `dependent` (only where the device runs the kernel's sm_90 code: the
+// caller's KernelRequest::dependent_launch). Throws pasa::Error naming `what` on a launch error.
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, cudaStream_t stream,
+                   bool dependent, const char* what, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = static_cast<std::size_t>(smem);
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = dependent ? 1 : 0;
+  check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), what);
+}
+
+}  // namespace pasa::cuda
