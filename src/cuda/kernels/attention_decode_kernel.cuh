@@ -480,71 +480,45 @@ void launch_decode_split_tile(const DecodeParams& p, int batch, bool dependent, 
   launch_kernel(kernel, grid, dim3(kT.threads()), smem, stream, dependent, "attention_decode_kernel launch", p);
 }
 
-// Exact merge of the splits (algorithms.md section 1), one warp per packed row. Few rows and many
-// splits is the small-batch case, where the merge's time is its chain of dependent reads: so the
-// lanes first read a split each (32 at a time) for the maximum M, the flags and L = sum_p w_p l_p
-// (reduced over the warp), and then each lane one or two float4 pieces of the row, kUnroll splits'
-// pieces in flight at once, each split's weight from the lane that read it. Partials of the unified
-// max (m = phi) and of the synchronized fallback (their own m) are weighed alike; with a counter, the
+// Exact merge of the splits (algorithms.md section 1), one warp per packed row, each lane one or two
+// float4 pieces of it (lanes past the row's kHeadDim / 4 pieces idle). Partials of the unified max
+// (m = phi) and of the synchronized fallback (their own m) are weighed alike; with a counter, the
 // rows some split flagged are counted.
 template <int kHeadDim>
 __global__ void __launch_bounds__(128) attention_decode_merge_kernel(const __grid_constant__ DecodeParams p,
                                                                     int batch) {
   constexpr int kQuads = kHeadDim / 4;
   constexpr int kPerLane = (kQuads + 31) / 32;
-  constexpr int kUnroll = 8;
-  constexpr unsigned kAll = 0xffffffffu;
   wait_for_previous_grid();  // the split kernel's partials
   const std::int64_t R = static_cast<std::int64_t>(batch) * p.heads_kv * p.rows;
   const std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
-  if (idx >= R) return;  // (a whole warp: the shuffles below see all 32 lanes)
+  if (idx >= R) return;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const auto ml_of = [&](int s) { return *reinterpret_cast<const float2*>(p.part_ml + (s * R + idx) * 2); };
-
   float M = -INFINITY;
   int flag = 0;
-  for (int s = lane; s < p.splits; s += 32) {
-    M = fmaxf(M, ml_of(s).x);
+  for (int s = 0; s < p.splits; ++s) {
+    M = fmaxf(M, p.part_ml[(s * R + idx) * 2]);
     flag |= p.part_flag[s * R + idx];
   }
-#pragma unroll
-  for (int x = 16; x > 0; x /= 2) M = fmaxf(M, __shfl_xor_sync(kAll, M, x));
-  if (__any_sync(kAll, flag != 0) && lane == 0 && p.counter != nullptr) atomicAdd(p.counter, 1);
-  const auto weight = [&](float m) { return m == -INFINITY ? 0.0f : exp2f(m - M); };
+  if (flag != 0 && lane == 0 && p.counter != nullptr) atomicAdd(p.counter, 1);
   float L = 0.0f;
   float4 acc[kPerLane] = {};
-  for (int s0 = 0; s0 < p.splits; s0 += 32) {
-    const float2 ml = s0 + lane < p.splits ? ml_of(s0 + lane) : make_float2(-INFINITY, 0.0f);
-    const float w = weight(ml.x);  // split s0 + lane's
-    L += w * ml.y;
-    const int n = min(32, p.splits - s0);
-    for (int i0 = 0; i0 < n; i0 += kUnroll) {
-      float4 x[kUnroll][kPerLane];
+  for (int s = 0; s < p.splits; ++s) {
+    const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + (s * R + idx) * 2);
+    const float wt = ml.x == -INFINITY ? 0.0f : exp2f(ml.x - M);
+    L += wt * ml.y;
+    const float* src = p.part_o + (s * R + idx) * kHeadDim;
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const float* src = p.part_o + ((s0 + i0 + u) * R + idx) * kHeadDim;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-          const int quad = lane + 32 * i;
-          x[u][i] = i0 + u < n && quad < kQuads ? *reinterpret_cast<const float4*>(src + 4 * quad)
-                                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const float wt = __shfl_sync(kAll, w, (i0 + u) % 32);
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-          acc[i].x += wt * x[u][i].x;
-          acc[i].y += wt * x[u][i].y;
-          acc[i].z += wt * x[u][i].z;
-          acc[i].w += wt * x[u][i].w;
-        }
-      }
+    for (int i = 0; i < kPerLane; ++i) {
+      const int quad = lane + 32 * i;
+      if (quad >= kQuads) continue;
+      const float4 x = *reinterpret_cast<const float4*>(src + 4 * quad);
+      acc[i].x += wt * x.x;
+      acc[i].y += wt * x.y;
+      acc[i].z += wt * x.z;
+      acc[i].w += wt * x.w;
     }
   }
-#pragma unroll
-  for (int x = 16; x > 0; x /= 2) L += __shfl_xor_sync(kAll, L, x);
   const int per_b = p.heads_kv * p.rows;
   const int b = static_cast<int>(idx / per_b);
   const int h_kv = static_cast<int>(idx % per_b) / p.rows;
