@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // pasa bench: times pasa's CUDA kernels through the public API (pasa::bench_cuda_attention: CUDA
 // events, L2 flushed before each timed call, median of --runs after --warmup). Prefill points follow
-// the kernel issue's grid: head dims 64 / 128, S = 1k / 4k / 16k with B * S = --tokens and
-// H * D = --hidden, causal and not, fp16 and bf16; then decode (S_q = 1, 32 query / 8 KV heads,
-// d = 128, bf16, B = 64 at S_kv = 4k .. 32k). Progress on stderr, a table on stdout, one CSV row per
-// point with --csv (the columns bench/torch_sdpa.py reads to put torch SDPA beside it).
+// the kernel issue's grid: head dims 64 / 128 (96 and 256 on request), S = 1k / 4k / 16k with
+// B * S = --tokens and H = --hidden / D (rounded down: 21 heads at 96), causal and not, fp16 and bf16; then decode (S_q = 1, 32
+// query / 8 KV heads, d = 128, bf16, B = 64 at S_kv = 4k .. 32k). Progress on stderr, a table on
+// stdout, one CSV row per point with --csv (the columns bench/torch_sdpa.py reads to put torch SDPA
+// beside it). A point the kernels do not take (sage8 at head dim 96) or that does not fit in memory
+// is skipped with its reason, and the run goes on; a CUDA error stops it.
 
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "commands.h"
@@ -58,8 +62,10 @@ void validate(const BenchOptions& o) {
   if (o.runs < 1) throw Error("--runs must be at least 1");
   if (o.warmup < 0) throw Error("--warmup must not be negative");
   for (const int d : o.head_dims) {
-    if (d != 64 && d != 128) throw Error("--head-dim: the kernels take 64 or 128, not " + std::to_string(d));
-    if (o.hidden % d != 0) throw Error("--hidden " + std::to_string(o.hidden) + " is not a multiple of head dim " + std::to_string(d));
+    if (d != 64 && d != 96 && d != 128 && d != 256) {
+      throw Error("--head-dim: the kernels take 64, 96, 128 or 256, not " + std::to_string(d));
+    }
+    if (o.hidden < d) throw Error("--hidden " + std::to_string(o.hidden) + " is smaller than head dim " + std::to_string(d));
   }
   for (const int s : o.seqs) {
     if (s < 1 || o.tokens % s != 0) {
@@ -100,6 +106,19 @@ void run(const BenchOptions& o) {
     text::print(stderr, "[{}/{}] {} {} D{} S{} B{} {}: {:.3f} ms, {:.1f} {}\n", ++done, n_prefill + n_decode, r.method,
                r.dtype, r.D, r.S, r.B, r.causal ? "causal" : "full", r.ms, r.rate, r.unit);
   };
+  // Times one point; a point the kernels refuse (or that needs more memory than there is) is said and
+  // skipped, a CUDA error (the device is then unusable) ends the run.
+  std::vector<std::string> skipped;
+  auto time_point = [&](const BenchPoint& pt, const std::string& label) -> std::optional<BenchTiming> {
+    try {
+      return bench_cuda_attention(pt, o.warmup, o.runs, seed += 3);
+    } catch (const Error& e) {
+      if (std::string_view(e.what()).starts_with("CUDA error")) throw;
+      skipped.push_back(label + ": " + e.what());
+      text::print(stderr, "[{}/{}] {} skipped: {}\n", ++done, n_prefill + n_decode, label, e.what());
+      return std::nullopt;
+    }
+  };
   std::vector<Policy> policies, decode_policies;  // parsed once (validate has checked them)
   for (const std::string& p : o.policies) policies.push_back(parse_policy(p));
   for (const std::string& p : o.decode_policies) decode_policies.push_back(parse_policy(p));
@@ -116,7 +135,10 @@ void run(const BenchOptions& o) {
             pt.seq_q = pt.seq_kv = S;
             pt.head_dim = D;
             pt.causal = parse_mask(mask);
-            const BenchTiming t = bench_cuda_attention(pt, o.warmup, o.runs, seed += 3);
+            const std::optional<BenchTiming> timed =
+                time_point(pt, text::format("pasa-{} {} D{} S{} {}", o.policies[pi], dt, D, S, mask));
+            if (!timed) continue;
+            const BenchTiming& t = *timed;
             const double flops = 4.0 * pt.batch * pt.heads_q * double(S) * S * D * (pt.causal ? 0.5 : 1.0);
             rows.push_back({"pasa-" + o.policies[pi], dt, D, pt.heads_q, S, pt.batch, pt.causal, t.median_ms,
                             flops / (t.median_ms * 1e-3) / 1e12, "TFLOP/s"});
@@ -138,7 +160,10 @@ void run(const BenchOptions& o) {
         pt.seq_q = 1;
         pt.seq_kv = S;
         pt.head_dim = 128;
-        const BenchTiming t = bench_cuda_attention(pt, o.warmup, o.runs, seed += 3);
+        const std::optional<BenchTiming> timed =
+            time_point(pt, text::format("decode:{} S_kv {}", o.decode_policies[pi], S));
+        if (!timed) continue;
+        const BenchTiming& t = *timed;
         const double bytes = 2.0 * pt.batch * pt.heads_kv * double(S) * pt.head_dim * 2;
         rows.push_back({"decode:" + o.decode_policies[pi], "bf16", pt.head_dim, pt.heads_q, S, pt.batch, false,
                         t.median_ms, bytes / (t.median_ms * 1e-3) / 1e12, "TB/s"});
@@ -153,6 +178,10 @@ void run(const BenchOptions& o) {
     const bool decode = std::string(r.unit) == "TB/s";
     text::print("{:<18} {:<5} {:>4} {:>6} {:>4} {:<6} {:>10.4f} {:>9.1f} {}\n", r.method, r.dtype, r.D, r.S, r.B,
                decode ? "-" : (r.causal ? "causal" : "full"), r.ms, r.rate, r.unit);
+  }
+  if (!skipped.empty()) {
+    text::print("skipped {} point(s):\n", skipped.size());
+    for (const std::string& s : skipped) text::print("  {}\n", s);
   }
   if (!o.csv.empty()) {
     write_csv(o.csv, rows);
@@ -169,11 +198,11 @@ void add_bench_command(Command& app) {
       "and decode KV-read TB/s");
   cmd->add_option("--policy", opt->policies, "prefill policies, comma-separated")->delimiter(',')->capture_default_str();
   cmd->add_option("--dtype", opt->dtypes, "input dtypes: fp16, bf16")->delimiter(',')->capture_default_str();
-  cmd->add_option("--head-dim", opt->head_dims, "head dims (64, 128)")->delimiter(',')->capture_default_str();
+  cmd->add_option("--head-dim", opt->head_dims, "head dims (64, 96, 128, 256)")->delimiter(',')->capture_default_str();
   cmd->add_option("--seq", opt->seqs, "sequence lengths (S_q = S_kv)")->delimiter(',')->capture_default_str();
   cmd->add_option("--mask", opt->masks, "full, causal")->delimiter(',')->capture_default_str();
   cmd->add_option("--tokens", opt->tokens, "B * S of every prefill point")->capture_default_str();
-  cmd->add_option("--hidden", opt->hidden, "H * D of every prefill point")->capture_default_str();
+  cmd->add_option("--hidden", opt->hidden, "H * D of every prefill point (H rounded down)")->capture_default_str();
   cmd->add_option("--decode-policy", opt->decode_policies, "decode policies")->delimiter(',')->capture_default_str();
   cmd->add_option("--decode-seq", opt->decode_seqs, "decode KV lengths")->delimiter(',')->capture_default_str();
   cmd->add_option("--decode-batch", opt->decode_batch, "decode batch")->capture_default_str();

@@ -9,7 +9,7 @@ namespace pasa {
 namespace {
 [[noreturn]] void no_cuda() {
   throw Error("pasa bench times the CUDA kernels, and this build of pasa has none (configure with nvcc on "
-              "the PATH, and run on an sm_90 GPU)");
+              "the PATH, and run on a GPU of compute capability 8.0 or newer)");
 }
 }  // namespace
 

@@ -184,7 +184,7 @@ def check_arguments():
 
 def check_bench():
     # Bad options fail before any GPU work, on any machine.
-    for args, words in ((("--head-dim", "96"), "64 or 128"), (("--runs", "0"), "--runs"),
+    for args, words in ((("--head-dim", "80"), "64, 96, 128 or 256"), (("--runs", "0"), "--runs"),
                         (("--seq", "1000"), "divide --tokens"), (("--policy", "nonsense"), "nonsense")):
         r = pasa("bench", *args, ok=False)
         assert r.returncode == 2 and words in r.stderr, r.stderr
