@@ -10,10 +10,23 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/arch/ptx.cuh"
 
 namespace pasa::cuda {
+
+// A B fragment as the MMA takes it: where the tile holds bf16 (SmemElem) and the MMA runs on fp16
+// (Elem), each pair rounded to fp16 as it leaves shared memory (fdpp's input format on bf16 inputs:
+// no pass over the tile, no barrier for it); otherwise as loaded.
+template <typename Elem, typename SmemElem>
+__device__ __forceinline__ void b_fragments_as(std::uint32_t (&b)[4]) {
+  if constexpr (!std::is_same_v<Elem, SmemElem>) {
+    static_assert(std::is_same_v<Elem, __half> && std::is_same_v<SmemElem, __nv_bfloat16>, "bf16 -> fp16 only");
+#pragma unroll
+    for (int x = 0; x < 4; ++x) b[x] = bf16x2_to_half2(b[x]);
+  }
+}
 
 // Byte offset of this lane's ldmatrix row for an A operand (Q: 16 rows x 16 columns, row-major;
 // matrices 0..3 = rows 0-7 / 8-15 x columns 0-7 / 8-15, i.e. a0..a3).
@@ -47,7 +60,8 @@ __device__ __forceinline__ void load_q_fragments(std::uint32_t (&q)[kMTiles][4],
 // acc += Q K^T for kNTiles n8 key tiles starting at k_addr's key row, over the head dim (kDChunks
 // k16 steps). Q fragments come from shared memory (q_addr) each k step, or from registers when
 // kQInRegs (then q_regs[kk] holds m-tile 0's fragments; kMTiles must be 1).
-template <int kMTiles, int kNTiles, int kDChunks, int kStride, typename Elem, bool kQInRegs = false>
+template <int kMTiles, int kNTiles, int kDChunks, int kStride, typename Elem, bool kQInRegs = false,
+          typename SmemElem = Elem>
 __device__ __forceinline__ void warp_qk(float (&acc)[kMTiles][kNTiles][4], std::uint32_t q_addr,
                                         const std::uint32_t (&q_regs)[kQInRegs ? kDChunks : 1][4],
                                         std::uint32_t k_addr) {
@@ -66,6 +80,7 @@ __device__ __forceinline__ void warp_qk(float (&acc)[kMTiles][kNTiles][4], std::
     for (int n = 0; n < kNTiles; n += 2) {
       std::uint32_t b[4];
       ldmatrix_x4(b, k_addr + (n * 8 * kStride + kk * 16) * 2);
+      b_fragments_as<Elem, SmemElem>(b);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
         mma_16816<Elem>(acc[mt][n], q[mt], b[0], b[1]);
@@ -77,7 +92,7 @@ __device__ __forceinline__ void warp_qk(float (&acc)[kMTiles][kNTiles][4], std::
 
 // acc += P V for kDTiles n8 head-dim tiles starting at v_addr's column, over kNChunks k16 key steps.
 // P: A fragments, p[mt][kk] for keys 16 kk .. 16 kk + 15.
-template <int kMTiles, int kNChunks, int kDTiles, int kStride, typename Elem>
+template <int kMTiles, int kNChunks, int kDTiles, int kStride, typename Elem, typename SmemElem = Elem>
 __device__ __forceinline__ void warp_pv(float (&acc)[kMTiles][kDTiles][4],
                                         const std::uint32_t (&p)[kMTiles][kNChunks][4],
                                         std::uint32_t v_addr) {
@@ -88,6 +103,7 @@ __device__ __forceinline__ void warp_pv(float (&acc)[kMTiles][kDTiles][4],
     for (int n = 0; n < kDTiles; n += 2) {
       std::uint32_t b[4];
       ldmatrix_x4_trans(b, v_addr + (kk * 16 * kStride + n * 8) * 2);
+      b_fragments_as<Elem, SmemElem>(b);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
         mma_16816<Elem>(acc[mt][n], p[mt][kk], b[0], b[1]);

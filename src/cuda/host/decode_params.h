@@ -164,8 +164,8 @@ int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_co
 
 // Launch functions (attention_decode.cu). Each throws pasa::Error on a CUDA error. Split kernel:
 // splits x (H_kv row_chunks) x batch CTAs of decode_tile(head_dim); m_tiles as decode_m_tiles gives
-// it (1 or 2); in_type f16 or bf16; to_half: bf16 inputs rounded to fp16 in shared memory (the fdpp
-// policy's input format). dependent: launched as a programmatic dependent of the kernel before it
+// it (1 or 2); in_type f16 or bf16; to_half: bf16 inputs rounded to fp16 on their way into the MMAs
+// (the fdpp policy's input format). dependent: launched as a programmatic dependent of the kernel before it
 // (KernelRequest::dependent_launch).
 void launch_decode_split(const DecodeParams& p, int batch, int head_dim, int m_tiles, ElemType in_type,
                          bool to_half, bool dependent, void* stream);

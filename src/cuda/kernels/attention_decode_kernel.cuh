@@ -9,9 +9,10 @@
 // writes either O and the LSE (one split) or its partial (O~, m, l, window flag) for the merge kernel.
 //
 // Modes (runtime, uniform per launch): exact (running max, FlashAttention-2's step); fdpp's formats
-// (round_s: scores leave the GEMM rounded to fp16; bf16 inputs rounded to fp16 in shared memory by
-// the kToHalf instantiation); unified (FlashDecoding++: P = e^(x - phi) with no running max, rows whose
-// visible x - phi leave the window flagged, and a CTA holding such a row runs its split again with
+// (round_s: scores leave the GEMM rounded to fp16; bf16 inputs rounded to fp16 by the kToHalf
+// instantiation: Q once in shared memory, K's and V's fragments as ldmatrix reads them); unified
+// (FlashDecoding++: P = e^(x - phi) with no running max, rows whose visible x - phi leave the window
+// flagged, and a CTA holding such a row runs its split again with
 // the running max before it writes anything).
 //
 // v1 (this file): cp.async ring (with the .L2::128B prefetch hint at head dim 128), Q fragments in
@@ -268,14 +269,6 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
     }
     *q4 = x;
   }
-  // bf16 -> fp16 of this thread's own chunks of tile j's K and V (the ones its cp.asyncs brought in).
-  const auto stage_to_half = [&](int j) {
-    own_chunks_bf16_to_half<kBlockN, kHeadDim, kThreads>(sK + (j % kStages) * kBlockN * kStride);
-    own_chunks_bf16_to_half<kBlockN, kHeadDim, kThreads>(sV + (j % kStages) * kBlockN * kStride);
-  };
-  if constexpr (kToHalf) {
-    if (n_tiles > 0) stage_to_half(0);
-  }
   __syncthreads();
 
   const std::uint32_t q_addr = smem_addr(sQ) + a_lane_offset<kStride>(lane);
@@ -311,7 +304,6 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
       if (load_next) look_up(j + kStages - 1);  // (its latency runs under the wait below)
       if (j > 0) {
         cp_async_wait<kStages - 2>();  // tile j has landed (this thread's copies)
-        if constexpr (kToHalf) stage_to_half(j);
         __syncthreads();  // ... everyone's; and every warp is done with tile j - 1's stage
       }
       if (load_next) load_tile(j + kStages - 1);
@@ -320,7 +312,8 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
       const std::uint32_t stage_off = (j % kStages) * kTileBytes;
       const int key0 = k_begin + j * kBlockN + warp * kWarpKeys;  // the warp's first key
       float tSrS[kMTiles][kNTiles][4] = {};
-      warp_qk<kMTiles, kNTiles, kDChunks, kStride, MmaElem, kQInRegs>(tSrS, q_addr, tSrQ, k_addr + stage_off);
+      warp_qk<kMTiles, kNTiles, kDChunks, kStride, MmaElem, kQInRegs, InElem>(tSrS, q_addr, tSrQ,
+                                                                              k_addr + stage_off);
       if (p.round_s) {
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt)
@@ -355,7 +348,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
       std::uint32_t tOrP[kMTiles][kNChunks][4];
       scores_to_p_fragments<MmaElem>(tOrP, tSrS);
       if (rescale_o) scale_rows(tOrO, rescale);
-      warp_pv<kMTiles, kNChunks, kDTiles, kStride, MmaElem>(tOrO, tOrP, v_addr + stage_off);
+      warp_pv<kMTiles, kNChunks, kDTiles, kStride, MmaElem, InElem>(tOrO, tOrP, v_addr + stage_off);
     }
   };
 
@@ -377,9 +370,6 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
       __syncthreads();  // every warp is done with the stages
       load_first_tiles();
       cp_async_wait<kStages - 2>();
-      if constexpr (kToHalf) {
-        if (n_tiles > 0) stage_to_half(0);
-      }
       __syncthreads();
       run_tiles(false);
       unified_partial = false;
