@@ -157,10 +157,13 @@ double resolve_scale(const AttentionArgs& args, std::int64_t dim) {
 }
 
 void check_finite_host(const TensorView& t, const char* name) {
-  for (std::int64_t b = 0; b < t.shape[0]; ++b)
-    for (std::int64_t h = 0; h < t.shape[1]; ++h)
-      for (std::int64_t s = 0; s < t.shape[2]; ++s)
-        for (std::int64_t d = 0; d < t.shape[3]; ++d) {
+  // A dimension of stride 0 (a broadcast view) repeats its index 0: each element is read once, so a
+  // key broadcast to 2^40 rows costs one row's check.
+  const auto extent = [&](int i) { return t.stride[i] == 0 ? std::min<std::int64_t>(t.shape[i], 1) : t.shape[i]; };
+  for (std::int64_t b = 0; b < extent(0); ++b)
+    for (std::int64_t h = 0; h < extent(1); ++h)
+      for (std::int64_t s = 0; s < extent(2); ++s)
+        for (std::int64_t d = 0; d < extent(3); ++d) {
           if (!std::isfinite(load_as_float(t.data, t.dtype, t.offset(b, h, s, d)))) {
             throw Error(text::format("{}: non-finite value at [{}, {}, {}, {}] (inputs must be finite; "
                                      "see docs/api.md)", name, b, h, s, d));

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -44,6 +45,16 @@ std::optional<std::uint64_t> address_space_room_bytes() {
   return limit.rlim_cur - used;
 }
 
+// The machine's physical memory: a bound on the others, and the only one where neither can be read (a
+// sandbox without MemAvailable, no address-space limit), so that a working set larger than the machine
+// is still refused before it is attempted.
+std::optional<std::uint64_t> physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return std::nullopt;
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
+}
+
 }  // namespace
 
 std::uint64_t saturating_product(std::initializer_list<std::uint64_t> factors) {
@@ -67,9 +78,11 @@ std::uint64_t saturating_sum(std::initializer_list<std::uint64_t> terms) {
 std::optional<std::uint64_t> available_memory_bytes() {
   auto system = system_available_bytes();
   if (system && *system == 0) system.reset();  // a reading of nothing at all is no reading
-  const auto room = address_space_room_bytes();
-  if (system && room) return std::min(*system, *room);
-  return system ? system : room;
+  std::optional<std::uint64_t> bound;
+  for (const auto& reading : {system, address_space_room_bytes(), physical_memory_bytes()}) {
+    if (reading) bound = bound ? std::min(*bound, *reading) : *reading;
+  }
+  return bound;
 }
 
 void require_memory(std::uint64_t bytes, const std::string& what) {
@@ -79,7 +92,8 @@ void require_memory(std::uint64_t bytes, const std::string& what) {
   const auto room = address_space_room_bytes();
   throw ResourceError(what + ": needs " + byte_size_text(bytes) + " of memory, only " +
                       byte_size_text(*available) + " is available (free memory " +
-                      (system ? byte_size_text(*system) : std::string("unknown")) + ", address space left " +
+                      (system ? byte_size_text(*system) : std::string("unknown: the bound is physical memory")) +
+                      ", address space left " +
                       (room ? byte_size_text(*room) : std::string("unlimited")) + ")");
 }
 

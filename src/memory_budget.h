@@ -17,8 +17,9 @@ std::uint64_t saturating_product(std::initializer_list<std::uint64_t> factors);
 // The sum of the terms, or UINT64_MAX when it overflows.
 std::uint64_t saturating_sum(std::initializer_list<std::uint64_t> terms);
 
-// Bytes this process can still allocate: the smaller of the system's available memory and the room left
-// under the address-space limit (ulimit -v). nullopt when neither can be read (no /proc).
+// Bytes this process can still allocate: the smallest of the system's available memory, the room left
+// under the address-space limit (ulimit -v) and the machine's physical memory, of those that can be
+// read; nullopt when none can.
 std::optional<std::uint64_t> available_memory_bytes();
 
 // Throws pasa::ResourceError when `bytes` exceeds available_memory_bytes(): "<what>: needs N GiB, only

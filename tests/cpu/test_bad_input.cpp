@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attention_checks.h"
 #include "pasa/attention.h"
 #include "test_util.h"
 
@@ -119,6 +120,18 @@ TEST(BadInput, NonFiniteInputValues) {
   Problem p2;
   static_cast<float*>(p2.args.v.data)[0] = std::numeric_limits<float>::infinity();
   expect_error([&] { attention(p2.args); }, "v: non-finite value at [0, 0, 0, 0]");
+}
+
+// A broadcast view (stride 0) is checked once per distinct element: a key row broadcast to 2^40 keys
+// costs one row's check, finite or not (element by element it would take hours).
+TEST(BadInput, NonFiniteCheckOfABroadcastViewReadsEachElementOnce) {
+  Problem p;
+  TensorView k = p.args.k;
+  k.shape[2] = std::int64_t{1} << 40;
+  k.stride[2] = 0;
+  check_finite_host(k, "k");
+  static_cast<float*>(k.data)[k.offset(0, 1, 0, 5)] = std::nanf("");
+  expect_error([&] { check_finite_host(k, "k"); }, "k: non-finite value at [0, 1, 0, 5]");
 }
 
 TEST(BadInput, BadStridesAndDevices) {

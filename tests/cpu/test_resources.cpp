@@ -4,6 +4,7 @@
 // up front with a ResourceError saying what it needs.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <limits>
@@ -55,6 +56,17 @@ TEST(MemoryBudget, ARequestBeyondTheMachineIsAResourceError) {
     EXPECT_NE(std::string(e.what()).find("a huge request: needs more than 16 EiB of memory, only "),
               std::string::npos) << e.what();
   }
+}
+
+// What the budget reads never exceeds the machine's physical memory (its bound where nothing else can
+// be read).
+TEST(MemoryBudget, TheEstimateIsAtMostPhysicalMemory) {
+  const auto available = available_memory_bytes();
+  if (!available) GTEST_SKIP() << "no /proc and no physical memory size: available memory unknown";
+  const std::uint64_t physical =
+      static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  EXPECT_GT(*available, 0u);
+  EXPECT_LE(*available, physical);
 }
 
 // Keys broadcast (stride 0) to a sequence far beyond memory: refused before the emulator allocates.
