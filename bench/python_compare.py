@@ -130,6 +130,8 @@ def main():
     head_dims = (64, 128)
     if "--head-dims" in argv:
         at = argv.index("--head-dims")
+        if at + 1 == len(argv):
+            raise SystemExit("--head-dims needs a value, e.g. --head-dims 96,256")
         head_dims = tuple(int(d) for d in argv[at + 1].split(","))
         del argv[at:at + 2]
     args = [a for a in argv if not a.startswith("--")]

@@ -90,11 +90,12 @@ void require_memory(std::uint64_t bytes, const std::string& what) {
   if (!available || bytes <= *available) return;
   const auto system = system_available_bytes();
   const auto room = address_space_room_bytes();
+  const auto physical = physical_memory_bytes();
   throw ResourceError(what + ": needs " + byte_size_text(bytes) + " of memory, only " +
                       byte_size_text(*available) + " is available (free memory " +
-                      (system ? byte_size_text(*system) : std::string("unknown: the bound is physical memory")) +
-                      ", address space left " +
-                      (room ? byte_size_text(*room) : std::string("unlimited")) + ")");
+                      (system ? byte_size_text(*system) : std::string("unknown")) + ", address space left " +
+                      (room ? byte_size_text(*room) : std::string("unlimited")) + ", physical memory " +
+                      (physical ? byte_size_text(*physical) : std::string("unknown")) + ")");
 }
 
 std::string byte_size_text(std::uint64_t bytes) {

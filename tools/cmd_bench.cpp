@@ -183,6 +183,7 @@ void run(const BenchOptions& o) {
     text::print("skipped {} point(s):\n", skipped.size());
     for (const std::string& s : skipped) text::print("  {}\n", s);
   }
+  if (rows.empty()) throw Error("pasa bench: no point could be timed (each one's reason is above)");
   if (!o.csv.empty()) {
     write_csv(o.csv, rows);
     text::print(stderr, "wrote {} rows to {}\n", rows.size(), o.csv);

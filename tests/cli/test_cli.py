@@ -194,6 +194,10 @@ def check_bench():
                         "--warmup", "1"], capture_output=True, text=True)
     if r.returncode == 0:
         assert "pasa-exact" in r.stdout and "TFLOP/s" in r.stdout, r.stdout
+        # A point the kernels refuse (sage8 has no head dim 96) is skipped with its reason; the rest run.
+        r = pasa("bench", "--policy", "exact,sage8", "--dtype", "fp16", "--head-dim", "96", "--seq", "1024",
+                 "--tokens", "1024", "--mask", "full", "--no-decode", "--runs", "3", "--warmup", "1")
+        assert "pasa-exact" in r.stdout and "skipped 1 point(s)" in r.stdout and "pasa-sage8" in r.stdout, r.stdout
     else:
         assert r.returncode == 2 and ("GPU" in r.stderr or "CUDA" in r.stderr), r.stderr
 

@@ -44,13 +44,15 @@ TEST_P(CudaPasaNumerics, AccurateMatchesReference) {
 
 // Head dims 96 and 256 (the portable kernel on either path): 96's rows of 12 16-byte chunks, which
 // do not divide the CTA's threads, and 256's K' and V in two slices of 128 channels each. Short last
-// blocks (S 300, 17), causal both alignments, GQA, bf16 and BSHD.
+// blocks (S 300, 17), causal both alignments, GQA, bf16 V over six key blocks (its slot refilled and
+// rounded each block) and BSHD.
 TEST_P(CudaPasaNumerics, HeadDims96And256) {
   const auto kTl = CausalAlignment::top_left;
   for (const char* name : {"pasa", "pasa_accurate"}) {
     for (const std::int64_t D : {96, 256}) {
       for (const Case& c : {Case{1, 4, 2, 300, 300, D, true, kBr, false, DType::f16, DType::f16},
-                            Case{2, 2, 1, 17, 700, D, true, kTl, true, DType::bf16, DType::f32},
+                            Case{2, 2, 1, 17, 700, D, true, kBr, true, DType::bf16, DType::f32},
+                            Case{1, 2, 2, 300, 400, D, true, kTl, false, DType::f16, DType::bf16},
                             Case{1, 3, 3, 260, 17, D, false, kBr, false, DType::bf16, DType::bf16}}) {
         check_case(c, preset_policy(name));
       }

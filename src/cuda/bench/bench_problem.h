@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "cuda/arch/cuda_check.h"
 #include "cuda/host/device_fill.h"
@@ -21,7 +22,13 @@ namespace pasa {
 struct DeviceMemory {
   void* ptr = nullptr;
   explicit DeviceMemory(std::size_t bytes) {
-    cuda::check_cuda(cudaMalloc(&ptr, std::max<std::size_t>(bytes, 1)), "cudaMalloc (bench)");
+    const cudaError_t status = cudaMalloc(&ptr, std::max<std::size_t>(bytes, 1));
+    if (status == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      throw ResourceError("pasa bench: the point's tensors (" + std::to_string(bytes) +
+                          " bytes) do not fit in the GPU's free memory");
+    }
+    cuda::check_cuda(status, "cudaMalloc (bench)");
   }
   ~DeviceMemory() { cudaFree(ptr); }
   DeviceMemory(const DeviceMemory&) = delete;

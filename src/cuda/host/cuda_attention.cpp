@@ -242,7 +242,7 @@ std::string accepts_exact_portable(const Candidate& c) {
 
 std::string accepts_pasa_portable(const Candidate& c) {
   if (c.family != Family::pasa) return "runs the pasa and pasa_accurate policies";
-  // Every portable head dim is checked before the specs, as for exact.
+  if (!contains(cuda::kPortableHeadDims, c.shape.dim)) return head_dim_refusal(c.shape.dim, "64, 96, 128 or 256");
   return smem_refusal(cuda::PasaPortableTile{static_cast<int>(c.shape.dim)}.smem_bytes(), c.device);
 }
 
@@ -454,8 +454,9 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace,
   call.l2_bytes = info.l2_bytes;
   call.alpha = alpha;
   // Every kernel has sm_90a code in a build with 90a (the portable ones too), and an sm_90 device runs
-  // that code: its griddepcontrol instructions make dependent launches safe there.
-  call.dependent_launch = PASA_HOPPER_KERNELS == 1 && info.major == 9 && info.minor == 0;
+  // that code: its griddepcontrol instructions make dependent launches safe there. Stream capture
+  // keeps them in CUDA graphs from 12.4 on.
+  call.dependent_launch = PASA_HOPPER_KERNELS == 1 && CUDART_VERSION >= 12040 && info.major == 9 && info.minor == 0;
 
   const Kernel kernel = plan.spec->kernel;
   if (kernel == Kernel::decode) {

@@ -112,8 +112,9 @@ struct PasaRequest {
 // slots stay under the 99 KB that every sm_80+ GPU grants a CTA: 38, 55, 72 and 72 KB at head dims
 // 64, 96, 128 and 256. Q's slices pass through the slots first, until every warp holds its Q
 // fragments in registers. pv_tiles(): the n8 tiles of O one P V pass accumulates in fp32 before they
-// are added into O~ (all of a slice up to 128 channels; 64 at head dim 256, where Q's and O~'s
-// registers leave room for no more).
+// are added into O~ (all of a slice up to 128 channels; 8 at head dim 256, where Q's and O~'s 128
+// registers leave too few: ptxas spills 24 bytes for pasa and 104-148 for pasa_accurate there, the
+// least of the pass widths tried, bench/NOTES.md).
 struct PasaPortableTile {
   int head_dim;
   static constexpr int kWarps = 8;

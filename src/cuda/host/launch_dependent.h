@@ -2,7 +2,8 @@
 // Kernel launches that may overlap the end of the kernel before them in the stream (programmatic
 // dependent launch, sm_90): the launched grid's CTAs can be resident, past their launch latency,
 // when the previous grid finishes. The kernel must call wait_for_previous_grid() (ptx.cuh) before
-// its first global access; CUDA graphs captured from the stream keep the overlap. Used between the
+// its first global access; CUDA graphs captured from the stream keep the overlap (CUDA 12.4 or newer:
+// KernelRequest::dependent_launch is false in builds with an older toolkit). Used between the
 // decode path's kernels (append, split, merge), where a call is a few microseconds of GPU work and a
 // kernel boundary costs one or two of them.
 #pragma once
@@ -31,7 +32,9 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, int smem, c
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = dependent ? 1 : 0;
-  check_cuda(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), what);
+  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (status != cudaSuccess) cudaGetLastError();  // (a launch error is not the next launch's to report)
+  check_cuda(status, what);
 }
 
 }  // namespace pasa::cuda
