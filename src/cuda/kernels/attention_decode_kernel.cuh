@@ -470,53 +470,112 @@ void launch_decode_split_tile(const DecodeParams& p, int batch, bool dependent, 
   launch_kernel(kernel, grid, dim3(kT.threads()), smem, stream, dependent, "attention_decode_kernel launch", p);
 }
 
-// Exact merge of the splits (algorithms.md section 1), one warp per packed row, each lane one or two
-// float4 pieces of it (lanes past the row's kHeadDim / 4 pieces idle). Partials of the unified max
-// (m = phi) and of the synchronized fallback (their own m) are weighed alike; with a counter, the
-// rows some split flagged are counted.
+// Exact merge of the splits (algorithms.md section 1), one CTA of kMergeThreads per packed row. A
+// small batch has few rows and many splits, so the merge's time is its chain of dependent reads: every
+// thread reads one split's m and l (the CTA's max M, flag and L from them, through shared memory),
+// then warp w sums the weighted O~ of splits w, w + 4, ..., kUnroll of them in flight per lane (lanes
+// on the row's float4 pieces; indices past the ends clamped, their weights 0), and the four warps'
+// sums meet in shared memory. Partials of the unified max (m = phi) and of the synchronized fallback
+// (their own m) are weighed alike; with a counter, the rows some split flagged are counted.
+constexpr int kMergeThreads = 128;
+
 template <int kHeadDim>
-__global__ void __launch_bounds__(128) attention_decode_merge_kernel(const __grid_constant__ DecodeParams p,
-                                                                    int batch) {
+__global__ void __launch_bounds__(kMergeThreads) attention_decode_merge_kernel(const __grid_constant__ DecodeParams p,
+                                                                              int batch) {
+  constexpr int kWarps = kMergeThreads / 32;
   constexpr int kQuads = kHeadDim / 4;
   constexpr int kPerLane = (kQuads + 31) / 32;
+  constexpr int kUnroll = 8;
+  constexpr unsigned kAll = 0xffffffffu;
+  __shared__ float s_stat[kWarps];
+  __shared__ float4 s_o[kWarps][kQuads];
   wait_for_previous_grid();  // the split kernel's partials
   const std::int64_t R = static_cast<std::int64_t>(batch) * p.heads_kv * p.rows;
-  const std::int64_t idx = static_cast<std::int64_t>(blockIdx.x) * 4 + threadIdx.x / 32;
-  if (idx >= R) return;
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  float M = -INFINITY;
+  const std::int64_t idx = blockIdx.x;  // the packed row
+  const int t = static_cast<int>(threadIdx.x), warp = t / 32, lane = t % 32;
+  const auto ml_of = [&](int s) { return *reinterpret_cast<const float2*>(p.part_ml + (s * R + idx) * 2); };
+  const auto block_reduce = [&](float x, bool max) {  // (ends synced; s_stat free again after it)
+#pragma unroll
+    for (int d = 16; d > 0; d /= 2) {
+      const float y = __shfl_xor_sync(kAll, x, d);
+      x = max ? fmaxf(x, y) : x + y;
+    }
+    if (lane == 0) s_stat[warp] = x;
+    __syncthreads();
+    x = s_stat[0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) x = max ? fmaxf(x, s_stat[w]) : x + s_stat[w];
+    __syncthreads();
+    return x;
+  };
+
+  float m = -INFINITY;
   int flag = 0;
-  for (int s = 0; s < p.splits; ++s) {
-    M = fmaxf(M, p.part_ml[(s * R + idx) * 2]);
+  for (int s = t; s < p.splits; s += kMergeThreads) {
+    m = fmaxf(m, ml_of(s).x);
     flag |= p.part_flag[s * R + idx];
   }
-  if (flag != 0 && lane == 0 && p.counter != nullptr) atomicAdd(p.counter, 1);
-  float L = 0.0f;
+  if (__syncthreads_or(flag) && t == 0 && p.counter != nullptr) atomicAdd(p.counter, 1);
+  const float M = block_reduce(m, true);
+  // w = 2^(m_s - M), 0 for a split that saw no key (m_s = -inf), with no branch on the loaded m_s: a
+  // branch would wait for each load in turn. (M = -inf: every split empty, every weight 0.)
+  const float m_ref = M == -INFINITY ? 0.0f : M;
+  const auto weight = [&](float ms) { return exp2f(ms - m_ref); };
+  float l = 0.0f;
+  for (int s = t; s < p.splits; s += kMergeThreads) {
+    const float2 ml = ml_of(s);
+    l += weight(ml.x) * ml.y;
+  }
+  const float L = block_reduce(l, false);
+
   float4 acc[kPerLane] = {};
-  for (int s = 0; s < p.splits; ++s) {
-    const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + (s * R + idx) * 2);
-    const float wt = ml.x == -INFINITY ? 0.0f : exp2f(ml.x - M);
-    L += wt * ml.y;
-    const float* src = p.part_o + (s * R + idx) * kHeadDim;
+  for (int s0 = warp; s0 < p.splits; s0 += kWarps * kUnroll) {
+    float wt[kUnroll];
+    float4 x[kUnroll][kPerLane];
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int quad = lane + 32 * i;
-      if (quad >= kQuads) continue;
-      const float4 x = *reinterpret_cast<const float4*>(src + 4 * quad);
-      acc[i].x += wt * x.x;
-      acc[i].y += wt * x.y;
-      acc[i].z += wt * x.z;
-      acc[i].w += wt * x.w;
+    for (int u = 0; u < kUnroll; ++u) {
+      const int s = s0 + kWarps * u;
+      const int sc = min(s, p.splits - 1);
+      wt[u] = ml_of(sc).x;  // (its weight below, once every load of the batch is in flight)
+      const float* src = p.part_o + (sc * R + idx) * kHeadDim;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int quad = min(lane + 32 * i, kQuads - 1);
+        x[u][i] = *reinterpret_cast<const float4*>(src + 4 * quad);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      wt[u] = s0 + kWarps * u < p.splits ? weight(wt[u]) : 0.0f;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        acc[i].x += wt[u] * x[u][i].x;
+        acc[i].y += wt[u] * x[u][i].y;
+        acc[i].z += wt[u] * x[u][i].z;
+        acc[i].w += wt[u] * x[u][i].w;
+      }
     }
   }
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    if (lane + 32 * i < kQuads) s_o[warp][lane + 32 * i] = acc[i];
+  }
+  __syncthreads();
   const int per_b = p.heads_kv * p.rows;
   const int b = static_cast<int>(idx / per_b);
   const int h_kv = static_cast<int>(idx % per_b) / p.rows;
   const int r = static_cast<int>(idx % per_b) % p.rows;
+  for (int quad = t; quad < kQuads; quad += kMergeThreads) {
+    float4 o = s_o[0][quad];
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int quad = lane + 32 * i;
-    if (quad < kQuads) store_final(p, b, h_kv, r, 4 * quad, M, L, acc[i]);
+    for (int w = 1; w < kWarps; ++w) {
+      const float4 y = s_o[w][quad];
+      o.x += y.x;
+      o.y += y.y;
+      o.z += y.z;
+      o.w += y.w;
+    }
+    store_final(p, b, h_kv, r, 4 * quad, M, L, o);
   }
 }
 
