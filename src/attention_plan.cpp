@@ -54,9 +54,7 @@ std::size_t AttentionPlan::workspace_bytes() const {
 void AttentionPlan::run(const AttentionArgs& args, void* workspace) const {
   const State& s = *state_;
   check_same_problem(differing_field(args, s.problem));
-  for (const auto& [t, name] : {std::pair{&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.o, "o"}}) {
-    if (t->data == nullptr) throw Error(text::format("{}: data pointer is null", name));
-  }
+  check_data_pointers({{&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.o, "o"}});
   if (args.mask.kind != MaskKind::none && args.mask.data == nullptr) throw Error("mask: data pointer is null");
   if (s.on_gpu) {
     check_workspace(cuda_plan_workspace_bytes(*s.cuda), workspace);

@@ -1,10 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // KVCachePlan: attention_with_kvcache's tensor checks and the GPU decisions made once; run() compares
 // the call's problem with the plan's and launches (GPU) or calls attention_with_kvcache (CPU).
-#include "text/format.h"
-
 #include "kvcache_checks.h"
-#include "pasa/error.h"
 #include "pasa/serving.h"
 #include "plan_compare.h"
 
@@ -64,10 +61,7 @@ void KVCachePlan::run(const KVCacheArgs& args, void* workspace) const {
     attention_with_kvcache(args);
     return;
   }
-  for (const auto& [t, name] : {std::pair{&args.q, "q"}, {&args.o, "o"}, {&args.k_cache, "k_cache"},
-                                {&args.v_cache, "v_cache"}}) {
-    if (t->data == nullptr) throw Error(text::format("{}: data pointer is null", name));
-  }
+  check_data_pointers({{&args.q, "q"}, {&args.o, "o"}, {&args.k_cache, "k_cache"}, {&args.v_cache, "v_cache"}});
   check_workspace(cuda_kvcache_workspace_bytes(*s.cuda), workspace);
   run_cuda_kvcache(*s.cuda, call_options(args), cuda_kv_cache(args), workspace);
 }

@@ -56,4 +56,10 @@ void check_workspace(std::size_t needed, const void* workspace) {
   }
 }
 
+void check_data_pointers(std::initializer_list<std::pair<const TensorView*, const char*>> tensors) {
+  for (const auto& [t, name] : tensors) {
+    if (t->data == nullptr) throw Error(text::format("{}: data pointer is null", name));
+  }
+}
+
 }  // namespace pasa

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
+#include <utility>
 
 #include "pasa/attention.h"
 
@@ -22,5 +24,7 @@ const char* differing_field(const AttentionArgs& call, const AttentionArgs& plan
 // `needed` bytes of workspace got one.
 void check_same_problem(const char* field);
 void check_workspace(std::size_t needed, const void* workspace);
+// pasa::Error "<name>: data pointer is null" for the first tensor given without data.
+void check_data_pointers(std::initializer_list<std::pair<const TensorView*, const char*>> tensors);
 
 }  // namespace pasa

@@ -39,7 +39,7 @@ void launch_exact_fwd(const KernelRequest& r, void* stream) {
   // keys, as in chunked prefill, are mostly unmasked: the full case, where three are faster.)
   const bool short_causal = r.fwd.causal && r.fwd.seq_q <= 4096 && r.fwd.seq_kv <= 4096;
   dispatch_16bit(r.in_type, "exact Hopper kernel", [&]<typename Elem>() {
-    dispatch_dim_64_128(r.head_dim, "exact Hopper kernel", [&]<int D>() {
+    dispatch_head_dim<64, 128>(r.head_dim, "exact Hopper kernel", [&]<int D>() {
       if (masked) {
         launch_typed<Elem, D, true>(r, s);
         return;

@@ -30,7 +30,7 @@ void launch_typed(const Sage8Request& r, cudaStream_t stream) {
 
 void launch_sage8(const Sage8Request& r, void* stream) {
   dispatch_16bit(r.in_type, "sage8 kernel", [&]<typename Elem>() {
-    dispatch_dim_64_128(r.head_dim, "sage8 kernel", [&]<int D>() {
+    dispatch_head_dim<64, 128>(r.head_dim, "sage8 kernel", [&]<int D>() {
       launch_typed<Elem, D>(r, static_cast<cudaStream_t>(stream));
     });
   });

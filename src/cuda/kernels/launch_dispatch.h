@@ -37,12 +37,6 @@ void dispatch_head_dim(int head_dim, const char* kernel, Launch&& launch) {
   }
 }
 
-// <D>: head dim 64 or 128 (the sm_90a kernels').
-template <class Launch>
-void dispatch_dim_64_128(int head_dim, const char* kernel, Launch&& launch) {
-  dispatch_head_dim<64, 128>(head_dim, kernel, launch);
-}
-
 // <QElem, D, kAccurate>: the pasa kernels' instantiations, D one of kDims (sm_90a: 64, 128; portable:
 // 64, 96, 128, 256).
 template <int... kDims, class Launch>

@@ -271,7 +271,7 @@ Sage8Scratch launch_sage8_prepass(const Sage8Request& r, void* scratch, void* st
                        static_cast<float*>(ptrs[3]),        static_cast<float*>(ptrs[4]), static_cast<float*>(ptrs[5]),
                        plan.n_kb,                           plan.n_chunk};
   dispatch_16bit(r.in_type, "sage8 kernel", [&]<typename Elem>() {
-    dispatch_dim_64_128(r.head_dim, "sage8 kernel", [&]<int D>() {
+    dispatch_head_dim<64, 128>(r.head_dim, "sage8 kernel", [&]<int D>() {
       launch_typed<Elem, D>(r, s, static_cast<cudaStream_t>(stream));
     });
   });
