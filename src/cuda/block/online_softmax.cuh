@@ -124,12 +124,7 @@ struct PasaSoftmax {
   float m;  // running max relative to the reference g * F (an fp16 value)
   float l;  // running sum of exponentials (an fp16 value, complete row)
   float F;  // global pseudo-average (Eq. 15)
-
-  // The owned row's rescale factors of one block (rescale -> add_block): a mainloop may run the next
-  // block's rescale before this block's add_block, so the factors travel with the caller.
-  struct Factors {
-    float prev = 1.0f, cur = 0.0f;  // (these defaults leave l unchanged)
-  };
+  float e_prev, e_cur;  // the owned row's rescale factors of the last block (rescale -> add_block)
 
   __device__ __forceinline__ void init() {
     m = -INFINITY;
@@ -216,15 +211,18 @@ struct PasaSoftmax {
     }
   }
 
-  // The state update of key block `block` (0-based) but for l, for the row this lane owns: mb = own() of
-  // the rows' block maxima, mn = own() of their local pseudo-averages (fp16). Returns the owned row's
-  // rescale factors of the running O~ and of this block's P V (1 and 0 for a row that sees no key of
-  // the block: the emulator leaves such a row's state untouched); spread() gives them to the quad,
-  // add_block() with them completes the update. A row's visible keys are a prefix [0, limit) and
-  // blocks are visited in order, so a row that sees the block has seen every block before it: the j of
-  // Eq. 15 is block + 1.
-  __device__ __forceinline__ Factors rescale(int block, float mb, float mn, float g) {
-    Factors e;
+  // The state update of key block `block` (0-based) but for l: mean[r] = the row's local
+  // pseudo-average (fp16), m_blk[r] its block max (identical across the quad). ep / ec: the rescale
+  // factors of the running O~ and of this block's P V for each of the thread's rows (ep = 1, ec = 0
+  // for a row that sees no key of the block: the emulator leaves such a row's state untouched). A
+  // row's visible keys are a prefix [0, limit) and blocks are visited in order, so a row that sees the
+  // block has seen every block before it: the j of Eq. 15 is block + 1. Called by all lanes (it
+  // shuffles); add_block() completes it.
+  __device__ __forceinline__ void rescale(int block, const float (&m_blk)[kRows], const float (&mean)[kRows], float g,
+                                          float (&ep)[kRows], float (&ec)[kRows]) {
+    const float mb = own(m_blk), mn = own(mean);
+    e_prev = 1.0f;
+    e_cur = 0.0f;
     if (static_cast<int>(threadIdx.x) % 4 < kRows && mb != -INFINITY) {
       const float j = static_cast<float>(block + 1);
       // (a quotient to 2 fp32 ulp, __fdividef, before its fp16 rounding: no division slow path)
@@ -235,31 +233,27 @@ struct PasaSoftmax {
       // a rounding of m + d_prev can then never make O~ or l grow from block to block.
       const float cur = stat(mb + d_cur);
       if (m == -INFINITY) {
-        e = {0.0f, 1.0f};
+        e_prev = 0.0f;
+        e_cur = 1.0f;
         m = cur;
       } else {
         const float prev = stat(m + d_prev);
         const float m_new = fmaxf(prev, cur);
-        e = {stat(expf(stat(prev - m_new))), stat(expf(stat(cur - m_new)))};
+        e_prev = stat(expf(stat(prev - m_new)));
+        e_cur = stat(expf(stat(cur - m_new)));
         m = m_new;
       }
       F = F_new;
     }
-    return e;
+    broadcast(e_prev, ep);
+    broadcast(e_cur, ec);
   }
 
-  // Each of the thread's rows' factors (ep for O~, ec for the block's P V) from the lanes that own
-  // them. Called by all lanes (it shuffles).
-  __device__ __forceinline__ static void spread(Factors e, float (&ep)[kRows], float (&ec)[kRows]) {
-    broadcast(e.prev, ep);
-    broadcast(e.cur, ec);
-  }
-
-  // l = fl(fl(ep l) + fl(ec fl(psum))) with the factors that rescale() returned for the block; psum[r] =
-  // the fp32 row sum of the block's P (identical across the quad). (A row that saw no key: l unchanged.)
-  __device__ __forceinline__ void add_block(const float (&psum)[kRows], Factors e) {
+  // l = fl(fl(ep l) + fl(ec fl(psum))) with the factors of the last rescale(); psum[r] = the fp32 row
+  // sum of the block's P (identical across the quad). (A row that saw no key: l unchanged.)
+  __device__ __forceinline__ void add_block(const float (&psum)[kRows]) {
     const float ps = own(psum);
-    if (static_cast<int>(threadIdx.x) % 4 < kRows) l = stat(stat(e.prev * l) + stat(e.cur * stat(ps)));
+    if (static_cast<int>(threadIdx.x) % 4 < kRows) l = stat(stat(e_prev * l) + stat(e_cur * stat(ps)));
   }
 
   // Final row sums and LSE = m + log(l) + g * F (the state is relative to the reference g * F), -inf

@@ -215,9 +215,8 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
       if (needs_mask) apply_mask(tOrP, p, n0, row);
       Softmax::block_max(tOrP, m_blk, m_use);
     }
-    const auto factors = softmax.rescale(j, Softmax::own(m_blk), Softmax::own(mean), p.pasa_g);
     float ep[2], ec[2];
-    Softmax::spread(factors, ep, ec);
+    softmax.rescale(j, m_blk, mean, p.pasa_g, ep, ec);
 #pragma unroll
     for (int kc = 0; kc < kNChunks; ++kc) {
       if constexpr (kAccurate) {
@@ -231,7 +230,7 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
 #pragma unroll
     for (int kc = 0; kc < kNChunks; ++kc) mma_16816<__half>(psum, tOrP[0][kc], kOnesHalf2, kOnesHalf2);
     const float row_psum[2] = {psum[0], psum[2]};
-    softmax.add_block(row_psum, factors);
+    softmax.add_block(row_psum);
 
     // P V_j slice by slice, pass by pass into fresh fp32 sums, each added into O~.
 #pragma unroll

@@ -5,16 +5,14 @@
 //
 // Its K slots hold the prepass's K' tiles (pasa_stage.cuh: 128 keys, then 8 rows of the block's
 // mean K' row, hi and lo), filled by one bulk copy; Q and V (fp16) by TMA. bf16 Q is rounded to fp16
-// in shared memory by the warpgroup that owns its rows, once per tile. Per key block j, in
-// FlashAttention-3's intra-warpgroup order (section 3.2), with P in two register buffers so that the
-// softmax of block j + 1 can write its P while P V of block j still reads P_j:
-//   issue S'_{j+1} = Q K'^T (one m64n136k16 wgmma chain: the 128 scores, and in the 8 extra columns
-//     each row's sum of S' over the block, for the local pseudo-average, from the mean rows);
-//   under it, fold block j - 1 in: O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16 and l, then PASA's state
-//     update for block j (F, m, the two rescale factors);
-//   issue P_j V (into a fresh fp32 sum) and P_j times a matrix of ones (the row sums of P);
-//   under it, S'_{j+1} rounded to fp16 pairs (pasa) or kept in fp32 (pasa_accurate), masked, its
-//     block max, P_{j+1} = fl(e^(fl(S' - m))).
+// in shared memory by the warpgroup that owns its rows, once per tile. Per key block:
+//   S' = Q K'^T by one m64n136k16 wgmma chain: the 128 scores, and in the 8 extra columns each row's
+//     sum of S' over the block (for the local pseudo-average, from the mean rows: about 22 bits);
+//   S' rounded to fp16 pairs (pasa) or kept in fp32 (pasa_accurate), masked, the block max; then per
+//     k16 step P = fl(e^(fl(S' - m))) sent at once to the tensor cores: P V into a fresh fp32 sum, and
+//     P times a matrix of ones (in the extra shared memory) for the row sums of P;
+//   PASA's state update (F, m, the two rescale factors) under those GEMMs, then the next block's S'
+//     issued, and O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16 and l while it runs.
 // Epilogue: O = fl(O~ (1 / l)), LSE = m + log l + g F.
 #pragma once
 
@@ -88,12 +86,6 @@ struct PasaHopperVariant : HopperVariantDefaults {
     static constexpr int kSAcc = (kKeys + 8) / 2;  // S' accumulators a thread: 32 pairs, then the sums
     static_assert(Tile::kKBytes == PasaStage<D>::kKBytes, "a K slot is one prepass stage");
     using Softmax = PasaSoftmax<1, !kAccurate>;
-    using PFragments = std::uint32_t[1][kPSteps][4];  // P (first S') of a block as P V's A fragments
-    // The overlapped schedule holds S'_{j+1} (68 registers), P_j and P_{j+1} (32 each), P_j V (D / 2)
-    // and O~ (D / 4) at once: pasa_accurate's fp32 S' stays live through its exponentials, which at
-    // D 128 spills 200-280 bytes at 240 registers, so there it keeps the serial schedule (S'_j's
-    // softmax, P_j V, then S'_{j+1} issued and block j folded in under it).
-    static constexpr bool kOverlap = !(kAccurate && D == 128);
 
     __device__ __forceinline__ void run_tile(HopperConsumer<Tile>& ctx) {
       const FwdParams& p = ctx.p;
@@ -104,16 +96,10 @@ struct PasaHopperVariant : HopperVariantDefaults {
 #pragma unroll
       for (int n = 0; n < kDT; ++n) o[n][0] = o[n][1] = __float2half2_rn(0.0f);
       float acc[kSAcc];  // S' of one block (column 8 (i / 4) + 2 t + i % 2 of row g + 8 ((i % 4) / 2))
-      // The block before's P V, its row sums of P and its rescale factors, until they are folded into
-      // O~ and l (zeros and the identity before the first block, whose fold changes nothing).
-      float c[D / 2];
-      float psum_acc[4] = {};  // P times ones: row g in [0], [1]; row g + 8 in [2], [3]
-#pragma unroll
-      for (int i = 0; i < D / 2; ++i) c[i] = 0.0f;
-      typename Softmax::Factors factors;  // the owned row's
-      // The prepared block's maximum and local pseudo-average of the owned row, until its state update.
-      float m_own, mean_own;
-      PFragments pa0, pa1;
+      float c[D / 2];    // one block's P V
+      float psum_acc[4];             // P times ones: row g in [0], [1]; row g + 8 in [2], [3]
+      std::uint32_t pa[1][kPSteps][4];  // S', then P, as the P V A fragments
+      const std::uint64_t ones_desc = plain_desc(ctx.extra());
       if constexpr (std::is_same_v<QElem, __nv_bfloat16>) round_q_rows_to_fp16(ctx);
 
       auto issue_qk = [&](int f) {
@@ -122,54 +108,62 @@ struct PasaHopperVariant : HopperVariantDefaults {
         for (int kk = 0; kk < kQSteps; ++kk) wgmma_m64n136k16_ss<__half, false>(acc, ctx.q_desc(kk), ctx.k_desc(f, kk), kk > 0);
         wgmma_commit();
       };
-      auto issue_pv = [&](const PFragments& pf, int f) {
-        const std::uint64_t ones_desc = plain_desc(ctx.extra());
-        wgmma_fence();
-#pragma unroll
-        for (int kc = 0; kc < kPSteps; ++kc) {
-          hopper::mma_pv<__half, D>(c, pf[0][kc], ctx.v_desc(f, kc), kc > 0);
-          wgmma_f16_m64n8k16(psum_acc, pf[0][kc], ones_desc, kc > 0);
-        }
-        wgmma_commit();
-      };
-      // Block kb's S' (complete in acc) into P in pf: its maxima and pseudo-averages kept for the
-      // state update, its K' slot released.
-      auto prepare = [&](int kb, PFragments& pf) {
-        const int key0 = (ctx.kb_first + kb) * kKeys;
+
+      // Block kb with its S' in acc: the softmax and P V, PASA's update, then (kHasNext) the next
+      // block's S' on the tensor cores while O~ takes in this block's P V. (Two instantiations, so
+      // that no wgmma is issued under a run-time condition, which makes ptxas serialize them.)
+      auto run_block = [&](int kb, auto has_next) {
+        constexpr bool kHasNext = decltype(has_next)::value;
+        const int f = fill + kb, key0 = (ctx.kb_first + kb) * kKeys;
         // (pasa_accurate: S' stays in acc, seen as the mma C layout's [1][kKeys / 8][4] tiles.)
         [[maybe_unused]] auto& s32 = *reinterpret_cast<float (*)[1][kKeys / 8][4]>(acc);
         if constexpr (!kAccurate) {
 #pragma unroll
-          for (int q = 0; q < kKeys / 4; ++q) pf[0][q / 4][q % 4] = pack2<__half>(acc[2 * q], acc[2 * q + 1]);
+          for (int q = 0; q < kKeys / 4; ++q) pa[0][q / 4][q % 4] = pack2<__half>(acc[2 * q], acc[2 * q + 1]);
         }
         constexpr float kLo = 1.0f / kMeanLoScale;
         const float mean[2] = {Softmax::stat(fmaf(acc[kKeys / 2 + 1], kLo, acc[kKeys / 2])),
                                Softmax::stat(fmaf(acc[kKeys / 2 + 3], kLo, acc[kKeys / 2 + 2]))};
-        mean_own = Softmax::own(mean);
-        ctx.k_ring.release(fill + kb);  // S' has been read: the K' slot is free
+        ctx.k_ring.release(f);  // S' has been read: the K' slot is free
         float m_blk[2];
+        [[maybe_unused]] __half2 m_use[2];
         if constexpr (kAccurate) {
           if (block_needs_mask(p, key0, kKeys, ctx.row_lo)) apply_mask(s32, p, key0, ctx.row_lo + ctx.g);
           Softmax::block_max_fp32(s32, m_blk);
-#pragma unroll
-          for (int kc = 0; kc < kPSteps; ++kc) Softmax::exponentiate_fp32(pf[0][kc], s32, m_blk, 0, kc);
         } else {
-          __half2 m_use[2];
-          if (block_needs_mask(p, key0, kKeys, ctx.row_lo)) apply_mask(pf, p, key0, ctx.row_lo + ctx.g);
-          Softmax::block_max(pf, m_blk, m_use);
-#pragma unroll
-          for (int kc = 0; kc < kPSteps; ++kc) Softmax::exponentiate_chunk(pf[0][kc], m_use, 0);
+          if (block_needs_mask(p, key0, kKeys, ctx.row_lo)) apply_mask(pa, p, key0, ctx.row_lo + ctx.g);
+          Softmax::block_max(pa, m_blk, m_use);
         }
-        m_own = Softmax::own(m_blk);
-      };
-      // The block before's P V into O~ and its row sums into l (pasa's factors are fp16 values, its
-      // state is fp16, so the products are fp16 multiplies; pasa_accurate's are fp32, so each product
-      // is rounded to fp16 once from its exact value, scale_half2_once, as the emulator rounds it).
-      auto fold_previous = [&] {
-        const float psum[2] = {psum_acc[0], psum_acc[2]};
-        softmax.add_block(psum, factors);
+
+        ctx.v_ring.wait(f);
+#pragma unroll
+        for (int kc = 0; kc < kPSteps; ++kc) {
+          if constexpr (kAccurate) {
+            Softmax::exponentiate_fp32(pa[0][kc], s32, m_blk, 0, kc);
+          } else {
+            Softmax::exponentiate_chunk(pa[0][kc], m_use, 0);
+          }
+          wgmma_fence();
+          hopper::mma_pv<__half, D>(c, pa[0][kc], ctx.v_desc(f, kc), kc > 0);
+          wgmma_f16_m64n8k16(psum_acc, pa[0][kc], ones_desc, kc > 0);
+        }
+        wgmma_commit();
         float ep[2], ec[2];
-        Softmax::spread(factors, ep, ec);
+        softmax.rescale(kb, m_blk, mean, p.pasa_g, ep, ec);
+        wgmma_wait<0>();  // P V and the row sums of P
+        wgmma_pin(c);
+        wgmma_pin(pa);
+        wgmma_pin(psum_acc);
+        ctx.v_ring.release(f);
+        if constexpr (kHasNext) {
+          ctx.k_ring.wait(f + 1);
+          issue_qk(f + 1);
+        }
+        const float psum[2] = {psum_acc[0], psum_acc[2]};
+        softmax.add_block(psum);
+        // O~ = fl(fl(ep O~) + fl(ec fl(P V))): pasa's factors are fp16 values (its state is fp16), so
+        // the products are fp16 multiplies; pasa_accurate's are fp32, so each product is rounded to
+        // fp16 once from its exact value (scale_half2_once), as the emulator rounds it.
         const __half2 ep2[2] = {__float2half2_rn(ep[0]), __float2half2_rn(ep[1])};
         const __half2 ec2[2] = {__float2half2_rn(ec[0]), __float2half2_rn(ec[1])};
 #pragma unroll
@@ -183,55 +177,10 @@ struct PasaHopperVariant : HopperVariantDefaults {
               o[n][i] = __hadd2(__hmul2(ep2[i], o[n][i]), __hmul2(ec2[i], pv));
             }
           }
-      };
-      // Block j with P_j prepared in cur: the next block's S' on the tensor cores while block j - 1 is
-      // folded in and block j's state updated, then P_j V while the next block's P is prepared in nxt.
-      // (One instantiation per buffer order and kHasNext, so that no wgmma is issued under a run-time
-      // condition, which makes ptxas serialize them.)
-      auto step = [&](int j, const PFragments& cur, PFragments& nxt, auto has_next) {
-        constexpr bool kHasNext = decltype(has_next)::value;
-        const int f = fill + j;
         if constexpr (kHasNext) {
-          ctx.k_ring.wait(f + 1);
-          issue_qk(f + 1);
-        }
-        fold_previous();
-        factors = softmax.rescale(j, m_own, mean_own, p.pasa_g);
-        ctx.v_ring.wait(f);
-        issue_pv(cur, f);
-        if constexpr (kHasNext) {
-          wgmma_wait<1>();  // the next block's S'
+          wgmma_wait<0>();  // the next block's S'
           wgmma_pin(acc);
-          if (j + 2 == n_kb) ctx.q_ring.release(ctx.q_fill);  // that was the tile's last Q K'^T
-          prepare(j + 1, nxt);
-        }
-        wgmma_wait<0>();  // P_j V and the row sums of P_j
-        wgmma_pin(c);
-        wgmma_pin(psum_acc);
-        ctx.v_ring.release(f);
-      };
-
-      // The serial schedule's block j, with S'_j in acc.
-      auto serial_step = [&](int j, auto has_next) {
-        constexpr bool kHasNext = decltype(has_next)::value;
-        const int f = fill + j;
-        prepare(j, pa0);
-        factors = softmax.rescale(j, m_own, mean_own, p.pasa_g);
-        ctx.v_ring.wait(f);
-        issue_pv(pa0, f);
-        wgmma_wait<0>();
-        wgmma_pin(c);
-        wgmma_pin(psum_acc);
-        ctx.v_ring.release(f);
-        if constexpr (kHasNext) {
-          ctx.k_ring.wait(f + 1);
-          issue_qk(f + 1);
-        }
-        fold_previous();
-        if constexpr (kHasNext) {
-          wgmma_wait<0>();
-          wgmma_pin(acc);
-          if (j + 2 == n_kb) ctx.q_ring.release(ctx.q_fill);
+          if (kb + 2 == n_kb) ctx.q_ring.release(ctx.q_fill);  // that was the tile's last Q K'^T
         }
       };
 
@@ -244,25 +193,8 @@ struct PasaHopperVariant : HopperVariantDefaults {
       } else {
         ctx.q_ring.release(ctx.q_fill);
       }
-      if constexpr (!kOverlap) {
-        for (int j = 0; j + 1 < n_kb; ++j) serial_step(j, std::true_type{});
-        if (n_kb > 0) serial_step(n_kb - 1, std::false_type{});
-      } else if (n_kb > 0) {
-        prepare(0, pa0);
-        for (int j = 0;; j += 2) {
-          if (j + 1 == n_kb) {
-            step(j, pa0, pa1, std::false_type{});
-            break;
-          }
-          step(j, pa0, pa1, std::true_type{});
-          if (j + 2 == n_kb) {
-            step(j + 1, pa1, pa0, std::false_type{});
-            break;
-          }
-          step(j + 1, pa1, pa0, std::true_type{});
-        }
-        fold_previous();
-      }
+      for (int kb = 0; kb + 1 < n_kb; ++kb) run_block(kb, std::true_type{});
+      if (n_kb > 0) run_block(n_kb - 1, std::false_type{});
 
       // Epilogue: O = fl(O~ (1 / l)) (0 for a row that saw no key; the emulator divides, which can
       // differ by one fp16 ulp), the LSE.
