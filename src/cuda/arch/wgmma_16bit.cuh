@@ -128,22 +128,4 @@ __device__ __forceinline__ void wgmma_m64n136k16_ss(float (&d)[68], std::uint64_
 }
 #undef PASA_WGMMA_M64N136K16_SS
 
-#define PASA_WGMMA_M64N8K16_SS(TYPE)                                                              \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"                                      \
-               "wgmma.mma_async.sync.aligned.m64n8k16.f32." TYPE "." TYPE " {%0, %1, %2, %3}, " \
-               "%4, %5, p, 1, 1, 0, 0;\n}\n"                                                     \
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                  \
-               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)))
-// K-major A and B: the pasa mainloop's 8 columns of Q against the mean rows of K'.
-template <typename Elem>
-__device__ __forceinline__ void wgmma_m64n8k16_ss(float (&d)[4], std::uint64_t desc_a, std::uint64_t desc_b,
-                                                  bool accumulate) {
-  if constexpr (WgmmaType<Elem>::is_bf16) {
-    PASA_WGMMA_M64N8K16_SS("bf16");
-  } else {
-    PASA_WGMMA_M64N8K16_SS("f16");
-  }
-}
-#undef PASA_WGMMA_M64N8K16_SS
-
 }  // namespace pasa::cuda

@@ -102,15 +102,10 @@ struct PasaHopperVariant : HopperVariantDefaults {
       const std::uint64_t ones_desc = plain_desc(ctx.extra());
       if constexpr (std::is_same_v<QElem, __nv_bfloat16>) round_q_rows_to_fp16(ctx);
 
-      // The scores and the mean rows' 8 columns as two wgmma chains (bench/NOTES.md).
-      auto& scores = *reinterpret_cast<float (*)[kKeys / 2]>(acc);
-      auto& mean_cols = *reinterpret_cast<float (*)[4]>(acc + kKeys / 2);
       auto issue_qk = [&](int f) {
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kQSteps; ++kk) wgmma_m64n128k16_ss<__half, false>(scores, ctx.q_desc(kk), ctx.k_desc(f, kk), kk > 0);
-#pragma unroll
-        for (int kk = 0; kk < kQSteps; ++kk) wgmma_m64n8k16_ss<__half>(mean_cols, ctx.q_desc(kk), ctx.k_desc(f, kk) + ((kKeys * 128) >> 4), kk > 0);
+        for (int kk = 0; kk < kQSteps; ++kk) wgmma_m64n136k16_ss<__half, false>(acc, ctx.q_desc(kk), ctx.k_desc(f, kk), kk > 0);
         wgmma_commit();
       };
 
