@@ -47,6 +47,12 @@ void run(const OverheadOptions& o) {
              to_string(pt.policy), pt.batch, pt.heads_q, pt.heads_kv, pt.seq_kv, pt.head_dim, o.calls);
   text::print("| call | us |\n|---|---|\n| pasa::attention (eager) | {:.2f} |\n| AttentionPlan::run | {:.2f} |\n",
              h.eager_us, h.run_us);
+  if (gpu) {
+    text::print("| one empty kernel launch (the floor) | {:.2f} |\n", h.launch_us);
+    if (h.dependent_launch_us > 0) {
+      text::print("| one empty kernel launch, programmatic dependent | {:.2f} |\n", h.dependent_launch_us);
+    }
+  }
 }
 
 }  // namespace

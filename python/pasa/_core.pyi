@@ -28,6 +28,13 @@ def attention(q: Any, k: Any, v: Any, out: Any, lse: Optional[Any], policy: Poli
               causal_alignment: str, scale: Optional[float], layout: str, stream: int,
               window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
               mask: Optional[Any] = None, mask_kind: str = "none") -> None: ...
+class PlannedAttention:
+    def __init__(self, q: Any, k: Any, v: Any, out: Any, lse: Optional[Any], policy: Policy,
+                 causal: bool, causal_alignment: str, scale: Optional[float], layout: str,
+                 window_left: int = -1, window_right: int = -1, softcap: float = 0.0) -> None: ...
+    @property
+    def workspace_bytes(self) -> int: ...
+    def run(self, q: int, k: int, v: int, out: int, lse: int, workspace: int, stream: int) -> None: ...
 def reference(q: Any, k: Any, v: Any, policy: Policy, causal: bool, causal_alignment: str,
               scale: Optional[float], layout: str, window_left: int = -1, window_right: int = -1,
               softcap: float = 0.0, mask: Optional[Any] = None,

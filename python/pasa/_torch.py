@@ -10,7 +10,7 @@ DLPack, so one build of pasa works with every torch version (2.4 or newer for ``
 This module imports torch; ``import pasa`` imports it only when torch was already imported.
 """
 
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -131,6 +131,51 @@ def _attention_new_outputs(q: Tensor, k: Tensor, v: Tensor, policy: str, causal:
     return out, lse
 
 
+# The plans of eager calls on CUDA tensors (pasa._core.PlannedAttention), by everything a plan depends
+# on but the data: shapes, strides, dtypes and devices of q, k, v (the outputs are new contiguous
+# tensors, so q's shape and the layout fix theirs) and the options. A repeated call then costs a
+# dictionary lookup, the allocations and the launch: no checks, no planning, no DLPack capsules.
+# Cleared when full (plans are small host objects; a process meets few problems).
+_plans: Dict[tuple, "_core.PlannedAttention"] = {}
+_MAX_PLANS = 512
+
+
+def _planned_attention(q: Tensor, k: Tensor, v: Tensor, policy: str, causal: bool,
+                       causal_alignment: str, scale: Optional[float], layout: str, return_lse: bool,
+                       window_left: int, window_right: int,
+                       softcap: float) -> Tuple[Tensor, Optional[Tensor]]:
+    """pasa.attention on plain eager CUDA tensors through a cached plan (new output and LSE)."""
+    device = q.device
+    if device.index != torch.cuda.current_device():  # (the kernels launch on the current device)
+        with torch.cuda.device(device):
+            return _planned_attention(q, k, v, policy, causal, causal_alignment, scale, layout,
+                                      return_lse, window_left, window_right, softcap)
+    key = (q.shape, q.stride(), q.dtype, k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(),
+           v.dtype, v.device, device, policy, causal, causal_alignment, scale, layout, return_lse,
+           window_left, window_right, softcap)
+    out = torch.empty(q.shape, dtype=q.dtype, device=device)
+    lse = torch.empty(_lse_shape(q, layout), dtype=torch.float32, device=device) if return_lse else None
+    plan = _plans.get(key)
+    if plan is None:  # the first call of this problem: every check, with messages naming arguments
+        plan = _core.PlannedAttention(_capsule(q), _capsule(k), _capsule(v), _capsule(out),
+                                      None if lse is None else _capsule(lse), core_policy(policy),
+                                      causal, causal_alignment, scale, layout,
+                                      window_left=window_left, window_right=window_right,
+                                      softcap=softcap)
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        _plans[key] = plan
+    size = plan.workspace_bytes
+    # From torch's allocator on the current stream (the graph's pool inside torch.cuda.graph), so
+    # concurrent streams never share one and a captured graph keeps its own.
+    workspace = torch.empty(size, dtype=torch.uint8, device=device) if size else None
+    plan.run(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+             0 if lse is None else lse.data_ptr(), 0 if workspace is None else workspace.data_ptr(),
+             _raw_stream(device.index) if _raw_stream is not None
+             else torch.cuda.current_stream(device.index).cuda_stream)
+    return out, lse
+
+
 def _plain_eager(*tensors: Optional[Tensor]) -> bool:
     """Whether the custom op's dispatch can be skipped: plain tensors (no subclass such as a fake or
     functional tensor), none needing autograd, nothing being traced or compiled, no dispatch mode
@@ -195,7 +240,10 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, policy: str, causal: bool,
     mods = dict(attn_mask=attn_mask, window_left=window_size[0], window_right=window_size[1],
                 softcap=softcap)
     if out is None:
-        if _plain_eager(q, k, v, attn_mask):
+        if attn_mask is None and q.is_cuda and _plain_eager(q, k, v):
+            o, lse = _planned_attention(q, k, v, policy, causal, causal_alignment, scale, layout,
+                                        return_lse, window_size[0], window_size[1], softcap)
+        elif _plain_eager(q, k, v, attn_mask):
             o, lse = _attention_new_outputs(q, k, v, policy, causal, causal_alignment, scale, layout,
                                             return_lse, attn_mask, window_size[0], window_size[1],
                                             softcap, placeholder_lse=False)

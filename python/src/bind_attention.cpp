@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// pasa._core.attention and pasa._core.reference: DLPack arrays in, pasa::attention /
-// pasa::reference_attention out. Outputs are allocated by the caller (Python), so nothing here
+// pasa._core.attention, pasa._core.PlannedAttention and pasa._core.reference: DLPack arrays in,
+// pasa::attention / AttentionPlan / pasa::reference_attention out. Outputs are allocated by the caller (Python), so nothing here
 // allocates device memory: CUDA work goes on the stream the caller passes, CUDA-graph friendly.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -15,6 +15,7 @@
 #include "array_views.h"
 #include "bindings.h"
 #include "pasa/attention.h"
+#include "pasa/attention_plan.h"
 #include "pasa/error.h"
 
 namespace nb = nanobind;
@@ -94,10 +95,12 @@ AttentionArgs make_args(const InputArray& q, const InputArray& k, const InputArr
   return args;
 }
 
-void attention(const InputArray& q, const InputArray& k, const InputArray& v, const OutputArray& o,
-               const std::optional<OutputArray>& lse, const Policy& policy, bool causal,
-               const std::string& alignment, std::optional<double> scale, const std::string& layout,
-               std::uintptr_t stream, const ScoreModArgs& mods) {
+// The arguments of one call: q, k, v as make_args, and the outputs o (and lse when given), each
+// checked for its device and for overlapping the inputs.
+AttentionArgs call_args(const InputArray& q, const InputArray& k, const InputArray& v, const OutputArray& o,
+                        const std::optional<OutputArray>& lse, const Policy& policy, bool causal,
+                        const std::string& alignment, std::optional<double> scale, const std::string& layout,
+                        std::uintptr_t stream, const ScoreModArgs& mods) {
   AttentionArgs args = make_args(q, k, v, policy, causal, alignment, scale, layout, mods);
   const ArrayInfo inputs[] = {array_info(q), array_info(k), array_info(v)};
   const char* input_names[] = {"q", "k", "v"};
@@ -113,9 +116,47 @@ void attention(const InputArray& q, const InputArray& k, const InputArray& v, co
     check_no_overlap(li, "lse", oi, "out");
   }
   args.stream = reinterpret_cast<void*>(stream);
-  nb::gil_scoped_release release;  // q, k, v, o stay alive: the ndarrays hold references
+  return args;
+}
+
+void attention_released(const AttentionArgs& args) {
+  nb::gil_scoped_release release;  // q, k, v, o stay alive: the caller's ndarrays hold references
   pasa::attention(args);
 }
+
+// An AttentionPlan with the arguments it was made from, run on new data pointers alone: the cached
+// plans of pasa.attention's eager torch path, which keys them on everything else a plan depends on
+// (shapes, strides, dtypes, devices, options), so a repeated call skips the checks, the planning and
+// the DLPack capsules. run() trusts its caller as AttentionPlan::run does: the pointers are the
+// device memory of tensors with the planned shapes, strides and dtypes, and out does not overlap
+// the inputs.
+class PlannedAttention {
+ public:
+  explicit PlannedAttention(const AttentionArgs& args) : args_(args), plan_(args) {}
+
+  std::size_t workspace_bytes() const { return plan_.workspace_bytes(); }
+
+  void run(std::uintptr_t q, std::uintptr_t k, std::uintptr_t v, std::uintptr_t o, std::uintptr_t lse,
+           std::uintptr_t workspace, std::uintptr_t stream) const {
+    if ((lse != 0) != (args_.lse.data != nullptr)) {
+      throw Error(args_.lse.data != nullptr ? "lse: the plan writes an LSE, but none was given"
+                                            : "lse: the plan was made without an LSE");
+    }
+    AttentionArgs call = args_;
+    call.q.data = reinterpret_cast<void*>(q);
+    call.k.data = reinterpret_cast<void*>(k);
+    call.v.data = reinterpret_cast<void*>(v);
+    call.o.data = reinterpret_cast<void*>(o);
+    call.lse.data = reinterpret_cast<float*>(lse);
+    call.stream = reinterpret_cast<void*>(stream);
+    nb::gil_scoped_release release;
+    plan_.run(call, reinterpret_cast<void*>(workspace));
+  }
+
+ private:
+  AttentionArgs args_;
+  AttentionPlan plan_;
+};
 
 // A NumPy float64 array that owns `values`.
 nb::object numpy_f64(std::vector<double>&& values, std::vector<std::size_t> shape) {
@@ -155,13 +196,30 @@ void bind_attention(nb::module_& m) {
          const std::string& alignment, std::optional<double> scale, const std::string& layout,
          std::uintptr_t stream, std::int64_t window_left, std::int64_t window_right, double softcap,
          const std::optional<InputArray>& mask, const std::string& mask_kind) {
-        attention(q, k, v, o, lse, policy, causal, alignment, scale, layout, stream,
-                  ScoreModArgs{window_left, window_right, softcap, mask, mask_kind});
+        attention_released(call_args(q, k, v, o, lse, policy, causal, alignment, scale, layout, stream,
+                                     ScoreModArgs{window_left, window_right, softcap, mask, mask_kind}));
       },
       "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "policy"_a, "causal"_a, "causal_alignment"_a,
       "scale"_a.none(), "layout"_a, "stream"_a, "window_left"_a = -1, "window_right"_a = -1,
       "softcap"_a = 0.0, "mask"_a.none() = nb::none(), "mask_kind"_a = "none",
       "Runs pasa::attention on DLPack arrays, writing `out` (and `lse` when given).");
+  nb::class_<PlannedAttention>(m, "PlannedAttention",
+                               "An AttentionPlan for one problem, run on data pointers alone (unchecked: "
+                               "the caller keys plans on the shapes, strides, dtypes, devices and options).")
+      .def(
+          "__init__",
+          [](PlannedAttention* self, const InputArray& q, const InputArray& k, const InputArray& v,
+             const OutputArray& o, const std::optional<OutputArray>& lse, const Policy& policy, bool causal,
+             const std::string& alignment, std::optional<double> scale, const std::string& layout,
+             std::int64_t window_left, std::int64_t window_right, double softcap) {
+            new (self) PlannedAttention(call_args(q, k, v, o, lse, policy, causal, alignment, scale, layout, 0,
+                                                  ScoreModArgs{window_left, window_right, softcap, {}, "none"}));
+          },
+          "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a.none(), "policy"_a, "causal"_a, "causal_alignment"_a,
+          "scale"_a.none(), "layout"_a, "window_left"_a = -1, "window_right"_a = -1, "softcap"_a = 0.0)
+      .def_prop_ro("workspace_bytes", &PlannedAttention::workspace_bytes)
+      .def("run", &PlannedAttention::run, "q"_a, "k"_a, "v"_a, "out"_a, "lse"_a, "workspace"_a, "stream"_a,
+           "Runs the planned problem on these data pointers (0 for no LSE) and workspace, on `stream`.");
   m.def(
       "reference",
       [](const InputArray& q, const InputArray& k, const InputArray& v, const Policy& policy,

@@ -179,3 +179,27 @@ def test_reference_layout_and_input_rounding(rng):
     o16 = pasa.reference(q, k, v, layout="bshd", policy="pasa")
     want16, _ = np_attention(*(x.astype(np.float16) for x in (q, k, v)), layout="bshd")
     np.testing.assert_allclose(o16, want16, atol=1e-12, rtol=0)
+
+
+def test_planned_attention_runs_on_new_pointers(rng):
+    # The plan behind pasa.attention's eager torch path: made once from arrays (every check), then
+    # run on the data pointers of other arrays of the same problem.
+    from pasa import _core
+    from pasa._policy import core_policy
+
+    q, k, v = qkv(rng, 2, 4, 2, 5, 7, 16)
+    o, lse = np.empty_like(q), np.empty((2, 4, 5), np.float32)
+    plan = _core.PlannedAttention(q, k, v, o, lse, core_policy("pasa"), True, "bottom_right", None,
+                                  "bhsd")
+    assert plan.workspace_bytes == 0  # (the CPU emulator needs none)
+    q2, k2, v2 = qkv(rng, 2, 4, 2, 5, 7, 16)
+    o2, lse2 = np.empty_like(q), np.empty((2, 4, 5), np.float32)
+    plan.run(q2.ctypes.data, k2.ctypes.data, v2.ctypes.data, o2.ctypes.data, lse2.ctypes.data, 0, 0)
+    want, want_lse = pasa.attention(q2, k2, v2, policy="pasa", causal=True, return_lse=True)
+    np.testing.assert_array_equal(o2, want)
+    np.testing.assert_array_equal(lse2, want_lse)
+    with pytest.raises(pasa.PasaError, match="lse: the plan writes an LSE"):
+        plan.run(q2.ctypes.data, k2.ctypes.data, v2.ctypes.data, o2.ctypes.data, 0, 0, 0)
+    with pytest.raises(pasa.PasaError, match="out: its memory overlaps q"):
+        _core.PlannedAttention(q, k, v, q, lse, core_policy("pasa"), True, "bottom_right", None,
+                               "bhsd")

@@ -170,6 +170,32 @@ def test_capture_and_patch_on_cuda(tmp_path, gen):
     torch.testing.assert_close(got.float(), want.float(), atol=3e-2, rtol=0)
 
 
+@pytest.mark.parametrize("policy", ["exact", "pasa"])
+def test_eager_calls_plan_once_per_problem(gen, policy):
+    # Eager calls on plain tensors run a plan cached on shapes, strides, dtypes, devices and options;
+    # the custom op (what torch.compile and autograd-tracking tensors take) plans every call.
+    from pasa import _torch
+
+    op = torch.ops.pasa.attention
+    decode_q = randn(gen, 1, 32, 1, 128, dtype=torch.float16)
+    kv = randn(gen, 1, 4096, 16, 128, dtype=torch.float16)  # bshd storage: k, v strided views
+    k_strided, v_strided = kv[:, :, :8].transpose(1, 2), kv[:, :, 8:].transpose(1, 2)
+    for q, k, v in [(decode_q, *(randn(gen, 1, 8, 4096, 128, dtype=torch.float16) for _ in range(2))),
+                    (decode_q, k_strided, v_strided),
+                    (randn(gen, 2, 4, 333, 64, dtype=torch.float16), *(
+                        randn(gen, 2, 4, 333, 64, dtype=torch.float16) for _ in range(2)))]:
+        for causal in (False, True):
+            plans = None
+            for _ in range(2):  # the second call runs the first one's plan
+                got, lse = pasa.attention(q, k, v, policy=policy, causal=causal, return_lse=True)
+                want, want_lse = op(q, k, v, policy, causal, "bottom_right", None, "bhsd", True)
+                torch.testing.assert_close(got, want, atol=0, rtol=0)
+                torch.testing.assert_close(lse, want_lse, atol=0, rtol=0)
+                assert plans is None or len(_torch._plans) == plans
+                plans = len(_torch._plans)
+                q = q + 1  # new data, same problem
+
+
 def test_device_mismatch_names_the_argument(gen):
     q, k, v = (randn(gen, 1, 2, 16, 64, dtype=torch.float16) for _ in range(3))
     with pytest.raises(pasa.PasaError, match=r"^k: on cpu but q is on cuda:0"):

@@ -4,6 +4,7 @@
 
 #include "cuda/arch/cuda_check.h"
 #include "cuda/bench/bench_problem.h"
+#include "cuda/bench/empty_launch.h"
 #include "cuda_backend.h"
 #include "host_timing.h"
 #include "pasa/attention_plan.h"
@@ -25,6 +26,14 @@ HostOverhead bench_host_overhead_gpu(const BenchPoint& pt, int calls) {
   HostOverhead h;
   h.eager_us = host_us_per_call(calls, [&] { attention(args); }, drain);
   h.run_us = host_us_per_call(calls, [&] { plan.run(args, workspace.ptr); }, drain);
+  const cudaStream_t stream = problem.stream();
+  h.launch_us = host_us_per_call(calls, [&] { cuda::launch_empty_kernel(false, stream); }, drain);
+  int device = 0, major = 0;
+  cuda::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  cuda::check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  if (major >= 9) {  // (programmatic dependent launch: sm_90 and newer)
+    h.dependent_launch_us = host_us_per_call(calls, [&] { cuda::launch_empty_kernel(true, stream); }, drain);
+  }
   return h;
 }
 
