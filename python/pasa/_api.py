@@ -142,8 +142,7 @@ def attention(
             max_seqlen_k=max_seqlen_k, policy=policy, causal=bool(causal),
             causal_alignment=causal_alignment, scale=scale_value, return_lse=bool(return_lse), out=out)
     if is_torch_tensor(q) or is_torch_tensor(k) or is_torch_tensor(v):
-        from . import _torch
-
+        _torch = _torch_backend()
         return _torch.attention(q, k, v, policy=policy_text(policy), causal=bool(causal),
                                 causal_alignment=causal_alignment, scale=scale_value,
                                 layout=layout, return_lse=bool(return_lse), out=out,
@@ -166,6 +165,20 @@ def attention(
                         scale_value, layout, stream_handle, window_left=window[0],
                         window_right=window[1], softcap=cap, mask=mask, mask_kind=mask_kind)
     return (o, lse) if return_lse else o
+
+
+_torch_module = None
+
+
+def _torch_backend() -> Any:
+    """pasa._torch, imported on the first call with a torch tensor (an import statement in the call
+    would cost a microsecond on every call)."""
+    global _torch_module
+    if _torch_module is None:
+        from . import _torch
+
+        _torch_module = _torch
+    return _torch_module
 
 
 def _attention_via_float32(q: Any, k: Any, v: Any, out: Optional[Any], **options: Any) -> Any:

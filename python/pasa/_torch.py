@@ -153,7 +153,7 @@ def _planned_attention(q: Tensor, k: Tensor, v: Tensor, policy: str, causal: boo
     key = (q.shape, q.stride(), q.dtype, k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(),
            v.dtype, v.device, device, policy, causal, causal_alignment, scale, layout, return_lse,
            window_left, window_right, softcap)
-    out = torch.empty(q.shape, dtype=q.dtype, device=device)
+    out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty(_lse_shape(q, layout), dtype=torch.float32, device=device) if return_lse else None
     plan = _plans.get(key)
     if plan is None:  # the first call of this problem: every check, with messages naming arguments
@@ -237,13 +237,14 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, policy: str, causal: bool,
                             f"{type(x).__name__}")
     if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
         raise PasaError(f"attn_mask: expected a torch.Tensor like q, got {type(attn_mask).__name__}")
+    if out is None and attn_mask is None and q.is_cuda and _plain_eager(q, k, v):
+        o, lse = _planned_attention(q, k, v, policy, causal, causal_alignment, scale, layout,
+                                    return_lse, window_size[0], window_size[1], softcap)
+        return (o, lse) if return_lse else o
     mods = dict(attn_mask=attn_mask, window_left=window_size[0], window_right=window_size[1],
                 softcap=softcap)
     if out is None:
-        if attn_mask is None and q.is_cuda and _plain_eager(q, k, v):
-            o, lse = _planned_attention(q, k, v, policy, causal, causal_alignment, scale, layout,
-                                        return_lse, window_size[0], window_size[1], softcap)
-        elif _plain_eager(q, k, v, attn_mask):
+        if _plain_eager(q, k, v, attn_mask):
             o, lse = _attention_new_outputs(q, k, v, policy, causal, causal_alignment, scale, layout,
                                             return_lse, attn_mask, window_size[0], window_size[1],
                                             softcap, placeholder_lse=False)

@@ -89,6 +89,75 @@ TEST(CudaPlan, RunWithACallerWorkspaceEqualsAttentionAndReplaysInAGraph) {
   }
 }
 
+// The split-KV decode kernel's last CTA of each group merges, found by arrival counters in the
+// workspace that carry a tag of their run: whatever bytes the workspace held before (zeros, ones,
+// arbitrary data, another run's counters), and however runs and graph replays interleave, the result
+// is the eager call's, bit for bit.
+TEST(CudaPlan, DecodeWorkspaceNeedsNoInitialization) {
+  REQUIRE_GPU();
+  for (const char* policy_text : {"exact", "fdpp"}) {
+    const auto seed = test::fresh_seed();
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " policy " << policy_text);
+    std::mt19937_64 rng(seed);
+    Tensor4 q = test::random_tensor(1, 32, 1, 128, rng, DType::f16);
+    Tensor4 k = test::random_tensor(1, 8, 4096, 128, rng, DType::f16);
+    Tensor4 v = test::random_tensor(1, 8, 4096, 128, rng, DType::f16);
+    Tensor4 o = test::make_tensor(1, 32, 1, 128, DType::f16);
+    DeviceTensor dq(q), dk(k), dv(v), d_o(o);
+    AttentionArgs args;
+    args.q = dq.view;
+    args.k = dk.view;
+    args.v = dv.view;
+    args.o = d_o.view;
+    args.policy = parse_policy(policy_text);
+    d_o.poison();
+    attention(args);
+    cuda_ok(cudaDeviceSynchronize(), "eager call");
+    const auto eager = d_o.download();
+
+    const AttentionPlan plan(args);
+    ASSERT_GT(plan.workspace_bytes(), 0u) << "B 1: the plan should split the keys";
+    DeviceBuffer workspace(plan.workspace_bytes());
+    const auto run_and_check = [&](const char* what) {
+      d_o.poison();
+      plan.run(args, workspace.ptr);
+      cuda_ok(cudaDeviceSynchronize(), what);
+      EXPECT_EQ(d_o.download(), eager) << what;
+    };
+    std::vector<std::uint8_t> noise(plan.workspace_bytes());
+    for (auto& byte : noise) byte = static_cast<std::uint8_t>(rng());
+    for (const int fill : {0x00, 0xff, 0x01, -1}) {
+      if (fill >= 0) {
+        cuda_ok(cudaMemset(workspace.ptr, fill, plan.workspace_bytes()), "cudaMemset");
+      } else {
+        cuda_ok(cudaMemcpy(workspace.ptr, noise.data(), noise.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+      }
+      run_and_check("run on a workspace of other bytes");
+      run_and_check("a second run on the same workspace");
+    }
+    cudaStream_t stream = nullptr;
+    cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
+    AttentionArgs on_stream = args;
+    on_stream.stream = stream;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+    plan.run(on_stream, workspace.ptr);
+    cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    for (int replay = 0; replay < 3; ++replay) {  // the same tag each replay, other runs' tags between
+      d_o.poison();
+      cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+      cuda_ok(cudaStreamSynchronize(stream), "graph replay");
+      EXPECT_EQ(d_o.download(), eager) << "graph replay " << replay;
+      run_and_check("a run between replays");
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
 TEST(CudaPlan, RunRefusesAnotherProblemAndAMissingWorkspace) {
   REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());

@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // The host side of the split-KV decode path: how many splits and the workspace layout (planned once
-// per shape), and the launches into a workspace the caller owns: the split kernel, then (more than
-// one split) the merge. FlashDecoding++'s unified max needs nothing more: its fallback for rows that
-// leave the window runs inside the split kernel. All of it is stream-ordered on the caller's stream;
+// per shape), and the launch into a workspace the caller owns: one kernel, whose last split CTA of
+// each group merges. FlashDecoding++'s unified max needs nothing more: its fallback for rows that
+// leave the window runs inside the kernel. All of it is stream-ordered on the caller's stream;
 // only counting the recomputed rows for AttentionStats waits for the stream.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 
@@ -16,6 +18,25 @@
 #include "pasa/error.h"
 
 namespace pasa::cuda {
+
+namespace {
+
+// A fresh tag for the arrival counters of one run (the kernel's arrive_last): the high 48 bits of a
+// Weyl sequence with a per-process start, never all zeros or all ones (what zeroed or 0xff-filled
+// memory holds). A workspace word from anything but a run with this tag reads as a count of zero;
+// arbitrary bytes pass for this run's tag with odds of 2^-48.
+unsigned long long next_run_tag() {
+  constexpr unsigned long long kHigh48 = ~0xffffull;
+  static std::atomic<unsigned long long> state{
+      0x9e3779b97f4a7c15ull * static_cast<unsigned long long>(
+                                  std::chrono::steady_clock::now().time_since_epoch().count() | 1)};
+  for (;;) {
+    const unsigned long long tag = state.fetch_add(0x9e3779b97f4a7c15ull, std::memory_order_relaxed) & kHigh48;
+    if (tag != 0 && tag != kHigh48) return tag;
+  }
+}
+
+}  // namespace
 
 int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_count, int ctas_per_sm) {
   const int tiles = (seq_kv + block_n - 1) / block_n;
@@ -60,8 +81,11 @@ DecodePlan plan_decode(const DecodeShape& shape, int sm_count) {
     plan.o_bytes = align_up(S * R * shape.head_dim * sizeof(float));
     plan.ml_bytes = align_up(S * R * 2 * sizeof(float));
     plan.flag_bytes = align_up(S * R * sizeof(int));
+    const std::size_t groups = static_cast<std::size_t>(shape.batch) * shape.heads_kv * plan.row_chunks;
+    plan.arrival_bytes = align_up(groups * sizeof(unsigned long long));
   }
-  plan.workspace_bytes = plan.o_bytes + plan.ml_bytes + plan.flag_bytes + (shape.unified ? 256 : 0);
+  plan.workspace_bytes =
+      plan.o_bytes + plan.ml_bytes + plan.flag_bytes + plan.arrival_bytes + (shape.unified ? 256 : 0);
   return plan;
 }
 
@@ -89,14 +113,15 @@ long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* works
     p.part_o = reinterpret_cast<float*>(w);
     p.part_ml = reinterpret_cast<float*>(w + plan.o_bytes);
     p.part_flag = reinterpret_cast<int*>(w + plan.o_bytes + plan.ml_bytes);
+    p.arrivals = reinterpret_cast<unsigned long long*>(w + plan.o_bytes + plan.ml_bytes + plan.flag_bytes);
+    p.run_tag = next_run_tag();
   }
   if (count_recomputed && p.unified) {  // (the synchronized softmax recomputes nothing)
-    p.counter = reinterpret_cast<int*>(w + plan.o_bytes + plan.ml_bytes + plan.flag_bytes);
+    p.counter = reinterpret_cast<int*>(w + plan.o_bytes + plan.ml_bytes + plan.flag_bytes + plan.arrival_bytes);
     check_cuda(cudaMemsetAsync(p.counter, 0, sizeof(int), stream), "cudaMemsetAsync (recomputed rows)");
   }
   const bool to_half = r.fdpp_formats && r.in_type == ElemType::bf16;
   launch_decode_split(p, r.batch, r.head_dim, plan.m_tiles, r.in_type, to_half, r.dependent_launch, stream);
-  if (!p.direct) launch_decode_merge(p, r.batch, r.head_dim, r.dependent_launch, stream);
   if (p.counter == nullptr) return 0;
   int recomputed = 0;
   check_cuda(cudaMemcpyAsync(&recomputed, p.counter, sizeof(int), cudaMemcpyDeviceToHost, stream),

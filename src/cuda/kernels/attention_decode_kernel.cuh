@@ -6,7 +6,8 @@
 // each of the four warps takes a quarter of every tile's keys, so the tensor cores see every key once
 // (Q K^T and P V on mma.sync m16n8k16, the prefill kernel's warp_mma pieces), and each warp runs its
 // own online softmax over its keys. At the end the warps combine through shared memory and the CTA
-// writes either O and the LSE (one split) or its partial (O~, m, l, window flag) for the merge kernel.
+// writes either O and the LSE (one split) or its partial (O~, m, l, window flag); the last split CTA of
+// a group to finish merges the group's partials into O and the LSE.
 //
 // Modes (runtime, uniform per launch): exact (running max, FlashAttention-2's step); fdpp's formats
 // (round_s: scores leave the GEMM rounded to fp16; bf16 inputs rounded to fp16 by the kToHalf
@@ -148,6 +149,98 @@ template <int kHeadDim, int kVariant = 0>
 struct DecodeTileOf {
   static constexpr DecodeTile value = decode_variant_tile(decode_tile(kHeadDim), static_cast<DecodeVariant>(kVariant));
 };
+
+// The arrival of a split CTA at its group's counter; true for the group's last arrival, which merges.
+// A counter is one 64-bit word of the workspace: the run's 48-bit tag above a 16-bit count (splits <=
+// 128). A word that carries another run's tag (an earlier run, another plan, bytes never written) is
+// taken as a count of zero, so the workspace needs no initialization; the last arrival leaves the
+// count at zero, which is what a CUDA graph replaying this run with the same tag finds.
+__device__ __forceinline__ bool arrive_last(unsigned long long* word, unsigned long long tag, int splits) {
+  constexpr unsigned long long kCount = 0xffffull;
+  unsigned long long seen = atomicAdd(word, 0ull);
+  for (;;) {
+    const unsigned long long next = ((seen & ~kCount) == tag ? seen : tag) + 1;
+    const unsigned long long before = atomicCAS(word, seen, next);
+    if (before == seen) {
+      if (static_cast<int>(next & kCount) != splits) return false;
+      atomicExch(word, tag);
+      return true;
+    }
+    seen = before;
+  }
+}
+
+// Exact merge of the splits (algorithms.md section 1) of packed rows [row_begin, row_end) of K/V head
+// (b, h_kv), by the group's last split CTA: warp w merges rows row_begin + w, + kWarps, ... Each lane
+// first folds the (m, l) of splits lane, lane + 32, ... into its own (max, rescaled sum), and the warp
+// combines them; then the lanes take the row's float4 pieces and sum the weighted O~ of every split,
+// kUnroll of them in flight (indices past the end clamped, their weights 0). Partials of the unified
+// max (m = phi) and of the synchronized fallback (their own m) are weighed alike; with a counter, the
+// rows some split flagged are counted. The partials are read past L1 (__ldcg): other CTAs wrote them.
+template <int kHeadDim, int kWarps>
+__device__ void merge_rows(const DecodeParams& p, int b, int h_kv, int row_begin, int row_end, std::int64_t R,
+                           std::int64_t head_row0, int warp, int lane) {
+  constexpr int kQuads = kHeadDim / 4;
+  constexpr int kPerLane = (kQuads + 31) / 32;
+  constexpr int kUnroll = 8 / kPerLane;  // (32 float4 registers in flight, within the kernel's budget)
+  constexpr unsigned kAll = 0xffffffffu;
+  for (int row = row_begin + warp; row < row_end; row += kWarps) {
+    const std::int64_t idx = head_row0 + row;
+    const auto ml_of = [&](int s) { return __ldcg(reinterpret_cast<const float2*>(p.part_ml + (s * R + idx) * 2)); };
+    float m = -INFINITY, l = 0.0f;
+    int flag = 0;
+    const auto fold = [](float& m1, float& l1, float m2, float l2) {  // (m1, l1) += (m2, l2), base 2
+      const float M = fmaxf(m1, m2);
+      if (M == -INFINITY) return;  // (both empty)
+      l1 = l1 * exp2f(m1 - M) + l2 * exp2f(m2 - M);
+      m1 = M;
+    };
+    for (int s = lane; s < p.splits; s += 32) {
+      const float2 ml = ml_of(s);
+      fold(m, l, ml.x, ml.y);
+      flag |= __ldcg(p.part_flag + s * R + idx);
+    }
+#pragma unroll
+    for (int d = 16; d > 0; d /= 2) {
+      const float m2 = __shfl_xor_sync(kAll, m, d), l2 = __shfl_xor_sync(kAll, l, d);
+      fold(m, l, m2, l2);
+    }
+    flag = __any_sync(kAll, flag != 0);
+    // w = 2^(m_s - M), 0 for a split that saw no key (m_s = -inf); M = -inf: every split empty.
+    const float m_ref = m == -INFINITY ? 0.0f : m;
+    float4 acc[kPerLane] = {};
+    for (int s0 = 0; s0 < p.splits; s0 += kUnroll) {
+      float wt[kUnroll];
+      float4 x[kUnroll][kPerLane];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int sc = min(s0 + u, p.splits - 1);
+        wt[u] = ml_of(sc).x;  // (its weight below, once every load of the batch is in flight)
+        const float* src = p.part_o + (sc * R + idx) * kHeadDim;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+          x[u][i] = __ldcg(reinterpret_cast<const float4*>(src) + min(lane + 32 * i, kQuads - 1));
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const float w = s0 + u < p.splits ? exp2f(wt[u] - m_ref) : 0.0f;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+          acc[i].x += w * x[u][i].x;
+          acc[i].y += w * x[u][i].y;
+          acc[i].z += w * x[u][i].z;
+          acc[i].w += w * x[u][i].w;
+        }
+      }
+    }
+    if (flag && lane == 0 && p.counter != nullptr) atomicAdd(p.counter, 1);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      if (lane + 32 * i < kQuads) store_final(p, b, h_kv, row, 4 * (lane + 32 * i), m, l, acc[i]);
+    }
+  }
+}
 
 template <class TileOf, int kMTiles, typename InElem, bool kToHalf>
 __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_per_sm)
@@ -386,7 +479,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   float* sML = sO + kWarps * kBlockM * kOStride;              // [kWarps][kBlockM][2]
   int* sFlag = reinterpret_cast<int*>(sML + kWarps * kBlockM * 2);  // [kWarps][kBlockM]
   static_assert((kWarps * kBlockM * (kOStride + 3)) * 4 <= kT.smem_bytes(kMTiles), "combine fits");
-  allow_dependent_grid();  // the merge's CTAs may start once every split is this far
+  allow_dependent_grid();  // the next kernel's CTAs may start (they wait for this grid to finish)
   cp_async_wait<0>();
   __syncthreads();
 #pragma unroll
@@ -455,6 +548,19 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
       }
     }
   }
+  if (p.direct) return;
+  // The group's last split CTA to arrive merges its rows (no merge kernel: one launch a call).
+  int* last = reinterpret_cast<int*>(smem_raw);  // (shared memory is free again after the sync)
+  __threadfence();  // this thread's partial is visible device-wide before the CTA arrives
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    *last = arrive_last(p.arrivals + blockIdx.z * gridDim.y + blockIdx.y, p.run_tag, p.splits);
+  }
+  __syncthreads();
+  if (*last == 0) return;
+  __threadfence();  // (the other splits' partials, made visible before their arrivals)
+  merge_rows<kHeadDim, kWarps>(p, b, h_kv, r0, r_last + 1, static_cast<std::int64_t>(gridDim.z) * p.heads_kv * p.rows,
+                               head_row0, warp, lane);
 }
 
 // Host side: one launch of a split-kernel instantiation (a programmatic dependent of the kernel before
@@ -468,115 +574,6 @@ void launch_decode_split_tile(const DecodeParams& p, int batch, bool dependent, 
   configured([&] { set_shared_memory(kernel, smem, true, "cudaFuncSetAttribute(attention_decode_kernel)"); });
   const dim3 grid(p.splits, p.heads_kv * p.row_chunks, batch);
   launch_kernel(kernel, grid, dim3(kT.threads()), smem, stream, dependent, "attention_decode_kernel launch", p);
-}
-
-// Exact merge of the splits (algorithms.md section 1), one CTA of kMergeThreads per packed row. A
-// small batch has few rows and many splits, so the merge's time is its chain of dependent reads: every
-// thread reads one split's m and l (the CTA's max M, flag and L from them, through shared memory),
-// then warp w sums the weighted O~ of splits w, w + 4, ..., kUnroll of them in flight per lane (lanes
-// on the row's float4 pieces; indices past the ends clamped, their weights 0), and the four warps'
-// sums meet in shared memory. Partials of the unified max (m = phi) and of the synchronized fallback
-// (their own m) are weighed alike; with a counter, the rows some split flagged are counted.
-constexpr int kMergeThreads = 128;
-
-template <int kHeadDim>
-__global__ void __launch_bounds__(kMergeThreads) attention_decode_merge_kernel(const __grid_constant__ DecodeParams p,
-                                                                              int batch) {
-  constexpr int kWarps = kMergeThreads / 32;
-  constexpr int kQuads = kHeadDim / 4;
-  constexpr int kPerLane = (kQuads + 31) / 32;
-  constexpr int kUnroll = 8;
-  constexpr unsigned kAll = 0xffffffffu;
-  __shared__ float s_stat[kWarps];
-  __shared__ float4 s_o[kWarps][kQuads];
-  wait_for_previous_grid();  // the split kernel's partials
-  const std::int64_t R = static_cast<std::int64_t>(batch) * p.heads_kv * p.rows;
-  const std::int64_t idx = blockIdx.x;  // the packed row
-  const int t = static_cast<int>(threadIdx.x), warp = t / 32, lane = t % 32;
-  const auto ml_of = [&](int s) { return *reinterpret_cast<const float2*>(p.part_ml + (s * R + idx) * 2); };
-  const auto block_reduce = [&](float x, bool max) {  // (ends synced; s_stat free again after it)
-#pragma unroll
-    for (int d = 16; d > 0; d /= 2) {
-      const float y = __shfl_xor_sync(kAll, x, d);
-      x = max ? fmaxf(x, y) : x + y;
-    }
-    if (lane == 0) s_stat[warp] = x;
-    __syncthreads();
-    x = s_stat[0];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) x = max ? fmaxf(x, s_stat[w]) : x + s_stat[w];
-    __syncthreads();
-    return x;
-  };
-
-  float m = -INFINITY;
-  int flag = 0;
-  for (int s = t; s < p.splits; s += kMergeThreads) {
-    m = fmaxf(m, ml_of(s).x);
-    flag |= p.part_flag[s * R + idx];
-  }
-  if (__syncthreads_or(flag) && t == 0 && p.counter != nullptr) atomicAdd(p.counter, 1);
-  const float M = block_reduce(m, true);
-  // w = 2^(m_s - M), 0 for a split that saw no key (m_s = -inf), with no branch on the loaded m_s: a
-  // branch would wait for each load in turn. (M = -inf: every split empty, every weight 0.)
-  const float m_ref = M == -INFINITY ? 0.0f : M;
-  const auto weight = [&](float ms) { return exp2f(ms - m_ref); };
-  float l = 0.0f;
-  for (int s = t; s < p.splits; s += kMergeThreads) {
-    const float2 ml = ml_of(s);
-    l += weight(ml.x) * ml.y;
-  }
-  const float L = block_reduce(l, false);
-
-  float4 acc[kPerLane] = {};
-  for (int s0 = warp; s0 < p.splits; s0 += kWarps * kUnroll) {
-    float wt[kUnroll];
-    float4 x[kUnroll][kPerLane];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int s = s0 + kWarps * u;
-      const int sc = min(s, p.splits - 1);
-      wt[u] = ml_of(sc).x;  // (its weight below, once every load of the batch is in flight)
-      const float* src = p.part_o + (sc * R + idx) * kHeadDim;
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        const int quad = min(lane + 32 * i, kQuads - 1);
-        x[u][i] = *reinterpret_cast<const float4*>(src + 4 * quad);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      wt[u] = s0 + kWarps * u < p.splits ? weight(wt[u]) : 0.0f;
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        acc[i].x += wt[u] * x[u][i].x;
-        acc[i].y += wt[u] * x[u][i].y;
-        acc[i].z += wt[u] * x[u][i].z;
-        acc[i].w += wt[u] * x[u][i].w;
-      }
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    if (lane + 32 * i < kQuads) s_o[warp][lane + 32 * i] = acc[i];
-  }
-  __syncthreads();
-  const int per_b = p.heads_kv * p.rows;
-  const int b = static_cast<int>(idx / per_b);
-  const int h_kv = static_cast<int>(idx % per_b) / p.rows;
-  const int r = static_cast<int>(idx % per_b) % p.rows;
-  for (int quad = t; quad < kQuads; quad += kMergeThreads) {
-    float4 o = s_o[0][quad];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) {
-      const float4 y = s_o[w][quad];
-      o.x += y.x;
-      o.y += y.y;
-      o.z += y.z;
-      o.w += y.w;
-    }
-    store_final(p, b, h_kv, r, 4 * quad, M, L, o);
-  }
 }
 
 }  // namespace pasa::cuda
