@@ -152,79 +152,80 @@ struct DecodeTileOf {
 
 // The arrival of a split CTA at its group's counter; true for the group's last arrival, which merges.
 // A counter is one 64-bit word of the workspace: the run's 48-bit tag above a 16-bit count (splits <=
-// 128). A word that carries another run's tag (an earlier run, another plan, bytes never written) is
+// 1024). A word that carries another run's tag (an earlier run, another plan, bytes never written) is
 // taken as a count of zero, so the workspace needs no initialization; the last arrival leaves the
-// count at zero, which is what a CUDA graph replaying this run with the same tag finds.
+// count at zero, which is what a CUDA graph replaying this run with the same tag finds. One CTA of the
+// run swaps a foreign word for (tag, 1); every other arrival is a plain atomic add (a loop of
+// compare-and-swaps would serialize the splits, which finish at about the same time).
 __device__ __forceinline__ bool arrive_last(unsigned long long* word, unsigned long long tag, int splits) {
   constexpr unsigned long long kCount = 0xffffull;
-  unsigned long long seen = atomicAdd(word, 0ull);
-  for (;;) {
-    const unsigned long long next = ((seen & ~kCount) == tag ? seen : tag) + 1;
-    const unsigned long long before = atomicCAS(word, seen, next);
-    if (before == seen) {
-      if (static_cast<int>(next & kCount) != splits) return false;
-      atomicExch(word, tag);
-      return true;
-    }
-    seen = before;
+  const unsigned long long seen = *reinterpret_cast<volatile unsigned long long*>(word);
+  unsigned long long count;
+  if ((seen & ~kCount) != tag && atomicCAS(word, seen, tag + 1) == seen) {
+    count = 1;
+  } else {  // (the word carries this run's tag: only this run's CTAs write it now)
+    count = (atomicAdd(word, 1ull) & kCount) + 1;
   }
+  if (static_cast<int>(count) != splits) return false;
+  atomicExch(word, tag);
+  return true;
 }
 
 // Exact merge of the splits (algorithms.md section 1) of packed rows [row_begin, row_end) of K/V head
-// (b, h_kv), by the group's last split CTA: warp w merges rows row_begin + w, + kWarps, ... Each lane
-// first folds the (m, l) of splits lane, lane + 32, ... into its own (max, rescaled sum), and the warp
-// combines them; then the lanes take the row's float4 pieces and sum the weighted O~ of every split,
-// kUnroll of them in flight (indices past the end clamped, their weights 0). Partials of the unified
-// max (m = phi) and of the synchronized fallback (their own m) are weighed alike; with a counter, the
-// rows some split flagged are counted. The partials are read past L1 (__ldcg): other CTAs wrote them.
+// (b, h_kv), by the group's last split CTA: warp w merges rows row_begin + w, + kWarps, ... The lanes
+// take the row's float4 pieces and read kUnroll splits' (m, l, flag, O~) at a time, all in flight
+// together (indices past the end clamped, their weights 0), and fold them into a running (M, L, O)
+// as the online softmax folds key blocks: one chain of reads, no separate pass for the maximum.
+// Partials of the unified max (m = phi) and of the synchronized fallback (their own m) are weighed
+// alike; with a counter, the rows some split flagged are counted. The partials are read past L1
+// (__ldcg): other CTAs wrote them.
 template <int kHeadDim, int kWarps>
 __device__ void merge_rows(const DecodeParams& p, int b, int h_kv, int row_begin, int row_end, std::int64_t R,
                            std::int64_t head_row0, int warp, int lane) {
   constexpr int kQuads = kHeadDim / 4;
   constexpr int kPerLane = (kQuads + 31) / 32;
-  constexpr int kUnroll = 8 / kPerLane;  // (32 float4 registers in flight, within the kernel's budget)
-  constexpr unsigned kAll = 0xffffffffu;
+  constexpr int kUnroll = 16 / kPerLane;  // (64 registers of loads in flight, within the kernel's budget)
   for (int row = row_begin + warp; row < row_end; row += kWarps) {
     const std::int64_t idx = head_row0 + row;
-    const auto ml_of = [&](int s) { return __ldcg(reinterpret_cast<const float2*>(p.part_ml + (s * R + idx) * 2)); };
-    float m = -INFINITY, l = 0.0f;
-    int flag = 0;
-    const auto fold = [](float& m1, float& l1, float m2, float l2) {  // (m1, l1) += (m2, l2), base 2
-      const float M = fmaxf(m1, m2);
-      if (M == -INFINITY) return;  // (both empty)
-      l1 = l1 * exp2f(m1 - M) + l2 * exp2f(m2 - M);
-      m1 = M;
-    };
-    for (int s = lane; s < p.splits; s += 32) {
-      const float2 ml = ml_of(s);
-      fold(m, l, ml.x, ml.y);
-      flag |= __ldcg(p.part_flag + s * R + idx);
-    }
-#pragma unroll
-    for (int d = 16; d > 0; d /= 2) {
-      const float m2 = __shfl_xor_sync(kAll, m, d), l2 = __shfl_xor_sync(kAll, l, d);
-      fold(m, l, m2, l2);
-    }
-    flag = __any_sync(kAll, flag != 0);
-    // w = 2^(m_s - M), 0 for a split that saw no key (m_s = -inf); M = -inf: every split empty.
-    const float m_ref = m == -INFINITY ? 0.0f : m;
+    float M = -INFINITY, L = 0.0f;
     float4 acc[kPerLane] = {};
+    int flag = 0;
     for (int s0 = 0; s0 < p.splits; s0 += kUnroll) {
-      float wt[kUnroll];
+      float2 ml[kUnroll];
+      int flags[kUnroll];
       float4 x[kUnroll][kPerLane];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int sc = min(s0 + u, p.splits - 1);
-        wt[u] = ml_of(sc).x;  // (its weight below, once every load of the batch is in flight)
-        const float* src = p.part_o + (sc * R + idx) * kHeadDim;
+        const std::int64_t at = min(s0 + u, p.splits - 1) * R + idx;
+        ml[u] = __ldcg(reinterpret_cast<const float2*>(p.part_ml) + at);
+        flags[u] = __ldcg(p.part_flag + at);
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
-          x[u][i] = __ldcg(reinterpret_cast<const float4*>(src) + min(lane + 32 * i, kQuads - 1));
+          x[u][i] = __ldcg(reinterpret_cast<const float4*>(p.part_o + at * kHeadDim) + min(lane + 32 * i, kQuads - 1));
         }
+      }
+      float m_new = M;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (s0 + u < p.splits) m_new = fmaxf(m_new, ml[u].x);
+      }
+      // Weights 2^(m - m_new): 0 for what saw no key (m = -inf); m_new = -inf: nothing seen yet.
+      const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
+      const float rescale = exp2f(M - m_ref);
+      L *= rescale;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        acc[i].x *= rescale;
+        acc[i].y *= rescale;
+        acc[i].z *= rescale;
+        acc[i].w *= rescale;
       }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const float w = s0 + u < p.splits ? exp2f(wt[u] - m_ref) : 0.0f;
+        const bool valid = s0 + u < p.splits;
+        const float w = valid ? exp2f(ml[u].x - m_ref) : 0.0f;
+        flag |= valid ? flags[u] : 0;
+        L += w * ml[u].y;
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
           acc[i].x += w * x[u][i].x;
@@ -233,11 +234,12 @@ __device__ void merge_rows(const DecodeParams& p, int b, int h_kv, int row_begin
           acc[i].w += w * x[u][i].w;
         }
       }
+      M = m_new;
     }
     if (flag && lane == 0 && p.counter != nullptr) atomicAdd(p.counter, 1);
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
-      if (lane + 32 * i < kQuads) store_final(p, b, h_kv, row, 4 * (lane + 32 * i), m, l, acc[i]);
+      if (lane + 32 * i < kQuads) store_final(p, b, h_kv, row, 4 * (lane + 32 * i), M, L, acc[i]);
     }
   }
 }
