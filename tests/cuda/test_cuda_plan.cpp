@@ -90,8 +90,8 @@ TEST(CudaPlan, RunWithACallerWorkspaceEqualsAttentionAndReplaysInAGraph) {
 }
 
 // The split-KV decode kernel's last CTA of each group merges, found by arrival counters in the
-// workspace that carry a tag of their run: whatever bytes the workspace held before (zeros, ones,
-// arbitrary data, another run's counters), and however runs and graph replays interleave, the result
+// workspace that carry a tag: whatever bytes the workspace held before (zeros, ones, arbitrary data,
+// another problem's partials and counters), and however runs and graph replays interleave, the result
 // is the eager call's, bit for bit.
 TEST(CudaPlan, DecodeWorkspaceNeedsNoInitialization) {
   REQUIRE_GPU();
@@ -134,6 +134,23 @@ TEST(CudaPlan, DecodeWorkspaceNeedsNoInitialization) {
       }
       run_and_check("run on a workspace of other bytes");
       run_and_check("a second run on the same workspace");
+    }
+    // Another problem (another split count) on the same workspace, alternately: each leaves the
+    // counters as the other can use them.
+    AttentionArgs shorter = args;
+    shorter.k.shape[2] = shorter.v.shape[2] = 1500;
+    d_o.poison();
+    attention(shorter);
+    cuda_ok(cudaDeviceSynchronize(), "eager call, 1500 keys");
+    const auto eager_shorter = d_o.download();
+    const AttentionPlan plan_shorter(shorter);
+    ASSERT_LE(plan_shorter.workspace_bytes(), plan.workspace_bytes());
+    for (int round = 0; round < 2; ++round) {
+      d_o.poison();
+      plan_shorter.run(shorter, workspace.ptr);
+      cuda_ok(cudaDeviceSynchronize(), "run, 1500 keys");
+      EXPECT_EQ(d_o.download(), eager_shorter) << "1500 keys after 4096 on the same workspace";
+      run_and_check("4096 keys after 1500 on the same workspace");
     }
     cudaStream_t stream = nullptr;
     cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");

@@ -7,8 +7,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 
@@ -18,25 +16,6 @@
 #include "pasa/error.h"
 
 namespace pasa::cuda {
-
-namespace {
-
-// A fresh tag for the arrival counters of one run (the kernel's arrive_last): the high 48 bits of a
-// Weyl sequence with a per-process start, never all zeros or all ones (what zeroed or 0xff-filled
-// memory holds). A workspace word from anything but a run with this tag reads as a count of zero;
-// arbitrary bytes pass for this run's tag with odds of 2^-48.
-unsigned long long next_run_tag() {
-  constexpr unsigned long long kHigh48 = ~0xffffull;
-  static std::atomic<unsigned long long> state{
-      0x9e3779b97f4a7c15ull * static_cast<unsigned long long>(
-                                  std::chrono::steady_clock::now().time_since_epoch().count() | 1)};
-  for (;;) {
-    const unsigned long long tag = state.fetch_add(0x9e3779b97f4a7c15ull, std::memory_order_relaxed) & kHigh48;
-    if (tag != 0 && tag != kHigh48) return tag;
-  }
-}
-
-}  // namespace
 
 int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_count, int ctas_per_sm) {
   const int tiles = (seq_kv + block_n - 1) / block_n;
@@ -114,7 +93,6 @@ long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* works
     p.part_ml = reinterpret_cast<float*>(w + plan.o_bytes);
     p.part_flag = reinterpret_cast<int*>(w + plan.o_bytes + plan.ml_bytes);
     p.arrivals = reinterpret_cast<unsigned long long*>(w + plan.o_bytes + plan.ml_bytes + plan.flag_bytes);
-    p.run_tag = next_run_tag();
   }
   if (count_recomputed && p.unified) {  // (the synchronized softmax recomputes nothing)
     p.counter = reinterpret_cast<int*>(w + plan.o_bytes + plan.ml_bytes + plan.flag_bytes + plan.arrival_bytes);

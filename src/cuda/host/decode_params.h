@@ -119,7 +119,6 @@ struct DecodeParams {
   float* part_ml;    // [splits][R][2]: m (base-2 units, -inf for no visible key), l
   int* part_flag;    // [splits][R]: some visible x - phi of the split left the window
   unsigned long long* arrivals;  // [B][H_kv row_chunks]: the split CTAs' arrival counters (arrive_last)
-  unsigned long long run_tag;    // this run's tag in the counters' high 48 bits (next_run_tag)
   int* counter;      // null, or the rows some split flagged are counted here (zeroed before the launch)
 };
 

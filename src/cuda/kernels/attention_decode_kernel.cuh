@@ -151,22 +151,32 @@ struct DecodeTileOf {
 };
 
 // The arrival of a split CTA at its group's counter; true for the group's last arrival, which merges.
-// A counter is one 64-bit word of the workspace: the run's 48-bit tag above a 16-bit count (splits <=
-// 1024). A word that carries another run's tag (an earlier run, another plan, bytes never written) is
-// taken as a count of zero, so the workspace needs no initialization; the last arrival leaves the
-// count at zero, which is what a CUDA graph replaying this run with the same tag finds. One CTA of the
-// run swaps a foreign word for (tag, 1); every other arrival is a plain atomic add (a loop of
-// compare-and-swaps would serialize the splits, which finish at about the same time).
-__device__ __forceinline__ bool arrive_last(unsigned long long* word, unsigned long long tag, int splits) {
-  constexpr unsigned long long kCount = 0xffffull;
-  const unsigned long long seen = *reinterpret_cast<volatile unsigned long long*>(word);
-  unsigned long long count;
-  if ((seen & ~kCount) != tag && atomicCAS(word, seen, tag + 1) == seen) {
-    count = 1;
-  } else {  // (the word carries this run's tag: only this run's CTAs write it now)
-    count = (atomicAdd(word, 1ull) & kCount) + 1;
+// A counter is one 64-bit word of the workspace: kArrivalTag above a 16-bit count (splits <= 1024).
+// Every run leaves its counters at (tag, 0), so the next run (a graph replay, the next decode step,
+// another problem on the same workspace) arrives with one atomic add a CTA. A word without the tag
+// (bytes never written, or another array of an earlier problem) counts as zero, so the workspace needs
+// no initialization: the CTA whose add landed last on such a word swaps it for (tag, 1), and the
+// others, whose adds the swap absorbed, arrive again. Arbitrary bytes pass for the tag with odds of
+// 2^-48 a word; the tag's high half is a float NaN that GPU arithmetic never makes (its NaNs are
+// 0x7fffffff), and neither zeroed nor 0xff-filled memory holds the tag.
+constexpr unsigned long long kArrivalTag = 0x7ff8dec0de000000ull;
+
+__device__ __forceinline__ bool arrive_last(unsigned long long* word, int splits) {
+  constexpr unsigned long long kCount = 0xffffull, tag = kArrivalTag;
+  unsigned long long old = atomicAdd(word, 1ull);
+  while ((old & ~kCount) != tag) {
+    if (atomicCAS(word, old + 1, tag + 1) == old + 1) {
+      old = tag;  // (count 1 below)
+      break;
+    }
+    const unsigned long long seen = *reinterpret_cast<volatile unsigned long long*>(word);
+    if ((seen & ~kCount) == tag) {
+      old = atomicAdd(word, 1ull);
+    } else {
+      old = seen - 1;  // (try to swap `seen` itself)
+    }
   }
-  if (static_cast<int>(count) != splits) return false;
+  if (static_cast<int>((old & kCount) + 1) != splits) return false;
   atomicExch(word, tag);
   return true;
 }
@@ -552,15 +562,18 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   }
   if (p.direct) return;
   // The group's last split CTA to arrive merges its rows (no merge kernel: one launch a call).
+  // One thread's fences around the arrival order the whole CTA's accesses, through the barriers (the
+  // release and acquire patterns of CUTLASS's semaphore): the partials written above are visible
+  // device-wide before the arrival, and the last arrival sees every other split's.
   int* last = reinterpret_cast<int*>(smem_raw);  // (shared memory is free again after the sync)
-  __threadfence();  // this thread's partial is visible device-wide before the CTA arrives
   __syncthreads();
   if (threadIdx.x == 0) {
-    *last = arrive_last(p.arrivals + blockIdx.z * gridDim.y + blockIdx.y, p.run_tag, p.splits);
+    __threadfence();
+    *last = arrive_last(p.arrivals + blockIdx.z * gridDim.y + blockIdx.y, p.splits);
+    __threadfence();
   }
   __syncthreads();
   if (*last == 0) return;
-  __threadfence();  // (the other splits' partials, made visible before their arrivals)
   merge_rows<kHeadDim, kWarps>(p, b, h_kv, r0, r_last + 1, static_cast<std::int64_t>(gridDim.z) * p.heads_kv * p.rows,
                                head_row0, warp, lane);
 }
