@@ -22,6 +22,16 @@ Policy exact_fp16(int splits) {
   return p;
 }
 
+// The arguments of a call on device tensors, the rest at its defaults.
+AttentionArgs device_args(const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v, const DeviceTensor& o) {
+  AttentionArgs args;
+  args.q = q.view;
+  args.k = k.view;
+  args.v = v.view;
+  args.o = o.view;
+  return args;
+}
+
 struct Shape {
   std::int64_t B, Hq, Hkv, Sq, Skv;
   int splits;
@@ -43,11 +53,7 @@ TEST(CudaPlan, RunWithACallerWorkspaceEqualsAttentionAndReplaysInAGraph) {
     DeviceTensor dq(q), dk(k), dv(v), d_o(o);
     cudaStream_t stream = nullptr;
     cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
-    AttentionArgs args;
-    args.q = dq.view;
-    args.k = dk.view;
-    args.v = dv.view;
-    args.o = d_o.view;
+    AttentionArgs args = device_args(dq, dk, dv, d_o);
     args.policy = exact_fp16(s.splits);
     args.causal = true;
     args.stream = stream;
@@ -104,11 +110,7 @@ TEST(CudaPlan, DecodeWorkspaceNeedsNoInitialization) {
     Tensor4 v = test::random_tensor(1, 8, 4096, 128, rng, DType::f16);
     Tensor4 o = test::make_tensor(1, 32, 1, 128, DType::f16);
     DeviceTensor dq(q), dk(k), dv(v), d_o(o);
-    AttentionArgs args;
-    args.q = dq.view;
-    args.k = dk.view;
-    args.v = dv.view;
-    args.o = d_o.view;
+    AttentionArgs args = device_args(dq, dk, dv, d_o);
     args.policy = parse_policy(policy_text);
     d_o.poison();
     attention(args);
@@ -182,11 +184,7 @@ TEST(CudaPlan, RunRefusesAnotherProblemAndAMissingWorkspace) {
   Tensor4 k = test::random_tensor(1, 8, 2000, 128, rng, DType::f16);
   Tensor4 o = test::make_tensor(1, 32, 1, 128, DType::f16);
   DeviceTensor dq(q), dk(k), dv(k), d_o(o);
-  AttentionArgs args;
-  args.q = dq.view;
-  args.k = dk.view;
-  args.v = dv.view;
-  args.o = d_o.view;
+  AttentionArgs args = device_args(dq, dk, dv, d_o);
   args.policy = exact_fp16(4);
   const AttentionPlan plan(args);
   ASSERT_GT(plan.workspace_bytes(), 0u);
