@@ -163,15 +163,15 @@ constexpr unsigned long long kArrivalTag = 0x7ff8dec0de000000ull;
 
 __device__ __forceinline__ bool arrive_last(unsigned long long* word, int splits) {
   constexpr unsigned long long kCount = 0xffffull, tag = kArrivalTag;
-  unsigned long long old = atomicAdd(word, 1ull);
+  unsigned long long old = atomic_add_acq_rel(word, 1ull);
   while ((old & ~kCount) != tag) {
-    if (atomicCAS(word, old + 1, tag + 1) == old + 1) {
+    if (atomic_cas_acq_rel(word, old + 1, tag + 1) == old + 1) {
       old = tag;  // (count 1 below)
       break;
     }
     const unsigned long long seen = *reinterpret_cast<volatile unsigned long long*>(word);
     if ((seen & ~kCount) == tag) {
-      old = atomicAdd(word, 1ull);
+      old = atomic_add_acq_rel(word, 1ull);
     } else {
       old = seen - 1;  // (try to swap `seen` itself)
     }
@@ -562,16 +562,12 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   }
   if (p.direct) return;
   // The group's last split CTA to arrive merges its rows (no merge kernel: one launch a call).
-  // One thread's fences around the arrival order the whole CTA's accesses, through the barriers (the
-  // release and acquire patterns of CUTLASS's semaphore): the partials written above are visible
-  // device-wide before the arrival, and the last arrival sees every other split's.
+  // One thread's acquire-release arrival orders the whole CTA's accesses, through the barriers: the
+  // partials written above are visible device-wide before the arrival, and the last arrival sees
+  // every other split's.
   int* last = reinterpret_cast<int*>(smem_raw);  // (shared memory is free again after the sync)
   __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    *last = arrive_last(p.arrivals + blockIdx.z * gridDim.y + blockIdx.y, p.splits);
-    __threadfence();
-  }
+  if (threadIdx.x == 0) *last = arrive_last(p.arrivals + blockIdx.z * gridDim.y + blockIdx.y, p.splits);
   __syncthreads();
   if (*last == 0) return;
   merge_rows<kHeadDim, kWarps>(p, b, h_kv, r0, r_last + 1, static_cast<std::int64_t>(gridDim.z) * p.heads_kv * p.rows,
