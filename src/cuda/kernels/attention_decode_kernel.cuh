@@ -6,8 +6,8 @@
 // each of the four warps takes a quarter of every tile's keys, so the tensor cores see every key once
 // (Q K^T and P V on mma.sync m16n8k16, the prefill kernel's warp_mma pieces), and each warp runs its
 // own online softmax over its keys. At the end the warps combine through shared memory and the CTA
-// writes either O and the LSE (one split) or its partial (O~, m, l, window flag); the last split CTA of
-// a group to finish merges the group's partials into O and the LSE.
+// writes either O and the LSE (one split) or its partial (O~, m, l, window flag), which the last split
+// CTA of the group to finish or the merge kernel merge into O and the LSE (decode_merge.cuh).
 //
 // Modes (runtime, uniform per launch): exact (running max, FlashAttention-2's step); fdpp's formats
 // (round_s: scores leave the GEMM rounded to fp16; bf16 inputs rounded to fp16 by the kToHalf
@@ -33,6 +33,7 @@
 #include "cuda/host/decode_params.h"
 #include "cuda/host/launch_dependent.h"
 #include "cuda/block/epilogue.cuh"
+#include "cuda/kernels/decode_merge.cuh"
 #include "cuda/block/fwd_mask.cuh"
 #include "cuda/block/online_softmax.cuh"
 #include "cuda/arch/ptx.cuh"
@@ -40,43 +41,6 @@
 #include "cuda/arch/warp_mma.cuh"
 
 namespace pasa::cuda {
-
-// Packed row r of K/V head h_kv: query head h_kv group + r / S_q, query index r % S_q.
-__device__ __forceinline__ int packed_head(const DecodeParams& p, int h_kv, int r) {
-  return h_kv * p.fwd.group + r / p.fwd.seq_q;
-}
-
-// Four consecutive output values of one row (the pointer is 16-byte aligned, col a multiple of 4).
-__device__ __forceinline__ void store_quad(char* row, ElemType type, int col, float4 v) {
-  switch (type) {
-    case ElemType::f32:
-      *reinterpret_cast<float4*>(reinterpret_cast<float*>(row) + col) = v;
-      break;
-    case ElemType::f16:
-      *reinterpret_cast<uint2*>(reinterpret_cast<__half*>(row) + col) =
-          make_uint2(pack2<__half>(v.x, v.y), pack2<__half>(v.z, v.w));
-      break;
-    case ElemType::bf16:
-      *reinterpret_cast<uint2*>(reinterpret_cast<__nv_bfloat16*>(row) + col) =
-          make_uint2(pack2<__nv_bfloat16>(v.x, v.y), pack2<__nv_bfloat16>(v.z, v.w));
-      break;
-  }
-}
-
-// The final O row piece and the LSE of packed row r from its (M, L, O~) (base-2 M; -inf or L = 0:
-// no visible key, O = 0 and LSE = -inf).
-__device__ __forceinline__ void store_final(const DecodeParams& p, int b, int h_kv, int r, int col, float M,
-                                            float L, float4 o) {
-  const FwdParams& f = p.fwd;
-  const bool empty = M == -INFINITY || L == 0.0f;
-  const float inv = empty ? 0.0f : 1.0f / L;
-  const int h = packed_head(p, h_kv, r), s = r % f.seq_q;
-  store_quad(output_row(f, b, h, s), f.o_type, col, make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv));
-  if (col == 0 && f.lse != nullptr) {
-    f.lse[b * f.lse_stride_b + h * f.lse_stride_h + static_cast<std::int64_t>(s) * f.lse_stride_s] =
-        empty ? -INFINITY : (M + log2f(L)) * kLn2;
-  }
-}
 
 // Sequence b's keys: their count (a KV cache: its cached length plus the append, clamped to the
 // cache's capacity S_kv) and the causal offset that goes with it.
@@ -149,110 +113,6 @@ template <int kHeadDim, int kVariant = 0>
 struct DecodeTileOf {
   static constexpr DecodeTile value = decode_variant_tile(decode_tile(kHeadDim), static_cast<DecodeVariant>(kVariant));
 };
-
-// The arrival of a split CTA at its group's counter; true for the group's last arrival, which merges.
-// A counter is one 64-bit word of the workspace: kArrivalTag above a 16-bit count (splits <= 1024).
-// Every run leaves its counters at (tag, 0), so the next run (a graph replay, the next decode step,
-// another problem on the same workspace) arrives with one atomic add a CTA. A word without the tag
-// (bytes never written, or another array of an earlier problem) counts as zero, so the workspace needs
-// no initialization: the CTA whose add landed last on such a word swaps it for (tag, 1), and the
-// others, whose adds the swap absorbed, arrive again. Arbitrary bytes pass for the tag with odds of
-// 2^-48 a word; the tag's high half is a float NaN that GPU arithmetic never makes (its NaNs are
-// 0x7fffffff), and neither zeroed nor 0xff-filled memory holds the tag.
-constexpr unsigned long long kArrivalTag = 0x7ff8dec0de000000ull;
-
-__device__ __forceinline__ bool arrive_last(unsigned long long* word, int splits) {
-  constexpr unsigned long long kCount = 0xffffull, tag = kArrivalTag;
-  unsigned long long old = atomic_add_acq_rel(word, 1ull);
-  while ((old & ~kCount) != tag) {
-    if (atomic_cas_acq_rel(word, old + 1, tag + 1) == old + 1) {
-      old = tag;  // (count 1 below)
-      break;
-    }
-    const unsigned long long seen = *reinterpret_cast<volatile unsigned long long*>(word);
-    if ((seen & ~kCount) == tag) {
-      old = atomic_add_acq_rel(word, 1ull);
-    } else {
-      old = seen - 1;  // (try to swap `seen` itself)
-    }
-  }
-  if (static_cast<int>((old & kCount) + 1) != splits) return false;
-  atomicExch(word, tag);
-  return true;
-}
-
-// Exact merge of the splits (algorithms.md section 1) of packed rows [row_begin, row_end) of K/V head
-// (b, h_kv), by the group's last split CTA: warp w merges rows row_begin + w, + kWarps, ... The lanes
-// take the row's float4 pieces and read kUnroll splits' (m, l, flag, O~) at a time, all in flight
-// together (indices past the end clamped, their weights 0), and fold them into a running (M, L, O)
-// as the online softmax folds key blocks: one chain of reads, no separate pass for the maximum.
-// Partials of the unified max (m = phi) and of the synchronized fallback (their own m) are weighed
-// alike; with a counter, the rows some split flagged are counted. The partials are read past L1
-// (__ldcg): other CTAs wrote them.
-template <int kHeadDim, int kWarps>
-__device__ void merge_rows(const DecodeParams& p, int b, int h_kv, int row_begin, int row_end, std::int64_t R,
-                           std::int64_t head_row0, int warp, int lane) {
-  constexpr int kQuads = kHeadDim / 4;
-  constexpr int kPerLane = (kQuads + 31) / 32;
-  constexpr int kUnroll = 16 / kPerLane;  // (64 registers of loads in flight, within the kernel's budget)
-  for (int row = row_begin + warp; row < row_end; row += kWarps) {
-    const std::int64_t idx = head_row0 + row;
-    float M = -INFINITY, L = 0.0f;
-    float4 acc[kPerLane] = {};
-    int flag = 0;
-    for (int s0 = 0; s0 < p.splits; s0 += kUnroll) {
-      float2 ml[kUnroll];
-      int flags[kUnroll];
-      float4 x[kUnroll][kPerLane];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const std::int64_t at = min(s0 + u, p.splits - 1) * R + idx;
-        ml[u] = __ldcg(reinterpret_cast<const float2*>(p.part_ml) + at);
-        flags[u] = __ldcg(p.part_flag + at);
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-          x[u][i] = __ldcg(reinterpret_cast<const float4*>(p.part_o + at * kHeadDim) + min(lane + 32 * i, kQuads - 1));
-        }
-      }
-      float m_new = M;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (s0 + u < p.splits) m_new = fmaxf(m_new, ml[u].x);
-      }
-      // Weights 2^(m - m_new): 0 for what saw no key (m = -inf); m_new = -inf: nothing seen yet.
-      const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
-      const float rescale = exp2f(M - m_ref);
-      L *= rescale;
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        acc[i].x *= rescale;
-        acc[i].y *= rescale;
-        acc[i].z *= rescale;
-        acc[i].w *= rescale;
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const bool valid = s0 + u < p.splits;
-        const float w = valid ? exp2f(ml[u].x - m_ref) : 0.0f;
-        flag |= valid ? flags[u] : 0;
-        L += w * ml[u].y;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-          acc[i].x += w * x[u][i].x;
-          acc[i].y += w * x[u][i].y;
-          acc[i].z += w * x[u][i].z;
-          acc[i].w += w * x[u][i].w;
-        }
-      }
-      M = m_new;
-    }
-    if (flag && lane == 0 && p.counter != nullptr) atomicAdd(p.counter, 1);
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      if (lane + 32 * i < kQuads) store_final(p, b, h_kv, row, 4 * (lane + 32 * i), M, L, acc[i]);
-    }
-  }
-}
 
 template <class TileOf, int kMTiles, typename InElem, bool kToHalf>
 __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_per_sm)
@@ -560,8 +420,8 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
       }
     }
   }
-  if (p.direct) return;
-  // The group's last split CTA to arrive merges its rows (no merge kernel: one launch a call).
+  if (p.direct || p.arrivals == nullptr) return;  // (no arrivals: the merge kernel follows)
+  // The group's last split CTA to arrive merges its rows (decode_merge.cuh).
   // One thread's acquire-release arrival orders the whole CTA's accesses, through the barriers: the
   // partials written above are visible device-wide before the arrival, and the last arrival sees
   // every other split's.
