@@ -118,9 +118,20 @@ __device__ void merge_rows(const DecodeParams& p, int b, int h_kv, int row_begin
   for (int row = row_begin + warp; row < row_end; row += kWarps) {
     const std::int64_t idx = head_row0 + row;
     const auto ml_of = [&](int s) { return __ldcg(reinterpret_cast<const float2*>(p.part_ml) + s * R + idx); };
-    float m = -INFINITY;
+    // The (m, l) and flags of splits lane + 32 v, the first kMergeThreads splits, read in one batch:
+    // the merge kernel's thread lane + 32 v starts its sum of l with them.
+    float2 first[kMW];
     int flag = 0;
-    for (int s = lane; s < p.splits; s += 32) {
+#pragma unroll
+    for (int v = 0; v < kMW; ++v) {
+      const int s = lane + 32 * v;
+      first[v] = s < p.splits ? ml_of(s) : make_float2(-INFINITY, 0.0f);
+      flag |= s < p.splits ? __ldcg(p.part_flag + s * R + idx) : 0;
+    }
+    float m = -INFINITY;
+#pragma unroll
+    for (int v = 0; v < kMW; ++v) m = fmaxf(m, first[v].x);
+    for (int s = lane + kMergeThreads; s < p.splits; s += 32) {  // (more than kMergeThreads splits)
       m = fmaxf(m, ml_of(s).x);
       flag |= __ldcg(p.part_flag + s * R + idx);
     }
@@ -132,8 +143,8 @@ __device__ void merge_rows(const DecodeParams& p, int b, int h_kv, int row_begin
     float L = 0.0f;
 #pragma unroll
     for (int v = 0; v < kMW; ++v) {
-      float l = 0.0f;
-      for (int s = lane + 32 * v; s < p.splits; s += kMergeThreads) {
+      float l = lane + 32 * v < p.splits ? __fmaf_rn(weight(first[v].x), first[v].y, 0.0f) : 0.0f;
+      for (int s = lane + 32 * v + kMergeThreads; s < p.splits; s += kMergeThreads) {
         const float2 ml = ml_of(s);
         l = __fmaf_rn(weight(ml.x), ml.y, l);
       }
