@@ -173,7 +173,7 @@ int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_co
 // (KernelRequest::dependent_launch).
 void launch_decode_split(const DecodeParams& p, int batch, int head_dim, int m_tiles, ElemType in_type,
                          bool to_half, bool dependent, void* stream);
-// Merge: a CTA per packed row, counting the flagged rows when p.counter is set (calls captured in a
+// Merge: a warp per packed row, counting the flagged rows when p.counter is set (calls captured in a
 // graph; eager calls merge in the split kernel, p.arrivals set).
 void launch_decode_merge(const DecodeParams& p, int batch, int head_dim, bool dependent, void* stream);
 
