@@ -132,16 +132,19 @@ __device__ __forceinline__ void merge_row(const DecodeParams& p, int b, int h_kv
       acc[i] = make_float4(__fmul_rn(acc[i].x, rescale), __fmul_rn(acc[i].y, rescale), __fmul_rn(acc[i].z, rescale),
                            __fmul_rn(acc[i].w, rescale));
     }
+    // (Past the end: selected away, not branched around; a branch lets the compiler sink each load to
+    // its use, one round trip after another.)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      if (s0 + u >= p.splits) break;
+      const bool valid = s0 + u < p.splits;
       const float w = exp2f(ml[u].x - m_ref);
-      flag |= flags[u];
-      L = __fmaf_rn(w, ml[u].y, L);
+      flag |= valid ? flags[u] : 0;
+      L = valid ? __fmaf_rn(w, ml[u].y, L) : L;
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
-        acc[i] = make_float4(__fmaf_rn(w, x[u][i].x, acc[i].x), __fmaf_rn(w, x[u][i].y, acc[i].y),
-                             __fmaf_rn(w, x[u][i].z, acc[i].z), __fmaf_rn(w, x[u][i].w, acc[i].w));
+        const float4 sum = make_float4(__fmaf_rn(w, x[u][i].x, acc[i].x), __fmaf_rn(w, x[u][i].y, acc[i].y),
+                                       __fmaf_rn(w, x[u][i].z, acc[i].z), __fmaf_rn(w, x[u][i].w, acc[i].w));
+        acc[i] = valid ? sum : acc[i];
       }
     }
     M = m_new;
