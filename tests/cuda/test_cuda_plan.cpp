@@ -95,10 +95,9 @@ TEST(CudaPlan, RunWithACallerWorkspaceEqualsAttentionAndReplaysInAGraph) {
   }
 }
 
-// The split-KV decode kernel's last CTA of each group merges, found by arrival counters in the
-// workspace that carry a tag: whatever bytes the workspace held before (zeros, ones, arbitrary data,
-// another problem's partials and counters), and however runs and graph replays interleave, the result
-// is the eager call's, bit for bit.
+// A decode plan's workspace (the splits' partials) needs no initialization: whatever bytes it held
+// before (zeros, ones, arbitrary data, another problem's partials), and however eager runs and graph
+// replays interleave on it, the result is the eager call's, bit for bit.
 TEST(CudaPlan, DecodeWorkspaceNeedsNoInitialization) {
   REQUIRE_GPU();
   for (const char* policy_text : {"exact", "fdpp"}) {
@@ -137,8 +136,7 @@ TEST(CudaPlan, DecodeWorkspaceNeedsNoInitialization) {
       run_and_check("run on a workspace of other bytes");
       run_and_check("a second run on the same workspace");
     }
-    // Another problem (another split count) on the same workspace, alternately: each leaves the
-    // counters as the other can use them.
+    // Another problem (another split count) on the same workspace, alternately.
     AttentionArgs shorter = args;
     shorter.k.shape[2] = shorter.v.shape[2] = 1500;
     d_o.poison();

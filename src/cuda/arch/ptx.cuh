@@ -179,23 +179,4 @@ __device__ __forceinline__ void allow_dependent_grid() {
 #endif
 }
 
-// 64-bit atomics of device scope with acquire-release order (sm_70 and newer): the add or swap
-// releases the writes that precede it, a CTA's included when a barrier comes first (the release
-// pattern of CUTLASS's semaphore), and acquires those released to the value it read; lighter than a
-// fence on either side.
-__device__ __forceinline__ unsigned long long atomic_add_acq_rel(unsigned long long* p, unsigned long long v) {
-  unsigned long long old;
-  asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], %2;\n" : "=l"(old) : "l"(p), "l"(v) : "memory");
-  return old;
-}
-__device__ __forceinline__ unsigned long long atomic_cas_acq_rel(unsigned long long* p, unsigned long long expected,
-                                                                 unsigned long long desired) {
-  unsigned long long old;
-  asm volatile("atom.acq_rel.gpu.global.cas.b64 %0, [%1], %2, %3;\n"
-               : "=l"(old)
-               : "l"(p), "l"(expected), "l"(desired)
-               : "memory");
-  return old;
-}
-
 }  // namespace pasa::cuda

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The host side of the split-KV decode path: how many splits and the workspace layout (planned once
-// per shape), and the launches into a workspace the caller owns: the split kernel, whose last CTA of
-// each group merges in an eager call, or (a call captured in a CUDA graph, more than one split) the
-// split kernel and then the merge kernel (decode_merge.cuh says why). FlashDecoding++'s unified max
-// needs nothing more: its fallback for rows that leave the window runs inside the split kernel. All of it is stream-ordered on the caller's stream;
+// per shape), and the launches into a workspace the caller owns: the split kernel, then (more than
+// one split) the merge. FlashDecoding++'s unified max needs nothing more: its fallback for rows that
+// leave the window runs inside the split kernel. All of it is stream-ordered on the caller's stream;
 // only counting the recomputed rows for AttentionStats waits for the stream.
 #include <cuda_runtime.h>
 
@@ -17,17 +16,6 @@
 #include "pasa/error.h"
 
 namespace pasa::cuda {
-
-namespace {
-
-// Whether work queued on `stream` is being captured into a CUDA graph (a stream query, no device sync).
-bool capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  check_cuda(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
-  return status != cudaStreamCaptureStatusNone;
-}
-
-}  // namespace
 
 int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_count, int ctas_per_sm) {
   const int tiles = (seq_kv + block_n - 1) / block_n;
@@ -72,11 +60,8 @@ DecodePlan plan_decode(const DecodeShape& shape, int sm_count) {
     plan.o_bytes = align_up(S * R * shape.head_dim * sizeof(float));
     plan.ml_bytes = align_up(S * R * 2 * sizeof(float));
     plan.flag_bytes = align_up(S * R * sizeof(int));
-    const std::size_t groups = static_cast<std::size_t>(shape.batch) * shape.heads_kv * plan.row_chunks;
-    plan.arrival_bytes = align_up(groups * sizeof(unsigned long long));
   }
-  plan.workspace_bytes =
-      plan.o_bytes + plan.ml_bytes + plan.flag_bytes + plan.arrival_bytes + (shape.unified ? 256 : 0);
+  plan.workspace_bytes = plan.o_bytes + plan.ml_bytes + plan.flag_bytes + (shape.unified ? 256 : 0);
   return plan;
 }
 
@@ -104,17 +89,14 @@ long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* works
     p.part_o = reinterpret_cast<float*>(w);
     p.part_ml = reinterpret_cast<float*>(w + plan.o_bytes);
     p.part_flag = reinterpret_cast<int*>(w + plan.o_bytes + plan.ml_bytes);
-    if (!capturing(stream)) {
-      p.arrivals = reinterpret_cast<unsigned long long*>(w + plan.o_bytes + plan.ml_bytes + plan.flag_bytes);
-    }
   }
   if (count_recomputed && p.unified) {  // (the synchronized softmax recomputes nothing)
-    p.counter = reinterpret_cast<int*>(w + plan.o_bytes + plan.ml_bytes + plan.flag_bytes + plan.arrival_bytes);
+    p.counter = reinterpret_cast<int*>(w + plan.o_bytes + plan.ml_bytes + plan.flag_bytes);
     check_cuda(cudaMemsetAsync(p.counter, 0, sizeof(int), stream), "cudaMemsetAsync (recomputed rows)");
   }
   const bool to_half = r.fdpp_formats && r.in_type == ElemType::bf16;
   launch_decode_split(p, r.batch, r.head_dim, plan.m_tiles, r.in_type, to_half, r.dependent_launch, stream);
-  if (!p.direct && p.arrivals == nullptr) launch_decode_merge(p, r.batch, r.head_dim, r.dependent_launch, stream);
+  if (!p.direct) launch_decode_merge(p, r.batch, r.head_dim, r.dependent_launch, stream);
   if (p.counter == nullptr) return 0;
   int recomputed = 0;
   check_cuda(cudaMemcpyAsync(&recomputed, p.counter, sizeof(int), cudaMemcpyDeviceToHost, stream),

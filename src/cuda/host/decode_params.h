@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The split-KV decode path (S_q <= 16): its tile table, what the host passes to its kernels, and
+// The split-KV decode path (S_q <= 16): its tile table, what the host passes to its two kernels, and
 // their launch functions. Plain C++: included by .cpp and .cu files alike.
 //
 // One CTA = (split, K/V head and row chunk, batch). The query rows of one K/V head's GQA group are
@@ -7,9 +7,8 @@
 // heads that share K/V read it once, as the rows of one m16 MMA tile (two tiles per CTA when the group
 // has more than 16 rows; more rows take more row chunks). The CTA's four warps split each K / V tile
 // between them (FlashDecoding inside the CTA) and combine their partial results through shared memory
-// at the end. Each split writes O~ (unnormalised, fp32), m and l to a workspace, and the last split
-// CTA of a (batch, K/V head, row chunk) to finish (eager calls) or the merge kernel (calls captured
-// in a graph) combines them exactly (algorithms.md section 1, decode_merge.cuh): O = sum_p w_p O~_p / sum_p w_p l_p with w_p = 2^(m_p - M).
+// at the end. Each split writes O~ (unnormalised, fp32), m and l to a workspace, which the merge
+// kernel combines exactly (algorithms.md section 1): O = sum_p w_p O~_p / sum_p w_p l_p with w_p = 2^(m_p - M).
 // With FlashDecoding++'s unified max (algorithms.md section 5) a split's m_p is phi, so the weights of
 // such partials are exactly 1; a CTA where some row's x - phi left the window runs its split again
 // with the running max, and its partial carries that max (the merge weighs both kinds alike). One
@@ -114,12 +113,10 @@ struct DecodeParams {
   float phi_log2;    // phi log2(e): P = 2^(s |alpha| log2 e - phi log2 e)
   float window_lo, window_hi;
 
-  // Workspace (the caller's), R = B H_kv rows packed rows, row index (b H_kv + h_kv) rows + r.
+  // Workspace (from pasa's pool), R = B H_kv rows packed rows, row index (b H_kv + h_kv) rows + r.
   float* part_o;     // [splits][R][D]: the split's O~ (unnormalised)
   float* part_ml;    // [splits][R][2]: m (base-2 units, -inf for no visible key), l
   int* part_flag;    // [splits][R]: some visible x - phi of the split left the window
-  unsigned long long* arrivals;  // [B][H_kv row_chunks]: the split CTAs' arrival counters (arrive_last);
-                                 // null: the merge kernel merges
   int* counter;      // null, or the rows some split flagged are counted here (zeroed before the launch)
 };
 
@@ -141,8 +138,7 @@ constexpr int decode_m_tiles(int head_dim, long long rows) {
 struct DecodePlan {
   int rows, m_tiles, row_chunks, splits, split_keys;
   bool direct;  // one split: the CTAs write O and the LSE; the workspace holds the counter only
-  std::size_t o_bytes, ml_bytes, flag_bytes, arrival_bytes;  // the workspace's arrays, 256-aligned
-                                                             // (none when direct)
+  std::size_t o_bytes, ml_bytes, flag_bytes;  // the workspace's arrays, 256-aligned (none when direct)
   std::size_t workspace_bytes;
 };
 DecodePlan plan_decode(const DecodeShape& shape, int sm_count);
@@ -166,15 +162,14 @@ long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* works
 // ctas_per_sm each, in whole waves where possible, each split at least two key tiles.
 int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_count, int ctas_per_sm);
 
-// The launches (attention_decode.cu; each throws pasa::Error on a CUDA error). Split kernel:
+// Launch functions (attention_decode.cu). Each throws pasa::Error on a CUDA error. Split kernel:
 // splits x (H_kv row_chunks) x batch CTAs of decode_tile(head_dim); m_tiles as decode_m_tiles gives
 // it (1 or 2); in_type f16 or bf16; to_half: bf16 inputs rounded to fp16 on their way into the MMAs
 // (the fdpp policy's input format). dependent: launched as a programmatic dependent of the kernel before it
 // (KernelRequest::dependent_launch).
 void launch_decode_split(const DecodeParams& p, int batch, int head_dim, int m_tiles, ElemType in_type,
                          bool to_half, bool dependent, void* stream);
-// Merge: a warp per packed row, counting the flagged rows when p.counter is set (calls captured in a
-// graph; eager calls merge in the split kernel, p.arrivals set).
+// Merge: a CTA per packed row, counting the flagged rows when p.counter is set.
 void launch_decode_merge(const DecodeParams& p, int batch, int head_dim, bool dependent, void* stream);
 
 }  // namespace pasa::cuda

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Instantiations of the split-KV decode kernel and the merge kernel: head dims 64, 96, 128 and 256, one or
+// Instantiations of the split-KV decode kernel and its merge: head dims 64, 96, 128 and 256, one or
 // two m16 row tiles per CTA (one at 256: decode_m_tiles), f16 / bf16 inputs, and bf16 inputs rounded
 // to fp16 (the fdpp policy's input).
 #include <string>
@@ -49,8 +49,7 @@ void launch_decode_split(const DecodeParams& p, int batch, int head_dim, int m_t
 void launch_decode_merge(const DecodeParams& p, int batch, int head_dim, bool dependent, void* stream) {
   const std::int64_t rows = static_cast<std::int64_t>(batch) * p.heads_kv * p.rows;
   if (rows > 0x7fffffff) throw Error("decode merge: more than 2^31 packed rows (B H_kv rows)");
-  constexpr int kRowsPerCta = kMergeThreads / 32;
-  const dim3 grid(static_cast<unsigned>((rows + kRowsPerCta - 1) / kRowsPerCta));  // a warp per packed row
+  const dim3 grid(static_cast<unsigned>(rows));  // a CTA per packed row
   dispatch_head_dim<64, 96, 128, 256>(head_dim, "decode merge", [&]<int D>() {
     launch_kernel(attention_decode_merge_kernel<D>, grid, dim3(kMergeThreads), 0, static_cast<cudaStream_t>(stream),
                   dependent, "attention_decode_merge_kernel launch", p, batch);

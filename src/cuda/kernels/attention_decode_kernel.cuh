@@ -6,8 +6,7 @@
 // each of the four warps takes a quarter of every tile's keys, so the tensor cores see every key once
 // (Q K^T and P V on mma.sync m16n8k16, the prefill kernel's warp_mma pieces), and each warp runs its
 // own online softmax over its keys. At the end the warps combine through shared memory and the CTA
-// writes either O and the LSE (one split) or its partial (O~, m, l, window flag), which the last split
-// CTA of the group to finish or the merge kernel merge into O and the LSE (decode_merge.cuh).
+// writes either O and the LSE (one split) or its partial (O~, m, l, window flag) for the merge kernel.
 //
 // Modes (runtime, uniform per launch): exact (running max, FlashAttention-2's step); fdpp's formats
 // (round_s: scores leave the GEMM rounded to fp16; bf16 inputs rounded to fp16 by the kToHalf
@@ -33,7 +32,6 @@
 #include "cuda/host/decode_params.h"
 #include "cuda/host/launch_dependent.h"
 #include "cuda/block/epilogue.cuh"
-#include "cuda/kernels/decode_merge.cuh"
 #include "cuda/block/fwd_mask.cuh"
 #include "cuda/block/online_softmax.cuh"
 #include "cuda/arch/ptx.cuh"
@@ -41,6 +39,43 @@
 #include "cuda/arch/warp_mma.cuh"
 
 namespace pasa::cuda {
+
+// Packed row r of K/V head h_kv: query head h_kv group + r / S_q, query index r % S_q.
+__device__ __forceinline__ int packed_head(const DecodeParams& p, int h_kv, int r) {
+  return h_kv * p.fwd.group + r / p.fwd.seq_q;
+}
+
+// Four consecutive output values of one row (the pointer is 16-byte aligned, col a multiple of 4).
+__device__ __forceinline__ void store_quad(char* row, ElemType type, int col, float4 v) {
+  switch (type) {
+    case ElemType::f32:
+      *reinterpret_cast<float4*>(reinterpret_cast<float*>(row) + col) = v;
+      break;
+    case ElemType::f16:
+      *reinterpret_cast<uint2*>(reinterpret_cast<__half*>(row) + col) =
+          make_uint2(pack2<__half>(v.x, v.y), pack2<__half>(v.z, v.w));
+      break;
+    case ElemType::bf16:
+      *reinterpret_cast<uint2*>(reinterpret_cast<__nv_bfloat16*>(row) + col) =
+          make_uint2(pack2<__nv_bfloat16>(v.x, v.y), pack2<__nv_bfloat16>(v.z, v.w));
+      break;
+  }
+}
+
+// The final O row piece and the LSE of packed row r from its (M, L, O~) (base-2 M; -inf or L = 0:
+// no visible key, O = 0 and LSE = -inf).
+__device__ __forceinline__ void store_final(const DecodeParams& p, int b, int h_kv, int r, int col, float M,
+                                            float L, float4 o) {
+  const FwdParams& f = p.fwd;
+  const bool empty = M == -INFINITY || L == 0.0f;
+  const float inv = empty ? 0.0f : 1.0f / L;
+  const int h = packed_head(p, h_kv, r), s = r % f.seq_q;
+  store_quad(output_row(f, b, h, s), f.o_type, col, make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv));
+  if (col == 0 && f.lse != nullptr) {
+    f.lse[b * f.lse_stride_b + h * f.lse_stride_h + static_cast<std::int64_t>(s) * f.lse_stride_s] =
+        empty ? -INFINITY : (M + log2f(L)) * kLn2;
+  }
+}
 
 // Sequence b's keys: their count (a KV cache: its cached length plus the append, clamped to the
 // cache's capacity S_kv) and the causal offset that goes with it.
@@ -351,7 +386,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   float* sML = sO + kWarps * kBlockM * kOStride;              // [kWarps][kBlockM][2]
   int* sFlag = reinterpret_cast<int*>(sML + kWarps * kBlockM * 2);  // [kWarps][kBlockM]
   static_assert((kWarps * kBlockM * (kOStride + 3)) * 4 <= kT.smem_bytes(kMTiles), "combine fits");
-  allow_dependent_grid();  // the next kernel's CTAs may start (they wait for this grid to finish)
+  allow_dependent_grid();  // the merge's CTAs may start once every split is this far
   cp_async_wait<0>();
   __syncthreads();
 #pragma unroll
@@ -420,18 +455,6 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
       }
     }
   }
-  if (p.direct || p.arrivals == nullptr) return;  // (no arrivals: the merge kernel follows)
-  // The group's last split CTA to arrive merges its rows (decode_merge.cuh).
-  // One thread's acquire-release arrival orders the whole CTA's accesses, through the barriers: the
-  // partials written above are visible device-wide before the arrival, and the last arrival sees
-  // every other split's.
-  int* last = reinterpret_cast<int*>(smem_raw);  // (shared memory is free again after the sync)
-  __syncthreads();
-  if (threadIdx.x == 0) *last = arrive_last(p.arrivals + blockIdx.z * gridDim.y + blockIdx.y, p.splits);
-  __syncthreads();
-  if (*last == 0) return;
-  merge_rows<kHeadDim, kWarps>(p, b, h_kv, r0, r_last + 1, static_cast<std::int64_t>(gridDim.z) * p.heads_kv * p.rows,
-                               head_row0, warp, lane);
 }
 
 // Host side: one launch of a split-kernel instantiation (a programmatic dependent of the kernel before
@@ -445,6 +468,115 @@ void launch_decode_split_tile(const DecodeParams& p, int batch, bool dependent, 
   configured([&] { set_shared_memory(kernel, smem, true, "cudaFuncSetAttribute(attention_decode_kernel)"); });
   const dim3 grid(p.splits, p.heads_kv * p.row_chunks, batch);
   launch_kernel(kernel, grid, dim3(kT.threads()), smem, stream, dependent, "attention_decode_kernel launch", p);
+}
+
+// Exact merge of the splits (algorithms.md section 1), one CTA of kMergeThreads per packed row. A
+// small batch has few rows and many splits, so the merge's time is its chain of dependent reads: every
+// thread reads one split's m and l (the CTA's max M, flag and L from them, through shared memory),
+// then warp w sums the weighted O~ of splits w, w + 4, ..., kUnroll of them in flight per lane (lanes
+// on the row's float4 pieces; indices past the ends clamped, their weights 0), and the four warps'
+// sums meet in shared memory. Partials of the unified max (m = phi) and of the synchronized fallback
+// (their own m) are weighed alike; with a counter, the rows some split flagged are counted.
+constexpr int kMergeThreads = 128;
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(kMergeThreads) attention_decode_merge_kernel(const __grid_constant__ DecodeParams p,
+                                                                              int batch) {
+  constexpr int kWarps = kMergeThreads / 32;
+  constexpr int kQuads = kHeadDim / 4;
+  constexpr int kPerLane = (kQuads + 31) / 32;
+  constexpr int kUnroll = 8;
+  constexpr unsigned kAll = 0xffffffffu;
+  __shared__ float s_stat[kWarps];
+  __shared__ float4 s_o[kWarps][kQuads];
+  wait_for_previous_grid();  // the split kernel's partials
+  const std::int64_t R = static_cast<std::int64_t>(batch) * p.heads_kv * p.rows;
+  const std::int64_t idx = blockIdx.x;  // the packed row
+  const int t = static_cast<int>(threadIdx.x), warp = t / 32, lane = t % 32;
+  const auto ml_of = [&](int s) { return *reinterpret_cast<const float2*>(p.part_ml + (s * R + idx) * 2); };
+  const auto block_reduce = [&](float x, bool max) {  // (ends synced; s_stat free again after it)
+#pragma unroll
+    for (int d = 16; d > 0; d /= 2) {
+      const float y = __shfl_xor_sync(kAll, x, d);
+      x = max ? fmaxf(x, y) : x + y;
+    }
+    if (lane == 0) s_stat[warp] = x;
+    __syncthreads();
+    x = s_stat[0];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) x = max ? fmaxf(x, s_stat[w]) : x + s_stat[w];
+    __syncthreads();
+    return x;
+  };
+
+  float m = -INFINITY;
+  int flag = 0;
+  for (int s = t; s < p.splits; s += kMergeThreads) {
+    m = fmaxf(m, ml_of(s).x);
+    flag |= p.part_flag[s * R + idx];
+  }
+  if (__syncthreads_or(flag) && t == 0 && p.counter != nullptr) atomicAdd(p.counter, 1);
+  const float M = block_reduce(m, true);
+  // w = 2^(m_s - M), 0 for a split that saw no key (m_s = -inf), with no branch on the loaded m_s: a
+  // branch would wait for each load in turn. (M = -inf: every split empty, every weight 0.)
+  const float m_ref = M == -INFINITY ? 0.0f : M;
+  const auto weight = [&](float ms) { return exp2f(ms - m_ref); };
+  float l = 0.0f;
+  for (int s = t; s < p.splits; s += kMergeThreads) {
+    const float2 ml = ml_of(s);
+    l += weight(ml.x) * ml.y;
+  }
+  const float L = block_reduce(l, false);
+
+  float4 acc[kPerLane] = {};
+  for (int s0 = warp; s0 < p.splits; s0 += kWarps * kUnroll) {
+    float wt[kUnroll];
+    float4 x[kUnroll][kPerLane];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int s = s0 + kWarps * u;
+      const int sc = min(s, p.splits - 1);
+      wt[u] = ml_of(sc).x;  // (its weight below, once every load of the batch is in flight)
+      const float* src = p.part_o + (sc * R + idx) * kHeadDim;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int quad = min(lane + 32 * i, kQuads - 1);
+        x[u][i] = *reinterpret_cast<const float4*>(src + 4 * quad);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      wt[u] = s0 + kWarps * u < p.splits ? weight(wt[u]) : 0.0f;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        acc[i].x += wt[u] * x[u][i].x;
+        acc[i].y += wt[u] * x[u][i].y;
+        acc[i].z += wt[u] * x[u][i].z;
+        acc[i].w += wt[u] * x[u][i].w;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    if (lane + 32 * i < kQuads) s_o[warp][lane + 32 * i] = acc[i];
+  }
+  __syncthreads();
+  const int per_b = p.heads_kv * p.rows;
+  const int b = static_cast<int>(idx / per_b);
+  const int h_kv = static_cast<int>(idx % per_b) / p.rows;
+  const int r = static_cast<int>(idx % per_b) % p.rows;
+  for (int quad = t; quad < kQuads; quad += kMergeThreads) {
+    float4 o = s_o[0][quad];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) {
+      const float4 y = s_o[w][quad];
+      o.x += y.x;
+      o.y += y.y;
+      o.z += y.z;
+      o.w += y.w;
+    }
+    store_final(p, b, h_kv, r, 4 * quad, M, L, o);
+  }
 }
 
 }  // namespace pasa::cuda
