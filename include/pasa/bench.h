@@ -38,7 +38,7 @@ BenchTiming bench_cuda_attention(const BenchPoint& point, int warmup, int runs, 
 // the wall time is the host's; on the CPU the emulator computes, so pick a tiny point (one query,
 // one key) to see the calls' fixed cost. On the GPU also the floor a launch sets: the host time of
 // launching an empty kernel the way the attention kernels are launched (cudaLaunchKernelEx), plain
-// and (sm_90 and newer; 0 elsewhere) as a programmatic dependent launch.
+// and (sm_90, where the attention kernels use it; 0 elsewhere) as a programmatic dependent launch.
 struct HostOverhead {
   double eager_us = 0, run_us = 0;
   double launch_us = 0, dependent_launch_us = 0;

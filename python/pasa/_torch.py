@@ -171,8 +171,7 @@ def _planned_attention(q: Tensor, k: Tensor, v: Tensor, policy: str, causal: boo
     workspace = torch.empty(size, dtype=torch.uint8, device=device) if size else None
     plan.run(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
              0 if lse is None else lse.data_ptr(), 0 if workspace is None else workspace.data_ptr(),
-             _raw_stream(device.index) if _raw_stream is not None
-             else torch.cuda.current_stream(device.index).cuda_stream)
+             _current_raw_stream(device.index))
     return out, lse
 
 

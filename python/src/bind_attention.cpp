@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // pasa._core.attention, pasa._core.PlannedAttention and pasa._core.reference: DLPack arrays in,
-// pasa::attention / AttentionPlan / pasa::reference_attention out. Outputs are allocated by the caller (Python), so nothing here
-// allocates device memory: CUDA work goes on the stream the caller passes, CUDA-graph friendly.
+// pasa::attention / AttentionPlan / pasa::reference_attention out. Outputs are allocated by the
+// caller (Python), so nothing here allocates device memory: CUDA work goes on the stream the caller
+// passes, CUDA-graph friendly.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>

@@ -162,7 +162,7 @@ TEST(CudaPlan, DecodeWorkspaceNeedsNoInitialization) {
     plan.run(on_stream, workspace.ptr);
     cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
     cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-    for (int replay = 0; replay < 3; ++replay) {  // the same tag each replay, other runs' tags between
+    for (int replay = 0; replay < 3; ++replay) {  // eager runs between the replays
       d_o.poison();
       cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
       cuda_ok(cudaStreamSynchronize(stream), "graph replay");
