@@ -58,6 +58,10 @@ void check_score_mods(const AttentionArgs& a, const ProblemShape& p) {
     throw Error("softcap: PASA's shifted scores (shift=pasa) cannot be soft-capped (tanh of a shifted "
                 "score is not a shifted tanh); use another policy or softcap=0");
   }
+  if (a.softcap > 0.0 && a.policy.exp_base == ExpBase::two) {
+    throw Error("softcap: the softcap is defined on natural-unit scores, and this policy keeps base-2 "
+                "scores (exp_base=2); use exp_base=e or softcap=0");
+  }
   const MaskView& m = a.mask;
   if (m.kind == MaskKind::none) return;
   if (static_cast<int>(m.kind) < 0 || static_cast<int>(m.kind) > static_cast<int>(MaskKind::boolean)) {

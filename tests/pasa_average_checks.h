@@ -3,10 +3,13 @@
 // the reference the running maximum is kept against. In real arithmetic any reference gives the same
 // result; in fp16 it decides what overflows. Two inputs where it does, for the `pasa` preset:
 //   low_tail  39 key blocks of scores near 0, then one block near -72000. The average moves by 1/40
-//             of that block's shifted mean (g * 28 ~ 1800 in fp16), where the block's own mean would
-//             move the state by g * 1100 ~ 70000 > 65504: inf, then inf - inf = NaN.
-//   high_all  every block's scores near +72000. The reference follows them (the state stays ~1100);
-//             measured against zero instead, the running maximum itself is 72000 > 65504.
+//             of that block's shifted mean (g * 40 ~ 2500 in the preset's base-2 units), where the
+//             block's own mean would move the state by g * 1600 ~ 100000 > 65504: inf, then inf - inf
+//             = NaN.
+//   high_all  80 key blocks, every one's scores near +72000. The reference follows them (the state
+//             stays ~1600 in the preset's base-2 units); measured against zero instead, the running
+//             maximum itself is 104000 > 65504. Eq. 15's running sum (j - 1) F would pass 65504 at
+//             the 41st block.
 // The blocks near -72000 weigh exp(-72000) = 0: the output is attention over the other keys.
 #pragma once
 
@@ -33,7 +36,7 @@ inline HeadProblem block_means_head(std::uint64_t seed, BlockMeans kind, std::in
   auto fp16 = [](double x) { return round_to(Format::fp16(), x); };
   HeadProblem p;
   p.seq_q = 32;
-  p.seq_kv = 40 * block;
+  p.seq_kv = (kind == BlockMeans::high_all ? 80 : 40) * block;
   p.dim = 64;
   for (std::int64_t i = 0; i < p.seq_q * p.dim; ++i) p.q.push_back(fp16(1.0 + uniform(rng, -0.5, 0.5)));
   for (std::int64_t c = 0; c < p.seq_kv; ++c) {
@@ -52,7 +55,7 @@ inline HeadProblem block_means_head(std::uint64_t seed, BlockMeans kind, std::in
 // cannot leave it) up to the rounding of P, l and O in the preset's formats.
 inline void check_block_means(std::uint64_t seed, BlockMeans kind) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed << (kind == BlockMeans::low_tail ? " low_tail" : " high_all"));
-  // Key blocks of 32: a block's sum of shifted scores (32 x 1100) fits fp16 however it is accumulated.
+  // Key blocks of 32: a block's sum of shifted scores (32 x 1600) fits fp16 however it is accumulated.
   const Policy pol = parse_policy("pasa,s2=32");
   const HeadProblem p = block_means_head(seed, kind, pol.block_kv);
   const HeadOutput got = run_head(p, pol);

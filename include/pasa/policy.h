@@ -30,6 +30,17 @@ enum class Shift {
   unified,  // FlashDecoding++: one fixed phi for every split, rows leaving the window recomputed
 };
 
+// The units of the scores the softmax keeps, and so the base of its exponentials. Base 2 multiplies
+// the softmax scale by log2(e) wherever the scale applies (the scores, Q, or K and PASA's M) and
+// takes every exponential as 2^x: a GPU's exponential unit computes 2^x, so a kernel then takes each
+// exponential without first multiplying its argument. Every statistic (maxima, shift terms, the
+// pseudo-averages) is then held in base-2 units, so their formats' range is 1 / log2(e) = 0.69 as
+// wide in natural units; the LSE is returned in natural units either way.
+enum class ExpBase {
+  e,    // "e": scores in natural units, e^x
+  two,  // "2": scores times log2(e), 2^x
+};
+
 // Where PASA takes a key block's local pseudo-average s' (the mean of its shifted scores) from.
 enum class PseudoAverage {
   scores,  // "s": the mean of S' as computed (Algorithm 1): it carries the mean of the rounding
@@ -46,6 +57,7 @@ struct Policy {
   Format s = Format::fp32();       // S as it leaves the Q K^T GEMM ("s")
   ScalePlacement scale = ScalePlacement::scores;  // ("scale" = s | q | k)
   Format softmax = Format::fp32(); // scaled S, max, exp, rowsum, l, m and shift terms ("softmax")
+  ExpBase exp_base = ExpBase::e;   // the softmax's units and exponential: e^x or 2^x ("exp_base" = e | 2)
   Format sum_acc = Format::fp32(); // accumulator of the softmax's row sums (of P, and PASA's sum of a
                                    // block's S'): fp32 sums in fp32 and rounds once to `softmax`, as a
                                    // GEMM or a framework's reduction does; fp16 adds term by term ("sum_acc")
@@ -89,13 +101,18 @@ struct Policy {
 
 // The presets: "exact" (FA(FP32), every point fp32), "fa16_fp32" (FA(FP16-FP32): S leaves the GEMM
 // in fp16), "fa16" (FA(FP16): fully fp16 but fp32 matrix-engine accumulators), "pasa" (Algorithm 1,
-// fp16 throughout, beta 0.984497, s1 = s2 = 128; reductions accumulate in fp32 as a GEMM does),
-// "pasa_accurate" (pasa with S' and every softmax statistic in fp32 and pseudo_avg=k: the block's
-// pseudo-average and the running state taken before anything is rounded; P and O~ stay fp16), "sage8" (INT8 Q,K per thread, FP8 e4m3 P and V,
-// smooth K, FP22 PV accumulator with two-level accumulation: SageAttention2 on Hopper), "sage4" (INT4
-// Q,K per warp, smooth Q and K), "fdpp" (FlashDecoding++'s unified max phi = 0 with fp16 P).
+// fp16 throughout, beta 0.984497, s1 = s2 = 128, base-2 scores; reductions accumulate in fp32 as a
+// GEMM does), "pasa_accurate" (pasa with S' and every softmax statistic in fp32, pseudo_avg=k and
+// natural units: the block's pseudo-average and the running state taken before anything is rounded;
+// P and O~ stay fp16), "sage8" (INT8 Q,K per thread, FP8 e4m3 P and V, smooth K, FP22 PV accumulator
+// with two-level accumulation: SageAttention2 on Hopper), "sage4" (INT4 Q,K per warp, smooth Q and
+// K), "fdpp" (FlashDecoding++'s unified max phi = 0 with fp16 P).
 // Throws pasa::Error for an unknown name.
 Policy preset_policy(std::string_view name);
+
+// The scores' units per natural unit: log2(e) for exp_base=2, else 1. The softmax scale is multiplied
+// by it wherever it applies; a statistic in these units times 1 / score_unit is in natural units.
+double score_unit(const Policy& policy);
 std::vector<std::string> preset_names();
 
 // The paper's beta for fp16 and s2 = 128 (Table 3, from the initial value 1 - 2^-6); `pasa beta`

@@ -16,6 +16,8 @@
 // block-local maximum, so PASA with beta = 0 is the same computation bit for bit (tested).
 // Every arithmetic result is rounded by the format of the point it belongs to ("sm" = softmax).
 // The key axis may be cut into `splits` parts whose partial results are merged exactly at the end.
+// With exp_base=2 "alpha" below is the scale in base-2 units (alpha log2(e), score_unit) and every
+// exponential is 2^x; the LSE leaves in natural units.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -53,6 +55,14 @@ struct Partial {
 struct Task {
   std::int64_t b, h, r0, r1;
 };
+
+// e^x or 2^x, as the policy's exp_base says, in fp64 (rounded by the caller).
+double power(const Policy& pol, double x) { return pol.exp_base == ExpBase::two ? std::exp2(x) : std::exp(x); }
+
+// A row's LSE in natural units from its state: m + g F in the scores' units, l a sum of powers.
+double row_lse(const Policy& pol, double m, double l, double g, double F) {
+  return (m + g * F) / score_unit(pol) + std::log(l);
+}
 
 // PASA's invariance G for the stored M (numerics/pasa_shift.h), held in fp32 as a constant of the
 // call (a kernel parameter); each product with it is rounded to the softmax format.
@@ -133,7 +143,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       }
       if (mods.has_bias()) {  // the additive mask, after PASA's mean (which K' = M K fixed)
         for (int c = 0; c < n; ++c) {
-          if (visible(rr, k0 + c)) x[c] = sm(x[c] + mods.bias(t.b, t.h, t.r0 + rr, k0 + c));
+          if (visible(rr, k0 + c)) x[c] = sm(x[c] + mods.bias(t.b, t.h, t.r0 + rr, k0 + c) * score_unit(pol));
         }
       }
       // Masking is tracked apart from the values: a score that overflowed to -inf is not a masked
@@ -160,7 +170,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
           x[c] = 0.0;  // reused below as this key's exponential
           continue;
         }
-        x[c] = sm(std::exp(sm(x[c] - m_blk)));
+        x[c] = sm(power(pol, sm(x[c] - m_blk)));
         l_blk = R.sum(l_blk + x[c]);
       }
       l_blk = sm(l_blk);
@@ -168,7 +178,9 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       double F_new = 0.0;
       if (pasa) {
         const int j = st.blocks + 1;
-        F_new = sm(sm(sm((j - 1) * st.F) + mean) / j);
+        // Eq. 15's ((j - 1) F + s') / j, written as F + (s' - F) / j: the same average, but without
+        // the running sum (j - 1) F, which leaves fp16 once j F > 65504 (a long row of high scores).
+        F_new = sm(st.F + sm(sm(mean - st.F) / j));
         d_prev = sm(g * sm(st.F - F_new));
         d_cur = sm(g * sm(mean - F_new));
       }
@@ -181,8 +193,8 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       } else {
         const double a = sm(st.m + d_prev), b = sm(m_blk + d_cur);
         m_new = std::max(a, b);
-        ep = sm(std::exp(sm(a - m_new)));
-        ec = sm(std::exp(sm(b - m_new)));
+        ep = sm(power(pol, sm(a - m_new)));
+        ec = sm(power(pol, sm(b - m_new)));
       }
       st.l = sm(sm(ep * st.l) + sm(ec * l_blk));
       st.m = m_new;
@@ -261,14 +273,14 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
     const RowState& st = parts.front().state[rr];
     const double m = pol.shift == Shift::unified ? R.sm(pol.phi) : st.m;
     for (int d = 0; d < D; ++d) o[d] = R.o(o[d] / l);
-    lse = m + std::log(l) + g * st.F;
+    lse = row_lse(pol, m, l, g, st.F);
   } else {
     // Exact merge (algorithms.md section 1) of the normalised partials, in fp64.
     double top = kNegInf;
     std::vector<double> part_lse;
     for (const Partial& p : parts) {
       const RowState& st = p.state[rr];
-      part_lse.push_back(st.blocks == 0 ? kNegInf : st.m + std::log(st.l) + g * st.F);
+      part_lse.push_back(st.blocks == 0 ? kNegInf : row_lse(pol, st.m, st.l, g, st.F));
       top = std::max(top, part_lse.back());
     }
     double weight_sum = 0.0;
@@ -302,7 +314,7 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
 
 void emulate_attention(const AttentionArgs& args, const ProblemShape& ps) {
   const Policy& pol = args.policy;
-  const double alpha = resolve_scale(args, ps.dim);
+  const double alpha = resolve_scale(args, ps.dim) * score_unit(pol);
   const Rounders R(pol);
   const std::int64_t kv_heads = ps.batch * ps.heads_kv, q_heads = ps.batch * ps.heads_q;
   std::vector<PreparedKV> kv(static_cast<std::size_t>(kv_heads));

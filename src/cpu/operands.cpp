@@ -157,7 +157,8 @@ PreparedQ prepare_q(const AttentionArgs& args, const ProblemShape& ps, std::int6
   // softmax but part of the LSE.
   out.lse_offset.assign(static_cast<std::size_t>(S), 0.0);
   if (pol.smooth_k) {
-    const double factor = pol.scale == ScalePlacement::query ? 1.0 : alpha;
+    // (in natural units: alpha and the pre-scaled Q are in the scores' units, score_unit)
+    const double factor = (pol.scale == ScalePlacement::query ? 1.0 : alpha) / score_unit(pol);
     for (std::int64_t r = 0; r < S; ++r) {
       double dot = 0;
       for (int d = 0; d < D; ++d) dot += out.q[r * D + d] * kv.k_mean[d];

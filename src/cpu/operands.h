@@ -41,6 +41,7 @@ struct PreparedQ {
   std::vector<double> q_scale;    // per query: dequantization scale (1 when not quantized)
   std::vector<double> ds;         // [S_kv]: smooth Q's dS = q_m K^T (empty without smooth Q)
   std::vector<double> lse_offset; // [S_q]: alpha q . k_mean, what smooth K took out of the LSE
+                                  // (natural units)
 };
 
 // What emulate_attention holds at once: every head's PreparedKV and PreparedQ (the fields above, at
@@ -49,6 +50,7 @@ struct PreparedQ {
 // is allocated.
 std::uint64_t emulator_memory_bytes(const ProblemShape& ps, const Policy& pol);
 
+// alpha: the softmax scale in the scores' units (score_unit(policy) times the natural one).
 PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::int64_t b,
                       std::int64_t h_kv, double alpha, const Rounders& R);
 PreparedQ prepare_q(const AttentionArgs& args, const ProblemShape& ps, std::int64_t b, std::int64_t h,

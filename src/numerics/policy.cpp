@@ -147,6 +147,9 @@ const std::vector<Field>& fields() {
                    "where the softmax scale multiplies in: s (the scores), q (Q before the GEMM), k (K, "
                    "or PASA's shifting matrix M)"),
       format_field("softmax", &Policy::softmax, "scaled S, max, exp, rowsum and shift terms"),
+      choice_field("exp_base", &Policy::exp_base, {"e", "2"},
+                   "the softmax's units and exponential: e (natural units, e^x) or 2 (scores times "
+                   "log2(e), 2^x, as a GPU's exponential unit computes it)"),
       format_field("sum_acc", &Policy::sum_acc,
                    "accumulator of the softmax's row sums (of P, and PASA's sum of a block's S')"),
       format_field("p", &Policy::p, "P as the P V GEMM's operand"),
@@ -237,6 +240,7 @@ std::string field_value(const Policy& policy, std::string_view key) { return fin
 // Every field of fields() (the preset name is not one); Policy.EqualityCoversEveryTextField checks.
 bool Policy::operator==(const Policy& o) const {
   return input == o.input && qk_acc == o.qk_acc && s == o.s && scale == o.scale && softmax == o.softmax &&
+         exp_base == o.exp_base &&
          sum_acc == o.sum_acc && p == o.p && pv_acc == o.pv_acc && this->o == o.o && shift == o.shift &&
          beta == o.beta && pseudo_avg == o.pseudo_avg && block_q == o.block_q && block_kv == o.block_kv &&
          smooth_q == o.smooth_q && smooth_k == o.smooth_k && smooth_v == o.smooth_v &&
@@ -300,6 +304,13 @@ Policy preset_policy(std::string_view name) {
       p.s = Format::fp32();
       p.softmax = Format::fp32();
       p.pseudo_avg = PseudoAverage::keys;
+    } else {
+      // Base-2 scores: a GPU takes each fp16 exponential as 2^x of S' - m without a multiply by
+      // log2 e. On the study's inputs this is no less accurate (the rounding points are the same, and
+      // M's rounded entries land nearer alpha log2 e). pasa_accurate keeps natural units: at d = 128
+      // its error is dominated by how M's entries round, and they round nearer alpha than alpha log2 e
+      // (a relative scale error of 1e-5 against 4e-4; docs/algorithms.md).
+      p.exp_base = ExpBase::two;
     }
     return p;
   }
@@ -317,6 +328,10 @@ Policy preset_policy(std::string_view name) {
   std::string known;
   for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
   throw Error("unknown policy '" + std::string(name) + "' (presets: " + known + ")");
+}
+
+double score_unit(const Policy& policy) {
+  return policy.exp_base == ExpBase::two ? 1.4426950408889634 : 1.0;  // log2(e)
 }
 
 Policy parse_policy(std::string_view text) {

@@ -66,11 +66,12 @@ TEST(Pasa, ExactInRealArithmetic) {
 
 TEST(Pasa, BetaZeroIsFlashAttention2BitForBit) {
   // PASA with beta = 0 folds only alpha into M = alpha I: exactly FA with the scale on K, where alpha
-  // is a power of two (D = 64) so that its invariance G = alpha / fl(alpha) - 1 is 0. (For other D, G
-  // takes the mean part of fl(alpha)'s rounding back out of the scores, which FA with scale=k keeps.)
+  // is a power of two (D = 64, natural units) so that its invariance G = alpha / fl(alpha) - 1 is 0.
+  // (Otherwise G takes the mean part of fl(alpha)'s rounding back out of the scores, which FA with
+  // scale=k keeps.)
   QKV data = hybrid_qkv({1, 2, 200, 64}, 5.0, 10.0, 32);
   for (bool causal : {false, true}) {
-    const PolicyRun a = run_policy(data, parse_policy("pasa,beta=0"), causal);
+    const PolicyRun a = run_policy(data, parse_policy("pasa,beta=0,exp_base=e"), causal);
     const PolicyRun b = run_policy(data, parse_policy("fa16,scale=k"), causal);
     ASSERT_EQ(a.o.size(), b.o.size());
     for (std::size_t i = 0; i < a.o.size(); ++i) ASSERT_EQ(a.o[i], b.o[i]) << "element " << i;

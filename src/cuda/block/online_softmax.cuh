@@ -17,7 +17,9 @@
 //   are rounded once, as the emulator's sum_acc=fp32 does. The per-row scalar state (m, l, F and its dozen fp16 roundings a block) lives in one lane
 //   of the quad per row, not in all four. kFp16State = false is the pasa_accurate policy: S' stays
 //   in the fp32 accumulators (its max and the exponents' arguments in fp32: block_max_fp32,
-//   exponentiate_fp32) and the per-row state is fp32; P is still fp16.
+//   exponentiate_fp32) and the per-row state is fp32; P is still fp16. kBase2: the scores are in
+//   base-2 units (exp_base=2, alpha log2 e folded into M by the host), so each exponential is 2^x
+//   of its argument as it stands, with no multiply by log2 e; else natural units, e^x.
 // UnifiedSoftmax: FlashDecoding++'s unified max (algorithms.md section 5) for the decode kernel: every score
 //   against one fixed phi, no running max, no rescaling.
 #pragma once
@@ -112,9 +114,13 @@ struct ExactSoftmax {
 // ---------------------------------------------------------------------------------------------
 // pasa
 
-template <int kMTiles, bool kFp16State = true>
+template <int kMTiles, bool kFp16State, bool kBase2>
 struct PasaSoftmax {
   static constexpr int kRows = 2 * kMTiles;
+  // The exponential's argument in base-2 units, for the special-function unit's 2^x.
+  __device__ __forceinline__ static float to_log2(float x) { return kBase2 ? x : x * kLog2e; }
+  // e^x or 2^x (kBase2) of a state term, to fp32 accuracy, before its rounding to the state format.
+  __device__ __forceinline__ static float power(float x) { return kBase2 ? exp2f(x) : expf(x); }
   // A value of the per-row state at its rounding point: fp16 for pasa, fp32 for pasa_accurate.
   __device__ __forceinline__ static float stat(float x) { return kFp16State ? round_fp16(x) : x; }
   static_assert(kRows <= 4, "one row of the thread's fragments per lane of its quad");
@@ -197,17 +203,17 @@ struct PasaSoftmax {
       const int i = e % 2;
       const float m = m_blk[2 * mt + i] == -INFINITY ? 0.0f : m_blk[2 * mt + i];
       const float* x = &s[mt][2 * kc + e / 2][2 * i];
-      w[e] = pack2<__half>(fast_exp2((x[0] - m) * kLog2e), fast_exp2((x[1] - m) * kLog2e));
+      w[e] = pack2<__half>(fast_exp2(to_log2(x[0] - m)), fast_exp2(to_log2(x[1] - m)));
     }
   }
 
-  // P = fl(e^(fl(S' - m))) in place for one k16 chunk w (= s[mt][kk]) of m-tile mt.
+  // P = fl(e^(fl(S' - m))) (kBase2: 2^) in place for one k16 chunk w (= s[mt][kk]) of m-tile mt.
   __device__ __forceinline__ static void exponentiate_chunk(std::uint32_t (&w)[4], const __half2 (&m_use)[kRows],
                                                             int mt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const float2 x = __half22float2(__hsub2(as_half2(w[e]), m_use[2 * mt + e % 2]));  // exact widening
-      w[e] = pack2<__half>(fast_exp2(x.x * kLog2e), fast_exp2(x.y * kLog2e));
+      w[e] = pack2<__half>(fast_exp2(to_log2(x.x)), fast_exp2(to_log2(x.y)));
     }
   }
 
@@ -226,7 +232,7 @@ struct PasaSoftmax {
     if (static_cast<int>(threadIdx.x) % 4 < kRows && mb != -INFINITY) {
       const float j = static_cast<float>(block + 1);
       // (a quotient to 2 fp32 ulp, __fdividef, before its fp16 rounding: no division slow path)
-      const float F_new = stat(__fdividef(stat(stat((j - 1.0f) * F) + mn), j));
+      const float F_new = stat(F + stat(__fdividef(stat(mn - F), j)));  // Eq. 15 without (j - 1) F
       const float d_prev = stat(g * stat(F - F_new));
       const float d_cur = stat(g * stat(mn - F_new));
       // The candidates as stored, and the factors taken from them (each <= 1, the larger exactly 1):
@@ -239,8 +245,8 @@ struct PasaSoftmax {
       } else {
         const float prev = stat(m + d_prev);
         const float m_new = fmaxf(prev, cur);
-        e_prev = stat(expf(stat(prev - m_new)));
-        e_cur = stat(expf(stat(cur - m_new)));
+        e_prev = stat(power(stat(prev - m_new)));
+        e_cur = stat(power(stat(cur - m_new)));
         m = m_new;
       }
       F = F_new;
@@ -256,10 +262,12 @@ struct PasaSoftmax {
     if (static_cast<int>(threadIdx.x) % 4 < kRows) l = stat(stat(e_prev * l) + stat(e_cur * stat(ps)));
   }
 
-  // Final row sums and LSE = m + log(l) + g * F (the state is relative to the reference g * F), -inf
-  // for an empty row, for each of the thread's rows. Called by all lanes (it shuffles).
+  // Final row sums and LSE = m + log(l) + g * F (the state is relative to the reference g * F; with
+  // kBase2, (m + g F) ln 2 + log(l): the LSE is in natural units), -inf for an empty row, for each of
+  // the thread's rows. Called by all lanes (it shuffles).
   __device__ __forceinline__ void finish(float g, float (&row_l)[kRows], float (&lse)[kRows]) const {
-    const float my_lse = (m == -INFINITY || l == 0.0f) ? -INFINITY : m + logf(l) + g * F;
+    const float shift = kBase2 ? (m + g * F) * kLn2 : m + g * F;
+    const float my_lse = (m == -INFINITY || l == 0.0f) ? -INFINITY : shift + logf(l);
     broadcast(l, row_l);
     broadcast(my_lse, lse);
   }

@@ -381,7 +381,8 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps) {
     plan.decode_plan = cuda::plan_decode(shape, info.sm_count);
   }
   if (plan.family == Family::pasa) {
-    const PasaShift shift = pasa_shift(args.policy.beta, cuda::kPasaBlockKv, plan.alpha, Format::fp16());
+    const PasaShift shift = pasa_shift(args.policy.beta, cuda::kPasaBlockKv, plan.alpha * score_unit(args.policy),
+                                       Format::fp16());
     plan.pasa_g = static_cast<float>(shift.invariance);
     plan.pasa_diag = static_cast<float>(shift.diag);
     plan.pasa_off = static_cast<float>(shift.off);

@@ -92,11 +92,17 @@ using Sage8Request = KernelRequest;
 // The pasa kernel's key block: PASA's s2 (the policy's block_kv must equal it).
 constexpr int kPasaBlockKv = 128;
 
-// pasa (Algorithm 1, algorithms.md section 3): the call and PASA's M = (I - beta/s2 J) alpha as its stored fp16
-// entries (every key block, a short last one padded, has s2 = kPasaBlockKv keys); call.fwd.pasa_g
-// carries the invariance G. accurate: the pasa_accurate policy (S' and the softmax state in fp32).
-// mean_key_factor: pseudo_avg=k, M's row sum (the pseudo-average is Q times it times the block's mean
-// key); 0 for pseudo_avg=s (the mean of the stored K' rows).
+// The units of the pasa kernels' scores: the pasa preset's are base 2 (exp_base=2: log2 e folded into
+// M with alpha, P = 2^x), pasa_accurate's natural (policy.cpp says why); the dispatch admits a pasa
+// policy only with its preset's exp_base (policy_family.cpp).
+constexpr bool pasa_base2(bool accurate) { return !accurate; }
+
+// pasa (Algorithm 1, algorithms.md section 3): the call and PASA's M = (I - beta/s2 J) alpha u (u = log2 e
+// or 1, pasa_base2) as its stored fp16 entries (every key block, a short last one padded, has
+// s2 = kPasaBlockKv keys); call.fwd.pasa_g carries the invariance G. accurate: the pasa_accurate
+// policy (S' and the softmax state in fp32). mean_key_factor: pseudo_avg=k, M's row sum (the
+// pseudo-average is Q times it times the block's mean key); 0 for pseudo_avg=s (the mean of the
+// stored K' rows).
 struct PasaRequest {
   KernelRequest call;
   float diag, off;

@@ -104,6 +104,7 @@ Family classify_policy(const Policy& pol, DType in) {
     const Policy preset = preset_policy("exact");
     Policy normalized = pol;
     normalized.input = normalized.p = fp32;
+    normalized.exp_base = preset.exp_base;  // fp32 scores in either unit: the kernels run base 2
     normalized.block_q = preset.block_q;
     normalized.block_kv = preset.block_kv;
     normalized.splits = preset.splits;

@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
   constexpr int kPvTiles = kT.pv_tiles();         // n8 tiles of O in one P V pass
   constexpr bool kBf16 = std::is_same_v<QElem, __nv_bfloat16>;
   using Stage = PasaStage<D>;
-  using Softmax = PasaSoftmax<1, !kAccurate>;
+  using Softmax = PasaSoftmax<1, !kAccurate, pasa_base2(kAccurate)>;
   static_assert(kStride == smem_row_stride<kSliceDim>(), "tile_load and the tile agree on padding");
   static_assert(PasaPortableTile::kKRows == Stage::kKRows, "a K' slot holds a stage's rows");
   static_assert(kBlockM <= PasaPortableTile::kKRows, "Q's slices fit in the slots");

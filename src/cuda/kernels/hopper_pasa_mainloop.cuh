@@ -85,7 +85,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
     static constexpr int kDT = D / 8;            // n8 tiles of O
     static constexpr int kSAcc = (kKeys + 8) / 2;  // S' accumulators a thread: 32 pairs, then the sums
     static_assert(Tile::kKBytes == PasaStage<D>::kKBytes, "a K slot is one prepass stage");
-    using Softmax = PasaSoftmax<1, !kAccurate>;
+    using Softmax = PasaSoftmax<1, !kAccurate, pasa_base2(kAccurate)>;
 
     __device__ __forceinline__ void run_tile(HopperConsumer<Tile>& ctx) {
       const FwdParams& p = ctx.p;
