@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "cuda_case_harness.h"
+#include "pasa_average_checks.h"
 
 namespace pasa {
 namespace {
@@ -121,6 +122,23 @@ TEST_P(CudaPasaNumerics, FiniteWhereFp16AttentionOverflows) {
       EXPECT_EQ(non_finite(extra.kernel_o), 0u) << name;
     }
   }
+}
+
+// A long row of high scores (pasa_average_checks.h, high_all: 80 key blocks of the kernels' 128 keys,
+// every score near +72000): Eq. 15's running sum (j - 1) F of the global pseudo-average would leave
+// fp16 at the 41st block. The pasa kernel must stay finite and as accurate as its emulated twin.
+TEST_P(CudaPasaNumerics, LongRowOfHighScoresStaysFinite) {
+  const Policy pol = preset_policy("pasa");
+  const std::uint64_t seed = 2024;
+  const test::HeadProblem head = test::block_means_head(seed, test::BlockMeans::high_all, pol.block_kv);
+  const Case c{1, 1, 1, head.seq_q, head.seq_kv, head.dim, false, kBr, false, DType::f16, DType::f16};
+  auto tensor = [&](const std::vector<double>& x, std::int64_t S) {
+    return from_float(std::vector<float>(x.begin(), x.end()), {1, 1, S, head.dim}, DType::f16);
+  };
+  GivenInputs in{tensor(head.q, head.seq_q), tensor(head.k, head.seq_kv), tensor(head.v, head.seq_kv)};
+  Extra extra;
+  check_case(c, pol, pol, std::nullopt, &extra, seed, -1.0, 1.0, &in, "80 key blocks of scores near +72000");
+  EXPECT_EQ(non_finite(extra.kernel_o), 0u);
 }
 
 // The pasa kernels round where the emulator does. With pseudo_avg=k (the local pseudo-average from
