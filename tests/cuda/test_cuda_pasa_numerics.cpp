@@ -126,7 +126,10 @@ TEST_P(CudaPasaNumerics, FiniteWhereFp16AttentionOverflows) {
 
 // A long row of high scores (pasa_average_checks.h, high_all: 80 key blocks of the kernels' 128 keys,
 // every score near +72000): Eq. 15's running sum (j - 1) F of the global pseudo-average would leave
-// fp16 at the 41st block. The pasa kernel must stay finite and as accurate as its emulated twin.
+// fp16 at the 41st block. The pasa kernels must stay finite and accurate. Measured against fp64, not
+// against the emulator: here S' is near 1600, where fp16's ulp is 1, and the emulator takes each
+// block's pseudo-average from the rounded S' as Algorithm 1 writes it (error 0.30 on this input),
+// where the kernels take it from the fp32 accumulators (pasa_stage.cuh; 9e-4).
 TEST_P(CudaPasaNumerics, LongRowOfHighScoresStaysFinite) {
   const Policy pol = preset_policy("pasa");
   const std::uint64_t seed = 2024;
@@ -135,10 +138,15 @@ TEST_P(CudaPasaNumerics, LongRowOfHighScoresStaysFinite) {
   auto tensor = [&](const std::vector<double>& x, std::int64_t S) {
     return from_float(std::vector<float>(x.begin(), x.end()), {1, 1, S, head.dim}, DType::f16);
   };
-  GivenInputs in{tensor(head.q, head.seq_q), tensor(head.k, head.seq_kv), tensor(head.v, head.seq_kv)};
+  const GivenInputs in{tensor(head.q, head.seq_q), tensor(head.k, head.seq_kv), tensor(head.v, head.seq_kv)};
+  std::mt19937_64 rng(seed);
   Extra extra;
-  check_case(c, pol, pol, std::nullopt, &extra, seed, -1.0, 1.0, &in, "80 key blocks of scores near +72000");
+  const Result r = run_case(c, pol, pol, rng, -1.0, 1.0, std::nullopt, &extra, &in);
+  std::printf("  %-60s O err %.3e (emulator %.3e) inputs 80 key blocks of scores near +72000\n", describe(c).c_str(),
+              r.err_kernel, r.err_emulator);
   EXPECT_EQ(non_finite(extra.kernel_o), 0u);
+  EXPECT_TRUE(std::isfinite(r.lse_err_kernel));
+  EXPECT_LT(r.err_kernel, 1e-2);
 }
 
 // The pasa kernels round where the emulator does. With pseudo_avg=k (the local pseudo-average from

@@ -109,8 +109,8 @@ struct PasaHopperVariant : HopperVariantDefaults {
         wgmma_commit();
       };
 
-      // Block kb with its S' in acc: the softmax and P V, PASA's update, then (kHasNext) the next
-      // block's S' on the tensor cores while O~ takes in this block's P V. (Two instantiations, so
+      // Block kb with its S' in acc: the softmax and P V, then (kHasNext) the next block's S' issued
+      // behind P V, so the tensor cores go on while PASA's update and O~ take in this block's P V. (Two instantiations, so
       // that no wgmma is issued under a run-time condition, which makes ptxas serialize them.)
       auto run_block = [&](int kb, auto has_next) {
         constexpr bool kHasNext = decltype(has_next)::value;
@@ -148,17 +148,17 @@ struct PasaHopperVariant : HopperVariantDefaults {
           wgmma_f16_m64n8k16(psum_acc, pa[0][kc], ones_desc, kc > 0);
         }
         wgmma_commit();
+        if constexpr (kHasNext) {  // acc has been read: the next S' queues behind this P V
+          ctx.k_ring.wait(f + 1);
+          issue_qk(f + 1);
+        }
         float ep[2], ec[2];
         softmax.rescale(kb, m_blk, mean, p.pasa_g, ep, ec);
-        wgmma_wait<0>();  // P V and the row sums of P
+        wgmma_wait<kHasNext ? 1 : 0>();  // P V and the row sums of P
         wgmma_pin(c);
         wgmma_pin(pa);
         wgmma_pin(psum_acc);
         ctx.v_ring.release(f);
-        if constexpr (kHasNext) {
-          ctx.k_ring.wait(f + 1);
-          issue_qk(f + 1);
-        }
         const float psum[2] = {psum_acc[0], psum_acc[2]};
         softmax.add_block(psum);
         // O~ = fl(fl(ep O~) + fl(ec fl(P V))): pasa's factors are fp16 values (its state is fp16), so
