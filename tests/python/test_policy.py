@@ -24,7 +24,7 @@ def test_fields():
     exact = pasa.Policy("exact")
     assert exact.to_dict() == {
         "preset": "exact", "input": "fp32", "qk_acc": "fp32", "s": "fp32", "scale": "s",
-        "softmax": "fp32", "sum_acc": "fp32", "p": "fp32", "pv_acc": "fp32", "o": "fp32",
+        "softmax": "fp32", "exp_base": "e", "sum_acc": "fp32", "p": "fp32", "pv_acc": "fp32", "o": "fp32",
         "shift": "none", "beta": 0.0, "pseudo_avg": "s", "s1": 64, "s2": 64, "smooth_q": False, "smooth_k": False,
         "smooth_v": False, "q_quant": None, "k_quant": None, "q_gran": "thread",
         "k_gran": "thread", "v_quant": None, "p_scale": 1.0, "two_level": True, "p_max": "block", "phi": 0.0,
@@ -33,14 +33,14 @@ def test_fields():
     p = pasa.Policy("pasa")
     assert (p.input, p.s, p.softmax, p.p, p.o) == ("fp16",) * 5
     assert (p.qk_acc, p.pv_acc) == ("fp32", "fp32")
-    assert p.shift == "pasa" and p.scale == "k"
+    assert p.shift == "pasa" and p.scale == "k" and p.exp_base == "2"
     assert p.beta == pytest.approx(0.984497)
     assert (p.s1, p.s2) == (128, 128)
 
 
 def test_every_preset_reads_every_field_from_the_cpp_table():
     keys = [f.key for f in pasa.Policy.fields()]
-    assert len(keys) == len(set(keys)) == 29
+    assert len(keys) == len(set(keys)) == 30
     for f in pasa.Policy.fields():
         assert f.doc and (f.kind == "choice") == bool(f.choices)
     for name in pasa.Policy.presets():
