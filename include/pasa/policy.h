@@ -43,10 +43,13 @@ enum class ExpBase {
 
 // Where PASA takes a key block's local pseudo-average s' (the mean of its shifted scores) from.
 enum class PseudoAverage {
-  scores,  // "s": the mean of S' as computed (Algorithm 1): it carries the mean of the rounding
-           // errors of the stored K' = M K, which the state update multiplies by G ~ 64
-  keys,    // "k": Q times M's row sum times the block's mean key: the mean of the S' that an unrounded
-           // K' would give, so that only each score's own rounding error remains
+  scores,       // "s": the mean of S' as rounded to `s` (Algorithm 1); it carries the mean of the
+                // rounding errors of the stored K' = M K, which the state update multiplies by G ~ 64,
+                // and, where S' is large, the rounding of S' itself
+  keys,         // "k": Q times M's row sum times the block's mean key: the mean of the S' that an
+                // unrounded K' would give, so that only each score's own rounding error remains
+  accumulator,  // "acc": the mean of S' as the GEMM accumulated it (in sum_acc), before its rounding
+                // to `s`: what a kernel gets from one more GEMM column of the stored K' rows' mean
 };
 
 struct Policy {
@@ -67,7 +70,7 @@ struct Policy {
 
   Shift shift = Shift::none;       // ("shift" = none | pasa | unified)
   double beta = 0.0;               // PASA's beta in [0, 1) ("beta")
-  PseudoAverage pseudo_avg = PseudoAverage::scores;  // PASA's local pseudo-average ("pseudo_avg" = s | k)
+  PseudoAverage pseudo_avg = PseudoAverage::scores;  // PASA's local pseudo-average ("pseudo_avg" = s | k | acc)
 
   int block_q = 64;                // s1: query rows per block ("s1")
   int block_kv = 64;               // s2: key rows per block ("s2"); PASA's M is s2 x s2

@@ -84,6 +84,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
   const double alpha_sm = sm(alpha);
   const double g = pasa_invariance(pol, alpha);
   const double phi = sm(pol.phi);
+  const double unit = score_unit(pol);  // an additive mask's natural units into the scores'
   // The accumulator O~ lives in the O format (two-level) or in the PV accumulator itself.
   const Rounder& acc_round = pol.two_level ? R.o : R.pv_acc;
   const float* q = &pq.q[static_cast<std::size_t>(t.r0 * D)];
@@ -124,6 +125,12 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
     for (int rr = 0; rr < rows; ++rr) {
       double* x = &scores[static_cast<std::size_t>(rr) * cols];
       const double dq = pq.q_scale[t.r0 + rr];
+      // pseudo_avg=acc: the sum of S' as the GEMM accumulated it, before the rounding below (PASA
+      // admits no quantizer, so dq and the key scales are 1 here).
+      double acc_sum = 0.0;
+      if (pasa && pol.pseudo_avg == PseudoAverage::accumulator) {
+        for (int c = 0; c < cols; ++c) acc_sum = R.sum(acc_sum + x[c]);
+      }
       for (int c = 0; c < cols; ++c) {
         const double k_scale = c < n ? kv.k_scale[k0 + c] : 1.0;
         double s = R.s(x[c] * (dq * k_scale));  // dequantize (exact 1 * 1 otherwise)
@@ -136,6 +143,9 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       double mean = 0.0;
       if (pasa && pol.pseudo_avg == PseudoAverage::keys) {
         mean = pasa_means[rr];
+      } else if (pasa && pol.pseudo_avg == PseudoAverage::accumulator) {
+        const double m = R.sum(acc_sum / cols);
+        mean = pol.scale == ScalePlacement::scores ? sm(m * alpha_sm) : sm(m);
       } else if (pasa) {
         double sum = 0.0;
         for (int c = 0; c < cols; ++c) sum = R.sum(sum + x[c]);
@@ -143,7 +153,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       }
       if (mods.has_bias()) {  // the additive mask, after PASA's mean (which K' = M K fixed)
         for (int c = 0; c < n; ++c) {
-          if (visible(rr, k0 + c)) x[c] = sm(x[c] + mods.bias(t.b, t.h, t.r0 + rr, k0 + c) * score_unit(pol));
+          if (visible(rr, k0 + c)) x[c] = sm(x[c] + mods.bias(t.b, t.h, t.r0 + rr, k0 + c) * unit);
         }
       }
       // Masking is tracked apart from the values: a score that overflowed to -inf is not a masked

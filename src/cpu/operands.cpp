@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "cpu/gemm_model.h"
 #include "cpu/host_inputs.h"
 #include "memory_budget.h"
 #include "numerics/pasa_shift.h"
@@ -29,12 +28,25 @@ void subtract_means(std::vector<float>& a, std::int64_t rows, int cols, const st
     for (int c = 0; c < cols; ++c) a[r * cols + c] = static_cast<float>(a[r * cols + c] - mean[c]);
 }
 
-// PASA's shifting matrix for a block of n keys: M = (I - beta/n J) * factor, stored in the input
-// format (diagonal a', off-diagonal -b', algorithms.md section 3; numerics/pasa_shift.h).
-std::vector<float> shifting_matrix(const PasaShift& shift, int n) {
-  std::vector<float> m(static_cast<std::size_t>(n) * n, static_cast<float>(shift.off));
-  for (int i = 0; i < n; ++i) m[static_cast<std::size_t>(i) * n + i] = static_cast<float>(shift.diag);
-  return m;
+// K' = M K for one block of n keys (row-major [n][D]) into `out`, as the kernels' prepass forms it
+// (pasa_prepare.cu): M = (a' + b') I - b' J (algorithms.md section 3), so row r is
+// (a' + b') k_r - b' colsum, with the block's column sums accumulated in qk_acc, b' colsum rounded to
+// qk_acc, then one fused multiply-add per element rounded to qk_acc and stored in the input format.
+// (The same product as a GEMM adds n terms whose partial sums grow to n |k|: with the large biases
+// PASA is for, their roundings move a whole block's scores, which the state update's G ~ 64
+// amplifies.)
+void shift_block(const PasaShift& shift, const std::vector<float>& block, int n, int D, const Rounders& R,
+                 std::vector<double>& out) {
+  const double a = R.qk_acc(shift.diag - shift.off);
+  for (int d = 0; d < D; ++d) {
+    double colsum = 0.0;
+    for (int r = 0; r < n; ++r) colsum = R.qk_acc(colsum + block[static_cast<std::size_t>(r) * D + d]);
+    const double offset = R.qk_acc(shift.off * colsum);
+    for (int r = 0; r < n; ++r) {
+      const std::size_t i = static_cast<std::size_t>(r) * D + d;
+      out[i] = R.input(R.qk_acc(a * block[i] + offset));
+    }
+  }
 }
 
 }  // namespace
@@ -75,15 +87,13 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
     for (float& x : k) x = static_cast<float>(R.input(a * x));
   }
   if (pol.shift == Shift::pasa) {
-    // K'_j = M K_j per key block: a GEMM on the matrix engine, its output stored in the input format.
-    // Every block has s2 rows: a short last block of n keys is padded with s2 - n copies of its own
+    // K'_j = M K_j per key block (shift_block), stored in the input format. Every block has s2 rows: a short last block of n keys is padded with s2 - n copies of its own
     // mean key (in the input format), so that M, its invariance G and the block's shift are those
     // of a full block (the padded keys count in the block's pseudo-average and are masked out of the
     // softmax). A short block shifted by its own n would need its own G, which the state update
     // cannot carry exactly.
     const PasaShift shift = pasa_shift(pol.beta, s2, pol.scale == ScalePlacement::key ? alpha : 1.0,
                                        pol.input);
-    const std::vector<float> m = shifting_matrix(shift, s2);
     const std::int64_t blocks = (S + s2 - 1) / s2;
     std::vector<float> block(static_cast<std::size_t>(s2) * D);
     std::vector<double> shifted(static_cast<std::size_t>(s2) * D);
@@ -98,7 +108,7 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
         for (int r = n; r < s2; ++r)
           for (int d = 0; d < D; ++d) block[static_cast<std::size_t>(r) * D + d] = static_cast<float>(R.input(mean[d]));
       }
-      model_gemm(m.data(), s2, block.data(), D, s2, s2, D, R.qk_acc, R.input, shifted.data(), D);
+      shift_block(shift, block, s2, D, R, shifted);
       if (pol.pseudo_avg == PseudoAverage::keys) {
         // The row in the input format as two terms, hi + lo (the rest, scaled into hi's range and
         // back): about twice the format's bits, as a kernel whose operands are in that format holds it.

@@ -159,9 +159,10 @@ const std::vector<Field>& fields() {
                    "what the scores are measured against: none (running max), pasa (pseudo-average, "
                    "beta), unified (FlashDecoding++'s fixed phi)"),
       number_field("beta", &Policy::beta, "PASA's beta in [0, 1) (shift=pasa)"),
-      choice_field("pseudo_avg", &Policy::pseudo_avg, {"s", "k"},
-                   "PASA's local pseudo-average: s (the mean of S' as computed) or k (Q times M's row "
-                   "sum times the block's mean key)"),
+      choice_field("pseudo_avg", &Policy::pseudo_avg, {"s", "k", "acc"},
+                   "PASA's local pseudo-average: s (the mean of S' as rounded), k (Q times M's row "
+                   "sum times the block's mean key) or acc (the mean of S' as accumulated, before its "
+                   "rounding)"),
       int_field("s1", &Policy::block_q, "query rows per block"),
       int_field("s2", &Policy::block_kv, "key rows per block (PASA's M is s2 x s2)"),
       bool_field("smooth_q", &Policy::smooth_q, "Q -= its token mean, the correction dS added to S"),
@@ -305,6 +306,11 @@ Policy preset_policy(std::string_view name) {
       p.softmax = Format::fp32();
       p.pseudo_avg = PseudoAverage::keys;
     } else {
+      // The block's pseudo-average from the GEMM's accumulators, before S' is rounded to fp16: what
+      // the kernels compute (a GEMM column of the mean of the stored K' rows). Algorithm 1's mean of
+      // the rounded S' is pseudo_avg=s; where S' is large (fp16's ulp 1 above 1024) its rounding,
+      // multiplied by G ~ 64, makes the block offsets wrong by several units.
+      p.pseudo_avg = PseudoAverage::accumulator;
       // Base-2 scores: a GPU takes each fp16 exponential as 2^x of S' - m without a multiply by
       // log2 e. On the study's inputs this is no less accurate (the rounding points are the same, and
       // M's rounded entries land nearer alpha log2 e). pasa_accurate keeps natural units: at d = 128
@@ -416,7 +422,7 @@ void validate(const Policy& p) {
                 shift_name(p.shift) + " ignores it (use shift=pasa)");
   }
   if (p.shift != Shift::pasa && p.pseudo_avg != PseudoAverage::scores) {
-    throw Error("policy field 'pseudo_avg': set to k but shift=" + shift_name(p.shift) +
+    throw Error("policy field 'pseudo_avg': set but shift=" + shift_name(p.shift) +
                 " has no pseudo-average (use shift=pasa)");
   }
   if (p.shift == Shift::pasa && (p.q_quant || p.k_quant)) {

@@ -104,7 +104,6 @@ Family classify_policy(const Policy& pol, DType in) {
     const Policy preset = preset_policy("exact");
     Policy normalized = pol;
     normalized.input = normalized.p = fp32;
-    normalized.exp_base = preset.exp_base;  // fp32 scores in either unit: the kernels run base 2
     normalized.block_q = preset.block_q;
     normalized.block_kv = preset.block_kv;
     normalized.splits = preset.splits;
@@ -133,7 +132,13 @@ Family classify_policy(const Policy& pol, DType in) {
     throw Error("policy field 's2': " + std::to_string(pol.block_kv) + " is not supported by the CUDA "
                 "pasa kernel (it shifts key blocks of s2 = " + std::to_string(cuda::kPasaBlockKv) + ")");
   }
-  // Any beta and pseudo_avg; s1 does not change the result (each row's state is its own).
+  if (pol.pseudo_avg == PseudoAverage::scores && state == fp16) {
+    throw Error("policy field 'pseudo_avg': s (the mean of S' after its rounding to fp16) is not supported by "
+                "the CUDA pasa kernel (it takes the mean before that rounding, pseudo_avg=acc, the pasa preset's, "
+                "or from the mean key, pseudo_avg=k)");
+  }
+  // Any beta, pseudo_avg k or acc (or s where S' is fp32: the same mean); s1 does not change the
+  // result (each row's state is its own).
   const char* name = state == fp32 ? "pasa_accurate" : "pasa";
   const Policy preset = preset_policy(name);
   Policy normalized = pol;

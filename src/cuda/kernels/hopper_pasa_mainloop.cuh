@@ -110,8 +110,9 @@ struct PasaHopperVariant : HopperVariantDefaults {
       };
 
       // Block kb with its S' in acc: the softmax and P V, then (kHasNext) the next block's S' issued
-      // behind P V, so the tensor cores go on while PASA's update and O~ take in this block's P V. (Two instantiations, so
-      // that no wgmma is issued under a run-time condition, which makes ptxas serialize them.)
+      // behind P V, so the tensor cores go on while PASA's update and O~ take in this block's P V.
+      // (Two instantiations, so that no wgmma is issued under a run-time condition, which makes ptxas
+      // serialize them.)
       auto run_block = [&](int kb, auto has_next) {
         constexpr bool kHasNext = decltype(has_next)::value;
         const int f = fill + kb, key0 = (ctx.kb_first + kb) * kKeys;
