@@ -87,11 +87,11 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
     for (float& x : k) x = static_cast<float>(R.input(a * x));
   }
   if (pol.shift == Shift::pasa) {
-    // K'_j = M K_j per key block (shift_block), stored in the input format. Every block has s2 rows: a short last block of n keys is padded with s2 - n copies of its own
-    // mean key (in the input format), so that M, its invariance G and the block's shift are those
-    // of a full block (the padded keys count in the block's pseudo-average and are masked out of the
-    // softmax). A short block shifted by its own n would need its own G, which the state update
-    // cannot carry exactly.
+    // K'_j = M K_j per key block (shift_block), stored in the input format. Every block has s2 rows:
+    // a short last block of n keys is padded with s2 - n copies of its own mean key (in the input
+    // format), so that M, its invariance G and the block's shift are those of a full block (the
+    // padded keys count in the block's pseudo-average and are masked out of the softmax). A short
+    // block shifted by its own n would need its own G, which the state update cannot carry exactly.
     const PasaShift shift = pasa_shift(pol.beta, s2, pol.scale == ScalePlacement::key ? alpha : 1.0,
                                        pol.input);
     const std::int64_t blocks = (S + s2 - 1) / s2;
