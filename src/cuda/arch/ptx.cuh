@@ -162,6 +162,15 @@ __device__ __forceinline__ __half2 scale_half2_once(float s, __half2 x) {
   return __floats2half2_rn(mul_round_to_odd(s, f.x), mul_round_to_odd(s, f.y));
 }
 
+// fl16(fl16(ep o) + fl16(ec pv)), each product rounded once from its exact value, for factors of which
+// one is exactly 1 (pasa_accurate's rescale factors: the smaller of two candidate maxima is scaled
+// down, the larger by 1; a row that sees no key has ep = 1, ec = 0). The product by 1 is exact, so only
+// the other one is taken: half the work of two scale_half2_once, the same result.
+__device__ __forceinline__ __half2 rescale_add_half2_once(float ep, __half2 o, float ec, __half2 pv) {
+  const bool keep_o = ep == 1.0f;
+  return __hadd2(scale_half2_once(keep_o ? ec : ep, keep_o ? pv : o), keep_o ? o : pv);
+}
+
 // Programmatic dependent launch (sm_90; a no-op where compiled for an earlier architecture, or where
 // the grid was launched without the attribute, launch_dependent.h). A grid launched as a dependent may
 // start while the grid before it in the stream finishes: wait_for_previous_grid() blocks until that

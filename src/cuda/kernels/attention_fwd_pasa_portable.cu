@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
 #pragma unroll
             for (int n = 0; n < kPvTiles; ++n) {
               const __half2 pv = __floats2half2_rn(tOrPV[0][n][2 * i], tOrPV[0][n][2 * i + 1]);
-              tOrO[c0 + n][i] = __hadd2(scale_half2_once(ep[i], tOrO[c0 + n][i]), scale_half2_once(ec[i], pv));
+              tOrO[c0 + n][i] = rescale_add_half2_once(ep[i], tOrO[c0 + n][i], ec[i], pv);
             }
           } else {
             const __half2 ep2 = __float2half2_rn(ep[i]), ec2 = __float2half2_rn(ec[i]);  // fp16 values: exact

@@ -163,8 +163,9 @@ struct PasaHopperVariant : HopperVariantDefaults {
         const float psum[2] = {psum_acc[0], psum_acc[2]};
         softmax.add_block(psum);
         // O~ = fl(fl(ep O~) + fl(ec fl(P V))): pasa's factors are fp16 values (its state is fp16), so
-        // the products are fp16 multiplies; pasa_accurate's are fp32, so each product is rounded to
-        // fp16 once from its exact value (scale_half2_once), as the emulator rounds it.
+        // the products are fp16 multiplies; pasa_accurate's are fp32, so a product is rounded to fp16
+        // once from its exact value, as the emulator rounds it, and only the one whose factor is not
+        // 1 is taken (rescale_add_half2_once).
         const __half2 ep2[2] = {__float2half2_rn(ep[0]), __float2half2_rn(ep[1])};
         const __half2 ec2[2] = {__float2half2_rn(ec[0]), __float2half2_rn(ec[1])};
 #pragma unroll
@@ -173,7 +174,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
           for (int i = 0; i < 2; ++i) {
             const __half2 pv = __floats2half2_rn(c[4 * n + 2 * i], c[4 * n + 2 * i + 1]);
             if constexpr (kAccurate) {
-              o[n][i] = __hadd2(scale_half2_once(ep[i], o[n][i]), scale_half2_once(ec[i], pv));
+              o[n][i] = rescale_add_half2_once(ep[i], o[n][i], ec[i], pv);
             } else {
               o[n][i] = __hadd2(__hmul2(ep2[i], o[n][i]), __hmul2(ec2[i], pv));
             }
