@@ -43,6 +43,25 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+// x[0] op x[1] op ... op x[N - 1] as a balanced tree: as many instructions as a chain, but log2 N of
+// them deep instead of N - 1, so that their latencies overlap. (For max the result is the chain's;
+// for a sum the rounding order differs.)
+template <typename T, int N, typename Op>
+__device__ __forceinline__ T tree_reduce(T (&x)[N], Op op) {
+#pragma unroll
+  for (int w = 1; w < N; w *= 2)
+#pragma unroll
+    for (int j = 0; j + w < N; j += 2 * w) x[j] = op(x[j], x[j + w]);
+  return x[0];
+}
+
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct AddOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -75,26 +94,23 @@ struct ExactSoftmax {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r = 2 * mt + i;
-        float mx = -INFINITY;
+        float mx[kNTiles];
 #pragma unroll
-        for (int n = 0; n < kNTiles; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * i], s[mt][n][2 * i + 1]));
-        const float m_new = fmaxf(m[r], quad_max(mx) * scale_log2);
+        for (int n = 0; n < kNTiles; ++n) mx[n] = fmaxf(s[mt][n][2 * i], s[mt][n][2 * i + 1]);
+        const float m_new = fmaxf(m[r], quad_max(tree_reduce(mx, MaxOp{})) * scale_log2);
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // no visible key yet: P = 0, not NaN
         const bool same = m_new == m[r];
         moved |= !same;
         rescale[r] = same ? 1.0f : fast_exp2(m[r] - m_use);
         const float neg_m = -m_use;
-        float sum = 0.0f;
+        float sums[kNTiles];
 #pragma unroll
         for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = fast_exp2(fmaf(s[mt][n][2 * i + e], scale_log2, neg_m));
-            s[mt][n][2 * i + e] = p;
-            sum += p;
-          }
+          for (int e = 0; e < 2; ++e) s[mt][n][2 * i + e] = fast_exp2(fmaf(s[mt][n][2 * i + e], scale_log2, neg_m));
+          sums[n] = s[mt][n][2 * i] + s[mt][n][2 * i + 1];
         }
-        l[r] = l[r] * rescale[r] + sum;
+        l[r] = l[r] * rescale[r] + tree_reduce(sums, AddOp{});
         m[r] = m_new;
       }
     }
@@ -186,10 +202,10 @@ struct PasaSoftmax {
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        float mx = -INFINITY;
+        float mx[kNTiles];
 #pragma unroll
-        for (int n = 0; n < kNTiles; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * i], s[mt][n][2 * i + 1]));
-        m_blk[2 * mt + i] = quad_max(mx);
+        for (int n = 0; n < kNTiles; ++n) mx[n] = fmaxf(s[mt][n][2 * i], s[mt][n][2 * i + 1]);
+        m_blk[2 * mt + i] = quad_max(tree_reduce(mx, MaxOp{}));
       }
   }
 
