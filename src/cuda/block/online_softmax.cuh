@@ -43,9 +43,9 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// x[0] op x[1] op ... op x[N - 1] as a balanced tree: as many instructions as a chain, but log2 N of
-// them deep instead of N - 1, so that their latencies overlap. (For max the result is the chain's;
-// for a sum the rounding order differs.)
+// x[0] op x[1] op ... op x[N - 1] as a balanced tree, in place (x is overwritten): as many instructions
+// as a chain, but log2 N of them deep instead of N - 1, so that their latencies overlap. (For max the
+// result is the chain's; for a sum the rounding order differs.)
 template <typename T, int N, typename Op>
 __device__ __forceinline__ T tree_reduce(T (&x)[N], Op op) {
 #pragma unroll
