@@ -473,9 +473,10 @@ void launch_decode_split_tile(const DecodeParams& p, int batch, bool dependent, 
 // Exact merge of the splits (algorithms.md section 1), one CTA of kMergeThreads per packed row. A
 // small batch has few rows and many splits, so the merge's time is its chain of dependent reads: every
 // thread reads one split's m and l (the CTA's max M, flag and L from them, through shared memory),
-// then warp w sums the weighted O~ of splits w, w + 4, ..., kUnroll of them in flight per lane (lanes
-// on the row's float4 pieces; indices past the ends clamped, their weights 0), and the four warps'
-// sums meet in shared memory. Partials of the unified max (m = phi) and of the synchronized fallback
+// while warp w's first kUnroll O~ partials (splits w, w + 4, ...) are already in flight; then warp w
+// sums the weighted O~ of its splits, kUnroll of them in flight per lane (lanes on the row's float4
+// pieces; indices past the ends clamped, their weights 0), and the four warps' sums meet in shared
+// memory. Partials of the unified max (m = phi) and of the synchronized fallback
 // (their own m) are weighed alike; with a counter, the rows some split flagged are counted.
 constexpr int kMergeThreads = 128;
 
@@ -509,6 +510,26 @@ __global__ void __launch_bounds__(kMergeThreads) attention_decode_merge_kernel(c
     return x;
   };
 
+  // A batch of kUnroll splits of this warp from s0: their m (weighed below) and O~ pieces, loaded
+  // before any of them is used. The first batch is loaded before the maxima and sums are reduced: it
+  // does not depend on them, so its latency overlaps theirs instead of following it.
+  float wt[kUnroll];
+  float4 x[kUnroll][kPerLane];
+  const auto load_batch = [&](int s0) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int sc = min(s0 + kWarps * u, p.splits - 1);
+      wt[u] = ml_of(sc).x;
+      const float* src = p.part_o + (sc * R + idx) * kHeadDim;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int quad = min(lane + 32 * i, kQuads - 1);
+        x[u][i] = *reinterpret_cast<const float4*>(src + 4 * quad);
+      }
+    }
+  };
+  load_batch(warp);
+
   float m = -INFINITY;
   int flag = 0;
   for (int s = t; s < p.splits; s += kMergeThreads) {
@@ -530,29 +551,16 @@ __global__ void __launch_bounds__(kMergeThreads) attention_decode_merge_kernel(c
 
   float4 acc[kPerLane] = {};
   for (int s0 = warp; s0 < p.splits; s0 += kWarps * kUnroll) {
-    float wt[kUnroll];
-    float4 x[kUnroll][kPerLane];
+    if (s0 != warp) load_batch(s0);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int s = s0 + kWarps * u;
-      const int sc = min(s, p.splits - 1);
-      wt[u] = ml_of(sc).x;  // (its weight below, once every load of the batch is in flight)
-      const float* src = p.part_o + (sc * R + idx) * kHeadDim;
+      const float w = s0 + kWarps * u < p.splits ? weight(wt[u]) : 0.0f;
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
-        const int quad = min(lane + 32 * i, kQuads - 1);
-        x[u][i] = *reinterpret_cast<const float4*>(src + 4 * quad);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      wt[u] = s0 + kWarps * u < p.splits ? weight(wt[u]) : 0.0f;
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        acc[i].x += wt[u] * x[u][i].x;
-        acc[i].y += wt[u] * x[u][i].y;
-        acc[i].z += wt[u] * x[u][i].z;
-        acc[i].w += wt[u] * x[u][i].w;
+        acc[i].x += w * x[u][i].x;
+        acc[i].y += w * x[u][i].y;
+        acc[i].z += w * x[u][i].z;
+        acc[i].w += w * x[u][i].w;
       }
     }
   }
