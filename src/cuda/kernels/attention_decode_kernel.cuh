@@ -513,13 +513,13 @@ __global__ void __launch_bounds__(kMergeThreads) attention_decode_merge_kernel(c
   // A batch of kUnroll splits of this warp from s0: their m (weighed below) and O~ pieces, loaded
   // before any of them is used. The first batch is loaded before the maxima and sums are reduced: it
   // does not depend on them, so its latency overlaps theirs instead of following it.
-  float wt[kUnroll];
+  float m_split[kUnroll];
   float4 x[kUnroll][kPerLane];
   const auto load_batch = [&](int s0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int sc = min(s0 + kWarps * u, p.splits - 1);
-      wt[u] = ml_of(sc).x;
+      m_split[u] = ml_of(sc).x;
       const float* src = p.part_o + (sc * R + idx) * kHeadDim;
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
@@ -554,7 +554,7 @@ __global__ void __launch_bounds__(kMergeThreads) attention_decode_merge_kernel(c
     if (s0 != warp) load_batch(s0);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const float w = s0 + kWarps * u < p.splits ? weight(wt[u]) : 0.0f;
+      const float w = s0 + kWarps * u < p.splits ? weight(m_split[u]) : 0.0f;
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
         acc[i].x += w * x[u][i].x;
