@@ -82,6 +82,9 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
   const bool unified = pol.shift == Shift::unified;
   const auto& sm = R.sm;
   const double alpha_sm = sm(alpha);
+  // A score (or a mean of scores) into the softmax format, times the scale where the policy applies
+  // it to the scores (scale=q and scale=k applied it before the GEMM).
+  const auto scaled = [&](double v) { return pol.scale == ScalePlacement::scores ? sm(v * alpha_sm) : sm(v); };
   const double g = pasa_invariance(pol, alpha);
   const double phi = sm(pol.phi);
   const double unit = score_unit(pol);  // an additive mask's natural units into the scores'
@@ -119,23 +122,27 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       // s' = Q (r mean K_j): one more column of the same GEMM, scaled like the scores.
       model_gemm(q, D, &kv.shift_mean[static_cast<std::size_t>(k0 / s2 * D)], 1, rows, D, 1, R.qk_acc, R.qk_acc,
                  pasa_means.data(), 1);
-      for (double& m : pasa_means) m = pol.scale == ScalePlacement::scores ? sm(R.s(m) * alpha_sm) : sm(R.s(m));
+      for (double& m : pasa_means) m = scaled(R.s(m));
     }
 
     for (int rr = 0; rr < rows; ++rr) {
       double* x = &scores[static_cast<std::size_t>(rr) * cols];
       const double dq = pq.q_scale[t.r0 + rr];
-      // pseudo_avg=acc: the sum of S' as the GEMM accumulated it, before the rounding below (PASA
+      // The mean of the row's cols values, summed in sum_acc and rounded once to it.
+      const auto block_mean = [&] {
+        double sum = 0.0;
+        for (int c = 0; c < cols; ++c) sum = R.sum(sum + x[c]);
+        return R.sum(sum / cols);
+      };
+      // pseudo_avg=acc: the mean of S' as the GEMM accumulated it, before the rounding below (PASA
       // admits no quantizer, so dq and the key scales are 1 here).
-      double acc_sum = 0.0;
-      if (pasa && pol.pseudo_avg == PseudoAverage::accumulator) {
-        for (int c = 0; c < cols; ++c) acc_sum = R.sum(acc_sum + x[c]);
-      }
+      const bool acc_mean = pasa && pol.pseudo_avg == PseudoAverage::accumulator;
+      const double unrounded_mean = acc_mean ? block_mean() : 0.0;
       for (int c = 0; c < cols; ++c) {
         const double k_scale = c < n ? kv.k_scale[k0 + c] : 1.0;
         double s = R.s(x[c] * (dq * k_scale));  // dequantize (exact 1 * 1 otherwise)
         if (!pq.ds.empty()) s = R.s(s + pq.ds[k0 + c]);
-        x[c] = pol.scale == ScalePlacement::scores ? sm(s * alpha_sm) : sm(s);
+        x[c] = scaled(s);
         if (mods.softcapped()) x[c] = mods.cap(x[c], sm);
       }
       // PASA's local pseudo-average s' covers all s2 keys of the block, masked or not: K' = M K
@@ -143,13 +150,10 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       double mean = 0.0;
       if (pasa && pol.pseudo_avg == PseudoAverage::keys) {
         mean = pasa_means[rr];
-      } else if (pasa && pol.pseudo_avg == PseudoAverage::accumulator) {
-        const double m = R.sum(acc_sum / cols);
-        mean = pol.scale == ScalePlacement::scores ? sm(m * alpha_sm) : sm(m);
+      } else if (acc_mean) {
+        mean = scaled(unrounded_mean);
       } else if (pasa) {
-        double sum = 0.0;
-        for (int c = 0; c < cols; ++c) sum = R.sum(sum + x[c]);
-        mean = sm(R.sum(sum / cols));  // the mean leaves the reduction, rounded once
+        mean = sm(block_mean());  // the mean leaves the reduction, rounded once
       }
       if (mods.has_bias()) {  // the additive mask, after PASA's mean (which K' = M K fixed)
         for (int c = 0; c < n; ++c) {

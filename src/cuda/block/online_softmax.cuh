@@ -62,6 +62,15 @@ struct AddOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
 };
 
+// The max of row i of m-tile mt over its quad (the mma C layout: each thread's kNTiles pairs).
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ float row_max(const float (&s)[kMTiles][kNTiles][4], int mt, int i) {
+  float mx[kNTiles];
+#pragma unroll
+  for (int n = 0; n < kNTiles; ++n) mx[n] = fmaxf(s[mt][n][2 * i], s[mt][n][2 * i + 1]);
+  return quad_max(tree_reduce(mx, MaxOp{}));
+}
+
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -94,10 +103,7 @@ struct ExactSoftmax {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const int r = 2 * mt + i;
-        float mx[kNTiles];
-#pragma unroll
-        for (int n = 0; n < kNTiles; ++n) mx[n] = fmaxf(s[mt][n][2 * i], s[mt][n][2 * i + 1]);
-        const float m_new = fmaxf(m[r], quad_max(tree_reduce(mx, MaxOp{})) * scale_log2);
+        const float m_new = fmaxf(m[r], row_max(s, mt, i) * scale_log2);
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // no visible key yet: P = 0, not NaN
         const bool same = m_new == m[r];
         moved |= !same;
@@ -201,12 +207,7 @@ struct PasaSoftmax {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        float mx[kNTiles];
-#pragma unroll
-        for (int n = 0; n < kNTiles; ++n) mx[n] = fmaxf(s[mt][n][2 * i], s[mt][n][2 * i + 1]);
-        m_blk[2 * mt + i] = quad_max(tree_reduce(mx, MaxOp{}));
-      }
+      for (int i = 0; i < 2; ++i) m_blk[2 * mt + i] = row_max(s, mt, i);
   }
 
   // P = fl16(e^(S' - m)) from fp32 S' for k16 chunk kc of m-tile mt, as the P V A fragment w (the
