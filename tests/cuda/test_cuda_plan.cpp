@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // AttentionPlan on the GPU: run() with a caller-owned workspace gives what pasa::attention gives, bit
-// for bit (decode with several splits, so the workspace is used, and prefill); a captured run() replays
-// on the inputs' current contents. Without a GPU of compute capability 8.0 or newer every test is
+// for bit (decode with several splits, and the sm_90a prefill kernels' tile counter, so the workspace
+// is used); a captured run() replays on the inputs' current contents; the workspace needs no
+// initialization. Without a GPU of compute capability 8.0 or newer every test is
 // skipped.
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
@@ -168,6 +169,75 @@ TEST(CudaPlan, DecodeWorkspaceNeedsNoInitialization) {
       cuda_ok(cudaStreamSynchronize(stream), "graph replay");
       EXPECT_EQ(d_o.download(), eager) << "graph replay " << replay;
       run_and_check("a run between replays");
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
+// The sm_90a prefill kernels draw their tiles from a counter in the workspace (tile_scheduler.cuh),
+// tagged with the launch's number instead of reset: whatever bytes the workspace held, and however
+// eager runs and graph replays interleave on it, every tile is computed once and the result is the
+// eager call's, bit for bit. Causal, with more tiles than SMs, so that the CTAs draw many times.
+TEST(CudaPlan, PrefillWorkspaceNeedsNoInitialization) {
+  REQUIRE_HOPPER_PATH();
+  for (const char* policy_text : {"exact", "pasa", "sage8"}) {
+    const auto seed = test::fresh_seed();
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " policy " << policy_text);
+    std::mt19937_64 rng(seed);
+    Tensor4 q = test::random_tensor(4, 8, 2048, 128, rng, DType::f16);
+    Tensor4 k = test::random_tensor(4, 2, 2048, 128, rng, DType::f16);
+    Tensor4 v = test::random_tensor(4, 2, 2048, 128, rng, DType::f16);
+    Tensor4 o = test::make_tensor(4, 8, 2048, 128, DType::f16);
+    DeviceTensor dq(q), dk(k), dv(v), d_o(o);
+    AttentionArgs args = device_args(dq, dk, dv, d_o);
+    args.policy = parse_policy(policy_text);
+    args.causal = true;
+    d_o.poison();
+    attention(args);
+    cuda_ok(cudaDeviceSynchronize(), "eager call");
+    const auto eager = d_o.download();
+    std::size_t unwritten = 0;  // poison (all-ones fp16 words) left where a tile was skipped
+    for (std::size_t i = 0; i + 1 < eager.size(); i += 2) unwritten += eager[i] == 0xff && eager[i + 1] == 0xff;
+    ASSERT_EQ(unwritten, 0u) << "elements of O the eager call did not write";
+
+    const AttentionPlan plan(args);
+    ASSERT_GT(plan.workspace_bytes(), 0u) << "the tile counter's workspace";
+    DeviceBuffer workspace(plan.workspace_bytes());
+    const auto run_and_check = [&](const char* what) {
+      d_o.poison();
+      plan.run(args, workspace.ptr);
+      cuda_ok(cudaDeviceSynchronize(), what);
+      EXPECT_EQ(d_o.download(), eager) << what;
+    };
+    std::vector<std::uint8_t> noise(plan.workspace_bytes());
+    for (auto& byte : noise) byte = static_cast<std::uint8_t>(rng());
+    for (const int fill : {0x00, 0xff, -1}) {
+      if (fill >= 0) {
+        cuda_ok(cudaMemset(workspace.ptr, fill, plan.workspace_bytes()), "cudaMemset");
+      } else {
+        cuda_ok(cudaMemcpy(workspace.ptr, noise.data(), noise.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+      }
+      run_and_check("run on a workspace of other bytes");
+      run_and_check("a second run on the same workspace");
+    }
+    cudaStream_t stream = nullptr;
+    cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
+    AttentionArgs on_stream = args;
+    on_stream.stream = stream;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+    plan.run(on_stream, workspace.ptr);
+    cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    for (int replay = 0; replay < 3; ++replay) {  // replays back to back, then a run between them
+      d_o.poison();
+      cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+      cuda_ok(cudaStreamSynchronize(stream), "graph replay");
+      EXPECT_EQ(d_o.download(), eager) << "graph replay " << replay;
+      if (replay > 0) run_and_check("a run between replays");
     }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);

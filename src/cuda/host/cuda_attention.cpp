@@ -458,6 +458,7 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace,
   // that code: its griddepcontrol instructions make dependent launches safe there. Stream capture
   // keeps them in CUDA graphs from 12.4 on.
   call.dependent_launch = PASA_HOPPER_KERNELS == 1 && CUDART_VERSION >= 12040 && info.major == 9 && info.minor == 0;
+  call.tile_tickets = static_cast<std::uint64_t*>(workspace);
 
   const Kernel kernel = plan.spec->kernel;
   if (kernel == Kernel::decode) {
@@ -533,7 +534,15 @@ std::shared_ptr<const CudaPlan> plan_cuda_attention(const AttentionArgs& args, c
 }
 
 std::size_t cuda_plan_workspace_bytes(const CudaPlan& plan) {
-  return plan.spec->kernel == Kernel::decode ? plan.decode_plan.workspace_bytes : 0;
+  switch (plan.spec->kernel) {
+    case Kernel::decode: return plan.decode_plan.workspace_bytes;
+    case Kernel::exact_hopper:
+    case Kernel::pasa_hopper:
+    case Kernel::sage8_hopper: return cuda::kTileTicketBytes;
+    case Kernel::exact_portable:
+    case Kernel::pasa_portable: return 0;
+  }
+  return 0;
 }
 
 void run_cuda_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) {

@@ -3,6 +3,7 @@
 // calls (one per explicit instantiation family). Plain C++: included by .cpp and .cu files alike.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "cuda/host/fwd_tiles.h"
@@ -84,7 +85,12 @@ struct KernelRequest {
   double alpha;  // the softmax scale as given (any sign)
   bool dependent_launch;  // the device runs the kernels' sm_90a code, so a kernel may be launched as
                           // a programmatic dependent of the one before it (launch_dependent.h)
+  std::uint64_t* tile_tickets;  // the sm_90a prefill kernels' tile counter, in the call's workspace
 };
+
+// The workspace of an sm_90a prefill call: its tile counter (tile_scheduler.cuh), in the 256-byte
+// granule of every workspace.
+constexpr std::size_t kTileTicketBytes = 256;
 
 // launch_sage8 needs nothing beyond it.
 using Sage8Request = KernelRequest;

@@ -14,8 +14,9 @@
 //   softmax as well (the variants' headers say how).
 // - Both GEMMs on wgmma: S from Q and K in shared memory (ss), O from P in registers and V in
 //   shared memory (rs, V MN-major as it lies in memory).
-// - Persistent CTAs (one per SM) over a static tile order, causal tiles longest first
-//   (tile_scheduler.cuh).
+// - Persistent CTAs (one per SM), each drawing its next tile from a counter when it is free, causal
+//   tiles longest first (tile_scheduler.cuh). The producer draws; the tile's number reaches the
+//   consumers beside its Q fill.
 //
 // What is written once here: the warp roles and register split, the producer, the rings, the
 // scheduler, the tile loop and the consumer context (the descriptors of this warpgroup's Q rows and
@@ -36,6 +37,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "cuda/arch/cuda_check.h"
 #include "cuda/arch/mbarrier.cuh"
@@ -50,6 +52,7 @@
 #include "cuda/host/once_per_device.h"
 #include "cuda/pipeline/tile_ring.cuh"
 #include "cuda/pipeline/tile_scheduler.cuh"
+#include "pasa/error.h"
 
 namespace pasa::cuda {
 
@@ -111,6 +114,7 @@ struct HopperParams {
   const std::uint8_t* k_tiles;  // [B, H_kv, key blocks] tiles of the variant's (null: K by TMA)
   int heads_kv;
   QuantScales quant;
+  std::uint64_t* tile_tickets;  // the grid's tile counter (draw_tile): 8 bytes of the call's workspace
 };
 
 // What a consumer warpgroup's mainloop sees of one tile: who it is, its rows, the key blocks, the
@@ -211,6 +215,7 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
   extern __shared__ std::uint8_t hopper_smem[];
   const std::uint32_t base = (smem_addr(hopper_smem) + 1023u) & ~1023u;
   __shared__ TileRing<1> q_ring;
+  __shared__ int tile_of_q;  // the tile whose Q the Q slot holds (-1: none left), written with each Q fill
   __shared__ TileRing<Tile::kStages> k_ring, v_ring;
   const FwdParams& p = m.p;
   const int tid = static_cast<int>(threadIdx.x);
@@ -228,13 +233,19 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
     // Producer: one thread.
     warpgroup_release_registers<Tile::kProducerRegs>();
     if (tid != 0) return;
-    int fill = 0;
-    for (int t = static_cast<int>(blockIdx.x), n = 0; t < m.tiles.count(); t += static_cast<int>(gridDim.x), ++n) {
+    // Per tile: the next tile's number drawn at once (its atomic's round trip hides behind this
+    // tile's copies), then Q with the tile's number beside it for the consumers, then K and V.
+    int fill = 0, n = 0;
+    claim_tile_counter(m.tile_tickets);
+    for (int t = static_cast<int>(blockIdx.x); t < m.tiles.count(); ++n) {
+      const int next = draw_tile(m.tile_tickets, m.tiles.count());
       const AttentionTile tile = m.tiles.tile(t);
       const int r0 = tile.m_block * kBlockM, h_kv = tile.h / p.group;
       const int kb_first = first_key_block(p, r0, kBlockN);
       const int kb_end = visited_key_blocks(p, r0, kBlockM, kBlockN, n_kb_all);
-      const std::uint32_t q_bar = q_ring.acquire(n, Tile::kQBytes);
+      q_ring.wait_free(n);
+      tile_of_q = t;
+      const std::uint32_t q_bar = q_ring.announce(n, Tile::kQBytes);
 #pragma unroll
       for (int box = 0; box < Tile::kBoxes; ++box) {
         tma_load_4d(base + Tile::kQOffset + box * Tile::kQBoxBytes, &m.q_map, 64 * box, r0, tile.h, tile.b, q_bar);
@@ -247,7 +258,11 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
         Variant::template load_v<Tile>(m, base + Tile::kVOffset + v_ring.slot(fill) * Tile::kVBytes, v_bar, tile.b,
                                        h_kv, j, n_kb_all);
       }
+      t = next;
     }
+    q_ring.wait_free(n);  // no tiles left: an empty Q fill that says so
+    tile_of_q = -1;
+    q_ring.announce(n, 0);
     return;
   }
 
@@ -261,14 +276,18 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
   }
   typename Variant::template Mainloop<Tile> mainloop;
   int fill = 0;
-  for (int tt = static_cast<int>(blockIdx.x), n = 0; tt < m.tiles.count(); tt += static_cast<int>(gridDim.x), ++n) {
+  for (int n = 0;; ++n) {
+    q_ring.wait(n);
+    // Read by the lane that later releases this warp's hold on the Q fill (after which the producer
+    // may write the next number), and passed to the others.
+    const int tt = __shfl_sync(0xffffffffu, lane == 0 ? *static_cast<volatile int*>(&tile_of_q) : 0, 0);
+    if (tt < 0) break;
     const AttentionTile tile = m.tiles.tile(tt);
     const int r0 = tile.m_block * kBlockM;
     const int kb_first = first_key_block(p, r0, kBlockN);
     const int n_kb = max(0, visited_key_blocks(p, r0, kBlockM, kBlockN, n_kb_all) - kb_first);
     HopperConsumer<Tile> ctx{m, p, tile, c, warp, lane / 4, lane % 4, r0 + 64 * c + 16 * warp, kb_first, n_kb, fill, n,
                              base, q_ring, k_ring, v_ring};
-    q_ring.wait(n);
     mainloop.run_tile(ctx);  // releases the Q slot after its last Q K^T
     fill += n_kb;
   }
@@ -285,9 +304,10 @@ TileScheduler hopper_schedule(const KernelRequest& r) {
   return {m_blocks, p.heads_q, r.batch, p.causal, static_cast<int>(section)};
 }
 
-// The persistent launch: min(tiles, SMs) CTAs; the shared-memory attribute set once per device.
+// The persistent launch: min(tiles, SMs) CTAs drawing tiles from the call's ticket word; the
+// shared-memory attribute set once per device.
 template <class Variant, int D>
-void launch_hopper(const HopperParams& m, const KernelRequest& r, cudaStream_t stream, const char* name) {
+void launch_hopper(HopperParams m, const KernelRequest& r, cudaStream_t stream, const char* name) {
   using Tile = typename Variant::template Tile<D>;
   static OncePerDevice configured;
   auto* kernel = attention_fwd_hopper_kernel<Variant, D>;
@@ -295,6 +315,8 @@ void launch_hopper(const HopperParams& m, const KernelRequest& r, cudaStream_t s
   const long long tiles = static_cast<long long>(m.tiles.m_blocks) * m.tiles.heads * m.tiles.batch;
   const int grid = static_cast<int>(std::min<long long>(tiles, r.sm_count));
   if (grid == 0) return;
+  if (r.tile_tickets == nullptr) throw Error(std::string(name) + ": no workspace for the tile counter");
+  m.tile_tickets = r.tile_tickets;
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(m);
   check_launch(name);
 }

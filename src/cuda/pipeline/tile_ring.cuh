@@ -33,7 +33,12 @@ struct TileRing {
   // Producer: waits until fill i's slot is free, announces `bytes` to land on it, and returns the
   // barrier the copies complete on.
   __device__ __forceinline__ std::uint32_t acquire(int i, std::uint32_t bytes) {
-    mbar_wait(smem_addr(&empty[slot(i)]), parity(i) ^ 1u);
+    wait_free(i);
+    return announce(i, bytes);
+  }
+  // acquire() in two steps, for a producer that writes something beside the slot in between.
+  __device__ __forceinline__ void wait_free(int i) { mbar_wait(smem_addr(&empty[slot(i)]), parity(i) ^ 1u); }
+  __device__ __forceinline__ std::uint32_t announce(int i, std::uint32_t bytes) {
     const std::uint32_t bar = smem_addr(&full[slot(i)]);
     mbar_arrive_expect_tx(bar, bytes);
     return bar;
