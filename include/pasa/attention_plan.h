@@ -19,8 +19,9 @@ class AttentionPlan {
   // problem is kept, not the pointers. Throws pasa::Error.
   explicit AttentionPlan(const AttentionArgs& args);
 
-  // Bytes of workspace run() needs: device memory of the plan's device for the GPU backend, nothing
-  // on the CPU. 0 when no scratch is needed.
+  // Bytes of workspace run() needs: device memory of the plan's device for the GPU backend (a decode
+  // call's partials; the sm_90a prefill kernels' tile counter, 256 bytes), nothing on the CPU. 0 when
+  // no scratch is needed. Its contents before a run do not matter.
   std::size_t workspace_bytes() const;
 
   // Runs `args`, which must describe the plan's problem: only the data pointers, the stream and the
