@@ -50,8 +50,8 @@ struct TileScheduler {
 // drawn so far. A word that another launch left, or that was never written, is claimed for this
 // launch before the first draw (so the word needs no initialization); every CTA draws until its
 // ticket runs past the tiles, so a launch draws `count` tickets, and the last one clears the word
-// (so a CUDA graph that replays a launch, number and all, finds it clear). One launch at a time may
-// use a word: the plan's workspace rule.
+// (so a launch that finds its own number there, as a CUDA graph replay might, finds it clear). One
+// launch at a time may use a word: the plan's workspace rule.
 __device__ __forceinline__ unsigned long long tile_counter_tag() {
   std::uint64_t grid_id;
   asm volatile("mov.u64 %0, %%gridid;\n" : "=l"(grid_id));
