@@ -33,6 +33,18 @@ AttentionArgs device_args(const DeviceTensor& q, const DeviceTensor& k, const De
   return args;
 }
 
+// `plan.run(args, workspace)` captured on args.stream into a CUDA graph (returned in `graph`) and
+// instantiated.
+cudaGraphExec_t capture_run(const AttentionPlan& plan, const AttentionArgs& args, void* workspace, cudaGraph_t& graph) {
+  const auto stream = static_cast<cudaStream_t>(args.stream);
+  cudaGraphExec_t exec = nullptr;
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  plan.run(args, workspace);
+  cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  return exec;
+}
+
 struct Shape {
   std::int64_t B, Hq, Hkv, Sq, Skv;
   int splits;
@@ -75,11 +87,7 @@ TEST(CudaPlan, RunWithACallerWorkspaceEqualsAttentionAndReplaysInAGraph) {
 
     // Capture run(), then replay it after new queries were written into the same buffer.
     cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
-    plan.run(args, workspace);
-    cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    cudaGraphExec_t exec = capture_run(plan, args, workspace, graph);
     dq.upload(q2);
     d_o.poison();
     cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
@@ -96,6 +104,73 @@ TEST(CudaPlan, RunWithACallerWorkspaceEqualsAttentionAndReplaysInAGraph) {
   }
 }
 
+// Random fp16 q, k, v (D 128) on the device, an output, and the call's arguments with `policy`.
+struct DeviceProblem {
+  Tensor4 q, k, v, o;
+  DeviceTensor dq, dk, dv, d_o;
+  AttentionArgs args;
+  DeviceProblem(std::int64_t B, std::int64_t Hq, std::int64_t Hkv, std::int64_t Sq, std::int64_t Skv,
+                const char* policy, std::mt19937_64& rng)
+      : q(test::random_tensor(B, Hq, Sq, 128, rng, DType::f16)),
+        k(test::random_tensor(B, Hkv, Skv, 128, rng, DType::f16)),
+        v(test::random_tensor(B, Hkv, Skv, 128, rng, DType::f16)),
+        o(test::make_tensor(B, Hq, Sq, 128, DType::f16)),
+        dq(q), dk(k), dv(v), d_o(o),
+        args(device_args(dq, dk, dv, d_o)) {
+    args.policy = parse_policy(policy);
+  }
+};
+
+// pasa::attention on `args` into the poisoned output `d_o`, as bytes.
+std::vector<std::uint8_t> eager_result(const AttentionArgs& args, DeviceTensor& d_o) {
+  d_o.poison();
+  attention(args);
+  cuda_ok(cudaDeviceSynchronize(), "eager call");
+  return d_o.download();
+}
+
+// Runs `plan` into `workspace` until the result is `eager`'s, bit for bit, however the workspace
+// was left: filled with zeros, all-ones, 0x01 bytes and noise (two runs on each), then by a CUDA graph
+// of run() replayed back to back and between eager runs.
+void expect_runs_need_no_workspace_initialization(const AttentionPlan& plan, const AttentionArgs& args,
+                                                  DeviceTensor& d_o, const std::vector<std::uint8_t>& eager,
+                                                  void* workspace, std::mt19937_64& rng) {
+  const auto run_and_check = [&](const AttentionArgs& a, const char* what) {
+    d_o.poison();
+    plan.run(a, workspace);
+    cuda_ok(cudaDeviceSynchronize(), what);
+    EXPECT_EQ(d_o.download(), eager) << what;
+  };
+  const std::size_t bytes = plan.workspace_bytes();
+  std::vector<std::uint8_t> noise(bytes);
+  for (auto& byte : noise) byte = static_cast<std::uint8_t>(rng());
+  for (const int fill : {0x00, 0xff, 0x01, -1}) {
+    if (fill >= 0) {
+      cuda_ok(cudaMemset(workspace, fill, bytes), "cudaMemset");
+    } else {
+      cuda_ok(cudaMemcpy(workspace, noise.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    }
+    run_and_check(args, "run on a workspace of other bytes");
+    run_and_check(args, "a second run on the same workspace");
+  }
+  cudaStream_t stream = nullptr;
+  cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
+  AttentionArgs on_stream = args;
+  on_stream.stream = stream;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = capture_run(plan, on_stream, workspace, graph);
+  for (int replay = 0; replay < 3; ++replay) {  // two replays back to back, then a run after each
+    d_o.poison();
+    cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    cuda_ok(cudaStreamSynchronize(stream), "graph replay");
+    EXPECT_EQ(d_o.download(), eager) << "graph replay " << replay;
+    if (replay > 0) run_and_check(args, "a run between replays");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
 // A decode plan's workspace (the splits' partials) needs no initialization: whatever bytes it held
 // before (zeros, ones, arbitrary data, another problem's partials), and however eager runs and graph
 // replays interleave on it, the result is the eager call's, bit for bit.
@@ -105,45 +180,19 @@ TEST(CudaPlan, DecodeWorkspaceNeedsNoInitialization) {
     const auto seed = test::fresh_seed();
     SCOPED_TRACE(::testing::Message() << "seed " << seed << " policy " << policy_text);
     std::mt19937_64 rng(seed);
-    Tensor4 q = test::random_tensor(1, 32, 1, 128, rng, DType::f16);
-    Tensor4 k = test::random_tensor(1, 8, 4096, 128, rng, DType::f16);
-    Tensor4 v = test::random_tensor(1, 8, 4096, 128, rng, DType::f16);
-    Tensor4 o = test::make_tensor(1, 32, 1, 128, DType::f16);
-    DeviceTensor dq(q), dk(k), dv(v), d_o(o);
-    AttentionArgs args = device_args(dq, dk, dv, d_o);
-    args.policy = parse_policy(policy_text);
-    d_o.poison();
-    attention(args);
-    cuda_ok(cudaDeviceSynchronize(), "eager call");
-    const auto eager = d_o.download();
+    DeviceProblem problem(1, 32, 8, 1, 4096, policy_text, rng);
+    const AttentionArgs& args = problem.args;
+    DeviceTensor& d_o = problem.d_o;
+    const auto eager = eager_result(args, d_o);
 
     const AttentionPlan plan(args);
     ASSERT_GT(plan.workspace_bytes(), 0u) << "B 1: the plan should split the keys";
     DeviceBuffer workspace(plan.workspace_bytes());
-    const auto run_and_check = [&](const char* what) {
-      d_o.poison();
-      plan.run(args, workspace.ptr);
-      cuda_ok(cudaDeviceSynchronize(), what);
-      EXPECT_EQ(d_o.download(), eager) << what;
-    };
-    std::vector<std::uint8_t> noise(plan.workspace_bytes());
-    for (auto& byte : noise) byte = static_cast<std::uint8_t>(rng());
-    for (const int fill : {0x00, 0xff, 0x01, -1}) {
-      if (fill >= 0) {
-        cuda_ok(cudaMemset(workspace.ptr, fill, plan.workspace_bytes()), "cudaMemset");
-      } else {
-        cuda_ok(cudaMemcpy(workspace.ptr, noise.data(), noise.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
-      }
-      run_and_check("run on a workspace of other bytes");
-      run_and_check("a second run on the same workspace");
-    }
+    expect_runs_need_no_workspace_initialization(plan, args, d_o, eager, workspace.ptr, rng);
     // Another problem (another split count) on the same workspace, alternately.
     AttentionArgs shorter = args;
     shorter.k.shape[2] = shorter.v.shape[2] = 1500;
-    d_o.poison();
-    attention(shorter);
-    cuda_ok(cudaDeviceSynchronize(), "eager call, 1500 keys");
-    const auto eager_shorter = d_o.download();
+    const auto eager_shorter = eager_result(shorter, d_o);
     const AttentionPlan plan_shorter(shorter);
     ASSERT_LE(plan_shorter.workspace_bytes(), plan.workspace_bytes());
     for (int round = 0; round < 2; ++round) {
@@ -151,28 +200,11 @@ TEST(CudaPlan, DecodeWorkspaceNeedsNoInitialization) {
       plan_shorter.run(shorter, workspace.ptr);
       cuda_ok(cudaDeviceSynchronize(), "run, 1500 keys");
       EXPECT_EQ(d_o.download(), eager_shorter) << "1500 keys after 4096 on the same workspace";
-      run_and_check("4096 keys after 1500 on the same workspace");
-    }
-    cudaStream_t stream = nullptr;
-    cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
-    AttentionArgs on_stream = args;
-    on_stream.stream = stream;
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
-    plan.run(on_stream, workspace.ptr);
-    cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-    for (int replay = 0; replay < 3; ++replay) {  // eager runs between the replays
       d_o.poison();
-      cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-      cuda_ok(cudaStreamSynchronize(stream), "graph replay");
-      EXPECT_EQ(d_o.download(), eager) << "graph replay " << replay;
-      run_and_check("a run between replays");
+      plan.run(args, workspace.ptr);
+      cuda_ok(cudaDeviceSynchronize(), "run, 4096 keys");
+      EXPECT_EQ(d_o.download(), eager) << "4096 keys after 1500 on the same workspace";
     }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
   }
 }
 
@@ -186,18 +218,11 @@ TEST(CudaPlan, PrefillWorkspaceNeedsNoInitialization) {
     const auto seed = test::fresh_seed();
     SCOPED_TRACE(::testing::Message() << "seed " << seed << " policy " << policy_text);
     std::mt19937_64 rng(seed);
-    Tensor4 q = test::random_tensor(4, 8, 2048, 128, rng, DType::f16);
-    Tensor4 k = test::random_tensor(4, 2, 2048, 128, rng, DType::f16);
-    Tensor4 v = test::random_tensor(4, 2, 2048, 128, rng, DType::f16);
-    Tensor4 o = test::make_tensor(4, 8, 2048, 128, DType::f16);
-    DeviceTensor dq(q), dk(k), dv(v), d_o(o);
-    AttentionArgs args = device_args(dq, dk, dv, d_o);
-    args.policy = parse_policy(policy_text);
-    args.causal = true;
-    d_o.poison();
-    attention(args);
-    cuda_ok(cudaDeviceSynchronize(), "eager call");
-    const auto eager = d_o.download();
+    DeviceProblem problem(4, 8, 2, 2048, 2048, policy_text, rng);
+    problem.args.causal = true;
+    const AttentionArgs& args = problem.args;
+    DeviceTensor& d_o = problem.d_o;
+    const auto eager = eager_result(args, d_o);
     std::size_t unwritten = 0;  // poison (all-ones fp16 words) left where a tile was skipped
     for (std::size_t i = 0; i + 1 < eager.size(); i += 2) unwritten += eager[i] == 0xff && eager[i + 1] == 0xff;
     ASSERT_EQ(unwritten, 0u) << "elements of O the eager call did not write";
@@ -205,43 +230,7 @@ TEST(CudaPlan, PrefillWorkspaceNeedsNoInitialization) {
     const AttentionPlan plan(args);
     ASSERT_GT(plan.workspace_bytes(), 0u) << "the tile counter's workspace";
     DeviceBuffer workspace(plan.workspace_bytes());
-    const auto run_and_check = [&](const char* what) {
-      d_o.poison();
-      plan.run(args, workspace.ptr);
-      cuda_ok(cudaDeviceSynchronize(), what);
-      EXPECT_EQ(d_o.download(), eager) << what;
-    };
-    std::vector<std::uint8_t> noise(plan.workspace_bytes());
-    for (auto& byte : noise) byte = static_cast<std::uint8_t>(rng());
-    for (const int fill : {0x00, 0xff, -1}) {
-      if (fill >= 0) {
-        cuda_ok(cudaMemset(workspace.ptr, fill, plan.workspace_bytes()), "cudaMemset");
-      } else {
-        cuda_ok(cudaMemcpy(workspace.ptr, noise.data(), noise.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
-      }
-      run_and_check("run on a workspace of other bytes");
-      run_and_check("a second run on the same workspace");
-    }
-    cudaStream_t stream = nullptr;
-    cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
-    AttentionArgs on_stream = args;
-    on_stream.stream = stream;
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
-    plan.run(on_stream, workspace.ptr);
-    cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-    cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-    for (int replay = 0; replay < 3; ++replay) {  // replays back to back, then a run between them
-      d_o.poison();
-      cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-      cuda_ok(cudaStreamSynchronize(stream), "graph replay");
-      EXPECT_EQ(d_o.download(), eager) << "graph replay " << replay;
-      if (replay > 0) run_and_check("a run between replays");
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
+    expect_runs_need_no_workspace_initialization(plan, args, d_o, eager, workspace.ptr, rng);
   }
 }
 
