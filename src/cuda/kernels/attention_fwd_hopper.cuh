@@ -233,12 +233,12 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
     // Producer: one thread.
     warpgroup_release_registers<Tile::kProducerRegs>();
     if (tid != 0) return;
-    // Per tile: the next tile's number drawn at once (its atomic's round trip hides behind this
-    // tile's copies), then Q with the tile's number beside it for the consumers, then K and V.
+    // Per tile: Q with the tile's number beside it for the consumers, then K and V, then the next
+    // tile's number drawn (its atomic's round trip mostly spent waiting for the consumers to free the
+    // Q slot anyway).
     int fill = 0, n = 0;
     claim_tile_counter(m.tile_tickets);
     for (int t = static_cast<int>(blockIdx.x); t < m.tiles.count(); ++n) {
-      const int next = draw_tile(m.tile_tickets, m.tiles.count());
       const AttentionTile tile = m.tiles.tile(t);
       const int r0 = tile.m_block * kBlockM, h_kv = tile.h / p.group;
       const int kb_first = first_key_block(p, r0, kBlockN);
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
         Variant::template load_v<Tile>(m, base + Tile::kVOffset + v_ring.slot(fill) * Tile::kVBytes, v_bar, tile.b,
                                        h_kv, j, n_kb_all);
       }
-      t = next;
+      t = draw_tile(m.tile_tickets, m.tiles.count());
     }
     q_ring.wait_free(n);  // no tiles left: an empty Q fill that says so
     tile_of_q = -1;
