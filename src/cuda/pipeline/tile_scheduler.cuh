@@ -2,8 +2,8 @@
 // The persistent kernels' tile scheduler. The (query block, batch, head) tiles are numbered in one
 // order; CTA c of a grid of G (one per SM) takes tile c first, then draws the next number from a
 // counter the grid shares (draw_tile) whenever it is free: a CTA that drew short tiles draws more
-// often, so the grid finishes together (a fixed share, tiles c, c + G, ..., measured 2-11% slower on
-// causal calls, bench/NOTES.md).
+// often, so the grid finishes together (with a fixed share, tiles c, c + G, ..., the CTAs whose share
+// holds the longer causal tiles finish last; bench/NOTES.md has the numbers).
 // - Non-causal tiles (all of one length) go head by head, so that the CTAs running at one time
 //   share a head's K and V in L2.
 // - Causal tiles go longest first within sections of `section_heads` (batch, head) pairs whose K and
