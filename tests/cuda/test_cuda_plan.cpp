@@ -129,18 +129,22 @@ std::vector<std::uint8_t> eager_result(const AttentionArgs& args, DeviceTensor& 
   return d_o.download();
 }
 
-// Runs `plan` into `workspace` until the result is `eager`'s, bit for bit, however the workspace
-// was left: filled with zeros, all-ones, 0x01 bytes and noise (two runs on each), then by a CUDA graph
-// of run() replayed back to back and between eager runs.
+// `plan.run(args, workspace)` into the poisoned output `d_o` gives `expected`, bit for bit.
+void expect_run_gives(const AttentionPlan& plan, const AttentionArgs& args, void* workspace, DeviceTensor& d_o,
+                      const std::vector<std::uint8_t>& expected, const char* what) {
+  d_o.poison();
+  plan.run(args, workspace);
+  cuda_ok(cudaDeviceSynchronize(), what);
+  EXPECT_EQ(d_o.download(), expected) << what;
+}
+
+// Every run of `plan` into `workspace` gives `eager`, bit for bit, however the workspace was left:
+// filled with zeros, all-ones, 0x01 bytes and noise (two runs on each), then by a CUDA graph of run()
+// replayed back to back and between eager runs.
 void expect_runs_need_no_workspace_initialization(const AttentionPlan& plan, const AttentionArgs& args,
                                                   DeviceTensor& d_o, const std::vector<std::uint8_t>& eager,
                                                   void* workspace, std::mt19937_64& rng) {
-  const auto run_and_check = [&](const AttentionArgs& a, const char* what) {
-    d_o.poison();
-    plan.run(a, workspace);
-    cuda_ok(cudaDeviceSynchronize(), what);
-    EXPECT_EQ(d_o.download(), eager) << what;
-  };
+  const auto run_and_check = [&](const char* what) { expect_run_gives(plan, args, workspace, d_o, eager, what); };
   const std::size_t bytes = plan.workspace_bytes();
   std::vector<std::uint8_t> noise(bytes);
   for (auto& byte : noise) byte = static_cast<std::uint8_t>(rng());
@@ -150,8 +154,8 @@ void expect_runs_need_no_workspace_initialization(const AttentionPlan& plan, con
     } else {
       cuda_ok(cudaMemcpy(workspace, noise.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
     }
-    run_and_check(args, "run on a workspace of other bytes");
-    run_and_check(args, "a second run on the same workspace");
+    run_and_check("run on a workspace of other bytes");
+    run_and_check("a second run on the same workspace");
   }
   cudaStream_t stream = nullptr;
   cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
@@ -164,7 +168,7 @@ void expect_runs_need_no_workspace_initialization(const AttentionPlan& plan, con
     cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
     cuda_ok(cudaStreamSynchronize(stream), "graph replay");
     EXPECT_EQ(d_o.download(), eager) << "graph replay " << replay;
-    if (replay > 0) run_and_check(args, "a run between replays");
+    if (replay > 0) run_and_check("a run between replays");
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
@@ -196,20 +200,15 @@ TEST(CudaPlan, DecodeWorkspaceNeedsNoInitialization) {
     const AttentionPlan plan_shorter(shorter);
     ASSERT_LE(plan_shorter.workspace_bytes(), plan.workspace_bytes());
     for (int round = 0; round < 2; ++round) {
-      d_o.poison();
-      plan_shorter.run(shorter, workspace.ptr);
-      cuda_ok(cudaDeviceSynchronize(), "run, 1500 keys");
-      EXPECT_EQ(d_o.download(), eager_shorter) << "1500 keys after 4096 on the same workspace";
-      d_o.poison();
-      plan.run(args, workspace.ptr);
-      cuda_ok(cudaDeviceSynchronize(), "run, 4096 keys");
-      EXPECT_EQ(d_o.download(), eager) << "4096 keys after 1500 on the same workspace";
+      expect_run_gives(plan_shorter, shorter, workspace.ptr, d_o, eager_shorter,
+                       "1500 keys after 4096 on the same workspace");
+      expect_run_gives(plan, args, workspace.ptr, d_o, eager, "4096 keys after 1500 on the same workspace");
     }
   }
 }
 
 // The sm_90a prefill kernels draw their tiles from a counter in the workspace (tile_scheduler.cuh),
-// tagged with the launch's number instead of reset: whatever bytes the workspace held, and however
+// tagged with the launch's number and cleared by its last draw: whatever bytes the workspace held, and however
 // eager runs and graph replays interleave on it, every tile is computed once and the result is the
 // eager call's, bit for bit. Causal, with more tiles than SMs, so that the CTAs draw many times.
 TEST(CudaPlan, PrefillWorkspaceNeedsNoInitialization) {

@@ -52,16 +52,13 @@ struct TileScheduler {
 // ticket runs past the tiles, so a launch draws `count` tickets, and the last one clears the word
 // (so a launch that finds its own number there, as a CUDA graph replay might, finds it clear). One
 // launch at a time may use a word: the plan's workspace rule.
-__device__ __forceinline__ unsigned long long tile_counter_tag() {
+//
+// claim_tile_counter makes the word this launch's, keeping the tickets drawn if it is already (one
+// producer thread per CTA, before its first draw_tile).
+__device__ __forceinline__ void claim_tile_counter(std::uint64_t* tickets) {
   std::uint64_t grid_id;
   asm volatile("mov.u64 %0, %%gridid;\n" : "=l"(grid_id));
-  return static_cast<unsigned long long>(grid_id) << 32;
-}
-
-// Makes the word this launch's, keeping the tickets drawn if it is already (one producer thread per
-// CTA, before its first draw_tile).
-__device__ __forceinline__ void claim_tile_counter(std::uint64_t* tickets) {
-  const unsigned long long tag = tile_counter_tag();
+  const unsigned long long tag = static_cast<unsigned long long>(grid_id) << 32;
   auto* word = reinterpret_cast<unsigned long long*>(tickets);
   unsigned long long seen = *static_cast<volatile unsigned long long*>(word);
   while ((seen & 0xffffffff00000000ull) != tag) {
