@@ -228,7 +228,9 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
   __syncthreads();
 
   const int n_kb_all = (p.seq_kv + kBlockN - 1) / kBlockN;
-  const int warpgroup = tid / 128;
+  // Broadcast from lane 0 so that ptxas knows them warp-uniform: what is computed from them (the
+  // shared-memory descriptors of wgmma) then stays in uniform registers.
+  const int warpgroup = __shfl_sync(0xffffffffu, tid / 128, 0);
   if (warpgroup == 0) {
     // Producer: one thread.
     warpgroup_release_registers<Tile::kProducerRegs>();
@@ -268,7 +270,7 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
 
   // Consumers.
   warpgroup_claim_registers<Tile::kConsumerRegs>();
-  const int c = warpgroup - 1, warp = (tid / 32) % 4, lane = tid % 32;
+  const int c = warpgroup - 1, warp = __shfl_sync(0xffffffffu, (tid / 32) % 4, 0), lane = tid % 32;
   if constexpr (Tile::kExtra > 0) {
     Variant::prepare_smem(base + Tile::kExtraOffset, tid - 128, 128 * Tile::kConsumers);
     fence_proxy_async_shared();
