@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""pasa's prefill policies against torch SDPA (cuDNN, flash) and SageAttention2, interleaved in one
-process on the same tensors, through the public Python API, then the sage8 accuracy check.
+"""pasa's prefill policies against torch SDPA (cuDNN, flash), SageAttention2 and cuDNN's FP8 attention,
+interleaved in one process on the same tensors, through the public Python API, then the sage8
+accuracy check.
 
 Usage: python3 bench/python_compare.py [out_csv] [--quick] [--head-dims 96,256]
 
@@ -9,11 +10,14 @@ fp16 and bf16, BHSD contiguous, normal(0, 1) inputs. Per point every method runs
 turn (the order rotated every round), for 5 warm-up and 30 timed rounds, CUDA events around each call
 and nothing waiting between calls; the median of each is kept.
 TFLOP/s = 4 B H S^2 D / t, halved for causal. Each method's quantization or prepass is inside its
-call (pasa's sage8 and SageAttention2 alike). SageAttention2 (`sageattention`) is timed where it is
-importable; it is a peer, never a dependency.
+call (pasa's sage8 and SageAttention2 alike), except cuDNN FP8's (per-tensor e4m3 Q, K, V quantized
+once per point, untimed, as the issue's reference numbers were taken; cudnn_fp8.py). SageAttention2
+(`sageattention`) and cuDNN FP8 (`cudnn`, the nvidia-cudnn-frontend package) are timed where they
+are importable; they are peers, never dependencies.
 
 Accuracy: relative RMSE and cosine similarity against an fp64 reference, sage8 and SageAttention2 on
-normal(0, 1) inputs and on SageAttention2's channel-outlier inputs (a same-signed offset of 20 in 4
+normal(0, 1) inputs and on SageAttention2's channel-outlier inputs (and cuDNN FP8, its O scaled by
+a first call's amax so that e4m3 O uses its range) (a same-signed offset of 20 in 4
 channels of Q and K), B 1, H 8, S 4096, both head dims, fp16.
 """
 import csv
@@ -24,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+import cudnn_fp8
 import pasa
 from interleaved import interleaved_ms
 
@@ -62,6 +67,11 @@ def speed(points, head_dims, out_csv):
                     gen = torch.Generator(device="cuda").manual_seed(S + D)
                     q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=dtype, generator=gen) for _ in range(3))
                     fns = methods(causal)
+                    if cudnn_fp8.available():
+                        try:
+                            fns["cudnn-fp8"] = cudnn_fp8.Fp8Attention(q, k, v, causal)
+                        except Exception as e:  # noqa: BLE001 (the frontend's own error types)
+                            print(f"# cudnn-fp8 skipped at D {D} S {S}: {type(e).__name__}: {e}", file=sys.stderr)
                     for name in list(fns):  # a method that cannot run this point is left out, said once
                         try:
                             fns[name](q, k, v)
@@ -93,7 +103,8 @@ def print_tables(rows):
     for key, t in table.items():
         print(f"{key[0]:<6}{key[1]:>4}{key[2]:>7} {key[3]:<7}" + "".join(f"{t.get(n, float('nan')):13.1f}" for n in names))
     ratios = [("exact/cudnn", "pasa-exact", "torch-cudnn"), ("pasa/exact", "pasa-pasa", "pasa-exact"),
-              ("sage8/cudnn", "pasa-sage8", "torch-cudnn"), ("sage8/sage2", "pasa-sage8", "sage2")]
+              ("sage8/cudnn", "pasa-sage8", "torch-cudnn"), ("sage8/sage2", "pasa-sage8", "sage2"),
+              ("sage8/cudnn8", "pasa-sage8", "cudnn-fp8")]
     print("\nratios")
     print(f"{'dtype':<6}{'D':>4}{'S':>7} {'mask':<7}" + "".join(f"{r[0]:>13}" for r in ratios))
     for key, t in table.items():
@@ -116,6 +127,8 @@ def accuracy():
             outs = {"pasa-sage8": pasa.attention(q16, k16, v16, policy="sage8")}
             if sageattn is not None:
                 outs["sage2"] = sageattn(q16, k16, v16, tensor_layout="HND", is_causal=False)
+            if cudnn_fp8.available():
+                outs["cudnn-fp8"] = cudnn_fp8.accurate_output(q16, k16, v16)
             cells = []
             for name, o in outs.items():
                 err = o.double() - ref
@@ -139,6 +152,8 @@ def main():
     points = (1024, 4096) if "--quick" in argv else (1024, 4096, 16384)
     if sageattn is None:
         print("# SageAttention2 (sageattention) is not importable: its columns are left out", file=sys.stderr)
+    if not cudnn_fp8.available():
+        print("# cuDNN FP8 (cudnn, nvidia-cudnn-frontend) is not importable: its columns are left out", file=sys.stderr)
     print_tables(speed(points, head_dims, out_csv))
     accuracy()
 
