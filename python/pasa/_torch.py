@@ -166,13 +166,32 @@ def _planned_attention(q: Tensor, k: Tensor, v: Tensor, policy: str, causal: boo
             _plans.clear()
         _plans[key] = plan
     size = plan.workspace_bytes
-    # From torch's allocator on the current stream (the graph's pool inside torch.cuda.graph), so
-    # concurrent streams never share one and a captured graph keeps its own.
-    workspace = torch.empty(size, dtype=torch.uint8, device=device) if size else None
+    stream = _current_raw_stream(device.index)
+    workspace = _workspace(device, stream, size) if size else None
     plan.run(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
              0 if lse is None else lse.data_ptr(), 0 if workspace is None else workspace.data_ptr(),
-             _current_raw_stream(device.index))
+             stream)
     return out, lse
+
+
+# The workspaces of eager calls, one per (device, stream), grown to the largest size asked: the calls
+# on one stream run one after another, so they can share one, and concurrent streams never do. A
+# call inside CUDA-graph capture takes a new one from torch's allocator (the graph's private pool),
+# so a captured graph, which may be replayed on any stream, keeps its own. Kept for the process's
+# life (small: the split-KV decode's partials, or 256 bytes for an sm_90a prefill's tile counter).
+_workspaces: Dict[Tuple[int, int], Tensor] = {}
+_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
+
+
+def _workspace(device: torch.device, stream: int, size: int) -> Tensor:
+    if _capturing():
+        return torch.empty(size, dtype=torch.uint8, device=device)
+    key = (device.index, stream)
+    workspace = _workspaces.get(key)
+    if workspace is None or workspace.numel() < size:
+        workspace = torch.empty(size, dtype=torch.uint8, device=device)
+        _workspaces[key] = workspace
+    return workspace
 
 
 def _plain_eager(*tensors: Optional[Tensor]) -> bool:

@@ -196,6 +196,33 @@ def test_eager_calls_plan_once_per_problem(gen, policy):
                 q = q + 1  # new data, same problem
 
 
+@pytest.mark.parametrize("shape", [(1, 32, 8, 1, 4096, 128), (2, 8, 8, 1024, 1024, 128)])
+def test_eager_workspaces_are_per_stream_and_graphs_keep_their_own(gen, shape):
+    # Eager calls on one stream share one workspace (a split-KV decode's partials; an sm_90a prefill's
+    # tile counter). A call captured in a CUDA graph takes its own, so replays on another stream may
+    # run while eager calls use the stream's.
+    from pasa import _torch
+
+    B, Hq, Hkv, Sq, Skv, D = shape
+    q = randn(gen, B, Hq, Sq, D, dtype=torch.bfloat16)
+    k, v = (randn(gen, B, Hkv, Skv, D, dtype=torch.bfloat16) for _ in range(2))
+    q2, k2, v2 = (x.flip(-2) for x in (q, k, v))  # the eager calls' inputs: other data, same problem
+    want, want2 = pasa.attention(q, k, v, causal=True), pasa.attention(q2, k2, v2, causal=True)
+    cached = {key: w.data_ptr() for key, w in _torch._workspaces.items()}
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = pasa.attention(q, k, v, causal=True)
+    assert {key: w.data_ptr() for key, w in _torch._workspaces.items()} == cached
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    for _ in range(20):
+        with torch.cuda.stream(side):
+            graph.replay()
+        torch.testing.assert_close(pasa.attention(q2, k2, v2, causal=True), want2, atol=0, rtol=0)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.testing.assert_close(out, want, atol=0, rtol=0)
+
+
 def test_device_mismatch_names_the_argument(gen):
     q, k, v = (randn(gen, 1, 2, 16, 64, dtype=torch.float16) for _ in range(3))
     with pytest.raises(pasa.PasaError, match=r"^k: on cpu but q is on cuda:0"):
