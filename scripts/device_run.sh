@@ -133,8 +133,9 @@ PYTHONUNBUFFERED=1 python3 bench/torch_sdpa.py "$CSVS" "$OUT/torch_sdpa.csv" 2>&
   | grep -E -v "^torch-(flash|cudnn) "
 }
 
-# The Python comparison (PASA_COMPARE=1; needs the package built above): pasa's policies, torch SDPA
-# and SageAttention2 where importable (PASA_PEER_PYTHONPATH: where a build of it lies), interleaved.
+# The Python comparison (PASA_COMPARE=1; needs the package built above): pasa's policies, torch SDPA,
+# and SageAttention2 and cuDNN's FP8 attention where importable (PASA_PEER_PYTHONPATH: where a build
+# of SageAttention2 and the unpacked nvidia-cudnn-frontend wheel lie, colon-separated), interleaved.
 if [ "${PASA_COMPARE:-0}" = 1 ] && [ -d /tmp/pasa-py ]; then
   phase "python_compare (interleaved in one process)"
   PYTHONUNBUFFERED=1 PYTHONPATH="/tmp/pasa-py:${PASA_PEER_PYTHONPATH:-}" python3 bench/python_compare.py \
