@@ -34,10 +34,17 @@ void launch_exact_fwd(const KernelRequest& r, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (r.fwd.negate_q) throw Error("exact Hopper kernel: a negative softmax scale runs on the portable kernel");
   const bool masked = r.fwd.mask_type != MaskType::none;
-  // Causal calls of up to 4k queries and keys at D 64 on two consumer warpgroups: measured 1.03-1.11x
-  // three at 1k and 4k, 0.87-1.00x at 16k (bench/NOTES.md, S_q = S_kv). (A few queries against many
-  // keys, as in chunked prefill, are mostly unmasked: the full case, where three are faster.)
-  const bool short_causal = r.fwd.causal && r.fwd.seq_q <= 4096 && r.fwd.seq_kv <= 4096;
+  // At D 64, two consumer warpgroups (128-row tiles) instead of three (192) for
+  // - causal calls of up to 4k queries and keys: measured 1.03-1.11x three at 1k and 4k, 0.87-1.00x
+  //   at 16k (bench/NOTES.md, S_q = S_kv). (A few queries against many keys, as in chunked prefill,
+  //   are mostly unmasked: the full case.)
+  // - calls whose last 192-row tile pads the queries by over 5% more than a 128-row one would: S_q =
+  //   1k full measured 1.05-1.07x three (12.5% padding against none); 2k and 4k (3% against none)
+  //   0.97-1.03x, where three stay.
+  const int q_pad192 = (r.fwd.seq_q + 191) / 192 * 192 - r.fwd.seq_q;
+  const int q_pad128 = (r.fwd.seq_q + 127) / 128 * 128 - r.fwd.seq_q;
+  const bool two_consumers64 = (r.fwd.causal && r.fwd.seq_q <= 4096 && r.fwd.seq_kv <= 4096) ||
+                               20 * (q_pad192 - q_pad128) > r.fwd.seq_q;
   dispatch_16bit(r.in_type, "exact Hopper kernel", [&]<typename Elem>() {
     dispatch_head_dim<64, 128>(r.head_dim, "exact Hopper kernel", [&]<int D>() {
       if (masked) {
@@ -45,7 +52,7 @@ void launch_exact_fwd(const KernelRequest& r, void* stream) {
         return;
       }
       if constexpr (D == 64) {
-        if (short_causal) {
+        if (two_consumers64) {
           launch_typed<Elem, D, false, 2>(r, s);
           return;
         }
