@@ -25,9 +25,9 @@ namespace pasa::cuda {
 // registers, and at D 64 the masked one runs two consumer warpgroups of 240 registers).
 // kConsumers64: the consumer warpgroups at D 64. Three by default (192 query rows share each K and V
 // tile; the softmax, whose work per score does not shrink with D, has more warps to hide it); two for
-// short causal calls, whose 192-row tiles leave more rows idle past the diagonal and the sequence end
-// (the launcher chooses: attention_fwd_exact_hopper.cu). Two at D 128 (S, P and O need ~200 registers
-// a thread).
+// short causal calls, whose 192-row tiles leave more rows idle past the diagonal and the sequence end,
+// and for calls whose last 192-row tile is mostly padding (the launcher chooses:
+// attention_fwd_exact_hopper.cu). Two at D 128 (S, P and O need ~200 registers a thread).
 template <typename E, bool kMasked = false, int kConsumers64 = kMasked ? 2 : 3>
 struct ExactHopperVariant : HopperVariantDefaults {
   using Elem = E;
