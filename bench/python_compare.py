@@ -15,10 +15,10 @@ once per point, untimed, as the issue's reference numbers were taken; cudnn_fp8.
 (`sageattention`) and cuDNN FP8 (`cudnn`, the nvidia-cudnn-frontend package) are timed where they
 are importable; they are peers, never dependencies.
 
-Accuracy: relative RMSE and cosine similarity against an fp64 reference, sage8 and SageAttention2 on
-normal(0, 1) inputs and on SageAttention2's channel-outlier inputs (and cuDNN FP8, its O scaled by
-a first call's amax so that e4m3 O uses its range) (a same-signed offset of 20 in 4
-channels of Q and K), B 1, H 8, S 4096, both head dims, fp16.
+Accuracy: relative RMSE and cosine similarity against an fp64 reference, sage8, SageAttention2 and
+cuDNN FP8 (its O scaled by a first call's amax, so that e4m3 O uses its range) on normal(0, 1)
+inputs and on SageAttention2's channel-outlier inputs (a same-signed offset of 20 in 4 channels of Q
+and K), B 1, H 8, S 4096, both head dims, fp16.
 """
 import csv
 import functools
