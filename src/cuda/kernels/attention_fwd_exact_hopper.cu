@@ -41,10 +41,10 @@ void launch_exact_fwd(const KernelRequest& r, void* stream) {
   // - calls whose last 192-row tile pads the queries by over 5% more than a 128-row one would: S_q =
   //   1k full measured 1.05-1.07x three (12.5% padding against none); 2k and 4k (3% against none)
   //   0.97-1.03x, where three stay.
-  const int q_pad192 = (r.fwd.seq_q + 191) / 192 * 192 - r.fwd.seq_q;
-  const int q_pad128 = (r.fwd.seq_q + 127) / 128 * 128 - r.fwd.seq_q;
-  const bool two_consumers64 = (r.fwd.causal && r.fwd.seq_q <= 4096 && r.fwd.seq_kv <= 4096) ||
-                               20 * (q_pad192 - q_pad128) > r.fwd.seq_q;
+  const int seq_q = r.fwd.seq_q;
+  const auto query_padding = [&](int tile_rows) { return (seq_q + tile_rows - 1) / tile_rows * tile_rows - seq_q; };
+  const bool two_consumers64 = (r.fwd.causal && seq_q <= 4096 && r.fwd.seq_kv <= 4096) ||
+                               20 * (query_padding(3 * 64) - query_padding(2 * 64)) > seq_q;
   dispatch_16bit(r.in_type, "exact Hopper kernel", [&]<typename Elem>() {
     dispatch_head_dim<64, 128>(r.head_dim, "exact Hopper kernel", [&]<int D>() {
       if (masked) {
