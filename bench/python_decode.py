@@ -3,7 +3,7 @@
 tensors, pasa.attention_with_kvcache on a dense and on paged KV caches, interleaved in one process on
 the same keys and values, eager and replayed as CUDA graphs.
 
-Usage: python3 bench/python_decode.py [out_csv] [--fp16]
+Usage: python3 bench/python_decode.py [out_csv] [--fp16] [--blocks-in-order]
 
 Points: S_q = 1, 32 query / 8 KV heads, d = 128, bf16 (fp16 with --fp16: the fdpp policy's own input
 format, which it then reads without converting), B 1 / 8 / 64, S_kv 4k / 16k / 32k, normal(0, 1)
@@ -14,7 +14,9 @@ inputs, no mask (S_q = 1). A point whose tensors do not fit in the GPU's free me
   attention                 pasa.attention, exact, on the same dense tensors
   kv-dense                  pasa.attention_with_kvcache, exact, dense cache [B, S_kv, 8, 128]
   kv-paged16, kv-paged64    the same on a paged cache of 16- / 64-position blocks, each sequence's
-                            blocks shuffled over the whole pool
+                            blocks shuffled over the whole pool (with --blocks-in-order: sequence b
+                            owns blocks b n .. b n + n - 1 in order, so the table's reads alone
+                            separate paged from dense)
   kv-paged16-fdpp           kv-paged16 under the fdpp policy
 Every cache holds the dense tensors' keys and values and is full (cache_seqlens = S_kv, no append),
 so every method computes the same attention; each output is checked against the first method's
@@ -48,9 +50,12 @@ RATIOS = [("attention/cudnn", "attention", "torch-cudnn"), ("kv-dense/cudnn", "k
           ("fdpp/exact", "kv-paged16-fdpp", "kv-paged16")]
 
 
-def shuffled_table(B, S, block, gen):
-    """int32 [B, S / block]: the pool's blocks in a random order, S / block of them per sequence."""
-    return torch.randperm(B * S // block, device="cuda", generator=gen).view(B, S // block).to(torch.int32)
+def block_table(B, S, block, gen, in_order):
+    """int32 [B, S / block]: the pool's blocks, S / block of them per sequence, in a random order (or in
+    pool order)."""
+    n = B * S // block
+    ids = torch.arange(n, device="cuda") if in_order else torch.randperm(n, device="cuda", generator=gen)
+    return ids.view(B, S // block).to(torch.int32)
 
 
 def paged(dense_cache, table):
@@ -62,7 +67,7 @@ def paged(dense_cache, table):
     return pool
 
 
-def methods(B, S, gen, dtype):
+def methods(B, S, gen, dtype, blocks_in_order):
     """The calls of one point (outputs [B, H_q, 1, D] or, from the caches, [B, 1, H_q, D])."""
     q = torch.randn(B, H_Q, 1, D, device="cuda", dtype=dtype, generator=gen)
     k, v = (torch.randn(B, H_KV, S, D, device="cuda", dtype=dtype, generator=gen) for _ in range(2))
@@ -91,7 +96,7 @@ def methods(B, S, gen, dtype):
 
     fns["kv-dense"] = kvcache(k_cache, v_cache)
     for block in (16, 64):
-        table = shuffled_table(B, S, block, gen)
+        table = block_table(B, S, block, gen, blocks_in_order)
         k_pool, v_pool = paged(k_cache, table), paged(v_cache, table)
         fns[f"kv-paged{block}"] = kvcache(k_pool, v_pool, table)
         if block == 16:
@@ -142,7 +147,7 @@ def fits(B, S):
     return 4 * kv_bytes + (1 << 30) < free
 
 
-def bench(dtype):
+def bench(dtype, blocks_in_order):
     rows = []
     for B in BATCHES:
         for S in SEQS:
@@ -150,7 +155,7 @@ def bench(dtype):
             if not fits(B, S):
                 print(f"# B {B} S_kv {S} skipped: its tensors do not fit in the GPU's free memory", file=sys.stderr)
                 continue
-            fns = methods(B, S, torch.Generator(device="cuda").manual_seed(B * S), dtype)
+            fns = methods(B, S, torch.Generator(device="cuda").manual_seed(B * S), dtype, blocks_in_order)
             run_once_and_check(fns, B, S)
             kv_bytes = 2.0 * B * S * H_KV * D * 2
             for mode, calls in (("eager", fns), ("graph", graphs(fns, B, S))):
@@ -162,12 +167,12 @@ def bench(dtype):
     return rows
 
 
-def print_tables(rows, dtype_name):
+def print_tables(rows, dtype_name, blocks):
     table = {}
     for r in rows:
         table.setdefault((r["B"], r["S_kv"], r["mode"]), {})[r["method"]] = (float(r["us"]), float(r["tbps"]))
     names = list(dict.fromkeys(r["method"] for r in rows))
-    print(f"\ndecode, S_q 1, {H_Q}/{H_KV} heads, d {D}, {dtype_name} (median of {RUNS}, interleaved; "
+    print(f"\ndecode, S_q 1, {H_Q}/{H_KV} heads, d {D}, {dtype_name}, paged blocks {blocks} (median of {RUNS}, interleaved; "
           f"{torch.cuda.get_device_name()}; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}; "
           f"pasa {pasa.__version__})")
     for title, column, digits in (("microseconds", 0, 2), ("TB/s of K and V read", 1, 3)):
@@ -187,12 +192,13 @@ def print_tables(rows, dtype_name):
 def main():
     if not (torch.cuda.is_available() and pasa.built_with_cuda):
         sys.exit("python_decode.py needs a CUDA GPU and a pasa build with the CUDA kernels")
-    fp16 = "--fp16" in sys.argv[1:]
-    paths = [a for a in sys.argv[1:] if a != "--fp16"]
-    rows = bench(torch.float16 if fp16 else torch.bfloat16)
+    flags = ("--fp16", "--blocks-in-order")
+    fp16, in_order = (f in sys.argv[1:] for f in flags)
+    paths = [a for a in sys.argv[1:] if a not in flags]
+    rows = bench(torch.float16 if fp16 else torch.bfloat16, in_order)
     if not rows:
         sys.exit("no point ran")
-    print_tables(rows, "fp16" if fp16 else "bf16")
+    print_tables(rows, "fp16" if fp16 else "bf16", "in order" if in_order else "shuffled")
     if paths:
         with open(paths[0], "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))

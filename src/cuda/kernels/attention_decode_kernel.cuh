@@ -181,10 +181,15 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   const int n_tiles = n_end > k_begin ? (n_end - k_begin + kBlockN - 1) / kBlockN : 0;
 
   const auto look_up = [&](int t) { return key_rows.look_up(k_begin + t * kBlockN, k_end - k_begin - t * kBlockN); };
-  const auto load_tile = [&](int t, const Blocks& blocks) {
+  using Sources = typename Rows::Sources;
+  const auto sources = [&](int t, const Blocks& blocks) {
+    const int n0 = k_begin + t * kBlockN;
+    return key_rows.sources(n0, k_end - n0, blocks);
+  };
+  const auto load_tile = [&](int t, const Sources& src) {
     const int n0 = k_begin + t * kBlockN;
     const int stage = t % kStages;
-    key_rows.load(sK + stage * kBlockN * kStride, sV + stage * kBlockN * kStride, n0, k_end - n0, blocks);
+    key_rows.load(sK + stage * kBlockN * kStride, sV + stage * kBlockN * kStride, n0, k_end - n0, src);
   };
 
   // Prologue: Q (packed rows gathered from their heads, zero past p.rows) and the first tiles, one
@@ -206,7 +211,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   const auto load_first_tiles = [&] {  // one group per tile
 #pragma unroll
     for (int t = 0; t < kStages - 1; ++t) {
-      if (t < n_tiles) load_tile(t, first_blocks[t]);
+      if (t < n_tiles) load_tile(t, sources(t, first_blocks[t]));
       cp_async_commit();
     }
   };
@@ -262,11 +267,13 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
       const bool load_next = j + kStages - 1 < n_tiles;
       Blocks after = next;
       if (j + kStages < n_tiles) after = look_up(j + kStages);  // (read a whole tile before its use)
+      Sources src{};
+      if (load_next) src = sources(j + kStages - 1, next);
       if (j > 0) {
         cp_async_wait<kStages - 2>();  // tile j has landed (this thread's copies)
         __syncthreads();  // ... everyone's; and every warp is done with tile j - 1's stage
       }
-      if (load_next) load_tile(j + kStages - 1, next);
+      if (load_next) load_tile(j + kStages - 1, src);
       cp_async_commit();
       next = after;
 

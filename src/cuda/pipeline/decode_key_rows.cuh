@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/host/decode_params.h"
 #include "cuda/pipeline/tile_load.cuh"
@@ -45,9 +46,41 @@ struct KeyRows {
     return blocks;
   }
 
-  // The copies of rows [n0, n0 + valid) (rows past `valid` zero-filled), with the block ids of a
-  // look_up(n0, rows >= valid).
-  __device__ __forceinline__ void load(Elem* smem_k, Elem* smem_v, int n0, int valid, const Blocks& blocks) const {
+  // A paged tile's sources: the global addresses of this thread's chunks of K and V (null for a row
+  // to zero-fill), rows [n0, n0 + valid) with the block ids of a look_up(n0, rows >= valid). Worked
+  // out before the wait for the tile before, so that load issues the copies right after the barrier;
+  // at head dim 256 (16 chunks a thread, whose 64 address registers would spill) load works each out
+  // as it copies it.
+  static constexpr bool kEarlySources = Rows::kCount <= 8;
+  struct Addresses {
+    const Elem* k[Rows::kCount];
+    const Elem* v[Rows::kCount];
+  };
+  struct Deferred {
+    int n0, valid;
+    Blocks blocks;
+  };
+  using Sources = std::conditional_t<kEarlySources, Addresses, Deferred>;
+
+  __device__ __forceinline__ Sources sources(int n0, int valid, const Blocks& blocks) const {
+    if constexpr (kEarlySources) {
+      Addresses a{};
+      if (!paged()) return a;
+#pragma unroll
+      for (int i = 0; i < Rows::kCount; ++i) {
+        const auto [k_src, v_src] = chunk_sources(n0, valid, blocks, i);
+        a.k[i] = k_src;
+        a.v[i] = v_src;
+      }
+      return a;
+    } else {
+      return Deferred{n0, valid, blocks};
+    }
+  }
+
+  // The copies of rows [n0, n0 + valid) (rows past `valid` zero-filled); a paged cache's from
+  // sources(n0, valid, ...).
+  __device__ __forceinline__ void load(Elem* smem_k, Elem* smem_v, int n0, int valid, const Sources& src) const {
     const Operand& k = p.fwd.k;
     const Operand& v = p.fwd.v;
     if (!paged()) {
@@ -57,15 +90,29 @@ struct KeyRows {
       load_tile_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_v, v_head + v_row0, v.stride_s, valid);
       return;
     }
+    load_rows_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_k, smem_v, [&](int i) {
+      if constexpr (kEarlySources) {
+        return Pair{src.k[i], src.v[i]};
+      } else {
+        return chunk_sources(src.n0, src.valid, src.blocks, i);
+      }
+    });
+  }
+
+ private:
+  struct Pair {
+    const Elem* k;
+    const Elem* v;
+  };
+  // The K and V addresses of this thread's i-th chunk of rows [n0, n0 + valid) (null past valid or
+  // for a block id outside the pool).
+  __device__ __forceinline__ Pair chunk_sources(int n0, int valid, const Blocks& blocks, int i) const {
     const int slot_mask = (1 << p.cache.block_shift) - 1;
-    std::int64_t offset[Rows::kCount];
-#pragma unroll
-    for (int i = 0; i < Rows::kCount; ++i) {
-      const int block = blocks.id[i];
-      const bool inside = Rows::row(i) < valid && block >= 0 && block < p.cache.num_blocks;
-      offset[i] = inside ? block * k.stride_b + ((n0 + Rows::row(i)) & slot_mask) * k.stride_s : -1;
-    }
-    load_rows_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_k, smem_v, k_head, v_head, offset);
+    const int block = blocks.id[i];
+    const int col = ((static_cast<int>(threadIdx.x) + i * kThreads) % Rows::kChunksPerRow) * 8;
+    if (!(Rows::row(i) < valid && block >= 0 && block < p.cache.num_blocks)) return Pair{nullptr, nullptr};
+    const std::int64_t at = block * p.fwd.k.stride_b + ((n0 + Rows::row(i)) & slot_mask) * p.fwd.k.stride_s + col;
+    return Pair{k_head + at, v_head + at};
   }
 };
 
