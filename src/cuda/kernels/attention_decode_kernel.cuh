@@ -35,7 +35,6 @@
 #include "cuda/block/fwd_mask.cuh"
 #include "cuda/block/online_softmax.cuh"
 #include "cuda/arch/ptx.cuh"
-#include "cuda/pipeline/decode_key_rows.cuh"
 #include "cuda/pipeline/tile_load.cuh"
 #include "cuda/arch/warp_mma.cuh"
 
@@ -90,6 +89,60 @@ __device__ __forceinline__ SequenceKeys sequence_keys(const DecodeParams& p, int
   return {len, p.cache.bottom_right ? len - f.seq_q : f.causal_offset};
 }
 
+// How the decode kernel finds its key rows: a dense operand's are one stride apart; a paged cache's
+// are looked up in the block table, once per row for K and V together (the host checks that their
+// strides agree), with shifts for the power-of-two block size. The lookups of a tile are issued one
+// step before its copies (look_up, then load), so that their latency overlaps the wait for the tile
+// before.
+template <int kRows, int kHeadDim, int kThreads, int kPrefetch, typename Elem>
+struct KeyRows {
+  using Rows = ThreadRows<kRows, kHeadDim, kThreads>;
+  const DecodeParams& p;
+  int b;
+  const Elem* k_head;
+  const Elem* v_head;
+  int block[Rows::kCount];  // the looked-up block ids of this thread's rows (paged), -1: none
+
+  __device__ KeyRows(const DecodeParams& params, int batch, int h_kv)
+      : p(params), b(batch),
+        k_head(static_cast<const Elem*>(params.fwd.k.data) + h_kv * params.fwd.k.stride_h),
+        v_head(static_cast<const Elem*>(params.fwd.v.data) + h_kv * params.fwd.v.stride_h) {}
+
+  __device__ __forceinline__ bool paged() const { return p.cache.block_table != nullptr; }
+
+  // The block ids of rows [n0, n0 + valid) (paged caches; nothing for a dense operand).
+  __device__ __forceinline__ void look_up(int n0, int valid) {
+    if (!paged()) return;
+    const int* table = p.cache.block_table + static_cast<std::int64_t>(b) * p.cache.max_blocks;
+#pragma unroll
+    for (int i = 0; i < Rows::kCount; ++i) {
+      const int row = Rows::row(i);
+      block[i] = row >= 0 && row < valid ? table[(n0 + row) >> p.cache.block_shift] : -1;
+    }
+  }
+
+  // The copies of rows [n0, n0 + valid) (rows past `valid` zero-filled), after look_up(n0, valid).
+  __device__ __forceinline__ void load(Elem* smem_k, Elem* smem_v, int n0, int valid) const {
+    const Operand& k = p.fwd.k;
+    const Operand& v = p.fwd.v;
+    if (!paged()) {
+      const std::int64_t k_row0 = b * k.stride_b + static_cast<std::int64_t>(n0) * k.stride_s;
+      const std::int64_t v_row0 = b * v.stride_b + static_cast<std::int64_t>(n0) * v.stride_s;
+      load_tile_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_k, k_head + k_row0, k.stride_s, valid);
+      load_tile_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_v, v_head + v_row0, v.stride_s, valid);
+      return;
+    }
+    const int slot_mask = (1 << p.cache.block_shift) - 1;
+    std::int64_t offset[Rows::kCount];
+#pragma unroll
+    for (int i = 0; i < Rows::kCount; ++i) {
+      const bool inside = block[i] >= 0 && block[i] < p.cache.num_blocks;
+      offset[i] = inside ? block[i] * k.stride_b + ((n0 + Rows::row(i)) & slot_mask) * k.stride_s : -1;
+    }
+    load_rows_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_k, smem_v, k_head, v_head, offset);
+  }
+};
+
 // The tile of an instantiation, as a type (C++17 has no class-type template parameters).
 template <int kHeadDim, int kVariant = 0>
 struct DecodeTileOf {
@@ -138,23 +191,8 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   const int r0 = chunk * kBlockM;                        // the CTA's first packed row
   const int r_last = min(r0 + kBlockM, p.rows) - 1;      // ... and its last valid one
   const std::int64_t head_row0 = (static_cast<std::int64_t>(b) * p.heads_kv + h_kv) * p.rows;  // row index base
-  const int k_begin = split * p.split_keys;
-
-  // A paged cache's block ids of the first kStages tiles, read before the sequence's length (so that
-  // the two reads overlap), for the split's rows within the cache's capacity S_kv.
-  using Rows = KeyRows<kBlockN, kHeadDim, kThreads, kT.l2_prefetch, InElem>;
-  using Blocks = typename Rows::Blocks;
-  const Rows key_rows(p, b, h_kv);
-  const int capacity_end = min(f.seq_kv, k_begin + p.split_keys);
-  Blocks first_blocks[kStages];
-  const auto look_up_first = [&] {
-#pragma unroll
-    for (int t = 0; t < kStages; ++t) {
-      first_blocks[t] = key_rows.look_up(k_begin + t * kBlockN, capacity_end - k_begin - t * kBlockN);
-    }
-  };
-  look_up_first();
   const SequenceKeys keys = sequence_keys(p, b);
+  const int k_begin = split * p.split_keys;
   const int k_end = min(keys.seq_kv, k_begin + p.split_keys);
 
   // This thread's rows (r = 2 mt + i: packed row r0 + 16 mt + 8 i + lane / 4) and their visible key
@@ -180,16 +218,12 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   }
   const int n_tiles = n_end > k_begin ? (n_end - k_begin + kBlockN - 1) / kBlockN : 0;
 
-  const auto look_up = [&](int t) { return key_rows.look_up(k_begin + t * kBlockN, k_end - k_begin - t * kBlockN); };
-  using Sources = typename Rows::Sources;
-  const auto sources = [&](int t, const Blocks& blocks) {
-    const int n0 = k_begin + t * kBlockN;
-    return key_rows.sources(n0, k_end - n0, blocks);
-  };
-  const auto load_tile = [&](int t, const Sources& src) {
+  KeyRows<kBlockN, kHeadDim, kThreads, kT.l2_prefetch, InElem> key_rows(p, b, h_kv);
+  const auto look_up = [&](int t) { key_rows.look_up(k_begin + t * kBlockN, k_end - k_begin - t * kBlockN); };
+  const auto load_tile = [&](int t) {
     const int n0 = k_begin + t * kBlockN;
     const int stage = t % kStages;
-    key_rows.load(sK + stage * kBlockN * kStride, sV + stage * kBlockN * kStride, n0, k_end - n0, src);
+    key_rows.load(sK + stage * kBlockN * kStride, sV + stage * kBlockN * kStride, n0, k_end - n0);
   };
 
   // Prologue: Q (packed rows gathered from their heads, zero past p.rows) and the first tiles, one
@@ -211,7 +245,10 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   const auto load_first_tiles = [&] {  // one group per tile
 #pragma unroll
     for (int t = 0; t < kStages - 1; ++t) {
-      if (t < n_tiles) load_tile(t, sources(t, first_blocks[t]));
+      if (t < n_tiles) {
+        look_up(t);
+        load_tile(t);
+      }
       cp_async_commit();
     }
   };
@@ -262,20 +299,15 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
       for (int n = 0; n < kDTiles; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) tOrO[mt][n][e] = 0.0f;
-    Blocks next = first_blocks[kStages - 1];  // the block ids of the next tile to load
     for (int j = 0; j < n_tiles; ++j) {
       const bool load_next = j + kStages - 1 < n_tiles;
-      Blocks after = next;
-      if (j + kStages < n_tiles) after = look_up(j + kStages);  // (read a whole tile before its use)
-      Sources src{};
-      if (load_next) src = sources(j + kStages - 1, next);
+      if (load_next) look_up(j + kStages - 1);  // (its latency runs under the wait below)
       if (j > 0) {
         cp_async_wait<kStages - 2>();  // tile j has landed (this thread's copies)
         __syncthreads();  // ... everyone's; and every warp is done with tile j - 1's stage
       }
-      if (load_next) load_tile(j + kStages - 1, src);
+      if (load_next) load_tile(j + kStages - 1);
       cp_async_commit();
-      next = after;
 
       const std::uint32_t stage_off = (j % kStages) * kTileBytes;
       const int key0 = k_begin + j * kBlockN + warp * kWarpKeys;  // the warp's first key
@@ -336,7 +368,6 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
     if (__syncthreads_or(any_left)) {
       cp_async_wait<0>();
       __syncthreads();  // every warp is done with the stages
-      look_up_first();
       load_first_tiles();
       cp_async_wait<kStages - 2>();
       __syncthreads();

@@ -77,11 +77,12 @@ struct ThreadRows {
   }
 };
 
-// load_tile_async's copy (the same chunks to the same threads) of two tiles whose rows lie anywhere
-// (K and V of one paged cache): source(i) gives the global addresses {a, b} of the thread's i-th chunk
-// (ThreadRows) in the two tiles, {null, null} for a chunk to zero-fill.
-template <int kRows, int kHeadDim, int kThreads, typename Elem, int kPrefetch = 0, class Source>
-__device__ __forceinline__ void load_rows_async(Elem* smem_a, Elem* smem_b, Source source) {
+// load_tile_async's copy (the same chunks to the same threads) of two tiles whose rows share their
+// offsets (K and V of one paged cache), each row at its own element offset from base_a and base_b:
+// offset[i] for the row of the thread's i-th chunk (ThreadRows), -1 for a row to zero-fill.
+template <int kRows, int kHeadDim, int kThreads, typename Elem, int kPrefetch = 0>
+__device__ __forceinline__ void load_rows_async(Elem* smem_a, Elem* smem_b, const Elem* base_a, const Elem* base_b,
+                                                const std::int64_t (&offset)[ThreadRows<kRows, kHeadDim, kThreads>::kCount]) {
   using Rows = ThreadRows<kRows, kHeadDim, kThreads>;
   constexpr int kStride = smem_row_stride<kHeadDim>();
 #pragma unroll
@@ -89,10 +90,10 @@ __device__ __forceinline__ void load_rows_async(Elem* smem_a, Elem* smem_b, Sour
     const int row = Rows::row(i);
     if (Rows::kChunks % kThreads != 0 && row < 0) continue;
     const int col = ((static_cast<int>(threadIdx.x) + i * kThreads) % Rows::kChunksPerRow) * 8;
-    const auto [src_a, src_b] = source(i);
-    const bool valid = src_a != nullptr;  // (a zero-filling copy reads nothing)
-    cp_async_16_hint<kPrefetch>(smem_addr(smem_a + row * kStride + col), valid ? src_a : smem_a, valid);
-    cp_async_16_hint<kPrefetch>(smem_addr(smem_b + row * kStride + col), valid ? src_b : smem_b, valid);
+    const bool valid = offset[i] >= 0;
+    const std::int64_t at = valid ? offset[i] + col : 0;  // (a zero-filling copy reads nothing)
+    cp_async_16_hint<kPrefetch>(smem_addr(smem_a + row * kStride + col), base_a + at, valid);
+    cp_async_16_hint<kPrefetch>(smem_addr(smem_b + row * kStride + col), base_b + at, valid);
   }
 }
 
