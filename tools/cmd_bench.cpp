@@ -5,8 +5,9 @@
 // B * S = --tokens and H = --hidden / D (rounded down: 21 heads at 96), causal and not, fp16 and bf16; then decode (S_q = 1, 32
 // query / 8 KV heads, d = 128, bf16, B = 64 at S_kv = 4k .. 32k). Progress on stderr, a table on
 // stdout, one CSV row per point with --csv (the columns bench/torch_sdpa.py reads to put torch SDPA
-// beside it). A point the kernels do not take (sage8 at head dim 96) or that does not fit in memory
-// is skipped with its reason, and the run goes on; a CUDA error stops it.
+// beside it); --decode-cache times decode on KV caches too. A point the kernels do not take (sage8 at
+// head dim 96) or that does not fit in memory is skipped with its reason, and the run goes on; a CUDA
+// error stops it.
 
 #include <cstdio>
 #include <optional>
@@ -33,6 +34,7 @@ struct BenchOptions {
   std::vector<std::string> masks{"full", "causal"};
   std::vector<std::string> decode_policies{"exact", "fdpp"};
   std::vector<int> decode_seqs{4096, 8192, 16384, 32768};
+  std::vector<std::string> decode_caches{"tensors"};
   int tokens = 32768, hidden = 2048, decode_batch = 64, runs = 30, warmup = 5;
   bool no_decode = false;
   std::string csv;
@@ -50,6 +52,21 @@ DType parse_dtype(const std::string& s) {
   if (s == "fp16" || s == "f16") return DType::f16;
   if (s == "bf16") return DType::bf16;
   throw Error("--dtype: '" + s + "' is not fp16 or bf16");
+}
+
+// --decode-cache: "tensors" (K and V through pasa::attention), "dense" (a dense KV cache) or
+// "paged<N>" (a paged one of N-position blocks), as BenchPoint::kv_cache_block.
+int parse_decode_cache(const std::string& s) {
+  if (s == "tensors") return BenchPoint::kTensors;
+  if (s == "dense") return 0;
+  if (s.starts_with("paged")) {
+    const std::string n = s.substr(5);
+    if (!n.empty() && n.size() <= 6 && n.find_first_not_of("0123456789") == std::string::npos) {
+      const int block = std::stoi(n);
+      if (block > 0 && (block & (block - 1)) == 0) return block;
+    }
+  }
+  throw Error("--decode-cache: '" + s + "' is not tensors, dense or paged<N> (N a power of two: paged16)");
 }
 
 bool parse_mask(const std::string& s) {
@@ -77,6 +94,14 @@ void validate(const BenchOptions& o) {
   }
   for (const std::string& p : o.policies) parse_policy(p);  // a clear error before any GPU work
   for (const std::string& p : o.decode_policies) parse_policy(p);
+  for (const std::string& c : o.decode_caches) {
+    const int block = parse_decode_cache(c);
+    for (const int s : o.decode_seqs) {
+      if (block > 0 && s % block != 0) {
+        throw Error("--decode-cache " + c + ": the block size must divide every --decode-seq (" + std::to_string(s) + ")");
+      }
+    }
+  }
   for (const std::string& d : o.dtypes) parse_dtype(d);
   for (const std::string& m : o.masks) parse_mask(m);
 }
@@ -98,7 +123,8 @@ void run(const BenchOptions& o) {
              o.runs, o.warmup);
   const int n_prefill = static_cast<int>(o.policies.size() * o.dtypes.size() * o.head_dims.size() * o.seqs.size() *
                                          o.masks.size());
-  const int n_decode = o.no_decode ? 0 : static_cast<int>(o.decode_policies.size() * o.decode_seqs.size());
+  const int n_decode =
+      o.no_decode ? 0 : static_cast<int>(o.decode_policies.size() * o.decode_seqs.size() * o.decode_caches.size());
   std::vector<Row> rows;
   std::uint64_t seed = 1;
   int done = 0;
@@ -150,33 +176,37 @@ void run(const BenchOptions& o) {
   }
   if (!o.no_decode) {
     for (const int S : o.decode_seqs) {
-      for (std::size_t pi = 0; pi < decode_policies.size(); ++pi) {
-        BenchPoint pt;
-        pt.policy = decode_policies[pi];
-        pt.dtype = DType::bf16;
-        pt.batch = o.decode_batch;
-        pt.heads_q = 32;
-        pt.heads_kv = 8;
-        pt.seq_q = 1;
-        pt.seq_kv = S;
-        pt.head_dim = 128;
-        const std::optional<BenchTiming> timed =
-            time_point(pt, text::format("decode:{} S_kv {}", o.decode_policies[pi], S));
-        if (!timed) continue;
-        const BenchTiming& t = *timed;
-        const double bytes = 2.0 * pt.batch * pt.heads_kv * double(S) * pt.head_dim * 2;
-        rows.push_back({"decode:" + o.decode_policies[pi], "bf16", pt.head_dim, pt.heads_q, S, pt.batch, false,
-                        t.median_ms, bytes / (t.median_ms * 1e-3) / 1e12, "TB/s"});
-        progress(rows.back());
+      for (const std::string& cache : o.decode_caches) {
+        for (std::size_t pi = 0; pi < decode_policies.size(); ++pi) {
+          BenchPoint pt;
+          pt.policy = decode_policies[pi];
+          pt.dtype = DType::bf16;
+          pt.batch = o.decode_batch;
+          pt.heads_q = 32;
+          pt.heads_kv = 8;
+          pt.seq_q = 1;
+          pt.seq_kv = S;
+          pt.head_dim = 128;
+          pt.kv_cache_block = parse_decode_cache(cache);
+          const std::string method =
+              "decode:" + o.decode_policies[pi] + (cache == "tensors" ? std::string() : ":" + cache);
+          const std::optional<BenchTiming> timed = time_point(pt, text::format("{} S_kv {}", method, S));
+          if (!timed) continue;
+          const BenchTiming& t = *timed;
+          const double bytes = 2.0 * pt.batch * pt.heads_kv * double(S) * pt.head_dim * 2;
+          rows.push_back({method, "bf16", pt.head_dim, pt.heads_q, S, pt.batch, false, t.median_ms,
+                          bytes / (t.median_ms * 1e-3) / 1e12, "TB/s"});
+          progress(rows.back());
+        }
       }
     }
   }
 
   text::print("pasa bench: {}; median of {} calls\n", device, o.runs);
-  text::print("{:<18} {:<5} {:>4} {:>6} {:>4} {:<6} {:>10} {:>9}\n", "method", "dtype", "D", "S", "B", "mask", "ms", "rate");
+  text::print("{:<24} {:<5} {:>4} {:>6} {:>4} {:<6} {:>10} {:>9}\n", "method", "dtype", "D", "S", "B", "mask", "ms", "rate");
   for (const Row& r : rows) {
     const bool decode = std::string(r.unit) == "TB/s";
-    text::print("{:<18} {:<5} {:>4} {:>6} {:>4} {:<6} {:>10.4f} {:>9.1f} {}\n", r.method, r.dtype, r.D, r.S, r.B,
+    text::print("{:<24} {:<5} {:>4} {:>6} {:>4} {:<6} {:>10.4f} {:>9.1f} {}\n", r.method, r.dtype, r.D, r.S, r.B,
                decode ? "-" : (r.causal ? "causal" : "full"), r.ms, r.rate, r.unit);
   }
   if (!skipped.empty()) {
@@ -207,6 +237,11 @@ void add_bench_command(Command& app) {
   cmd->add_option("--decode-policy", opt->decode_policies, "decode policies")->delimiter(',')->capture_default_str();
   cmd->add_option("--decode-seq", opt->decode_seqs, "decode KV lengths")->delimiter(',')->capture_default_str();
   cmd->add_option("--decode-batch", opt->decode_batch, "decode batch")->capture_default_str();
+  cmd->add_option("--decode-cache", opt->decode_caches,
+                  "where decode reads K and V: tensors (pasa::attention), dense or paged<N> (a full KV cache "
+                  "through attention_with_kvcache's plan; paged: N-position blocks, shuffled)")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_flag("--no-decode", opt->no_decode, "prefill points only");
   cmd->add_option("--runs", opt->runs, "timed calls per point (the median is reported)")->capture_default_str();
   cmd->add_option("--warmup", opt->warmup, "untimed calls before them")->capture_default_str();

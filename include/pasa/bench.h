@@ -17,6 +17,13 @@ struct BenchPoint {
   DType dtype = DType::f16;
   int batch = 1, heads_q = 1, heads_kv = 1, seq_q = 1, seq_kv = 1, head_dim = 128;
   bool causal = false;
+  // Where K and V are read from. kTensors: the tensors above, through pasa::attention. Otherwise a KV
+  // cache through attention_with_kvcache (a KVCachePlan's run: the launches alone), every sequence
+  // full (cache_seqlens = Skv): 0 for a dense cache [B, Skv, Hkv, D], a power of two dividing Skv for
+  // a paged one of blocks of that many positions [B Skv / block, block, Hkv, D], its block table a
+  // seeded shuffle of the pool.
+  static constexpr int kTensors = -1;
+  int kv_cache_block = kTensors;
 };
 
 struct BenchTiming {
@@ -27,7 +34,7 @@ struct BenchTiming {
 // Fills the inputs with seeded uniform values in [-1, 1) on the device, makes `warmup` calls, then
 // times `runs` calls one by one with CUDA events, each after a write of twice the L2 size that
 // evicts the inputs from L2 (outside the timed interval). Everything a call does is timed: for sage8
-// its quantization prepass, for pasa its K' prepass. Throws pasa::Error without the CUDA backend or a
+// its quantization prepass, for pasa its K' prepass (a KV-cache point: the plan's launches). Throws pasa::Error without the CUDA backend or a
 // GPU of compute capability 8.0 or newer, or when the kernels do not support the point (pasa and sage8
 // off the sm_90a path).
 BenchTiming bench_cuda_attention(const BenchPoint& point, int warmup, int runs, std::uint64_t seed);

@@ -185,7 +185,9 @@ def check_arguments():
 def check_bench():
     # Bad options fail before any GPU work, on any machine.
     for args, words in ((("--head-dim", "80"), "64, 96, 128 or 256"), (("--runs", "0"), "--runs"),
-                        (("--seq", "1000"), "divide --tokens"), (("--policy", "nonsense"), "nonsense")):
+                        (("--seq", "1000"), "divide --tokens"), (("--policy", "nonsense"), "nonsense"),
+                        (("--decode-cache", "paged12"), "power of two"),
+                        (("--decode-cache", "paged64", "--decode-seq", "100"), "divide every --decode-seq")):
         r = pasa("bench", *args, ok=False)
         assert r.returncode == 2 and words in r.stderr, r.stderr
     # One small point: timed where there is a GPU (sm_80 or newer), a clear error where there is none.
@@ -198,6 +200,11 @@ def check_bench():
         r = pasa("bench", "--policy", "exact,sage8", "--dtype", "fp16", "--head-dim", "96", "--seq", "1024",
                  "--tokens", "1024", "--mask", "full", "--no-decode", "--runs", "3", "--warmup", "1")
         assert "pasa-exact" in r.stdout and "skipped 1 point(s)" in r.stdout and "pasa-sage8" in r.stdout, r.stdout
+        # Decode on the dense tensors, a dense KV cache and a paged one, one small point each.
+        r = pasa("bench", "--policy", "exact", "--seq", "1024", "--tokens", "1024", "--head-dim", "64",
+                 "--dtype", "fp16", "--mask", "full", "--decode-batch", "2", "--decode-seq", "256",
+                 "--decode-policy", "exact", "--decode-cache", "tensors,dense,paged16", "--runs", "3", "--warmup", "1")
+        assert all(m in r.stdout for m in ("decode:exact ", "decode:exact:dense", "decode:exact:paged16")), r.stdout
     else:
         assert r.returncode == 2 and ("GPU" in r.stderr or "CUDA" in r.stderr), r.stderr
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// pasa::bench_cuda_attention: CUDA-event timing of the public attention call on device tensors
-// (include/pasa/bench.h). The scratch for inputs, outputs and the L2 flush comes from cudaMalloc once
-// per call of this function and is freed before it returns.
+// pasa::bench_cuda_attention: CUDA-event timing of the public attention call on device tensors, or of
+// a KVCachePlan's run on a device KV cache (include/pasa/bench.h). The scratch for inputs, outputs and
+// the L2 flush comes from cudaMalloc once per call of this function and is freed before it returns.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include "pasa/attention.h"
 #include "pasa/bench.h"
 #include "pasa/error.h"
+#include "pasa/serving.h"
 
 namespace pasa {
 namespace {
@@ -55,13 +56,12 @@ std::string bench_device_description() {
          std::to_string(runtime % 1000 / 10);
 }
 
-BenchTiming bench_cuda_attention(const BenchPoint& pt, int warmup, int runs, std::uint64_t seed) {
-  require_gpu();
-  if (pt.dtype == DType::f32) throw Error("pasa bench: inputs must be fp16 or bf16 (the kernels' types)");
-  if (runs < 1 || warmup < 0) throw Error("pasa bench: runs must be >= 1 and warmup >= 0");
-  const BenchProblem problem(pt, seed);
-  const AttentionArgs& args = problem.args();
-  const cudaStream_t stream = problem.stream();
+namespace {
+
+// `call` (which enqueues on `stream`) made `warmup` times, then timed `runs` times with CUDA events,
+// each after a write of twice the L2 size (outside the timed interval).
+template <class Call>
+BenchTiming time_calls(Call call, cudaStream_t stream, int warmup, int runs) {
   int device = 0, l2_bytes = 0;
   cuda::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   cuda::check_cuda(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device), "cudaDeviceGetAttribute");
@@ -69,12 +69,12 @@ BenchTiming bench_cuda_attention(const BenchPoint& pt, int warmup, int runs, std
   DeviceMemory flush(flush_bytes);
   Events ev;
 
-  for (int i = 0; i < warmup; ++i) attention(args);
+  for (int i = 0; i < warmup; ++i) call();
   std::vector<float> times;
   for (int i = 0; i < runs; ++i) {
     cuda::check_cuda(cudaMemsetAsync(flush.ptr, i & 0xff, flush_bytes, stream), "cudaMemsetAsync (L2 flush)");
     cuda::check_cuda(cudaEventRecord(ev.start, stream), "cudaEventRecord");
-    attention(args);
+    call();
     cuda::check_cuda(cudaEventRecord(ev.stop, stream), "cudaEventRecord");
     cuda::check_cuda(cudaEventSynchronize(ev.stop), "cudaEventSynchronize");
     float ms = 0;
@@ -88,6 +88,22 @@ BenchTiming bench_cuda_attention(const BenchPoint& pt, int warmup, int runs, std
   t.min_ms = times.front();
   t.max_ms = times.back();
   return t;
+}
+
+}  // namespace
+
+BenchTiming bench_cuda_attention(const BenchPoint& pt, int warmup, int runs, std::uint64_t seed) {
+  require_gpu();
+  if (pt.dtype == DType::f32) throw Error("pasa bench: inputs must be fp16 or bf16 (the kernels' types)");
+  if (runs < 1 || warmup < 0) throw Error("pasa bench: runs must be >= 1 and warmup >= 0");
+  if (pt.kv_cache_block == BenchPoint::kTensors) {
+    const BenchProblem problem(pt, seed);
+    return time_calls([&] { attention(problem.args()); }, problem.stream(), warmup, runs);
+  }
+  const BenchKVCache cache(pt, seed);
+  const KVCachePlan plan(cache.args());
+  DeviceMemory workspace(plan.workspace_bytes());
+  return time_calls([&] { plan.run(cache.args(), workspace.ptr); }, cache.stream(), warmup, runs);
 }
 
 }  // namespace pasa
