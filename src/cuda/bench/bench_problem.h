@@ -40,6 +40,27 @@ struct DeviceMemory {
   DeviceMemory& operator=(const DeviceMemory&) = delete;
 };
 
+// A non-blocking stream for one benchmark point, destroyed with it.
+class BenchStream {
+ public:
+  BenchStream() { cuda::check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"); }
+  ~BenchStream() { cudaStreamDestroy(stream_); }
+  BenchStream(const BenchStream&) = delete;
+  BenchStream& operator=(const BenchStream&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// The point's options (mask, policy) for a call on the CUDA backend on `stream`.
+inline void set_bench_options(AttentionArgs& a, const BenchPoint& pt, cudaStream_t stream) {
+  a.causal = pt.causal;
+  a.policy = pt.policy;
+  a.backend = Backend::cuda;
+  a.stream = stream;
+}
+
 class BenchProblem {
  public:
   // Q, K and V filled with seeds seed, seed + 1 and seed + 2 (fp16 or bf16: pt.dtype).
@@ -49,27 +70,21 @@ class BenchProblem {
         v_(kv_elems(pt) * 2),
         o_(q_elems(pt) * 2),
         lse_(static_cast<std::size_t>(pt.batch) * pt.heads_q * pt.seq_q * sizeof(float)) {
-    cuda::check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    const cudaStream_t st = stream();
     const bool bf16 = pt.dtype == DType::bf16;
-    cuda::fill_uniform_16bit(static_cast<std::uint16_t*>(q_.ptr), q_elems(pt), seed, bf16, stream_);
-    cuda::fill_uniform_16bit(static_cast<std::uint16_t*>(k_.ptr), kv_elems(pt), seed + 1, bf16, stream_);
-    cuda::fill_uniform_16bit(static_cast<std::uint16_t*>(v_.ptr), kv_elems(pt), seed + 2, bf16, stream_);
+    cuda::fill_uniform_16bit(static_cast<std::uint16_t*>(q_.ptr), q_elems(pt), seed, bf16, st);
+    cuda::fill_uniform_16bit(static_cast<std::uint16_t*>(k_.ptr), kv_elems(pt), seed + 1, bf16, st);
+    cuda::fill_uniform_16bit(static_cast<std::uint16_t*>(v_.ptr), kv_elems(pt), seed + 2, bf16, st);
     args_.q = bhsd_view(q_.ptr, pt.dtype, pt.batch, pt.heads_q, pt.seq_q, pt.head_dim, Device::cuda);
     args_.k = bhsd_view(k_.ptr, pt.dtype, pt.batch, pt.heads_kv, pt.seq_kv, pt.head_dim, Device::cuda);
     args_.v = bhsd_view(v_.ptr, pt.dtype, pt.batch, pt.heads_kv, pt.seq_kv, pt.head_dim, Device::cuda);
     args_.o = bhsd_view(o_.ptr, pt.dtype, pt.batch, pt.heads_q, pt.seq_q, pt.head_dim, Device::cuda);
     args_.lse = lse_view(static_cast<float*>(lse_.ptr), pt.batch, pt.heads_q, pt.seq_q, Device::cuda);
-    args_.causal = pt.causal;
-    args_.policy = pt.policy;
-    args_.backend = Backend::cuda;
-    args_.stream = stream_;
+    set_bench_options(args_, pt, st);
   }
-  ~BenchProblem() { cudaStreamDestroy(stream_); }
-  BenchProblem(const BenchProblem&) = delete;
-  BenchProblem& operator=(const BenchProblem&) = delete;
 
   const AttentionArgs& args() const { return args_; }
-  cudaStream_t stream() const { return stream_; }
+  cudaStream_t stream() const { return stream_.get(); }
 
  private:
   static std::int64_t q_elems(const BenchPoint& pt) {
@@ -80,7 +95,7 @@ class BenchProblem {
   }
 
   DeviceMemory q_, k_, v_, o_, lse_;
-  cudaStream_t stream_ = nullptr;
+  BenchStream stream_;
   AttentionArgs args_;
 };
 
@@ -98,16 +113,16 @@ class BenchKVCache {
         lse_(std::int64_t{pt.batch} * pt.heads_q * pt.seq_q * sizeof(float)),
         seqlens_(pt.batch * sizeof(std::int32_t)),
         table_(std::max<std::int64_t>(blocks(pt), 1) * sizeof(std::int32_t)) {
-    cuda::check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    const cudaStream_t st = stream();
     const bool bf16 = pt.dtype == DType::bf16;
     const std::int64_t kv_elems = positions_ * pt.heads_kv * pt.head_dim;
     cuda::fill_uniform_16bit(static_cast<std::uint16_t*>(q_.ptr), std::int64_t{pt.batch} * pt.heads_q * pt.seq_q * pt.head_dim,
-                             seed, bf16, stream_);
-    cuda::fill_uniform_16bit(static_cast<std::uint16_t*>(k_.ptr), kv_elems, seed + 1, bf16, stream_);
-    cuda::fill_uniform_16bit(static_cast<std::uint16_t*>(v_.ptr), kv_elems, seed + 2, bf16, stream_);
+                             seed, bf16, st);
+    cuda::fill_uniform_16bit(static_cast<std::uint16_t*>(k_.ptr), kv_elems, seed + 1, bf16, st);
+    cuda::fill_uniform_16bit(static_cast<std::uint16_t*>(v_.ptr), kv_elems, seed + 2, bf16, st);
     const std::vector<std::int32_t> lengths(pt.batch, pt.seq_kv);
     cuda::check_cuda(cudaMemcpyAsync(seqlens_.ptr, lengths.data(), lengths.size() * sizeof(std::int32_t),
-                                     cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (cache_seqlens)");
+                                     cudaMemcpyHostToDevice, st), "cudaMemcpyAsync (cache_seqlens)");
     const int block = pt.kv_cache_block;
     // The cache in flash-attn's [rows, positions, Hkv, D]: B rows of Skv positions, or the pool's blocks.
     const std::int64_t rows = block > 0 ? blocks(pt) : pt.batch, per_row = block > 0 ? block : pt.seq_kv;
@@ -118,26 +133,20 @@ class BenchKVCache {
       std::iota(table.begin(), table.end(), 0);
       std::shuffle(table.begin(), table.end(), std::mt19937_64(seed + 3));
       cuda::check_cuda(cudaMemcpyAsync(table_.ptr, table.data(), table.size() * sizeof(std::int32_t),
-                                       cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (block_table)");
+                                       cudaMemcpyHostToDevice, st), "cudaMemcpyAsync (block_table)");
       args_.block_table = static_cast<const std::int32_t*>(table_.ptr);
       args_.max_blocks = pt.seq_kv / block;
     }
-    cuda::check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (bench KV cache)");
+    cuda::check_cuda(cudaStreamSynchronize(st), "cudaStreamSynchronize (bench KV cache)");
     args_.q = bhsd_view(q_.ptr, pt.dtype, pt.batch, pt.heads_q, pt.seq_q, pt.head_dim, Device::cuda);
     args_.o = bhsd_view(o_.ptr, pt.dtype, pt.batch, pt.heads_q, pt.seq_q, pt.head_dim, Device::cuda);
     args_.lse = lse_view(static_cast<float*>(lse_.ptr), pt.batch, pt.heads_q, pt.seq_q, Device::cuda);
     args_.cache_seqlens = static_cast<const std::int32_t*>(seqlens_.ptr);
-    args_.options.causal = pt.causal;
-    args_.options.policy = pt.policy;
-    args_.options.backend = Backend::cuda;
-    args_.options.stream = stream_;
+    set_bench_options(args_.options, pt, st);
   }
-  ~BenchKVCache() { cudaStreamDestroy(stream_); }
-  BenchKVCache(const BenchKVCache&) = delete;
-  BenchKVCache& operator=(const BenchKVCache&) = delete;
 
   const KVCacheArgs& args() const { return args_; }
-  cudaStream_t stream() const { return stream_; }
+  cudaStream_t stream() const { return stream_.get(); }
 
  private:
   // A paged cache's blocks (0 for a dense one); the block size must be a power of two dividing Skv.
@@ -153,7 +162,7 @@ class BenchKVCache {
 
   std::int64_t positions_;
   DeviceMemory q_, k_, v_, o_, lse_, seqlens_, table_;
-  cudaStream_t stream_ = nullptr;
+  BenchStream stream_;
   KVCacheArgs args_;
 };
 
