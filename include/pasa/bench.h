@@ -34,9 +34,9 @@ struct BenchTiming {
 // Fills the inputs with seeded uniform values in [-1, 1) on the device, makes `warmup` calls, then
 // times `runs` calls one by one with CUDA events, each after a write of twice the L2 size that
 // evicts the inputs from L2 (outside the timed interval). Everything a call does is timed: for sage8
-// its quantization prepass, for pasa its K' prepass (a KV-cache point: the plan's launches). Throws pasa::Error without the CUDA backend or a
-// GPU of compute capability 8.0 or newer, or when the kernels do not support the point (pasa and sage8
-// off the sm_90a path).
+// its quantization prepass, for pasa its K' prepass (a KV-cache point: the plan's launches). Throws
+// pasa::Error without the CUDA backend or a GPU of compute capability 8.0 or newer, or when the kernels
+// do not support the point (pasa and sage8 off the sm_90a path).
 BenchTiming bench_cuda_attention(const BenchPoint& point, int warmup, int runs, std::uint64_t seed);
 
 // Host time of one call in microseconds: pasa::attention (eager: checks, plan, pointer checks, pool

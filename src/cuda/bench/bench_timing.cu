@@ -40,24 +40,6 @@ void require_gpu() {
   }
 }
 
-}  // namespace
-
-std::string bench_device_description() {
-  require_gpu();
-  int device = 0, driver = 0, runtime = 0;
-  cuda::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  cudaDeviceProp prop{};
-  cuda::check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-  cuda::check_cuda(cudaDriverGetVersion(&driver), "cudaDriverGetVersion");
-  cuda::check_cuda(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion");
-  return std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
-         std::to_string(prop.multiProcessorCount) + " SMs), CUDA driver " + std::to_string(driver / 1000) + "." +
-         std::to_string(driver % 1000 / 10) + ", runtime " + std::to_string(runtime / 1000) + "." +
-         std::to_string(runtime % 1000 / 10);
-}
-
-namespace {
-
 // `call` (which enqueues on `stream`) made `warmup` times, then timed `runs` times with CUDA events,
 // each after a write of twice the L2 size (outside the timed interval).
 template <class Call>
@@ -91,6 +73,20 @@ BenchTiming time_calls(Call call, cudaStream_t stream, int warmup, int runs) {
 }
 
 }  // namespace
+
+std::string bench_device_description() {
+  require_gpu();
+  int device = 0, driver = 0, runtime = 0;
+  cuda::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  cudaDeviceProp prop{};
+  cuda::check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  cuda::check_cuda(cudaDriverGetVersion(&driver), "cudaDriverGetVersion");
+  cuda::check_cuda(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion");
+  return std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
+         std::to_string(prop.multiProcessorCount) + " SMs), CUDA driver " + std::to_string(driver / 1000) + "." +
+         std::to_string(driver % 1000 / 10) + ", runtime " + std::to_string(runtime / 1000) + "." +
+         std::to_string(runtime % 1000 / 10);
+}
 
 BenchTiming bench_cuda_attention(const BenchPoint& pt, int warmup, int runs, std::uint64_t seed) {
   require_gpu();
