@@ -148,6 +148,8 @@ void run(const BenchOptions& o) {
   std::vector<Policy> policies, decode_policies;  // parsed once (validate has checked them)
   for (const std::string& p : o.policies) policies.push_back(parse_policy(p));
   for (const std::string& p : o.decode_policies) decode_policies.push_back(parse_policy(p));
+  std::vector<int> decode_caches;  // BenchPoint::kv_cache_block of each --decode-cache
+  for (const std::string& c : o.decode_caches) decode_caches.push_back(parse_decode_cache(c));
   for (const int D : o.head_dims) {
     for (const int S : o.seqs) {
       for (const std::string& mask : o.masks) {
@@ -176,7 +178,7 @@ void run(const BenchOptions& o) {
   }
   if (!o.no_decode) {
     for (const int S : o.decode_seqs) {
-      for (const std::string& cache : o.decode_caches) {
+      for (std::size_t ci = 0; ci < decode_caches.size(); ++ci) {
         for (std::size_t pi = 0; pi < decode_policies.size(); ++pi) {
           BenchPoint pt;
           pt.policy = decode_policies[pi];
@@ -187,9 +189,9 @@ void run(const BenchOptions& o) {
           pt.seq_q = 1;
           pt.seq_kv = S;
           pt.head_dim = 128;
-          pt.kv_cache_block = parse_decode_cache(cache);
-          const std::string method =
-              "decode:" + o.decode_policies[pi] + (cache == "tensors" ? std::string() : ":" + cache);
+          pt.kv_cache_block = decode_caches[ci];
+          const std::string method = "decode:" + o.decode_policies[pi] +
+                                     (pt.kv_cache_block == BenchPoint::kTensors ? "" : ":" + o.decode_caches[ci]);
           const std::optional<BenchTiming> timed = time_point(pt, text::format("{} S_kv {}", method, S));
           if (!timed) continue;
           const BenchTiming& t = *timed;
