@@ -10,7 +10,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -66,40 +65,51 @@ __device__ __forceinline__ bool block_needs_mask(const FwdParams& p, int key0, i
 }
 
 // fp32 scores of keys outside [first_of(r), limit_of(r)) become -inf, for rows r = 2 mt + i (g, g + 8
-// of m-tile mt; each called once per row, where the row's loop begins), keys from n0.
-template <int kMTiles, int kNTiles, typename FirstOf, typename LimitOf>
-__device__ __forceinline__ void mask_outside(float (&s)[kMTiles][kNTiles][4], int n0, FirstOf first_of,
+// of m-tile mt; each called once per row, where the row's loop begins), keys from n0. The thread's keys
+// are n0 + 2 t + c for the columns c = 8 n + e, so each row's bounds are taken relative to n0 + 2 t
+// once and every score's test compares them with a constant: one ISETP and one FSEL a score (two ISETP
+// with a lower bound), where absolute keys cost an add and a test per bound as well. kLower: whether
+// there is a lower bound (a sliding window); without one, first_of is not called.
+template <bool kLower, int kMTiles, int kNTiles, typename FirstOf, typename LimitOf>
+__device__ __forceinline__ void mask_columns(float (&s)[kMTiles][kNTiles][4], int n0, FirstOf first_of,
                                              LimitOf limit_of) {
-  const int t = static_cast<int>(threadIdx.x) % 4;
+  const int key0 = n0 + 2 * (static_cast<int>(threadIdx.x) % 4);
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int first = first_of(2 * mt + i), limit = limit_of(2 * mt + i);
+      const int hi = limit_of(2 * mt + i) - key0;
+      const int lo = kLower ? first_of(2 * mt + i) - key0 : 0;
 #pragma unroll
       for (int n = 0; n < kNTiles; ++n) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int key = n0 + 8 * n + 2 * t + e;
-          if (key >= limit || key < first) s[mt][n][2 * i + e] = -INFINITY;
+          const int c = 8 * n + e;
+          if (c >= hi || (kLower && c < lo)) s[mt][n][2 * i + e] = -INFINITY;
         }
       }
     }
   }
 }
 
-// The same with no lower bound (every key from 0).
+// Keys at or past limit_of(r) become -inf (every key from 0 is visible up to there).
 template <int kMTiles, int kNTiles, typename LimitOf>
 __device__ __forceinline__ void mask_past_limits(float (&s)[kMTiles][kNTiles][4], int n0, LimitOf limit_of) {
-  mask_outside(s, n0, [](int) { return INT_MIN; }, limit_of);
+  mask_columns<false>(s, n0, [](int) { return 0; }, limit_of);
 }
 
-// exact: scores of keys a row may not see become -inf.
+// exact: scores of keys a row may not see become -inf (the lower bound only with a sliding window).
 template <int kMTiles, int kNTiles>
 __device__ __forceinline__ void apply_mask(float (&s)[kMTiles][kNTiles][4], const FwdParams& p, int n0,
                                            int row_lo) {
   auto row = [&](int r) { return row_lo + 16 * (r / 2) + 8 * (r % 2); };
-  mask_outside(s, n0, [&](int r) { return visible_first(p, row(r)); }, [&](int r) { return visible_limit(p, row(r)); });
+  auto first_of = [&](int r) { return visible_first(p, row(r)); };
+  auto limit_of = [&](int r) { return visible_limit(p, row(r)); };
+  if (p.window_left >= 0) {
+    mask_columns<true>(s, n0, first_of, limit_of);
+  } else {
+    mask_columns<false>(s, n0, first_of, limit_of);
+  }
 }
 
 // softcap tanh(x) of x = s alpha / softcap, as 1 - 2 / (e^2x + 1) on the special-function unit (about
@@ -165,22 +175,22 @@ __device__ __forceinline__ void apply_attn_mask(float (&s)[kMTiles][kNTiles][4],
   }
 }
 
-// pasa: the same on fp16 pairs in the A-fragment layout (tile n, row i: s[mt][n / 2][2 (n % 2) + i]).
+// pasa: the same on fp16 pairs in the A-fragment layout (tile n, row i: s[mt][n / 2][2 (n % 2) + i]),
+// the bounds relative to the thread's first key as above.
 template <int kMTiles, int kNChunks>
 __device__ __forceinline__ void apply_mask(std::uint32_t (&s)[kMTiles][kNChunks][4], const FwdParams& p,
                                            int n0, int row_lo) {
-  const int t = static_cast<int>(threadIdx.x) % 4;
+  const int key0 = n0 + 2 * (static_cast<int>(threadIdx.x) % 4);
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int limit = visible_limit(p, row_lo + 16 * mt + 8 * i);
+      const int hi = visible_limit(p, row_lo + 16 * mt + 8 * i) - key0;
 #pragma unroll
       for (int n = 0; n < 2 * kNChunks; ++n) {
         std::uint32_t& w = s[mt][n / 2][2 * (n % 2) + i];
-        const int key = n0 + 8 * n + 2 * t;
-        if (key >= limit) w = (w & 0xFFFF0000u) | 0x0000FC00u;      // -inf in the low half
-        if (key + 1 >= limit) w = (w & 0x0000FFFFu) | 0xFC000000u;  // ... and the high half
+        if (8 * n >= hi) w = (w & 0xFFFF0000u) | 0x0000FC00u;      // -inf in the low half
+        if (8 * n + 1 >= hi) w = (w & 0x0000FFFFu) | 0xFC000000u;  // ... and the high half
       }
     }
   }

@@ -241,10 +241,12 @@ struct Sage8HopperVariant : HopperVariantDefaults {
       auto softmax_and_issue_pv = [&](int kb, float (&ep)[2], float (&ec)[2]) {
         const int key0 = (ctx.kb_first + kb) * kKeys;
         if (block_needs_mask(p, key0, kKeys, ctx.row_lo)) {
-          const int limit[2] = {visible_limit(p, rows[0]), visible_limit(p, rows[1])};
+          // Each row's limit relative to the thread's first key, tested against the constant column
+          // 8 (i / 4) + i % 2 (fwd_mask.cuh's mask_columns).
+          const int hi[2] = {visible_limit(p, rows[0]) - key0 - 2 * t, visible_limit(p, rows[1]) - key0 - 2 * t};
 #pragma unroll
           for (int i = 0; i < kKeys / 2; ++i) {
-            if (key0 + (i / 4) * 8 + 2 * t + (i & 1) >= limit[(i >> 1) & 1]) acc[i] = sage8::kMaskedScore;
+            if ((i / 4) * 8 + (i & 1) >= hi[(i >> 1) & 1]) acc[i] = sage8::kMaskedScore;
           }
         }
         const float scale[2] = {fmaxf(dq * dk[0], sage8::kMinScale), fmaxf(dq * dk[1], sage8::kMinScale)};
