@@ -117,7 +117,7 @@ struct KeyRows {
 #pragma unroll
     for (int i = 0; i < Rows::kCount; ++i) {
       const int row = Rows::row(i);
-      block[i] = row >= 0 && row < valid ? table[(n0 + row) >> p.cache.block_shift] : -1;
+      block[i] = (Rows::kRegular || row >= 0) && row < valid ? table[(n0 + row) >> p.cache.block_shift] : -1;
     }
   }
 
@@ -132,14 +132,18 @@ struct KeyRows {
       load_tile_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_v, v_head + v_row0, v.stride_s, valid);
       return;
     }
+    // A row is read where its block id is one of the cache's (-1, a row past `valid`, is not: one
+    // unsigned test for both); its offset is formed either way, the copy ignores it where not read.
     const int slot_mask = (1 << p.cache.block_shift) - 1;
+    const auto num_blocks = static_cast<unsigned>(p.cache.num_blocks);
     std::int64_t offset[Rows::kCount];
+    bool inside[Rows::kCount];
 #pragma unroll
     for (int i = 0; i < Rows::kCount; ++i) {
-      const bool inside = block[i] >= 0 && block[i] < p.cache.num_blocks;
-      offset[i] = inside ? block[i] * k.stride_b + ((n0 + Rows::row(i)) & slot_mask) * k.stride_s : -1;
+      inside[i] = static_cast<unsigned>(block[i]) < num_blocks;
+      offset[i] = block[i] * k.stride_b + ((n0 + Rows::row(i)) & slot_mask) * k.stride_s;
     }
-    load_rows_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_k, smem_v, k_head, v_head, offset);
+    load_rows_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_k, smem_v, k_head, v_head, offset, inside);
   }
 };
 

@@ -65,35 +65,48 @@ __device__ __forceinline__ void load_tile_async(Elem* smem, const Elem* base, st
 }
 
 // The rows of the chunks a thread copies in load_tile_async's order (chunks t, t + kThreads, ... in
-// row-major order, which is also what its other order amounts to): row(i) of the i-th, -1 past the tile.
+// row-major order, which is also what its other order amounts to): row(i) of the i-th, -1 past the tile,
+// and col(i) its first element. Where the thread count is a multiple of a row's chunks (kRegular), the
+// i-th row is the first plus i kThreads / kChunksPerRow and the column is the same for all: written so,
+// the compiler keeps one row and one column a thread instead of a division and a test per chunk.
 template <int kRows, int kHeadDim, int kThreads>
 struct ThreadRows {
   static constexpr int kChunksPerRow = kHeadDim / 8;
   static constexpr int kChunks = kRows * kChunksPerRow;
   static constexpr int kCount = (kChunks + kThreads - 1) / kThreads;
+  static constexpr bool kRegular = kThreads % kChunksPerRow == 0 && kChunks % kThreads == 0;
+  static constexpr int kRowStep = kThreads / kChunksPerRow;  // (kRegular) rows between a thread's chunks
   __device__ __forceinline__ static int row(int i) {
-    const int c = static_cast<int>(threadIdx.x) + i * kThreads;
+    const unsigned tid = threadIdx.x;
+    if constexpr (kRegular) return static_cast<int>(tid / kChunksPerRow) + i * kRowStep;
+    const int c = static_cast<int>(tid) + i * kThreads;
     return c < kChunks ? c / kChunksPerRow : -1;
+  }
+  __device__ __forceinline__ static int col(int i) {
+    const unsigned tid = threadIdx.x;
+    if constexpr (kRegular) return static_cast<int>(tid % kChunksPerRow) * 8;
+    return ((static_cast<int>(tid) + i * kThreads) % kChunksPerRow) * 8;
   }
 };
 
 // load_tile_async's copy (the same chunks to the same threads) of two tiles whose rows share their
 // offsets (K and V of one paged cache), each row at its own element offset from base_a and base_b:
-// offset[i] for the row of the thread's i-th chunk (ThreadRows), -1 for a row to zero-fill.
+// offset[i] for the row of the thread's i-th chunk (ThreadRows), copied where valid[i], zero-filled
+// (nothing read) where not.
 template <int kRows, int kHeadDim, int kThreads, typename Elem, int kPrefetch = 0>
 __device__ __forceinline__ void load_rows_async(Elem* smem_a, Elem* smem_b, const Elem* base_a, const Elem* base_b,
-                                                const std::int64_t (&offset)[ThreadRows<kRows, kHeadDim, kThreads>::kCount]) {
+                                                const std::int64_t (&offset)[ThreadRows<kRows, kHeadDim, kThreads>::kCount],
+                                                const bool (&valid)[ThreadRows<kRows, kHeadDim, kThreads>::kCount]) {
   using Rows = ThreadRows<kRows, kHeadDim, kThreads>;
   constexpr int kStride = smem_row_stride<kHeadDim>();
 #pragma unroll
   for (int i = 0; i < Rows::kCount; ++i) {
     const int row = Rows::row(i);
-    if (Rows::kChunks % kThreads != 0 && row < 0) continue;
-    const int col = ((static_cast<int>(threadIdx.x) + i * kThreads) % Rows::kChunksPerRow) * 8;
-    const bool valid = offset[i] >= 0;
-    const std::int64_t at = valid ? offset[i] + col : 0;  // (a zero-filling copy reads nothing)
-    cp_async_16_hint<kPrefetch>(smem_addr(smem_a + row * kStride + col), base_a + at, valid);
-    cp_async_16_hint<kPrefetch>(smem_addr(smem_b + row * kStride + col), base_b + at, valid);
+    if (!Rows::kRegular && row < 0) continue;
+    const int col = Rows::col(i);
+    const std::int64_t at = valid[i] ? offset[i] + col : 0;  // (a zero-filling copy reads nothing)
+    cp_async_16_hint<kPrefetch>(smem_addr(smem_a + row * kStride + col), base_a + at, valid[i]);
+    cp_async_16_hint<kPrefetch>(smem_addr(smem_b + row * kStride + col), base_b + at, valid[i]);
   }
 }
 
