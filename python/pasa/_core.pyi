@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # Type stubs for the nanobind extension pasa._core (internal; use the pasa package).
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -46,7 +46,8 @@ def attention_varlen(q: Any, k: Any, v: Any, out: Any, lse: Optional[Any], cu_se
 def attention_with_kvcache(q: Any, k_cache: Any, v_cache: Any, k: Optional[Any], v: Optional[Any],
                            out: Any, lse: Optional[Any], cache_seqlens: Any,
                            block_table: Optional[Any], policy: Policy, causal: bool,
-                           causal_alignment: str, scale: Optional[float], stream: int) -> None: ...
+                           causal_alignment: str, scale: Optional[float], stream: int,
+                           workspace: Optional[Callable[[int], int]] = None) -> None: ...
 def load_npy(path: str) -> np.ndarray: ...
 def load_safetensors(path: str) -> Dict[str, np.ndarray]: ...
 def save_npy(path: str, array: Any) -> None: ...

@@ -114,11 +114,13 @@ def _empty_like(x: Any, shape: Tuple[int, ...], dtype: Any = None) -> Any:
 
 
 def _run(function: Callable[..., None], device: Optional[Any], arrays: Tuple[Any, ...],
-         options: Tuple[Any, ...]) -> None:
+         options: Tuple[Any, ...], captured_workspace: bool = False) -> None:
     """function(*arrays, *options, stream): on the host with stream 0, or on q's CUDA device (the
     kernels launch on the current device) with torch's current stream of that device (the capturing
     one inside torch.cuda.graph), the tensors handed over as DLPack capsules made without stream
-    synchronization (pasa._torch says why)."""
+    synchronization (pasa._torch says why). captured_workspace: inside CUDA-graph capture, function
+    also takes workspace=(bytes -> pointer), served from torch's allocator (the graph's pool), so that
+    the graph holds no allocation nodes of its own."""
     if device is None:
         function(*arrays, *options, 0)
         return
@@ -128,10 +130,20 @@ def _run(function: Callable[..., None], device: Optional[Any], arrays: Tuple[Any
 
     if device.index != torch.cuda.current_device():
         with torch.cuda.device(device):
-            _run(function, device, arrays, options)
+            _run(function, device, arrays, options, captured_workspace)
         return
     capsules = tuple(None if a is None else _torch._capsule(a) for a in arrays)
-    function(*capsules, *options, _torch._current_raw_stream(device.index))
+    stream = _torch._current_raw_stream(device.index)
+    if not (captured_workspace and _torch._capturing()):
+        function(*capsules, *options, stream)
+        return
+    held = []  # the workspace tensor, alive until the kernels that use it are captured
+
+    def workspace(size: int) -> int:
+        held.append(_torch._workspace(device, stream, size))
+        return held[-1].data_ptr()
+
+    function(*capsules, *options, stream, workspace=workspace)
 
 
 def _check_flag(value: Any, name: str) -> bool:
@@ -269,5 +281,5 @@ def attention_with_kvcache(
     out = _empty_like(q, tuple(int(n) for n in q.shape)) if out is None else place(out, "out")
     lse = _empty_like(q, (batch, heads_q, s_q), np.float32) if return_softmax_lse else None
     _run(_core.attention_with_kvcache, device, (q, k_cache, v_cache, k, v, out, lse, seqlens, table),
-         (core_policy(policy), causal, causal_alignment, scale))
+         (core_policy(policy), causal, causal_alignment, scale), captured_workspace=True)
     return (out, lse) if return_softmax_lse else out

@@ -280,6 +280,36 @@ def test_cuda_graph_replays_with_new_cache_seqlens_and_block_table(rng):
 
 
 @gpu
+def test_captured_kvcache_call_takes_its_workspace_from_torch(rng, monkeypatch):
+    """Inside capture the decode's workspace comes from torch's allocator (the graph's pool): a
+    stream allocation would put allocation nodes into the graph, which every replay runs."""
+    from pasa import _torch
+
+    dtype, batch, heads_q, heads_kv, d, length = torch.float16, 1, 8, 2, 64, 4096  # split: a workspace
+    q = host_tensor(rng, (batch, 1, heads_q, d), dtype).cuda()
+    k_cache, v_cache = (host_tensor(rng, (batch, length, heads_kv, d), dtype).cuda() for _ in range(2))
+    lengths = torch.full((batch,), length, dtype=torch.int32, device="cuda")
+    sizes = []
+    real_workspace = _torch._workspace
+
+    def counting_workspace(device, stream, size):
+        sizes.append(size)
+        return real_workspace(device, stream, size)
+
+    monkeypatch.setattr(_torch, "_workspace", counting_workspace)
+    eager = pasa.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths)
+    assert sizes == []  # eager calls check the lengths on the host and keep their own allocation
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = pasa.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lengths)
+    assert len(sizes) == 1 and sizes[0] > 0
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+
+
+@gpu
 def test_cuda_varlen_matches_the_emulator(rng):
     lengths = [(5, 9), (0, 3), (17, 17), (3, 0), (1, 70), (9, 4)]  # empty, no key, S_q > S_kv
     cu_q = torch.tensor(np.cumsum([0] + [n for n, _ in lengths]), dtype=torch.int32)
