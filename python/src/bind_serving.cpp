@@ -170,7 +170,7 @@ void attention_with_kvcache(const InputArray& q, const OutputArray& k_cache,
   if (workspace) {
     // The caller's workspace (workspace(bytes) -> a device pointer, 256-byte aligned) instead of one
     // allocated on the stream per call: inside CUDA-graph capture a stream allocation becomes the
-    // graph's allocation and free nodes, which every replay runs (about 2 us of a 15 us decode step).
+    // graph's allocation and free nodes, which every replay runs (measured: 0.8 of 15.4 us at B 1, 4k keys).
     // The index arrays' values are not checked, as a captured call never checks them.
     const KVCachePlan plan(args);
     const std::size_t bytes = plan.workspace_bytes();
