@@ -21,7 +21,9 @@ std::string errno_text(int err) { return std::string(" (") + std::strerror(err) 
 }  // namespace
 
 InputFile::InputFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever if none comes;
+  // this way it opens at once and fstat below refuses it. It changes nothing for a regular file.
+  fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd_ < 0) throw Error(path + ": cannot open for reading" + errno_text(errno));
   struct stat st {};
   if (::fstat(fd_, &st) != 0) {

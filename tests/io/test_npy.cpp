@@ -2,6 +2,7 @@
 // .npy reading and writing: round trips, byte-exact agreement with np.save, the header syntax numpy
 // produces, and a pasa::Error naming the file and the problem for every class of malformed file.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -247,6 +248,15 @@ TEST(Npy, FileErrorsNameThePath) {
     EXPECT_TRUE(throws_error([&] { write_npy("/dev/full", random_tensor(DType::f32, {64}, 1)); }, "/dev/full",
                              {"write failed"}));
   }
+}
+
+TEST(Npy, APipeIsRefusedAtOnceNotWaitedOn) {
+  // Opening a FIFO for reading waits for a writer; the reader must refuse it without opening it so.
+  TempDir dir;
+  const std::string fifo = dir.file("fifo.npy");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_TRUE(throws_error([&] { read_npy(fifo); }, fifo, {"is not a regular file"}));
+  EXPECT_TRUE(throws_error([&] { read_safetensors(fifo); }, fifo, {"is not a regular file"}));
 }
 
 TEST(Npy, WriteRejectsInconsistentTensors) {
