@@ -105,6 +105,15 @@ class Temporary {
 
 std::string errno_text(int err) { return std::string(" (") + std::strerror(err) + ")"; }
 
+// Handlers for the lifetime of a scope that may hold temporaries.
+class SignalCleanup {
+ public:
+  SignalCleanup() { install_handlers(); }
+  ~SignalCleanup() { restore_handlers(); }
+  SignalCleanup(const SignalCleanup&) = delete;
+  SignalCleanup& operator=(const SignalCleanup&) = delete;
+};
+
 // Writes all of `bytes` to fd, retrying short writes and EINTR; returns errno, or 0.
 int write_all(int fd, std::span<const std::uint8_t> bytes) {
   while (!bytes.empty()) {
@@ -118,28 +127,37 @@ int write_all(int fd, std::span<const std::uint8_t> bytes) {
   return 0;
 }
 
-int write_pieces(int fd, std::span<const std::span<const std::uint8_t>> pieces) {
-  for (const auto piece : pieces) {
+int write_bytes(int fd, const FileBytes& bytes) {
+  const std::span<const std::uint8_t> head(reinterpret_cast<const std::uint8_t*>(bytes.head.data()),
+                                           bytes.head.size());
+  if (const int err = write_all(fd, head); err != 0) return err;
+  for (const auto piece : bytes.data) {
     if (const int err = write_all(fd, piece); err != 0) return err;
   }
   return 0;
 }
 
 // Existing non-regular destinations (devices, pipes): written in place, every write checked.
-void write_in_place(const std::string& path, std::span<const std::span<const std::uint8_t>> pieces) {
+void write_in_place(const std::string& path, const FileBytes& bytes) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
   if (fd < 0) throw Error(path + ": cannot open for writing" + errno_text(errno));
-  const int err = write_pieces(fd, pieces);
+  const int err = write_bytes(fd, bytes);
   const int close_err = ::close(fd) != 0 ? errno : 0;
   if (err != 0 || close_err != 0) {
     throw ResourceError(path + ": write failed" + errno_text(err != 0 ? err : close_err));
   }
 }
 
-// Creates "<dir>/.<name>.tmp-<random>" exclusively, with the mode a new file would get (umask applied),
-// and returns its descriptor; `temp` holds its registration. The name is registered before the file
-// is created, so a signal at any moment after the creation finds it.
-int create_temporary(const std::filesystem::path& target, std::unique_ptr<Temporary>& temp) {
+// Failures to create a file that are the machine's (space, inodes, descriptors, the disk), not the path's.
+bool is_resource_errno(int err) {
+  return err == ENOSPC || err == EDQUOT || err == EIO || err == ENOMEM || err == EMFILE || err == ENFILE;
+}
+
+// Creates "<dir>/.<name>.tmp-<random>" next to `target` exclusively, with the mode a new file would get
+// (umask applied), and returns its descriptor; `temp` holds its registration. The name is registered
+// before the file is created, so a signal at any moment after the creation finds it. `path` (what the
+// caller named) is the one the messages name.
+int create_temporary(const std::filesystem::path& target, const std::string& path, std::unique_ptr<Temporary>& temp) {
   static std::atomic<std::uint64_t> counter{0};
   std::random_device entropy;
   for (int attempt = 0; attempt < 100; ++attempt) {
@@ -158,14 +176,24 @@ int create_temporary(const std::filesystem::path& target, std::unique_ptr<Tempor
     temp->release();  // the name is taken or nothing was created: never remove that file
     temp.reset();
     if (err != EEXIST) {
-      throw Error(target.string() + ": cannot open for writing (creating a temporary file next to it: " +
-                  std::strerror(err) + ")");
+      const std::string dir = target.has_parent_path() ? target.parent_path().string() : std::string(".");
+      const std::string what = path + ": cannot open for writing (creating a temporary file in " + dir + ": " +
+                               std::strerror(err) + ")";
+      if (is_resource_errno(err)) throw ResourceError(what);
+      throw Error(what);
     }
   }
-  throw Error(target.string() + ": cannot create a temporary file next to it");
+  throw Error(path + ": cannot create a temporary file next to it");
 }
 
 }  // namespace
+
+struct FileBatch::Entry {
+  std::string path;                 // as the caller named it, for messages
+  std::string target;               // where its links lead
+  std::unique_ptr<Temporary> temp;  // the new contents; null for a destination written in place
+  FileBytes in_place;               // the bytes of a destination written in place
+};
 
 void remove_pending_temporaries() noexcept {
   for (PendingSlot& s : g_pending) {
@@ -173,44 +201,95 @@ void remove_pending_temporaries() noexcept {
   }
 }
 
-void write_file_atomically(const std::string& path, std::span<const std::span<const std::uint8_t>> pieces) {
+std::string resolve_output_path(const std::string& path) {
   if (path.empty()) throw Error("output path is empty");
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::path target(path);
-  // A symbolic link is followed: the file it points to is replaced, the link kept.
-  if (fs::is_symlink(fs::symlink_status(target, ec))) {
-    const fs::path resolved = fs::canonical(target, ec);
-    if (!ec) target = resolved;
+  // Link by link (not fs::canonical, which fails on a dangling link): a link's relative target is
+  // relative to the link's directory. 40 is Linux's limit on links in one lookup.
+  for (int links = 0; fs::is_symlink(fs::symlink_status(target, ec)); ++links) {
+    if (links == 40) throw Error(path + ": too many levels of symbolic links");
+    const fs::path next = fs::read_symlink(target, ec);
+    if (ec) throw Error(path + ": cannot read the symbolic link " + target.string() + " (" + ec.message() + ")");
+    target = next.is_absolute() ? next : target.parent_path() / next;
   }
+  if (target != fs::path(path)) {
+    const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+    if (!fs::is_directory(dir, ec)) {
+      throw Error(path + ": is a symbolic link to " + target.string() + ", whose directory " + dir.string() +
+                  " does not exist");
+    }
+  }
+  return target.string();
+}
+
+void check_output_path(const std::string& path) {
+  const std::string target = resolve_output_path(path);
   struct stat existing {};
-  const bool exists = ::stat(target.c_str(), &existing) == 0;
+  if (::stat(target.c_str(), &existing) == 0) {
+    if (S_ISDIR(existing.st_mode)) throw Error(path + ": is a directory, not a file");
+    if (!S_ISREG(existing.st_mode)) {  // written in place: opening it could block (a pipe), so ask
+      if (::access(target.c_str(), W_OK) != 0) throw Error(path + ": cannot open for writing" + errno_text(errno));
+      return;
+    }
+  }
+  const SignalCleanup cleanup;
+  std::unique_ptr<Temporary> temp;
+  ::close(create_temporary(target, path, temp));  // temp's destructor removes the file
+}
+
+FileBatch::FileBatch() { install_handlers(); }
+
+FileBatch::~FileBatch() {
+  entries_.clear();  // removes the temporaries not renamed, while the handlers still cover them
+  restore_handlers();
+}
+
+void FileBatch::add(const std::string& path, FileBytes bytes) {
+  auto entry = std::make_unique<Entry>();
+  entry->path = path;
+  entry->target = resolve_output_path(path);
+  struct stat existing {};
+  const bool exists = ::stat(entry->target.c_str(), &existing) == 0;
   if (exists && S_ISDIR(existing.st_mode)) throw Error(path + ": is a directory, not a file");
   if (exists && !S_ISREG(existing.st_mode)) {
-    write_in_place(path, pieces);
+    entry->in_place = std::move(bytes);
+    entries_.push_back(std::move(entry));
     return;
   }
-  install_handlers();
-  struct RestoreHandlers {
-    ~RestoreHandlers() { restore_handlers(); }
-  } restore;
-  std::unique_ptr<Temporary> temp;
-  const int fd = create_temporary(target, temp);
+  const int fd = create_temporary(entry->target, path, entry->temp);
   // Keep the permissions of the file being replaced.
   if (exists) ::fchmod(fd, existing.st_mode & 07777);
-  int err = write_pieces(fd, pieces);
+  int err = write_bytes(fd, bytes);
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;
   if (err != 0) throw ResourceError(path + ": write failed" + errno_text(err) + "; the file was not changed");
-  if (::rename(temp->path().c_str(), target.c_str()) != 0) {
-    throw ResourceError(path + ": cannot replace the file" + errno_text(errno) + "; it was not changed");
+  entries_.push_back(std::move(entry));
+}
+
+void FileBatch::commit() {
+  for (const auto& e : entries_) {
+    if (!e->temp) write_in_place(e->path, e->in_place);
   }
-  temp->release();
+  for (const auto& e : entries_) {
+    if (!e->temp) continue;
+    if (::rename(e->temp->path().c_str(), e->target.c_str()) != 0) {
+      throw ResourceError(e->path + ": cannot replace the file" + errno_text(errno) + "; it was not changed");
+    }
+    e->temp->release();
+  }
+  entries_.clear();
+}
+
+void write_file_atomically(const std::string& path, FileBytes bytes) {
+  FileBatch batch;
+  batch.add(path, std::move(bytes));
+  batch.commit();
 }
 
 void write_text_atomically(const std::string& path, std::string_view text) {
-  const std::span<const std::uint8_t> piece(reinterpret_cast<const std::uint8_t*>(text.data()), text.size());
-  write_file_atomically(path, std::span(&piece, 1));
+  write_file_atomically(path, FileBytes{std::string(text), {}});
 }
 
 }  // namespace pasa::io::detail

@@ -39,10 +39,6 @@ class InputFile {
   std::uint64_t size_ = 0;
 };
 
-inline std::span<const std::uint8_t> as_bytes(std::string_view text) {
-  return {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()};
-}
-
 // "[2, 3]".
 std::string shape_text(std::span<const std::int64_t> shape);
 

@@ -17,6 +17,7 @@
 
 #include "io/atomic_file.h"
 #include "io/byte_io.h"
+#include "io/tensor_bytes.h"
 #include "pasa/error.h"
 #include "pasa/io.h"
 
@@ -277,12 +278,13 @@ HostTensor read_npy(const std::string& path) {
   return HostTensor{layout.dtype, std::move(layout.shape), file.read(end, file.size() - end)};
 }
 
-void write_npy(const std::string& path, const HostTensor& tensor) {
-  const std::size_t nbytes = detail::checked_nbytes(tensor.shape, tensor.dtype, path);
+namespace detail {
+
+FileBytes npy_bytes(const std::string& path, const HostTensor& tensor) {
+  const std::size_t nbytes = checked_nbytes(tensor.shape, tensor.dtype, path);
   if (tensor.bytes.size() != nbytes) {
     throw Error(path + ": tensor holds " + std::to_string(tensor.bytes.size()) + " bytes but shape " +
-                detail::shape_text(tensor.shape) + " (" + dtype_name(tensor.dtype) + ") needs " +
-                std::to_string(nbytes));
+                shape_text(tensor.shape) + " (" + dtype_name(tensor.dtype) + ") needs " + std::to_string(nbytes));
   }
   // Byte-for-byte what np.save writes. With rank <= kMaxRank the dict stays far below version 1.0's
   // 64 KiB header limit, so 1.0 always suffices.
@@ -297,11 +299,15 @@ void write_npy(const std::string& path, const HostTensor& tensor) {
   const std::size_t unpadded = kPreamble + header.size() + 1;  // + the closing newline
   header.append((kDataAlign - unpadded % kDataAlign) % kDataAlign, ' ');
   header += '\n';
-  const std::uint8_t preamble[kPreamble] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
-                                            static_cast<std::uint8_t>(header.size() & 0xff),
-                                            static_cast<std::uint8_t>(header.size() >> 8)};
-  const std::span<const std::uint8_t> pieces[] = {preamble, detail::as_bytes(header), tensor.bytes};
-  detail::write_file_atomically(path, pieces);
+  const char preamble[kPreamble] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<char>(header.size() & 0xff),
+                                    static_cast<char>(header.size() >> 8)};
+  return FileBytes{std::string(preamble, kPreamble) + header, {tensor.bytes}};
+}
+
+}  // namespace detail
+
+void write_npy(const std::string& path, const HostTensor& tensor) {
+  detail::write_file_atomically(path, detail::npy_bytes(path, tensor));
 }
 
 }  // namespace pasa::io

@@ -15,6 +15,7 @@
 
 #include "io/atomic_file.h"
 #include "io/byte_io.h"
+#include "io/tensor_bytes.h"
 #include "pasa/error.h"
 #include "pasa/io.h"
 #include "text/json.h"
@@ -218,25 +219,27 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path) {
   return tensors;
 }
 
-void write_safetensors(const std::string& path, const std::map<std::string, HostTensor>& tensors) {
+namespace detail {
+
+FileBytes safetensors_bytes(const std::string& path, const std::map<std::string, const HostTensor*>& tensors) {
   // The data follows the map's (sorted) name order, so the offsets grow with the names.
   Json header = Json::object();
-  std::vector<std::span<const std::uint8_t>> pieces(2);  // length and header, filled in below
+  FileBytes bytes;
   std::uint64_t offset = 0;
-  for (const auto& [name, tensor] : tensors) {
-    const std::string what = path + ": tensor " + detail::quoted(name);
+  for (const auto& [name, pointer] : tensors) {
+    const HostTensor& tensor = *pointer;
+    const std::string what = path + ": tensor " + quoted(name);
     if (name == "__metadata__") throw Error(what + ": the name is reserved for the file's metadata");
-    const std::size_t nbytes = detail::checked_nbytes(tensor.shape, tensor.dtype, what);
+    const std::size_t nbytes = checked_nbytes(tensor.shape, tensor.dtype, what);
     if (tensor.bytes.size() != nbytes) {
       throw Error(what + ": holds " + std::to_string(tensor.bytes.size()) + " bytes but shape " +
-                  detail::shape_text(tensor.shape) + " (" + dtype_name(tensor.dtype) + ") needs " +
-                  std::to_string(nbytes));
+                  shape_text(tensor.shape) + " (" + dtype_name(tensor.dtype) + ") needs " + std::to_string(nbytes));
     }
     header[name] = Json::object({{"dtype", safetensors_dtype(tensor.dtype)},
                                  {"shape", tensor.shape},
                                  {"data_offsets", Json::array({offset, offset + nbytes})}});
     offset += nbytes;
-    pieces.push_back(tensor.bytes);
+    bytes.data.push_back(tensor.bytes);
   }
   std::string text;
   try {
@@ -246,11 +249,17 @@ void write_safetensors(const std::string& path, const std::map<std::string, Host
   }
   // The format pads the header with spaces so the data section starts 8-byte aligned.
   text.append((8 - text.size() % 8) % 8, ' ');
-  std::uint8_t length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<std::uint8_t>(std::uint64_t{text.size()} >> (8 * i));
-  pieces[0] = length;
-  pieces[1] = detail::as_bytes(text);
-  detail::write_file_atomically(path, pieces);
+  for (int i = 0; i < 8; ++i) bytes.head += static_cast<char>(std::uint64_t{text.size()} >> (8 * i));
+  bytes.head += text;
+  return bytes;
+}
+
+}  // namespace detail
+
+void write_safetensors(const std::string& path, const std::map<std::string, HostTensor>& tensors) {
+  std::map<std::string, const HostTensor*> borrowed;
+  for (const auto& [name, tensor] : tensors) borrowed.emplace(name, &tensor);
+  detail::write_file_atomically(path, detail::safetensors_bytes(path, borrowed));
 }
 
 }  // namespace pasa::io

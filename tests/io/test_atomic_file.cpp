@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Writers replace a file whole or leave it untouched: a failed write (full disk, file-size limit)
 // keeps the old contents and leaves no temporary behind; devices are written in place and their
-// failures reported; the signal handler's cleanup removes the temporaries of writes in progress.
+// failures reported; links are followed, dangling ones too; the output check really creates the
+// temporary; a batch of files changes all together or not at all; the signal handler's cleanup
+// removes the temporaries of writes in progress.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -9,6 +11,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 
@@ -98,6 +101,80 @@ TEST(AtomicFile, SymbolicLinksAreFollowed) {
   detail::write_text_atomically(link, "new");
   EXPECT_TRUE(std::filesystem::is_symlink(link));
   EXPECT_EQ(contents(target), "new");
+}
+
+TEST(AtomicFile, ADanglingLinkIsFollowedAndItsTargetCreated) {
+  test::TempDir dir;
+  std::filesystem::create_directory(dir.file("sub"));
+  const std::string link = dir.file("link.txt");
+  std::filesystem::create_symlink("sub/new.txt", link);  // relative: to the link's directory
+  detail::write_text_atomically(link, "new");
+  EXPECT_TRUE(std::filesystem::is_symlink(link)) << "the link was replaced by a file";
+  EXPECT_EQ(contents(dir.file("sub/new.txt")), "new");
+  EXPECT_EQ(entries_in(dir.file("sub")), 1u) << "a temporary was left behind";
+}
+
+TEST(AtomicFile, ALinkIntoAMissingDirectoryNamesTheLinkAndItsTarget) {
+  test::TempDir dir;
+  const std::string link = dir.file("link.txt");
+  std::filesystem::create_symlink("missing/new.txt", link);
+  for (const auto& call : {std::function<void()>([&] { detail::write_text_atomically(link, "x"); }),
+                           std::function<void()>([&] { detail::check_output_path(link); })}) {
+    pasa::test::expect_error(call, link + ": is a symbolic link to " + dir.file("missing/new.txt") +
+                                       ", whose directory " + dir.file("missing") + " does not exist");
+  }
+  const std::string loop = dir.file("loop.txt");
+  std::filesystem::create_symlink("loop.txt", loop);
+  pasa::test::expect_error([&] { detail::check_output_path(loop); }, "too many levels of symbolic links");
+  EXPECT_EQ(entries_in(dir.path()), 2u);
+}
+
+TEST(AtomicFile, TheOutputCheckCreatesAndRemovesTheTemporary) {
+  test::TempDir dir;
+  detail::check_output_path(dir.file("new.txt"));
+  EXPECT_EQ(entries_in(dir.path()), 0u) << "the check left a file behind";
+  pasa::test::expect_error([&] { detail::check_output_path(dir.path()); }, "is a directory");
+  pasa::test::expect_error([&] { detail::check_output_path(dir.file("missing/x.txt")); },
+                           dir.file("missing/x.txt") + ": cannot open for writing");
+  // Places where no file can be created, whatever access() says (it says yes to root everywhere).
+  if (std::filesystem::is_directory("/proc/self")) {
+    pasa::test::expect_error([] { detail::check_output_path("/proc/pasa_test.npy"); },
+                             "/proc/pasa_test.npy: cannot open for writing");
+  }
+  if (std::filesystem::exists("/dev/null")) detail::check_output_path("/dev/null");  // written in place
+}
+
+TEST(FileBatch, NothingChangesUntilEveryFileIsWritten) {
+  test::TempDir dir;
+  const std::string first = dir.file("first.txt"), second = dir.file("second.txt");
+  std::ofstream(first) << "old first";
+  {
+    detail::FileBatch batch;
+    batch.add(first, {"new first", {}});
+    EXPECT_EQ(contents(first), "old first") << "replaced before commit()";
+    // The second file fails (a device that takes no bytes): the first must stay as it was.
+    if (std::filesystem::exists("/dev/full")) {
+      batch.add("/dev/full", {"anything", {}});
+      EXPECT_THROW(batch.commit(), ResourceError);
+    }
+  }
+  EXPECT_EQ(contents(first), "old first");
+  EXPECT_EQ(entries_in(dir.path()), 1u) << "a temporary was left behind";
+  {
+    detail::FileBatch batch;
+    batch.add(first, {"new first", {}});
+    pasa::test::expect_error([&] { batch.add(dir.path(), {"x", {}}); }, "is a directory");
+  }  // destroyed without commit()
+  EXPECT_EQ(contents(first), "old first");
+  EXPECT_EQ(entries_in(dir.path()), 1u) << "an uncommitted batch left a temporary behind";
+  const std::string data = "+data";
+  detail::FileBatch batch;
+  batch.add(first, {"new first", {}});
+  batch.add(second, {"second", {std::span(reinterpret_cast<const std::uint8_t*>(data.data()), data.size())}});
+  batch.commit();
+  EXPECT_EQ(contents(first), "new first");
+  EXPECT_EQ(contents(second), "second+data");
+  EXPECT_EQ(entries_in(dir.path()), 2u);
 }
 
 TEST(AtomicFile, SignalCleanupWithNoWriteInProgressRemovesNothing) {
