@@ -21,6 +21,16 @@ Option* Option::required() {
   return this;
 }
 
+Option* Option::excludes(const Option* other) {
+  excludes_.push_back(other);
+  return this;
+}
+
+Option* Option::needs(const Option* other) {
+  needs_.push_back(other);
+  return this;
+}
+
 Command::Command(std::string name, std::string description)
     : name_(std::move(name)), description_(std::move(description)), path_(name_) {}
 
@@ -83,6 +93,7 @@ std::string Command::help() const {
     out += '\n';
   };
   row("-h, --help", "print this help and exit");
+  if (!version_.empty()) row("--version", "print the version and exit");
   for (const auto& opt : options_) {
     std::string left = opt->name_;
     if (!opt->is_flag_) left += opt->is_list_ ? " LIST" : " VALUE";
@@ -99,10 +110,27 @@ std::string Command::help() const {
   return out;
 }
 
+void Command::check_option_rules() const {
+  for (const auto& opt : options_) {
+    if (opt->required_ && !opt->seen_) throw UsageError(opt->name_ + " is required");
+    if (!opt->seen_) continue;
+    for (const Option* other : opt->excludes_) {
+      if (other->seen_) throw UsageError(opt->name_ + " cannot be combined with " + other->name_);
+    }
+    for (const Option* other : opt->needs_) {
+      if (!other->seen_) throw UsageError(opt->name_ + " needs " + other->name_);
+    }
+  }
+}
+
 const Command* Command::parse(const std::vector<std::string>& args, std::size_t pos) {
   for (; pos < args.size(); ++pos) {
     const std::string& arg = args[pos];
     if (arg == "-h" || arg == "--help") return this;
+    if (arg == "--version" && !version_.empty()) {
+      version_asked_ = true;
+      return nullptr;
+    }
     if (arg.rfind("--", 0) == 0) {
       const std::size_t eq = arg.find('=');
       const std::string name = arg.substr(0, eq);
@@ -121,17 +149,22 @@ const Command* Command::parse(const std::vector<std::string>& args, std::size_t 
         } else {
           throw UsageError(name + " needs a value");
         }
+        const auto assign = [&](const std::string& text) {
+          if (text.empty()) throw UsageError(name + ": empty value");
+          opt.assign_(text);
+        };
         if (opt.is_list_) {
           if (!opt.seen_) opt.clear_list_();  // given values replace the defaults
           std::size_t start = 0;
           while (true) {
             const std::size_t end = opt.delimiter_ ? value.find(opt.delimiter_, start) : std::string::npos;
-            opt.assign_(value.substr(start, end == std::string::npos ? std::string::npos : end - start));
+            assign(value.substr(start, end == std::string::npos ? std::string::npos : end - start));
             if (end == std::string::npos) break;
             start = end + 1;
           }
         } else {
-          opt.assign_(value);
+          if (opt.seen_) throw UsageError(name + " is given more than once; it takes one value");
+          assign(value);
         }
       }
       opt.seen_ = true;
@@ -145,9 +178,7 @@ const Command* Command::parse(const std::vector<std::string>& args, std::size_t 
     chosen_ = sub->get();
     break;
   }
-  for (const auto& opt : options_) {
-    if (opt->required_ && !opt->seen_) throw UsageError(opt->name_ + " is required");
-  }
+  check_option_rules();
   if (chosen_ != nullptr) return chosen_->parse(args, pos + 1);
   if (subcommand_required_) {
     std::string names;
@@ -163,9 +194,14 @@ int Command::main(int argc, const char* const* argv) {
   try {
     help_for = parse(args, 0);
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "%s: error: %s\nRun '%s --help' for the options.\n", name_.c_str(), e.what(),
-                 name_.c_str());
+    const Command* where = this;  // the command being parsed when the error came: the last one named
+    while (where->chosen_ != nullptr) where = where->chosen_;
+    std::fprintf(stderr, "%s: error: %s (see '%s --help')\n", name_.c_str(), e.what(), where->path_.c_str());
     return 2;
+  }
+  if (version_asked_) {
+    std::printf("%s\n", version_.c_str());
+    return 0;
   }
   if (help_for != nullptr) {
     std::fputs(help_for->help().c_str(), stdout);

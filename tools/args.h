@@ -7,6 +7,7 @@
 //   Command* run = app.add_subcommand("run", "what run does");
 //   run->add_option("--seq", opt.seq, "sequence length")->capture_default_str();
 //   run->add_flag("--causal", opt.causal, "causal mask");
+//   run->add_option("--alignment", opt.alignment, "...")->needs(causal);   // causal: the flag's Option*
 //   run->callback([&] { ... });
 //   return app.main(argc, argv);   // parses, runs the chosen command's callback, maps errors to codes
 #pragma once
@@ -70,17 +71,23 @@ std::string scalar_text(const T& value) {
 
 }  // namespace detail
 
+// An option's value may not be empty, and an option that takes one value may be given once: a second
+// value, or an empty one, would otherwise be dropped without a word.
 class Option {
  public:
   Option* capture_default_str();  // --help shows the value the target holds before parsing
   Option* delimiter(char separator);  // a list option splits each value at this character
   Option* required();
+  Option* excludes(const Option* other);  // a usage error when both are given (either order)
+  Option* needs(const Option* other);     // a usage error when this is given without `other`
+  bool given() const { return seen_; }    // on the command line (after parsing)
 
  private:
   friend class Command;
   std::string name_, description_, default_text_;
   bool is_flag_ = false, is_list_ = false, required_ = false, seen_ = false;
   char delimiter_ = '\0';
+  std::vector<const Option*> excludes_, needs_;
   std::function<void(const std::string&)> assign_;  // one value (or one list element)
   std::function<std::string()> current_text_;
   std::function<void()> clear_list_;  // a list option's first value replaces the default list
@@ -129,10 +136,12 @@ class Command {
   void require_subcommand() { subcommand_required_ = true; }
   // The subcommands that the parsed command line named (at most one).
   std::vector<const Command*> get_subcommands() const;
+  // `--version` given to this command (before any subcommand) prints `text` and exits; --help lists it.
+  void version(std::string text) { version_ = std::move(text); }
 
   std::string help() const;
-  // Parses argv, runs the callbacks, prints errors; returns the process's exit code: 0, 2 for a
-  // usage error or a pasa::Error.
+  // Parses argv, runs the callbacks, prints a usage error as one line that points to the --help of
+  // the command it concerns; returns the process's exit code: 0, or 2 for a usage error.
   int main(int argc, const char* const* argv);
 
  private:
@@ -140,8 +149,11 @@ class Command {
   // Parses args[pos...] for this command and (recursively) the chosen subcommand; returns the
   // command whose --help was asked for, or nullptr.
   const Command* parse(const std::vector<std::string>& args, std::size_t pos);
+  // After a command's options are parsed: required, excluded and needed options.
+  void check_option_rules() const;
 
-  std::string name_, description_, path_;
+  std::string name_, description_, path_, version_;
+  bool version_asked_ = false;
   std::vector<std::unique_ptr<Option>> options_;
   std::vector<std::unique_ptr<Command>> subcommands_;
   std::function<void()> callback_;

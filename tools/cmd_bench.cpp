@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "gpu_errors.h"
 #include "io/atomic_file.h"
 #include "output_paths.h"
 #include "pasa/bench.h"
@@ -118,7 +119,7 @@ void write_csv(const std::string& path, const std::vector<Row>& rows) {
 void run(const BenchOptions& o) {
   validate(o);
   check_output_files({}, {{"--csv", o.csv}});
-  const std::string device = bench_device_description();
+  const std::string device = on_gpu([] { return bench_device_description(); });
   text::print(stderr, "pasa bench on {}: median of {} calls after {} warm-up, L2 flushed before each\n", device,
              o.runs, o.warmup);
   const int n_prefill = static_cast<int>(o.policies.size() * o.dtypes.size() * o.head_dims.size() * o.seqs.size() *
@@ -139,7 +140,8 @@ void run(const BenchOptions& o) {
     try {
       return bench_cuda_attention(pt, o.warmup, o.runs, seed += 3);
     } catch (const Error& e) {
-      if (std::string_view(e.what()).starts_with("CUDA error")) throw;
+      // The device is unusable after a CUDA error: a runtime failure (exit 1), not this point's.
+      if (std::string_view(e.what()).starts_with("CUDA error")) throw ResourceError(e.what());
       skipped.push_back(label + ": " + e.what());
       text::print(stderr, "[{}/{}] {} skipped: {}\n", ++done, n_prefill + n_decode, label, e.what());
       return std::nullopt;
@@ -217,7 +219,7 @@ void run(const BenchOptions& o) {
   }
   if (rows.empty()) throw Error("pasa bench: no point could be timed (each one's reason is above)");
   if (!o.csv.empty()) {
-    write_csv(o.csv, rows);
+    write_checked_outputs([&] { write_csv(o.csv, rows); });
     text::print(stderr, "wrote {} rows to {}\n", rows.size(), o.csv);
   }
 }
@@ -236,15 +238,22 @@ void add_bench_command(Command& app) {
   cmd->add_option("--mask", opt->masks, "full, causal")->delimiter(',')->capture_default_str();
   cmd->add_option("--tokens", opt->tokens, "B * S of every prefill point")->capture_default_str();
   cmd->add_option("--hidden", opt->hidden, "H * D of every prefill point (H rounded down)")->capture_default_str();
-  cmd->add_option("--decode-policy", opt->decode_policies, "decode policies")->delimiter(',')->capture_default_str();
-  cmd->add_option("--decode-seq", opt->decode_seqs, "decode KV lengths")->delimiter(',')->capture_default_str();
-  cmd->add_option("--decode-batch", opt->decode_batch, "decode batch")->capture_default_str();
+  const Option* no_decode = cmd->add_flag("--no-decode", opt->no_decode, "prefill points only");
+  cmd->add_option("--decode-policy", opt->decode_policies, "decode policies")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->excludes(no_decode);
+  cmd->add_option("--decode-seq", opt->decode_seqs, "decode KV lengths")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->excludes(no_decode);
+  cmd->add_option("--decode-batch", opt->decode_batch, "decode batch")->capture_default_str()->excludes(no_decode);
   cmd->add_option("--decode-cache", opt->decode_caches,
                   "where decode reads K and V: tensors (pasa::attention), dense or paged<N> (a full KV cache "
                   "through attention_with_kvcache's plan; paged: N-position blocks, shuffled)")
       ->delimiter(',')
-      ->capture_default_str();
-  cmd->add_flag("--no-decode", opt->no_decode, "prefill points only");
+      ->capture_default_str()
+      ->excludes(no_decode);
   cmd->add_option("--runs", opt->runs, "timed calls per point (the median is reported)")->capture_default_str();
   cmd->add_option("--warmup", opt->warmup, "untimed calls before them")->capture_default_str();
   cmd->add_option("--csv", opt->csv, "write one row per point here");

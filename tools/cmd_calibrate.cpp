@@ -146,14 +146,13 @@ void calibrate_plan(const CalibrateOptions& opt) {
   for (std::size_t i = 0; i < ranked.size(); ++i) {
     plan.entries[ranked[i].second] = i < n_accurate ? opt.accurate : opt.fast;
   }
-  save_plan(opt.out, plan, scores);
+  write_checked_outputs([&] { save_plan(opt.out, plan, scores); });
   text::print("{} entries: {} use {} (the worst {}%), {} use {}; wrote {}\n", ranked.size(), n_accurate,
               opt.accurate, opt.xi, ranked.size() - n_accurate, opt.fast, opt.out);
 }
 
 // One entry in memory at a time, its scores one row at a time into a fixed-size histogram.
 void calibrate_phi_command(const CalibrateOptions& opt) {
-  if (!opt.out.empty()) throw Error("--out: --phi prints phi and writes no plan; drop --out");
   const std::vector<EntryFiles> entries = find_entries(opt.inputs);
   ScoreHistogram histogram;
   for (const EntryFiles& e : entries) {
@@ -187,11 +186,14 @@ void add_calibrate_command(Command& app) {
   cmd->add_option("--inputs", opt->inputs,
                   "directory of captured inputs: layer<L>[_t<T>].safetensors (q, k, v) or "
                   "layer<L>[_t<T>]_{q,k,v}.npy")->required();
-  cmd->add_option("--fast", opt->fast, "policy for most entries")->capture_default_str();
-  cmd->add_option("--accurate", opt->accurate, "policy for the worst entries")->capture_default_str();
-  cmd->add_option("--xi", opt->xi, "percent of entries sent to the accurate policy (0..100)")->capture_default_str();
-  cmd->add_option("--out", opt->out, "plan file to write (JSON)");
-  cmd->add_flag("--phi", opt->phi, "derive phi for the fdpp policy instead of writing a plan");
+  // --phi prints phi and writes no plan: the plan's options are refused with it.
+  const Option* phi = cmd->add_flag("--phi", opt->phi, "derive phi for the fdpp policy instead of writing a plan");
+  cmd->add_option("--fast", opt->fast, "policy for most entries")->capture_default_str()->excludes(phi);
+  cmd->add_option("--accurate", opt->accurate, "policy for the worst entries")->capture_default_str()->excludes(phi);
+  cmd->add_option("--xi", opt->xi, "percent of entries sent to the accurate policy (0..100)")
+      ->capture_default_str()
+      ->excludes(phi);
+  cmd->add_option("--out", opt->out, "plan file to write (JSON)")->excludes(phi);
   cmd->callback([opt] { opt->phi ? calibrate_phi_command(*opt) : calibrate_plan(*opt); });
 }
 

@@ -10,6 +10,7 @@
 #include "pasa/error.h"
 #include "pasa/generators.h"
 #include "pasa/policy.h"
+#include "policy_options.h"
 #include "tensor_files.h"
 #include "text/format.h"
 
@@ -48,8 +49,32 @@ void check_inspectable(const HostTensor& tensor, const TensorView& t, const std:
   }
 }
 
-void run(const InspectOptions& opt) {
-  if (opt.block < 1) throw Error(text::format("--block: {} is not a positive block size", opt.block));
+// Options that apply to one generator only; given for another, they would be ignored.
+struct GeneratorOptionsGiven {
+  bool x0, am, preset;
+};
+
+// Q and K from uniform_qkv or hybrid_qkv (fp16, as the study draws them), checked to be finite: the
+// error names the options that drew a value beyond fp16's range, not --q.
+QKV paper_inputs(const InspectOptions& opt, const Shape4& shape) {
+  if (!std::isfinite(opt.x0)) throw Error(text::format("--x0: {} is not finite", opt.x0));
+  if (!(std::isfinite(opt.am) && opt.am >= 0)) throw Error(text::format("--am: {} is not finite and >= 0", opt.am));
+  QKV data = opt.gen == "uniform" ? uniform_qkv(shape, opt.x0, opt.am, opt.seed)
+                                  : hybrid_qkv(shape, opt.x0, opt.am, opt.seed);
+  for (const HostTensor* t : {&data.q, &data.k}) {
+    const std::vector<float> values = to_float(*t);
+    if (!std::all_of(values.begin(), values.end(), [](float x) { return std::isfinite(x); })) {
+      throw Error(text::format("--x0/--am: {} with x0 = {:g}, Am = {:g} draws values beyond fp16's range "
+                               "(the inputs are fp16, at most 65504 in magnitude)",
+                               opt.gen, opt.x0, opt.am));
+    }
+  }
+  return data;
+}
+
+void run(const InspectOptions& opt, const GeneratorOptionsGiven& given) {
+  check_block_option("--block", opt.block);
+  check_beta_option("--beta", opt.beta);
   if (opt.seq < 1) throw Error(text::format("--seq: {} is not a positive length", opt.seq));
   if (opt.heads < 1) throw Error(text::format("--heads: {} is not a positive count", opt.heads));
   HostTensor q, k;
@@ -60,16 +85,15 @@ void run(const InspectOptions& opt) {
     k = load_tensor_file(opt.k, "k");
     source = opt.q + ", " + opt.k;
   } else {
+    const bool paper = opt.gen == "uniform" || opt.gen == "hybrid";
+    if (!paper && opt.gen != "resonance") throw Error("--gen: '" + opt.gen + "' is not uniform, hybrid or resonance");
+    if (!paper && (given.x0 || given.am)) throw Error("--x0/--am: apply to --gen uniform or hybrid, not resonance");
+    if (paper && given.preset) throw Error("--preset: applies to --gen resonance, not " + opt.gen);
     const Shape4 shape{1, opt.heads, opt.seq, 128};
-    QKV data;
-    if (opt.gen == "uniform") data = uniform_qkv(shape, opt.x0, opt.am, opt.seed);
-    else if (opt.gen == "hybrid") data = hybrid_qkv(shape, opt.x0, opt.am, opt.seed);
-    else if (opt.gen == "resonance") data = resonance_qkv(shape, resonance_preset(opt.preset), opt.seed);
-    else throw Error("--gen: '" + opt.gen + "' is not uniform, hybrid or resonance");
+    QKV data = paper ? paper_inputs(opt, shape) : resonance_qkv(shape, resonance_preset(opt.preset), opt.seed);
     q = std::move(data.q);
     k = std::move(data.k);
-    source = opt.gen == "resonance" ? "resonance (" + opt.preset + ")"
-                                    : text::format("{} x0={:g} Am={:g}", opt.gen, opt.x0, opt.am);
+    source = paper ? text::format("{} x0={:g} Am={:g}", opt.gen, opt.x0, opt.am) : "resonance (" + opt.preset + ")";
   }
   const TensorView qv = q.view("--q"), kv = k.view("--k");
   check_inspectable(q, qv, "--q");
@@ -132,19 +156,22 @@ void add_inspect_command(Command& app) {
   Command* cmd = app.add_subcommand(
       "inspect", "Print the K range and the score range before and after PASA's shift, for given or "
                  "generated inputs (default: the resonance generator, Qwen2-7B-like).");
-  cmd->add_option("--q", opt->q, "query tensor file (.npy / .safetensors)");
-  cmd->add_option("--k", opt->k, "key tensor file");
-  cmd->add_option("--gen", opt->gen, "generator when no files: uniform, hybrid or resonance")
-      ->capture_default_str();
-  cmd->add_option("--preset", opt->preset, "resonance preset: qwen2 or svd")->capture_default_str();
-  cmd->add_option("--x0", opt->x0, "mean for uniform/hybrid")->capture_default_str();
-  cmd->add_option("--am", opt->am, "amplitude for uniform/hybrid")->capture_default_str();
-  cmd->add_option("--beta", opt->beta, "PASA beta")->capture_default_str();
-  cmd->add_option("--block", opt->block, "key block size s2")->capture_default_str();
-  cmd->add_option("--seq", opt->seq, "sequence length of generated inputs")->capture_default_str();
-  cmd->add_option("--heads", opt->heads, "heads of generated inputs")->capture_default_str();
-  cmd->add_option("--seed", opt->seed, "seed of generated inputs")->capture_default_str();
-  cmd->callback([opt] { run(*opt); });
+  const Option* q = cmd->add_option("--q", opt->q, "query tensor file (.npy / .safetensors)");
+  const Option* k = cmd->add_option("--k", opt->k, "key tensor file");
+  // The generator's options describe inputs that files replace: given with --q/--k they are refused.
+  const auto generator_option = [&](const std::string& name, auto& target, const std::string& description) {
+    return cmd->add_option(name, target, description)->capture_default_str()->excludes(q)->excludes(k);
+  };
+  generator_option("--gen", opt->gen, "generator when no files: uniform, hybrid or resonance");
+  const Option* preset = generator_option("--preset", opt->preset, "resonance preset: qwen2 or svd");
+  const Option* x0 = generator_option("--x0", opt->x0, "mean for uniform/hybrid");
+  const Option* am = generator_option("--am", opt->am, "amplitude for uniform/hybrid");
+  cmd->add_option("--beta", opt->beta, "PASA beta, in [0, 1)")->capture_default_str();
+  cmd->add_option("--block", opt->block, "key block size s2, 1..1024 (the policy's range)")->capture_default_str();
+  generator_option("--seq", opt->seq, "sequence length of generated inputs");
+  generator_option("--heads", opt->heads, "heads of generated inputs");
+  generator_option("--seed", opt->seed, "seed of generated inputs");
+  cmd->callback([opt, x0, am, preset] { run(*opt, {x0->given(), am->given(), preset->given()}); });
 }
 
 }  // namespace pasa::cli

@@ -5,48 +5,73 @@
 #include "text/format.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "commands.h"
 #include "cuda_backend.h"
+#include "gpu_errors.h"
 #include "pasa/bench.h"
 #include "pasa/error.h"
 #include "pasa/policy.h"
+#include "stage.h"
 
 namespace pasa::cli {
 namespace {
 
 struct OverheadOptions {
-  std::string device = "auto", policy = "exact", dtype = "bf16";
-  int batch = 1, heads_q = 32, heads_kv = 8, seq_kv = 4096, head_dim = 128, calls = 200;
+  std::string device = "auto", policy = "exact";
+  std::optional<std::string> dtype;  // the GPU's input dtype, bf16 unless given
+  int batch = 1, calls = 200;
+  // Unset: the device's default shape (kGpuShape or kCpuShape); set, the user's size on either device.
+  std::optional<int> heads_q, heads_kv, seq_kv, head_dim;
 };
 
+// The default shapes: on the GPU a decode step, on the CPU one query and one key of head dim 8, so the
+// emulator's arithmetic is nothing and the time is the call's fixed cost (the run takes well under a
+// second; at the GPU's shape the emulator would take minutes).
+struct Shape {
+  int heads_q, heads_kv, seq_kv, head_dim;
+};
+constexpr Shape kGpuShape{32, 8, 4096, 128};
+constexpr Shape kCpuShape{1, 1, 1, 8};
+
+// 16 rounds of each way of calling: at 10000 calls a round, about 10 s on either device at the default
+// shapes, and a median steady to a fraction of a percent; more only makes the run long.
+constexpr int kMaxCalls = 10000;
+
 void run(const OverheadOptions& o) {
-  const bool gpu = o.device == "cuda" || (o.device == "auto" && cuda_backend_available());
   if (o.device != "auto" && o.device != "cuda" && o.device != "cpu") {
     throw Error("--device: '" + o.device + "' is not auto, cuda or cpu");
   }
-  if (o.dtype != "bf16" && o.dtype != "fp16") throw Error("--dtype: '" + o.dtype + "' is not bf16 or fp16");
+  const std::string dtype = o.dtype.value_or("bf16");
+  if (dtype != "bf16" && dtype != "fp16") throw Error("--dtype: '" + dtype + "' is not bf16 or fp16");
+  if (o.dtype && o.device == "cpu") throw Error("--dtype: applies to the GPU; the CPU emulator's calls take fp32");
+  if (o.calls < 1 || o.calls > kMaxCalls) {
+    throw Error(text::format("--calls: {} is outside 1..{} (calls per timed round; 16 rounds each way)", o.calls,
+                             kMaxCalls));
+  }
+  const bool gpu = o.device == "cuda" || (o.device == "auto" && cuda_backend_available());
+  const Shape& base = gpu ? kGpuShape : kCpuShape;
   BenchPoint pt;
   pt.policy = parse_policy(o.policy);
-  pt.dtype = o.dtype == "bf16" ? DType::bf16 : DType::f16;
+  pt.dtype = dtype == "bf16" ? DType::bf16 : DType::f16;
   pt.batch = o.batch;
-  pt.heads_q = o.heads_q;
-  pt.heads_kv = o.heads_kv;
+  pt.heads_q = o.heads_q.value_or(base.heads_q);
+  pt.heads_kv = o.heads_kv.value_or(base.heads_kv);
   pt.seq_q = 1;
-  pt.seq_kv = o.seq_kv;
-  pt.head_dim = o.head_dim;
-  if (!gpu && o.device == "auto") {  // the CPU default: the smallest problem, so only the fixed cost shows
-    pt.heads_q = pt.heads_kv = 1;
-    pt.seq_kv = 1;
-    pt.head_dim = 8;
-  }
-  const HostOverhead h = bench_host_overhead(pt, gpu ? Device::cuda : Device::cpu, o.calls);
-  text::print("host time per call ({}, policy {}, B {}, H {}/{}, S_q 1, S_kv {}, D {}; median of 15 rounds "
-             "of {} calls)\n", gpu ? bench_device_description() : std::string("CPU emulator"),
-             to_string(pt.policy), pt.batch, pt.heads_q, pt.heads_kv, pt.seq_kv, pt.head_dim, o.calls);
+  pt.seq_kv = o.seq_kv.value_or(base.seq_kv);
+  pt.head_dim = o.head_dim.value_or(base.head_dim);
+  // Sizes given for the CPU can make this long: the stage says so every 30 s.
+  const HostOverhead h = run_stage("the timed calls", [&] {
+    return on_gpu([&] { return bench_host_overhead(pt, gpu ? Device::cuda : Device::cpu, o.calls); });
+  });
+  const std::string device = gpu ? on_gpu([] { return bench_device_description(); }) : "CPU emulator";
+  text::print("host time per call ({}, policy {}, B {}, H {}/{}, S_q 1, S_kv {}, D {}, {}; median of 15 rounds "
+              "of {} calls)\n", device, to_string(pt.policy), pt.batch, pt.heads_q, pt.heads_kv, pt.seq_kv,
+              pt.head_dim, gpu ? dtype : std::string("fp32"), o.calls);
   text::print("| call | us |\n|---|---|\n| pasa::attention (eager) | {:.2f} |\n| AttentionPlan::run | {:.2f} |\n",
-             h.eager_us, h.run_us);
+              h.eager_us, h.run_us);
   if (gpu) {
     text::print("| one empty kernel launch (the floor) | {:.2f} |\n", h.launch_us);
     if (h.dependent_launch_us > 0) {
@@ -59,18 +84,23 @@ void run(const OverheadOptions& o) {
 
 void add_overhead_command(Command& app) {
   auto opt = std::make_shared<OverheadOptions>();
+  const auto sizes = [](const char* what, int gpu, int cpu) {
+    return text::format("{} (default {} on the GPU, {} on the CPU)", what, gpu, cpu);
+  };
   Command* cmd = app.add_subcommand(
       "overhead", "Host time per call of pasa::attention and AttentionPlan::run: on the GPU a decode step "
-                  "(calls queued without waiting), on the CPU the emulator's fixed cost (one query, one key).");
+                  "(calls queued without waiting), on the CPU the emulator's fixed cost (by default one "
+                  "query, one key, head dim 8: well under a second); given sizes apply on either device.");
   cmd->add_option("--device", opt->device, "auto (the GPU when there is one), cuda or cpu")->capture_default_str();
   cmd->add_option("--policy", opt->policy, "policy text")->capture_default_str();
-  cmd->add_option("--dtype", opt->dtype, "GPU input dtype: bf16 or fp16")->capture_default_str();
+  cmd->add_option("--dtype", opt->dtype, "GPU input dtype: bf16 (default) or fp16; the CPU emulator takes fp32");
   cmd->add_option("--batch", opt->batch, "B")->capture_default_str();
-  cmd->add_option("--heads-q", opt->heads_q, "query heads")->capture_default_str();
-  cmd->add_option("--heads-kv", opt->heads_kv, "K/V heads")->capture_default_str();
-  cmd->add_option("--seq-kv", opt->seq_kv, "keys")->capture_default_str();
-  cmd->add_option("--head-dim", opt->head_dim, "head dim")->capture_default_str();
-  cmd->add_option("--calls", opt->calls, "calls per timed round")->capture_default_str();
+  cmd->add_option("--heads-q", opt->heads_q, sizes("query heads", kGpuShape.heads_q, kCpuShape.heads_q));
+  cmd->add_option("--heads-kv", opt->heads_kv, sizes("K/V heads", kGpuShape.heads_kv, kCpuShape.heads_kv));
+  cmd->add_option("--seq-kv", opt->seq_kv, sizes("keys", kGpuShape.seq_kv, kCpuShape.seq_kv));
+  cmd->add_option("--head-dim", opt->head_dim, sizes("head dim", kGpuShape.head_dim, kCpuShape.head_dim));
+  cmd->add_option("--calls", opt->calls, text::format("calls per timed round, 1..{}", kMaxCalls))
+      ->capture_default_str();
   cmd->callback([opt] { run(*opt); });
 }
 

@@ -2,6 +2,7 @@
 // pasa run: attention on tensors from files, optionally checked against the fp64 reference.
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 
 #include "commands.h"
@@ -11,6 +12,7 @@
 #include "pasa/metrics.h"
 #include "pasa/policy.h"
 #include "output_paths.h"
+#include "stage.h"
 #include "tensor_files.h"
 #include "text/format.h"
 
@@ -29,38 +31,14 @@ std::string shape_text(const TensorView& t) {
 }
 
 void run(const RunOptions& opt) {
+  check_tensor_output_name("--out", opt.out);
+  check_tensor_output_name("--lse", opt.lse);
   check_output_files({{"--q", opt.q}, {"--k", opt.k}, {"--v", opt.v}, {"--qkv", opt.qkv}},
                      {{"--out", opt.out}, {"--lse", opt.lse}});
-  HostTensor q, k, v;
-  if (!opt.qkv.empty()) {
-    if (!opt.q.empty() || !opt.k.empty() || !opt.v.empty()) {
-      throw Error("--qkv: give either --qkv or --q/--k/--v, not both");
-    }
-    auto tensors = io::read_safetensors(opt.qkv);
-    for (const char* name : {"q", "k", "v"}) {
-      if (!tensors.count(name)) throw Error(opt.qkv + ": no tensor named '" + name + "'");
-    }
-    q = std::move(tensors["q"]);
-    k = std::move(tensors["k"]);
-    v = std::move(tensors["v"]);
-  } else {
-    if (opt.q.empty() || opt.k.empty() || opt.v.empty()) {
-      throw Error("give --q, --k and --v (or --qkv FILE.safetensors)");
-    }
-    q = load_tensor_file(opt.q, "q");
-    k = load_tensor_file(opt.k, "k");
-    v = load_tensor_file(opt.v, "v");
+  if (opt.qkv.empty() && (opt.q.empty() || opt.k.empty() || opt.v.empty())) {
+    throw Error("give --q, --k and --v (or --qkv FILE.safetensors)");
   }
   AttentionArgs args;
-  args.q = q.view("--q");
-  args.k = k.view("--k");
-  args.v = v.view("--v");
-  HostTensor o{q.dtype, q.shape, std::vector<std::uint8_t>(q.bytes.size())};
-  args.o = o.view("output");
-  std::vector<float> lse(static_cast<std::size_t>(q.shape[0] * q.shape[1] * q.shape[2]));
-  args.lse = lse_view(lse.data(), q.shape[0], q.shape[1], q.shape[2]);
-  args.scale = opt.scale;
-  args.causal = opt.causal;
   // The API's spellings; the hyphenated ones are accepted too.
   if (opt.alignment == "top_left" || opt.alignment == "top-left") {
     args.alignment = CausalAlignment::top_left;
@@ -68,29 +46,64 @@ void run(const RunOptions& opt) {
     throw Error("--alignment: '" + opt.alignment + "' is not bottom_right or top_left");
   }
   args.policy = parse_policy(opt.policy);
+  args.scale = opt.scale;
+  args.causal = opt.causal;
+
+  HostTensor q, k, v;
+  run_stage("reading the inputs", [&] {
+    if (!opt.qkv.empty()) {
+      auto tensors = io::read_safetensors(opt.qkv);
+      for (const char* name : {"q", "k", "v"}) {
+        if (!tensors.count(name)) throw Error(opt.qkv + ": no tensor named '" + name + "'");
+      }
+      q = std::move(tensors["q"]);
+      k = std::move(tensors["k"]);
+      v = std::move(tensors["v"]);
+    } else {
+      q = load_tensor_file(opt.q, "q");
+      k = load_tensor_file(opt.k, "k");
+      v = load_tensor_file(opt.v, "v");
+    }
+  });
+  args.q = q.view("--q");
+  args.k = k.view("--k");
+  args.v = v.view("--v");
+  HostTensor o{q.dtype, q.shape, std::vector<std::uint8_t>(q.bytes.size())};
+  args.o = o.view("output");
+  std::vector<float> lse(static_cast<std::size_t>(q.shape[0] * q.shape[1] * q.shape[2]));
+  args.lse = lse_view(lse.data(), q.shape[0], q.shape[1], q.shape[2]);
 
   text::print("q {}  k {}  v {}\npolicy {}{}\n", shape_text(args.q), shape_text(args.k), shape_text(args.v),
               to_string(args.policy), opt.causal ? text::format("  causal ({})", opt.alignment) : "");
+  std::fflush(stdout);  // what is being computed, seen before a long run (and kept if it is killed)
   const auto t0 = std::chrono::steady_clock::now();
-  attention(args);
+  run_stage("the attention (CPU emulator)", [&] { attention(args); });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   text::print("time {:.3f} s (CPU emulator)\n", seconds);
+  std::fflush(stdout);
+
+  // The outputs are written before --check runs: a reference that fails (out of memory) then costs
+  // the check, not the computed result. They are written together: all of them or none.
+  const HostTensor lse_tensor = from_float(lse, {q.shape[0], q.shape[1], q.shape[2]}, DType::f32);
+  write_checked_outputs([&] {
+    io::detail::FileBatch outputs;
+    if (!opt.out.empty()) outputs.add(opt.out, tensor_file_bytes(opt.out, "o", o));
+    if (!opt.lse.empty()) outputs.add(opt.lse, tensor_file_bytes(opt.lse, "lse", lse_tensor));
+    outputs.commit();
+  });
+  for (const std::string& path : {opt.out, opt.lse}) {
+    if (!path.empty()) text::print("wrote {}\n", path);
+  }
 
   if (opt.check) {
-    const ReferenceResult ref = reference_attention(args);
-    const std::vector<float> got = to_float(o);
-    const ErrorMetrics m = compare(std::vector<double>(got.begin(), got.end()), ref.o);
+    const ErrorMetrics m = run_stage("the fp64 reference (--check)", [&] {
+      const ReferenceResult ref = reference_attention(args);
+      const std::vector<float> got = to_float(o);
+      return compare(std::vector<double>(got.begin(), got.end()), ref.o);
+    });
     text::print("check against fp64: relative RMSE {:.3e}  max abs error {:.3e}  CosSim {:.6f}  "
                 "relative L1 {:.3e}  NaN share {:.4f}%\n",
                 m.rel_rmse, m.max_abs, m.cos_sim, m.rel_l1, 100.0 * m.nan_share);
-  }
-  if (!opt.out.empty()) {
-    io::write_npy(opt.out, o);
-    text::print("wrote {}\n", opt.out);
-  }
-  if (!opt.lse.empty()) {
-    io::write_npy(opt.lse, from_float(lse, {q.shape[0], q.shape[1], q.shape[2]}, DType::f32));
-    text::print("wrote {}\n", opt.lse);
   }
 }
 
@@ -101,22 +114,32 @@ void add_run_command(Command& app) {
   Command* cmd = app.add_subcommand(
       "run", "Run attention on Q/K/V from .npy/.safetensors files ([B, H, S, D]) on the CPU under a "
              "precision policy; --check compares with the fp64 reference.");
-  cmd->add_option("--q", opt->q, "query tensor file (.npy, or .safetensors with one tensor)");
-  cmd->add_option("--k", opt->k, "key tensor file");
-  cmd->add_option("--v", opt->v, "value tensor file");
-  cmd->add_option("--qkv", opt->qkv, "one .safetensors file holding tensors named q, k and v");
+  const Option* q = cmd->add_option("--q", opt->q, "query tensor file (.npy, or .safetensors with one tensor)");
+  const Option* k = cmd->add_option("--k", opt->k, "key tensor file");
+  const Option* v = cmd->add_option("--v", opt->v, "value tensor file");
+  cmd->add_option("--qkv", opt->qkv, "one .safetensors file holding tensors named q, k and v")
+      ->excludes(q)
+      ->excludes(k)
+      ->excludes(v);
   cmd->add_option("--policy", opt->policy,
                   "precision policy: a preset (" + text::join(preset_names(), ", ") +
                       ") and key=value overrides, e.g. pasa,beta=0.968994,s2=64 (keys: docs/api.md)")
       ->capture_default_str();
-  cmd->add_flag("--causal", opt->causal, "causal mask");
-  cmd->add_option("--alignment", opt->alignment, "causal alignment: bottom_right (query i sees keys <= i + S_kv - S_q) or top_left (keys <= i)")
-      ->capture_default_str();
+  const Option* causal = cmd->add_flag("--causal", opt->causal, "causal mask");
+  cmd->add_option("--alignment", opt->alignment,
+                  "causal alignment (with --causal): bottom_right (query i sees keys <= i + S_kv - S_q) or "
+                  "top_left (keys <= i)")
+      ->capture_default_str()
+      ->needs(causal);
   cmd->add_option("--scale", opt->scale, "softmax scale (default 1/sqrt(D))");
-  cmd->add_option("--out", opt->out, "write O here (.npy, dtype of Q)");
-  cmd->add_option("--lse", opt->lse, "write the LSE here (.npy, fp32 [B, H, S_q])");
+  cmd->add_option("--out", opt->out,
+                  "write O here (dtype of Q): .npy, or .safetensors (one tensor named o); a name without "
+                  "an extension gets .npy");
+  cmd->add_option("--lse", opt->lse,
+                  "write the LSE here (fp32 [B, H, S_q]): .npy, or .safetensors (one tensor named lse)");
   cmd->add_flag("--check", opt->check,
-                "compare with the fp64 reference: relative RMSE, max abs error, NaN share");
+                "compare with the fp64 reference: relative RMSE, max abs error, NaN share (after the "
+                "outputs are written)");
   cmd->callback([opt] { run(*opt); });
 }
 

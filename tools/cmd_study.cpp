@@ -37,14 +37,24 @@ struct StudyOptions {
 // Study results as JSON, replacing the file whole or not at all.
 void write_json(const std::string& path, const text::Json& rows) {
   if (path.empty()) return;
-  io::detail::write_text_atomically(path, rows.dump(1) + "\n");
+  write_checked_outputs([&] { io::detail::write_text_atomically(path, rows.dump(1) + "\n"); });
   text::print(stderr, "wrote {}\n", path);
 }
 
-// Outputs are checked before a study that may run for minutes.
-void check_study_outputs(const std::string& json, const std::string& plot) {
-  check_output_files({}, {{"--json", json}});
-  if (!plot.empty()) check_plot_directory(plot);
+void write_plots(PlotKind kind, const text::Json& document, const std::string& directory) {
+  if (directory.empty()) return;
+  write_checked_outputs([&] {
+    for (const auto& png : write_study_plots(kind, document.dump(), directory)) {
+      text::print(stderr, "wrote {}\n", png);
+    }
+  });
+}
+
+// Outputs are checked before a study that may run for minutes. The --plot directory is made first, so
+// --json may name a file in it (not the figures' own results file, which the check refuses).
+void check_study_outputs(const std::string& json, const std::string& plot, PlotKind kind) {
+  if (!plot.empty()) prepare_plot_directory(plot);
+  check_output_files({}, {{"--json", json}, {"--plot", plot.empty() ? plot : plot_results_path(kind, plot)}});
 }
 
 std::string cell(const StudyRow& r) {
@@ -128,7 +138,7 @@ void run(const StudyOptions& opt) {
   StudyConfig config;
   if (opt.heads && *opt.heads < 1) throw Error(text::format("--heads: {} is not a positive count", *opt.heads));
   if (opt.seq < 1) throw Error(text::format("--seq: {} is not a positive length", opt.seq));
-  check_study_outputs(opt.json, opt.plot);
+  check_study_outputs(opt.json, opt.plot, PlotKind::paper_study);
   config.shape = Shape4{1, opt.heads.value_or(opt.full ? 16 : 2), opt.seq, 128};
   if (!opt.policies.empty()) config.policies = opt.policies;
   config.seed = opt.seed;
@@ -162,15 +172,10 @@ void run(const StudyOptions& opt) {
   const text::Json shape =
       text::Json::object({{"batch", sh.batch}, {"heads", sh.heads}, {"seq", sh.seq}, {"dim", sh.dim}});
   write_json(opt.json, study_document("paper", shape, config.seed, to_json(rows)));
-  if (!opt.plot.empty()) {
-    std::vector<StudyRow> paper_rows;  // the figures follow the paper: V drawn like Q and K
-    for (const StudyRow& r : rows)
-      if (r.v == "eq17") paper_rows.push_back(r);
-    const text::Json figures = study_document("paper", shape, config.seed, to_json(paper_rows));
-    for (const auto& png : write_study_plots(PlotKind::paper_study, figures.dump(), opt.plot)) {
-      text::print(stderr, "wrote {}\n", png);
-    }
-  }
+  std::vector<StudyRow> paper_rows;  // the figures follow the paper: V drawn like Q and K
+  for (const StudyRow& r : rows)
+    if (r.v == "eq17") paper_rows.push_back(r);
+  write_plots(PlotKind::paper_study, study_document("paper", shape, config.seed, to_json(paper_rows)), opt.plot);
 }
 
 }  // namespace
@@ -184,7 +189,9 @@ void add_study_command(Command& app) {
       "the paper does and with V ~ N(0, 1) (weight-sensitive). No GPU needed.");
   cmd->add_flag("--full", opt->full, "the paper's shape (1, 16, 1280, 128) instead of (1, 2, 1280, 128)");
   cmd->add_option("--json", opt->json, "also write the results as JSON to this file");
-  cmd->add_option("--plot", opt->plot, "write PNG figures in the style of Figures 9 and 10 to this directory");
+  cmd->add_option("--plot", opt->plot,
+                  "write PNG figures in the style of Figures 9 and 10 to this directory (made if missing "
+                  "in an existing one; needs python3 with matplotlib)");
   cmd->add_option("--policy", opt->policies, "policies to compare (repeatable; default: the five presets above)");
   cmd->add_option("--seed", opt->seed, "random seed of the inputs")->capture_default_str();
   cmd->add_option("--seq", opt->seq, "sequence length")->capture_default_str();
@@ -204,19 +211,17 @@ void add_study_command(Command& app) {
   sage_cmd->add_option("--heads", sage->heads, "heads")->capture_default_str();
   sage_cmd->add_option("--seed", sage->seed, "random seed")->capture_default_str();
   sage_cmd->add_option("--json", *sage_json, "also write every measurement as JSON");
-  sage_cmd->add_option("--plot", *sage_plot, "write bar charts (CosSim per variant) to this directory");
+  sage_cmd->add_option("--plot", *sage_plot,
+                       "write bar charts (CosSim per variant) to this directory (made if missing in an "
+                       "existing one; needs python3 with matplotlib)");
   sage_cmd->callback([sage, sage_json, sage_plot] {
     if (sage->heads < 1 || sage->seq < 1) throw Error("study sage: --heads and --seq must be positive");
-    check_study_outputs(*sage_json, *sage_plot);
+    check_study_outputs(*sage_json, *sage_plot, PlotKind::sage_study);
     const text::Json document = study_document(
         "sage", text::Json::object({{"batch", 1}, {"heads", sage->heads}, {"seq", sage->seq}, {"dim", 128}}),
         sage->seed, run_sage_study(*sage));
     write_json(*sage_json, document);
-    if (!sage_plot->empty()) {
-      for (const auto& png : write_study_plots(PlotKind::sage_study, document.dump(), *sage_plot)) {
-        text::print(stderr, "wrote {}\n", png);
-      }
-    }
+    write_plots(PlotKind::sage_study, document, *sage_plot);
   });
 
   auto decode = std::make_shared<DecodeStudyConfig>();
@@ -230,7 +235,7 @@ void add_study_command(Command& app) {
   decode_cmd->add_option("--json", *decode_json, "also write the results as JSON");
   decode_cmd->callback([decode, decode_json] {
     if (decode->batch < 1 || decode->seq_kv < 1) throw Error("study decode: --batch and --seq-kv must be positive");
-    check_study_outputs(*decode_json, "");
+    check_output_files({}, {{"--json", *decode_json}});
     const DecodeStudyConfig& c = *decode;
     write_json(*decode_json,
                study_document("decode",

@@ -31,10 +31,7 @@ int main(int argc, char** argv) {
       "pasa", "fast, robust low-precision attention (FlashAttention, PASA, SageAttention2, "
               "FlashDecoding++) with a CPU emulator of every rounding point."};
   app.require_subcommand();
-  if (argc == 2 && std::string(argv[1]) == "--version") {
-    pasa::text::print("pasa {}\n", pasa::version());
-    return 0;
-  }
+  app.version(std::string("pasa ") + pasa::version());
   try {
     pasa::cli::add_run_command(app);
     pasa::cli::add_study_command(app);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "io/atomic_file.h"
 #include "pasa/error.h"
 
 namespace pasa::cli {
@@ -17,7 +18,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // What identifies a file: device and inode when it exists; otherwise the canonical form of the path it
-// will be created at (its directory resolved, so "a/../b.npy" and "b.npy" agree).
+// will be created at (its directory resolved, so "a/../b.npy" and "b.npy" agree; a dangling symbolic
+// link followed, so it and its target agree).
 struct FileIdentity {
   std::optional<std::pair<dev_t, ino_t>> inode;
   std::string future_path;
@@ -29,8 +31,15 @@ struct FileIdentity {
 FileIdentity identity_of(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) return {std::pair{st.st_dev, st.st_ino}, {}};
+  std::string target = path;
+  try {
+    target = io::detail::resolve_output_path(path);
+  } catch (const Error&) {
+    // A link that cannot be followed: check_writable refuses it as an output; as an input it fails
+    // to open. Either way its own spelling is as good an identity as any.
+  }
   std::error_code ec;
-  const fs::path p(path);
+  const fs::path p(target);
   const fs::path dir = fs::weakly_canonical(p.has_parent_path() ? p.parent_path() : fs::path("."), ec);
   return {std::nullopt, (dir / p.filename()).string()};
 }
@@ -56,6 +65,13 @@ void check_writable(const NamedPath& out) {
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
     throw Error(where + ": the directory " + dir.string() + " is not writable (" + std::strerror(errno) + ")");
   }
+  // What access() cannot tell (it says yes to root everywhere, and knows nothing of /proc or /sys):
+  // whether the write's temporary file can really be created there, and where a symbolic link leads.
+  try {
+    io::detail::check_output_path(out.path);
+  } catch (const Error& e) {
+    throw Error(out.option + ": " + e.what());
+  }
 }
 
 }  // namespace
@@ -76,6 +92,16 @@ void check_output_files(const std::vector<NamedPath>& inputs, const std::vector<
       }
     }
     seen.emplace_back(&out, id);
+  }
+}
+
+void write_checked_outputs(const std::function<void()>& write) {
+  try {
+    write();
+  } catch (const ResourceError&) {
+    throw;
+  } catch (const Error& e) {
+    throw ResourceError(e.what());
   }
 }
 

@@ -10,11 +10,18 @@ namespace pasa::cli {
 
 enum class PlotKind { paper_study, sage_study };
 
-// Throws pasa::Error when `directory` can neither be written nor created (checked before a study runs).
-void check_plot_directory(const std::string& directory);
+// Before a study runs: `directory` must be a writable directory, or be missing in an existing one (as
+// --json's and --out's files may be missing in an existing directory; then it is created here, its
+// last component only), and python3 must import matplotlib. Throws pasa::Error naming --plot for a bad
+// directory, and pasa::ResourceError (exit 1: the machine lacks it) when python3 or matplotlib is missing.
+void prepare_plot_directory(const std::string& directory);
 
-// Writes the PNGs into `directory` (created if missing) and returns their paths. Throws pasa::Error
-// with the fix when python3 or matplotlib is missing.
+// The results file the figures are drawn from, written into the directory with them (for the output
+// checks: --json must not be the same file).
+std::string plot_results_path(PlotKind kind, const std::string& directory);
+
+// Writes the results file and the PNGs into `directory` and returns the PNGs' paths. Throws
+// pasa::ResourceError with the script's last line of error output when the plotting script fails.
 std::vector<std::string> write_study_plots(PlotKind kind, const std::string& results_json,
                                            const std::string& directory);
 

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tensor_files.h"
 
+#include <filesystem>
 #include <string>
 
+#include "io/tensor_bytes.h"
 #include "pasa/error.h"
 #include "pasa/io.h"
 
@@ -24,6 +26,18 @@ HostTensor load_tensor_file(const std::string& path, const std::string& name) {
                 "'");
   }
   throw Error(path + ": unknown file type (expected .npy or .safetensors)");
+}
+
+void check_tensor_output_name(const std::string& option, const std::string& path) {
+  const std::string extension = std::filesystem::path(path).extension().string();
+  if (extension.empty() || extension == ".npy" || extension == ".safetensors") return;
+  throw Error(option + ": " + path + ": unknown file type " + extension +
+              " (write .npy or .safetensors; a name without an extension gets .npy)");
+}
+
+io::detail::FileBytes tensor_file_bytes(const std::string& path, const std::string& name, const HostTensor& tensor) {
+  if (ends_with(path, ".safetensors")) return io::detail::safetensors_bytes(path, {{name, &tensor}});
+  return io::detail::npy_bytes(path, tensor);
 }
 
 }  // namespace pasa::cli
