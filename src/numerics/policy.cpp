@@ -2,6 +2,8 @@
 // Policies: presets, text form and validation.
 #include "pasa/policy.h"
 
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -441,8 +443,13 @@ void validate(const Policy& p) {
   if (p.splits < 1 || p.splits > 1024) {
     throw Error(text::format("policy field 'splits': {} is outside 1..1024", p.splits));
   }
-  if (!(p.p_scale > 0.0 && std::isfinite(p.p_scale))) {
-    throw Error(text::format("policy field 'p_scale': {} must be positive and finite", p.p_scale));
+  // P <= 1 times p_scale is carried in fp32 and then rounded to p: past either's largest finite value
+  // every P of a row would round to inf or NaN (a saturating or integer p clamps instead).
+  const bool p_clamps = p.p.is_integer() || p.p.overflow == Overflow::saturate;
+  const double p_scale_max = p_clamps ? FLT_MAX : std::min<double>(FLT_MAX, p.p.max_finite());
+  if (!(p.p_scale > 0.0 && p.p_scale <= p_scale_max)) {
+    throw Error(text::format("policy field 'p_scale': {} is outside (0, {:g}] (P up to 1 times it must stay "
+                             "finite in fp32 and in p = {})", p.p_scale, p_scale_max, p.p.name()));
   }
   // Per-warp and per-thread query groups are 16-row slabs of a query block; per-thread key groups
   // repeat every 8 keys of a key block.
