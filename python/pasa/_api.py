@@ -115,7 +115,8 @@ def attention(
             (flash-attn's varlen names): q is ``[total_q, H_q, D]``, k and v ``[total_k, H_kv, D]``;
             sequence ``b`` owns tokens ``cu_seqlens[b]:cu_seqlens[b+1]`` (integers ``[B + 1]``, on
             q's device). The output is ``[total_q, H_q, D]``, the LSE ``[H_q, total_q]``; tokens
-            past ``cu_seqlens_q[B]`` are not written. Host arrays run on the CPU emulator, torch
+            outside ``cu_seqlens_q[0]:cu_seqlens_q[B]`` are not written (a new output holds 0
+            there, a new LSE -inf; an ``out=`` keeps what it held). Host arrays run on the CPU emulator, torch
             CUDA tensors on the GPU: there the offsets are copied to the host (waiting for torch's
             current stream) and each sequence runs as the dense call, so such a call cannot be
             captured in a CUDA graph (it raises PasaError inside one). Not with ``window_size``,
@@ -131,6 +132,9 @@ def attention(
     scale_value = _check_options(causal, causal_alignment, scale, layout, return_lse)
     _check_stream(stream)
     window, cap = check_window(window_size), check_softcap(softcap)
+    if cu_seqlens_q is None and cu_seqlens_k is None and (max_seqlen_q is not None or max_seqlen_k is not None):
+        raise PasaError("max_seqlen_q: max_seqlen_q and max_seqlen_k describe packed inputs; pass them with "
+                        "cu_seqlens_q and cu_seqlens_k")
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
         if window_size is not None or softcap or attn_mask is not None:
             raise PasaError("cu_seqlens_q: packed inputs take no window_size, softcap or attn_mask yet")
@@ -234,6 +238,9 @@ def sdpa(
         )
     if not isinstance(enable_gqa, (bool, np.bool_)):
         raise PasaError(f"enable_gqa: expected True or False, got {enable_gqa!r}")
+    if attn_mask is not None and is_causal:  # torch refuses the pair too
+        raise PasaError("attn_mask: given with is_causal=True; torch takes one or the other (fold the "
+                        "causal mask into attn_mask)")
     for name, x in (("query", query), ("key", key), ("value", value)):
         if not hasattr(x, "shape") or len(x.shape) not in (3, 4):
             shape = tuple(x.shape) if hasattr(x, "shape") else type(x).__name__

@@ -49,9 +49,16 @@ def as_kernel_argument(x: Any) -> Any:
     return x
 
 
-def check_array(x: Any, name: str) -> None:
-    """Raises PasaError unless x is an array pasa can read (NumPy or any DLPack producer)."""
-    if isinstance(x, np.ndarray) or hasattr(type(x), "__dlpack__"):
+def check_array(x: Any, name: str, any_byte_order: bool = False) -> None:
+    """Raises PasaError unless x is an array pasa can read (NumPy or any DLPack producer): for the
+    extension's calls in native byte order (DLPack has no other), for the file writers any
+    (any_byte_order)."""
+    if isinstance(x, np.ndarray):
+        if not any_byte_order and not x.dtype.isnative:
+            raise PasaError(f"{name}: a {x.dtype.str} array is not in this machine's byte order; pass "
+                            f"{name}.astype({name}.dtype.newbyteorder('='))")
+        return
+    if hasattr(type(x), "__dlpack__"):
         return
     raise PasaError(
         f"{name}: expected an array (numpy.ndarray, torch.Tensor, cupy/jax array or any DLPack "

@@ -33,6 +33,8 @@ def stats(reset: bool = False) -> Dict[str, Any]:
     """Counts of routed attention calls since the start (or the last ``reset=True``):
     ``{"calls": run by pasa, "fallbacks": sent to torch, "reasons": {reason: count}}``."""
     global _calls
+    if not isinstance(reset, bool):
+        raise PasaError(f"reset: expected True or False, got {reset!r}")
     with _lock:
         result = {"calls": _calls, "fallbacks": sum(_reasons.values()), "reasons": dict(_reasons)}
         if reset:

@@ -49,7 +49,7 @@ _FILE_DTYPES = ("float32", "float16", "bfloat16")
 def _host_array(x: Any, name: str) -> Any:
     if is_torch_tensor(x):
         return x.detach().cpu().contiguous()
-    check_array(x, name)
+    check_array(x, name, any_byte_order=True)
     if isinstance(x, np.ndarray):
         if x.dtype.name not in _FILE_DTYPES:
             raise PasaError(f"{name}: unsupported dtype {x.dtype} (pasa files hold float32, float16 "

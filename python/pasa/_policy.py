@@ -119,9 +119,11 @@ class Policy:
     def replace(self, **fields: Any) -> Policy:
         """A copy with the given fields changed, e.g. ``policy.replace(beta=0.97, s2=64)``."""
         kinds = {f.key: f.kind for f in _FIELDS}
-        text = self._text + "".join(f",{key}={_to_text(kinds.get(key, ''), value)}"
-                                    for key, value in fields.items())
-        return Policy(text)
+        # The canonical text is the preset and its changed fields; a key may appear once in a text.
+        preset, *pairs = self._text.split(",")
+        values = dict(pair.split("=", 1) for pair in pairs)
+        values.update((key, _to_text(kinds.get(key, ""), value)) for key, value in fields.items())
+        return Policy(",".join([preset] + [f"{key}={value}" for key, value in values.items()]))
 
     def to_dict(self) -> Dict[str, Any]:
         """``{"preset": name, key: value, ...}`` for every field (floats, ints, bools, strings and

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _core
 from ._arrays import _DL_CPU, check_array, dlpack_device, is_torch_tensor
-from ._errors import PasaError
+from ._errors import PasaError, real_argument
 from ._policy import PolicyLike, core_policy
 
 __all__ = ["attention_varlen", "attention_with_kvcache"]
@@ -104,13 +104,24 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
-def _empty_like(x: Any, shape: Tuple[int, ...], dtype: Any = None) -> Any:
-    """A new array of x's kind (torch, on x's device, or NumPy)."""
-    if is_torch_tensor(x):
-        import torch
+def _new_output(x: Any, shape: Tuple[int, ...], name: str, fill: Optional[float] = None,
+                dtype: Any = None) -> Any:
+    """A new array of x's kind (torch, on x's device, or NumPy; x's dtype, or float32 with a dtype),
+    filled with ``fill`` where given; running out of memory is a PasaError naming the output."""
+    try:
+        if is_torch_tensor(x):
+            import torch
 
-        return torch.empty(shape, dtype=x.dtype if dtype is None else torch.float32, device=x.device)
-    return np.empty(shape, dtype=x.dtype if dtype is None else dtype)
+            torch_dtype = x.dtype if dtype is None else torch.float32
+            if fill is None:
+                return torch.empty(shape, dtype=torch_dtype, device=x.device)
+            return torch.full(shape, fill, dtype=torch_dtype, device=x.device)
+        np_dtype = x.dtype if dtype is None else dtype
+        return np.empty(shape, dtype=np_dtype) if fill is None else np.full(shape, fill, dtype=np_dtype)
+    except (MemoryError, RuntimeError) as e:  # (torch's out-of-memory error is a RuntimeError)
+        if isinstance(e, RuntimeError) and "out of memory" not in str(e).lower():
+            raise
+        raise PasaError(f"{name}: cannot allocate an array of shape {tuple(shape)}: out of memory") from None
 
 
 def _run(function: Callable[..., None], device: Optional[Any], arrays: Tuple[Any, ...],
@@ -153,11 +164,8 @@ def _check_flag(value: Any, name: str) -> bool:
 
 
 def _check_scale(scale: Any, name: str) -> Optional[float]:
-    if scale is None:
-        return None
-    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real):
-        raise PasaError(f"{name}: expected a number or None, got {type(scale).__name__}")
-    return float(scale)
+    """None, or scale as a finite float (PasaError naming ``name`` otherwise)."""
+    return None if scale is None else real_argument(scale, name)
 
 
 def attention_varlen(q: Any, k: Any, v: Any, *, cu_seqlens_q: Any, cu_seqlens_k: Any,
@@ -175,8 +183,8 @@ def attention_varlen(q: Any, k: Any, v: Any, *, cu_seqlens_q: Any, cu_seqlens_k:
         raise PasaError(f"q: with cu_seqlens_q, expected a 3-D packed array [total_q, H_q, D], got "
                         f"shape {tuple(q.shape)}")
     total_q, heads_q = int(q.shape[0]), int(q.shape[1])
-    if out is None:
-        out = _empty_like(q, tuple(int(n) for n in q.shape))
+    if out is None:  # zeros: the tokens outside [cu_seqlens_q[0], cu_seqlens_q[B]) are not written
+        out = _new_output(q, tuple(int(n) for n in q.shape), "out", fill=0.0)
     else:
         out = place(out, "out")
         if tuple(out.shape) != tuple(q.shape):
@@ -186,7 +194,7 @@ def attention_varlen(q: Any, k: Any, v: Any, *, cu_seqlens_q: Any, cu_seqlens_k:
     else:
         cu_q = _device_int32(cu_seqlens_q, "cu_seqlens_q", device)
         cu_k = _device_int32(cu_seqlens_k, "cu_seqlens_k", device)
-    lse = _empty_like(q, (heads_q, total_q), np.float32) if return_lse else None
+    lse = _new_output(q, (heads_q, total_q), "lse", fill=-np.inf, dtype=np.float32) if return_lse else None
     _run(_core.attention_varlen, device, (q, k, v, out, lse, cu_q, cu_k),
          (int(max_seqlen_q), int(max_seqlen_k), core_policy(policy), causal, causal_alignment, scale))
     return (out, lse) if return_lse else out
@@ -278,8 +286,8 @@ def attention_with_kvcache(
         else:
             seqlens = _device_int32(cache_seqlens, "cache_seqlens", device)
         table = None if block_table is None else _device_int32(block_table, "block_table", device)
-    out = _empty_like(q, tuple(int(n) for n in q.shape)) if out is None else place(out, "out")
-    lse = _empty_like(q, (batch, heads_q, s_q), np.float32) if return_softmax_lse else None
+    out = _new_output(q, tuple(int(n) for n in q.shape), "out") if out is None else place(out, "out")
+    lse = _new_output(q, (batch, heads_q, s_q), "lse", dtype=np.float32) if return_softmax_lse else None
     _run(_core.attention_with_kvcache, device, (q, k_cache, v_cache, k, v, out, lse, seqlens, table),
          (core_policy(policy), causal, causal_alignment, scale), captured_workspace=True)
     return (out, lse) if return_softmax_lse else out

@@ -122,8 +122,22 @@ void attention_varlen(const InputArray& q, const InputArray& k, const InputArray
   pasa::attention_varlen(args);
 }
 
-void attention_with_kvcache(const InputArray& q, const OutputArray& k_cache,
-                            const OutputArray& v_cache, const std::optional<InputArray>& k,
+// A cache as the call uses it: writable where this call appends into it, read-only otherwise (so a
+// read-only or memory-mapped cache can serve calls without an append). The ndarray is kept in `held`,
+// whose lifetime the returned info's shape and strides share.
+ArrayInfo cache_info(nb::handle cache, const char* name, bool appended, std::optional<OutputArray>& held_rw,
+                     std::optional<InputArray>& held_ro) {
+  try {
+    if (appended) return array_info(held_rw.emplace(nb::cast<OutputArray>(cache)));
+    return array_info(held_ro.emplace(nb::cast<InputArray>(cache)));
+  } catch (const nb::cast_error&) {
+    throw Error(text::format("{}: expected a{} array (NumPy or DLPack) of native byte order{}", name,
+                             appended ? " writable" : "n", appended ? ": appending k and v writes it" : ""));
+  }
+}
+
+void attention_with_kvcache(const InputArray& q, nb::handle k_cache_arg, nb::handle v_cache_arg,
+                            const std::optional<InputArray>& k,
                             const std::optional<InputArray>& v, const OutputArray& out,
                             const std::optional<OutputArray>& lse, const InputArray& cache_seqlens,
                             const std::optional<InputArray>& block_table, const Policy& policy,
@@ -131,8 +145,12 @@ void attention_with_kvcache(const InputArray& q, const OutputArray& k_cache,
                             std::uintptr_t stream, const std::optional<nb::callable>& workspace) {
   KVCacheArgs args;
   args.options = options(policy, causal, alignment, scale, stream);
-  const ArrayInfo qi = array_info(q), oi = array_info(out), kc = array_info(k_cache),
-                  vc = array_info(v_cache), cs = array_info(cache_seqlens);
+  std::optional<OutputArray> k_cache_rw, v_cache_rw;
+  std::optional<InputArray> k_cache_ro, v_cache_ro;
+  const bool appends = k.has_value() || v.has_value();
+  const ArrayInfo qi = array_info(q), oi = array_info(out), cs = array_info(cache_seqlens),
+                  kc = cache_info(k_cache_arg, "k_cache", appends, k_cache_rw, k_cache_ro),
+                  vc = cache_info(v_cache_arg, "v_cache", appends, v_cache_rw, v_cache_ro);
   args.q = attention_view(qi, "q", Layout::bshd);
   args.o = attention_view(oi, "out", Layout::bshd);
   args.k_cache = attention_view(kc, "k_cache", Layout::bshd);
@@ -141,11 +159,16 @@ void attention_with_kvcache(const InputArray& q, const OutputArray& k_cache,
   check_same_device(qi, kc, "k_cache");
   check_same_device(qi, vc, "v_cache");
   for (const ArrayInfo* cache : {&kc, &vc}) check_no_overlap(oi, "out", *cache, "the cache");
-  const auto new_tokens = [&qi](const std::optional<InputArray>& a, const char* name) {
+  // The append writes the caches while it reads k and v: none of them may share memory (k_cache and
+  // v_cache one buffer would take the values over the keys).
+  if (appends) check_no_overlap(kc, "k_cache", vc, "v_cache");
+  const auto new_tokens = [&](const std::optional<InputArray>& a, const char* name) {
     if (!a) return TensorView{};  // no data: no append
     const ArrayInfo info = array_info(*a);
     const TensorView view = attention_view(info, name, Layout::bshd);
     check_same_device(qi, info, name);
+    check_no_overlap(kc, "k_cache", info, name);
+    check_no_overlap(vc, "v_cache", info, name);
     return view;
   };
   args.k = new_tokens(k, "k");

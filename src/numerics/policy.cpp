@@ -354,6 +354,7 @@ Policy parse_policy(std::string_view text) {
   }
   if (parts.empty() || parts[0].empty()) throw Error("policy text is empty (try 'exact' or 'pasa')");
   Policy p = preset_policy(parts[0]);
+  std::vector<std::string> seen;  // a key given twice is a mistake, not an override
   for (std::size_t i = 1; i < parts.size(); ++i) {
     const std::string& kv = parts[i];
     const std::size_t eq = kv.find('=');
@@ -371,6 +372,10 @@ Policy parse_policy(std::string_view text) {
       for (const Field& f : fields()) keys += (keys.empty() ? "" : ", ") + f.info.key;
       throw Error("policy '" + std::string(text) + "': unknown key '" + key + "' (keys: " + keys + ")");
     }
+    if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+      throw Error("policy '" + std::string(text) + "': key '" + key + "' is given twice");
+    }
+    seen.push_back(key);
     field->set(p, value);
   }
   validate(p);

@@ -225,6 +225,7 @@ TEST(Sage, BadInput) {
   test::expect_error([] { parse_policy("sage8,q_gran=lane"); }, "policy field 'q_gran'");
   test::expect_error([] { parse_policy("sage8,s1=24"); }, "'s1': 24 must be a multiple of 16");
   test::expect_error([] { parse_policy("sage8,p_scale=0"); }, "'p_scale'");
+  test::expect_error([] { parse_policy("fa16,s2=64,s2=128"); }, "key 's2' is given twice");
   test::expect_error([] { parse_policy("sage8,p_scale=1e40"); }, "'p_scale': 1e+40 is outside (0, 448]");
   test::expect_error([] { parse_policy("exact,p=fp16,p_scale=1e5"); }, "'p_scale': 100000 is outside (0, 65504]");
   test::expect_error([] { parse_policy("fdpp,window_lo=5,window_hi=1"); }, "window_lo < window_hi");

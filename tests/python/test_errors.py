@@ -74,6 +74,23 @@ def test_fortran_order_is_non_contiguous_head_dim(rng):
         pasa.attention(np.asfortranarray(q), k, v)
 
 
+@pytest.mark.parametrize("which", ["q", "k", "v", "out"])
+def test_big_endian_arrays_are_refused_by_name(rng, which):
+    args = dict(zip("qkv", qkv(rng, 1, 2, 2, 8, 8, 64)))
+    args["out"] = np.empty_like(args["q"])
+    args[which] = args[which].astype(args[which].dtype.newbyteorder(">"))
+    with raises(rf"^{which}: a >f4 array is not in this machine's byte order"):
+        pasa.attention(args["q"], args["k"], args["v"], out=args["out"])
+
+
+def test_sdpa_refuses_a_mask_with_is_causal_and_stats_a_non_bool_reset(rng):
+    q, k, v = qkv(rng, 1, 2, 2, 8, 8, 64)
+    with raises(r"^attn_mask: given with is_causal=True"):
+        pasa.sdpa(q, k, v, attn_mask=np.ones((8, 8), bool), is_causal=True)
+    with raises(r"^reset: expected True or False, got 'yes'"):
+        pasa.stats(reset="yes")
+
+
 def test_negative_strides(rng):
     q, k, v = qkv(rng, 1, 2, 2, 8, 8, 64)
     with raises(r"^k: stride of the sequence dimension is -64"):

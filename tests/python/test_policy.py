@@ -102,6 +102,10 @@ def test_replace():
     assert str(p) == "fa16,o=fp32,s2=32"
     with pytest.raises(pasa.PasaError, match="unknown key 'nope'"):
         pasa.Policy("fa16").replace(nope=1)
+    # A field the policy already sets is changed, not given twice (which policy text refuses).
+    assert str(p.replace(s2=64)) == "fa16,o=fp32,s2=64"
+    with pytest.raises(pasa.PasaError, match="key 's2' is given twice"):
+        pasa.Policy("fa16,s2=64,s2=128")
 
 
 def test_equality_hash_and_pickle():

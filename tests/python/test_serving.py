@@ -142,6 +142,51 @@ def test_bad_batches_raise_before_writing(rng):
     np.testing.assert_array_equal(k_cache, before)
 
 
+def test_appends_that_alias_the_cache_raise_before_writing(rng):
+    k_cache, v_cache = randn(rng, (1, 6, 1, 8)), randn(rng, (1, 6, 1, 8))
+    before = k_cache.copy()
+    q = randn(rng, (1, 1, 1, 8))
+    with pytest.raises(pasa.PasaError, match="k_cache: its memory overlaps k's"):
+        pasa.attention_with_kvcache(q, k_cache, v_cache, k_cache[:, 1:3], v_cache[:, 1:3].copy(),
+                                    cache_seqlens=2)
+    new = randn(rng, (1, 1, 1, 8))
+    with pytest.raises(pasa.PasaError, match="k_cache: its memory overlaps v_cache's"):
+        pasa.attention_with_kvcache(q, k_cache, k_cache, new, new.copy(), cache_seqlens=2)
+    np.testing.assert_array_equal(k_cache, before)
+
+
+def test_read_only_caches_serve_calls_without_an_append(rng):
+    k_cache, v_cache = randn(rng, (2, 9, 2, 16)), randn(rng, (2, 9, 2, 16))
+    q = randn(rng, (2, 1, 4, 16))
+    want = pasa.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=[9, 4])
+    for cache in (k_cache, v_cache):
+        cache.setflags(write=False)
+    np.testing.assert_array_equal(pasa.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=[9, 4]), want)
+    new = randn(rng, (2, 1, 2, 16))
+    with pytest.raises(pasa.PasaError, match="k_cache: expected a writable array .*appending k and v writes it"):
+        pasa.attention_with_kvcache(q, k_cache, v_cache, new, new.copy(), cache_seqlens=[3, 4])
+
+
+def test_new_varlen_outputs_hold_zero_and_minus_inf_where_no_sequence_is(rng):
+    q = randn(rng, (6, 2, 8))
+    cu = np.array([1, 3, 5], np.int32)  # tokens 0 and 5 belong to no sequence
+    out, lse = pasa.attention(q, q, q, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=2, max_seqlen_k=2,
+                              return_lse=True)
+    for t in (0, 5):
+        assert (out[t] == 0).all() and (lse[:, t] == -np.inf).all()
+    want, _ = dense(q[1:3], q[1:3], q[1:3])
+    np.testing.assert_array_equal(out[1:3], want)
+
+
+def test_bad_kvcache_options_name_their_argument(rng):
+    k_cache = randn(rng, (1, 4, 1, 8))
+    q = randn(rng, (1, 1, 1, 8))
+    with pytest.raises(pasa.PasaError, match="softmax_scale: nan is not finite"):
+        pasa.attention_with_kvcache(q, k_cache, k_cache.copy(), cache_seqlens=2, softmax_scale=float("nan"))
+    with pytest.raises(pasa.PasaError, match="max_seqlen_q: .* pass them with cu_seqlens_q"):
+        pasa.attention(q, q, q, max_seqlen_q=1, max_seqlen_k=1)
+
+
 @pytest.mark.skipif(torch is None, reason="torch is not installed")
 def test_torch_cpu_tensors_run_on_the_emulator(rng):
     k_cache, v_cache = randn(rng, (2, 13, 2, 32)), randn(rng, (2, 13, 2, 32))
