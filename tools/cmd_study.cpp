@@ -53,8 +53,15 @@ void write_plots(PlotKind kind, const text::Json& document, const std::string& d
 // Outputs are checked before a study that may run for minutes. The --plot directory is made first, so
 // --json may name a file in it (not the figures' own results file, which the check refuses).
 void check_study_outputs(const std::string& json, const std::string& plot, PlotKind kind) {
+  std::error_code ec;
+  const bool made = !plot.empty() && !std::filesystem::exists(plot, ec);
   if (!plot.empty()) prepare_plot_directory(plot);
-  check_output_files({}, {{"--json", json}, {"--plot", plot.empty() ? plot : plot_results_path(kind, plot)}});
+  try {
+    check_output_files({}, {{"--json", json}, {"--plot", plot.empty() ? plot : plot_results_path(kind, plot)}});
+  } catch (...) {
+    if (made) std::filesystem::remove(plot, ec);  // a refused command leaves no folder of its own behind
+    throw;
+  }
 }
 
 std::string cell(const StudyRow& r) {

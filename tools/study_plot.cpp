@@ -120,9 +120,14 @@ std::vector<std::string> write_study_plots(PlotKind kind, const std::string& res
   io::detail::write_text_atomically(json_path, results_json);
   io::detail::write_text_atomically(script_path.string(),
                                     kind == PlotKind::paper_study ? kPlotStudyScript : kPlotSageScript);
+  struct RemovedOnExit {  // the script, also when running it throws
+    fs::path path;
+    ~RemovedOnExit() {
+      std::error_code ec;
+      fs::remove(path, ec);
+    }
+  } script{script_path};
   const PythonRun run = run_python({script_path.string(), json_path, directory});
-  std::error_code ec;
-  fs::remove(script_path, ec);
   if (!run.succeeded) {
     throw ResourceError("--plot: the plotting script failed" +
                         (run.lines.empty() ? std::string() : " (" + run.lines.back() + ")") +

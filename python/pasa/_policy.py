@@ -122,7 +122,11 @@ class Policy:
         # The canonical text is the preset and its changed fields; a key may appear once in a text.
         preset, *pairs = self._text.split(",")
         values = dict(pair.split("=", 1) for pair in pairs)
-        values.update((key, _to_text(kinds.get(key, ""), value)) for key, value in fields.items())
+        for key, value in fields.items():
+            text = _to_text(kinds.get(key, ""), value)
+            if "," in text or "=" in text:  # it would set other fields than `key`
+                raise PasaError(f"{key}: {value!r} is not one value of the field")
+            values[key] = text
         return Policy(",".join([preset] + [f"{key}={value}" for key, value in values.items()]))
 
     def to_dict(self) -> Dict[str, Any]:

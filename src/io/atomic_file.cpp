@@ -203,6 +203,11 @@ void remove_pending_temporaries() noexcept {
 
 std::string resolve_output_path(const std::string& path) {
   if (path.empty()) throw Error("output path is empty");
+  // Where the kernel can open it, an existing file that is not a regular one (/dev/stdout, /dev/fd/N,
+  // a pipe) is written in place through `path` itself: its links may end in /proc's pseudo-targets
+  // ("pipe:[N]"), which are no path to follow. Only a regular file is replaced, through its target.
+  struct stat existing {};
+  if (::stat(path.c_str(), &existing) == 0 && !S_ISREG(existing.st_mode)) return path;
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::path target(path);

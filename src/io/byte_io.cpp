@@ -21,9 +21,15 @@ std::string errno_text(int err) { return std::string(" (") + std::strerror(err) 
 }  // namespace
 
 InputFile::InputFile(const std::string& path) : path_(path) {
-  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever if none comes;
-  // this way it opens at once and fstat below refuses it. It changes nothing for a regular file.
-  fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  // Refused before it is opened: a FIFO's open would wait for a writer (forever if none comes), and
+  // opening some devices has effects of their own. fstat below checks the opened file again (it may
+  // have been replaced in between). The open itself blocks as usual, so a regular file under a lease
+  // (SMB, NFS delegations) is waited for rather than refused.
+  struct stat named {};
+  if (::stat(path.c_str(), &named) == 0 && !S_ISREG(named.st_mode) && !S_ISDIR(named.st_mode)) {
+    throw Error(path + ": is not a regular file (the readers need its size before reading)");
+  }
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw Error(path + ": cannot open for reading" + errno_text(errno));
   struct stat st {};
   if (::fstat(fd_, &st) != 0) {

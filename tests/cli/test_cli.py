@@ -409,8 +409,19 @@ def check_plot_setup(tmp):
     fine = dict(os.environ, PATH=fake_python(tmp, "fine_python", 0))
     r = pasa("study", *short, "--plot", plots, "--json", os.path.join(plots, "study.json"), code=BAD_INPUT, env=fine)
     assert "same file as --json" in r.stderr, r.stderr
+    assert not os.path.exists(plots)  # a refused command leaves no folder of its own
     pasa("study", *short, "--plot", plots, "--json", os.path.join(plots, "all.json"), env=fine)
     assert {"all.json", "study.json"} <= set(os.listdir(plots)), os.listdir(plots)
+
+
+def check_stdout_and_cpu_overhead_errors(tmp):
+    # /dev/stdout into a pipe is written in place: its links end in /proc's "pipe:[N]", no path.
+    q, k, v = save_qkv(tmp, "o")
+    r = subprocess.run([PASA, "run", "--q", q, "--k", k, "--v", v, "--out", "/dev/stdout"], capture_output=True)
+    assert r.returncode == 0 and b"\x93NUMPY" in r.stdout, r.stderr
+    # On the CPU a bad shape is bad input (exit 2) whether or not the machine has a GPU.
+    r = pasa("overhead", "--device", "cpu", "--heads-q", "3", "--heads-kv", "2", "--calls", "1", code=BAD_INPUT)
+    assert "heads" in r.stderr, r.stderr
 
 
 def check_run_header_is_flushed(tmp):
@@ -444,7 +455,7 @@ def main():
     check_overhead()
     check_options_are_validated()
     for check in (check_pipes_are_refused, check_usage_errors, check_output_rules, check_plot_setup,
-                  check_run_header_is_flushed):
+                  check_stdout_and_cpu_overhead_errors, check_run_header_is_flushed):
         with tempfile.TemporaryDirectory() as tmp:
             check(tmp)
     print("cli tests passed")

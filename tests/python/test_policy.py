@@ -106,6 +106,8 @@ def test_replace():
     assert str(p.replace(s2=64)) == "fa16,o=fp32,s2=64"
     with pytest.raises(pasa.PasaError, match="key 's2' is given twice"):
         pasa.Policy("fa16,s2=64,s2=128")
+    with pytest.raises(pasa.PasaError, match="s2: '64,beta=0.5' is not one value of the field"):
+        pasa.Policy("pasa").replace(s2="64,beta=0.5")
 
 
 def test_equality_hash_and_pickle():
