@@ -46,12 +46,17 @@ void run(const OverheadOptions& o) {
   }
   const std::string dtype = o.dtype.value_or("bf16");
   if (dtype != "bf16" && dtype != "fp16") throw Error("--dtype: '" + dtype + "' is not bf16 or fp16");
-  if (o.dtype && o.device == "cpu") throw Error("--dtype: applies to the GPU; the CPU emulator's calls take fp32");
+  for (const auto& [option, size] : {std::pair<const char*, std::optional<int>>{"--batch", o.batch},
+                                     {"--heads-q", o.heads_q}, {"--heads-kv", o.heads_kv},
+                                     {"--seq-kv", o.seq_kv}, {"--head-dim", o.head_dim}}) {
+    if (size && *size < 1) throw Error(text::format("{}: {} is not a size (at least 1)", option, *size));
+  }
   if (o.calls < 1 || o.calls > kMaxCalls) {
     throw Error(text::format("--calls: {} is outside 1..{} (calls per timed round; 16 rounds each way)", o.calls,
                              kMaxCalls));
   }
   const bool gpu = o.device == "cuda" || (o.device == "auto" && cuda_backend_available());
+  if (o.dtype && !gpu) throw Error("--dtype: applies to the GPU; the CPU emulator's calls take fp32");
   const Shape& base = gpu ? kGpuShape : kCpuShape;
   BenchPoint pt;
   pt.policy = parse_policy(o.policy);

@@ -18,6 +18,7 @@
 #include "pasa/attention.h"
 #include "pasa/attention_plan.h"
 #include "pasa/error.h"
+#include "text/format.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -107,6 +108,15 @@ AttentionArgs call_args(const InputArray& q, const InputArray& k, const InputArr
   const char* input_names[] = {"q", "k", "v"};
   const ArrayInfo oi = array_info(o);
   args.o = attention_view(oi, "out", parse_layout(layout));
+  // The C++ API checks its output `o` the same way; here the message names the Python argument. (An
+  // empty array's strides mean nothing: the C++ API then names its zero size.)
+  static const char* dims[] = {"batch", "heads", "sequence", "head dim"};
+  const bool empty = args.o.shape[0] == 0 || args.o.shape[1] == 0 || args.o.shape[2] == 0 || args.o.shape[3] == 0;
+  for (int i = 0; i < 4 && !empty; ++i) {
+    if (args.o.stride[i] < 1) {
+      throw Error(text::format("out: stride of the {} dimension is {} (must be positive)", dims[i], args.o.stride[i]));
+    }
+  }
   check_same_device(inputs[0], oi, "out");
   for (int i = 0; i < 3; ++i) check_no_overlap(oi, "out", inputs[i], input_names[i]);
   if (lse) {

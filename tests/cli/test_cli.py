@@ -422,6 +422,8 @@ def check_stdout_and_cpu_overhead_errors(tmp):
     # On the CPU a bad shape is bad input (exit 2) whether or not the machine has a GPU.
     r = pasa("overhead", "--device", "cpu", "--heads-q", "3", "--heads-kv", "2", "--calls", "1", code=BAD_INPUT)
     assert "heads" in r.stderr, r.stderr
+    r = pasa("overhead", "--batch", "-1", code=BAD_INPUT)
+    assert "--batch: -1 is not a size" in r.stderr, r.stderr
 
 
 def check_run_header_is_flushed(tmp):

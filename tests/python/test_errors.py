@@ -91,6 +91,13 @@ def test_sdpa_refuses_a_mask_with_is_causal_and_stats_a_non_bool_reset(rng):
         pasa.stats(reset="yes")
 
 
+def test_output_strides_name_out(rng):
+    q, k, v = qkv(rng, 1, 2, 2, 8, 8, 64)
+    out = np.empty((1, 2, 16, 64), np.float32)[:, :, ::-2]
+    with raises(r"^out: stride of the sequence dimension is -128 \(must be positive\)"):
+        pasa.attention(q, k, v, out=out)
+
+
 def test_negative_strides(rng):
     q, k, v = qkv(rng, 1, 2, 2, 8, 8, 64)
     with raises(r"^k: stride of the sequence dimension is -64"):
