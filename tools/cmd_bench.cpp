@@ -76,7 +76,14 @@ bool parse_mask(const std::string& s) {
   throw Error("--mask: '" + s + "' is not full or causal");
 }
 
-void validate(const BenchOptions& o) {
+// What the options name, parsed: the policies and the decode caches (BenchPoint::kv_cache_block each).
+struct ParsedOptions {
+  std::vector<Policy> policies, decode_policies;
+  std::vector<int> decode_caches;
+};
+
+// Every option checked before any GPU work, with a clear error; returns what it parsed.
+ParsedOptions validate(const BenchOptions& o) {
   if (o.runs < 1) throw Error("--runs must be at least 1");
   if (o.warmup < 0) throw Error("--warmup must not be negative");
   for (const int d : o.head_dims) {
@@ -93,8 +100,9 @@ void validate(const BenchOptions& o) {
   for (const int s : o.decode_seqs) {
     if (s < 1) throw Error("--decode-seq must be positive");
   }
-  for (const std::string& p : o.policies) parse_policy(p);  // a clear error before any GPU work
-  for (const std::string& p : o.decode_policies) parse_policy(p);
+  ParsedOptions parsed;
+  for (const std::string& p : o.policies) parsed.policies.push_back(parse_policy(p));
+  for (const std::string& p : o.decode_policies) parsed.decode_policies.push_back(parse_policy(p));
   for (const std::string& c : o.decode_caches) {
     const int block = parse_decode_cache(c);
     for (const int s : o.decode_seqs) {
@@ -102,9 +110,11 @@ void validate(const BenchOptions& o) {
         throw Error("--decode-cache " + c + ": the block size must divide every --decode-seq (" + std::to_string(s) + ")");
       }
     }
+    parsed.decode_caches.push_back(block);
   }
   for (const std::string& d : o.dtypes) parse_dtype(d);
   for (const std::string& m : o.masks) parse_mask(m);
+  return parsed;
 }
 
 void write_csv(const std::string& path, const std::vector<Row>& rows) {
@@ -117,7 +127,7 @@ void write_csv(const std::string& path, const std::vector<Row>& rows) {
 }
 
 void run(const BenchOptions& o) {
-  validate(o);
+  const auto [policies, decode_policies, decode_caches] = validate(o);
   check_output_files({}, {{"--csv", o.csv}});
   const std::string device = on_gpu([] { return bench_device_description(); });
   text::print(stderr, "pasa bench on {}: median of {} calls after {} warm-up, L2 flushed before each\n", device,
@@ -147,11 +157,6 @@ void run(const BenchOptions& o) {
       return std::nullopt;
     }
   };
-  std::vector<Policy> policies, decode_policies;  // parsed once (validate has checked them)
-  for (const std::string& p : o.policies) policies.push_back(parse_policy(p));
-  for (const std::string& p : o.decode_policies) decode_policies.push_back(parse_policy(p));
-  std::vector<int> decode_caches;  // BenchPoint::kv_cache_block of each --decode-cache
-  for (const std::string& c : o.decode_caches) decode_caches.push_back(parse_decode_cache(c));
   for (const int D : o.head_dims) {
     for (const int S : o.seqs) {
       for (const std::string& mask : o.masks) {
