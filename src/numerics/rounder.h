@@ -18,7 +18,9 @@ class Rounder {
       : format_(f),
         identity_(!f.is_integer() && f.exp_bits == 11 && f.man_bits == 52),
         fp32_(f == Format::fp32()),
-        floating_(!f.is_integer()),
+        // The bit path rounds away at least one of the double's 52 fraction bits; a format that keeps
+        // all of them (e8m52) differs from a double only in range, which round_to handles.
+        bit_path_(!f.is_integer() && f.man_bits < 52),
         drop_bits_(52 - f.man_bits),
         min_exponent_(f.min_exponent()),
         max_finite_(f.max_finite()),
@@ -32,7 +34,7 @@ class Rounder {
   double operator()(double x) const {
     if (identity_) return x;
     if (fp32_) return static_cast<double>(static_cast<float>(x));
-    if (!floating_) return round_to(format_, x);
+    if (!bit_path_) return round_to(format_, x);
     std::uint64_t bits;
     std::memcpy(&bits, &x, sizeof bits);
     const int exponent = static_cast<int>((bits >> 52) & 0x7ff) - 1023;
@@ -54,7 +56,7 @@ class Rounder {
 
  private:
   Format format_;
-  bool identity_, fp32_, floating_;
+  bool identity_, fp32_, bit_path_;
   int drop_bits_, min_exponent_;
   double max_finite_, subnormal_magic_;
 };

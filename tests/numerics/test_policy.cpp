@@ -125,7 +125,9 @@ TEST(Rounder, AgreesWithRoundTo) {
   std::uniform_real_distribution<double> mantissa(-2.0, 2.0);
   std::uniform_int_distribution<int> exponent(-40, 40);
   for (const Format& f : {Format::fp16(), Format::bf16(), Format::e4m3(), Format::e5m2(), Format::fp22(),
-                          Format::fp32(), Format::floating(3, 2), Format::int8()}) {
+                          Format::fp32(), Format::floating(3, 2), Format::int8(),
+                          // Every fraction bit of a double kept: only the range rounds.
+                          Format::floating(8, 52), Format::floating(5, 52)}) {
     const Rounder r(f);
     for (int i = 0; i < 200000; ++i) {
       const double x = std::ldexp(mantissa(rng), exponent(rng));
