@@ -25,7 +25,8 @@ struct BetaSolution {
 // `scale`, when given, is the softmax scale folded into M (the pasa preset's scale=k): the entries
 // are then fl((1 - beta/n) alpha) and fl(-(beta/n) alpha), and a, b are those divided by alpha. Without
 // it, alpha stays out of M (scale=s), which is what the paper's Table 3 assumes.
-// Throws pasa::Error for initial values outside (0, 1), n < 1, or a non-float format.
+// Throws pasa::Error for initial values outside (0, 1), n < 1, or a format that is not a float format
+// parse_format could return (check_format).
 BetaSolution solve_beta(double initial, const Format& format = Format::fp16(), int block = 128,
                         std::optional<double> scale = std::nullopt);
 

@@ -59,6 +59,12 @@ struct Format {
 // pasa::Error naming the text when it is not a format.
 Format parse_format(std::string_view text);
 
+// Throws pasa::Error, starting with `what`, unless `format` is one parse_format can return: a float
+// of 2..11 exponent and 0..52 fraction bits (fn only for e4m3, whose overflow is then nan or sat) or
+// int8/int4 (saturating), with an Overflow and Kind among the enumerators. A Format built field by
+// field outside these has no text form, and rounding to it is undefined.
+void check_format(const Format& format, const std::string& what);
+
 // x rounded to the format, round-to-nearest-even, subnormals kept, overflow per format.overflow.
 // NaN stays NaN; inf maps to inf (or NaN / max for formats without inf). Integers round to the
 // nearest integer (ties to even) and saturate.

@@ -14,6 +14,7 @@ BetaSolution solve_beta(double initial, const Format& format, int block, std::op
     throw Error(text::format("beta: initial value {} is outside (0, 1)", initial));
   }
   if (block < 1) throw Error(text::format("beta: block size {} must be at least 1", block));
+  check_format(format, "beta: format");
   if (format.is_integer()) throw Error("beta: format " + format.name() + " is not a float format");
   if (scale && !(std::isfinite(*scale) && *scale > 0.0)) {
     throw Error(text::format("beta: scale {} must be positive and finite", *scale));

@@ -162,6 +162,30 @@ Format parse_format(std::string_view text) {
   return f;
 }
 
+void check_format(const Format& f, const std::string& what) {
+  const auto fail = [&](const std::string& why) { throw Error(what + ": " + why); };
+  const int overflow = static_cast<int>(f.overflow);
+  if (overflow < 0 || overflow > static_cast<int>(Overflow::saturate)) {
+    fail("overflow rule (code " + std::to_string(overflow) + ") is not to_inf, to_nan or saturate");
+  }
+  if (f.kind == Format::Kind::integer) {
+    if (f.int_bits != 8 && f.int_bits != 4) {
+      fail("integer format of " + std::to_string(f.int_bits) + " bits (int8 and int4 exist)");
+    }
+    if (f.overflow != Overflow::saturate || f.fn) fail("an integer format saturates and has no fn flag");
+    return;
+  }
+  if (f.kind != Format::Kind::floating) {
+    fail("format kind (code " + std::to_string(static_cast<int>(f.kind)) + ") is not floating or integer");
+  }
+  if (f.exp_bits < 2 || f.exp_bits > 11 || f.man_bits < 0 || f.man_bits > 52) {
+    fail("e" + std::to_string(f.exp_bits) + "m" + std::to_string(f.man_bits) +
+         ": exponent bits must be 2..11 and mantissa bits 0..52");
+  }
+  if (f.fn && (f.exp_bits != 4 || f.man_bits != 3)) fail("only e4m3 has an fn (no infinity) variant");
+  if (f.fn && f.overflow == Overflow::to_inf) fail("e4m3 (fn) has no infinity to overflow to");
+}
+
 double round_to(const Format& f, double x) {
   if (std::isnan(x)) return x;
   if (f.is_integer()) {

@@ -123,7 +123,11 @@ Field format_field(const char* key, Format Policy::*member, const char* doc) {
 template <typename Enum>
 Field choice_field(const char* key, Enum Policy::*member, std::vector<std::string> names, const char* doc) {
   return Field{{key, FieldKind::choice, names, doc},
-               [member, names](const Policy& p) { return names.at(static_cast<std::size_t>(p.*member)); },
+               [member, names](const Policy& p) {
+                 // "?" for a value outside the enumerators (set in C++), which validate() refuses.
+                 const auto i = static_cast<std::size_t>(p.*member);
+                 return i < names.size() ? names[i] : std::string("?");
+               },
                [key, member, names](Policy& p, const std::string& v) {
                  for (std::size_t i = 0; i < names.size(); ++i) {
                    if (v == names[i]) {
@@ -393,6 +397,21 @@ std::string to_string(const Policy& policy) {
 }
 
 void validate(const Policy& p) {
+  // Fields set in C++ rather than parsed: every format and choice must be one the text form has.
+  for (auto [key, f] : {std::pair{"input", &p.input}, {"qk_acc", &p.qk_acc}, {"s", &p.s}, {"softmax", &p.softmax},
+                        {"sum_acc", &p.sum_acc}, {"p", &p.p}, {"pv_acc", &p.pv_acc}, {"o", &p.o}}) {
+    check_format(*f, std::string("policy field '") + key + "'");
+  }
+  for (auto [key, f] : {std::pair{"q_quant", &p.q_quant}, {"k_quant", &p.k_quant}, {"v_quant", &p.v_quant}}) {
+    if (*f) check_format(**f, std::string("policy field '") + key + "'");
+  }
+  for (const Field& field : fields()) {
+    if (field.info.kind != FieldKind::choice) continue;
+    const std::string value = field.get(p);
+    if (std::find(field.info.choices.begin(), field.info.choices.end(), value) == field.info.choices.end()) {
+      throw Error("policy field '" + field.info.key + "': not one of its choices (an enumerator out of range)");
+    }
+  }
   auto require_float = [](const char* key, const Format& f) {
     if (f.is_integer()) {
       throw Error(std::string("policy field '") + key + "': " + f.name() +

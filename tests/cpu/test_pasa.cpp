@@ -277,6 +277,7 @@ TEST(Beta, BadInput) {
   test::expect_error([] { solve_beta(1.0); }, "outside (0, 1)");
   test::expect_error([] { solve_beta(0.9, Format::fp16(), 0); }, "block size 0");
   test::expect_error([] { solve_beta(0.9, Format::int8()); }, "not a float format");
+  test::expect_error([] { solve_beta(0.9, Format::floating(5, 60)); }, "beta: format: e5m60");
 }
 
 TEST(Generators, SeededAndReproducible) {

@@ -2,6 +2,7 @@
 // Policies: presets, the text form (print, parse, round trip) and validation errors naming the field.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -98,6 +99,40 @@ TEST(Policy, ErrorsNameTheField) {
   expect_error([] { parse_policy("pasa,window_hi=5"); }, "shift=pasa ignores it");
   EXPECT_EQ(parse_policy("fdpp,window_lo=-5").window_lo, -5.0);
   expect_error([] { parse_policy("exact,shift=max"); }, "'shift': 'max' is not one of none, pasa, unified");
+}
+
+// A policy set field by field in C++ is held to the text form's values: formats parse_format can
+// return and enumerators in range, each refused naming the field.
+TEST(Policy, FieldsSetInCodeAreValidated) {
+  const auto refused = [](const std::function<void(Policy&)>& set, const std::string& message) {
+    Policy p = preset_policy("sage8");
+    set(p);
+    expect_error([&] { validate(p); }, message);
+  };
+  refused([](Policy& p) { p.qk_acc.man_bits = 60; }, "policy field 'qk_acc': e8m60: exponent bits must be 2..11");
+  refused([](Policy& p) { p.o.exp_bits = 0; }, "policy field 'o': e0m23");
+  refused([](Policy& p) { p.sum_acc.exp_bits = 40; }, "policy field 'sum_acc': e40m23");
+  refused([](Policy& p) { p.o.fn = true; }, "policy field 'o': only e4m3 has an fn");
+  refused([](Policy& p) { p.p.overflow = Overflow::to_inf; }, "policy field 'p': e4m3 (fn) has no infinity");
+  refused([](Policy& p) { p.s.overflow = static_cast<Overflow>(9); }, "policy field 's': overflow rule (code 9)");
+  refused([](Policy& p) { p.input.kind = static_cast<Format::Kind>(7); }, "policy field 'input': format kind (code 7)");
+  refused([](Policy& p) { p.q_quant->int_bits = 1; }, "policy field 'q_quant': integer format of 1 bits");
+  refused([](Policy& p) { p.k_quant->overflow = Overflow::to_nan; }, "policy field 'k_quant': an integer format saturates");
+  refused([](Policy& p) { p.shift = static_cast<Shift>(9); }, "policy field 'shift': not one of its choices");
+  refused([](Policy& p) { p.scale = static_cast<ScalePlacement>(3); }, "policy field 'scale'");
+  refused([](Policy& p) { p.exp_base = static_cast<ExpBase>(2); }, "policy field 'exp_base'");
+  refused([](Policy& p) { p.pseudo_avg = static_cast<PseudoAverage>(5); }, "policy field 'pseudo_avg'");
+  refused([](Policy& p) { p.q_gran = static_cast<Granularity>(9); }, "policy field 'q_gran'");
+  // Every preset, and a format at each end of the ranges, passes.
+  for (const std::string& name : preset_names()) EXPECT_NO_THROW(validate(preset_policy(name))) << name;
+  Policy wide = preset_policy("exact");
+  wide.qk_acc = Format::floating(11, 52);
+  wide.o = Format::floating(2, 0);
+  EXPECT_NO_THROW(validate(wide));
+  // A policy that was never validated still prints (an out-of-range choice as "?") rather than throw.
+  Policy bad;
+  bad.shift = static_cast<Shift>(9);
+  EXPECT_EQ(field_value(bad, "shift"), "?");
 }
 
 // The public table lists every text key once, and each key's value reads back as to_string prints it.
