@@ -64,8 +64,9 @@ std::uint64_t emulator_memory_bytes(const ProblemShape& ps, const Policy& pol) {
   const std::uint64_t per_row = 64 + 8 * D + 12 * s2 + 8 * D;
   const std::uint64_t splits = u(std::max(pol.splits, 1));
   const std::uint64_t per_thread = saturating_product({2 * (splits + 1), s1, per_row});
-  return saturating_sum({saturating_product({u(ps.batch * ps.heads_kv), per_kv_head}),
-                         saturating_product({u(ps.batch * ps.heads_q), per_q_head}),
+  // Every product saturates: broadcast (stride-0) views can name 2^64 heads or more.
+  return saturating_sum({saturating_product({u(ps.batch), u(ps.heads_kv), per_kv_head}),
+                         saturating_product({u(ps.batch), u(ps.heads_q), per_q_head}),
                          saturating_product({u(omp_get_max_threads()), per_thread})});
 }
 

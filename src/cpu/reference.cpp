@@ -20,8 +20,10 @@ ReferenceResult reference_attention(const AttentionArgs& args) {
   if (args.q.device != Device::cpu) throw Error("reference_attention: q, k, v must be host tensors");
   // O and the LSE in fp64, and per thread one head's Q, K and V in fp64.
   const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
-  const std::uint64_t outputs = saturating_product({u(p.batch * p.heads_q), u(p.seq_q), u(p.dim) + 1, 8});
-  const std::uint64_t per_thread = saturating_product({u(p.seq_q + 2 * p.seq_kv), u(p.dim) + 1, 8});
+  // Every product saturates: broadcast (stride-0) views can name 2^64 heads or more.
+  const std::uint64_t outputs = saturating_product({u(p.batch), u(p.heads_q), u(p.seq_q), u(p.dim) + 1, 8});
+  const std::uint64_t per_thread =
+      saturating_product({saturating_sum({u(p.seq_q), u(p.seq_kv), u(p.seq_kv)}), u(p.dim) + 1, 8});
   const std::uint64_t threads = u(omp_get_max_threads());
   require_memory(saturating_sum({outputs, saturating_product({threads, per_thread})}),
                  "reference attention (fp64) on " + problem_text(p));

@@ -14,6 +14,7 @@
 #include "cpu/parallel_for.h"
 #include "memory_budget.h"
 #include "pasa/attention.h"
+#include "pasa/attention_plan.h"
 #include "pasa/error.h"
 #include "test_util.h"
 
@@ -88,6 +89,23 @@ TEST(MemoryBudget, TheEmulatorRefusesAProblemBeyondMemory) {
     EXPECT_NE(std::string(e.what()).find("attention (CPU emulator) on q [1, 1, 4, 16], k/v [1, 1, 1099511627776, 16]: needs"),
               std::string::npos) << e.what();
   }
+}
+
+// Batch and heads broadcast to 2^33 x 2^31 = 2^64 heads: their product wraps to 0 in 64 bits, which
+// once passed the budget and computed nothing at all. The emulator, its plan and the fp64 reference
+// refuse it.
+TEST(MemoryBudget, BatchTimesHeadsBeyond64BitsIsRefused) {
+  if (!available_memory_bytes()) GTEST_SKIP() << "no /proc: available memory unknown";
+  float value = 0.5f, out = 7.0f;
+  const TensorView broadcast{&value, DType::f32, {std::int64_t{1} << 33, std::int64_t{1} << 31, 1, 1}, {0, 0, 0, 0}};
+  TensorView o = broadcast;
+  o.data = &out;
+  o.stride = {1, 1, 1, 1};
+  const AttentionArgs args{broadcast, broadcast, broadcast, o};
+  EXPECT_THROW(attention(args), ResourceError);
+  EXPECT_THROW(AttentionPlan{args}, ResourceError);
+  EXPECT_THROW(reference_attention(args), ResourceError);
+  EXPECT_EQ(out, 7.0f);
 }
 
 }  // namespace
