@@ -177,6 +177,7 @@ void kvcache_on_gpu(const KVCacheArgs& args, const AttentionArgs& whole, std::in
 KVCacheProblem check_kvcache_tensors(const KVCacheArgs& args) {
   KVCacheProblem problem;
   problem.on_gpu = serving_on_gpu(args.options, args.q);
+  refuse_serving_mask(args.options, "attention_with_kvcache");
   check_cache_view(args.k_cache, "k_cache");
   check_cache_view(args.v_cache, "v_cache");
   if (args.v_cache.shape != args.k_cache.shape || args.v_cache.dtype != args.k_cache.dtype) {

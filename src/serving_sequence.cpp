@@ -3,6 +3,7 @@
 #include "serving_sequence.h"
 
 #include <limits>
+#include <string>
 
 #include "attention_checks.h"
 #include "cpu/backends.h"
@@ -46,6 +47,12 @@ bool serving_on_gpu(const AttentionArgs& options, const TensorView& q) {
     throw Error("backend: the CUDA kernels need device tensors, but q is a host tensor (Device::cpu)");
   }
   return false;
+}
+
+void refuse_serving_mask(const AttentionArgs& options, const char* call) {
+  if (options.mask.kind == MaskKind::none) return;
+  throw Error(std::string("attn_mask: ") + call + " takes no mask (a [B, H_q, S_q, S_kv] mask cannot follow "
+              "each sequence's own length); use causal or window_size, or pasa::attention per sequence");
 }
 
 void require_sequence_memory(const ProblemShape& largest, const Policy& policy, std::uint64_t extra_bytes) {

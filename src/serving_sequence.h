@@ -19,6 +19,11 @@ LseView slice_rows(const LseView& lse, std::int64_t b, std::int64_t s0, std::int
 // where options.backend asks for the other one.
 bool serving_on_gpu(const AttentionArgs& options, const TensorView& q);
 
+// Throws pasa::Error naming `call` when options carries an attention mask: one [B, H_q, S_q, S_kv]
+// mask cannot follow the sequences' own lengths (a sequence's rows would be checked against it only
+// when its turn came, after earlier sequences were written).
+void refuse_serving_mask(const AttentionArgs& options, const char* call);
+
 // Throws pasa::ResourceError, before anything is written, unless the emulator's run of the largest
 // sequence (`largest`, batch 1) and `extra_bytes` (a gathered copy of its keys) fit in memory.
 void require_sequence_memory(const ProblemShape& largest, const Policy& policy, std::uint64_t extra_bytes);

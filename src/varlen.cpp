@@ -102,6 +102,7 @@ void varlen_on_gpu(const VarlenArgs& args, const ProblemShape& shape) {
 
 void attention_varlen(const VarlenArgs& args) {
   const bool on_gpu = serving_on_gpu(args.options, args.q);
+  refuse_serving_mask(args.options, "attention_varlen");
   AttentionArgs whole = args.options;
   whole.q = args.q;
   whole.k = args.k;

@@ -34,7 +34,7 @@ struct VarlenArgs {
   std::int64_t max_seqlen_k = 0;  // at least every sequence's key length
   // scale, causal, alignment, policy, backend, stream, stats (summed over the sequences) and every
   // other option of AttentionArgs are read from here and applied to each sequence; its tensors are
-  // ignored.
+  // ignored. A mask is refused (pasa::Error): one mask cannot follow the sequences' lengths.
   AttentionArgs options;
 };
 
@@ -61,7 +61,7 @@ struct KVCacheArgs {
 };
 
 // Host tensors run on the CPU emulator (every policy). Both throw pasa::Error naming the argument
-// before anything is written (the cache included) for: a cu_seqlens that decreases or leaves the
+// before anything is written (the cache included) for: options.mask set, a cu_seqlens that decreases or leaves the
 // packed tensors, a sequence longer than max_seqlen, a cache_seqlens below 0, a block id outside
 // [0, num_blocks), an append that does not fit in the cache, two sequences whose appends write a block
 // another sequence reads, non-finite values in what is read (host tensors), and everything

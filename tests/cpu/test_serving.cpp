@@ -373,6 +373,32 @@ TEST(KVCache, BadInputIsRejectedBeforeAnythingIsWritten) {
   }
 }
 
+// One mask cannot follow the sequences' lengths: refused before anything is written. (Each sequence
+// once checked it in turn, so a first sequence without keys, or one whose length matched the mask,
+// was written before the second failed.)
+TEST(Serving, AMaskIsRefusedBeforeAnythingIsWritten) {
+  const auto seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  {
+    Varlen b({{3, 0}, {4, 4}}, seed);
+    std::vector<std::uint8_t> keep(static_cast<std::size_t>(b.q.view.seq() * b.k.view.seq()), 1);
+    b.args.options.mask = MaskView{keep.data(), MaskKind::boolean, DType::f32,
+                                   {1, 1, b.q.view.seq(), b.k.view.seq()}, {0, 0, b.k.view.seq(), 1}};
+    const auto o = b.o.bytes;
+    expect_error([&] { attention_varlen(b.args); }, "attn_mask: attention_varlen takes no mask");
+    EXPECT_TRUE(o == b.o.bytes);
+  }
+  {
+    Cache c(2, 1, kBlocks, kBlockSize, 0, seed);
+    c.set_table({4, 3}, {0, 1, 2, 3}, 2);  // sequence 0's length is the mask's key size, 1's is not
+    std::vector<std::uint8_t> keep(kBlockSize, 1);
+    c.args.options.mask = MaskView{keep.data(), MaskKind::boolean, DType::f32, {1, 1, 1, kBlockSize}, {0, 0, 0, 1}};
+    expect_rejected_untouched(c, [&] { attention_with_kvcache(c.args); },
+                              "attn_mask: attention_with_kvcache takes no mask");
+    expect_error([&] { KVCachePlan{c.args}; }, "attn_mask: attention_with_kvcache takes no mask");
+  }
+}
+
 TEST(Varlen, BadInputIsRejectedBeforeAnythingIsWritten) {
   const auto seed = test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
