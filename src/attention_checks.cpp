@@ -84,6 +84,12 @@ void check_score_mods(const AttentionArgs& a, const ProblemShape& p) {
     if (m.stride[i] < 0) throw Error("attn_mask: strides must be non-negative");
   }
   if (m.device != a.q.device) throw Error("attn_mask: on a different device than q");
+  check_mask_values(m);
+}
+
+}  // namespace
+
+void check_mask_values(const MaskView& m) {
   if (m.kind != MaskKind::additive || m.device != Device::cpu) return;
   for (std::int64_t b = 0; b < m.shape[0]; ++b)
     for (std::int64_t h = 0; h < m.shape[1]; ++h)
@@ -97,8 +103,6 @@ void check_score_mods(const AttentionArgs& a, const ProblemShape& p) {
           }
         }
 }
-
-}  // namespace
 
 ProblemShape check_attention_args(const AttentionArgs& a) {
   check_view(a.q, "q", false);

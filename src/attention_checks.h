@@ -24,6 +24,9 @@ std::string problem_text(const ProblemShape& p);
 // alpha: the caller's scale or 1/sqrt(D).
 double resolve_scale(const AttentionArgs& args, std::int64_t dim);
 
+// Throws if an additive host mask holds NaN or +inf, naming the first [b, h, r, c] index.
+void check_mask_values(const MaskView& mask);
+
 // Throws if a host tensor holds NaN or inf, naming it and the first [b, h, s, d] index.
 void check_finite_host(const TensorView& t, const char* name);
 

@@ -64,6 +64,7 @@ void AttentionPlan::run(const AttentionArgs& args, void* workspace) const {
   check_finite_host(args.q, "q");
   check_finite_host(args.k, "k");
   check_finite_host(args.v, "v");
+  check_mask_values(args.mask);  // the mask's data may be new too
   emulate_attention(args, s.shape);
 }
 

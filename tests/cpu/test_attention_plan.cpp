@@ -4,6 +4,7 @@
 // anything is written.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -102,6 +103,23 @@ TEST(AttentionPlan, ACallOfAnotherProblemIsRefusedBeforeWriting) {
   Problem nan_input(seed);
   store_from_double(nan_input.v.bytes.data(), DType::f16, 5, NAN);
   expect_refused(nan_input, "v: non-finite value");
+}
+
+// run() takes a new mask pointer: its values are checked as pasa::attention checks them (a NaN once
+// ran and made its row NaN).
+TEST(AttentionPlan, ANewMaskIsScannedForNaN) {
+  const auto seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  Problem p(seed);
+  const std::int64_t S_q = p.args.q.shape[2], S_kv = p.args.k.shape[2];
+  std::vector<float> zeros(static_cast<std::size_t>(S_q * S_kv), 0.0f), with_nan = zeros;
+  with_nan[static_cast<std::size_t>(3 * S_kv + 2)] = NAN;
+  p.args.mask = MaskView{zeros.data(), MaskKind::additive, DType::f32, {1, 1, S_q, S_kv}, {0, 0, S_kv, 1}};
+  const AttentionPlan plan(p.args);
+  p.args.mask.data = with_nan.data();
+  const auto before = p.o.bytes;
+  test::expect_error([&] { plan.run(p.args); }, "attn_mask: nan at [0, 0, 3, 2]");
+  EXPECT_TRUE(before == p.o.bytes);
 }
 
 TEST(AttentionPlan, PlanningChecksLikeAttention) {
