@@ -10,7 +10,6 @@
 #include "text/format.h"
 
 namespace pasa {
-namespace {
 
 void check_view(const TensorView& t, const char* name, bool is_output) {
   const int dt = static_cast<int>(t.dtype);
@@ -31,6 +30,8 @@ void check_view(const TensorView& t, const char* name, bool is_output) {
   // After the sizes: an empty tensor has no data pointer, and its size is the error to report.
   if (t.data == nullptr) throw Error(text::format("{}: data pointer is null", name));
 }
+
+namespace {
 
 // The scale multiplies in the softmax format (scale=s) or the input format (scale=q|k), and every kernel
 // holds it in fp32: a scale beyond those formats' range becomes inf there and turns every output into

@@ -15,6 +15,10 @@ struct ProblemShape {
   std::int64_t group() const { return heads_q / heads_kv; }  // query heads per K/V head
 };
 
+// One view as every entry point checks it, naming it `name`: a supported dtype, every size >= 1,
+// strides >= 0 (>= 1 for an output, which is written), a data pointer.
+void check_view(const TensorView& t, const char* name, bool is_output);
+
 // Checks pointers, shapes, GQA head counts, strides, devices, the LSE view and the scale.
 ProblemShape check_attention_args(const AttentionArgs& args);
 

@@ -19,6 +19,7 @@
 #include "pasa/error.h"
 #include "pasa/serving.h"
 #include "kvcache_checks.h"
+#include "memory_budget.h"
 #include "serving_sequence.h"
 #include "storage_convert.h"
 
@@ -33,7 +34,12 @@ struct CacheMap {
   std::int64_t block(std::int64_t b, std::int64_t p) const {
     return table == nullptr ? b : table[b * max_blocks + p / block_size];
   }
-  std::int64_t capacity() const { return max_blocks * block_size; }
+  // Saturating: max_blocks is the caller's number, and a product past 2^63 must not wrap negative.
+  std::int64_t capacity() const {
+    return max_blocks > std::numeric_limits<std::int64_t>::max() / block_size
+               ? std::numeric_limits<std::int64_t>::max()
+               : max_blocks * block_size;
+  }
   std::int64_t blocks_for(std::int64_t len) const { return (len + block_size - 1) / block_size; }
 };
 
@@ -91,6 +97,8 @@ std::int64_t check_cache_tensors(const KVCacheArgs& a, std::int64_t B, std::int6
     throw Error("k/v: give both new keys and new values, or neither");
   }
   if (a.k.data != nullptr) {
+    check_view(a.k, "k", false);
+    check_view(a.v, "v", false);
     s_new = a.k.seq();
     const std::array<std::int64_t, 4> want{B, H_kv, s_new, a.k_cache.dim()};
     for (const auto& [t, name] : {std::pair{&a.k, "k"}, {&a.v, "v"}}) {
@@ -239,8 +247,9 @@ void attention_with_kvcache(const KVCacheArgs& args) {
   check_cache_indices(args, map, B, s_new);
   std::int64_t longest = 0;
   for (std::int64_t b = 0; b < B; ++b) longest = std::max<std::int64_t>(longest, args.cache_seqlens[b] + s_new);
-  const auto gathered = static_cast<std::uint64_t>(2 * shape.heads_kv * longest * shape.dim) *
-                        dtype_size(args.k_cache.dtype);
+  const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
+  const std::uint64_t gathered =
+      saturating_product({2, u(shape.heads_kv), u(longest), u(shape.dim), dtype_size(args.k_cache.dtype)});
   require_sequence_memory({1, shape.heads_q, shape.heads_kv, shape.seq_q, longest, shape.dim},
                           args.options.policy, gathered);
   check_finite_host(args.q, "q");

@@ -371,6 +371,25 @@ TEST(KVCache, BadInputIsRejectedBeforeAnythingIsWritten) {
     c.args.v.data = nullptr;
     expect_rejected_untouched(c, call(c), "k/v: give both");
   }
+  {
+    // New keys are read like the dense API's inputs: a negative stride is refused, not read before
+    // the buffer.
+    Cache c(2, 1, kBlocks, kBlockSize, 2, seed);
+    c.set_table({3, 6}, {0, 1, 2, 3}, 2);
+    c.args.k.stride[2] = -1;
+    expect_rejected_untouched(c, call(c), "k: stride of the sequence dimension is -1 (must be non-negative)");
+  }
+}
+
+// max_blocks is only the table's row length: one so large that max_blocks * block_size passes 2^63
+// once wrapped negative and refused every sequence ("more than the cache's -4 per sequence").
+TEST(KVCache, AHugeTableRowLengthDoesNotOverflowTheCapacity) {
+  const auto seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  Cache c(1, 1, kBlocks, kBlockSize, 2, seed);
+  c.set_table({3}, {4, 7}, std::numeric_limits<std::int64_t>::max() / 2);
+  attention_with_kvcache(c.args);
+  c.expect_equal_to_dense();
 }
 
 // One mask cannot follow the sequences' lengths: refused before anything is written. (Each sequence
