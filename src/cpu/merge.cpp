@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attention_checks.h"
 #include "pasa/attention.h"
 #include "pasa/error.h"
 #include "storage_convert.h"
@@ -16,14 +17,23 @@ float& lse_at(const LseView& l, std::int64_t b, std::int64_t h, std::int64_t s) 
   return l.data[b * l.stride[0] + h * l.stride[1] + s * l.stride[2]];
 }
 
-void check_partial(const TensorView& o, const LseView& lse, const TensorView& like, const char* name) {
-  if (o.data == nullptr || lse.data == nullptr) throw Error(text::format("{}: null pointer", name));
+// An output and its LSE, checked as pasa::attention checks its tensors (outputs: positive strides).
+void check_partial(const TensorView& o, const LseView& lse, const TensorView& like, const char* o_name,
+                   const char* lse_name, bool is_output) {
+  check_view(o, o_name, is_output);
+  if (lse.data == nullptr) throw Error(text::format("{}: data pointer is null", lse_name));
   if (o.device != Device::cpu || lse.device != Device::cpu) {
-    throw Error(text::format("{}: merge_partials runs on the CPU and needs host tensors", name));
+    throw Error(text::format("{}: merge_partials runs on the CPU and needs host tensors", o_name));
   }
-  if (o.shape != like.shape) throw Error(text::format("{}: shape differs from o_a's", name));
+  if (o.shape != like.shape) throw Error(text::format("{}: shape differs from o_a's", o_name));
   if (lse.shape != std::array<std::int64_t, 3>{o.shape[0], o.shape[1], o.shape[2]}) {
-    throw Error(text::format("{}: LSE shape is not [B, H, S] of its output", name));
+    throw Error(text::format("{}: shape is not [B, H, S] of {}", lse_name, o_name));
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (lse.stride[i] < (is_output ? 1 : 0)) {
+      throw Error(text::format("{}: stride {} is {} (must be {})", lse_name, i, lse.stride[i],
+                               is_output ? "positive" : "non-negative"));
+    }
   }
 }
 
@@ -31,9 +41,9 @@ void check_partial(const TensorView& o, const LseView& lse, const TensorView& li
 
 void merge_partials(const TensorView& o_a, const LseView& lse_a, const TensorView& o_b,
                     const LseView& lse_b, const TensorView& o, const LseView& lse) {
-  check_partial(o_a, lse_a, o_a, "o_a");
-  check_partial(o_b, lse_b, o_a, "o_b");
-  check_partial(o, lse, o_a, "o");
+  check_partial(o_a, lse_a, o_a, "o_a", "lse_a", false);
+  check_partial(o_b, lse_b, o_a, "o_b", "lse_b", false);
+  check_partial(o, lse, o_a, "o", "lse", true);
   const auto [B, H, S, D] = o_a.shape;
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t h = 0; h < H; ++h)

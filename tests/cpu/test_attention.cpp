@@ -169,5 +169,35 @@ TEST(Merge, BothPartsEmptyGiveZeroAndMinusInfinity) {
   EXPECT_TRUE(std::isinf(lm) && lm < 0);
 }
 
+// The merge checks its tensors as pasa::attention does, naming each, before writing: a null LSE was
+// reported as its output's, a negative input stride was read before the buffer, and an empty shape
+// or an output stride of 0 went through.
+TEST(Merge, BadTensorsAreRefusedNamingThem) {
+  float oa[2] = {1, 2}, ob[2] = {3, 4}, om[2] = {7, 7}, la = 0, lb = 0, lm = 7;
+  const auto a = bhsd_view(oa, DType::f32, 1, 1, 1, 2), b = bhsd_view(ob, DType::f32, 1, 1, 1, 2);
+  const auto o = bhsd_view(om, DType::f32, 1, 1, 1, 2);
+  const LseView lse_b = lse_view(&lb, 1, 1, 1);
+  const auto merge = [&](TensorView va, LseView lsa, TensorView vo, LseView lso) {
+    return [=] { merge_partials(va, lsa, b, lse_b, vo, lso); };
+  };
+  test::expect_error(merge(a, LseView{}, o, lse_view(&lm, 1, 1, 1)), "lse_a: data pointer is null");
+  TensorView negative = a;
+  negative.stride[3] = -1;
+  test::expect_error(merge(negative, lse_view(&la, 1, 1, 1), o, lse_view(&lm, 1, 1, 1)),
+                     "o_a: stride of the head dim dimension is -1");
+  test::expect_error(merge(bhsd_view(oa, DType::f32, 1, 1, 0, 2), lse_view(&la, 1, 1, 0),
+                           bhsd_view(om, DType::f32, 1, 1, 0, 2), lse_view(&lm, 1, 1, 0)),
+                     "o_a: sequence size is 0");
+  TensorView overlapping = o;
+  overlapping.stride[3] = 0;
+  test::expect_error(merge(a, lse_view(&la, 1, 1, 1), overlapping, lse_view(&lm, 1, 1, 1)),
+                     "o: stride of the head dim dimension is 0 (must be positive)");
+  LseView lse_out = lse_view(&lm, 1, 1, 1);
+  lse_out.stride[2] = 0;
+  test::expect_error(merge(a, lse_view(&la, 1, 1, 1), o, lse_out), "lse: stride 2 is 0 (must be positive)");
+  EXPECT_EQ(om[0], 7.0f);
+  EXPECT_EQ(lm, 7.0f);
+}
+
 }  // namespace
 }  // namespace pasa
