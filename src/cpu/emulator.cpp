@@ -138,12 +138,16 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       // admits no quantizer, so dq and the key scales are 1 here).
       const bool acc_mean = pasa && pol.pseudo_avg == PseudoAverage::accumulator;
       const double unrounded_mean = acc_mean ? block_mean() : 0.0;
+      // Smooth K took alpha q . mean(K) out of every score of the row: a constant the softmax ignores
+      // but the softcap does not (tanh is not shift-invariant), so a softcapped score gets it back
+      // first, and the LSE then needs no correction (write_row).
+      const double cap_offset = mods.softcapped() ? pq.lse_offset[t.r0 + rr] * unit : 0.0;
       for (int c = 0; c < cols; ++c) {
         const double k_scale = c < n ? kv.k_scale[k0 + c] : 1.0;
         double s = R.s(x[c] * (dq * k_scale));  // dequantize (exact 1 * 1 otherwise)
         if (!pq.ds.empty()) s = R.s(s + pq.ds[k0 + c]);
         x[c] = scaled(s);
-        if (mods.softcapped()) x[c] = mods.cap(x[c], sm);
+        if (mods.softcapped()) x[c] = mods.cap(sm(x[c] + cap_offset), sm);
       }
       // PASA's local pseudo-average s' covers all s2 keys of the block, masked or not: K' = M K
       // subtracted the mean of all of them, so recovering the true scores needs all of them.
@@ -318,7 +322,9 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
     store_from_double(args.o.data, args.o.dtype, args.o.offset(t.b, t.h, r, d), value);
   }
   if (args.lse.data != nullptr) {
-    if (with_keys > 0) lse += pq.lse_offset[r];  // what smooth K took out of every score of the row
+    // What smooth K took out of every score of the row (a softcapped row had it added back before
+    // the cap, run_key_range).
+    if (with_keys > 0 && args.softcap <= 0.0) lse += pq.lse_offset[r];
     args.lse.data[t.b * args.lse.stride[0] + t.h * args.lse.stride[1] + r * args.lse.stride[2]] =
         static_cast<float>(lse);
   }

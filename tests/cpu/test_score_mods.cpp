@@ -194,6 +194,38 @@ TEST(ScoreMods, LowPrecisionPoliciesStayCloseUnderMasksAndWindows) {
   }
 }
 
+TEST(ScoreMods, SoftcapSeesTheScoresSmoothKTookItsMeanFrom) {
+  // Smooth K subtracts mean(K) from every key, which takes alpha q . mean(K) out of each score of a
+  // row: harmless to the softmax, but tanh is not shift-invariant, so the softcap has to see the
+  // scores with that constant back. K with a common offset (U(19.5, 20.5) Q and K: the constant is
+  // about 3200 and the capped scores all near +30) makes the difference total; the exact policy with
+  // smooth K differs from plain exact only by fp32 rounding, sage8 by its INT8/FP8 quantization.
+  std::mt19937_64 rng(2024);
+  Problem p = make_problem(rng, 1, 2, 2, 150, 150, 64);
+  p.q = test::random_tensor(1, 2, 150, 64, rng, DType::f32, false, 19.5, 20.5);
+  p.k = test::random_tensor(1, 2, 150, 64, rng, DType::f32, false, 19.5, 20.5);
+  Mods mods{-1, -1, 30.0};
+  bind(p);
+  std::vector<float> lse(2 * 150);
+  p.args.lse = lse_view(lse.data(), 1, 2, 150);
+  p.args.causal = true;
+  p.args.softcap = mods.softcap;
+  const std::vector<double> want = naive_attention(p.q, p.k, p.v, true, CausalAlignment::bottom_right, mods);
+  const ReferenceResult ref = reference_attention(p.args);
+  for (const char* policy : {"exact,smooth_k=true", "sage8", "sage4,q_gran=token,k_gran=token"}) {
+    SCOPED_TRACE(policy);
+    p.args.policy = parse_policy(policy);
+    attention(p.args);
+    const double err = test::relative_rmse(test::read_bhsd(p.o.view), want);
+    // exact: fp32 rounding; sage8/sage4: one unit of e4m3's roundoff (FP8 P and V; the capped scores
+    // span less than one unit of INT4's grid here, so the 4-bit Q and K cost nothing more).
+    EXPECT_LT(err, std::string(policy).rfind("exact", 0) == 0 ? 1e-5 : std::ldexp(1.0, -4));
+    double lse_err = 0.0;
+    for (std::size_t i = 0; i < lse.size(); ++i) lse_err = std::max(lse_err, std::fabs(lse[i] - ref.lse[i]));
+    EXPECT_LT(lse_err, 1e-3);  // the capped LSE is below 30 + log(150)
+  }
+}
+
 TEST(ScoreMods, BadArgumentsNameTheArgument) {
   std::mt19937_64 rng(7);
   Problem p = make_problem(rng, 1, 2, 2, 8, 8, 64);
