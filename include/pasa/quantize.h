@@ -27,17 +27,21 @@ enum class OperandRole { query, key };
 std::string granularity_name(Granularity g);
 Granularity parse_granularity(std::string_view text);  // throws pasa::Error naming the text
 
-// The group index of row `row` (0-based within the head) for the role and block size.
+// The group index of row `row` (0-based within the head) for the role and block size; throws
+// pasa::Error for a block size below 1.
 int quant_group(Granularity g, OperandRole role, int row, int block_rows);
 
 // Quantizes `values` ([rows, cols], row-major) in place to `format` (integers round to nearest even
 // and saturate; floats round to nearest even and saturate) and returns one dequantization scale per
 // row (the scale of the row's group). A group whose values are all zero gets scale 0 and quantizes to
-// zeros, so dequantization gives zeros back exactly.
+// zeros, so dequantization gives zeros back exactly. Throws pasa::Error, before changing anything,
+// when `values` does not hold rows x cols values, for a block size below 1 or a format check_format
+// refuses.
 std::vector<double> quantize_rows(std::vector<float>& values, int rows, int cols, const Format& format,
                                   Granularity granularity, OperandRole role, int block_rows);
 
-// Per-channel quantization of V ([rows, cols]): one scale per column; returns cols scales.
+// Per-channel quantization of V ([rows, cols]): one scale per column; returns cols scales. Throws as
+// quantize_rows does.
 std::vector<double> quantize_columns(std::vector<float>& values, int rows, int cols, const Format& format);
 
 }  // namespace pasa

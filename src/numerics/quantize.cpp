@@ -13,6 +13,16 @@ namespace {
 constexpr int kWarpRows = 16;   // rows of one warp's MMA tile (m16)
 constexpr int kThreadRows = 8;  // a thread's fragment rows/columns repeat every 8
 
+// The operand's values, the group size and the format, checked before anything is read.
+void check_operand(const std::vector<float>& values, int rows, int cols, const Format& format) {
+  if (rows < 0 || cols < 0 ||
+      values.size() != static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols)) {
+    throw Error("quantize: " + std::to_string(values.size()) + " values do not fill [rows, cols] = [" +
+                std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  }
+  check_format(format, "quantize: format");
+}
+
 Format saturating(Format f) {
   f.overflow = Overflow::saturate;
   return f;
@@ -40,6 +50,7 @@ Granularity parse_granularity(std::string_view text) {
 }
 
 int quant_group(Granularity g, OperandRole role, int row, int block_rows) {
+  if (block_rows < 1) throw Error("quantize: block size must be at least 1");
   switch (g) {
     case Granularity::tensor: return 0;
     case Granularity::block: return row / block_rows;
@@ -55,6 +66,7 @@ int quant_group(Granularity g, OperandRole role, int row, int block_rows) {
 std::vector<double> quantize_rows(std::vector<float>& values, int rows, int cols, const Format& format,
                                   Granularity granularity, OperandRole role, int block_rows) {
   if (block_rows < 1) throw Error("quantize: block size must be at least 1");
+  check_operand(values, rows, cols, format);
   const Format target = saturating(format);
   const double qmax = target.max_finite();
   std::map<int, double> group_max;
@@ -75,6 +87,7 @@ std::vector<double> quantize_rows(std::vector<float>& values, int rows, int cols
 }
 
 std::vector<double> quantize_columns(std::vector<float>& values, int rows, int cols, const Format& format) {
+  check_operand(values, rows, cols, format);
   const Format target = saturating(format);
   const double qmax = target.max_finite();
   std::vector<double> scale(static_cast<std::size_t>(cols), 0.0);

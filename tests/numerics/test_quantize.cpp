@@ -67,6 +67,21 @@ TEST(Quantize, Fp8PerChannel) {
   EXPECT_EQ(a, (std::vector<float>{448, 448, 16, 448}));
 }
 
+// Bad operands are errors before anything is read or written: a vector shorter than rows x cols was
+// read and written past its end, and a block size of 0 divided by zero (SIGFPE).
+TEST(Quantize, BadOperandsAreRefused) {
+  std::vector<float> four(4, 1.0f);
+  test::expect_error([&] { quantize_rows(four, 4, 4, Format::int8(), Granularity::token, OperandRole::query, 16); },
+                     "quantize: 4 values do not fill [rows, cols] = [4, 4]");
+  test::expect_error([&] { quantize_columns(four, 4, 4, Format::int8()); }, "quantize: 4 values do not fill");
+  test::expect_error([&] { quantize_columns(four, -2, -2, Format::int8()); }, "[rows, cols] = [-2, -2]");
+  test::expect_error([] { quant_group(Granularity::block, OperandRole::key, 5, 0); }, "block size must be at least 1");
+  Format int1 = Format::int8();
+  int1.int_bits = 1;
+  test::expect_error([&] { quantize_columns(four, 2, 2, int1); }, "quantize: format: integer format of 1 bits");
+  EXPECT_EQ(four, std::vector<float>(4, 1.0f));
+}
+
 TEST(Metrics, HandCheckedValues) {
   const ErrorMetrics m = compare({1.0, 2.0, 2.0}, {1.0, 2.0, 3.0});
   EXPECT_NEAR(m.rel_rmse, 1.0 / std::sqrt(14.0), 1e-15);
