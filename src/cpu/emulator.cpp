@@ -335,6 +335,9 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
 void emulate_attention(const AttentionArgs& args, const ProblemShape& ps) {
   const Policy& pol = args.policy;
   const double alpha = resolve_scale(args, ps.dim) * score_unit(pol);
+  if (pol.shift == Shift::pasa) {  // M depends on the call's scale: checked here, before any work
+    check_pasa_shift(pol.beta, pol.block_kv, pol.scale == ScalePlacement::key ? alpha : 1.0, pol.input);
+  }
   const Rounders R(pol);
   const std::int64_t kv_heads = ps.batch * ps.heads_kv, q_heads = ps.batch * ps.heads_q;
   std::vector<PreparedKV> kv(static_cast<std::size_t>(kv_heads));

@@ -37,7 +37,7 @@ PolicyRun run_policy(QKV& data, const Policy& policy, bool causal = false) {
 }
 
 ReferenceResult reference_of(QKV& data, bool causal = false) {
-  HostTensor o{DType::f32, data.q.shape, std::vector<std::uint8_t>(data.q.bytes.size() * 2)};
+  HostTensor o{DType::f32, data.q.shape, std::vector<std::uint8_t>(static_cast<std::size_t>(data.q.numel()) * 4)};
   AttentionArgs args{data.q.view("q"), data.k.view("k"), data.v.view("v"), o.view("o")};
   args.causal = causal;
   return reference_attention(args);
@@ -247,6 +247,27 @@ TEST(PasaSweep, NoNonFiniteOutputOverSeeds) {
     }
     std::printf("  %s x0 %g Am %g D %d: %d seeds, non-finite values %lld\n", d.name, d.x0, d.am, d.dim, seeds, bad);
     EXPECT_EQ(bad, 0) << d.name << " x0 " << d.x0 << " Am " << d.am << ": first failing seed " << first_bad;
+  }
+}
+
+TEST(Pasa, ABetaWhoseStoredMIsSingularIsRefused) {
+  // beta = 0.99999 is in [0, 1), but fp16 rounds M's entries (1 - beta/n) alpha and (beta/n) alpha
+  // so that (n - 1) of the one cancel the other: at D = 64, s2 = 2 (base 2) and for pasa_accurate's
+  // natural-unit M at s2 = 128, M's rows sum to 0, G is infinite and every output was NaN. At D = 128
+  // the pasa preset's M sums to a negative value instead (an applied beta above 1). Each is
+  // refused, naming beta and s2; beta = 0.999 runs.
+  QKV d64 = uniform_qkv({1, 1, 64, 64}, 0.0, 1.0, 7, DType::f32);
+  QKV d128 = uniform_qkv({1, 1, 64, 128}, 0.0, 1.0, 7, DType::f32);
+  const std::pair<QKV*, const char*> refused[] = {
+      {&d64, "pasa,s2=2,beta=0.99999"}, {&d64, "pasa_accurate,beta=0.99999"}, {&d128, "pasa,beta=0.99999"}};
+  for (const auto& [data, text] : refused) {
+    SCOPED_TRACE(text);
+    test::expect_error([&] { run_policy(*data, parse_policy(text)); }, "beta: 0.99999 with s2 = ");
+  }
+  for (const char* text : {"pasa,s2=2,beta=0.999", "pasa_accurate,beta=0.999", "pasa,beta=0.999"}) {
+    SCOPED_TRACE(text);
+    EXPECT_EQ(non_finite_share(run_policy(d64, parse_policy(text)).o), 0.0);
+    EXPECT_EQ(non_finite_share(run_policy(d128, parse_policy(text)).o), 0.0);
   }
 }
 
