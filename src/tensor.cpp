@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "io/byte_io.h"
 #include "pasa/error.h"
 #include "pasa/format.h"
 #include "storage_convert.h"
@@ -43,20 +44,33 @@ std::int64_t HostTensor::numel() const {
   return n;
 }
 
+namespace {
+
+// The element count of a tensor whose bytes fill its shape exactly; throws pasa::Error naming `what`
+// otherwise (a negative dimension, a size past 2^63, or too few or too many bytes: a view of them
+// would be read out of bounds).
+std::int64_t filled_numel(const HostTensor& t, const std::string& what) {
+  const std::size_t needed = io::detail::checked_nbytes(t.shape, t.dtype, what);
+  if (t.bytes.size() != needed) {
+    throw Error(what + ": tensor holds " + std::to_string(t.bytes.size()) + " bytes, its shape needs " +
+                std::to_string(needed));
+  }
+  return static_cast<std::int64_t>(needed / dtype_size(t.dtype));
+}
+
+}  // namespace
+
 TensorView HostTensor::view(const std::string& what) {
   if (shape.size() != 4) {
     throw Error(what + ": expected a rank-4 tensor [B, H, S, D], got rank " +
                 std::to_string(shape.size()));
   }
+  filled_numel(*this, what);
   return bhsd_view(bytes.data(), dtype, shape[0], shape[1], shape[2], shape[3]);
 }
 
 std::vector<float> to_float(const HostTensor& t) {
-  const std::int64_t n = t.numel();
-  if (static_cast<std::int64_t>(t.bytes.size()) != n * static_cast<std::int64_t>(dtype_size(t.dtype))) {
-    throw Error("to_float: tensor holds " + std::to_string(t.bytes.size()) + " bytes, its shape needs " +
-                std::to_string(n * dtype_size(t.dtype)));
-  }
+  const std::int64_t n = filled_numel(t, "to_float");
   std::vector<float> out(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) out[i] = load_as_float(t.bytes.data(), t.dtype, i);
   return out;
@@ -64,7 +78,7 @@ std::vector<float> to_float(const HostTensor& t) {
 
 HostTensor from_float(const std::vector<float>& values, std::vector<std::int64_t> shape, DType dtype) {
   HostTensor t{dtype, std::move(shape), {}};
-  if (t.numel() != static_cast<std::int64_t>(values.size())) {
+  if (io::detail::checked_nbytes(t.shape, dtype, "from_float") != values.size() * dtype_size(dtype)) {
     throw Error("from_float: " + std::to_string(values.size()) + " values do not fill the shape");
   }
   t.bytes.resize(values.size() * dtype_size(dtype));

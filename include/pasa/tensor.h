@@ -58,12 +58,14 @@ struct HostTensor {
   std::vector<std::uint8_t> bytes;  // numel * dtype_size, little-endian, C order
 
   std::int64_t numel() const;
-  // A [B, H, S, D] view of this tensor; throws pasa::Error (naming `what`) unless it has rank 4.
+  // A [B, H, S, D] view of this tensor; throws pasa::Error (naming `what`) unless it has rank 4 and
+  // its bytes fill its shape exactly.
   TensorView view(const std::string& what);
 };
 
 // Element-wise conversions between host buffers of any supported dtype and float (exact for widening,
-// round-to-nearest-even for narrowing).
+// round-to-nearest-even for narrowing). Both throw pasa::Error when the bytes (or values) do not fill
+// the shape, or the shape has a negative dimension or more than 2^63 bytes.
 std::vector<float> to_float(const HostTensor& t);
 HostTensor from_float(const std::vector<float>& values, std::vector<std::int64_t> shape, DType dtype);
 

@@ -7,6 +7,7 @@
 
 #include "attention_checks.h"
 #include "pasa/attention.h"
+#include "pasa/tensor.h"
 #include "test_util.h"
 
 namespace pasa {
@@ -162,6 +163,23 @@ TEST(BadInput, InvalidPolicy) {
   Problem p2;
   p2.args.policy.block_kv = 0;
   expect_error([&] { attention(p2.args); }, "s2");
+}
+
+// A HostTensor is plain data a caller may fill by hand: its view and conversions check that the bytes
+// fill the shape (a view of 4 bytes as [1, 1, 4, 4] was handed out and read past its end; a shape
+// whose element count wraps to 0 in 64 bits converted to nothing).
+TEST(BadInput, HostTensorBytesMustFillTheShape) {
+  HostTensor short_of_bytes{DType::f32, {1, 1, 4, 4}, std::vector<std::uint8_t>(4)};
+  test::expect_error([&] { short_of_bytes.view("q"); }, "q: tensor holds 4 bytes, its shape needs 64");
+  test::expect_error([&] { to_float(short_of_bytes); }, "to_float: tensor holds 4 bytes, its shape needs 64");
+  const HostTensor wrapping{DType::f32, {std::int64_t{1} << 62, 4}, {}};
+  test::expect_error([&] { to_float(wrapping); }, "to_float: element count of shape");
+  const HostTensor negative{DType::f32, {-1, -4}, std::vector<std::uint8_t>(16)};
+  test::expect_error([&] { to_float(negative); }, "to_float: negative dimension");
+  test::expect_error([] { from_float({}, {std::int64_t{1} << 32, std::int64_t{1} << 32}, DType::f16); },
+                     "from_float: element count of shape");
+  test::expect_error([] { from_float(std::vector<float>(4), {-2, -2}, DType::f16); }, "from_float: negative dimension");
+  EXPECT_EQ(to_float(from_float({1.5f, -2.0f}, {2}, DType::bf16)), (std::vector<float>{1.5f, -2.0f}));
 }
 
 }  // namespace
