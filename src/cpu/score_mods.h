@@ -5,6 +5,7 @@
 // agree on the definitions; the emulator rounds the softcap's steps in its softmax format.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -17,17 +18,21 @@ namespace pasa {
 
 class ScoreMods {
  public:
+  // A window wider than S_q + S_kv hides nothing more: clamped to it, origin +- the window cannot
+  // overflow (a window of 2^63 - 1, "every key", wrapped and hid them all).
   ScoreMods(const AttentionArgs& args, const ProblemShape& ps)
-      : args_(args), seq_q_(ps.seq_q), seq_kv_(ps.seq_kv) {}
+      : args_(args), seq_q_(ps.seq_q), seq_kv_(ps.seq_kv),
+        window_left_(std::min(args.window_left, ps.seq_q + ps.seq_kv)),
+        window_right_(std::min(args.window_right, ps.seq_q + ps.seq_kv)) {}
 
   // Whether query `row` of (b, h) sees key `key`.
   bool visible(std::int64_t b, std::int64_t h, std::int64_t row, std::int64_t key) const {
     if (!key_visible(args_.causal, args_.alignment, row, key, seq_q_, seq_kv_)) return false;
-    if (args_.window_left >= 0 || args_.window_right >= 0) {
+    if (window_left_ >= 0 || window_right_ >= 0) {
       const std::int64_t origin =
           args_.alignment == CausalAlignment::bottom_right ? row + seq_kv_ - seq_q_ : row;
-      if (args_.window_left >= 0 && key < origin - args_.window_left) return false;
-      if (args_.window_right >= 0 && key > origin + args_.window_right) return false;
+      if (window_left_ >= 0 && key < origin - window_left_) return false;
+      if (window_right_ >= 0 && key > origin + window_right_) return false;
     }
     switch (args_.mask.kind) {
       case MaskKind::none: return true;
@@ -65,6 +70,7 @@ class ScoreMods {
 
   const AttentionArgs& args_;
   std::int64_t seq_q_, seq_kv_;
+  std::int64_t window_left_, window_right_;  // -1: unbounded
 };
 
 }  // namespace pasa

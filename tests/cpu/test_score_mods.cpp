@@ -167,6 +167,29 @@ TEST(ScoreMods, ReferenceAndEmulatorFollowTheDefinitions) {
   }
 }
 
+// A window as wide as int64 allows hides nothing: diagonal + 2^63 - 1 once overflowed and hid every key
+// of the rows right of key 0 (O = 0), and diagonal - (2^63 - 1) those left of it (S_q > S_kv).
+TEST(ScoreMods, AWindowOfTheLargestSizeHidesNothing) {
+  const auto seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  Problem p = make_problem(rng, 1, 2, 1, 9, 5, 16);
+  bind(p);
+  const ReferenceResult plain = reference_attention(p.args);
+  attention(p.args);
+  const std::vector<double> plain_o = test::read_bhsd(p.o.view);
+  constexpr std::int64_t kWidest = std::numeric_limits<std::int64_t>::max();
+  for (const auto& [left, right] : {std::pair{kWidest, std::int64_t{-1}}, {std::int64_t{-1}, kWidest}, {kWidest, kWidest}}) {
+    SCOPED_TRACE(::testing::Message() << "window (" << left << ", " << right << ")");
+    p.args.window_left = left;
+    p.args.window_right = right;
+    EXPECT_EQ(reference_attention(p.args).o, plain.o);
+    test::poison(p.o);
+    attention(p.args);
+    EXPECT_EQ(test::read_bhsd(p.o.view), plain_o);
+  }
+}
+
 TEST(ScoreMods, LowPrecisionPoliciesStayCloseUnderMasksAndWindows) {
   // fa16, pasa, fdpp (fp16 operands) and sage8: relative RMSE against the masked fp64 reference within
   // a small multiple of their formats' unit roundoff; the window and mask move the result by far more.
