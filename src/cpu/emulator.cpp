@@ -26,6 +26,7 @@
 
 #include "cpu/backends.h"
 #include "cpu/gemm_model.h"
+#include "cpu/host_inputs.h"
 #include "cpu/operands.h"
 #include "cpu/parallel_for.h"
 #include "cpu/score_mods.h"
@@ -339,6 +340,9 @@ void emulate_attention(const AttentionArgs& args, const ProblemShape& ps) {
     check_pasa_shift(pol.beta, pol.block_kv, pol.scale == ScalePlacement::key ? alpha : 1.0, pol.input);
   }
   const Rounders R(pol);
+  check_fits_input(args.q, "q", R.input);
+  check_fits_input(args.k, "k", R.input);
+  check_fits_input(args.v, "v", R.input);
   const std::int64_t kv_heads = ps.batch * ps.heads_kv, q_heads = ps.batch * ps.heads_q;
   std::vector<PreparedKV> kv(static_cast<std::size_t>(kv_heads));
   parallel_for(kv_heads, [&](std::int64_t i) {

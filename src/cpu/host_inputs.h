@@ -3,12 +3,15 @@
 // policy's input format: what both CPU backends start from.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "numerics/rounder.h"
+#include "pasa/error.h"
 #include "pasa/tensor.h"
 #include "storage_convert.h"
+#include "text/format.h"
 
 namespace pasa {
 
@@ -25,6 +28,27 @@ std::vector<T> gather_rows(const TensorView& t, std::int64_t b, std::int64_t h, 
     }
   }
   return out;
+}
+
+// Throws pasa::Error, naming the tensor and the first [b, h, s, d] index, if a (finite) value of t
+// overflows to inf when rounded to the policy's input format: a bf16 or fp32 value past fp16's 65504
+// under an fp16-input policy would turn its scores, and so its rows, into NaN (or, in the fp64
+// reference, into rows that look masked) while exact attention on the given values is finite. The
+// scan is skipped where the tensor's dtype cannot hold such a value.
+inline void check_fits_input(const TensorView& t, const char* name, const Rounder& round) {
+  const double dtype_max = t.dtype == DType::f16 ? 65504.0 : 3.4028234663852886e38;
+  if (round.format().is_integer() || round.format().max_finite() >= dtype_max) return;
+  for (std::int64_t b = 0; b < t.shape[0]; ++b)
+    for (std::int64_t h = 0; h < t.shape[1]; ++h)
+      for (std::int64_t s = 0; s < t.shape[2]; ++s)
+        for (std::int64_t d = 0; d < t.shape[3]; ++d) {
+          const double x = load_as_float(t.data, t.dtype, t.offset(b, h, s, d));
+          if (std::isfinite(round(x))) continue;
+          throw Error(text::format("{}: value {:g} at [{}, {}, {}, {}] overflows {}, the policy's input format "
+                                   "(largest finite value {:g}); scale the inputs down or use a policy with a "
+                                   "wider input format", name, x, b, h, s, d, round.format().name(),
+                                   round.format().max_finite()));
+        }
 }
 
 // All rows of t[b, h, :, :].

@@ -32,6 +32,9 @@ ReferenceResult reference_attention(const AttentionArgs& args) {
   check_finite_host(args.v, "v");
   const double alpha = resolve_scale(args, p.dim);
   const Rounder to_input(args.policy.input);
+  check_fits_input(args.q, "q", to_input);
+  check_fits_input(args.k, "k", to_input);
+  check_fits_input(args.v, "v", to_input);
   const ScoreMods mods(args, p);
   const std::int64_t D = p.dim;
 

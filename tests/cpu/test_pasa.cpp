@@ -12,6 +12,7 @@
 #include "pasa/beta.h"
 #include "pasa/generators.h"
 #include "pasa/policy.h"
+#include "storage_convert.h"
 #include "test_util.h"
 
 namespace pasa {
@@ -269,6 +270,28 @@ TEST(Pasa, ABetaWhoseStoredMIsSingularIsRefused) {
     EXPECT_EQ(non_finite_share(run_policy(d64, parse_policy(text)).o), 0.0);
     EXPECT_EQ(non_finite_share(run_policy(d128, parse_policy(text)).o), 0.0);
   }
+}
+
+TEST(Pasa, InputsBeyondTheInputFormatAreRefusedNamingTheValue) {
+  // bf16 (or fp32) inputs are converted to fp16 on entry (input=fp16): a finite value past 65504
+  // became inf there, and its scores NaN (the fp64 reference, rounding the same way, reported such
+  // rows as masked: O = 0, LSE = -inf) while exact attention on the given values is finite. Both CPU
+  // paths refuse it now, naming the tensor and the index; 65519 still rounds to 65504 and runs.
+  QKV data = uniform_qkv({1, 2, 40, 64}, 0.0, 1.0, 11, DType::bf16);
+  const std::int64_t at = ((1 * 40) + 3) * 64 + 5;  // [0, 1, 3, 5]
+  store_from_double(data.k.bytes.data(), DType::bf16, at, 1e5);
+  for (const char* policy : {"pasa", "pasa_accurate", "fa16"}) {
+    SCOPED_TRACE(policy);
+    test::expect_error([&] { run_policy(data, parse_policy(policy)); }, "k: value 99840 at [0, 1, 3, 5] overflows fp16");
+    HostTensor o{DType::f32, data.q.shape, std::vector<std::uint8_t>(data.q.bytes.size() * 2)};
+    AttentionArgs args{data.q.view("q"), data.k.view("k"), data.v.view("v"), o.view("o")};
+    args.policy = parse_policy(policy);
+    test::expect_error([&] { reference_attention(args); }, "k: value 99840 at [0, 1, 3, 5] overflows fp16");
+  }
+  EXPECT_EQ(non_finite_share(run_policy(data, parse_policy("exact")).o), 0.0);  // fp32 input holds it
+  QKV edge = uniform_qkv({1, 1, 40, 64}, 0.0, 1.0, 11, DType::f32);
+  store_from_double(edge.k.bytes.data(), DType::f32, 7, 65519.0);
+  EXPECT_EQ(non_finite_share(run_policy(edge, parse_policy("pasa")).o), 0.0);
 }
 
 TEST(Beta, ReproducesPaperTable3) {
