@@ -21,6 +21,7 @@ std::string errno_text(int err) { return std::string(" (") + std::strerror(err) 
 }  // namespace
 
 InputFile::InputFile(const std::string& path) : path_(path) {
+  if (path.empty()) throw Error("input path is empty");  // else the message would name nothing
   // Refused before it is opened: a FIFO's open would wait for a writer (forever if none comes), and
   // opening some devices has effects of their own. fstat below checks the opened file again (it may
   // have been replaced in between). The open itself blocks as usual, so a regular file under a lease

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "io/io_test_helpers.h"
+#include "test_util.h"
 #include "pasa/error.h"
 #include "pasa/io.h"
 
@@ -241,6 +242,8 @@ TEST(Npy, FileErrorsNameThePath) {
   const std::string missing = dir.file("missing.npy");
   EXPECT_TRUE(throws_error([&] { read_npy(missing); }, missing, {"cannot open"}));
   EXPECT_TRUE(throws_error([&] { read_npy(dir.path()); }, dir.path(), {"directory"}));
+  pasa::test::expect_error([] { read_npy(""); }, "input path is empty");
+  pasa::test::expect_error([] { read_safetensors(""); }, "input path is empty");
   const std::string no_dir = dir.file("no/such/dir.npy");
   EXPECT_TRUE(throws_error([&] { write_npy(no_dir, random_tensor(DType::f32, {1}, 1)); }, no_dir,
                            {"cannot open for writing"}));
