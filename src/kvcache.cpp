@@ -113,6 +113,11 @@ std::int64_t check_cache_tensors(const KVCacheArgs& a, std::int64_t B, std::int6
       }
       if (t->device != a.q.device) throw Error(text::format("{}: on a different device than q", name));
     }
+    // One tensor passed as both caches: the append would write the new values over the new keys.
+    if (a.k_cache.data == a.v_cache.data && a.k_cache.stride == a.v_cache.stride) {
+      throw Error("v_cache: is k_cache (the same memory); an append would overwrite the new keys with the "
+                  "new values: give the caches their own memory");
+    }
   }
   return s_new;
 }

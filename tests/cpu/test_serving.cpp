@@ -379,6 +379,13 @@ TEST(KVCache, BadInputIsRejectedBeforeAnythingIsWritten) {
     c.args.k.stride[2] = -1;
     expect_rejected_untouched(c, call(c), "k: stride of the sequence dimension is -1 (must be non-negative)");
   }
+  {
+    // The same tensor as both caches: the append wrote the values over the keys.
+    Cache c(2, 1, kBlocks, kBlockSize, 2, seed);
+    c.set_table({3, 6}, {0, 1, 2, 3}, 2);
+    c.args.v_cache = c.args.k_cache;
+    expect_rejected_untouched(c, call(c), "v_cache: is k_cache (the same memory)");
+  }
 }
 
 // max_blocks is only the table's row length: one so large that max_blocks * block_size passes 2^63
