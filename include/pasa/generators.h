@@ -18,6 +18,10 @@ struct QKV {
   HostTensor q, k, v;  // [B, H, S, D], C order
 };
 
+// Every generator throws pasa::Error for a dimension below 1, an unsupported dtype, a parameter out of
+// its range, and a drawn value that is not finite in the dtype (a NaN or infinite parameter, or values
+// beyond the dtype's range, e.g. am = 1e6 in f16); a shape too large for memory is a ResourceError.
+
 // Eq. 17: Q, K, V ~ U(x0 - am, x0 + am).
 QKV uniform_qkv(const Shape4& shape, double x0, double am, std::uint64_t seed, DType dtype = DType::f16);
 

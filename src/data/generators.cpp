@@ -14,6 +14,7 @@
 #include "memory_budget.h"
 #include "pasa/error.h"
 #include "storage_convert.h"
+#include "text/format.h"
 
 namespace pasa {
 namespace {
@@ -21,6 +22,10 @@ namespace {
 HostTensor empty_tensor(const Shape4& s, DType dtype) {
   if (s.batch < 1 || s.heads < 1 || s.seq < 1 || s.dim < 1) {
     throw Error("generator: every dimension of the shape must be at least 1");
+  }
+  if (static_cast<int>(dtype) < 0 || static_cast<int>(dtype) > static_cast<int>(DType::bf16)) {
+    throw Error("generator: unsupported dtype (code " + std::to_string(static_cast<int>(dtype)) +
+                "); use f32, f16 or bf16");
   }
   const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
   require_memory(saturating_product({u(s.batch), u(s.heads), u(s.seq), u(s.dim), dtype_size(dtype)}),
@@ -34,7 +39,16 @@ HostTensor empty_tensor(const Shape4& s, DType dtype) {
 template <typename Draw>
 HostTensor fill(const Shape4& s, DType dtype, Draw&& draw) {
   HostTensor t = empty_tensor(s, dtype);
-  for (std::int64_t i = 0; i < t.numel(); ++i) store_from_double(t.bytes.data(), dtype, i, draw(i));
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    const double x = draw(i);
+    store_from_double(t.bytes.data(), dtype, i, x);
+    // A NaN or infinite parameter, or values past the dtype's range, would give a tensor that no
+    // attention call accepts: refused here, where the parameters can be named.
+    if (!std::isfinite(load_as_float(t.bytes.data(), dtype, i))) {
+      throw Error(text::format("generator: drew {:g}, which is not finite in {} (a parameter is NaN or "
+                               "infinite, or draws values beyond the dtype's range)", x, dtype_name(dtype)));
+    }
+  }
   return t;
 }
 
@@ -83,6 +97,7 @@ ResonanceParams resonance_preset(const std::string& name) {
 
 QKV resonance_qkv(const Shape4& shape, const ResonanceParams& rp, std::uint64_t seed, DType dtype) {
   if (rp.period < 2) throw Error("resonance: period must be at least 2");
+  if (!(rp.in_phase >= 0.0 && rp.in_phase <= 1.0)) throw Error("resonance: in_phase must be in [0, 1]");
   Rng rng(seed);
   auto noise = [&rng] { return rng.normal(); };
   auto in_phase = [&rng, &rp] { return rng.bernoulli(rp.in_phase); };

@@ -7,11 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <string>
 #include <numeric>
 #include <vector>
 
 #include "data/random.h"
+#include "pasa/error.h"
 #include "pasa/generators.h"
 
 namespace pasa {
@@ -61,6 +65,33 @@ TEST(Generators, SeededTensorsArePinned) {
   const std::vector<float> uniform_expected = {0.40115296840667725f, -0.4424975514411926f, 0.679254949092865f};
   for (std::size_t i = 0; i < hybrid_expected.size(); ++i) EXPECT_EQ(hybrid[i], hybrid_expected[i]) << i;
   for (std::size_t i = 0; i < uniform_expected.size(); ++i) EXPECT_EQ(uniform[i], uniform_expected[i]) << i;
+}
+
+// Parameters that draw values no attention call accepts are refused by the generator: a NaN or
+// infinite parameter, or an amplitude beyond the dtype's range, once gave tensors of NaN or inf.
+TEST(Generators, NonFiniteDrawsAreRefused) {
+  const Shape4 shape{1, 1, 4, 8};
+  const auto refused = [](auto&& call, const std::string& needle) {
+    try {
+      call();
+      ADD_FAILURE() << "no error; expected '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  refused([&] { uniform_qkv(shape, std::nan(""), 1.0, 1); }, "generator: drew nan, which is not finite in f16");
+  refused([&] { uniform_qkv(shape, 0.0, 1e6, 1); }, "which is not finite in f16");
+  refused([&] { hybrid_qkv(shape, std::numeric_limits<double>::infinity(), 1.0, 1, DType::f32); }, "not finite in f32");
+  refused([&] { outlier_qkv(shape, 2, std::nan(""), 1); }, "not finite in f16");
+  ResonanceParams nan_amp;
+  nan_amp.k_amp = std::nan("");
+  refused([&] { resonance_qkv(shape, nan_amp, 1); }, "not finite in f16");
+  ResonanceParams always;
+  always.in_phase = 2.0;
+  refused([&] { resonance_qkv(shape, always, 1); }, "resonance: in_phase must be in [0, 1]");
+  refused([&] { uniform_qkv(shape, 0.0, 1.0, 1, static_cast<DType>(9)); }, "generator: unsupported dtype (code 9)");
+  // The same amplitude fits f32.
+  EXPECT_NO_THROW(uniform_qkv(shape, 0.0, 1e6, 1, DType::f32));
 }
 
 }  // namespace
