@@ -161,8 +161,16 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         mean = sm(block_mean());  // the mean leaves the reduction, rounded once
       }
       if (mods.has_bias()) {  // the additive mask, after PASA's mean (which K' = M K fixed)
+        // A finite mask value that carries a finite score past the softmax format's range (a padding
+        // mask of finfo(fp32).min, or finfo(fp16).min in base 2, under an fp16 softmax) saturates to
+        // the format's largest value: overflowing to -inf, a key block masked whole made its rows NaN
+        // (e^(-inf - (-inf))) although the row's other blocks held visible keys.
+        const double top = sm.format().max_finite();
         for (int c = 0; c < n; ++c) {
-          if (visible(rr, k0 + c)) x[c] = sm(x[c] + mods.bias(t.b, t.h, t.r0 + rr, k0 + c) * unit);
+          if (!visible(rr, k0 + c)) continue;
+          const double sum = x[c] + mods.bias(t.b, t.h, t.r0 + rr, k0 + c) * unit;
+          const double biased = sm(sum);
+          x[c] = std::isfinite(biased) || !std::isfinite(x[c]) ? biased : std::copysign(top, sum);
         }
       }
       // Masking is tracked apart from the values: a score that overflowed to -inf is not a masked

@@ -249,6 +249,40 @@ TEST(ScoreMods, SoftcapSeesTheScoresSmoothKTookItsMeanFrom) {
   }
 }
 
+TEST(ScoreMods, PaddingMasksOfTheFormatsMinimumKeepRowsFinite) {
+  // Frameworks pad with finite masks of finfo(dtype).min. Under an fp16 softmax (fa16, pasa; and
+  // fp32's minimum in base 2 under exp_base=2) the score plus such a value left the format's range:
+  // -inf, and a key block masked whole made its row NaN although the row's first keys are visible.
+  // Saturated to the format's largest value, those keys get weight 0: rows 4..7 (keys >= 100
+  // masked) match the masked reference as closely as the policy's rounding allows, and rows 0..3
+  // (every key masked) stay finite (their value is the masked scores' average, as in fp32).
+  std::mt19937_64 rng(2024);
+  const std::int64_t Sq = 8, Skv = 200, D = 64;
+  for (const double fill : {-3.4028234663852886e38, -65504.0}) {
+    for (const char* policy : {"pasa", "fa16", "exact,exp_base=2"}) {
+      SCOPED_TRACE(::testing::Message() << policy << " mask " << fill);
+      Problem p = make_problem(rng, 1, 1, 1, Sq, Skv, D);
+      std::vector<float> mask(static_cast<std::size_t>(Sq * Skv), 0.0f);
+      for (std::int64_t r = 0; r < Sq; ++r)
+        for (std::int64_t c = 0; c < Skv; ++c)
+          if (r < 4 || c >= 100) mask[static_cast<std::size_t>(r * Skv + c)] = static_cast<float>(fill);
+      bind(p);
+      p.args.mask.kind = MaskKind::additive;
+      p.args.mask.data = mask.data();
+      p.args.mask.dtype = DType::f32;
+      p.args.mask.shape = {1, 1, Sq, Skv};
+      p.args.mask.stride = {0, 0, Skv, 1};
+      p.args.policy = parse_policy(policy);
+      attention(p.args);
+      const ReferenceResult ref = reference_attention(p.args);
+      const std::vector<double> got = test::read_bhsd(p.o.view);
+      for (std::int64_t i = 0; i < Sq * D; ++i) ASSERT_TRUE(std::isfinite(got[i])) << "row " << i / D;
+      const std::vector<double> kept(got.begin() + 4 * D, got.end()), want(ref.o.begin() + 4 * D, ref.o.end());
+      EXPECT_LT(test::relative_rmse(kept, want), 16 * std::ldexp(1.0, -11));
+    }
+  }
+}
+
 TEST(ScoreMods, BadArgumentsNameTheArgument) {
   std::mt19937_64 rng(7);
   Problem p = make_problem(rng, 1, 2, 2, 8, 8, 64);
