@@ -165,7 +165,7 @@ double resolve_scale(const AttentionArgs& args, std::int64_t dim) {
   return args.scale ? *args.scale : 1.0 / std::sqrt(static_cast<double>(dim));
 }
 
-void check_finite_host(const TensorView& t, const char* name) {
+void check_finite_host(const TensorView& t, const char* name, std::int64_t first_row) {
   // A dimension of stride 0 (a broadcast view) repeats its index 0: each element is read once, so a
   // key broadcast to 2^40 rows costs one row's check.
   const auto extent = [&](int i) { return t.stride[i] == 0 ? std::min<std::int64_t>(t.shape[i], 1) : t.shape[i]; };
@@ -175,7 +175,7 @@ void check_finite_host(const TensorView& t, const char* name) {
         for (std::int64_t d = 0; d < extent(3); ++d) {
           if (!std::isfinite(load_as_float(t.data, t.dtype, t.offset(b, h, s, d)))) {
             throw Error(text::format("{}: non-finite value at [{}, {}, {}, {}] (inputs must be finite; "
-                                     "see docs/api.md)", name, b, h, s, d));
+                                     "see docs/api.md)", name, b, h, first_row + s, d));
           }
         }
 }

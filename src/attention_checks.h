@@ -31,8 +31,9 @@ double resolve_scale(const AttentionArgs& args, std::int64_t dim);
 // Throws if an additive host mask holds NaN or +inf, naming the first [b, h, r, c] index.
 void check_mask_values(const MaskView& mask);
 
-// Throws if a host tensor holds NaN or inf, naming it and the first [b, h, s, d] index.
-void check_finite_host(const TensorView& t, const char* name);
+// Throws if a host tensor holds NaN or inf, naming it and the first [b, h, s, d] index. A slice of
+// a larger tensor passes the row its row 0 is there (`first_row`), so the index names that tensor's row.
+void check_finite_host(const TensorView& t, const char* name, std::int64_t first_row = 0);
 
 // Whether key `key` is visible to query `query` (both 0-based) under the causal setting.
 inline bool key_visible(bool causal, CausalAlignment alignment, std::int64_t query, std::int64_t key,

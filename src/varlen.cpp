@@ -134,9 +134,9 @@ void attention_varlen(const VarlenArgs& args) {
   require_sequence_memory({1, shape.heads_q, shape.heads_kv, longest_q, longest_k, shape.dim},
                           args.options.policy, 0);
   // Only the tokens the sequences own are read, so only they must be finite.
-  check_finite_host(slice_rows(args.q, 0, cq[0], cq[B] - cq[0]), "q");
-  check_finite_host(slice_rows(args.k, 0, ck[0], ck[B] - ck[0]), "k");
-  check_finite_host(slice_rows(args.v, 0, ck[0], ck[B] - ck[0]), "v");
+  check_finite_host(slice_rows(args.q, 0, cq[0], cq[B] - cq[0]), "q", cq[0]);
+  check_finite_host(slice_rows(args.k, 0, ck[0], ck[B] - ck[0]), "k", ck[0]);
+  check_finite_host(slice_rows(args.v, 0, ck[0], ck[B] - ck[0]), "v", ck[0]);
 
   AttentionStats stats;
   for (std::int64_t b = 0; b < B; ++b) {

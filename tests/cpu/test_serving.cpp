@@ -462,6 +462,13 @@ TEST(Varlen, BadInputIsRejectedBeforeAnythingIsWritten) {
     expect_untouched(b, "k: non-finite value at [0, 1, 5, 2]");
   }
   {
+    // The index names the packed token, also when the sequences start past token 0.
+    Varlen b({{3, 3}, {4, 4}}, seed);
+    b.cu_q[0] = 1;
+    store_from_double(b.q.bytes.data(), DType::f16, b.q.view.offset(0, 2, 2, 7), NAN);
+    expect_untouched(b, "q: non-finite value at [0, 2, 2, 7]");
+  }
+  {
     // A NaN in a padding token past cu_seqlens_k[B] is never read, so it is no error.
     Varlen b({{3, 3}, {4, 4}}, seed);
     store_from_double(b.k.bytes.data(), DType::f16, b.k.view.offset(0, 0, 8, 0), NAN);
