@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attention_checks.h"
+#include "cpu/host_inputs.h"
 #include "cuda_backend.h"
 #include "pasa/error.h"
 #include "pasa/serving.h"
@@ -71,12 +72,18 @@ void copy_row(const TensorView& src, std::int64_t src_offset, const TensorView& 
   }
 }
 
-void check_finite_row(const TensorView& t, std::int64_t offset, const char* name, std::int64_t block,
-                      std::int64_t h, std::int64_t slot) {
+// A cache row's values: finite, and within the policy's input format (`input`).
+void check_cache_row(const TensorView& t, std::int64_t offset, const char* name, std::int64_t block,
+                     std::int64_t h, std::int64_t slot, const Rounder& input) {
   for (std::int64_t d = 0; d < t.dim(); ++d) {
-    if (!std::isfinite(load_as_float(t.data, t.dtype, offset + d * t.stride[3]))) {
+    const double x = load_as_float(t.data, t.dtype, offset + d * t.stride[3]);
+    if (!std::isfinite(x)) {
       throw Error(text::format("{}: non-finite value at [{}, {}, {}, {}] (block, head, slot, dim; inputs "
                               "must be finite, see docs/api.md)", name, block, h, slot, d));
+    }
+    if (!std::isfinite(input(x))) {
+      throw input_overflow_error(name, x, text::format("[{}, {}, {}, {}] (block, head, slot, dim)", block, h, slot, d),
+                                 input.format());
     }
   }
 }
@@ -257,10 +264,16 @@ void attention_with_kvcache(const KVCacheArgs& args) {
       saturating_product({2, u(shape.heads_kv), u(longest), u(shape.dim), dtype_size(args.k_cache.dtype)});
   require_sequence_memory({1, shape.heads_q, shape.heads_kv, shape.seq_q, longest, shape.dim},
                           args.options.policy, gathered);
+  // Every value read is checked here, for every sequence: the emulator would check each sequence's
+  // values only in its turn, after earlier sequences (and the append) were written.
+  const Rounder input(args.options.policy.input);
   check_finite_host(args.q, "q");
+  check_fits_input(args.q, "q", input);
   if (s_new > 0) {
     check_finite_host(args.k, "k");
     check_finite_host(args.v, "v");
+    check_fits_input(args.k, "k", input);
+    check_fits_input(args.v, "v", input);
   }
   const TensorView* caches[] = {&args.k_cache, &args.v_cache};
   const char* cache_names[] = {"k_cache", "v_cache"};
@@ -269,7 +282,7 @@ void attention_with_kvcache(const KVCacheArgs& args) {
       const std::int64_t id = map.block(b, p), slot = p % map.block_size;
       for (int c = 0; c < 2; ++c) {
         for (std::int64_t h = 0; h < shape.heads_kv; ++h) {
-          check_finite_row(*caches[c], caches[c]->offset(id, h, slot, 0), cache_names[c], id, h, slot);
+          check_cache_row(*caches[c], caches[c]->offset(id, h, slot, 0), cache_names[c], id, h, slot, input);
         }
       }
     }

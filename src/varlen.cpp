@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "attention_checks.h"
+#include "cpu/host_inputs.h"
 #include "cuda_backend.h"
 #include "pasa/error.h"
 #include "pasa/serving.h"
@@ -133,10 +135,16 @@ void attention_varlen(const VarlenArgs& args) {
   }
   require_sequence_memory({1, shape.heads_q, shape.heads_kv, longest_q, longest_k, shape.dim},
                           args.options.policy, 0);
-  // Only the tokens the sequences own are read, so only they must be finite.
-  check_finite_host(slice_rows(args.q, 0, cq[0], cq[B] - cq[0]), "q", cq[0]);
-  check_finite_host(slice_rows(args.k, 0, ck[0], ck[B] - ck[0]), "k", ck[0]);
-  check_finite_host(slice_rows(args.v, 0, ck[0], ck[B] - ck[0]), "v", ck[0]);
+  // Only the tokens the sequences own are read, so only they must be finite, and fit the policy's
+  // input format (checked here for every sequence: the emulator would check each only in its turn).
+  const Rounder input(args.options.policy.input);
+  for (const auto& [t, name, first, count] : {std::tuple{&args.q, "q", cq[0], cq[B] - cq[0]},
+                                              {&args.k, "k", ck[0], ck[B] - ck[0]},
+                                              {&args.v, "v", ck[0], ck[B] - ck[0]}}) {
+    const TensorView owned = slice_rows(*t, 0, first, count);
+    check_finite_host(owned, name, first);
+    check_fits_input(owned, name, input, first);
+  }
 
   AttentionStats stats;
   for (std::int64_t b = 0; b < B; ++b) {

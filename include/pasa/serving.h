@@ -65,7 +65,8 @@ struct KVCacheArgs {
 // packed tensors, a sequence longer than max_seqlen, a cache_seqlens below 0, a block id outside
 // [0, num_blocks), an append that does not fit in the cache, two sequences whose appends write a block
 // another sequence reads, an append whose v_cache is k_cache itself, non-finite values in what is read
-// (host tensors), and everything pasa::attention rejects.
+// or values that overflow the policy's input format (host tensors), and everything pasa::attention
+// rejects.
 //
 // Device tensors run on the GPU, on options.stream; cu_seqlens, cache_seqlens and block_table are then
 // device arrays (int32, on q's device).

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "numerics/rounder.h"
@@ -30,12 +31,21 @@ std::vector<T> gather_rows(const TensorView& t, std::int64_t b, std::int64_t h, 
   return out;
 }
 
-// Throws pasa::Error, naming the tensor and the first [b, h, s, d] index, if a (finite) value of t
-// overflows to inf when rounded to the policy's input format: a bf16 or fp32 value past fp16's 65504
-// under an fp16-input policy would turn its scores, and so its rows, into NaN (or, in the fp64
-// reference, into rows that look masked) while exact attention on the given values is finite. The
-// scan is skipped where the tensor's dtype cannot hold such a value.
-inline void check_fits_input(const TensorView& t, const char* name, const Rounder& round) {
+// The error for a (finite) value x of the tensor `name` at `index` that overflows to inf when rounded
+// to the policy's input format: a bf16 or fp32 value past fp16's 65504 under an fp16-input policy would
+// turn its scores, and so its rows, into NaN (or, in the fp64 reference, into rows that look masked)
+// while exact attention on the given values is finite.
+inline Error input_overflow_error(const char* name, double x, const std::string& index, const Format& input) {
+  return Error(text::format("{}: value {:g} at {} overflows {}, the policy's input format (largest finite value "
+                            "{:g}); scale the inputs down or use a policy with a wider input format",
+                            name, x, index, input.name(), input.max_finite()));
+}
+
+// Throws input_overflow_error for the first [b, h, s, d] index of t whose value overflows the input
+// format. A slice of a larger tensor passes the row its row 0 is there (`first_row`), so the index
+// names that tensor's row. The scan is skipped where the tensor's dtype cannot hold such a value.
+inline void check_fits_input(const TensorView& t, const char* name, const Rounder& round,
+                             std::int64_t first_row = 0) {
   const double dtype_max = t.dtype == DType::f16 ? 65504.0 : 3.4028234663852886e38;
   if (round.format().is_integer() || round.format().max_finite() >= dtype_max) return;
   for (std::int64_t b = 0; b < t.shape[0]; ++b)
@@ -44,10 +54,8 @@ inline void check_fits_input(const TensorView& t, const char* name, const Rounde
         for (std::int64_t d = 0; d < t.shape[3]; ++d) {
           const double x = load_as_float(t.data, t.dtype, t.offset(b, h, s, d));
           if (std::isfinite(round(x))) continue;
-          throw Error(text::format("{}: value {:g} at [{}, {}, {}, {}] overflows {}, the policy's input format "
-                                   "(largest finite value {:g}); scale the inputs down or use a policy with a "
-                                   "wider input format", name, x, b, h, s, d, round.format().name(),
-                                   round.format().max_finite()));
+          throw input_overflow_error(name, x, text::format("[{}, {}, {}, {}]", b, h, first_row + s, d),
+                                     round.format());
         }
 }
 

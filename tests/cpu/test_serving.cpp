@@ -425,6 +425,42 @@ TEST(Serving, AMaskIsRefusedBeforeAnythingIsWritten) {
   }
 }
 
+// A value past the policy's input format (fp16 under fa16) in a later sequence is refused before the
+// first sequence is written: the emulator's own check ran per sequence, after earlier ones were.
+TEST(Serving, InputsBeyondTheInputFormatAreRefusedBeforeAnythingIsWritten) {
+  const auto seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  {
+    Varlen b({{3, 3}, {4, 4}}, seed, DType::f32);
+    b.args.options.policy = preset_policy("fa16");
+    store_from_double(b.k.bytes.data(), DType::f32, b.k.view.offset(0, 1, 4, 2), 1e6);
+    const auto o = b.o.bytes;
+    expect_error([&] { attention_varlen(b.args); }, "k: value 1e+06 at [0, 1, 4, 2] overflows fp16");
+    EXPECT_TRUE(o == b.o.bytes);
+  }
+  {
+    std::mt19937_64 rng(seed);
+    Tensor4 q = test::random_tensor(2, kHq, 1, kD, rng, DType::f16);
+    Tensor4 k_cache = test::random_tensor(2, kHkv, 5, kD, rng, DType::bf16);
+    Tensor4 v_cache = test::random_tensor(2, kHkv, 5, kD, rng, DType::bf16);
+    Tensor4 o = test::make_tensor(2, kHq, 1, kD, DType::f32);
+    test::poison(o);
+    store_from_double(v_cache.bytes.data(), DType::bf16, v_cache.view.offset(1, 0, 2, 5), 1048576.0);
+    const std::vector<std::int32_t> lens = {3, 3};
+    KVCacheArgs a;
+    a.q = q.view;
+    a.o = o.view;
+    a.k_cache = k_cache.view;
+    a.v_cache = v_cache.view;
+    a.cache_seqlens = lens.data();
+    a.options.policy = preset_policy("fa16");
+    const auto before = o.bytes;
+    expect_error([&] { attention_with_kvcache(a); },
+                 "v_cache: value 1.04858e+06 at [1, 0, 2, 5] (block, head, slot, dim) overflows fp16");
+    EXPECT_TRUE(before == o.bytes);
+  }
+}
+
 TEST(Varlen, BadInputIsRejectedBeforeAnythingIsWritten) {
   const auto seed = test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
