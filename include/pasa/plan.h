@@ -34,6 +34,8 @@ std::string entry_name(int layer, int timestep);  // the inverse: "layer<L>", or
 // e.g. "plan.json: entries[2].layer: 1.7 is not an integer".
 MixPlan parse_plan(const std::string& json_text, const std::string& origin);
 MixPlan load_plan(const std::string& path);
+// Throws pasa::Error naming `path`, before writing, for a plan load_plan would refuse (and a timestep
+// below -1, which the file cannot spell).
 void save_plan(const std::string& path, const MixPlan& plan,
                const std::map<std::pair<int, int>, double>& scores);
 

@@ -127,13 +127,20 @@ void save_plan(const std::string& path, const MixPlan& plan, const std::map<std:
   Json j = Json::object({{"pasa_version", version()}, {"fast", plan.fast}, {"accurate", plan.accurate}, {"xi", plan.xi}});
   Json entries = Json::array();
   for (const auto& [key, text] : plan.entries) {
+    if (key.second < -1) {  // null would read back as -1, another entry
+      throw Error(path + ": entry " + entry_name(key.first, -1) + ": timestep " + std::to_string(key.second) +
+                  " is neither -1 (any timestep) nor in 0.." + std::to_string(kMaxTimestep));
+    }
     Json e = Json::object({{"layer", key.first}, {"policy", text}});
     e["timestep"] = key.second >= 0 ? Json(key.second) : Json(nullptr);
     if (auto it = scores.find(key); it != scores.end()) e["score"] = it->second;
     entries.push_back(e);
   }
   j["entries"] = entries;
-  io::detail::write_text_atomically(path, j.dump(1) + "\n");
+  // A plan that load_plan would refuse (a bad policy, xi or layer) is refused before it is written.
+  const std::string text = j.dump(1) + "\n";
+  parse_plan(text, path);
+  io::detail::write_text_atomically(path, text);
 }
 
 }  // namespace pasa

@@ -40,6 +40,20 @@ TEST(Plan, RoundTripAndLookup) {
   std::filesystem::remove(path);
 }
 
+// save_plan refuses a plan load_plan would refuse, before writing: such plans were written and then
+// unreadable, and a timestep below -1 was written as null and read back as another entry.
+TEST(Plan, SaveRefusesAPlanItsReaderWouldRefuse) {
+  const std::string path = temp_path("unsaved");
+  test::expect_error([&] { save_plan(path, MixPlan{"sage4", "sage8", 30, {{{1, -1}, "sage9"}}}, {}); },
+                     path + ": entries[0].policy: unknown policy 'sage9'");
+  test::expect_error([&] { save_plan(path, MixPlan{"sage4", "sage8", 101, {}}, {}); }, path + ": xi: 101");
+  test::expect_error([&] { save_plan(path, MixPlan{"sage4", "sage8", 30, {{{-3, -1}, "sage8"}}}, {}); },
+                     path + ": entries[0].layer: -3 is outside 0..999999");
+  test::expect_error([&] { save_plan(path, MixPlan{"sage4", "sage8", 30, {{{1, -7}, "sage8"}}}, {}); },
+                     path + ": entry layer1: timestep -7 is neither -1");
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
 TEST(Plan, BadFiles) {
   const std::string path = temp_path("badplan");
   test::expect_error([&] { load_plan(path); }, "cannot open");
