@@ -101,6 +101,10 @@ std::string quoted(std::string_view text) {
 }
 
 std::size_t checked_nbytes(std::span<const std::int64_t> shape, DType dtype, const std::string& what) {
+  if (static_cast<int>(dtype) < 0 || static_cast<int>(dtype) > static_cast<int>(DType::bf16)) {
+    throw Error(what + ": unsupported dtype (code " + std::to_string(static_cast<int>(dtype)) +
+                "); use f32, f16 or bf16");
+  }
   if (shape.size() > kMaxRank) {
     throw Error(what + ": rank " + std::to_string(shape.size()) + " exceeds the maximum of " +
                 std::to_string(kMaxRank));

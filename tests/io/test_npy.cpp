@@ -274,6 +274,10 @@ TEST(Npy, WriteRejectsInconsistentTensors) {
   EXPECT_TRUE(throws_error(write(HostTensor{DType::f32, {2, -1}, {}}), path, {"negative dimension"}));
   const HostTensor rank9{DType::f32, std::vector<std::int64_t>(9, 1), {}};
   EXPECT_TRUE(throws_error(write(rank9), path, {"rank 9 exceeds"}));
+  // A dtype outside the enum names the file, not an internal function ("descr_of: unknown dtype").
+  const HostTensor bad_dtype{static_cast<DType>(9), {1}, std::vector<std::uint8_t>(4)};
+  EXPECT_TRUE(throws_error(write(bad_dtype), path, {"unsupported dtype (code 9)"}));
+  EXPECT_TRUE(throws_error([&] { write_safetensors(path, {{"o", bad_dtype}}); }, path, {"unsupported dtype (code 9)"}));
 }
 
 }  // namespace
