@@ -16,6 +16,10 @@ void check_view(const TensorView& t, const char* name, bool is_output) {
   if (dt < 0 || dt > static_cast<int>(DType::bf16)) {
     throw Error(text::format("{}: unsupported dtype (code {}); use f32, f16 or bf16", name, dt));
   }
+  const int device = static_cast<int>(t.device);
+  if (device < 0 || device > static_cast<int>(Device::cuda)) {
+    throw Error(text::format("{}: unknown device (code {}); use Device::cpu or Device::cuda", name, device));
+  }
   static const char* dims[] = {"batch", "heads", "sequence", "head dim"};
   for (int i = 0; i < 4; ++i) {
     if (t.shape[i] <= 0) {
@@ -150,6 +154,13 @@ ProblemShape check_attention_args(const AttentionArgs& a) {
   const int align = static_cast<int>(a.alignment);
   if (align < 0 || align > static_cast<int>(CausalAlignment::top_left)) {
     throw Error("alignment: not bottom_right or top_left");
+  }
+  const int backend = static_cast<int>(a.backend), cuda_path = static_cast<int>(a.cuda_path);
+  if (backend < 0 || backend > static_cast<int>(Backend::cuda)) {
+    throw Error(text::format("backend: unknown backend (code {}); use automatic, emulator or cuda", backend));
+  }
+  if (cuda_path < 0 || cuda_path > static_cast<int>(CudaPath::portable)) {
+    throw Error(text::format("cuda_path: unknown path (code {}); use automatic or portable", cuda_path));
   }
   validate(a.policy);
   check_score_mods(a, p);

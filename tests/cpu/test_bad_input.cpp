@@ -142,6 +142,17 @@ TEST(BadInput, BadStridesAndDevices) {
   Problem p2;
   p2.args.k.device = Device::cuda;
   expect_error([&] { attention(p2.args); }, "different devices");
+  // Enumerators out of range are named, not run as something else (a device of code 5 was "on the
+  // GPU", a backend of code 7 ran the emulator).
+  Problem p3;
+  p3.args.q.device = p3.args.k.device = p3.args.v.device = p3.args.o.device = static_cast<Device>(5);
+  expect_error([&] { attention(p3.args); }, "q: unknown device (code 5)");
+  Problem p4;
+  p4.args.backend = static_cast<Backend>(7);
+  expect_error([&] { attention(p4.args); }, "backend: unknown backend (code 7)");
+  Problem p5;
+  p5.args.cuda_path = static_cast<CudaPath>(3);
+  expect_error([&] { attention(p5.args); }, "cuda_path: unknown path (code 3)");
 }
 
 TEST(BadInput, CudaRequestedWithHostTensors) {
