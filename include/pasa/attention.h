@@ -82,7 +82,7 @@ void attention(const AttentionArgs& args);
 // fp64 attention on the same inputs (rounded to policy.input first), plain and readable: the
 // reference every other path is measured against. Output is contiguous [B, H_q, S_q, D] (and
 // [B, H_q, S_q] for the LSE). Reads q, k, v, scale, causal, alignment, the window, softcap, mask and
-// policy.input; ignores o.
+// policy.input; ignores o and lse (they may be left empty).
 struct ReferenceResult {
   std::vector<double> o;
   std::vector<double> lse;

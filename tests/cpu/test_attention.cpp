@@ -65,6 +65,21 @@ void check_against_reference(const Case& c, std::uint64_t seed) {
   }
 }
 
+// The reference ignores o and lse, as documented: it runs without them (it refused an empty o), for a
+// broadcast q too.
+TEST(Reference, NeedsNoOutputViews) {
+  std::mt19937_64 rng(test::fresh_seed());
+  Tensor4 q = test::random_tensor(1, 2, 5, 8, rng), kv = test::random_tensor(1, 1, 7, 8, rng);
+  Tensor4 o = test::make_tensor(1, 2, 5, 8, DType::f32);
+  std::vector<float> lse(10);
+  AttentionArgs with{q.view, kv.view, kv.view, o.view, lse_view(lse.data(), 1, 2, 5)};
+  AttentionArgs without{q.view, kv.view, kv.view};
+  EXPECT_EQ(reference_attention(without).o, reference_attention(with).o);
+  without.q.stride[1] = 0;  // both heads read head 0
+  with.q.stride[1] = 0;
+  EXPECT_EQ(reference_attention(without).lse, reference_attention(with).lse);
+}
+
 TEST(ExactAttention, MatchesReferenceOnAwkwardShapes) {
   const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
   const Case cases[] = {
