@@ -177,6 +177,10 @@ void check_cache_indices(const KVCacheArgs& a, const CacheMap& map, std::int64_t
 // being captured (pasa/serving.h), then the kernels run on the cache in place.
 void kvcache_on_gpu(const KVCacheArgs& args, const AttentionArgs& whole, std::int64_t B, std::int64_t s_new) {
   const bool paged = args.block_table != nullptr;
+  // The host copies of the index arrays, checked against memory before they are allocated.
+  const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
+  require_memory(saturating_product({u(B), paged ? u(args.max_blocks) + 1 : 1, sizeof(std::int32_t)}),
+                 "attention_with_kvcache: cache_seqlens and block_table copied to the host");
   std::vector<std::int32_t> seqlens(static_cast<std::size_t>(B));
   std::vector<std::int32_t> table(paged ? static_cast<std::size_t>(B * args.max_blocks) : 0);
   if (cuda_read_to_host(seqlens.data(), args.cache_seqlens, seqlens.size() * sizeof(std::int32_t),
@@ -221,6 +225,9 @@ KVCacheProblem check_kvcache_tensors(const KVCacheArgs& args) {
   problem.s_new = check_cache_tensors(args, problem.shape.batch, problem.shape.heads_kv);
   if (problem.on_gpu && args.k_cache.shape[0] > std::numeric_limits<std::int32_t>::max()) {
     throw Error(text::format("k_cache: {} blocks; the GPU kernels take at most 2^31 - 1", args.k_cache.shape[0]));
+  }
+  if (problem.on_gpu && args.block_table != nullptr && args.max_blocks > std::numeric_limits<std::int32_t>::max()) {
+    throw Error(text::format("max_blocks: {}; the GPU kernels take at most 2^31 - 1", args.max_blocks));
   }
   return problem;
 }

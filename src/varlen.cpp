@@ -11,6 +11,7 @@
 #include "attention_checks.h"
 #include "cpu/host_inputs.h"
 #include "cuda_backend.h"
+#include "memory_budget.h"
 #include "pasa/error.h"
 #include "pasa/serving.h"
 #include "serving_sequence.h"
@@ -43,6 +44,9 @@ void check_cu_seqlens(const std::int32_t* cu, std::int64_t batch, std::int64_t t
 // slices (a sequence without keys gets the fully masked rows' result directly).
 void varlen_on_gpu(const VarlenArgs& args, const ProblemShape& shape) {
   const std::int64_t B = args.batch;
+  // The host copies of both offset arrays, checked against memory before they are allocated.
+  require_memory(saturating_product({static_cast<std::uint64_t>(B) + 1, 2 * sizeof(std::int32_t)}),
+                 "attention_varlen: cu_seqlens_q and cu_seqlens_k copied to the host");
   std::vector<std::int32_t> cq(static_cast<std::size_t>(B + 1)), ck(cq.size());
   const std::size_t bytes = cq.size() * sizeof(std::int32_t);
   if (args.cu_seqlens_q == nullptr) throw Error("cu_seqlens_q: pointer is null");

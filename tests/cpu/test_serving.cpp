@@ -8,6 +8,8 @@
 #include <cstring>
 #include <limits>
 
+#include "memory_budget.h"
+#include "pasa/error.h"
 #include "pasa/serving.h"
 #include "test_util.h"
 
@@ -459,6 +461,30 @@ TEST(Serving, InputsBeyondTheInputFormatAreRefusedBeforeAnythingIsWritten) {
                  "v_cache: value 1.04858e+06 at [1, 0, 2, 5] (block, head, slot, dim) overflows fp16");
     EXPECT_TRUE(before == o.bytes);
   }
+}
+
+// Device tensors take the GPU path, whose host copies of the index arrays are sized by batch and
+// max_blocks: sizes past memory are pasa errors (std::bad_alloc escaped), raised before any device call,
+// so this runs without a GPU (the data pointers are never read).
+TEST(Serving, HugeIndexArraysOfTheGpuPathAreErrors) {
+  std::vector<std::uint16_t> q(8 * 2 * 4), kv(8 * 4);
+  std::vector<std::int32_t> cu = {0, 8}, lens = {3};
+  VarlenArgs a;
+  a.q = a.o = packed_view(q.data(), DType::f16, 8, 2, 4, Device::cuda);
+  a.k = a.v = packed_view(kv.data(), DType::f16, 8, 1, 4, Device::cuda);
+  a.cu_seqlens_q = a.cu_seqlens_k = cu.data();
+  a.batch = std::int64_t{1} << 60;
+  a.max_seqlen_q = a.max_seqlen_k = 8;
+  if (available_memory_bytes()) {
+    EXPECT_THROW(attention_varlen(a), ResourceError);
+  }
+  KVCacheArgs c;
+  c.q = c.o = bhsd_view(q.data(), DType::f16, 1, 2, 1, 4, Device::cuda);
+  c.k_cache = c.v_cache = bhsd_view(kv.data(), DType::f16, 4, 1, 2, 4, Device::cuda);
+  c.cache_seqlens = lens.data();
+  c.block_table = lens.data();
+  c.max_blocks = std::int64_t{1} << 60;
+  expect_error([&] { attention_with_kvcache(c); }, "max_blocks: 1152921504606846976; the GPU kernels take at most");
 }
 
 TEST(Varlen, BadInputIsRejectedBeforeAnythingIsWritten) {
