@@ -15,6 +15,7 @@
 
 #include "array_views.h"
 #include "bindings.h"
+#include "interruptible.h"
 #include "pasa/attention.h"
 #include "pasa/attention_plan.h"
 #include "pasa/error.h"
@@ -131,8 +132,7 @@ AttentionArgs call_args(const InputArray& q, const InputArray& k, const InputArr
 }
 
 void attention_released(const AttentionArgs& args) {
-  nb::gil_scoped_release release;  // q, k, v, o stay alive: the caller's ndarrays hold references
-  pasa::attention(args);
+  released_call([&] { pasa::attention(args); });  // q, k, v, o stay alive: the caller's ndarrays hold references
 }
 
 // An AttentionPlan with the arguments it was made from, run on new data pointers alone: the cached
@@ -184,11 +184,7 @@ nb::tuple reference(const InputArray& q, const InputArray& k, const InputArray& 
   // want a well-formed o: describe q's shape over q's memory (never written).
   args.o = bhsd_view(args.q.data, args.q.dtype, args.q.shape[0], args.q.shape[1], args.q.shape[2],
                      args.q.shape[3], args.q.device);
-  ReferenceResult result;
-  {
-    nb::gil_scoped_release release;
-    result = reference_attention(args);
-  }
+  ReferenceResult result = released_call([&] { return reference_attention(args); });
   const auto& s = args.q.shape;
   const auto B = static_cast<std::size_t>(s[0]), H = static_cast<std::size_t>(s[1]),
              S = static_cast<std::size_t>(s[2]), D = static_cast<std::size_t>(s[3]);

@@ -18,6 +18,7 @@
 
 #include "array_views.h"
 #include "bindings.h"
+#include "interruptible.h"
 #include "pasa/error.h"
 #include "pasa/serving.h"
 
@@ -118,8 +119,7 @@ void attention_varlen(const InputArray& q, const InputArray& k, const InputArray
     args.lse.shape = {1, li.shape[0], li.shape[1]};
     args.lse.stride = {li.shape[0] * li.strides[0], li.strides[0], li.strides[1]};
   }
-  nb::gil_scoped_release release;
-  pasa::attention_varlen(args);
+  released_call([&] { pasa::attention_varlen(args); });
 }
 
 // A cache as the call uses it: writable where this call appends into it, read-only otherwise (so a
@@ -202,8 +202,7 @@ void attention_with_kvcache(const InputArray& q, nb::handle k_cache_arg, nb::han
     plan.run(args, reinterpret_cast<void*>(at));
     return;
   }
-  nb::gil_scoped_release release;
-  pasa::attention_with_kvcache(args);
+  released_call([&] { pasa::attention_with_kvcache(args); });
 }
 
 }  // namespace

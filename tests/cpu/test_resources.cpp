@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // Running out of resources inside the CPU backends: an exception thrown in an OpenMP loop reaches
-// the caller (instead of std::terminate), and a problem too large for the machine's memory is refused
-// up front with a ResourceError saying what it needs.
+// the caller (instead of std::terminate), the caller's interrupt check stops the loops, and a problem
+// too large for the machine's memory is refused up front with a ResourceError saying what it needs.
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <limits>
 #include <new>
 #include <stdexcept>
+#include <thread>
 
 #include "cpu/parallel_for.h"
 #include "memory_budget.h"
@@ -35,6 +37,41 @@ TEST(ParallelFor, AnExceptionInAnIterationReachesTheCaller) {
                std::bad_alloc);
   test::expect_error([] { parallel_for(100, [](std::int64_t i) { if (i == 42) throw Error("iteration 42"); }); },
                      "iteration 42");
+}
+
+// The calling thread's interrupt check (the Python binding's Ctrl-C) stops a loop between iterations;
+// other threads never run it, and without one the loop runs to the end.
+bool g_stop_requested = false;
+int g_checks = 0;
+bool stop_requested() {
+  ++g_checks;
+  return g_stop_requested;
+}
+
+TEST(ParallelFor, TheCallersInterruptCheckStopsTheLoop) {
+  omp_set_num_threads(4);
+  std::atomic<int> ran{0};
+  auto slow = [&](std::int64_t) {
+    ++ran;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  };
+  {
+    const ScopedInterruptCheck check(&stop_requested);
+    g_stop_requested = false;
+    g_checks = 0;
+    parallel_for(100, slow);  // about 50 ms on 4 threads: the check runs, says go on
+    EXPECT_EQ(ran.load(), 100);
+    EXPECT_GE(g_checks, 1);
+    ran = 0;
+    g_stop_requested = true;
+    EXPECT_THROW(parallel_for(100000, slow), Interrupted);  // 50 s if it ran to the end
+    EXPECT_LT(ran.load(), 1000);
+  }
+  ran = 0;
+  g_checks = 0;
+  parallel_for(100, slow);  // the check is gone with its scope
+  EXPECT_EQ(ran.load(), 100);
+  EXPECT_EQ(g_checks, 0);
 }
 
 TEST(MemoryBudget, SaturatingArithmetic) {

@@ -5,6 +5,7 @@ it is given exactly (0-d, zero-size, big-endian arrays) or refuses it, and never
 
 from __future__ import annotations
 
+import _thread
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -82,6 +84,23 @@ def test_oom_inside_the_emulator_does_not_abort_python(tmp_path):
         # then the limit bounds nothing (the budget takes no estimate from it: memory_budget.cpp).
         pytest.skip(f"the child maps {int(r.stdout.split()[1]) >> 20} MiB before the 3 GiB limit is set")
     assert r.stdout.startswith("PasaError") and "needs" in r.stdout, r.stdout
+
+
+def test_ctrl_c_stops_a_long_cpu_call():
+    """KeyboardInterrupt (Ctrl-C) stops a CPU emulator call between its loop iterations instead of
+    when it returns: here minutes on two cores, seconds on many."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 16, 16384, 128), dtype=np.float32) for _ in range(3))
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        pasa.attention(q, k, v, policy="exact")
+    elapsed = time.monotonic() - start
+    timer.join()
+    assert elapsed < 2.0
+    small = q[:, :1, :64]
+    assert np.isfinite(pasa.attention(small, small, small, policy="exact")).all()  # the next call runs
 
 
 def test_save_rejects_names_it_cannot_store(tmp_path, rng):
