@@ -22,11 +22,12 @@ class Rounder {
         // all of them (e8m52) differs from a double only in range, which round_to handles.
         bit_path_(!f.is_integer() && f.man_bits < 52),
         drop_bits_(52 - f.man_bits),
-        min_exponent_(f.min_exponent()),
+        // Only the bit path reads the exponent: an integer format has none (its bias() would shift by -1).
+        min_exponent_(bit_path_ ? f.min_exponent() : 0),
         max_finite_(f.max_finite()),
         // Adding this to a value below the smallest normal leaves exactly the subnormal quantum
         // 2^(min_exponent - man_bits) as the double's ulp, so the addition itself rounds (to even).
-        subnormal_magic_(std::ldexp(1.0, f.min_exponent() - f.man_bits + 52)) {}
+        subnormal_magic_(bit_path_ ? std::ldexp(1.0, f.min_exponent() - f.man_bits + 52) : 0.0) {}
 
   const Format& format() const { return format_; }
   bool is_fp32() const { return fp32_; }
