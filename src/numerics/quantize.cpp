@@ -23,6 +23,12 @@ void check_operand(const std::vector<float>& values, int rows, int cols, const F
   check_format(format, "quantize: format");
 }
 
+// The index of [r, c] in a row-major [rows, cols] operand, in size_t: an int product overflows past
+// 2^31 elements (2^25 keys of head dim 64).
+std::size_t at(int r, int cols, int c) {
+  return static_cast<std::size_t>(r) * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c);
+}
+
 Format saturating(Format f) {
   f.overflow = Overflow::saturate;
   return f;
@@ -72,14 +78,14 @@ std::vector<double> quantize_rows(std::vector<float>& values, int rows, int cols
   std::map<int, double> group_max;
   for (int r = 0; r < rows; ++r) {
     double& m = group_max[quant_group(granularity, role, r, block_rows)];
-    for (int c = 0; c < cols; ++c) m = std::max(m, std::fabs(static_cast<double>(values[r * cols + c])));
+    for (int c = 0; c < cols; ++c) m = std::max(m, std::fabs(static_cast<double>(values[at(r, cols, c)])));
   }
   std::vector<double> scale(static_cast<std::size_t>(rows));
   for (int r = 0; r < rows; ++r) {
     const double delta = group_max[quant_group(granularity, role, r, block_rows)] / qmax;
     scale[r] = delta;
     for (int c = 0; c < cols; ++c) {
-      float& x = values[r * cols + c];
+      float& x = values[at(r, cols, c)];
       x = delta == 0.0 ? 0.0f : static_cast<float>(round_to(target, x / delta));
     }
   }
@@ -92,11 +98,11 @@ std::vector<double> quantize_columns(std::vector<float>& values, int rows, int c
   const double qmax = target.max_finite();
   std::vector<double> scale(static_cast<std::size_t>(cols), 0.0);
   for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c) scale[c] = std::max(scale[c], std::fabs(static_cast<double>(values[r * cols + c])));
+    for (int c = 0; c < cols; ++c) scale[c] = std::max(scale[c], std::fabs(static_cast<double>(values[at(r, cols, c)])));
   for (double& s : scale) s /= qmax;
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c) {
-      float& x = values[r * cols + c];
+      float& x = values[at(r, cols, c)];
       x = scale[c] == 0.0 ? 0.0f : static_cast<float>(round_to(target, x / scale[c]));
     }
   return scale;
