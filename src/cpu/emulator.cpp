@@ -8,7 +8,8 @@
 //   shift terms dm'_prev, dm'_cur (zero without PASA): the candidates a = fl(m + dm'_prev) and
 //   b = fl(m' + dm'_cur), m_new = max(a, b), the rescale factors e_prev = e^fl(a - m_new) and
 //   e_cur = e^fl(b - m_new) (each <= 1: the factors are taken from the maxima as stored, so no
-//   rounding of m can make O~ or l grow from block to block)
+//   rounding of m can make O~ or l grow from block to block); PASA moves m_new up by a power of two
+//   once l is large (numerics/pasa_headroom.h)
 //   l = e_prev l + e_cur l',  O~ = e_prev O~ + e_cur fl_o(fl_p(e * p_scale) V_j)   (two-level)
 // Row sums (l', PASA's block sum of S') accumulate in sum_acc and are rounded once to the softmax
 // format. docs/algorithms.md states PASA's state update and where this departs from Algorithm 1.
@@ -30,6 +31,7 @@
 #include "cpu/operands.h"
 #include "cpu/parallel_for.h"
 #include "cpu/score_mods.h"
+#include "numerics/pasa_headroom.h"
 #include "numerics/pasa_shift.h"
 #include "storage_convert.h"
 
@@ -220,6 +222,12 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       } else {
         const double a = sm(st.m + d_prev), b = sm(m_blk + d_cur);
         m_new = std::max(a, b);
+        if (pasa && st.l >= kPasaHeadroomThreshold) {  // headroom for l and O~ (pasa_headroom.h)
+          const int k = std::ilogb(st.l) - kPasaHeadroomDrop;
+          // (k ln 2 as the kernels form it, a float product, so that m comes out the same)
+          const float ln2 = static_cast<float>(std::log(2.0));
+          m_new = sm(m_new + (pol.exp_base == ExpBase::two ? k : static_cast<double>(static_cast<float>(k) * ln2)));
+        }
         ep = sm(power(pol, sm(a - m_new)));
         ec = sm(power(pol, sm(b - m_new)));
       }

@@ -194,6 +194,35 @@ TEST(Pasa, LargeMeanInputsStayFinite) {
   }
 }
 
+// Q = 0 against n keys (every score 0) and V = v everywhere: O = v and LSE = ln n exactly.
+QKV diffuse_row_qkv(std::int64_t keys, double v, std::int64_t D = 64) {
+  std::vector<float> k(static_cast<std::size_t>(keys * D));
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>((i * 7919 % 2001) / 1000.0 - 1.0);
+  return {from_float(std::vector<float>(static_cast<std::size_t>(2 * D), 0.0f), {1, 1, 2, D}, DType::f16),
+          from_float(k, {1, 1, keys, D}, DType::f16),
+          from_float(std::vector<float>(k.size(), static_cast<float>(v)), {1, 1, keys, D}, DType::f16)};
+}
+
+TEST(Pasa, DiffuseLongRowsKeepLAndOInFp16Range) {
+  // A row that weighs many keys alike adds about one a key to l and |V| a key to O~, both fp16 in
+  // pasa (O~ in pasa_accurate too): V = 16 over 8192 keys took O~ past 65504 (O = inf where the exact
+  // answer is 16), 70000 keys took l there (O = 0 and LSE = +inf). The state update's headroom
+  // (numerics/pasa_headroom.h) keeps both in range; O and the LSE come out right.
+  struct Case {
+    std::int64_t keys;
+    double v;
+  };
+  for (const Case c : {Case{8192, 16.0}, Case{70000, 1.0}, Case{3000, 16.0}, Case{20000, 48.0}}) {
+    QKV data = diffuse_row_qkv(c.keys, c.v);
+    for (const char* name : {"pasa", "pasa_accurate"}) {
+      SCOPED_TRACE(::testing::Message() << name << " keys " << c.keys << " v " << c.v);
+      const PolicyRun run = run_policy(data, preset_policy(name));
+      for (double o : run.o) ASSERT_NEAR(o, c.v, 1e-2 * c.v);
+      for (float l : run.lse) ASSERT_NEAR(l, std::log(static_cast<double>(c.keys)), 1e-2);
+    }
+  }
+}
+
 TEST(Pasa, LseHasNoBiasFromTheFoldedScale) {
   // With alpha = 1/sqrt(128) folded into M, the stored M's invariance is G = 64.41, not
   // beta / (1 - beta) = 63.5; the LSE adds G times the global pseudo-average (~70 here), so using

@@ -468,6 +468,24 @@ TEST(CudaBadInput, UnsupportedPolicyDtypeAndBlock) {
   test::expect_error([&] { attention(b.args); }, "policy field 'input'");
 }
 
+// A beta (or a folded scale) whose shifting matrix M, rounded to fp16, has rows summing to 0 or
+// below: the kernels would return NaN (G infinite) or apply a beta above 1; refused before any launch,
+// as the emulator refuses it.
+TEST(CudaBadInput, PasaShiftThatRoundsSingularIsRefused) {
+  REQUIRE_GPU();
+  DeviceProblem d64(64, 32), d128(128, 32);
+  d64.args.policy = parse_policy("pasa_accurate,beta=0.99999");
+  test::expect_error([&] { attention(d64.args); }, "beta: 0.99999 with s2 = 128");
+  d128.args.policy = parse_policy("pasa,beta=0.99999");
+  test::expect_error([&] { attention(d128.args); }, "M applies a beta above 1");
+  d64.args.policy = pasa_policy();
+  d64.args.scale = 1e-8;
+  test::expect_error([&] { attention(d64.args); }, "M is singular");
+  d64.args.scale = std::nullopt;
+  attention(d64.args);  // the preset runs
+  cuda_ok(cudaDeviceSynchronize(), "pasa preset");
+}
+
 // fdpp policies: decode shapes only, and only the preset's formats.
 TEST(CudaBadInput, FdppOutsideDecodeOrWithOtherFormats) {
   REQUIRE_GPU();

@@ -43,6 +43,30 @@ TEST_P(CudaPasaNumerics, AccurateMatchesReference) {
   }
 }
 
+// Diffuse rows (Q = 0: every score equal) over many keys: l and O~ would pass fp16's range (V = 16
+// over 8192 keys, V = 1 over 70000) without the state update's headroom (numerics/pasa_headroom.h);
+// the kernels take it at the same points as the emulator. Also a row of keys with a spread, GQA.
+TEST_P(CudaPasaNumerics, DiffuseLongRowsAgreeWithTheEmulator) {
+  struct Long {
+    std::int64_t keys, D;
+    float v;
+  };
+  for (const char* name : {"pasa", "pasa_accurate"}) {
+    for (const Long& l : {Long{8192, 128, 16.0f}, Long{70000, 64, 1.0f}, Long{20000, 64, 48.0f}}) {
+      const Case c{1, 2, 1, 64, l.keys, l.D, false, kBr, false, DType::f16, DType::f32};
+      std::vector<float> k(static_cast<std::size_t>(l.keys * l.D)), v(k.size(), l.v);
+      for (std::size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>((i * 7919 % 2001) / 1000.0 - 1.0);
+      for (std::size_t i = 0; i < v.size(); i += 3) v[i] = l.v * 0.5f;  // not all one value
+      GivenInputs in{from_float(std::vector<float>(static_cast<std::size_t>(2 * 64 * l.D), 0.0f), {1, 2, 64, l.D},
+                                DType::f16),
+                     from_float(k, {1, 1, l.keys, l.D}, DType::f16), from_float(v, {1, 1, l.keys, l.D}, DType::f16)};
+      Extra extra;
+      check_case(c, preset_policy(name), preset_policy(name), std::nullopt, &extra, 1, -1.0, 1.0, &in, "diffuse");
+      EXPECT_EQ(non_finite(extra.kernel_o), 0u);
+    }
+  }
+}
+
 // Head dims 96 and 256 (the portable kernel on either path): 96's rows of 12 16-byte chunks, which
 // do not divide the CTA's threads, and 256's K' and V in two slices of 128 channels each. Short last
 // blocks (S 300, 17), causal both alignments, GQA, bf16 V over six key blocks (its slot refilled and

@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "cuda/arch/ptx.cuh"
+#include "numerics/pasa_headroom.h"
 
 namespace pasa::cuda {
 
@@ -261,7 +262,11 @@ struct PasaSoftmax {
         m = cur;
       } else {
         const float prev = stat(m + d_prev);
-        const float m_new = fmaxf(prev, cur);
+        float m_new = fmaxf(prev, cur);
+        if (l >= kPasaHeadroomThreshold) {  // headroom for l and O~ (numerics/pasa_headroom.h)
+          const int k = ((__float_as_int(l) >> 23) & 0xff) - 127 - kPasaHeadroomDrop;  // (floor(log2 l) exactly)
+          m_new = stat(m_new + (kBase2 ? static_cast<float>(k) : static_cast<float>(k) * kLn2));
+        }
         e_prev = stat(power(stat(prev - m_new)));
         e_cur = stat(power(stat(cur - m_new)));
         m = m_new;

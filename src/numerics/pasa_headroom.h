@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: Apache-2.0
+// PASA's headroom for its fp16 running sums (docs/algorithms.md section 3). The state keeps l and O~
+// relative to a reference m; a diffuse row (many keys of similar weight) adds up to one a key to l and
+// |V| a key to O~, so that in fp16 l overflows past 65504 keys and O~ past 65504 / |V| (4096 keys at
+// V = 16). Once l reaches 2^kPasaHeadroomLog2 the state update moves the reference up by
+// k = floor(log2 l) - kPasaHeadroomDrop (base-2 units; k ln 2 in natural ones): the rescale factors of
+// the old state and of the new block then carry 2^-k, which brings l back to [32, 64) and O~ with it;
+// the LSE (m + log l) does not move. So l stays below 2^10 + 128 and O~ below 1152 |V| (in range for
+// |V| < 56 whatever the length), and a new block's factor, about 2^-k in all over the row, stays a
+// normal fp16 number up to about 2^14 * 48 keys. Below the threshold nothing changes. The emulator
+// and the pasa kernels (online_softmax.cuh) take both constants from here.
+#pragma once
+
+namespace pasa {
+
+constexpr int kPasaHeadroomLog2 = 10;
+constexpr float kPasaHeadroomThreshold = 1024.0f;  // 2^kPasaHeadroomLog2
+constexpr int kPasaHeadroomDrop = 5;               // l comes back to [2^5, 2^6)
+static_assert(kPasaHeadroomThreshold == static_cast<float>(1 << kPasaHeadroomLog2));
+
+}  // namespace pasa
