@@ -229,6 +229,9 @@ KVCacheProblem check_kvcache_tensors(const KVCacheArgs& args) {
   if (problem.on_gpu && args.block_table != nullptr && args.max_blocks > std::numeric_limits<std::int32_t>::max()) {
     throw Error(text::format("max_blocks: {}; the GPU kernels take at most 2^31 - 1", args.max_blocks));
   }
+  if (!problem.on_gpu && problem.shape.dim > 1024) {
+    throw Error(text::format("q: head dim {} is larger than the CPU backends' 1024", problem.shape.dim));
+  }
   return problem;
 }
 
@@ -257,9 +260,6 @@ void attention_with_kvcache(const KVCacheArgs& args) {
   if (problem.on_gpu) {
     kvcache_on_gpu(args, problem.whole, B, s_new);
     return;
-  }
-  if (shape.dim > 1024) {
-    throw Error(text::format("q: head dim {} is larger than the CPU backends' 1024", shape.dim));
   }
   const CacheMap map{args.block_table, args.block_table != nullptr ? args.max_blocks : 1,
                      args.k_cache.shape[2]};

@@ -276,6 +276,18 @@ TEST(KVCache, APlanRunsEachStepAndRefusesAnotherProblem) {
   refused(other, "policy");
 }
 
+// A plan refuses what its run() would refuse on the CPU: a head dim past the CPU backends' 1024 was
+// planned and refused only at the first step.
+TEST(KVCache, APlanRefusesAHeadDimTheCpuCannotRun) {
+  std::vector<float> q(2000), kv(4 * 2000);
+  const std::vector<std::int32_t> lens = {2};
+  KVCacheArgs a;
+  a.q = a.o = bhsd_view(q.data(), DType::f32, 1, 1, 1, 2000);
+  a.k_cache = a.v_cache = bhsd_view(kv.data(), DType::f32, 1, 1, 4, 2000);
+  a.cache_seqlens = lens.data();
+  expect_error([&] { KVCachePlan{a}; }, "q: head dim 2000 is larger than the CPU backends' 1024");
+}
+
 TEST(KVCache, AppendAtTheEndOfAFullBlockThenAttendEqualsTheDenseProblem) {
   for (const char* preset : {"exact", "pasa", "sage8", "fdpp"}) {
     const auto seed = test::fresh_seed();
