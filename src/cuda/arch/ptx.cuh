@@ -162,11 +162,13 @@ __device__ __forceinline__ __half2 scale_half2_once(float s, __half2 x) {
   return __floats2half2_rn(mul_round_to_odd(s, f.x), mul_round_to_odd(s, f.y));
 }
 
-// fl16(fl16(ep o) + fl16(ec pv)), each product rounded once from its exact value, for factors of which
-// one is exactly 1 (pasa_accurate's rescale factors: the smaller of two candidate maxima is scaled
-// down, the larger by 1; a row that sees no key has ep = 1, ec = 0). The product by 1 is exact, so only
-// the other one is taken: half the work of two scale_half2_once, the same result.
+// fl16(fl16(ep o) + fl16(ec pv)), each product rounded once from its exact value (pasa_accurate's O~
+// update). Usually one factor is exactly 1 (the smaller of two candidate maxima is scaled down, the
+// larger by 1; a row that sees no key has ep = 1, ec = 0): the product by 1 is exact, so only the other
+// is taken, half the work of two scale_half2_once. Where the state update took headroom
+// (numerics/pasa_headroom.h) both factors are below 1 and both products are taken.
 __device__ __forceinline__ __half2 rescale_add_half2_once(float ep, __half2 o, float ec, __half2 pv) {
+  if (ep != 1.0f && ec != 1.0f) return __hadd2(scale_half2_once(ep, o), scale_half2_once(ec, pv));
   const bool keep_o = ep == 1.0f;
   return __hadd2(scale_half2_once(keep_o ? ec : ep, keep_o ? pv : o), keep_o ? o : pv);
 }

@@ -164,8 +164,8 @@ struct PasaHopperVariant : HopperVariantDefaults {
         softmax.add_block(psum);
         // O~ = fl(fl(ep O~) + fl(ec fl(P V))): pasa's factors are fp16 values (its state is fp16), so
         // the products are fp16 multiplies; pasa_accurate's are fp32, so a product is rounded to fp16
-        // once from its exact value, as the emulator rounds it, and only the one whose factor is not
-        // 1 is taken (rescale_add_half2_once).
+        // once from its exact value, as the emulator rounds it (rescale_add_half2_once: only the one
+        // whose factor is not 1 where one is).
         const __half2 ep2[2] = {__float2half2_rn(ep[0]), __float2half2_rn(ep[1])};
         const __half2 ec2[2] = {__float2half2_rn(ec[0]), __float2half2_rn(ec[1])};
 #pragma unroll
