@@ -239,6 +239,31 @@ def test_cupy_arrays(gen):
     torch.testing.assert_close(torch.from_dlpack(out), want, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_padding_masks_of_the_dtype_minimum(gen, d):
+    # Additive padding masks of a dtype's minimum, as transformers builds them: keys masked past 150,
+    # a row masked whole, a whole first key block of another row; masks in fp32 and in the inputs'
+    # dtype. fp32's minimum times 1 / |alpha| is past fp32's range, so the kernels floor what a finite
+    # mask value adds (kernel_params.h, mask_floor): finite everywhere, and a row masked whole averages
+    # its keys as exact attention and the CPU emulator do (not O = 0).
+    for dtype in (torch.float16, torch.bfloat16):
+        q = randn(gen, 2, 4, 200, d, dtype=dtype)
+        k, v = (randn(gen, 2, 4, 300, d, dtype=dtype) for _ in range(2))
+        for mask_dtype in (torch.float32, dtype):
+            mask = torch.zeros(2, 1, 200, 300, device="cuda", dtype=mask_dtype)
+            low = torch.finfo(mask_dtype).min
+            mask[..., 150:] = low
+            mask[:, :, 3, :] = low
+            mask[1, :, 5, :128] = low
+            got = pasa.attention(q, k, v, attn_mask=mask)
+            want = pasa.attention(q.cpu(), k.cpu(), v.cpu(), attn_mask=mask.cpu())
+            assert torch.isfinite(got).all()
+            torch.testing.assert_close(got.cpu().float(), want.float(), atol=ATOL[dtype], rtol=2e-3)
+            if mask_dtype != torch.float16:  # (fp16's minimum leaves the scores' differences)
+                whole_row = v.float().mean(dim=2)  # the row masked whole: every key weighs the same
+                torch.testing.assert_close(got[:, :, 3].float(), whole_row, atol=ATOL[dtype], rtol=2e-3)
+
+
 @pytest.mark.parametrize("d", [64, 96, 128, 256])
 def test_window_softcap_and_mask_on_cuda_or_fall_back(gen, d):
     # Windows, softcaps and masks (bool and additive) run on the exact kernels, as the CPU emulator

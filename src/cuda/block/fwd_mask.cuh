@@ -133,6 +133,12 @@ __device__ __forceinline__ void apply_softcap(float (&s)[kMTiles][kNTiles][4], c
   }
 }
 
+// A score plus an additive mask value: -inf hides the key (as does a score already hidden), a finite
+// value takes the score no lower than FwdParams::mask_floor.
+__device__ __forceinline__ float add_mask_value(float x, float value, const FwdParams& p) {
+  return value == -INFINITY || x == -INFINITY ? -INFINITY : fmaxf(x + value * p.mask_scale, p.mask_floor);
+}
+
 // The attention mask (FwdParams::mask) on fp32 scores in the mma C layout: rows row_lo + 16 mt + 8 i
 // of head (b, h), keys from n0 (keys at or past seq_kv are left alone: apply_mask hides them).
 template <int kMTiles, int kNTiles>
@@ -160,12 +166,12 @@ __device__ __forceinline__ void apply_attn_mask(float (&s)[kMTiles][kNTiles][4],
             case MaskType::boolean:
               if (__ldg(reinterpret_cast<const unsigned char*>(at)) == 0) x = -INFINITY;
               break;
-            case MaskType::add_f32: x += __ldg(reinterpret_cast<const float*>(at)) * p.mask_scale; break;
+            case MaskType::add_f32: x = add_mask_value(x, __ldg(reinterpret_cast<const float*>(at)), p); break;
             case MaskType::add_f16:
-              x += __half2float(__ldg(reinterpret_cast<const __half*>(at))) * p.mask_scale;
+              x = add_mask_value(x, __half2float(__ldg(reinterpret_cast<const __half*>(at))), p);
               break;
             case MaskType::add_bf16:
-              x += __bfloat162float(__ldg(reinterpret_cast<const __nv_bfloat16*>(at))) * p.mask_scale;
+              x = add_mask_value(x, __bfloat162float(__ldg(reinterpret_cast<const __nv_bfloat16*>(at))), p);
               break;
             case MaskType::none: break;
           }

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -134,8 +135,9 @@ bool portable_path_from_env() {
 
 // The attention mask's fields of the kernel's arguments: its element type, its strides with 0 on a
 // broadcast (size-1) axis, the factor its additive values take (the kernel adds them to raw scores,
-// or to soft-capped ones, which are already scaled).
-void set_mask(cuda::FwdParams& p, const MaskView& m, double scale) {
+// or to soft-capped ones, which are already scaled) and the floor they take scores to at most, from
+// the base-2 scale the softmax multiplies them by.
+void set_mask(cuda::FwdParams& p, const MaskView& m, double scale, float softmax_scale_log2) {
   if (m.kind == MaskKind::none) return;
   using cuda::MaskType;
   p.mask_type = m.kind == MaskKind::boolean ? MaskType::boolean
@@ -150,6 +152,7 @@ void set_mask(cuda::FwdParams& p, const MaskView& m, double scale) {
   std::int64_t* strides[4] = {&p.mask_stride_b, &p.mask_stride_h, &p.mask_stride_s, &p.mask_stride_k};
   for (int i = 0; i < 4; ++i) *strides[i] = m.shape[i] == 1 ? 0 : m.stride[i];
   p.mask_scale = static_cast<float>(scale);
+  p.mask_floor = -std::numeric_limits<float>::max() / std::max(softmax_scale_log2, 1.0f);
 }
 
 cuda::Operand operand(const TensorView& t) { return {t.data, t.stride[0], t.stride[1], t.stride[2]}; }
@@ -441,7 +444,8 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace,
   p.softcap = static_cast<float>(args.softcap);
   p.softcap_scale = args.softcap > 0.0 ? static_cast<float>(std::fabs(alpha) / args.softcap) : 0.0f;
   // (an additive mask meets raw scores at the scale the kernel runs, 1e-30 for a zero alpha included)
-  set_mask(p, args.mask, args.softcap > 0.0 ? 1.0 : kLog2e / p.scale_log2);
+  set_mask(p, args.mask, args.softcap > 0.0 ? 1.0 : kLog2e / p.scale_log2,
+           args.softcap > 0.0 ? static_cast<float>(kLog2e) : p.scale_log2);
   p.pasa_g = plan.pasa_g;
   const int batch = static_cast<int>(ps.batch);
   const int dim = static_cast<int>(ps.dim);
