@@ -152,7 +152,7 @@ void set_mask(cuda::FwdParams& p, const MaskView& m, double scale, float softmax
   std::int64_t* strides[4] = {&p.mask_stride_b, &p.mask_stride_h, &p.mask_stride_s, &p.mask_stride_k};
   for (int i = 0; i < 4; ++i) *strides[i] = m.shape[i] == 1 ? 0 : m.stride[i];
   p.mask_scale = static_cast<float>(scale);
-  p.mask_floor = std::max(-0x1p30f / softmax_scale_log2, -std::numeric_limits<float>::max());
+  p.mask_floor = std::max(-0x1p20f / softmax_scale_log2, -std::numeric_limits<float>::max());
 }
 
 cuda::Operand operand(const TensorView& t) { return {t.data, t.stride[0], t.stride[1], t.stride[2]}; }

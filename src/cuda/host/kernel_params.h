@@ -52,12 +52,13 @@ struct FwdParams {
   MaskType mask_type = MaskType::none;
   std::int64_t mask_stride_b = 0, mask_stride_h = 0, mask_stride_s = 0, mask_stride_k = 0;
   float mask_scale = 1.0f;
-  // additive: a finite value never takes a score below this, -2^30 in the softmax's base-2 units (or
+  // additive: a finite value never takes a score below this, -2^20 in the softmax's base-2 units (or
   // -FLT_MAX where that is past it). A padding mask of fp32's minimum, times 1 / |alpha|, overflowed to
   // -inf and hid a row it masks whole, which exact attention (and the emulator) averages over the
-  // row's keys. The floor is that far down so that no visible score meets it, and no further so that
-  // the exponent's FMA, subtracting the row's maximum, keeps its residual (up to half an ulp of it)
-  // within exp2's range: a row masked whole then gets equal weights.
+  // row's keys. The floor is below fp16's minimum as a mask (-65504 log2 e), which keeps the scores'
+  // differences, and high enough that the exponent's FMA, subtracting the row's maximum, leaves a
+  // residual of at most 2^-4 (half an ulp of 2^20): a row masked whole gets equal weights, each P at
+  // most 2^(1/16), which the input dtype holds.
   float mask_floor = -3.402823466e38f;
 
   float scale_log2;  // exact: |alpha| * log2(e) (> 0: a zero alpha is passed as 1e-30), scores are
