@@ -222,11 +222,9 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       } else {
         const double a = sm(st.m + d_prev), b = sm(m_blk + d_cur);
         m_new = std::max(a, b);
-        if (pasa && st.l >= kPasaHeadroomThreshold) {  // headroom for l and O~ (pasa_headroom.h)
-          const int k = std::ilogb(st.l) - kPasaHeadroomDrop;
-          // (k ln 2 as the kernels form it, a float product, so that m comes out the same)
-          const float ln2 = static_cast<float>(std::log(2.0));
-          m_new = sm(m_new + (pol.exp_base == ExpBase::two ? k : static_cast<double>(static_cast<float>(k) * ln2)));
+        if (pasa) {  // headroom for l and O~ (pasa_headroom.h)
+          const float h = pasa_headroom(static_cast<float>(st.l), pol.exp_base == ExpBase::two);
+          if (h != 0.0f) m_new = sm(m_new + h);
         }
         ep = sm(power(pol, sm(a - m_new)));
         ec = sm(power(pol, sm(b - m_new)));

@@ -8,8 +8,16 @@
 // the LSE (m + log l) does not move. So l stays below 2^10 + 128 and O~ below 1152 |V| (in range for
 // |V| < 56 whatever the length), and a new block's factor, about 2^-k in all over the row, stays a
 // normal fp16 number up to about 2^14 * 48 keys. Below the threshold nothing changes. The emulator
-// and the pasa kernels (online_softmax.cuh) take both constants from here.
+// and the pasa kernels (online_softmax.cuh) both call pasa_headroom.
 #pragma once
+
+#include <cmath>
+
+#if defined(__CUDACC__)
+#define PASA_HOST_DEVICE __host__ __device__
+#else
+#define PASA_HOST_DEVICE
+#endif
 
 namespace pasa {
 
@@ -17,5 +25,14 @@ constexpr int kPasaHeadroomLog2 = 10;
 constexpr float kPasaHeadroomThreshold = 1024.0f;  // 2^kPasaHeadroomLog2
 constexpr int kPasaHeadroomDrop = 5;               // l comes back to [2^5, 2^6)
 static_assert(kPasaHeadroomThreshold == static_cast<float>(1 << kPasaHeadroomLog2));
+
+// What the state update adds to its reference for the running sum l (a float value): 0 below the
+// threshold, else k = floor(log2 l) - kPasaHeadroomDrop, in base-2 units or as k ln 2 (a float
+// product, the same on the host and the GPU) in natural ones.
+PASA_HOST_DEVICE inline float pasa_headroom(float l, bool base2) {
+  if (!(l >= kPasaHeadroomThreshold)) return 0.0f;
+  const int k = ilogbf(l) - kPasaHeadroomDrop;  // (ilogb is exact)
+  return base2 ? static_cast<float>(k) : static_cast<float>(k) * 0.6931471805599453f;
+}
 
 }  // namespace pasa

@@ -17,10 +17,10 @@ PasaShift pasa_shift(double beta, int n, double factor, const Format& format) {
   return s;
 }
 
-void check_pasa_shift(double beta, int n, double factor, const Format& format) {
+PasaShift check_pasa_shift(double beta, int n, double factor, const Format& format) {
   const PasaShift s = pasa_shift(beta, n, factor, format);
   const double row_sum = s.diag + (n - 1) * s.off;
-  if (row_sum / factor > 0.0) return;  // r has the sign of the factor (a negative scale flips both)
+  if (row_sum / factor > 0.0) return s;  // r has the sign of the factor (a negative scale flips both)
   const std::string folded = factor == 1.0 ? "" : text::format(" with the scale {:g} folded in", factor);
   throw Error(text::format("beta: {} with s2 = {}: the shifting matrix M rounded to {}{} has rows summing to {:g} "
                            "({}); PASA needs rows summing to a multiple of the scale between 0 and 1: use a "

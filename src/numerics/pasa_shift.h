@@ -28,11 +28,11 @@ struct PasaShift {
 
 PasaShift pasa_shift(double beta, int n, double factor, const Format& format);
 
-// Throws pasa::Error unless the stored M's rows sum to an r of the factor's sign (G finite and above -1;
+// pasa_shift's result, checked: throws pasa::Error unless the stored M's rows sum to an r of the factor's sign (G finite and above -1;
 // a negative scale makes both negative): a beta
 // too close to 1 for the block size n and the format rounds a' and (n - 1) b' to the same value, so
 // that M is singular (r = 0, G infinite: every output NaN), or past each other (r < 0: M applies a beta
 // above 1). Valid policies reach both, e.g. "pasa,s2=2,beta=0.99999". `factor` as for pasa_shift.
-void check_pasa_shift(double beta, int n, double factor, const Format& format);
+PasaShift check_pasa_shift(double beta, int n, double factor, const Format& format);
 
 }  // namespace pasa

@@ -263,10 +263,7 @@ struct PasaSoftmax {
       } else {
         const float prev = stat(m + d_prev);
         float m_new = fmaxf(prev, cur);
-        if (l >= kPasaHeadroomThreshold) {  // headroom for l and O~ (numerics/pasa_headroom.h)
-          const int k = ((__float_as_int(l) >> 23) & 0xff) - 127 - kPasaHeadroomDrop;  // (floor(log2 l) exactly)
-          m_new = stat(m_new + (kBase2 ? static_cast<float>(k) : static_cast<float>(k) * kLn2));
-        }
+        if (const float h = pasa_headroom(l, kBase2); h != 0.0f) m_new = stat(m_new + h);  // (l and O~)
         e_prev = stat(power(stat(prev - m_new)));
         e_cur = stat(power(stat(cur - m_new)));
         m = m_new;

@@ -386,9 +386,8 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps) {
   if (plan.family == Family::pasa) {
     // A beta or scale whose stored M is singular (or past it) is refused as the emulator refuses it:
     // the kernels would return NaN.
-    check_pasa_shift(args.policy.beta, cuda::kPasaBlockKv, plan.alpha * score_unit(args.policy), Format::fp16());
-    const PasaShift shift = pasa_shift(args.policy.beta, cuda::kPasaBlockKv, plan.alpha * score_unit(args.policy),
-                                       Format::fp16());
+    const PasaShift shift =
+        check_pasa_shift(args.policy.beta, cuda::kPasaBlockKv, plan.alpha * score_unit(args.policy), Format::fp16());
     plan.pasa_g = static_cast<float>(shift.invariance);
     plan.pasa_diag = static_cast<float>(shift.diag);
     plan.pasa_off = static_cast<float>(shift.off);
