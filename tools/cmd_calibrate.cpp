@@ -42,9 +42,6 @@ struct EntryFiles {
   }
 };
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // NAME.safetensors with tensors q, k, v, or NAME_q.npy, NAME_k.npy, NAME_v.npy; NAME is
 // layer<L>[_t<T>]. Two names for one (layer, timestep) ("layer1" and "layer01") are refused.
@@ -59,10 +56,10 @@ std::vector<EntryFiles> find_entries(const std::string& dir) {
   for (const fs::path& path : files) {
     const std::string file = path.filename().string();
     std::string name;
-    if (ends_with(file, ".safetensors")) {
+    if (file.ends_with(".safetensors")) {
       name = file.substr(0, file.size() - 12);
       found[name].safetensors = path.string();
-    } else if (ends_with(file, "_q.npy") || ends_with(file, "_k.npy") || ends_with(file, "_v.npy")) {
+    } else if (file.ends_with("_q.npy") || file.ends_with("_k.npy") || file.ends_with("_v.npy")) {
       name = file.substr(0, file.size() - 6);
       const char which = file[file.size() - 5];
       found[name].npy[which == 'q' ? 0 : which == 'k' ? 1 : 2] = path.string();

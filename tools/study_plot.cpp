@@ -73,10 +73,6 @@ PythonRun run_python(std::vector<std::string> args) {
   return run;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 void prepare_plot_directory(const std::string& directory) {
@@ -136,7 +132,7 @@ std::vector<std::string> write_study_plots(PlotKind kind, const std::string& res
   // The script prints the PNGs it wrote; anything else it said (a matplotlib warning) is passed on.
   std::vector<std::string> written;
   for (const std::string& line : run.lines) {
-    if (ends_with(line, ".png")) {
+    if (line.ends_with(".png")) {
       written.push_back(line);
     } else {
       text::print(stderr, "{}\n", line);

@@ -10,15 +10,9 @@
 
 namespace pasa::cli {
 
-namespace {
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-}  // namespace
-
 HostTensor load_tensor_file(const std::string& path, const std::string& name) {
-  if (ends_with(path, ".npy")) return io::read_npy(path);
-  if (ends_with(path, ".safetensors")) {
+  if (path.ends_with(".npy")) return io::read_npy(path);
+  if (path.ends_with(".safetensors")) {
     auto tensors = io::read_safetensors(path);
     if (auto it = tensors.find(name); it != tensors.end()) return std::move(it->second);
     if (tensors.size() == 1) return std::move(tensors.begin()->second);
@@ -36,7 +30,7 @@ void check_tensor_output_name(const std::string& option, const std::string& path
 }
 
 io::detail::FileBytes tensor_file_bytes(const std::string& path, const std::string& name, const HostTensor& tensor) {
-  if (ends_with(path, ".safetensors")) return io::detail::safetensors_bytes(path, {{name, &tensor}});
+  if (path.ends_with(".safetensors")) return io::detail::safetensors_bytes(path, {{name, &tensor}});
   return io::detail::npy_bytes(path, tensor);
 }
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._arrays import _DL_CPU, check_array, dlpack_device, is_torch_tensor
+from ._arrays import _DL_CPU, _host_empty, check_array, dlpack_device, is_torch_tensor
 from ._errors import PasaError, real_argument
 from ._policy import PolicyLike, core_policy
 
@@ -108,18 +108,20 @@ def _new_output(x: Any, shape: Tuple[int, ...], name: str, fill: Optional[float]
                 dtype: Any = None) -> Any:
     """A new array of x's kind (torch, on x's device, or NumPy; x's dtype, or float32 with a dtype),
     filled with ``fill`` where given; running out of memory is a PasaError naming the output."""
-    try:
-        if is_torch_tensor(x):
-            import torch
+    if not is_torch_tensor(x):
+        a = _host_empty(shape, x.dtype if dtype is None else dtype, name)
+        if fill is not None:
+            a.fill(fill)
+        return a
+    import torch
 
-            torch_dtype = x.dtype if dtype is None else torch.float32
-            if fill is None:
-                return torch.empty(shape, dtype=torch_dtype, device=x.device)
-            return torch.full(shape, fill, dtype=torch_dtype, device=x.device)
-        np_dtype = x.dtype if dtype is None else dtype
-        return np.empty(shape, dtype=np_dtype) if fill is None else np.full(shape, fill, dtype=np_dtype)
-    except (MemoryError, RuntimeError) as e:  # (torch's out-of-memory error is a RuntimeError)
-        if isinstance(e, RuntimeError) and "out of memory" not in str(e).lower():
+    torch_dtype = x.dtype if dtype is None else torch.float32
+    try:
+        if fill is None:
+            return torch.empty(shape, dtype=torch_dtype, device=x.device)
+        return torch.full(shape, fill, dtype=torch_dtype, device=x.device)
+    except RuntimeError as e:  # (torch's out-of-memory error is a RuntimeError)
+        if "out of memory" not in str(e).lower():
             raise
         raise PasaError(f"{name}: cannot allocate an array of shape {tuple(shape)}: out of memory") from None
 
