@@ -52,6 +52,13 @@ enum class PseudoAverage {
                 // to `s`: what a kernel gets from one more GEMM column of the stored K' rows' mean
 };
 
+// What a block's row sum l' adds up.
+enum class RowSum {
+  exponentials,  // "e": the exponentials before P is rounded, in sum_acc (the algorithm as written)
+  p,             // "p": P as rounded to `p` (divided by p_scale), in pv_acc: what a column of ones in
+                 // the P V GEMM gives, so that O~ and l weigh each key alike
+};
+
 struct Policy {
   std::string preset = "exact";  // the preset this policy was derived from (printing starts here)
 
@@ -90,6 +97,7 @@ struct Policy {
   bool p_running_max = false;      // with two_level: P taken against the running maximum, as the
                                    // SageAttention2 report writes it (P~ = exp(S - m_new)), instead of the
                                    // block's own ("p_max" = block | running)
+  RowSum rowsum = RowSum::exponentials;  // ("rowsum" = e | p)
 
   // FlashDecoding++ (algorithms.md section 5), with shift=unified.
   double phi = 0.0;                // the unified maximum ("phi")

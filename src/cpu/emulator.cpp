@@ -12,7 +12,7 @@
 //   once l is large (numerics/pasa_headroom.h)
 //   l = e_prev l + e_cur l',  O~ = e_prev O~ + e_cur fl_o(fl_p(e * p_scale) V_j)   (two-level)
 // Row sums (l', PASA's block sum of S') accumulate in sum_acc and are rounded once to the softmax
-// format. docs/algorithms.md states PASA's state update and where this departs from Algorithm 1.
+// format; rowsum=p takes l' = fl_sm(sum fl_p(e * p_scale)) / p_scale instead, accumulated in pv_acc. docs/algorithms.md states PASA's state update and where this departs from Algorithm 1.
 // With shift=none the shift terms are exactly zero and this is FlashAttention-2 written with the
 // block-local maximum, so PASA with beta = 0 is the same computation bit for bit (tested).
 // Every arithmetic result is rounded by the format of the point it belongs to ("sm" = softmax).
@@ -98,6 +98,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
   Partial out{std::vector<RowState>(rows), std::vector<double>(static_cast<std::size_t>(rows) * D, 0.0)};
   std::vector<double> scores(static_cast<std::size_t>(rows) * s2);
   std::vector<float> p_op(static_cast<std::size_t>(rows) * s2);  // P as the GEMM operand
+  const std::vector<float> ones(pol.rowsum == RowSum::p ? static_cast<std::size_t>(s2) : 0, 1.0f);  // rowsum=p
   std::vector<double> pv(static_cast<std::size_t>(rows) * D);
   std::vector<double> e_prev(rows), e_cur(rows);
   std::vector<double> pasa_means(rows);  // pseudo_avg=k: each row's s' of the block
@@ -229,10 +230,6 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         ep = sm(power(pol, sm(a - m_new)));
         ec = sm(power(pol, sm(b - m_new)));
       }
-      st.l = sm(sm(ep * st.l) + sm(ec * l_blk));
-      st.m = m_new;
-      st.F = F_new;
-      st.blocks += 1;
       // P against the running maximum (p_max=running, or one accumulator): the block's factor e_cur
       // goes into P itself.
       const bool p_running = !pol.two_level || pol.p_running_max;
@@ -246,6 +243,17 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         const double e = p_running ? sm(x[c] * ec) : x[c];
         p[c] = static_cast<float>(R.p(e * pol.p_scale));
       }
+      double l_add = sm(ec * l_blk);
+      if (pol.rowsum == RowSum::p) {  // P as rounded, summed as the P V GEMM sums a column of ones
+        double p_sum = 0.0;
+        model_gemm(p, n, ones.data(), 1, 1, n, 1, R.pv_acc, R.sm, &p_sum, 1);
+        const double l_p = sm(p_sum / pol.p_scale);
+        l_add = p_running ? l_p : sm(ec * l_p);
+      }
+      st.l = sm(sm(ep * st.l) + l_add);
+      st.m = m_new;
+      st.F = F_new;
+      st.blocks += 1;
     }
 
     const float* v = &kv.v[static_cast<std::size_t>(k0 * D)];

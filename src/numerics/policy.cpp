@@ -185,6 +185,9 @@ const std::vector<Field>& fields() {
       choice_field("p_max", &Policy::p_running_max, {"block", "running"},
                    "the maximum P's exponentials are taken against: the block's (block) or the running "
                    "one (running)"),
+      choice_field("rowsum", &Policy::rowsum, {"e", "p"},
+                   "what a block's row sum adds: e (the exponentials, in sum_acc) or p (P as rounded "
+                   "to p, in pv_acc: a column of ones in the P V GEMM)"),
       number_field("phi", &Policy::phi, "FlashDecoding++'s unified maximum (shift=unified)"),
       number_field("window_lo", &Policy::window_lo,
                    "FlashDecoding++'s recompute window (not a sliding window): rows with x - phi <= "
@@ -253,7 +256,7 @@ bool Policy::operator==(const Policy& o) const {
          smooth_q == o.smooth_q && smooth_k == o.smooth_k && smooth_v == o.smooth_v &&
          q_quant == o.q_quant && k_quant == o.k_quant && q_gran == o.q_gran && k_gran == o.k_gran &&
          v_quant == o.v_quant && p_scale == o.p_scale && two_level == o.two_level &&
-         p_running_max == o.p_running_max && phi == o.phi &&
+         p_running_max == o.p_running_max && rowsum == o.rowsum && phi == o.phi &&
          window_lo == o.window_lo && window_hi == o.window_hi && splits == o.splits;
 }
 
@@ -280,6 +283,10 @@ Policy preset_policy(std::string_view name) {
     // Key blocks of 128 as SageAttention2's Hopper kernel uses (CTA_K = 128), so the CUDA kernel's
     // softmax, K scales and two-level accumulation work on whole 128-key tiles; sage4 keeps 64.
     p.block_kv = name == "sage8" ? 128 : 64;
+    // sage8's row sums are those of P~ as rounded, which the CUDA kernel takes from the P~ V GEMM (a
+    // column of ones) instead of summing the exponentials on the CUDA cores: O~ and l then weigh every
+    // key alike (docs/numerics.md measures it against rowsum=e).
+    if (name == "sage8") p.rowsum = RowSum::p;
     if (name == "sage4") {
       p.q_quant = Format::int4();
       p.k_quant = Format::int4();

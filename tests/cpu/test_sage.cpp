@@ -159,6 +159,27 @@ TEST(Sage, OneAccumulatorEqualsTwoLevelWhenBothAreFp32) {
   EXPECT_GT(one, two);
 }
 
+TEST(Sage, RowSumsOfRoundedPWeighEveryKeyAsTheNumeratorDoes) {
+  // With V constant every output is that constant when the weights of P V and of l are the same
+  // numbers: rowsum=p sums P as rounded to e4m3, so O equals V up to the accumulators' roundings;
+  // rowsum=e divides by the sum of the exponentials before their rounding, which e4m3's 2^-4 steps
+  // miss by up to about a percent.
+  const std::uint64_t seed = test::kFixedSeeds[0];
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  QKV data = hybrid_qkv({1, 2, 300, 64}, 0.0, 0.0, seed, DType::f32);
+  const float value = 0.75f;
+  float* v = reinterpret_cast<float*>(data.v.bytes.data());
+  std::fill(v, v + data.v.numel(), value);
+  auto worst = [&](const std::string& policy) {
+    double w = 0.0;
+    for (const double o : run(data, policy).o) w = std::max(w, std::fabs(o / value - 1.0));
+    return w;
+  };
+  EXPECT_LE(worst("sage8,pv_acc=fp32"), 1e-6);
+  EXPECT_LE(worst("sage8"), 1e-3);  // FP22 accumulators
+  EXPECT_GE(worst("sage8,pv_acc=fp32,rowsum=e"), 1e-3);
+}
+
 TEST(Decode, SplitKvGivesTheSameAnswerForAnySplitCount) {
   const std::uint64_t seed = test::kFixedSeeds[1];
   SCOPED_TRACE(::testing::Message() << "seed " << seed);

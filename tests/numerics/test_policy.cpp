@@ -59,7 +59,8 @@ TEST(Policy, EqualityCoversEveryTextField) {
       {"pasa", "pseudo_avg=k"}, {"sage8", "q_quant=int4"},   {"sage8", "k_quant=int4"},
       {"sage8", "q_gran=warp"}, {"sage8", "k_gran=warp"},    {"sage8", "v_quant=e5m2"},
       {"fdpp", "shift=none"},   {"fdpp", "phi=1"},           {"fdpp", "window_lo=-10"},
-      {"fdpp", "window_hi=5"},  {"sage8", "p_max=running"}, {"exact", "exp_base=2"}};
+      {"fdpp", "window_hi=5"},  {"sage8", "p_max=running"}, {"exact", "exp_base=2"},
+      {"exact", "rowsum=p"}};
   for (const auto& [preset, override] : overrides) {
     const Policy base = preset_policy(preset);
     const Policy changed = parse_policy(std::string(preset) + "," + override);
@@ -146,7 +147,7 @@ TEST(Policy, FieldTableDescribesEveryKey) {
     EXPECT_EQ(f.kind == FieldKind::choice, !f.choices.empty()) << f.key;
     rebuilt += "," + f.key + "=" + field_value(p, f.key);
   }
-  EXPECT_EQ(keys.size(), 30u);
+  EXPECT_EQ(keys.size(), 31u);
   EXPECT_EQ(parse_policy(rebuilt), p);
   EXPECT_EQ(field_value(preset_policy("fdpp"), "shift"), "unified");
   EXPECT_EQ(field_value(preset_policy("sage8"), "pv_acc"), "fp22");

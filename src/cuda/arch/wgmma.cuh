@@ -123,6 +123,17 @@ __device__ __forceinline__ void wgmma_e4m3_m64n128k32(float (&d)[64], const std:
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
+// e4m3 A and B, fp32 accumulators: D (+)= A B for one 64 x 8 x 32 step (the sage8 mainloop's row sums
+// of P~ against a tile of ones). B is K-major.
+__device__ __forceinline__ void wgmma_e4m3_m64n8k32(float (&d)[4], const std::uint32_t (&a)[4], std::uint64_t desc_b,
+                                                    bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, "
+               "{%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
 // fp16 A and B, fp32 accumulators: D (+)= A B for one 64 x 8 x 16 step (the pasa mainloop's row sums
 // of P against a tile of ones; the wider 16-bit shapes are in wgmma_16bit.cuh). B is K-major, or with
 // kTransB MN-major (a tile stored [K][N], mn_major_desc).

@@ -5,7 +5,8 @@
 //
 // Per tile, each consumer warpgroup quantizes its 64 rows of Q to INT8 from the shared-memory tile,
 // one scale per thread group of quant_group(thread, query) (rows r and r + 8 of each 16-row slab: the
-// rows of one thread group's A fragments), into a K-major Q8 tile of its own (the extra shared memory),
+// rows of one thread group's A fragments), into a K-major Q8 tile of its own (the extra shared memory,
+// after a tile of e4m3 ones),
 // and frees the Q slot at once; with an LSE it also takes alpha q . mean(K), smooth K's correction.
 // Then per key block of 128:
 //   S = (Q8 K8^T, s8 -> s32) dq dk, by wgmma from shared memory;
@@ -13,7 +14,8 @@
 //     per key column parity, both positive) and dequantized once a row; each exponent is one FFMA of
 //     the score's magic float (an integer add) with the block shift folded into the bias;
 //   P~ = exp(S - m_blk) * 448 rounded to e4m3, each k32 step of P~ V8 issued as soon as its 32 keys'
-//     exponentials are packed, into a fresh fp32 accumulator;
+//     exponentials are packed, into a fresh fp32 accumulator, and with it P~ times the ones: the row
+//     sums of P~ as rounded (the policy's rowsum=p), off the CUDA cores;
 //   the next block's Q8 K8^T issued, and O = O exp(m_old - m_new) + (P~ V8) exp(m_blk - m_new) while it
 //     runs (two-level accumulation, as the emulator models it).
 // Epilogue: O = O / l * v_scale (O and l both carry P~'s factor 448), LSE = m + log l - log 448 +
@@ -54,6 +56,7 @@ constexpr int kMaskedScore = static_cast<int>(0xFF800000u - 0x4B400000u);
 constexpr float kMinScale = 1e-30f;
 constexpr float kLog2Fp8Max = 8.807354922057604f;  // log2(448): P~ comes out of exp2 already * 448
 constexpr float kLnFp8Max = 6.104793232414985f;    // ln(448)
+constexpr std::uint32_t kOnesE4m3x4 = 0x38383838u;  // four e4m3 ones (1.0 = 0x38)
 
 // Four floats to e4m3, first in the lowest byte.
 __device__ __forceinline__ std::uint32_t pack_e4m3(float a, float b, float c, float d) {
@@ -86,15 +89,26 @@ __device__ __forceinline__ float2 unpack2(std::uint32_t w) {
 
 template <typename Elem>
 struct Sage8HopperVariant : HopperVariantDefaults {
-  // Three consumer warpgroups at D 64, two at D 128 (S 64, the fresh P~ V sum D / 2, O D / 2 and P~
-  // 16 registers a thread); each keeps a 64-row Q8 tile in the extra shared memory. Four stages: the
+  // The all-ones e4m3 B tile of the P~ row sums (256 bytes read; 1024 keep the Q8 tiles after it
+  // aligned for their swizzle).
+  static constexpr int kOnesBytes = 1024;
+
+  // Three consumer warpgroups at D 64, two at D 128 (S 64, the fresh P~ V sum D / 2, O D / 2, P~ 16
+  // and its row sums 4 registers a thread); each keeps a 64-row Q8 tile in the extra shared memory. Four stages: the
   // 8-bit slots are half the 16-bit ones, so a deeper ring costs what two stages of those do.
   // (ptxas spills 88 bytes at D 64 in 160 registers; three warpgroups still measured 1.0-1.12x two,
   // bench/NOTES.md.)
   template <int D>
   static constexpr int kConsumers = D == 64 ? 3 : 2;
   template <int D>
-  using Tile = HopperTile<D, kConsumers<D>, kConsumers<D> * 64 * D, SageStage<D>::kKBytes, SageStage<D>::kVBytes, 4>;
+  using Tile = HopperTile<D, kConsumers<D>, kOnesBytes + kConsumers<D> * 64 * D, SageStage<D>::kKBytes,
+                          SageStage<D>::kVBytes, 4>;
+
+  __device__ __forceinline__ static void prepare_smem(std::uint32_t extra, int thread, int threads) {
+    for (int i = thread; i < kOnesBytes / 4; i += threads) {
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(extra + 4 * i), "r"(sage8::kOnesE4m3x4) : "memory");
+    }
+  }
 
   template <class Tile>
   __device__ __forceinline__ static const std::uint8_t* stage(const HopperParams& m, int b, int h_kv, int j,
@@ -205,7 +219,8 @@ struct Sage8HopperVariant : HopperVariantDefaults {
       const int n_kb_all = (p.seq_kv + kKeys - 1) / kKeys;
       const std::int64_t bhk = static_cast<std::int64_t>(ctx.tile.b) * ctx.m.heads_kv + ctx.tile.h / p.group;
       const int rows[2] = {ctx.row_lo + ctx.g, ctx.row_lo + ctx.g + 8};
-      const std::uint32_t q8 = ctx.extra() + ctx.c * 64 * D;
+      const std::uint32_t q8 = ctx.extra() + kOnesBytes + ctx.c * 64 * D;
+      const std::uint64_t ones_desc = plain_desc(ctx.extra());
       float lse_off[2];
       const float dq = quantize_q(ctx, q8, bhk, lse_off);
 
@@ -213,13 +228,14 @@ struct Sage8HopperVariant : HopperVariantDefaults {
 #pragma unroll
       for (int i = 0; i < kDT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
       float m_run[2] = {-INFINITY, -INFINITY};
-      float l_run[2] = {0.0f, 0.0f};  // this thread's part of each row's sum
+      float l_run[2] = {0.0f, 0.0f};  // each row's sum (times 448), the same in the thread group's four threads
       // S of one block: 64 values a thread, column 8 (i / 4) + 2 t + i % 2 of row g + 8 ((i % 4) / 2).
       int acc[kKeys / 2];
       // The K scales of the block whose S is in acc, for this thread's two key columns (key mod 8 = 2t,
       // 2t + 1); loaded when its Q K^T is issued, so that the load is covered by the MMAs.
       float dk[2] = {0.0f, 0.0f};
       float c[D / 2];            // one key block's P~ V8
+      float lsum[4];             // its P~ times ones: row g in [0], [1]; row g + 8 in [2], [3]
       std::uint32_t pa[kPT][4];  // P~ in e4m3 as the P~ V MMA's A fragments
 
       auto issue_qk = [&](int kb) {
@@ -235,9 +251,9 @@ struct Sage8HopperVariant : HopperVariantDefaults {
         wgmma_commit();
       };
 
-      // Block kb's softmax on acc, then its P~ V: masking, block maximum, running statistics; then per
-      // k32 step its 32 keys' exponentials, packed into that step's A fragment and issued at once. Returns
-      // the factors that fold P~ V into O.
+      // Block kb's softmax on acc, then its P~ V: masking, block maximum, running maximum; then per k32
+      // step its 32 keys' exponentials, packed into that step's A fragment and issued at once, with the
+      // step's row sums. Returns the factors that fold P~ V and the sums into O and l.
       auto softmax_and_issue_pv = [&](int kb, float (&ep)[2], float (&ec)[2]) {
         const int key0 = (ctx.kb_first + kb) * kKeys;
         if (block_needs_mask(p, key0, kKeys, ctx.row_lo)) {
@@ -285,7 +301,6 @@ struct Sage8HopperVariant : HopperVariantDefaults {
 #pragma unroll
           for (int par = 0; par < 2; ++par) bias[j][par] = magic_bias[par] - shift;
         }
-        float part[2][2] = {};  // this block's sum of P~ * 448 per row, in two independent chains
         const int f = fill + kb;
         ctx.v_ring.wait(f);
         const std::uint32_t v8 = ctx.v_slot(f);
@@ -296,7 +311,6 @@ struct Sage8HopperVariant : HopperVariantDefaults {
           for (int x = 0; x < 16; ++x) {
             const int i = 16 * kc + x, j = (i >> 1) & 1, par = i & 1;
             e[x] = fast_exp2(fmaf(sage8::magic_float(acc[i]), scale[par], bias[j][par]));
-            part[j][par] += e[x];
           }
           // The A fragment (the key permutation of the prepass's V8^T).
           pa[kc][0] = sage8::pack_e4m3(e[0], e[1], e[4], e[5]);
@@ -305,18 +319,16 @@ struct Sage8HopperVariant : HopperVariantDefaults {
           pa[kc][3] = sage8::pack_e4m3(e[10], e[11], e[14], e[15]);
           wgmma_fence();
           sage8::mma_pv<D>(c, pa[kc], kmajor_desc<kKeys>(v8) + 2 * kc, kc > 0);
+          wgmma_e4m3_m64n8k32(lsum, pa[kc], ones_desc, kc > 0);
         }
         wgmma_commit();
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const float lb = part[j][0] + part[j][1];
-          l_run[j] = ep[j] * l_run[j] + ec[j] * lb;
-        }
       };
 
-      // O = O ep + c ec; when no row of the warp has a new maximum (ep = 1, the common case once the
-      // first blocks are in) the rescale of O is skipped.
+      // O = O ep + c ec and l = l ep + lsum ec; when no row of the warp has a new maximum (ep = 1, the
+      // common case once the first blocks are in) the rescale of O is skipped.
       auto fold = [&](const float (&ep)[2], const float (&ec)[2]) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) l_run[j] = ep[j] * l_run[j] + ec[j] * lsum[2 * j];
         if (__all_sync(0xffffffffu, ep[0] == 1.0f && ep[1] == 1.0f)) {
 #pragma unroll
           for (int dt = 0; dt < kDT; ++dt)
@@ -347,6 +359,7 @@ struct Sage8HopperVariant : HopperVariantDefaults {
         issue_qk(kb + 1);
         wgmma_wait<1>();  // this block's P~ V
         wgmma_pin(c);
+        wgmma_pin(lsum);
         wgmma_pin(pa);
         ctx.v_ring.release(fill + kb);
         fold(ep, ec);
@@ -359,6 +372,7 @@ struct Sage8HopperVariant : HopperVariantDefaults {
         softmax_and_issue_pv(n_kb - 1, ep, ec);
         wgmma_wait<0>();
         wgmma_pin(c);
+        wgmma_pin(lsum);
         wgmma_pin(pa);
         ctx.v_ring.release(fill + n_kb - 1);
         fold(ep, ec);
@@ -366,13 +380,12 @@ struct Sage8HopperVariant : HopperVariantDefaults {
 
       // Epilogue: O / l * v_scale (both O and l carry the factor 448), the LSE with smooth K's correction.
       const float* vsc = qs.v_scale + bhk * D;
-      float row_l[2], lse[2];
+      float lse[2];
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        row_l[j] = quad_sum(l_run[j]);
-        lse[j] = row_l[j] > 0.0f ? m_run[j] * kLn2 + logf(row_l[j]) - sage8::kLnFp8Max + lse_off[j] : -INFINITY;
+        lse[j] = l_run[j] > 0.0f ? m_run[j] * kLn2 + logf(l_run[j]) - sage8::kLnFp8Max + lse_off[j] : -INFINITY;
       }
-      ctx.store_rows(row_l, lse, [&](int n8, int i) {
+      ctx.store_rows(l_run, lse, [&](int n8, int i) {
         const int col = 8 * n8 + 2 * t;
         return make_float2(o[n8][2 * i] * vsc[col], o[n8][2 * i + 1] * vsc[col + 1]);
       });
