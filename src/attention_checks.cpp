@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
+#include "memory_overlap.h"
 #include "pasa/error.h"
 #include "storage_convert.h"
 #include "text/format.h"
@@ -110,6 +112,29 @@ void check_mask_values(const MaskView& m) {
 }
 
 ProblemShape check_attention_args(const AttentionArgs& a) {
+  const ProblemShape p = check_attention_problem(a);
+  check_output_memory(a);
+  return p;
+}
+
+void check_output_memory(const AttentionArgs& a) {
+  const StridedMemory o = memory_of(a.o);
+  check_no_self_overlap(o, "o");
+  for (const auto& [input, name] : {std::pair{memory_of(a.q), "q"}, {memory_of(a.k), "k"}, {memory_of(a.v), "v"}}) {
+    check_apart(o, "o", input, name);
+  }
+  if (a.mask.kind != MaskKind::none) check_apart(o, "o", memory_of(a.mask), "attn_mask");
+  if (a.lse.data == nullptr) return;
+  const StridedMemory lse = memory_of(a.lse);
+  check_no_self_overlap(lse, "lse");
+  for (const auto& [other, name] : {std::pair{memory_of(a.q), "q"}, {memory_of(a.k), "k"}, {memory_of(a.v), "v"},
+                                    {o, "o"}}) {
+    check_apart(lse, "lse", other, name);
+  }
+  if (a.mask.kind != MaskKind::none) check_apart(lse, "lse", memory_of(a.mask), "attn_mask");
+}
+
+ProblemShape check_attention_problem(const AttentionArgs& a) {
   check_view(a.q, "q", false);
   check_view(a.k, "k", false);
   check_view(a.v, "v", false);

@@ -19,8 +19,17 @@ struct ProblemShape {
 // strides >= 0 (>= 1 for an output, which is written), a data pointer.
 void check_view(const TensorView& t, const char* name, bool is_output);
 
-// Checks pointers, shapes, GQA head counts, strides, devices, the LSE view and the scale.
+// Checks pointers, shapes, GQA head counts, strides, devices, the LSE view and the scale, then
+// check_output_memory.
 ProblemShape check_attention_args(const AttentionArgs& args);
+
+// check_attention_args without check_output_memory: for views that describe a problem rather than memory
+// (a KV cache's keys as one sequence of full capacity), whose caller checks the real tensors' memory.
+ProblemShape check_attention_problem(const AttentionArgs& args);
+
+// The outputs o and lse each address a distinct element per index, and neither shares memory with q,
+// k, v, the mask or the other (memory_overlap.h: byte ranges compared).
+void check_output_memory(const AttentionArgs& args);
 
 // "q [B, H_q, S_q, D], k/v [B, H_kv, S_kv, D]" for messages about a whole problem.
 std::string problem_text(const ProblemShape& p);

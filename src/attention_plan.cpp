@@ -56,6 +56,7 @@ void AttentionPlan::run(const AttentionArgs& args, void* workspace) const {
   check_same_problem(differing_field(args, s.problem));
   check_data_pointers({{&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.o, "o"}});
   if (args.mask.kind != MaskKind::none && args.mask.data == nullptr) throw Error("mask: data pointer is null");
+  check_output_memory(args);  // the pointers may be new; a few integer comparisons
   if (s.on_gpu) {
     check_workspace(cuda_plan_workspace_bytes(*s.cuda), workspace);
     run_cuda_plan(*s.cuda, args, workspace);

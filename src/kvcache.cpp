@@ -21,6 +21,7 @@
 #include "pasa/serving.h"
 #include "kvcache_checks.h"
 #include "memory_budget.h"
+#include "memory_overlap.h"
 #include "serving_sequence.h"
 #include "storage_convert.h"
 
@@ -198,6 +199,30 @@ void kvcache_on_gpu(const KVCacheArgs& args, const AttentionArgs& whole, std::in
 
 }  // namespace
 
+// k_cache and v_cache may interleave (halves of one buffer): the append writes their own elements, and
+// check_cache_tensors refuses the one tensor passed as both.
+void check_kvcache_memory(const KVCacheArgs& a, bool appends) {
+  const StridedMemory q = memory_of(a.q), k_cache = memory_of(a.k_cache), v_cache = memory_of(a.v_cache);
+  std::vector<std::pair<StridedMemory, const char*>> others{{q, "q"}, {k_cache, "k_cache"}, {v_cache, "v_cache"}};
+  if (appends) {
+    others.insert(others.end(), {{memory_of(a.k), "k"}, {memory_of(a.v), "v"}});
+    for (const auto& [cache, cache_name] : {std::pair{k_cache, "k_cache"}, {v_cache, "v_cache"}}) {
+      check_no_self_overlap(cache, cache_name);
+      for (const auto& [read, read_name] : {std::pair{q, "q"}, {memory_of(a.k), "k"}, {memory_of(a.v), "v"}}) {
+        check_apart(cache, cache_name, read, read_name);
+      }
+    }
+  }
+  const StridedMemory o = memory_of(a.o);
+  check_no_self_overlap(o, "o");
+  for (const auto& [other, name] : others) check_apart(o, "o", other, name);
+  if (a.lse.data == nullptr) return;
+  const StridedMemory lse = memory_of(a.lse);
+  check_no_self_overlap(lse, "lse");
+  others.emplace_back(o, "o");
+  for (const auto& [other, name] : others) check_apart(lse, "lse", other, name);
+}
+
 KVCacheProblem check_kvcache_tensors(const KVCacheArgs& args) {
   KVCacheProblem problem;
   problem.on_gpu = serving_on_gpu(args.options, args.q);
@@ -216,13 +241,14 @@ KVCacheProblem check_kvcache_tensors(const KVCacheArgs& args) {
                             args.k_cache.dim(), args.q.shape[1], args.q.dim()));
   }
   // q, o, lse and the options as the dense API checks them, with k and v standing for the cache of
-  // one sequence.
+  // one sequence (a view of no real memory: check_kvcache_memory checks the tensors themselves).
   AttentionArgs& whole = problem.whole;
   whole = call_options(args);
   whole.k = whole.v = slice_rows(args.k_cache, 0, 0, args.k_cache.shape[2]);
   whole.k.shape[0] = whole.v.shape[0] = args.q.shape[0];
-  problem.shape = check_attention_args(whole);
+  problem.shape = check_attention_problem(whole);
   problem.s_new = check_cache_tensors(args, problem.shape.batch, problem.shape.heads_kv);
+  check_kvcache_memory(args, problem.s_new > 0);
   if (problem.on_gpu && args.k_cache.shape[0] > std::numeric_limits<std::int32_t>::max()) {
     throw Error(text::format("k_cache: {} blocks; the GPU kernels take at most 2^31 - 1", args.k_cache.shape[0]));
   }

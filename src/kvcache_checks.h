@@ -22,6 +22,11 @@ struct KVCacheProblem {
 // reads cache_seqlens or the block table. Throws pasa::Error naming the argument.
 KVCacheProblem check_kvcache_tensors(const KVCacheArgs& args);
 
+// What the call writes against what it reads (memory_overlap.h): o and lse each a distinct element per
+// index and apart from every other tensor; with an append (`appends`), the caches, written then, a
+// distinct element per index and apart from q, k and v. Throws pasa::Error naming both tensors.
+void check_kvcache_memory(const KVCacheArgs& args, bool appends);
+
 // args.options with args' q, o and lse: the call as the dense API sees it, without keys.
 AttentionArgs call_options(const KVCacheArgs& args);
 

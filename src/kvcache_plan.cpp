@@ -62,6 +62,7 @@ void KVCachePlan::run(const KVCacheArgs& args, void* workspace) const {
     return;
   }
   check_data_pointers({{&args.q, "q"}, {&args.o, "o"}, {&args.k_cache, "k_cache"}, {&args.v_cache, "v_cache"}});
+  check_kvcache_memory(args, args.k.data != nullptr);  // the pointers may be new
   check_workspace(cuda_kvcache_workspace_bytes(*s.cuda), workspace);
   run_cuda_kvcache(*s.cuda, call_options(args), cuda_kv_cache(args), workspace);
 }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "array_views.h"
 
-#include <utility>
 
+#include "memory_overlap.h"
 #include "pasa/error.h"
 #include "text/format.h"
 
@@ -144,17 +144,8 @@ void check_same_device(const ArrayInfo& q, const ArrayInfo& a, const char* name)
 
 namespace {
 
-// [first, last) byte addresses an array's elements lie in (empty for an empty array).
-std::pair<std::uintptr_t, std::uintptr_t> byte_span(const ArrayInfo& a) {
-  const auto base = reinterpret_cast<std::uintptr_t>(a.data);
-  const std::int64_t item = (a.dtype.bits + 7) / 8;
-  std::int64_t lo = 0, hi = 0;  // element offsets of the extreme elements
-  for (std::size_t i = 0; i < a.ndim; ++i) {
-    if (a.shape[i] == 0) return {base, base};
-    const std::int64_t reach = (a.shape[i] - 1) * a.strides[i];
-    (reach < 0 ? lo : hi) += reach;
-  }
-  return {base + lo * item, base + (hi + 1) * item};
+StridedMemory memory_of(const ArrayInfo& a) {
+  return {a.data, (a.dtype.bits + 7) / 8, {a.shape, a.ndim}, {a.strides, a.ndim}};
 }
 
 }  // namespace
@@ -162,12 +153,11 @@ std::pair<std::uintptr_t, std::uintptr_t> byte_span(const ArrayInfo& a) {
 void check_no_overlap(const ArrayInfo& out, const char* name, const ArrayInfo& input,
                       const char* input_name) {
   if (out.device_type != input.device_type || out.device_id != input.device_id) return;
-  const auto [o_first, o_last] = byte_span(out);
-  const auto [i_first, i_last] = byte_span(input);
-  if (o_first < i_last && i_first < o_last) {
-    throw Error(text::format("{}: its memory overlaps {}'s; pass an output that does not alias the "
-                             "inputs", name, input_name));
-  }
+  check_apart(memory_of(out), name, memory_of(input), input_name);
+}
+
+void check_output_elements(const ArrayInfo& out, const char* name) {
+  check_no_self_overlap(memory_of(out), name);
 }
 
 }  // namespace pasa::python

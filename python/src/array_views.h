@@ -66,8 +66,12 @@ LseView lse_output_view(const ArrayInfo& a);
 void check_same_device(const ArrayInfo& q, const ArrayInfo& a, const char* name);
 
 // Throws pasa::Error naming `name` if the bytes output `out` spans overlap those of `input`: the
-// backends read the inputs while writing the output, so aliasing would give garbage.
+// backends read the inputs while writing the output, so aliasing would give garbage (memory_overlap.h).
 void check_no_overlap(const ArrayInfo& out, const char* name, const ArrayInfo& input,
                       const char* input_name);
+
+// Throws pasa::Error naming `name` unless every index of output `out` addresses its own element (a
+// stride of 0 on a dimension longer than 1 would lose results; memory_overlap.h states the rule).
+void check_output_elements(const ArrayInfo& out, const char* name);
 
 }  // namespace pasa::python

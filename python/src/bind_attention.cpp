@@ -119,11 +119,13 @@ AttentionArgs call_args(const InputArray& q, const InputArray& k, const InputArr
     }
   }
   check_same_device(inputs[0], oi, "out");
+  check_output_elements(oi, "out");
   for (int i = 0; i < 3; ++i) check_no_overlap(oi, "out", inputs[i], input_names[i]);
   if (lse) {
     const ArrayInfo li = array_info(*lse);
     args.lse = lse_output_view(li);
     check_same_device(inputs[0], li, "lse");
+    check_output_elements(li, "lse");
     for (int i = 0; i < 3; ++i) check_no_overlap(li, "lse", inputs[i], input_names[i]);
     check_no_overlap(li, "lse", oi, "out");
   }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "array_views.h"
 #include "bindings.h"
@@ -96,7 +97,10 @@ void attention_varlen(const InputArray& q, const InputArray& k, const InputArray
   check_same_device(qi, ki, "k");
   check_same_device(qi, vi, "v");
   check_same_device(qi, oi, "out");
-  check_no_overlap(oi, "out", qi, "q");
+  check_output_elements(oi, "out");
+  for (const auto& [input, name] : {std::pair{&qi, "q"}, {&ki, "k"}, {&vi, "v"}}) {
+    check_no_overlap(oi, "out", *input, name);
+  }
   args.cu_seqlens_q = int32_array(cq, "cu_seqlens_q", 1, qi);
   args.cu_seqlens_k = int32_array(ck, "cu_seqlens_k", 1, qi);
   if (cq.shape[0] < 2 || ck.shape[0] != cq.shape[0]) {
@@ -113,7 +117,10 @@ void attention_varlen(const InputArray& q, const InputArray& k, const InputArray
                               "shape {}", li.ndim, dtype_text(li.dtype), shape_text(li)));
     }
     check_same_device(qi, li, "lse");
-    check_no_overlap(li, "lse", oi, "out");
+    check_output_elements(li, "lse");
+    for (const auto& [other, name] : {std::pair{&qi, "q"}, {&ki, "k"}, {&vi, "v"}, {&oi, "out"}}) {
+      check_no_overlap(li, "lse", *other, name);
+    }
     args.lse.data = static_cast<float*>(li.data);
     args.lse.device = args.q.device;
     args.lse.shape = {1, li.shape[0], li.shape[1]};
@@ -158,6 +165,8 @@ void attention_with_kvcache(const InputArray& q, nb::handle k_cache_arg, nb::han
   check_same_device(qi, oi, "out");
   check_same_device(qi, kc, "k_cache");
   check_same_device(qi, vc, "v_cache");
+  check_output_elements(oi, "out");
+  check_no_overlap(oi, "out", qi, "q");
   for (const ArrayInfo* cache : {&kc, &vc}) check_no_overlap(oi, "out", *cache, "the cache");
   // The append writes the caches while it reads k and v: none of them may share memory (k_cache and
   // v_cache one buffer would take the values over the keys).
@@ -169,6 +178,7 @@ void attention_with_kvcache(const InputArray& q, nb::handle k_cache_arg, nb::han
     check_same_device(qi, info, name);
     check_no_overlap(kc, "k_cache", info, name);
     check_no_overlap(vc, "v_cache", info, name);
+    check_no_overlap(oi, "out", info, name);
     return view;
   };
   args.k = new_tokens(k, "k");
@@ -189,6 +199,7 @@ void attention_with_kvcache(const InputArray& q, nb::handle k_cache_arg, nb::han
     const ArrayInfo li = array_info(*lse);
     args.lse = lse_output_view(li);
     check_same_device(qi, li, "lse");
+    check_no_overlap(li, "lse", oi, "out");  // the C++ API checks the rest, by the same names
   }
   if (workspace) {
     // The caller's workspace (workspace(bytes) -> a device pointer, 256-byte aligned) instead of one

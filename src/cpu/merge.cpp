@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "attention_checks.h"
+#include "memory_overlap.h"
 #include "pasa/attention.h"
 #include "pasa/error.h"
 #include "storage_convert.h"
@@ -17,7 +18,8 @@ float& lse_at(const LseView& l, std::int64_t b, std::int64_t h, std::int64_t s) 
   return l.data[b * l.stride[0] + h * l.stride[1] + s * l.stride[2]];
 }
 
-// An output and its LSE, checked as pasa::attention checks its tensors (outputs: positive strides).
+// An output and its LSE, checked as pasa::attention checks its tensors (outputs: positive strides, a
+// distinct element per index). An output may alias its input a: the merge is element by element.
 void check_partial(const TensorView& o, const LseView& lse, const TensorView& like, const char* o_name,
                    const char* lse_name, bool is_output) {
   check_view(o, o_name, is_output);
@@ -34,6 +36,10 @@ void check_partial(const TensorView& o, const LseView& lse, const TensorView& li
       throw Error(text::format("{}: stride {} is {} (must be {})", lse_name, i, lse.stride[i],
                                is_output ? "positive" : "non-negative"));
     }
+  }
+  if (is_output) {
+    check_no_self_overlap(memory_of(o), o_name);
+    check_no_self_overlap(memory_of(lse), lse_name);
   }
 }
 

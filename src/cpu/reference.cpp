@@ -17,13 +17,13 @@ namespace pasa {
 
 ReferenceResult reference_attention(const AttentionArgs& args) {
   // o and lse are neither read nor written (the result is returned): checked as absent, o standing in
-  // as a view of q's shape that is never touched.
+  // as a view of q's shape that is never touched (so its memory is not checked either).
   static float untouched = 0.0f;
   AttentionArgs checked = args;
   checked.o = bhsd_view(&untouched, DType::f32, args.q.shape[0], args.q.shape[1], args.q.shape[2], args.q.shape[3],
                         args.q.device);
   checked.lse = LseView{};
-  const ProblemShape p = check_attention_args(checked);
+  const ProblemShape p = check_attention_problem(checked);
   if (args.q.device != Device::cpu) throw Error("reference_attention: q, k, v must be host tensors");
   // O and the LSE in fp64, and per thread one head's Q, K and V in fp64.
   const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };

@@ -133,16 +133,17 @@ TEST(MemoryBudget, TheEmulatorRefusesAProblemBeyondMemory) {
 // refuse it.
 TEST(MemoryBudget, BatchTimesHeadsBeyond64BitsIsRefused) {
   if (!available_memory_bytes()) GTEST_SKIP() << "no /proc: available memory unknown";
-  float value = 0.5f, out = 7.0f;
-  const TensorView broadcast{&value, DType::f32, {std::int64_t{1} << 33, std::int64_t{1} << 31, 1, 1}, {0, 0, 0, 0}};
+  // The output above the input in memory, with strides that give each index its own element.
+  float memory[2] = {0.5f, 7.0f};
+  const TensorView broadcast{&memory[0], DType::f32, {std::int64_t{1} << 33, std::int64_t{1} << 31, 1, 1}, {0, 0, 0, 0}};
   TensorView o = broadcast;
-  o.data = &out;
-  o.stride = {1, 1, 1, 1};
+  o.data = &memory[1];
+  o.stride = {std::int64_t{1} << 31, 1, 1, 1};
   const AttentionArgs args{broadcast, broadcast, broadcast, o};
   EXPECT_THROW(attention(args), ResourceError);
   EXPECT_THROW(AttentionPlan{args}, ResourceError);
   EXPECT_THROW(reference_attention(args), ResourceError);
-  EXPECT_EQ(out, 7.0f);
+  EXPECT_EQ(memory[1], 7.0f);
 }
 
 }  // namespace

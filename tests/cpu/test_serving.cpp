@@ -279,10 +279,11 @@ TEST(KVCache, APlanRunsEachStepAndRefusesAnotherProblem) {
 // A plan refuses what its run() would refuse on the CPU: a head dim past the CPU backends' 1024 was
 // planned and refused only at the first step.
 TEST(KVCache, APlanRefusesAHeadDimTheCpuCannotRun) {
-  std::vector<float> q(2000), kv(4 * 2000);
+  std::vector<float> q(2000), o(2000), kv(4 * 2000);
   const std::vector<std::int32_t> lens = {2};
   KVCacheArgs a;
-  a.q = a.o = bhsd_view(q.data(), DType::f32, 1, 1, 1, 2000);
+  a.q = bhsd_view(q.data(), DType::f32, 1, 1, 1, 2000);
+  a.o = bhsd_view(o.data(), DType::f32, 1, 1, 1, 2000);
   a.k_cache = a.v_cache = bhsd_view(kv.data(), DType::f32, 1, 1, 4, 2000);
   a.cache_seqlens = lens.data();
   expect_error([&] { KVCachePlan{a}; }, "q: head dim 2000 is larger than the CPU backends' 1024");
@@ -479,10 +480,11 @@ TEST(Serving, InputsBeyondTheInputFormatAreRefusedBeforeAnythingIsWritten) {
 // max_blocks: sizes past memory are pasa errors (std::bad_alloc escaped), raised before any device call,
 // so this runs without a GPU (the data pointers are never read).
 TEST(Serving, HugeIndexArraysOfTheGpuPathAreErrors) {
-  std::vector<std::uint16_t> q(8 * 2 * 4), kv(8 * 4);
+  std::vector<std::uint16_t> q(8 * 2 * 4), o(q.size()), kv(8 * 4);
   std::vector<std::int32_t> cu = {0, 8}, lens = {3};
   VarlenArgs a;
-  a.q = a.o = packed_view(q.data(), DType::f16, 8, 2, 4, Device::cuda);
+  a.q = packed_view(q.data(), DType::f16, 8, 2, 4, Device::cuda);
+  a.o = packed_view(o.data(), DType::f16, 8, 2, 4, Device::cuda);
   a.k = a.v = packed_view(kv.data(), DType::f16, 8, 1, 4, Device::cuda);
   a.cu_seqlens_q = a.cu_seqlens_k = cu.data();
   a.batch = std::int64_t{1} << 60;
@@ -491,7 +493,8 @@ TEST(Serving, HugeIndexArraysOfTheGpuPathAreErrors) {
     EXPECT_THROW(attention_varlen(a), ResourceError);
   }
   KVCacheArgs c;
-  c.q = c.o = bhsd_view(q.data(), DType::f16, 1, 2, 1, 4, Device::cuda);
+  c.q = bhsd_view(q.data(), DType::f16, 1, 2, 1, 4, Device::cuda);
+  c.o = bhsd_view(o.data(), DType::f16, 1, 2, 1, 4, Device::cuda);
   c.k_cache = c.v_cache = bhsd_view(kv.data(), DType::f16, 4, 1, 2, 4, Device::cuda);
   c.cache_seqlens = lens.data();
   c.block_table = lens.data();

@@ -201,3 +201,21 @@ def test_out_aliasing_an_input(rng):
     disjoint = np.empty((2, 1, 2, 8, 64), np.float32)
     disjoint[1] = k
     pasa.attention(q, disjoint[1], v, out=disjoint[0])  # neighbours, no overlap: fine
+
+
+def test_out_whose_indices_share_elements(rng):
+    q, k, v = qkv(rng, 1, 2, 2, 8, 8, 64)
+    memory = np.full(2 * 8 * 64, 7.0, np.float32)
+    # Each head starts one row after the previous: rows 1..7 of head 0 are rows 0..6 of head 1.
+    overlapping = np.lib.stride_tricks.as_strided(memory, (1, 2, 8, 64), (4 * 1024, 4 * 64, 4 * 64, 4))
+    with raises(r"^out: sizes \[1, 2, 8, 64\] with strides \[1024, 64, 64, 1\] address some elements more "
+                r"than once"):
+        pasa.attention(q, k, v, out=overlapping)
+    assert (memory == 7.0).all()
+    # The LSE output is the extension's (the torch op passes one): heads share their rows there.
+    lse_memory = np.full(8, 7.0, np.float32)
+    lse = np.lib.stride_tricks.as_strided(lse_memory, (1, 2, 8), (4 * 8, 4, 4))
+    with raises(r"^lse: sizes \[1, 2, 8\] with strides \[8, 1, 1\] address some elements more than once"):
+        pasa._core.attention(q, k, v, np.empty_like(q), lse, pasa.Policy("exact")._impl, False,
+                             "bottom_right", None, "bhsd", 0)
+    assert (lse_memory == 7.0).all()

@@ -425,3 +425,30 @@ def test_cuda_arrays_on_another_device_are_named(rng):
         with pytest.raises(pasa.PasaError, match=message):
             pasa.attention_with_kvcache(query, cache, cache, cache_seqlens=cache_seqlens,
                                         block_table=block_table)
+
+
+def test_outputs_overlapping_what_the_call_reads_raise_before_writing(rng):
+    # Packed: an output over k (the old check compared it with q alone).
+    cu = np.array([0, 3, 8], np.int32)
+    q, kv = randn(rng, (8, 4, 16)), randn(rng, (8, 4, 16))
+    before = kv.copy()
+    with pytest.raises(pasa.PasaError, match="^out: its memory overlaps k's"):
+        pasa.attention(q, kv, kv.copy(), cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=5, max_seqlen_k=5, out=kv)
+    np.testing.assert_array_equal(kv, before)
+    # KV cache: an output over q, over the new keys, or with heads sharing rows; neither the output nor
+    # the cache (the append comes first) is written.
+    k_cache, v_cache = randn(rng, (1, 6, 1, 8)), randn(rng, (1, 6, 1, 8))
+    cache_before = k_cache.copy()
+    step_q, new_k, new_v = randn(rng, (1, 1, 2, 8)), randn(rng, (1, 1, 1, 8)), randn(rng, (1, 1, 1, 8))
+    q_before = step_q.copy()
+    with pytest.raises(pasa.PasaError, match="^out: its memory overlaps q's"):
+        pasa.attention_with_kvcache(step_q, k_cache, v_cache, new_k, new_v, cache_seqlens=2, out=step_q)
+    np.testing.assert_array_equal(step_q, q_before)
+    keys = randn(rng, (1, 1, 2, 8))
+    with pytest.raises(pasa.PasaError, match="^out: its memory overlaps k's"):
+        pasa.attention_with_kvcache(step_q, k_cache, v_cache, keys[:, :, :1], new_v, cache_seqlens=2, out=keys)
+    memory = np.zeros(8, np.float32)
+    shared = np.lib.stride_tricks.as_strided(memory, (1, 1, 2, 8), (64, 64, 4, 4))  # both heads, one row
+    with pytest.raises(pasa.PasaError, match=r"^out: sizes \[1, 1, 2, 8\] with strides \[16, 16, 1, 1\]"):
+        pasa.attention_with_kvcache(step_q, k_cache, v_cache, new_k, new_v, cache_seqlens=2, out=shared)
+    np.testing.assert_array_equal(k_cache, cache_before)

@@ -73,7 +73,8 @@ std::shared_ptr<const CudaKvPlan> plan_cuda_kvcache(const AttentionArgs& args, c
   auto plan = std::make_shared<CudaKvPlan>();
   plan->capacity = paged ? c.max_blocks * block_size : block_size;
   const AttentionArgs dense = over_capacity(args, c, plan->capacity);
-  const ProblemShape shape = check_attention_args(dense);
+  // The caller checked the caches' real memory: these views span a capacity, not an allocation.
+  const ProblemShape shape = check_attention_problem(dense);
   plan->decode = plan_cuda_attention(dense, shape);
   if (!cuda_plan_is_decode(*plan->decode)) {
     throw Error(text::format("attention_with_kvcache on the GPU runs the split-KV decode kernel, which takes "

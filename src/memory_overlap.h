@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+// Where a strided view's elements lie in memory, to refuse an output whose elements would be written
+// twice (a stride of 0, or dimensions whose strides interleave) or that shares memory with a tensor the
+// call reads: either loses results silently. Shared by the C++ entry points and the Python bindings.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "pasa/attention.h"
+
+namespace pasa {
+
+// A strided array: the address of its element at index 0, bytes per element, sizes and element strides.
+struct StridedMemory {
+  const void* data = nullptr;
+  std::int64_t item = 0;
+  std::span<const std::int64_t> shape, stride;
+};
+
+StridedMemory memory_of(const TensorView& t);
+StridedMemory memory_of(const LseView& t);
+StridedMemory memory_of(const MaskView& t);
+
+// pasa::Error naming `name` unless every index of `out` addresses its own element. Decided by a rule
+// that is sufficient, not necessary (deciding it exactly is a subset-sum problem): the dimensions of
+// size > 1, ordered by |stride|, each step past all that the smaller ones span (|stride| > sum of
+// (size - 1) |stride| over them). Every permutation of a contiguous array, and every slice of one,
+// passes.
+void check_no_self_overlap(const StridedMemory& out, const char* name);
+
+// pasa::Error naming both unless the byte ranges `out` and `other` span (first to last byte of their
+// extreme elements) are disjoint. Conservative: two views that interleave without sharing an element
+// (k and v as halves of one [.., 2, ..] buffer) are refused as well when one of them is written.
+void check_apart(const StridedMemory& out, const char* name, const StridedMemory& other, const char* other_name);
+
+}  // namespace pasa
