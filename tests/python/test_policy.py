@@ -27,7 +27,7 @@ def test_fields():
         "softmax": "fp32", "exp_base": "e", "sum_acc": "fp32", "p": "fp32", "pv_acc": "fp32", "o": "fp32",
         "shift": "none", "beta": 0.0, "pseudo_avg": "s", "s1": 64, "s2": 64, "smooth_q": False, "smooth_k": False,
         "smooth_v": False, "q_quant": None, "k_quant": None, "q_gran": "thread",
-        "k_gran": "thread", "v_quant": None, "p_scale": 1.0, "two_level": True, "p_max": "block", "phi": 0.0,
+        "k_gran": "thread", "v_quant": None, "p_scale": 1.0, "two_level": True, "p_max": "block", "rowsum": "e", "phi": 0.0,
         "window_lo": -20.0, "window_hi": 10.0, "splits": 1,
     }
     p = pasa.Policy("pasa")
@@ -40,7 +40,7 @@ def test_fields():
 
 def test_every_preset_reads_every_field_from_the_cpp_table():
     keys = [f.key for f in pasa.Policy.fields()]
-    assert len(keys) == len(set(keys)) == 30
+    assert len(keys) == len(set(keys)) == 31
     for f in pasa.Policy.fields():
         assert f.doc and (f.kind == "choice") == bool(f.choices)
     for name in pasa.Policy.presets():
