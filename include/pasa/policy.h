@@ -161,7 +161,8 @@ std::string to_string(const Policy& policy);
 // Throws pasa::Error naming the field when the policy cannot run: beta outside [0, 1), block sizes
 // not in 1..1024, integer formats where a float is needed, a shift with a scale placement it cannot
 // fold, formats wider than the emulator's carrier, and fields set in C++ to values the text form does
-// not have (a format check_format refuses, an enum outside its enumerators).
+// not have (a format check_format refuses, an enum outside its enumerators, a preset name that
+// preset_names() does not list).
 void validate(const Policy& policy);
 
 }  // namespace pasa

@@ -264,6 +264,17 @@ std::vector<std::string> preset_names() {
   return {"exact", "fa16_fp32", "fa16", "pasa", "pasa_accurate", "sage8", "sage4", "fdpp"};
 }
 
+namespace {
+
+// "(presets: exact, fa16_fp32, ...)" for the errors that name an unknown preset.
+std::string known_presets() {
+  std::string known;
+  for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+  return "(presets: " + known + ")";
+}
+
+}  // namespace
+
 Policy preset_policy(std::string_view name) {
   Policy p;  // "exact": fp32 at every rounding point
   p.preset = std::string(name);
@@ -344,9 +355,7 @@ Policy preset_policy(std::string_view name) {
     p.block_kv = 128;
     return p;
   }
-  std::string known;
-  for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
-  throw Error("unknown policy '" + std::string(name) + "' (presets: " + known + ")");
+  throw Error("unknown policy '" + std::string(name) + "' " + known_presets());
 }
 
 double score_unit(const Policy& policy) {
@@ -404,7 +413,12 @@ std::string to_string(const Policy& policy) {
 }
 
 void validate(const Policy& p) {
-  // Fields set in C++ rather than parsed: every format and choice must be one the text form has.
+  // Fields set in C++ rather than parsed: the preset (what the policy prints from), and every format
+  // and choice, must be one the text form has.
+  const std::vector<std::string> presets = preset_names();
+  if (std::find(presets.begin(), presets.end(), p.preset) == presets.end()) {
+    throw Error("policy field 'preset': '" + p.preset + "' is not a preset " + known_presets());
+  }
   for (auto [key, f] : {std::pair{"input", &p.input}, {"qk_acc", &p.qk_acc}, {"s", &p.s}, {"softmax", &p.softmax},
                         {"sum_acc", &p.sum_acc}, {"p", &p.p}, {"pv_acc", &p.pv_acc}, {"o", &p.o}}) {
     check_format(*f, std::string("policy field '") + key + "'");

@@ -124,6 +124,12 @@ TEST(Policy, FieldsSetInCodeAreValidated) {
   refused([](Policy& p) { p.exp_base = static_cast<ExpBase>(2); }, "policy field 'exp_base'");
   refused([](Policy& p) { p.pseudo_avg = static_cast<PseudoAverage>(5); }, "policy field 'pseudo_avg'");
   refused([](Policy& p) { p.q_gran = static_cast<Granularity>(9); }, "policy field 'q_gran'");
+  // The preset name is what the policy prints from (to_string): an unknown one is refused here, with
+  // the known names, not when the policy is first printed.
+  refused([](Policy& p) { p.preset = "flash"; },
+          "policy field 'preset': 'flash' is not a preset (presets: exact, fa16_fp32, fa16, pasa, pasa_accurate, "
+          "sage8, sage4, fdpp)");
+  refused([](Policy& p) { p.preset = "Exact"; }, "policy field 'preset': 'Exact' is not a preset");
   // Every preset, and a format at each end of the ranges, passes.
   for (const std::string& name : preset_names()) EXPECT_NO_THROW(validate(preset_policy(name))) << name;
   Policy wide = preset_policy("exact");
