@@ -496,6 +496,22 @@ void validate(const Policy& p) {
     throw Error(text::format("policy field 'p_scale': {} is outside (0, {:g}] (P up to 1 times it must stay "
                              "finite in fp32 and in p = {})", p.p_scale, p_scale_max, p.p.name()));
   }
+  // At the other end, P = 1 (the weight of the row's maximum, which every row with a key has) times
+  // p_scale must be a normal number of p, and of pv_acc and o, which carry the scaled P V until O~ is
+  // divided by p_scale: below, every weight underflows (O = 0, or NaN where l sums P as rounded) or
+  // keeps only a subnormal's few bits, while the reference is finite. An integer p needs P = 1 to
+  // reach 1.
+  const double scaled_one = round_to(p.p, round_to(Format::fp32(), p.p_scale));
+  for (auto [key, f] : {std::pair{"p", p.p}, {"pv_acc", p.pv_acc}, {"o", p.o}}) {
+    const double smallest = f.is_integer() ? 1.0 : f.min_normal();
+    if (scaled_one < smallest) {
+      throw Error(text::format("policy field 'p_scale': {} is too small: P = 1 (the weight of a row's maximum) "
+                               "times it is {} in {} (p), below {:g}, {}'s smallest {} value ({}), so the "
+                               "weights would underflow or lose their precision; use p_scale >= {:g}",
+                               p.p_scale, scaled_one, p.p.name(), smallest, f.name(),
+                               f.is_integer() ? "nonzero" : "normal", key, smallest));
+    }
+  }
   // Per-warp and per-thread query groups are 16-row slabs of a query block; per-thread key groups
   // repeat every 8 keys of a key block.
   auto slab_gran = [](Granularity g) { return g == Granularity::warp || g == Granularity::thread; };

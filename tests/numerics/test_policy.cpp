@@ -102,6 +102,24 @@ TEST(Policy, ErrorsNameTheField) {
   expect_error([] { parse_policy("exact,shift=max"); }, "'shift': 'max' is not one of none, pasa, unified");
 }
 
+// P = 1, the weight of each row's maximum, times p_scale must be a normal number of p (1 for an
+// integer p) and of pv_acc and o, which carry the scaled P V: below, the weights underflow (sage8 at
+// 1e-30: every P~ 0, O = 0 or NaN) or keep a few bits (e4m3 subnormals below 2^-6).
+TEST(Policy, PScaleKeepsTheLargestWeightNormal) {
+  expect_error([] { parse_policy("sage8,p_scale=1e-30"); },
+               "policy field 'p_scale': 1e-30 is too small: P = 1 (the weight of a row's maximum) times it is 0 in "
+               "e4m3 (p), below 0.015625, e4m3's smallest normal value");
+  expect_error([] { parse_policy("sage8,p_scale=0.01"); }, "is 0.009765625 in e4m3 (p), below 0.015625");
+  EXPECT_EQ(parse_policy("sage8,p_scale=0.015625").p_scale, 0.015625);
+  expect_error([] { parse_policy("fa16,p_scale=1e-7"); }, "below 6.10352e-05, fp16's smallest normal value");
+  expect_error([] { parse_policy("exact,p=int8,p_scale=0.5"); }, "is 0 in int8 (p), below 1");
+  EXPECT_EQ(parse_policy("exact,p=int8,p_scale=1").p_scale, 1.0);
+  // fp32 P, but O accumulated in fp16: the scaled P V would underflow there.
+  expect_error([] { parse_policy("exact,o=fp16,p_scale=1e-6"); }, "below 6.10352e-05, fp16's smallest normal value "
+                                                                  "(o)");
+  for (const std::string& name : preset_names()) EXPECT_NO_THROW(validate(preset_policy(name))) << name;
+}
+
 // A policy set field by field in C++ is held to the text form's values: formats parse_format can
 // return and enumerators in range, each refused naming the field.
 TEST(Policy, FieldsSetInCodeAreValidated) {

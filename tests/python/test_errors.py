@@ -219,3 +219,10 @@ def test_out_whose_indices_share_elements(rng):
         pasa._core.attention(q, k, v, np.empty_like(q), lse, pasa.Policy("exact")._impl, False,
                              "bottom_right", None, "bhsd", 0)
     assert (lse_memory == 7.0).all()
+
+
+def test_p_scale_that_underflows_the_largest_weight():
+    with raises(r"^policy field 'p_scale': 1e-30 is too small: P = 1 \(the weight of a row's maximum\) times it is 0 "
+                r"in e4m3 \(p\)"):
+        pasa.Policy("sage8,p_scale=1e-30")
+    assert pasa.Policy("sage8,p_scale=0.015625").p_scale == 0.015625
