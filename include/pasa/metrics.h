@@ -16,7 +16,8 @@ struct ErrorMetrics {
 };
 
 // Compares `got` with `ref` (same length). When some element of `got` is not finite, every error
-// metric is NaN and nan_share says how many; an all-zero reference gives absolute errors.
+// metric is NaN and nan_share says how many; an all-zero reference gives absolute errors. A reference
+// holding NaN or inf is a pasa::Error naming the first such index: there is no error to measure.
 ErrorMetrics compare(const std::vector<double>& got, const std::vector<double>& ref);
 
 }  // namespace pasa

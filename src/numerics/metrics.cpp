@@ -5,12 +5,21 @@
 #include <limits>
 
 #include "pasa/error.h"
+#include "text/format.h"
 
 namespace pasa {
 
 ErrorMetrics compare(const std::vector<double>& got, const std::vector<double>& ref) {
   if (got.size() != ref.size() || got.empty()) {
     throw Error("compare: outputs of different sizes or empty");
+  }
+  // The reference is the yardstick: a non-finite value there leaves no error to measure (a NaN would be
+  // skipped by the maximum and report a finite max_abs), so it is the caller's error, not a result.
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(ref[i])) {
+      throw Error(text::format("compare: the reference holds {} at index {} of {}; errors are measured "
+                               "against a finite reference only", ref[i], i, ref.size()));
+    }
   }
   double diff2 = 0, ref2 = 0, got2 = 0, dot = 0, diff1 = 0, ref1 = 0, max_abs = 0;
   std::size_t bad = 0;

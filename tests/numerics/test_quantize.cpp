@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "pasa/metrics.h"
 #include "pasa/quantize.h"
@@ -93,6 +94,16 @@ TEST(Metrics, HandCheckedValues) {
   const ErrorMetrics bad = compare({std::nan(""), 1.0}, {1.0, 1.0});
   EXPECT_EQ(bad.nan_share, 0.5);
   EXPECT_TRUE(std::isnan(bad.rel_rmse));
+}
+
+// A reference that is not finite has no error to measure against: a NaN there was skipped by the
+// maximum (max_abs 0 and nan_share 0 beside NaN relative errors), an inf gave rmse = inf.
+TEST(Metrics, ANonFiniteReferenceIsAnError) {
+  const double inf = std::numeric_limits<double>::infinity();
+  test::expect_error([&] { compare({1.0, 2.0, 3.0}, {1.0, std::nan(""), 3.0}); },
+                     "compare: the reference holds nan at index 1 of 3");
+  test::expect_error([&] { compare({1.0, 2.0, 3.0}, {1.0, 2.0, -inf}); },
+                     "compare: the reference holds -inf at index 2 of 3");
 }
 
 }  // namespace
