@@ -58,10 +58,22 @@ __device__ __forceinline__ int first_key_block(const FwdParams& p, int r0, int b
   return visible_first(p, r0) / block;
 }
 
-// Whether some key of the block [key0, key0 + block) is invisible to some of the rows
-// [row_lo, row_lo + rows): past the first row's limit or before the last row's first key.
+// Which key blocks some of the rows [row_lo, row_lo + rows) see only in part: a block [key0, key0 +
+// block) reaching past the first row's limit or starting before the last row's first key. Taken once
+// per tile, a mainloop's test per block is two compares where block_needs_mask has ptxas rebuild both
+// bounds from the parameters in constant memory every block; but the two bounds then stay live
+// through the loop, which a kernel at 160 registers a thread pays for in spills (measured:
+// bench/NOTES.md, nineteenth session), so only the pasa mainloop (240 registers) takes it.
+struct PartialBlocks {
+  int first_key, limit;
+  __device__ __forceinline__ PartialBlocks(const FwdParams& p, int row_lo, int rows = 16)
+      : first_key(visible_first(p, row_lo + rows - 1)), limit(visible_limit(p, row_lo)) {}
+  __device__ __forceinline__ bool needs_mask(int key0, int block) const {
+    return key0 + block > limit || key0 < first_key;
+  }
+};
 __device__ __forceinline__ bool block_needs_mask(const FwdParams& p, int key0, int block, int row_lo, int rows = 16) {
-  return key0 + block > visible_limit(p, row_lo) || key0 < visible_first(p, row_lo + rows - 1);
+  return PartialBlocks(p, row_lo, rows).needs_mask(key0, block);
 }
 
 // fp32 scores of keys outside [first_of(r), limit_of(r)) become -inf, for rows r = 2 mt + i (g, g + 8

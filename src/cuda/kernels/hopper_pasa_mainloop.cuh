@@ -113,6 +113,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
       // behind P V, so the tensor cores go on while PASA's update and O~ take in this block's P V.
       // (Two instantiations, so that no wgmma is issued under a run-time condition, which makes ptxas
       // serialize them.)
+      const PartialBlocks partial(p, ctx.row_lo);
       auto run_block = [&](int kb, auto has_next) {
         constexpr bool kHasNext = decltype(has_next)::value;
         const int f = fill + kb, key0 = (ctx.kb_first + kb) * kKeys;
@@ -129,10 +130,10 @@ struct PasaHopperVariant : HopperVariantDefaults {
         float m_blk[2];
         [[maybe_unused]] __half2 m_use[2];
         if constexpr (kAccurate) {
-          if (block_needs_mask(p, key0, kKeys, ctx.row_lo)) apply_mask(s32, p, key0, ctx.row_lo + ctx.g);
+          if (partial.needs_mask(key0, kKeys)) apply_mask(s32, p, key0, ctx.row_lo + ctx.g);
           Softmax::block_max_fp32(s32, m_blk);
         } else {
-          if (block_needs_mask(p, key0, kKeys, ctx.row_lo)) apply_mask(pa, p, key0, ctx.row_lo + ctx.g);
+          if (partial.needs_mask(key0, kKeys)) apply_mask(pa, p, key0, ctx.row_lo + ctx.g);
           Softmax::block_max(pa, m_blk, m_use);
         }
 
