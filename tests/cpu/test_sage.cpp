@@ -180,6 +180,22 @@ TEST(Sage, RowSumsOfRoundedPWeighEveryKeyAsTheNumeratorDoes) {
   EXPECT_GE(worst("sage8,pv_acc=fp32,rowsum=e"), 1e-3);
 }
 
+TEST(Sage, RowSumsOfPAreThoseOfTheExponentialsWhenPIsNotRounded) {
+  // With P in fp32 and p_scale 1 (p_scale 2 scales and unscales exactly) the rounded P is the
+  // exponential itself, so rowsum=p must give rowsum=e's answer on each accumulation path: two-level
+  // against the block's maximum, two-level against the running one (e_cur inside P), one accumulator.
+  const std::uint64_t seed = test::kFixedSeeds[1];
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  QKV data = uniform_qkv({1, 2, 200, 64}, 0.0, 2.0, seed, DType::f32);
+  for (const char* base : {"exact", "exact,p_max=running", "exact,two_level=0", "exact,p_scale=2"}) {
+    SCOPED_TRACE(base);
+    const Result e = run(data, base, true);
+    const Result p = run(data, std::string(base) + ",rowsum=p", true);
+    EXPECT_LE(test::max_abs_diff(p.o, e.o), 1e-6);
+    for (std::size_t i = 0; i < e.lse.size(); ++i) ASSERT_NEAR(p.lse[i], e.lse[i], 1e-5) << "row " << i;
+  }
+}
+
 TEST(Decode, SplitKvGivesTheSameAnswerForAnySplitCount) {
   const std::uint64_t seed = test::kFixedSeeds[1];
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
