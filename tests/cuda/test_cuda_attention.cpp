@@ -593,7 +593,9 @@ TEST(CudaBadInput, Sage8OtherBlockOrFields) {
   p.args.policy = preset_policy("sage4");  // INT4 Q, K: not a CUDA kernel
   test::expect_error([&] { attention(p.args); }, "policy field");
   p.args.policy = parse_policy("sage8,two_level=false");
-  test::expect_error([&] { attention(p.args); }, "policy field");
+  test::expect_error([&] { attention(p.args); }, "'two_level=0' are not supported by the CUDA sage8 kernel");
+  p.args.policy = parse_policy("sage8,rowsum=e");  // the kernel sums P~ as rounded
+  test::expect_error([&] { attention(p.args); }, "'rowsum=e' are not supported by the CUDA sage8 kernel");
 }
 
 // A negative softmax scale is an error naming it (the emulator runs it; the kernel's integer maxima

@@ -57,13 +57,19 @@ bool is_fdpp_family(const Policy& pol) {
 
 // The sage8 preset (SageAttention2's 8-bit kernel): every field as the preset has it, any s1 (each
 // row's state is its own); s2 must be the kernel's kSage8BlockKv = 128 (it sets K's quantization
-// groups and the two-level PV accumulation). Returns false for any other policy (judged by the other families).
+// groups and the two-level PV accumulation). Returns false for a policy not derived from the sage8
+// preset (judged by the other families); throws naming the fields for one derived from it that
+// differs elsewhere (rowsum=e, two_level=0, ...), which the exact family's checks would refuse by a
+// format (p = e4m3) instead.
 bool is_sage8(const Policy& pol) {
   const Policy preset = preset_policy("sage8");
   Policy normalized = pol;
   normalized.block_q = preset.block_q;
   normalized.block_kv = preset.block_kv;
-  if (normalized != preset) return false;
+  if (normalized != preset) {
+    if (pol.preset == "sage8") reject_other_fields(normalized, "sage8", "sage8");
+    return false;
+  }
   if (pol.block_kv != cuda::kSage8BlockKv) {
     throw Error("policy field 's2': " + std::to_string(pol.block_kv) + " is not supported by the CUDA "
                 "sage8 kernel (it quantizes K and accumulates P V in key blocks of s2 = " +
