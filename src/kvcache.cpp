@@ -199,12 +199,13 @@ void kvcache_on_gpu(const KVCacheArgs& args, const AttentionArgs& whole, std::in
 
 }  // namespace
 
-// k_cache and v_cache may interleave (halves of one buffer): the append writes their own elements, and
-// check_cache_tensors refuses the one tensor passed as both.
+// k_cache and v_cache may interleave (the halves of one buffer) but, when the call appends, share no
+// element (check_no_shared_element).
 void check_kvcache_memory(const KVCacheArgs& a, bool appends) {
   const StridedMemory q = memory_of(a.q), k_cache = memory_of(a.k_cache), v_cache = memory_of(a.v_cache);
   std::vector<std::pair<StridedMemory, const char*>> others{{q, "q"}, {k_cache, "k_cache"}, {v_cache, "v_cache"}};
   if (appends) {
+    check_no_shared_element(k_cache, "k_cache", v_cache, "v_cache");
     others.insert(others.end(), {{memory_of(a.k), "k"}, {memory_of(a.v), "v"}});
     for (const auto& [cache, cache_name] : {std::pair{k_cache, "k_cache"}, {v_cache, "v_cache"}}) {
       check_no_self_overlap(cache, cache_name);

@@ -2,6 +2,8 @@
 #include "memory_overlap.h"
 
 #include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdlib>
 #include <utility>
 #include <vector>
@@ -12,20 +14,30 @@
 namespace pasa {
 namespace {
 
+constexpr std::size_t kMaxRank = 8;  // the views here have at most 4 dimensions
+
 std::string sizes_text(std::span<const std::int64_t> values) {
   std::string out = "[";
   for (std::size_t i = 0; i < values.size(); ++i) out += (i == 0 ? "" : ", ") + std::to_string(values[i]);
   return out + "]";
 }
 
-// [first, last) byte addresses of a view's elements; empty for a view with a dimension of size 0. The
-// spans are computed in 128 bits' worth of headroom: sizes and strides are the caller's numbers.
+// (size - 1) * stride in 128 bits, held within +-2^100: sizes and strides are the caller's numbers (up
+// to 2^63 each), and a reach that far exceeds any memory, so holding it there keeps the sums below
+// and their byte counts clear of overflow without changing what they decide.
+__int128 reach_of(std::int64_t size, __int128 stride) {
+  constexpr __int128 kFar = static_cast<__int128>(1) << 100;
+  const __int128 reach = static_cast<__int128>(size - 1) * stride;
+  return reach > kFar ? kFar : reach < -kFar ? -kFar : reach;
+}
+
+// [first, last) byte addresses of a view's elements; empty for a view with a dimension of size 0.
 std::pair<__int128, __int128> byte_span(const StridedMemory& m) {
   const auto base = static_cast<__int128>(reinterpret_cast<std::uintptr_t>(m.data));
   __int128 lo = 0, hi = 0;  // element offsets of the extreme elements
   for (std::size_t i = 0; i < m.shape.size(); ++i) {
     if (m.shape[i] <= 0) return {base, base};
-    const __int128 reach = static_cast<__int128>(m.shape[i] - 1) * m.stride[i];
+    const __int128 reach = reach_of(m.shape[i], m.stride[i]);
     (reach < 0 ? lo : hi) += reach;
   }
   return {base + lo * m.item, base + (hi + 1) * m.item};
@@ -60,7 +72,7 @@ void check_no_self_overlap(const StridedMemory& out, const char* name) {
                                "no stride of 0, no interleaved dimensions)", name, sizes_text(out.shape),
                                sizes_text(out.stride)));
     }
-    spanned += stride * (size - 1);
+    spanned += reach_of(size, stride);
   }
 }
 
@@ -72,6 +84,33 @@ void check_apart(const StridedMemory& out, const char* name, const StridedMemory
                              "inputs or the other outputs (the byte ranges the views span must be disjoint)",
                              name, other_name));
   }
+}
+
+void check_no_shared_element(const StridedMemory& a, const char* a_name, const StridedMemory& b, const char* b_name) {
+  const auto [a_first, a_last] = byte_span(a);
+  const auto [b_first, b_last] = byte_span(b);
+  if (!(a_first < b_last && b_first < a_last)) return;
+  const std::ptrdiff_t gap = static_cast<const char*>(b.data) - static_cast<const char*>(a.data);
+  const bool halves = a.item == b.item && gap % a.item == 0 && a.shape.size() == b.shape.size() &&
+                      a.shape.size() < kMaxRank && std::equal(a.shape.begin(), a.shape.end(), b.shape.begin()) &&
+                      std::equal(a.stride.begin(), a.stride.end(), b.stride.begin());
+  if (halves) {
+    std::array<std::int64_t, kMaxRank> shape{}, stride{};
+    std::copy(a.shape.begin(), a.shape.end(), shape.begin());
+    std::copy(a.stride.begin(), a.stride.end(), stride.begin());
+    shape[a.shape.size()] = 2;
+    stride[a.shape.size()] = gap / a.item;
+    const std::size_t rank = a.shape.size() + 1;
+    const StridedMemory both{a.data, a.item, {shape.data(), rank}, {stride.data(), rank}};
+    try {
+      check_no_self_overlap(both, b_name);
+      return;
+    } catch (const Error&) {
+    }
+  }
+  throw Error(text::format("{}: shares elements with {}; both are written, so one would overwrite the other "
+                           "(give them their own memory, or the two halves of one buffer with the same "
+                           "strides)", b_name, a_name));
 }
 
 }  // namespace pasa

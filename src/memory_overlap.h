@@ -34,4 +34,10 @@ void check_no_self_overlap(const StridedMemory& out, const char* name);
 // (k and v as halves of one [.., 2, ..] buffer) are refused as well when one of them is written.
 void check_apart(const StridedMemory& out, const char* name, const StridedMemory& other, const char* other_name);
 
+// pasa::Error naming both unless `a` and `b`, both written, share no element: apart (check_apart), or
+// the two halves of one buffer, with the same strides and a gap between them that the stride rule
+// (check_no_self_overlap) lets a dimension of size 2 take (k_cache and v_cache in one
+// [blocks, 2, block_size, H, D] pool). Any other overlap is refused.
+void check_no_shared_element(const StridedMemory& a, const char* a_name, const StridedMemory& b, const char* b_name);
+
 }  // namespace pasa

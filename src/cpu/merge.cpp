@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Exact merge of two partial attention results over disjoint key sets (algorithms.md section 1):
 //   LSE = log(exp(LSE_a) + exp(LSE_b)),  O = exp(LSE_a - LSE) O_a + exp(LSE_b - LSE) O_b.
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
+#include <utility>
 
 #include "attention_checks.h"
 #include "memory_overlap.h"
@@ -19,7 +22,7 @@ float& lse_at(const LseView& l, std::int64_t b, std::int64_t h, std::int64_t s) 
 }
 
 // An output and its LSE, checked as pasa::attention checks its tensors (outputs: positive strides, a
-// distinct element per index). An output may alias its input a: the merge is element by element.
+// distinct element per index).
 void check_partial(const TensorView& o, const LseView& lse, const TensorView& like, const char* o_name,
                    const char* lse_name, bool is_output) {
   check_view(o, o_name, is_output);
@@ -43,6 +46,20 @@ void check_partial(const TensorView& o, const LseView& lse, const TensorView& li
   }
 }
 
+// An output may be one of the inputs itself (the merge reads each element before it writes it) but
+// must otherwise stay apart from every input and the other output: a shifted or reshaped alias would
+// be written before it is read.
+bool same_view(const StridedMemory& x, const StridedMemory& y) {
+  return x.data == y.data && x.item == y.item && std::equal(x.shape.begin(), x.shape.end(), y.shape.begin(), y.shape.end()) &&
+         std::equal(x.stride.begin(), x.stride.end(), y.stride.begin(), y.stride.end());
+}
+void check_merge_output(const StridedMemory& out, const char* name,
+                        std::initializer_list<std::pair<StridedMemory, const char*>> others) {
+  for (const auto& [other, other_name] : others) {
+    if (!same_view(out, other)) check_apart(out, name, other, other_name);
+  }
+}
+
 }  // namespace
 
 void merge_partials(const TensorView& o_a, const LseView& lse_a, const TensorView& o_b,
@@ -50,6 +67,9 @@ void merge_partials(const TensorView& o_a, const LseView& lse_a, const TensorVie
   check_partial(o_a, lse_a, o_a, "o_a", "lse_a", false);
   check_partial(o_b, lse_b, o_a, "o_b", "lse_b", false);
   check_partial(o, lse, o_a, "o", "lse", true);
+  const StridedMemory oa = memory_of(o_a), ob = memory_of(o_b), la = memory_of(lse_a), lb = memory_of(lse_b);
+  check_merge_output(memory_of(o), "o", {{oa, "o_a"}, {ob, "o_b"}, {la, "lse_a"}, {lb, "lse_b"}, {memory_of(lse), "lse"}});
+  check_merge_output(memory_of(lse), "lse", {{oa, "o_a"}, {ob, "o_b"}, {la, "lse_a"}, {lb, "lse_b"}});
   const auto [B, H, S, D] = o_a.shape;
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t h = 0; h < H; ++h)

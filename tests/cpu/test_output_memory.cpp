@@ -218,6 +218,25 @@ TEST(OutputMemory, TheKvCacheApiRefusesAnOutputOverlappingTheCachesOrTheNewKeys)
   }
 }
 
+TEST(OutputMemory, AnAppendRefusesCachesThatShareElementsButTakesTheHalvesOfOneBuffer) {
+  {
+    SmallCache c;  // v_cache one row into k_cache: the new values would land on keys
+    c.args.v_cache.data = &c.k_cache[kD];
+    c.expect_refused("v_cache: shares elements with k_cache");
+  }
+  // One pool [blocks, 2, H, positions, D]: k_cache the first half of each block, v_cache the second.
+  SmallCache c;
+  std::vector<float> pool(2 * c.k_cache.size(), 0.5f);
+  const std::int64_t half = kH * 4 * kD;
+  for (TensorView* cache : {&c.args.k_cache, &c.args.v_cache}) {
+    cache->data = pool.data() + (cache == &c.args.v_cache ? half : 0);
+    cache->stride[0] = 2 * half;
+  }
+  attention_with_kvcache(c.args);
+  EXPECT_EQ(pool[static_cast<std::size_t>(2 * 2 * half + 2 * kD)], 1.0f);         // block 2, slot 2: k
+  EXPECT_EQ(pool[static_cast<std::size_t>(2 * 2 * half + half + 2 * kD)], -1.0f);  // ... and v
+}
+
 TEST(OutputMemory, MergeRefusesAnOutputWhoseIndicesShareElements) {
   float oa[4] = {1, 2, 3, 4}, ob[4] = {5, 6, 7, 8}, om[4] = {9, 9, 9, 9}, la[2] = {0, 0}, lb[2] = {0, 0},
         lm[2] = {9, 9};
@@ -228,6 +247,13 @@ TEST(OutputMemory, MergeRefusesAnOutputWhoseIndicesShareElements) {
                "o: sizes [1, 1, 2, 2] with strides [4, 4, 1, 1] address some elements more than once");
   EXPECT_EQ(om[0], 9.0f);
   EXPECT_EQ(lm[0], 9.0f);
+  // o one row into o_a: row 0 of o would be written over row 1 of o_a before that is read.
+  float pool[6] = {1, 2, 3, 4, 0, 0};
+  const auto shifted_a = bhsd_view(pool, DType::f32, 1, 1, 2, 2);
+  expect_error([&] { merge_partials(shifted_a, lse_view(la, 1, 1, 2), b, lse_view(lb, 1, 1, 2),
+                                    bhsd_view(pool + 2, DType::f32, 1, 1, 2, 2), lse_view(lm, 1, 1, 2)); },
+               "o: its memory overlaps o_a's");
+  EXPECT_EQ(pool[2], 3.0f);
   // In place (o is o_a, element by element) stays allowed.
   merge_partials(a, lse_view(la, 1, 1, 2), b, lse_view(lb, 1, 1, 2), a, lse_view(la, 1, 1, 2));
   EXPECT_FLOAT_EQ(oa[0], 3.0f);

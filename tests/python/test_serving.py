@@ -150,9 +150,29 @@ def test_appends_that_alias_the_cache_raise_before_writing(rng):
         pasa.attention_with_kvcache(q, k_cache, v_cache, k_cache[:, 1:3], v_cache[:, 1:3].copy(),
                                     cache_seqlens=2)
     new = randn(rng, (1, 1, 1, 8))
-    with pytest.raises(pasa.PasaError, match="k_cache: its memory overlaps v_cache's"):
+    with pytest.raises(pasa.PasaError, match="v_cache: is k_cache"):
         pasa.attention_with_kvcache(q, k_cache, k_cache, new, new.copy(), cache_seqlens=2)
     np.testing.assert_array_equal(k_cache, before)
+    # v_cache one position into k_cache: the new values would land on keys.
+    pool = randn(rng, (1, 7, 1, 8))
+    pool_before = pool.copy()
+    with pytest.raises(pasa.PasaError, match="v_cache: shares elements with k_cache"):
+        pasa.attention_with_kvcache(q, pool[:, :6], pool[:, 1:], new, new.copy(), cache_seqlens=2)
+    np.testing.assert_array_equal(pool, pool_before)
+
+
+def test_caches_may_be_the_two_halves_of_one_buffer(rng):
+    # FlashInfer's paged layout: one pool [blocks, 2, block_size, H, D], keys and values interleaved.
+    pool = randn(rng, (3, 2, 4, 2, 8))
+    q, new_k, new_v = randn(rng, (1, 1, 2, 8)), randn(rng, (1, 1, 2, 8)), randn(rng, (1, 1, 2, 8))
+    table = np.array([[2, 0]], np.int32)
+    got = pasa.attention_with_kvcache(q, pool[:, 0], pool[:, 1], new_k, new_v, cache_seqlens=5,
+                                      block_table=table)
+    np.testing.assert_array_equal(pool[0, 0, 1], new_k[0, 0])  # position 5: block 0, slot 1
+    np.testing.assert_array_equal(pool[0, 1, 1], new_v[0, 0])
+    k_dense, v_dense = pool[[2, 0], 0].reshape(1, 8, 2, 8), pool[[2, 0], 1].reshape(1, 8, 2, 8)
+    want = pasa.attention_with_kvcache(q, k_dense.copy(), v_dense.copy(), cache_seqlens=6)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
 
 
 def test_read_only_caches_serve_calls_without_an_append(rng):
@@ -428,7 +448,7 @@ def test_cuda_arrays_on_another_device_are_named(rng):
 
 
 def test_outputs_overlapping_what_the_call_reads_raise_before_writing(rng):
-    # Packed: an output over k (the old check compared it with q alone).
+    # Packed: an output over k.
     cu = np.array([0, 3, 8], np.int32)
     q, kv = randn(rng, (8, 4, 16)), randn(rng, (8, 4, 16))
     before = kv.copy()
