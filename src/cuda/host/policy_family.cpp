@@ -55,21 +55,20 @@ bool is_fdpp_family(const Policy& pol) {
   return true;
 }
 
-// The sage8 preset (SageAttention2's 8-bit kernel): every field as the preset has it, any s1 (each
-// row's state is its own); s2 must be the kernel's kSage8BlockKv = 128 (it sets K's quantization
-// groups and the two-level PV accumulation). Returns false for a policy not derived from the sage8
-// preset (judged by the other families); throws naming the fields for one derived from it that
-// differs elsewhere (rowsum=e, two_level=0, ...), which the exact family's checks would refuse by a
-// format (p = e4m3) instead.
-bool is_sage8(const Policy& pol) {
+// `pol` with the fields the sage8 kernel lets vary (s1; s2, checked apart) set back to the preset's.
+Policy sage8_normalized(const Policy& pol) {
   const Policy preset = preset_policy("sage8");
   Policy normalized = pol;
   normalized.block_q = preset.block_q;
   normalized.block_kv = preset.block_kv;
-  if (normalized != preset) {
-    if (pol.preset == "sage8") reject_other_fields(normalized, "sage8", "sage8");
-    return false;
-  }
+  return normalized;
+}
+
+// The sage8 preset (SageAttention2's 8-bit kernel): every field as the preset has it, any s1 (each
+// row's state is its own); s2 must be the kernel's kSage8BlockKv = 128 (it sets K's quantization
+// groups and the two-level PV accumulation). Returns false for any other policy (judged by the other families).
+bool is_sage8(const Policy& pol) {
+  if (sage8_normalized(pol) != preset_policy("sage8")) return false;
   if (pol.block_kv != cuda::kSage8BlockKv) {
     throw Error("policy field 's2': " + std::to_string(pol.block_kv) + " is not supported by the CUDA "
                 "sage8 kernel (it quantizes K and accumulates P V in key blocks of s2 = " +
@@ -78,17 +77,11 @@ bool is_sage8(const Policy& pol) {
   return true;
 }
 
-// The kernels implement four policy families: exact (fp32 scores and softmax; P rounded to the input
-// dtype for the tensor cores; input and p may name that dtype or fp32; any s1, s2, splits), the pasa
-// preset (any beta and s1; s2 = 128), the sage8 preset (is_sage8) and the fdpp preset
-// (is_fdpp_family; decode shapes only).
-// Everything else is an error naming the field.
-Family classify_policy(const Policy& pol, DType in) {
+// The exact and pasa families of classify_policy; an error naming the field otherwise.
+Family classify_exact_or_pasa(const Policy& pol, DType in) {
   const Format in_fmt = in == DType::bf16 ? Format::bf16() : Format::fp16();
   const Format fp32 = Format::fp32();
   const Format fp16 = Format::fp16();
-  if (is_fdpp_family(pol)) return Family::fdpp;
-  if (is_sage8(pol)) return Family::sage8;
   if (pol.shift == Shift::none) {
     const std::string in_name = in_fmt.name();
     if (pol.input != fp32 && pol.input != in_fmt) {
@@ -154,6 +147,24 @@ Family classify_policy(const Policy& pol, DType in) {
   normalized.block_q = preset.block_q;
   reject_other_fields(normalized, name, "pasa");
   return Family::pasa;
+}
+
+// The kernels implement four policy families: exact (fp32 scores and softmax; P rounded to the input
+// dtype for the tensor cores; input and p may name that dtype or fp32; any s1, s2, splits), the pasa
+// preset (any beta and s1; s2 = 128), the sage8 preset (is_sage8) and the fdpp preset
+// (is_fdpp_family; decode shapes only).
+// Everything else is an error naming the field.
+Family classify_policy(const Policy& pol, DType in) {
+  if (is_fdpp_family(pol)) return Family::fdpp;
+  if (is_sage8(pol)) return Family::sage8;
+  try {
+    return classify_exact_or_pasa(pol, in);
+  } catch (const Error&) {
+    // A policy derived from sage8 that no kernel runs (sage8,rowsum=e; sage8,two_level=0): the fields
+    // that differ from the sage8 preset say more than the exact family's refusal of p = e4m3.
+    if (pol.preset == "sage8") reject_other_fields(sage8_normalized(pol), "sage8", "sage8");
+    throw;
+  }
 }
 
 }  // namespace
