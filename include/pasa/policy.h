@@ -68,9 +68,10 @@ struct Policy {
   ScalePlacement scale = ScalePlacement::scores;  // ("scale" = s | q | k)
   Format softmax = Format::fp32(); // scaled S, max, exp, rowsum, l, m and shift terms ("softmax")
   ExpBase exp_base = ExpBase::e;   // the softmax's units and exponential: e^x or 2^x ("exp_base" = e | 2)
-  Format sum_acc = Format::fp32(); // accumulator of the softmax's row sums (of P, and PASA's sum of a
-                                   // block's S'): fp32 sums in fp32 and rounds once to `softmax`, as a
-                                   // GEMM or a framework's reduction does; fp16 adds term by term ("sum_acc")
+  Format sum_acc = Format::fp32(); // accumulator of the softmax's row sums (of the exponentials with
+                                   // rowsum=e, and PASA's sum of a block's S'): fp32 sums in fp32 and
+                                   // rounds once to `softmax`, as a GEMM or a framework's reduction does;
+                                   // fp16 adds term by term ("sum_acc")
   Format p = Format::fp32();       // P as the PV GEMM's operand ("p")
   Format pv_acc = Format::fp32();  // accumulator inside the P V GEMM ("pv_acc")
   Format o = Format::fp32();       // P V output, running O~ and its rescale, final O~ / l ("o")

@@ -157,7 +157,8 @@ const std::vector<Field>& fields() {
                    "the softmax's units and exponential: e (natural units, e^x) or 2 (scores times "
                    "log2(e), 2^x, as a GPU's exponential unit computes it)"),
       format_field("sum_acc", &Policy::sum_acc,
-                   "accumulator of the softmax's row sums (of P, and PASA's sum of a block's S')"),
+                   "accumulator of the softmax's row sums (of the exponentials with rowsum=e, and PASA's sum "
+                   "of a block's S')"),
       format_field("p", &Policy::p, "P as the P V GEMM's operand"),
       format_field("pv_acc", &Policy::pv_acc, "accumulator inside the P V GEMM"),
       format_field("o", &Policy::o, "P V output, the running O~ and the final O~ / l"),
@@ -322,6 +323,9 @@ Policy preset_policy(std::string_view name) {
     p.shift = Shift::pasa;
     p.beta = kPaperBeta;
     p.scale = ScalePlacement::key;
+    // l sums P as rounded to fp16, as the kernels take it (P times a tile of ones in the P V GEMM's
+    // fp32 accumulators): for pasa, whose exponentials are fp16 already, the same sums.
+    p.rowsum = RowSum::p;
     if (name == "pasa_accurate") {
       // Only the statistics change: S' stays in the GEMM's fp32 accumulator, and the local
       // pseudo-average (multiplied by G ~ 64 in the state update) comes from the mean key, so it
@@ -415,7 +419,7 @@ std::string to_string(const Policy& policy) {
 void validate(const Policy& p) {
   // Fields set in C++ rather than parsed: the preset (what the policy prints from), and every format
   // and choice, must be one the text form has.
-  const std::vector<std::string> presets = preset_names();
+  static const std::vector<std::string> presets = preset_names();  // (validate runs on every call)
   if (std::find(presets.begin(), presets.end(), p.preset) == presets.end()) {
     throw Error("policy field 'preset': '" + p.preset + "' is not a preset " + known_presets());
   }

@@ -183,11 +183,13 @@ TEST(Sage, RowSumsOfRoundedPWeighEveryKeyAsTheNumeratorDoes) {
 TEST(Sage, RowSumsOfPAreThoseOfTheExponentialsWhenPIsNotRounded) {
   // With P in fp32 and p_scale 1 (p_scale 2 scales and unscales exactly) the rounded P is the
   // exponential itself, so rowsum=p must give rowsum=e's answer on each accumulation path: two-level
-  // against the block's maximum, two-level against the running one (e_cur inside P), one accumulator.
+  // against the block's maximum, two-level against the running one (e_cur inside P), one accumulator;
+  // with splits, the unified maximum and PASA's shift; causal, so that some keys are masked.
   const std::uint64_t seed = test::kFixedSeeds[1];
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   QKV data = uniform_qkv({1, 2, 200, 64}, 0.0, 2.0, seed, DType::f32);
-  for (const char* base : {"exact", "exact,p_max=running", "exact,two_level=0", "exact,p_scale=2"}) {
+  for (const char* base : {"exact", "exact,p_max=running", "exact,two_level=0", "exact,p_scale=2", "exact,splits=3",
+                           "exact,shift=unified,phi=1", "exact,shift=pasa,beta=0.9,scale=k"}) {
     SCOPED_TRACE(base);
     const Result e = run(data, base, true);
     const Result p = run(data, std::string(base) + ",rowsum=p", true);
