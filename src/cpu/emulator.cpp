@@ -12,7 +12,8 @@
 //   once l is large (numerics/pasa_headroom.h)
 //   l = e_prev l + e_cur l',  O~ = e_prev O~ + e_cur fl_o(fl_p(e * p_scale) V_j)   (two-level)
 // Row sums (l', PASA's block sum of S') accumulate in sum_acc and are rounded once to the softmax
-// format; rowsum=p takes l' = fl_sm(sum fl_p(e * p_scale)) / p_scale instead, accumulated in pv_acc. docs/algorithms.md states PASA's state update and where this departs from Algorithm 1.
+// format; rowsum=p takes l' = fl_sm(sum fl_p(e * p_scale)) / p_scale instead, accumulated in pv_acc.
+// docs/algorithms.md states PASA's state update and where this departs from Algorithm 1.
 // With shift=none the shift terms are exactly zero and this is FlashAttention-2 written with the
 // block-local maximum, so PASA with beta = 0 is the same computation bit for bit (tested).
 // Every arithmetic result is rounded by the format of the point it belongs to ("sm" = softmax).

@@ -96,8 +96,8 @@ TEST(Metrics, HandCheckedValues) {
   EXPECT_TRUE(std::isnan(bad.rel_rmse));
 }
 
-// A reference that is not finite has no error to measure against: a NaN there was skipped by the
-// maximum (max_abs 0 and nan_share 0 beside NaN relative errors), an inf gave rmse = inf.
+// A reference that is not finite has no error to measure against: a NaN or an inf in it is an error
+// naming its index, not a finite max_abs and a nan_share of 0 beside NaN relative errors.
 TEST(Metrics, ANonFiniteReferenceIsAnError) {
   const double inf = std::numeric_limits<double>::infinity();
   test::expect_error([&] { compare({1.0, 2.0, 3.0}, {1.0, std::nan(""), 3.0}); },

@@ -7,8 +7,8 @@
 //
 // Shared-memory operands are K-major tiles whose rows are exactly one swizzle atom wide (64 or 128
 // bytes), stored with the hardware's XOR swizzle (16-byte chunk index ^= row bits) so that the eight
-// rows a core matrix reads fall into different banks; for fp16 also MN-major tiles (mn_major_desc)
-// and an unswizzled tile of ones (plain_desc). PTX ISA: "Asynchronous Warpgroup Level Matrix
+// rows a core matrix reads fall into different banks; for fp16 also MN-major tiles (mn_major_desc);
+// and unswizzled tiles of ones (plain_desc: fp16 for pasa's row sums, e4m3 for sage8's). PTX ISA: "Asynchronous Warpgroup Level Matrix
 // Multiply-Accumulate Instructions", "Matrix Descriptor Format", "Shared Memory Matrix Layout".
 #pragma once
 
@@ -51,7 +51,8 @@ __device__ __forceinline__ std::uint64_t mn_major_desc(std::uint32_t addr, std::
 
 // The descriptor of a small K-major tile without swizzle (core matrices of 8 rows x 16 bytes, the two
 // of a 32-byte K step 128 bytes apart, 8-row groups 256 bytes apart): used for a tile whose every
-// element is the same (the pasa mainloop's matrix of ones), where only the addresses' range matters.
+// element is the same (the pasa and sage8 mainloops' tiles of ones), where only the addresses' range
+// matters.
 __device__ __forceinline__ std::uint64_t plain_desc(std::uint32_t addr) {
   return static_cast<std::uint64_t>((addr >> 4) & 0x3FFFu) | (std::uint64_t{128 >> 4} << 16) |
          (std::uint64_t{256 >> 4} << 32);

@@ -62,8 +62,8 @@ __device__ __forceinline__ int first_key_block(const FwdParams& p, int r0, int b
 // block) reaching past the first row's limit or starting before the last row's first key. Taken once
 // per tile, a mainloop's test per block is two compares where block_needs_mask has ptxas rebuild both
 // bounds from the parameters in constant memory every block; but the two bounds then stay live
-// through the loop, which a kernel at 160 registers a thread pays for in spills (measured:
-// bench/NOTES.md, nineteenth session), so only the pasa mainloop (240 registers) takes it.
+// through the loop. Measured (bench/NOTES.md): faster for pasa, no gain for sage8 and exact at 240
+// registers a thread and spills at 160, so only the pasa mainloop takes it.
 struct PartialBlocks {
   int first_key, limit;
   __device__ __forceinline__ PartialBlocks(const FwdParams& p, int row_lo, int rows = 16)

@@ -6,8 +6,8 @@
 // Per tile, each consumer warpgroup quantizes its 64 rows of Q to INT8 from the shared-memory tile,
 // one scale per thread group of quant_group(thread, query) (rows r and r + 8 of each 16-row slab: the
 // rows of one thread group's A fragments), into a K-major Q8 tile of its own (the extra shared memory,
-// after a tile of e4m3 ones),
-// and frees the Q slot at once; with an LSE it also takes alpha q . mean(K), smooth K's correction.
+// after a tile of e4m3 ones), and frees the Q slot at once; with an LSE it also takes alpha q .
+// mean(K), smooth K's correction.
 // Then per key block of 128:
 //   S = (Q8 K8^T, s8 -> s32) dq dk, by wgmma from shared memory;
 //   the online softmax in fp32 (base 2) against the block maximum, taken on the integers (one scale
