@@ -2,8 +2,8 @@
 // The wgmma building blocks of src/cuda/arch/wgmma.cuh on one warpgroup, against a CPU matrix product:
 // K-major swizzled B tiles with 64- and 128-byte rows placed at several shared-memory offsets, A
 // fragments from registers, the accumulator layout; INT8 and FP8 e4m3 in the shapes the sage8 kernel
-// uses, fp16 in the shapes of the pasa kernel. Its correctness rests on these layouts, and a wrong descriptor or swizzle shows here as a
-// plainly wrong product. Small integer inputs keep every product exact, so the comparison is for
+// uses (with its e4m3 tile of ones), fp16 in the shapes of the pasa kernel. Its correctness rests on
+// these layouts, and a wrong descriptor or swizzle shows here as a plainly wrong product. Small integer inputs keep every product exact, so the comparison is for
 // equality.
 #include <gtest/gtest.h>
 #include <cuda_fp16.h>
@@ -17,7 +17,6 @@
 
 #include "cuda/arch/ptx.cuh"
 #include "cuda/arch/wgmma.cuh"
-#include "cuda/arch/wgmma_16bit.cuh"
 #include "cuda/arch/wgmma_16bit.cuh"
 #include "cuda_backend.h"
 
@@ -96,6 +95,34 @@ __global__ void wgmma_product(const std::uint8_t* a, const std::uint8_t* b, int 
     const int row = (i % 4) < 2 ? r0 : r1, col = 8 * (i / 4) + 2 * t + i % 2;
     d[row * N + col] = out[i];
   }
+}
+
+// D[64][8] = A[64][128] (e4m3) times an 8-column tile of ones in the unswizzled layout of plain_desc,
+// by the m64n8k32 wgmma: each row's sum in all 8 columns (the sage8 kernel's row sums of P~; the same
+// 256-byte tile serves every k32 step).
+__global__ void wgmma_row_sums_e4m3(const std::uint8_t* a, const std::uint8_t* ones, float* d) {
+  __shared__ alignas(128) std::uint8_t tile[256];
+  const int tid = threadIdx.x, warp = tid / 32, g = tid % 32 / 4, t = tid % 4;
+  if (tid < 64) reinterpret_cast<std::uint32_t*>(tile)[tid] = reinterpret_cast<const std::uint32_t*>(ones)[tid];
+  fence_proxy_async_shared();
+  __syncthreads();
+  const int r0 = 16 * warp + g, r1 = r0 + 8;
+  std::uint32_t frag[4][4];
+  for (int kk = 0; kk < 4; ++kk) {
+    const std::uint8_t* k0 = a + kk * 32 + 4 * t;
+    frag[kk][0] = *reinterpret_cast<const std::uint32_t*>(k0 + r0 * 128);
+    frag[kk][1] = *reinterpret_cast<const std::uint32_t*>(k0 + r1 * 128);
+    frag[kk][2] = *reinterpret_cast<const std::uint32_t*>(k0 + 16 + r0 * 128);
+    frag[kk][3] = *reinterpret_cast<const std::uint32_t*>(k0 + 16 + r1 * 128);
+  }
+  float out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) wgmma_e4m3_m64n8k32(out, frag[kk], plain_desc(smem_addr(tile)), kk > 0);
+  wgmma_commit();
+  wgmma_wait<0>();
+  wgmma_pin(out);
+  for (int i = 0; i < 4; ++i) d[(i < 2 ? r0 : r1) * 8 + 2 * t + i % 2] = out[i];
 }
 
 struct Case {
@@ -266,6 +293,18 @@ TEST(WgmmaLayout, SwizzledKMajorTilesGiveTheMatrixProduct) {
     run_case({128, 128, Elem::e4m3, offset}); // sage8 P~ V at D = 128
     run_case({128, 136, Elem::f16, offset});  // pasa Q K'^T: an atom of 64 channels, 128 keys + 8 mean rows
   }
+}
+
+TEST(WgmmaLayout, E4m3TimesATileOfOnesGivesTheRowSums) {
+  if (!cuda_hopper_path_available()) GTEST_SKIP() << "no sm_90a path: CUDA tests skipped";
+  std::mt19937 rng(2468u);
+  std::vector<std::uint8_t> a(kM * 128), ones(256, 0x38);  // 0x38: e4m3 1.0
+  std::vector<float> av(kM * 128);
+  for (std::size_t i = 0; i < av.size(); ++i) random_operand(rng, Elem::e4m3, &a[i], &av[i]);
+  const std::vector<float> d = product_on_device(a, ones, 8, [&](std::uint8_t* da, std::uint8_t* db, float* dd) {
+    wgmma_row_sums_e4m3<<<1, 128>>>(da, db, dd);
+  });
+  expect_product(d, av, 128, 8, [](int, int) { return 1.0; });
 }
 
 TEST(WgmmaLayout, MnMajorFp16TilesGiveTheMatrixProduct) {
