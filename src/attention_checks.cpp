@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <utility>
 
 #include "memory_overlap.h"
 #include "pasa/error.h"
@@ -118,20 +117,15 @@ ProblemShape check_attention_args(const AttentionArgs& a) {
 }
 
 void check_output_memory(const AttentionArgs& a) {
-  const StridedMemory o = memory_of(a.o);
-  check_no_self_overlap(o, "o");
-  for (const auto& [input, name] : {std::pair{memory_of(a.q), "q"}, {memory_of(a.k), "k"}, {memory_of(a.v), "v"}}) {
-    check_apart(o, "o", input, name);
-  }
-  if (a.mask.kind != MaskKind::none) check_apart(o, "o", memory_of(a.mask), "attn_mask");
+  // What the call reads (the mask where there is one), then o for the LSE.
+  NamedMemory read[5] = {{memory_of(a.q), "q"}, {memory_of(a.k), "k"}, {memory_of(a.v), "v"}};
+  std::size_t n = 3;
+  if (a.mask.kind != MaskKind::none) read[n++] = {memory_of(a.mask), "attn_mask"};
+  const NamedMemory o{memory_of(a.o), "o"};
+  check_written(o, {read, n});
   if (a.lse.data == nullptr) return;
-  const StridedMemory lse = memory_of(a.lse);
-  check_no_self_overlap(lse, "lse");
-  for (const auto& [other, name] : {std::pair{memory_of(a.q), "q"}, {memory_of(a.k), "k"}, {memory_of(a.v), "v"},
-                                    {o, "o"}}) {
-    check_apart(lse, "lse", other, name);
-  }
-  if (a.mask.kind != MaskKind::none) check_apart(lse, "lse", memory_of(a.mask), "attn_mask");
+  read[n++] = o;
+  check_written({memory_of(a.lse), "lse"}, {read, n});
 }
 
 ProblemShape check_attention_problem(const AttentionArgs& a) {

@@ -202,26 +202,24 @@ void kvcache_on_gpu(const KVCacheArgs& args, const AttentionArgs& whole, std::in
 // k_cache and v_cache may interleave (the halves of one buffer) but, when the call appends, share no
 // element (check_no_shared_element).
 void check_kvcache_memory(const KVCacheArgs& a, bool appends) {
-  const StridedMemory q = memory_of(a.q), k_cache = memory_of(a.k_cache), v_cache = memory_of(a.v_cache);
-  std::vector<std::pair<StridedMemory, const char*>> others{{q, "q"}, {k_cache, "k_cache"}, {v_cache, "v_cache"}};
+  const NamedMemory q{memory_of(a.q), "q"}, k_cache{memory_of(a.k_cache), "k_cache"},
+      v_cache{memory_of(a.v_cache), "v_cache"};
+  // What o and lse stay apart from: q, the caches, the new keys and values, then o for the LSE.
+  NamedMemory others[6] = {q, k_cache, v_cache};
+  std::size_t n = 3;
   if (appends) {
-    check_no_shared_element(k_cache, "k_cache", v_cache, "v_cache");
-    others.insert(others.end(), {{memory_of(a.k), "k"}, {memory_of(a.v), "v"}});
-    for (const auto& [cache, cache_name] : {std::pair{k_cache, "k_cache"}, {v_cache, "v_cache"}}) {
-      check_no_self_overlap(cache, cache_name);
-      for (const auto& [read, read_name] : {std::pair{q, "q"}, {memory_of(a.k), "k"}, {memory_of(a.v), "v"}}) {
-        check_apart(cache, cache_name, read, read_name);
-      }
-    }
+    others[n++] = {memory_of(a.k), "k"};
+    others[n++] = {memory_of(a.v), "v"};
+    check_no_shared_element(k_cache.memory, k_cache.name, v_cache.memory, v_cache.name);
+    const NamedMemory read[3] = {q, others[3], others[4]};  // what the append reads as it writes
+    check_written(k_cache, read);
+    check_written(v_cache, read);
   }
-  const StridedMemory o = memory_of(a.o);
-  check_no_self_overlap(o, "o");
-  for (const auto& [other, name] : others) check_apart(o, "o", other, name);
+  const NamedMemory o{memory_of(a.o), "o"};
+  check_written(o, {others, n});
   if (a.lse.data == nullptr) return;
-  const StridedMemory lse = memory_of(a.lse);
-  check_no_self_overlap(lse, "lse");
-  others.emplace_back(o, "o");
-  for (const auto& [other, name] : others) check_apart(lse, "lse", other, name);
+  others[n++] = o;
+  check_written({memory_of(a.lse), "lse"}, {others, n});
 }
 
 KVCacheProblem check_kvcache_tensors(const KVCacheArgs& args) {

@@ -6,7 +6,6 @@
 #include <cstddef>
 #include <cstdlib>
 #include <utility>
-#include <vector>
 
 #include "pasa/error.h"
 #include "text/format.h"
@@ -14,7 +13,7 @@
 namespace pasa {
 namespace {
 
-constexpr std::size_t kMaxRank = 8;  // the views here have at most 4 dimensions
+constexpr std::size_t kMaxRank = 8;  // the views here have at most 5 dimensions (the caches' halves)
 
 std::string sizes_text(std::span<const std::int64_t> values) {
   std::string out = "[";
@@ -47,15 +46,18 @@ std::pair<__int128, __int128> byte_span(const StridedMemory& m) {
 // smaller ones span. An empty view has no element to share (its size is the error the caller reports).
 bool addresses_distinct(const StridedMemory& m) {
   if (std::find(m.shape.begin(), m.shape.end(), 0) != m.shape.end()) return true;
-  std::vector<std::pair<__int128, std::int64_t>> dims;  // (|stride|, size) of each dimension of size > 1
+  if (m.shape.size() > kMaxRank) return false;  // no output of these APIs has that many dimensions
+  // (|stride|, size) of each dimension of size > 1, on the stack: every call and plan run checks here.
+  std::array<std::pair<__int128, std::int64_t>, kMaxRank> dims;
+  std::size_t n = 0;
   for (std::size_t i = 0; i < m.shape.size(); ++i) {
-    if (m.shape[i] > 1) dims.emplace_back(std::abs(static_cast<__int128>(m.stride[i])), m.shape[i]);
+    if (m.shape[i] > 1) dims[n++] = {std::abs(static_cast<__int128>(m.stride[i])), m.shape[i]};
   }
-  std::sort(dims.begin(), dims.end());
+  std::sort(dims.begin(), dims.begin() + static_cast<std::ptrdiff_t>(n));
   __int128 spanned = 0;  // the largest element offset the smaller dimensions reach
-  for (const auto& [stride, size] : dims) {
-    if (stride <= spanned) return false;
-    spanned += reach_of(size, stride);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (dims[i].first <= spanned) return false;
+    spanned += reach_of(dims[i].second, dims[i].first);
   }
   return true;
 }
@@ -90,6 +92,11 @@ void check_apart(const StridedMemory& out, const char* name, const StridedMemory
                              "inputs or the other outputs (the byte ranges the views span must be disjoint)",
                              name, other_name));
   }
+}
+
+void check_written(const NamedMemory& out, std::span<const NamedMemory> others) {
+  check_no_self_overlap(out.memory, out.name);
+  for (const NamedMemory& other : others) check_apart(out.memory, out.name, other.memory, other.name);
 }
 
 void check_no_shared_element(const StridedMemory& a, const char* a_name, const StridedMemory& b, const char* b_name) {

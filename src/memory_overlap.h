@@ -34,6 +34,16 @@ void check_no_self_overlap(const StridedMemory& out, const char* name);
 // (k and v as halves of one [.., 2, ..] buffer) are refused as well when one of them is written.
 void check_apart(const StridedMemory& out, const char* name, const StridedMemory& other, const char* other_name);
 
+// A view and the name errors give it.
+struct NamedMemory {
+  StridedMemory memory;
+  const char* name;
+};
+
+// An output: check_no_self_overlap, then check_apart from each of `others` (what the call reads, and
+// the other outputs).
+void check_written(const NamedMemory& out, std::span<const NamedMemory> others);
+
 // pasa::Error naming both unless `a` and `b`, both written, share no element: apart (check_apart), or
 // the two halves of one buffer, with the same strides and a gap between them that the stride rule
 // (check_no_self_overlap) lets a dimension of size 2 take (k_cache and v_cache in one

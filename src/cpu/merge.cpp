@@ -5,7 +5,6 @@
 #include <cmath>
 #include <initializer_list>
 #include <limits>
-#include <utility>
 
 #include "attention_checks.h"
 #include "memory_overlap.h"
@@ -53,10 +52,9 @@ bool same_view(const StridedMemory& x, const StridedMemory& y) {
   return x.data == y.data && x.item == y.item && std::equal(x.shape.begin(), x.shape.end(), y.shape.begin(), y.shape.end()) &&
          std::equal(x.stride.begin(), x.stride.end(), y.stride.begin(), y.stride.end());
 }
-void check_merge_output(const StridedMemory& out, const char* name,
-                        std::initializer_list<std::pair<StridedMemory, const char*>> others) {
-  for (const auto& [other, other_name] : others) {
-    if (!same_view(out, other)) check_apart(out, name, other, other_name);
+void check_merge_output(const StridedMemory& out, const char* name, std::initializer_list<NamedMemory> others) {
+  for (const NamedMemory& other : others) {
+    if (!same_view(out, other.memory)) check_apart(out, name, other.memory, other.name);
   }
 }
 
