@@ -99,6 +99,17 @@ void check_written(const NamedMemory& out, std::span<const NamedMemory> others) 
   for (const NamedMemory& other : others) check_apart(out.memory, out.name, other.memory, other.name);
 }
 
+void check_outputs(const TensorView& o, const LseView& lse, std::span<const NamedMemory> read) {
+  const NamedMemory out{memory_of(o), "o"};
+  check_written(out, read);
+  if (lse.data == nullptr) return;
+  std::array<NamedMemory, 8> others;
+  if (read.size() >= others.size()) throw Error("check_outputs: more views than it holds");
+  std::copy(read.begin(), read.end(), others.begin());
+  others[read.size()] = out;
+  check_written({memory_of(lse), "lse"}, {others.data(), read.size() + 1});
+}
+
 void check_no_shared_element(const StridedMemory& a, const char* a_name, const StridedMemory& b, const char* b_name) {
   const auto [a_first, a_last] = byte_span(a);
   const auto [b_first, b_last] = byte_span(b);

@@ -44,6 +44,10 @@ struct NamedMemory {
 // the other outputs).
 void check_written(const NamedMemory& out, std::span<const NamedMemory> others);
 
+// A call's outputs o and (where lse.data is set) lse, each check_written against `read` (at most 7
+// views), the LSE against o too.
+void check_outputs(const TensorView& o, const LseView& lse, std::span<const NamedMemory> read);
+
 // pasa::Error naming both unless `a` and `b`, both written, share no element: apart (check_apart), or
 // the two halves of one buffer, with the same strides and a gap between them that the stride rule
 // (check_no_self_overlap) lets a dimension of size 2 take (k_cache and v_cache in one
