@@ -173,6 +173,23 @@ __device__ __forceinline__ __half2 rescale_add_half2_once(float ep, __half2 o, f
   return __hadd2(scale_half2_once(keep_o ? ec : ep, keep_o ? pv : o), keep_o ? o : pv);
 }
 
+// A counter between CTAs: the writer's earlier writes are visible to a reader that sees its addition
+// (red.release / ld.acquire at GPU scope).
+__device__ __forceinline__ void add_release_gpu(std::uint32_t* counter, std::uint32_t value) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(counter), "r"(value) : "memory");
+}
+__device__ __forceinline__ std::uint32_t load_acquire_gpu(const std::uint32_t* flag) {
+  std::uint32_t value;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(flag) : "memory");
+  return value;
+}
+
+// Orders this thread's view of global memory (what it wrote, or acquired from other threads) before
+// the async-proxy reads it issues next (bulk copies, TMA).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
 // Programmatic dependent launch (sm_90; a no-op where compiled for an earlier architecture, or where
 // the grid was launched without the attribute, launch_dependent.h). A grid launched as a dependent may
 // start while the grid before it in the stream finishes: wait_for_previous_grid() blocks until that

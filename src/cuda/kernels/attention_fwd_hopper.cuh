@@ -26,6 +26,9 @@
 //   load_k(...)        how the producer fills a K slot (TMA of K, or a bulk copy of a prepass tile);
 //   load_v(...)        likewise a V slot (HopperVariantDefaults: TMA of V);
 //   prepare_smem(...)  what the consumers write into the extra shared memory once (default: nothing);
+//   spare_producer_warp(...)  what the producer warpgroup's three other warps do, with the extra
+//                      shared memory at hand (default: nothing; pasa: its prepass, whose stages
+//                      load_k then waits for);
 //   Mainloop<Tile>     one tile's key blocks (GEMM order, softmax and its rounding points, the
 //                      epilogue with the LSE), on the context's rings.
 // The exact policy's are in hopper_exact_mainloop.cuh, pasa's in hopper_pasa_mainloop.cuh, sage8's
@@ -47,6 +50,7 @@
 #include "cuda/arch/wgmma.cuh"
 #include "cuda/arch/wgmma_16bit.cuh"
 #include "cuda/block/epilogue.cuh"
+#include "cuda/block/pasa_prepass.cuh"
 #include "cuda/block/fwd_mask.cuh"
 #include "cuda/host/kernel_params.h"
 #include "cuda/host/once_per_device.h"
@@ -114,6 +118,7 @@ struct HopperParams {
   const std::uint8_t* k_tiles;  // [B, H_kv, key blocks] tiles of the variant's (null: K by TMA)
   int heads_kv;
   QuantScales quant;
+  PasaPrepass pasa;  // the pasa variants' prepass, run by the producer's spare warps (unused by the others)
   std::uint64_t* tile_tickets;  // the grid's tile counter (draw_tile): 8 bytes of the call's workspace
 };
 
@@ -190,6 +195,9 @@ struct HopperVariantDefaults {
     }
   }
   __device__ __forceinline__ static void prepare_smem(std::uint32_t, int, int) {}
+  template <class Tile>
+  __device__ __forceinline__ static void spare_producer_warp(const HopperParams&, std::uint8_t* /*extra*/,
+                                                             int /*spare_warp*/, int /*lane*/) {}
 };
 
 namespace hopper {
@@ -232,8 +240,13 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
   // shared-memory descriptors of wgmma) then stays in uniform registers.
   const int warpgroup = __shfl_sync(0xffffffffu, tid / 128, 0);
   if (warpgroup == 0) {
-    // Producer: one thread.
+    // Producer: one thread; the warpgroup's other warps do the variant's work beside it, if any.
     warpgroup_release_registers<Tile::kProducerRegs>();
+    if (tid >= 32) {
+      std::uint8_t* extra = hopper_smem + (base - smem_addr(hopper_smem)) + Tile::kExtraOffset;
+      Variant::template spare_producer_warp<Tile>(m, extra, tid / 32 - 1, tid % 32);
+      return;
+    }
     if (tid != 0) return;
     // Per tile: Q with the tile's number beside it for the consumers, then K and V, then the next
     // tile's number drawn (its atomic's round trip mostly spent waiting for the consumers to free the

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The pasa and pasa_accurate policies' launch on the Hopper engine (hopper_pasa_mainloop.cuh): the
-// prepass (pasa_prepare.cu: K' = M K in fp16 as the kernel's K slots; for bf16 inputs V rounded to
-// fp16) into scratch from pasa's stream-ordered pool, then the kernel, both on the caller's stream.
+// The pasa and pasa_accurate policies' launch on the Hopper engine (hopper_pasa_mainloop.cuh), whose
+// producer warpgroup also runs the prepass (pasa_prepass.cuh: K' = M K in fp16 as the kernel's K
+// slots; for bf16 inputs V rounded to fp16) where each stage serves enough tiles: scratch from
+// pasa's stream-ordered pool for the stages, fp16 V and the prepass's readiness words and counter
+// (zeroed), then the kernel, on the caller's stream; elsewhere the prepass kernel, then the kernel.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -18,6 +21,28 @@
 namespace pasa::cuda {
 namespace {
 
+// Tiles a stage serves, at least, for the prepass to run inside the attention kernel (query blocks
+// times the GQA group, halved for causal calls). Its chunks cost the spare warps about as much as the
+// consumers spend on a few key blocks, so where each stage serves fewer tiles the consumers wait for
+// stages (at S = 1k causal, 4 tiles a stage: 0.82-0.92x the prepass kernel's time at head dim 128;
+// from 8 tiles on 0.99-1.08x), and the prepass runs as a kernel of its own first (bench/NOTES.md,
+// twentieth session).
+constexpr double kInKernelPrepassMinReuse = 6.0;
+
+bool prepass_in_kernel(const KernelRequest& c, int block_m) {
+  const FwdParams& p = c.fwd;
+  const double m_blocks = (p.seq_q + block_m - 1) / block_m;
+  return p.group * m_blocks * (p.causal ? 0.5 : 1.0) >= kInKernelPrepassMinReuse;
+}
+
+// The (batch, K/V head) pairs whose tiles run at one time: a causal section (tile_scheduler.cuh), or
+// as many heads as the grid's first tiles cover.
+int prepass_section_pairs(const KernelRequest& c, const TileScheduler& s) {
+  const long long grid = std::min<long long>(static_cast<long long>(s.m_blocks) * s.heads * s.batch, c.sm_count);
+  const long long heads = s.causal ? s.section_heads : (grid + s.m_blocks - 1) / s.m_blocks;
+  return static_cast<int>(std::max<long long>(1, (heads + c.fwd.group - 1) / c.fwd.group));
+}
+
 template <typename QElem, int D, bool kAccurate>
 void launch_typed(const PasaRequest& r, cudaStream_t stream) {
   using Variant = PasaHopperVariant<QElem, kAccurate>;
@@ -28,9 +53,21 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
   const std::size_t tile_bytes = pasa_tile_bytes(c.batch, c.heads_kv, n_kb, D);
   const bool bf16 = std::is_same_v<QElem, __nv_bfloat16>;  // V needs rounding to fp16 first
   const std::size_t v_bytes = bf16 ? static_cast<std::size_t>(c.batch) * c.heads_kv * p.seq_kv * D * 2 : 0;
-  StreamBuffer scratch(tile_bytes + v_bytes, c.device, stream);
+  const bool in_kernel = prepass_in_kernel(c, Tile::kBlockM);
+  PasaPrepass prepass = pasa_prepass(r, nullptr, nullptr, n_kb);
+  // (in the kernel: a readiness word per stage, then the chunk counter)
+  const std::size_t sync_bytes = in_kernel ? (static_cast<std::size_t>(prepass.stages) + 1) * sizeof(std::uint32_t) : 0;
+  StreamBuffer scratch(tile_bytes + v_bytes + sync_bytes, c.device, stream);
   auto* tiles = static_cast<std::uint8_t*>(scratch.get());
   void* v_fp16 = bf16 ? tiles + tile_bytes : nullptr;
+  prepass.tiles = tiles;
+  prepass.v_fp16 = static_cast<__half*>(v_fp16);
+  const TileScheduler schedule = hopper_schedule<Tile>(c);
+  if (in_kernel) {
+    prepass.ready = reinterpret_cast<std::uint32_t*>(tiles + tile_bytes + v_bytes);
+    prepass.tickets = prepass.ready + prepass.stages;
+    prepass.section_pairs = prepass_section_pairs(c, schedule);
+  }
   const std::int64_t sh = static_cast<std::int64_t>(p.seq_kv) * D;
   const Operand v = bf16 ? Operand{v_fp16, c.heads_kv * sh, sh, D} : p.v;
   // (the maps first: what the driver refuses is an error before anything is launched)
@@ -38,10 +75,16 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
                        CUtensorMap{},  // K' comes by bulk copies of the prepass's tiles
                        fp16_row_tile_map(v, c.batch, c.heads_kv, p.seq_kv, D, Tile::kBlockN, "v"),
                        p,
-                       hopper_schedule<Tile>(c),
+                       schedule,
                        tiles,
-                       c.heads_kv};
-  launch_pasa_tiles(r, tiles, v_fp16, n_kb, stream);
+                       c.heads_kv,
+                       QuantScales{},
+                       prepass};
+  if (in_kernel) {
+    check_cuda(cudaMemsetAsync(prepass.ready, 0, sync_bytes, stream), "cudaMemsetAsync (pasa prepass)");
+  } else {
+    launch_pasa_tiles(r, tiles, v_fp16, n_kb, stream);
+  }
   launch_hopper<Variant, D>(m, c, stream, "attention_fwd_hopper_kernel (pasa)");
 }
 

@@ -4,7 +4,11 @@
 // online_softmax.cuh).
 //
 // Its K slots hold the prepass's K' tiles (pasa_stage.cuh: 128 keys, then 8 rows of the block's
-// mean K' row, hi and lo), filled by one bulk copy; Q and V (fp16) by TMA. bf16 Q is rounded to fp16
+// mean K' row, hi and lo), filled by one bulk copy; Q and V (fp16) by TMA. The prepass
+// (pasa_prepass.cuh) runs in this kernel, on the producer warpgroup's three spare warps, which draw
+// key blocks in the order the tiles need them; the producer waits for a block's stage (and, for bf16
+// inputs, its fp16 V rows) before it copies them. (Where each stage serves few tiles, the launcher
+// runs the prepass as a kernel of its own before this one instead, and there is nothing to wait for.) bf16 Q is rounded to fp16
 // in shared memory by the warpgroup that owns its rows, once per tile. Per key block:
 //   S' = Q K'^T by one m64n136k16 wgmma chain: the 128 scores, and in the 8 extra columns each row's
 //     sum of S' over the block (for the local pseudo-average, from the mean rows: about 22 bits);
@@ -57,19 +61,30 @@ __device__ __forceinline__ void round_q_rows_to_fp16(const HopperConsumer<Tile>&
 template <typename QElem, bool kAccurate>
 struct PasaHopperVariant : HopperVariantDefaults {
   static constexpr int kOnesBytes = 1024;  // the all-ones fp16 B tile of the P row sums
+  static constexpr int kSpareWarps = 3;    // the producer warpgroup's warps that run the prepass
+  // The extra shared memory: the ones, then each spare warp's staging buffer.
+  static constexpr int kExtraBytes = kOnesBytes + kSpareWarps * kPasaChunkStagingBytes;
 
   // Two consumer warpgroups at both head dims: S' (68), P (32), P V (D / 2) and O~ (D / 4) registers.
   template <int D>
-  using Tile = HopperTile<D, 2, kOnesBytes, PasaStage<D>::kKBytes>;
+  using Tile = HopperTile<D, 2, kExtraBytes, PasaStage<D>::kKBytes>;
 
   template <class Tile>
   __device__ __forceinline__ static void load_k(const HopperParams& m, std::uint32_t slot, std::uint32_t bar, int b,
                                                 int h_kv, int j, int n_kb_all) {
-    const std::int64_t stage = (static_cast<std::int64_t>(b) * m.heads_kv + h_kv) * n_kb_all + j;
-    bulk_copy_to_shared(slot, m.k_tiles + stage * Tile::kKBytes, Tile::kKBytes, bar);
+    const int stage = (b * m.heads_kv + h_kv) * n_kb_all + j;
+    if (m.pasa.ready != nullptr) wait_pasa_stage<Tile::kHeadDim>(m.pasa, stage);  // (bf16 V's fp16 rows too: load_v is next)
+    bulk_copy_to_shared(slot, m.k_tiles + static_cast<std::int64_t>(stage) * Tile::kKBytes, Tile::kKBytes, bar);
   }
 
-  // The matrix of ones (fp16 1.0 = 0x3C00).
+  template <class Tile>
+  __device__ __forceinline__ static void spare_producer_warp(const HopperParams& m, std::uint8_t* extra, int spare_warp,
+                                                             int lane) {
+    if (m.pasa.ready == nullptr) return;
+    run_pasa_prepass<Tile::kHeadDim, QElem>(m.pasa, lane, extra + kOnesBytes + spare_warp * kPasaChunkStagingBytes);
+  }
+
+  // The matrix of ones (fp16 1.0 = 0x3C00). (The staging buffers are the spare warps' alone.)
   __device__ __forceinline__ static void prepare_smem(std::uint32_t extra, int thread, int threads) {
     for (int i = thread; i < kOnesBytes / 4; i += threads) {
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(extra + 4 * i), "r"(kOnesHalf2) : "memory");
