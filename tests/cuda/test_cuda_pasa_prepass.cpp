@@ -73,7 +73,7 @@ TEST(CudaPasaPrepass, CallsQueuedBackToBackReadOnlyTheirOwnStages) {
   for (const DType dtype : {DType::f16, DType::bf16}) {
     for (const std::int64_t D : {64, 128}) {
       SCOPED_TRACE(std::string(dtype == DType::f16 ? "f16" : "bf16") + " D " + std::to_string(D));
-      DeviceCall c{4, 8, 1024, D, dtype};  // 256 tiles of 128 rows, each key block serving 8
+      DeviceCall c{2, 8, 2048, D, dtype};  // 256 tiles of 128 rows, each key block serving 16
       c.allocate();
       c.run(c.k_a, c.o_a);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The pasa mainloop's K' tiles as its prepass writes them to global memory and the producer's bulk
-// copies bring them into shared memory, byte for byte (pasa_prepare.cu writes, hopper_pasa_mainloop.cuh reads). (V
+// copies bring them into shared memory, byte for byte (pasa_prepass.cuh writes, hopper_pasa_mainloop.cuh reads). (V
 // needs no prepass tile: the kernel copies its rows by TMA, tma.h, from V itself where it is fp16 or
 // from the prepass's fp16 copy where it is bf16.) The portable kernel (attention_fwd_pasa_portable.cu)
 // reads the same stages by cp.async, undoing the swizzle into padded rows.
@@ -9,7 +9,7 @@
 // S' = Q K'^T (N = keys, K = channels; wgmma.cuh), stored in ceil(D / 64) atoms of 64 channels with
 // 128-byte rows and the 128-byte XOR swizzle, every atom starting on a 1024-byte boundary (at head
 // dim 96, which only the portable kernel takes, the second atom's rows are half used). Each
-// atom has kKRows = 136 rows: the 128 keys (zeros past the sequence end), then 8 rows holding the
+// atom has kKRows = 136 rows: the 128 keys (past the sequence end, the padding key), then 8 rows holding the
 // column mean of the block's fp16 K' (sum over its keys / 128) split as hi, lo, hi, lo, ... (fp16 hi,
 // and fp16 lo = the rest times kMeanLoScale), so that the same wgmma (N = 136) also gives every
 // thread its rows' sum of S' over the block, which PASA's local pseudo-average needs.
@@ -48,7 +48,7 @@ struct PasaStage {
 // The bytes of the stages of n_kb key blocks of every (batch, K/V head) at a head dim of PasaStage's.
 std::size_t pasa_tile_bytes(int batch, int heads_kv, int n_kb, int head_dim);
 
-// The prepass (pasa_prepare.cu): those stages into `tiles` ([B, H_kv, n_kb] stages of
+// The prepass as a kernel of its own (pasa_prepare.cu): those stages into `tiles` ([B, H_kv, n_kb] stages of
 // PasaStage<head_dim>::kBytes), and for bf16 inputs V rounded to fp16 into `v_fp16` ([B, H_kv, S_kv,
 // D], contiguous; unused for fp16 inputs, and not written where null), on `stream`.
 void launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb, void* stream);

@@ -21,18 +21,22 @@
 namespace pasa::cuda {
 namespace {
 
-// Tiles a stage serves, at least, for the prepass to run inside the attention kernel (query blocks
-// times the GQA group, halved for causal calls). Its chunks cost the spare warps about as much as the
-// consumers spend on a few key blocks, so where each stage serves fewer tiles the consumers wait for
-// stages (at S = 1k causal, 4 tiles a stage: 0.82-0.92x the prepass kernel's time at head dim 128;
-// from 8 tiles on 0.99-1.08x), and the prepass runs as a kernel of its own first (bench/NOTES.md,
-// twentieth session).
-constexpr double kInKernelPrepassMinReuse = 6.0;
+// Where the prepass runs inside the attention kernel: where each stage serves enough tiles (query
+// blocks times the GQA group, halved for causal calls) for the spare warps' chunks to stay ahead of
+// the consumers. A stage's cost to the spare warps against one tile's pass over it grows with its
+// work: twice for bf16 inputs (V rounded too), 4/3 at head dim 128 (two chunks a stage against
+// consumers 1.5x longer a block). The constant is fitted to this session's A/B (bench/NOTES.md,
+// twentieth session): fp16 at head dim 128 lost at 4 tiles a stage (0.91x the prepass kernel's time)
+// and gained at 8; bf16 at head dim 128 lost at 8 (0.955x) and gained at 16; bf16 at head dim 64
+// gained at 8 (1.08x).
+constexpr double kInKernelPrepassReusePerCost = 3.5;
 
 bool prepass_in_kernel(const KernelRequest& c, int block_m) {
   const FwdParams& p = c.fwd;
   const double m_blocks = (p.seq_q + block_m - 1) / block_m;
-  return p.group * m_blocks * (p.causal ? 0.5 : 1.0) >= kInKernelPrepassMinReuse;
+  const double reuse = p.group * m_blocks * (p.causal ? 0.5 : 1.0);
+  const double cost = (c.in_type == ElemType::bf16 ? 2.0 : 1.0) * (c.head_dim >= 128 ? 4.0 / 3.0 : 1.0);
+  return reuse >= kInKernelPrepassReusePerCost * cost;
 }
 
 // The (batch, K/V head) pairs whose tiles run at one time: a causal section (tile_scheduler.cuh), or
