@@ -177,6 +177,7 @@ __device__ __forceinline__ void run_pasa_prepass(const PasaPrepass& p, int lane,
     const int chunk = __shfl_sync(0xffffffffu, lane == 0 ? static_cast<int>(atomicAdd(p.tickets, 1u)) : 0, 0);
     if (chunk >= chunks) return;
     prepare_pasa_chunk<D, InElem>(p, chunk, lane, staging);
+    fence_proxy_async_global();  // (the chunk's writes are for another CTA's async-proxy copies)
     __threadfence();
     __syncwarp();
     if (lane == 0) add_release_gpu(p.ready + p.stage_of(chunk / PasaStage<D>::kKAtoms), 1u);
