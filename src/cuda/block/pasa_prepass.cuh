@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// PASA's pre-processing (Algorithm 1, step 1) of one key block, by one warp: the stage of
+// PASA's pre-processing (Algorithm 1, step 1) of one key block, a 64-channel chunk a warp: the stage of
 // pasa_stage.cuh that the pasa kernels read as their K slot, and for bf16 inputs the block's V rows
 // rounded to fp16. The portable path runs it as a kernel of its own before the attention kernel
 // (pasa_prepare.cu); the sm_90a engine runs it on its producer warpgroup's spare warps during the
 // attention kernel itself (hopper_pasa_mainloop.cuh), where the prepass's memory traffic hides under
-// the consumers' GEMMs instead of taking a kernel of its own before them.
+// the consumers' GEMMs instead of taking a kernel of its own before them, wherever each key block
+// serves enough query tiles for those warps to keep ahead (attention_fwd_pasa.cu).
 //
 // K'_j = M K_j with M = (I - beta/s2 J) alpha stored in fp16 (diagonal a', off-diagonal -b'): row r
 // is (a' + b') k_r - b' colsum, one column sum per block in fp32 (the keys in order, as the emulator

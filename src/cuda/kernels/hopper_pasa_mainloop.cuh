@@ -6,7 +6,7 @@
 // Its K slots hold the prepass's K' tiles (pasa_stage.cuh: 128 keys, then 8 rows of the block's
 // mean K' row, hi and lo), filled by one bulk copy; Q and V (fp16) by TMA. The prepass
 // (pasa_prepass.cuh) runs in this kernel, on the producer warpgroup's three spare warps, which draw
-// key blocks in the order the tiles need them; the producer waits for a block's stage (and, for bf16
+// 64-channel chunks of the key blocks in the order the tiles need them; the producer waits for a block's stage (and, for bf16
 // inputs, its fp16 V rows) before it copies them. (Where each stage serves few tiles, the launcher
 // runs the prepass as a kernel of its own before this one instead, and there is nothing to wait for.) bf16 Q is rounded to fp16
 // in shared memory by the warpgroup that owns its rows, once per tile. Per key block:

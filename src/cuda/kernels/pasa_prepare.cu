@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// PASA's prepass as a kernel of its own (the portable path's; the sm_90a engine runs the same per-block
-// work inside its attention kernel): one warp per key block (pasa_prepass.cuh).
+// PASA's prepass as a kernel of its own, before the attention kernel: the portable path's, and the
+// sm_90a path's where its kernel does not run the same per-chunk work itself (attention_fwd_pasa.cu);
+// one warp per 64-channel chunk of a key block (pasa_prepass.cuh).
 #include <cuda_runtime.h>
 
 #include <cstdint>
