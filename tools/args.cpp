@@ -145,6 +145,12 @@ const Command* Command::parse(const std::vector<std::string>& args, std::size_t 
         if (eq != std::string::npos) {
           value = arg.substr(eq + 1);
         } else if (pos + 1 < args.size()) {
+          // A value taken from the next argument is never an option: "--lse --causal" means a
+          // forgotten value, not a file named --causal (which --lse=--causal still names).
+          if (args[pos + 1].rfind("--", 0) == 0) {
+            throw UsageError(name + " needs a value (the next argument, " + args[pos + 1] + ", is an option; " +
+                             name + "=VALUE gives a value that begins with --)");
+          }
           value = args[++pos];
         } else {
           throw UsageError(name + " needs a value");
@@ -176,6 +182,13 @@ const Command* Command::parse(const std::vector<std::string>& args, std::size_t 
                        (subcommands_.empty() ? std::string() : " (not one of its commands)"));
     }
     chosen_ = sub->get();
+    // This command's options would be ignored: the chosen command runs instead of it.
+    for (const auto& opt : options_) {
+      if (opt->seen_) {
+        throw UsageError(opt->name_ + " is an option of '" + path_ + "' itself, which '" + chosen_->path_ +
+                         "' runs instead of; give that command's options after '" + arg + "'");
+      }
+    }
     break;
   }
   check_option_rules();

@@ -11,6 +11,7 @@
 #include "pasa/generators.h"
 #include "pasa/policy.h"
 #include "policy_options.h"
+#include "stage.h"
 #include "tensor_files.h"
 #include "text/format.h"
 
@@ -102,6 +103,8 @@ void run(const InspectOptions& opt, const GeneratorOptionsGiven& given) {
   const std::int64_t D = qv.dim(), Sq = qv.seq(), Skv = kv.seq();
   Range k_range, k_shift_range, s_range, s_shift_range;
   std::vector<double> kshift(static_cast<std::size_t>(Skv * D));
+  // Every score in fp64, S_q x S_kv x D a head: minutes at long sequences, so it says it is running.
+  const StageHeartbeat heartbeat("the score ranges");
   for (std::int64_t b = 0; b < kv.batch(); ++b)
     for (std::int64_t h = 0; h < kv.heads(); ++h) {
       const float* kh = &kf[static_cast<std::size_t>(((b * kv.heads() + h) * Skv) * D)];

@@ -14,6 +14,7 @@
 #include "output_paths.h"
 #include "stage.h"
 #include "tensor_files.h"
+#include "io/atomic_file.h"
 #include "text/format.h"
 
 namespace pasa::cli {
@@ -73,14 +74,17 @@ void run(const RunOptions& opt) {
   std::vector<float> lse(static_cast<std::size_t>(q.shape[0] * q.shape[1] * q.shape[2]));
   args.lse = lse_view(lse.data(), q.shape[0], q.shape[1], q.shape[2]);
 
-  text::print("q {}  k {}  v {}\npolicy {}{}\n", shape_text(args.q), shape_text(args.k), shape_text(args.v),
+  // With an output on standard output, the report goes to standard error, so that the stream holds
+  // the file alone.
+  FILE* report = io::detail::own_descriptor(opt.out) == 1 || io::detail::own_descriptor(opt.lse) == 1 ? stderr : stdout;
+  text::print(report, "q {}  k {}  v {}\npolicy {}{}\n", shape_text(args.q), shape_text(args.k), shape_text(args.v),
               to_string(args.policy), opt.causal ? text::format("  causal ({})", opt.alignment) : "");
-  std::fflush(stdout);  // what is being computed, seen before a long run (and kept if it is killed)
+  std::fflush(report);  // what is being computed, seen before a long run (and kept if it is killed)
   const auto t0 = std::chrono::steady_clock::now();
   run_stage("the attention (CPU emulator)", [&] { attention(args); });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  text::print("time {:.3f} s (CPU emulator)\n", seconds);
-  std::fflush(stdout);
+  text::print(report, "time {:.3f} s (CPU emulator)\n", seconds);
+  std::fflush(report);
 
   // The outputs are written before --check runs: a reference that fails (out of memory) then costs
   // the check, not the computed result. They are written together: all of them or none.
@@ -92,7 +96,7 @@ void run(const RunOptions& opt) {
     outputs.commit();
   });
   for (const std::string& path : {opt.out, opt.lse}) {
-    if (!path.empty()) text::print("wrote {}\n", path);
+    if (!path.empty()) text::print(report, "wrote {}\n", path);
   }
 
   if (opt.check) {
@@ -101,7 +105,7 @@ void run(const RunOptions& opt) {
       const std::vector<float> got = to_float(o);
       return compare(std::vector<double>(got.begin(), got.end()), ref.o);
     });
-    text::print("check against fp64: relative RMSE {:.3e}  max abs error {:.3e}  CosSim {:.6f}  "
+    text::print(report, "check against fp64: relative RMSE {:.3e}  max abs error {:.3e}  CosSim {:.6f}  "
                 "relative L1 {:.3e}  NaN share {:.4f}%\n",
                 m.rel_rmse, m.max_abs, m.cos_sim, m.rel_l1, 100.0 * m.nan_share);
   }

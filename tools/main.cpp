@@ -5,6 +5,9 @@
 // error, anything unexpected); 2 bad input or usage (a bad option, file, shape or policy). Every
 // exception ends here as one "pasa: error: ..." line: none escapes main to abort the process.
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
@@ -41,7 +44,17 @@ int main(int argc, char** argv) {
     pasa::cli::add_bench_command(app);
     pasa::cli::add_overhead_command(app);
     // Usage errors are printed by the parser and come back as kBadInput; --help as 0.
-    return app.main(argc, argv);
+    const int code = app.main(argc, argv);
+    // What was printed (tables, --help) must have reached standard output: a full disk or a closed
+    // stdout is a failed write, not a success.
+    errno = 0;
+    const bool flushed = std::fflush(stdout) == 0;
+    const int err = errno;
+    if (!flushed || std::ferror(stdout)) {
+      const std::string why = err != 0 ? std::string(": ") + std::strerror(err) : std::string();
+      return report(("writing to standard output failed" + why).c_str(), kRuntimeFailure);
+    }
+    return code;
   } catch (const pasa::ResourceError& e) {
     return report(e.what(), kRuntimeFailure);
   } catch (const pasa::Error& e) {

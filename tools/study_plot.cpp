@@ -123,7 +123,9 @@ std::vector<std::string> write_study_plots(PlotKind kind, const std::string& res
       fs::remove(path, ec);
     }
   } script{script_path};
-  const PythonRun run = run_python({script_path.string(), json_path, directory});
+  // (The script's path given absolute: a relative one beginning with '-' would be read as python3's
+  // option. The script takes the other two from sys.argv as they are.)
+  const PythonRun run = run_python({fs::absolute(script_path).string(), json_path, directory});
   if (!run.succeeded) {
     throw ResourceError("--plot: the plotting script failed" +
                         (run.lines.empty() ? std::string() : " (" + run.lines.back() + ")") +

@@ -9,11 +9,13 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <mutex>
 #include <random>
+#include <string_view>
 
 #include "pasa/error.h"
 
@@ -137,8 +139,15 @@ int write_bytes(int fd, const FileBytes& bytes) {
   return 0;
 }
 
-// Existing non-regular destinations (devices, pipes): written in place, every write checked.
+// Existing non-regular destinations (devices, pipes) and the process's own descriptors: written in
+// place, every write checked. An own descriptor is written as it is open (at its offset, appending
+// where it appends), after what stdio holds for it.
 void write_in_place(const std::string& path, const FileBytes& bytes) {
+  if (const int own = own_descriptor(path); own >= 0) {
+    std::fflush(nullptr);
+    if (const int err = write_bytes(own, bytes); err != 0) throw ResourceError(path + ": write failed" + errno_text(err));
+    return;
+  }
   const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
   if (fd < 0) throw Error(path + ": cannot open for writing" + errno_text(errno));
   const int err = write_bytes(fd, bytes);
@@ -201,8 +210,21 @@ void remove_pending_temporaries() noexcept {
   }
 }
 
+int own_descriptor(const std::string& path) {
+  if (path == "/dev/stdout") return 1;
+  if (path == "/dev/stderr") return 2;
+  for (const std::string_view prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+    if (path.size() <= prefix.size() || path.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = path.substr(prefix.size());
+    if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+    return std::stoi(digits);
+  }
+  return -1;
+}
+
 std::string resolve_output_path(const std::string& path) {
   if (path.empty()) throw Error("output path is empty");
+  if (own_descriptor(path) >= 0) return path;  // written through the descriptor, not what it leads to
   // Where the kernel can open it, an existing file that is not a regular one (/dev/stdout, /dev/fd/N,
   // a pipe) is written in place through `path` itself: its links may end in /proc's pseudo-targets
   // ("pipe:[N]"), which are no path to follow. Only a regular file is replaced, through its target.
@@ -230,6 +252,13 @@ std::string resolve_output_path(const std::string& path) {
 }
 
 void check_output_path(const std::string& path) {
+  if (const int own = own_descriptor(path); own >= 0) {
+    const int flags = ::fcntl(own, F_GETFL);
+    if (flags < 0 || (flags & O_ACCMODE) == O_RDONLY) {
+      throw Error(path + ": cannot open for writing" + errno_text(flags < 0 ? errno : EBADF));
+    }
+    return;
+  }
   const std::string target = resolve_output_path(path);
   struct stat existing {};
   if (::stat(target.c_str(), &existing) == 0) {
@@ -258,7 +287,7 @@ void FileBatch::add(const std::string& path, FileBytes bytes) {
   struct stat existing {};
   const bool exists = ::stat(entry->target.c_str(), &existing) == 0;
   if (exists && S_ISDIR(existing.st_mode)) throw Error(path + ": is a directory, not a file");
-  if (exists && !S_ISREG(existing.st_mode)) {
+  if (own_descriptor(path) >= 0 || (exists && !S_ISREG(existing.st_mode))) {
     entry->in_place = std::move(bytes);
     entries_.push_back(std::move(entry));
     return;

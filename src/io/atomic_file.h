@@ -8,8 +8,11 @@
 // left them at their default action, as the CLI does) remove the temporary before the process dies.
 //
 // A symbolic link is followed, also when it dangles: its final target is written (created if
-// missing) and the link kept. A destination that exists and is not a regular file (/dev/stdout, a
-// pipe, /dev/full) cannot be replaced by a rename; it is written in place, still checking every write.
+// missing) and the link kept. A destination that exists and is not a regular file (a pipe,
+// /dev/full) cannot be replaced by a rename; it is written in place, still checking every write. The
+// process's own descriptors (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N) are written through
+// the descriptor itself, whatever it is open on: a shell's `>> log` keeps the log's contents and
+// appends, where replacing the file behind it would lose them.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +30,10 @@ struct FileBytes {
   std::string head;
   std::vector<std::span<const std::uint8_t>> data;
 };
+
+// The descriptor that `path` names in this process (1 for /dev/stdout, 2 for /dev/stderr, N for
+// /dev/fd/N and /proc/self/fd/N), or -1 for any other path.
+int own_descriptor(const std::string& path);
 
 // The file a write to `path` replaces: `path` itself, or where its chain of symbolic links ends.
 // Throws pasa::Error naming the path when it is empty, the links loop, or a link's target lies in a

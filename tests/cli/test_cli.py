@@ -5,6 +5,7 @@ be written (checked before the work), and outputs that change together or not at
 
 Usage: test_cli.py PATH_TO_PASA   (run by CTest; needs python3 with numpy)
 """
+import io
 import json
 import os
 import signal
@@ -189,6 +190,10 @@ def check_arguments():
     for args, words in ((("beta", "--block", "12x"), "--block: '12x' is not an integer"),
                         (("beta", "--nope"), "no option --nope"),
                         (("beta", "--block"), "--block needs a value"),
+                        # a forgotten value is not the next option (a file named --causal)
+                        (("run", "--q", "q.npy", "--lse", "--causal"), "--lse needs a value (the next argument, --causal"),
+                        # the study's own options would be ignored by its sage and decode commands
+                        (("study", "--json", "x.json", "decode"), "--json is an option of 'pasa study' itself"),
                         (("run", "--causal=1"), "--causal is a flag"),
                         (("calibrate",), "--inputs is required"),
                         (("frobnicate",), "'frobnicate'"),
@@ -412,13 +417,39 @@ def check_plot_setup(tmp):
     assert not os.path.exists(plots)  # a refused command leaves no folder of its own
     pasa("study", *short, "--plot", plots, "--json", os.path.join(plots, "all.json"), env=fine)
     assert {"all.json", "study.json"} <= set(os.listdir(plots)), os.listdir(plots)
+    # A relative directory whose name begins with '-' is no option of python3's.
+    strict = os.path.join(tmp, "strict_python")
+    os.makedirs(strict)
+    with open(os.path.join(strict, "python3"), "w") as f:
+        f.write('#!/bin/sh\ncase "$1" in -c) exit 0;; -*) exit 2;; esac\nexit 0\n')
+    os.chmod(os.path.join(strict, "python3"), 0o755)
+    subprocess.run([PASA, "study", *short, "--plot", "-figs"], cwd=tmp, check=True, capture_output=True,
+                   env=dict(os.environ, PATH=strict))
+    assert os.path.exists(os.path.join(tmp, "-figs", "study.json"))
 
 
 def check_stdout_and_cpu_overhead_errors(tmp):
     # /dev/stdout into a pipe is written in place: its links end in /proc's "pipe:[N]", no path.
     q, k, v = save_qkv(tmp, "o")
+    # The stream holds the array alone (the report goes to stderr).
     r = subprocess.run([PASA, "run", "--q", q, "--k", k, "--v", v, "--out", "/dev/stdout"], capture_output=True)
-    assert r.returncode == 0 and b"\x93NUMPY" in r.stdout, r.stderr
+    assert r.returncode == 0 and r.stdout.startswith(b"\x93NUMPY"), r.stderr
+    assert np.load(io.BytesIO(r.stdout)).shape == (1, 2, 16, 16) and b"wrote /dev/stdout" in r.stderr
+    # /dev/stdout appending to a file: written through the descriptor, the file's contents kept.
+    log = os.path.join(tmp, "app.log")
+    with open(log, "wb") as f:
+        f.write(b"earlier line\n")
+    with open(log, "ab") as f:
+        r = subprocess.run([PASA, "run", "--q", q, "--k", k, "--v", v, "--out", "/dev/stdout"], stdout=f,
+                           stderr=subprocess.PIPE)
+    assert r.returncode == 0, r.stderr
+    data = open(log, "rb").read()
+    assert data.startswith(b"earlier line\n\x93NUMPY"), data[:40]
+    assert np.load(io.BytesIO(data[len(b"earlier line\n"):])).shape == (1, 2, 16, 16)
+    # A failed write to standard output is a failure (exit 1), not a success.
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([PASA, "beta"], stdout=full, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 1 and "writing to standard output failed" in r.stderr, r.stderr
     # On the CPU a bad shape is bad input (exit 2) whether or not the machine has a GPU.
     r = pasa("overhead", "--device", "cpu", "--heads-q", "3", "--heads-kv", "2", "--calls", "1", code=BAD_INPUT)
     assert "heads" in r.stderr, r.stderr
