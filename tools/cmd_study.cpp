@@ -147,6 +147,11 @@ void run(const StudyOptions& opt) {
   if (opt.seq < 1) throw Error(text::format("--seq: {} is not a positive length", opt.seq));
   check_study_outputs(opt.json, opt.plot, PlotKind::paper_study);
   config.shape = Shape4{1, opt.heads.value_or(opt.full ? 16 : 2), opt.seq, 128};
+  for (std::size_t i = 0; i < opt.policies.size(); ++i) {  // (a repeated one would be two equal columns)
+    for (std::size_t j = 0; j < i; ++j) {
+      if (opt.policies[i] == opt.policies[j]) throw Error("--policy: " + opt.policies[i] + " is given twice");
+    }
+  }
   if (!opt.policies.empty()) config.policies = opt.policies;
   config.seed = opt.seed;
 

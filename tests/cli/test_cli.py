@@ -282,7 +282,8 @@ def check_pipes_are_refused(tmp):
 
 
 def check_options_are_validated():
-    for args, words in ((("inspect", "--beta", "nan"), "--beta: policy field 'beta': nan is outside [0, 1)"),
+    for args, words in ((("study", "--policy", "exact", "--policy", "exact"), "--policy: exact is given twice"),
+                        (("inspect", "--beta", "nan"), "--beta: policy field 'beta': nan is outside [0, 1)"),
                         (("inspect", "--beta", "1"), "--beta: policy field 'beta': 1 is outside [0, 1)"),
                         (("inspect", "--beta", "-1e30"), "--beta"),
                         (("inspect", "--block", "100000"), "--block: policy field 's2': block size 100000 is outside 1..1024"),
