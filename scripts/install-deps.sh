@@ -20,13 +20,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# The project's Python: tests, figures and the extension's build tools, all from PyPI.
-python_packages=(numpy pytest matplotlib scikit-build-core nanobind)
+# The project's Python: tests (ml_dtypes: NumPy bfloat16 arrays), figures and the extension's build
+# tools, all from PyPI.
+python_packages=(numpy pytest matplotlib scikit-build-core nanobind ml_dtypes)
 if [ ! -x .venv/bin/python ]; then
   echo "install-deps: creating the virtual environment .venv"
   python3 -m venv .venv
 fi
-if ! .venv/bin/python -c "import numpy, pytest, matplotlib, scikit_build_core, nanobind" 2>/dev/null; then
+if ! .venv/bin/python -c "import numpy, pytest, matplotlib, scikit_build_core, nanobind, ml_dtypes" 2>/dev/null; then
   echo "install-deps: installing Python packages ${python_packages[*]} into .venv"
   .venv/bin/python -m pip install -q "${python_packages[@]}"
 fi

@@ -192,6 +192,15 @@ def _attention_via_float32(q: Any, k: Any, v: Any, out: Optional[Any], **options
     wanted = q.dtype if out is None else out.dtype
     if out is not None and not is_ml_dtypes_bfloat16(out):
         result = attention(q32, k32, v32, out=out, **options)
+    elif out is not None:
+        # A bfloat16 out: checked as the call checks any output, before the work, through a float32
+        # array of its shape (whose shape the call checks), then written once the result is in.
+        if not out.flags.writeable:
+            raise PasaError("out: array is read-only")
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            if np.may_share_memory(out, x):
+                raise PasaError(f"o: its memory overlaps {name}'s; pass an output that does not alias the inputs")
+        result = attention(q32, k32, v32, out=np.empty(out.shape, np.float32), **options)
     else:
         result = attention(q32, k32, v32, **options)
     o, lse = result if options["return_lse"] else (result, None)

@@ -2,6 +2,7 @@
 // The fp64 reference: attention written as plainly as possible, the oracle for every other path.
 #include <omp.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 
@@ -49,6 +50,10 @@ ReferenceResult reference_attention(const AttentionArgs& args) {
   result.o.assign(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q * D), 0.0);
   result.lse.assign(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q), 0.0);
 
+  // One head can take minutes: the calling thread also polls for an interrupt between its rows, and
+  // once it is interrupted the other threads leave their heads too (parallel_for polls between heads).
+  InterruptPoll interrupt;
+  std::atomic<bool> interrupted{false};
   parallel_for(p.batch * p.heads_q, [&](std::int64_t head) {
     const std::int64_t b = head / p.heads_q, h = head % p.heads_q;
     const std::vector<double> q = gather_head<double>(args.q, b, h, to_input);
@@ -56,6 +61,13 @@ ReferenceResult reference_attention(const AttentionArgs& args) {
     const std::vector<double> v = gather_head<double>(args.v, b, h / p.group(), to_input);
     std::vector<double> scores(static_cast<std::size_t>(p.seq_kv));
     for (std::int64_t r = 0; r < p.seq_q; ++r) {
+      if (interrupted.load(std::memory_order_relaxed)) return;
+      try {
+        interrupt.poll();
+      } catch (const Interrupted&) {
+        interrupted.store(true, std::memory_order_relaxed);
+        throw;
+      }
       double m = -std::numeric_limits<double>::infinity();
       for (std::int64_t c = 0; c < p.seq_kv; ++c) {
         if (!mods.visible(b, h, r, c)) {

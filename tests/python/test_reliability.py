@@ -103,6 +103,21 @@ def test_ctrl_c_stops_a_long_cpu_call():
     assert np.isfinite(pasa.attention(small, small, small, policy="exact")).all()  # the next call runs
 
 
+def test_ctrl_c_stops_the_reference_within_a_head():
+    """The fp64 reference polls for Ctrl-C between a head's rows too: one head of 16k rows takes
+    about 15 s on two cores."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 1, 16384, 64), dtype=np.float32) for _ in range(3))
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        pasa.reference(q, k, v)
+    elapsed = time.monotonic() - start
+    timer.join()
+    assert elapsed < 2.0
+
+
 def test_save_rejects_names_it_cannot_store(tmp_path, rng):
     x = rng.standard_normal((2, 3)).astype(np.float32)
     path = tmp_path / "x.safetensors"

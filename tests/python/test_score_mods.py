@@ -128,3 +128,30 @@ def test_ml_dtypes_bfloat16_arrays(rng):
     want = pasa.attention(q32, k32, v32, causal=True).astype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
     np.testing.assert_array_equal(pasa.reference(qb, kb, vb), pasa.reference(q32, k32, v32))
+
+
+def test_ml_dtypes_bfloat16_out_is_checked_before_the_work(rng):
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
+    q, k, v = (x.astype(ml_dtypes.bfloat16) for x in qkv(rng, b=1, h_q=2, s_q=4, d=8))
+    wrong = np.zeros((3,) + q.shape[1:], ml_dtypes.bfloat16)  # would broadcast
+    with pytest.raises(pasa.PasaError, match=r"^out: shape"):
+        pasa.attention(q, k, v, out=wrong)
+    assert not wrong.any()
+    frozen = np.zeros_like(q)
+    frozen.flags.writeable = False
+    with pytest.raises(pasa.PasaError, match=r"^out: array is read-only"):
+        pasa.attention(q, k, v, out=frozen)
+    q_before = q.copy()
+    with pytest.raises(pasa.PasaError, match=r"overlaps q's"):
+        pasa.attention(q, k, v, out=q)
+    np.testing.assert_array_equal(q.astype(np.float32), q_before.astype(np.float32))
+    out = np.zeros_like(q)
+    assert pasa.attention(q, k, v, out=out) is out and out.astype(np.float32).any()
+
+
+def test_arrays_of_fewer_than_three_dimensions_are_pasa_errors():
+    a, b = np.ones((4, 8), np.float32), np.ones((1, 2, 4, 8), np.float32)
+    for args, name in (((a, b, b), "q"), ((b, a, a), "k")):
+        for call in (pasa.attention, pasa.reference):
+            with pytest.raises(pasa.PasaError, match=rf"^{name}: expected a 4-D array"):
+                call(*args)
