@@ -15,7 +15,8 @@ from typing import Any, Callable, Optional, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._arrays import _DL_CPU, _host_empty, check_array, dlpack_device, is_torch_tensor
+from ._arrays import (_DL_CPU, _host_empty, check_array, dlpack_device, is_ml_dtypes_bfloat16,
+                      is_torch_tensor)
 from ._errors import PasaError, real_argument
 from ._policy import PolicyLike, core_policy
 
@@ -49,6 +50,10 @@ def _mixed(name: str, x: Any, device: Any) -> PasaError:
 def _host(x: Any, name: str) -> Any:
     """x, checked to be a host array (NumPy, torch CPU tensor, any DLPack host array)."""
     check_array(x, name)
+    if is_ml_dtypes_bfloat16(x):  # (no DLPack for them; the caches are written in place, so no copy)
+        raise PasaError(f"{name}: NumPy arrays of ml_dtypes' bfloat16 are taken by the dense "
+                        "pasa.attention only; give packed and KV-cache calls float32 (x.astype(np.float32) "
+                        "is exact) or torch bfloat16 tensors")
     if dlpack_device(x)[0] != _DL_CPU:
         raise _mixed(name, x, None)
     return x.detach() if is_torch_tensor(x) else x

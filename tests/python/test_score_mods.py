@@ -149,6 +149,16 @@ def test_ml_dtypes_bfloat16_out_is_checked_before_the_work(rng):
     assert pasa.attention(q, k, v, out=out) is out and out.astype(np.float32).any()
 
 
+def test_ml_dtypes_bfloat16_packed_and_cache_calls_are_refused(rng):
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
+    x = rng.standard_normal((20, 2, 8)).astype(ml_dtypes.bfloat16)
+    with pytest.raises(pasa.PasaError, match=r"^q: NumPy arrays of ml_dtypes' bfloat16"):
+        pasa.attention(x, x, x, cu_seqlens_q=[0, 20], cu_seqlens_k=[0, 20], max_seqlen_q=20, max_seqlen_k=20)
+    cache = np.zeros((1, 32, 2, 8), ml_dtypes.bfloat16)
+    with pytest.raises(pasa.PasaError, match=r"ml_dtypes' bfloat16"):
+        pasa.attention_with_kvcache(x[None, :1], cache, cache, cache_seqlens=[4])
+
+
 def test_arrays_of_fewer_than_three_dimensions_are_pasa_errors():
     a, b = np.ones((4, 8), np.float32), np.ones((1, 2, 4, 8), np.float32)
     for args, name in (((a, b, b), "q"), ((b, a, a), "k")):
