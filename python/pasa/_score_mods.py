@@ -10,7 +10,9 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from ._errors import PasaError
+from ._errors import PasaError, real_argument
+
+_INT32_MAX = 2**31 - 1
 
 #: The extension's defaults: no window, no softcap.
 NO_WINDOW = (-1, -1)
@@ -27,6 +29,8 @@ def check_window(window_size: Any) -> Tuple[int, int]:
     for side in (left, right):
         if isinstance(side, (bool, np.bool_)) or not isinstance(side, numbers.Integral) or side < -1:
             raise PasaError(f"window_size: {window_size!r} must hold integers >= -1 (-1 = unbounded)")
+        if side > _INT32_MAX:
+            raise PasaError(f"window_size: {int(side)} is outside -1..{_INT32_MAX}")
     return int(left), int(right)
 
 
@@ -36,9 +40,10 @@ def check_softcap(softcap: Any) -> float:
         return 0.0
     if isinstance(softcap, (bool, np.bool_)) or not isinstance(softcap, numbers.Real):
         raise PasaError(f"softcap: expected a number, got {type(softcap).__name__}")
-    if not (softcap >= 0.0 and np.isfinite(softcap)):
+    value = real_argument(softcap, "softcap")
+    if not value >= 0.0:
         raise PasaError(f"softcap: {softcap} must be finite and >= 0 (0 = no softcap)")
-    return float(softcap)
+    return value
 
 
 def mask_shape(q_shape: Tuple[int, ...], k_shape: Tuple[int, ...], layout: str) -> Tuple[int, ...]:

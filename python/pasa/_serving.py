@@ -183,6 +183,8 @@ def attention_varlen(q: Any, k: Any, v: Any, *, cu_seqlens_q: Any, cu_seqlens_k:
     for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if not _is_int(value):
             raise PasaError(f"{name}: expected an int, got {value!r}")
+        if not 0 <= value <= 2**31 - 1:
+            raise PasaError(f"{name}: {int(value)} is outside 0..{2**31 - 1}")
     device = _cuda_device(q)
     place = _placer(device)
     q, k, v = (place(x, name) for name, x in (("q", q), ("k", k), ("v", v)))

@@ -42,6 +42,13 @@ def test_numbers_out_of_range_are_pasa_errors(rng):
         pasa.beta(block=2**40)
     with raises(r"^initial: the integer is too large for a float"):
         pasa.beta(10**400)
+    with raises(r"^window_size: 9223372036854775808 is outside -1\.\.2147483647"):
+        pasa.attention(q, k, v, window_size=(2**63, 0))
+    with raises(r"^softcap: the integer is too large for a float"):
+        pasa.attention(q, k, v, softcap=10**400)
+    x = q[0].transpose(1, 0, 2).copy()  # packed [total, H, D]
+    with raises(r"^max_seqlen_q: 9223372036854775808 is outside 0\.\.2147483647"):
+        pasa.attention(x, x, x, cu_seqlens_q=[0, 8], cu_seqlens_k=[0, 8], max_seqlen_q=2**63, max_seqlen_k=8)
 
 
 def test_memory_is_a_pasa_error_before_allocating(rng):
