@@ -93,36 +93,33 @@ def test_oom_inside_the_emulator_does_not_abort_python(tmp_path):
     assert r.stdout.startswith("PasaError") and "needs" in r.stdout, r.stdout
 
 
-def test_ctrl_c_stops_a_long_cpu_call():
-    """KeyboardInterrupt (Ctrl-C) stops a CPU emulator call between its loop iterations instead of
-    when it returns: here minutes on two cores, seconds on many."""
+def seconds_to_stop(call, shape):
+    """How long `call` on random q, k, v of `shape` runs when Ctrl-C comes 0.3 s into it (it must
+    raise KeyboardInterrupt)."""
     rng = np.random.default_rng(0)
-    q, k, v = (rng.standard_normal((1, 16, 16384, 128), dtype=np.float32) for _ in range(3))
+    q, k, v = (rng.standard_normal(shape, dtype=np.float32) for _ in range(3))
     timer = threading.Timer(0.3, _thread.interrupt_main)
     start = time.monotonic()
     timer.start()
     with pytest.raises(KeyboardInterrupt):
-        pasa.attention(q, k, v, policy="exact")
+        call(q, k, v)
     elapsed = time.monotonic() - start
     timer.join()
-    assert elapsed < 2.0
-    small = q[:, :1, :64]
+    return elapsed
+
+
+def test_ctrl_c_stops_a_long_cpu_call():
+    """KeyboardInterrupt (Ctrl-C) stops a CPU emulator call between its loop iterations instead of
+    when it returns: here minutes on two cores, seconds on many."""
+    assert seconds_to_stop(lambda q, k, v: pasa.attention(q, k, v, policy="exact"), (1, 16, 16384, 128)) < 2.0
+    small = np.ones((1, 1, 64, 128), np.float32)
     assert np.isfinite(pasa.attention(small, small, small, policy="exact")).all()  # the next call runs
 
 
 def test_ctrl_c_stops_the_reference_within_a_head():
     """The fp64 reference polls for Ctrl-C between a head's rows too: one head of 16k rows takes
     about 15 s on two cores."""
-    rng = np.random.default_rng(0)
-    q, k, v = (rng.standard_normal((1, 1, 16384, 64), dtype=np.float32) for _ in range(3))
-    timer = threading.Timer(0.3, _thread.interrupt_main)
-    start = time.monotonic()
-    timer.start()
-    with pytest.raises(KeyboardInterrupt):
-        pasa.reference(q, k, v)
-    elapsed = time.monotonic() - start
-    timer.join()
-    assert elapsed < 2.0
+    assert seconds_to_stop(pasa.reference, (1, 1, 16384, 64)) < 2.0
 
 
 def test_save_rejects_names_it_cannot_store(tmp_path, rng):
