@@ -6,10 +6,11 @@
 // Its K slots hold the prepass's K' tiles (pasa_stage.cuh: 128 keys, then 8 rows of the block's
 // mean K' row, hi and lo), filled by one bulk copy; Q and V (fp16) by TMA. The prepass
 // (pasa_prepass.cuh) runs in this kernel, on the producer warpgroup's three spare warps, which draw
-// 64-channel chunks of the key blocks in the order the tiles need them; the producer waits for a block's stage (and, for bf16
-// inputs, its fp16 V rows) before it copies them. (Where each stage serves few tiles, the launcher
-// runs the prepass as a kernel of its own before this one instead, and there is nothing to wait for.) bf16 Q is rounded to fp16
-// in shared memory by the warpgroup that owns its rows, once per tile. Per key block:
+// 64-channel chunks of the key blocks in the order the tiles need them; the producer waits for a
+// block's stage (and, for bf16 inputs, its fp16 V rows) before it copies them. (Where each stage
+// serves few tiles, the launcher runs the prepass as a kernel of its own before this one instead,
+// and there is nothing to wait for.) bf16 Q is rounded to fp16 in shared memory by the warpgroup
+// that owns its rows, once per tile. Per key block:
 //   S' = Q K'^T by one m64n136k16 wgmma chain: the 128 scores, and in the 8 extra columns each row's
 //     sum of S' over the block (for the local pseudo-average, from the mean rows: about 22 bits);
 //   S' rounded to fp16 pairs (pasa) or kept in fp32 (pasa_accurate), masked, the block max; then per
@@ -73,7 +74,8 @@ struct PasaHopperVariant : HopperVariantDefaults {
   __device__ __forceinline__ static void load_k(const HopperParams& m, std::uint32_t slot, std::uint32_t bar, int b,
                                                 int h_kv, int j, int n_kb_all) {
     const int stage = (b * m.heads_kv + h_kv) * n_kb_all + j;
-    if (m.pasa.ready != nullptr) wait_pasa_stage<Tile::kHeadDim>(m.pasa, stage);  // (bf16 V's fp16 rows too: load_v is next)
+    // (which covers bf16 V's fp16 rows too: load_v comes next)
+    if (m.pasa.ready != nullptr) wait_pasa_stage<Tile::kHeadDim>(m.pasa, stage);
     bulk_copy_to_shared(slot, m.k_tiles + static_cast<std::int64_t>(stage) * Tile::kKBytes, Tile::kKBytes, bar);
   }
 
