@@ -2,7 +2,7 @@
 // The fp64 reference: attention written as plainly as possible, the oracle for every other path.
 #include <omp.h>
 
-#include <atomic>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -50,24 +50,34 @@ ReferenceResult reference_attention(const AttentionArgs& args) {
   result.o.assign(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q * D), 0.0);
   result.lse.assign(static_cast<std::size_t>(p.batch * p.heads_q * p.seq_q), 0.0);
 
-  // One head can take minutes: the calling thread also polls for an interrupt between its rows, and
-  // once it is interrupted the other threads leave their heads too (parallel_for polls between heads).
-  InterruptPoll interrupt;
-  std::atomic<bool> interrupted{false};
-  parallel_for(p.batch * p.heads_q, [&](std::int64_t head) {
+  // Tasks of kRowsPerTask query rows, so that a call of one head still spreads over the threads and
+  // parallel_for's interrupt checks (between tasks, on the calling thread) come every few rows. Each
+  // thread keeps the fp64 Q, K and V of the head it last worked on.
+  constexpr std::int64_t kRowsPerTask = 64;
+  const std::int64_t chunks = (p.seq_q + kRowsPerTask - 1) / kRowsPerTask;
+  struct HeadInputs {
+    std::int64_t head = -1;
+    std::vector<double> q, k, v;
+  };
+  std::vector<HeadInputs> per_thread_inputs(static_cast<std::size_t>(omp_get_max_threads()));
+  parallel_for(p.batch * p.heads_q * chunks, [&](std::int64_t task) {
+    const std::int64_t head = task / chunks, r_begin = task % chunks * kRowsPerTask;
+    const std::int64_t r_end = std::min(p.seq_q, r_begin + kRowsPerTask);
     const std::int64_t b = head / p.heads_q, h = head % p.heads_q;
-    const std::vector<double> q = gather_head<double>(args.q, b, h, to_input);
-    const std::vector<double> k = gather_head<double>(args.k, b, h / p.group(), to_input);
-    const std::vector<double> v = gather_head<double>(args.v, b, h / p.group(), to_input);
-    std::vector<double> scores(static_cast<std::size_t>(p.seq_kv));
-    for (std::int64_t r = 0; r < p.seq_q; ++r) {
-      if (interrupted.load(std::memory_order_relaxed)) return;
-      try {
-        interrupt.poll();
-      } catch (const Interrupted&) {
-        interrupted.store(true, std::memory_order_relaxed);
-        throw;
+    HeadInputs& in = per_thread_inputs[static_cast<std::size_t>(omp_get_thread_num())];
+    if (in.head != head) {
+      in.q = gather_head<double>(args.q, b, h, to_input);
+      if (in.head < 0 || in.head / p.heads_q != b || (in.head % p.heads_q) / p.group() != h / p.group()) {
+        in.k = gather_head<double>(args.k, b, h / p.group(), to_input);
+        in.v = gather_head<double>(args.v, b, h / p.group(), to_input);
       }
+      in.head = head;
+    }
+    const std::vector<double>& q = in.q;
+    const std::vector<double>& k = in.k;
+    const std::vector<double>& v = in.v;
+    std::vector<double> scores(static_cast<std::size_t>(p.seq_kv));
+    for (std::int64_t r = r_begin; r < r_end; ++r) {
       double m = -std::numeric_limits<double>::infinity();
       for (std::int64_t c = 0; c < p.seq_kv; ++c) {
         if (!mods.visible(b, h, r, c)) {

@@ -484,6 +484,10 @@ void validate(const Policy& p) {
     throw Error(text::format("policy field 'phi'/'window_lo'/'window_hi': phi must be finite and "
                              "window_lo < window_hi (got {}, {}, {})", p.phi, p.window_lo, p.window_hi));
   }
+  if (p.shift != Shift::unified && p.phi != Policy{}.phi) {
+    throw Error("policy field 'phi': set to " + text::format("{}", p.phi) + " but shift=" + shift_name(p.shift) +
+                " ignores it (FlashDecoding++'s unified maximum: use shift=unified)");
+  }
   if (p.shift != Shift::unified && (p.window_lo != Policy{}.window_lo || p.window_hi != Policy{}.window_hi)) {
     throw Error("policy field 'window_lo'/'window_hi': FlashDecoding++'s recompute window is set but shift=" +
                 shift_name(p.shift) + " ignores it (it is not a sliding window: pass window_size to the "

@@ -99,6 +99,8 @@ TEST(Policy, ErrorsNameTheField) {
   expect_error([] { parse_policy("exact,window_lo=-5"); }, "it is not a sliding window");
   expect_error([] { parse_policy("pasa,window_hi=5"); }, "shift=pasa ignores it");
   EXPECT_EQ(parse_policy("fdpp,window_lo=-5").window_lo, -5.0);
+  expect_error([] { parse_policy("exact,phi=3"); }, "'phi': set to 3 but shift=none ignores it");
+  EXPECT_EQ(parse_policy("fdpp,phi=3").phi, 3.0);
   expect_error([] { parse_policy("exact,shift=max"); }, "'shift': 'max' is not one of none, pasa, unified");
 }
 
