@@ -2,6 +2,7 @@
 #include "attention_checks.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -97,10 +98,14 @@ void check_score_mods(const AttentionArgs& a, const ProblemShape& p) {
 
 void check_mask_values(const MaskView& m) {
   if (m.kind != MaskKind::additive || m.device != Device::cpu) return;
-  for (std::int64_t b = 0; b < m.shape[0]; ++b)
-    for (std::int64_t h = 0; h < m.shape[1]; ++h)
-      for (std::int64_t r = 0; r < m.shape[2]; ++r)
-        for (std::int64_t c = 0; c < m.shape[3]; ++c) {
+  // A broadcast (stride-0) dimension repeats its first elements: each distinct element is read once,
+  // so a small mask broadcast over a long sequence costs what the mask holds, not what it spans.
+  std::array<std::int64_t, 4> n{};
+  for (int i = 0; i < 4; ++i) n[i] = m.stride[i] == 0 ? std::min<std::int64_t>(m.shape[i], 1) : m.shape[i];
+  for (std::int64_t b = 0; b < n[0]; ++b)
+    for (std::int64_t h = 0; h < n[1]; ++h)
+      for (std::int64_t r = 0; r < n[2]; ++r)
+        for (std::int64_t c = 0; c < n[3]; ++c) {
           const float x = load_as_float(m.data, m.dtype,
                                         b * m.stride[0] + h * m.stride[1] + r * m.stride[2] + c * m.stride[3]);
           if (std::isnan(x) || x == std::numeric_limits<float>::infinity()) {

@@ -110,22 +110,12 @@ std::string plot_results_path(PlotKind kind, const std::string& directory) {
 
 std::vector<std::string> write_study_plots(PlotKind kind, const std::string& results_json,
                                            const std::string& directory) {
-  namespace fs = std::filesystem;
   const std::string json_path = plot_results_path(kind, directory);
-  const fs::path script_path = fs::path(directory) / ".plot_study.py";
   io::detail::write_text_atomically(json_path, results_json);
-  io::detail::write_text_atomically(script_path.string(),
-                                    kind == PlotKind::paper_study ? kPlotStudyScript : kPlotSageScript);
-  struct RemovedOnExit {  // the script, also when running it throws
-    fs::path path;
-    ~RemovedOnExit() {
-      std::error_code ec;
-      fs::remove(path, ec);
-    }
-  } script{script_path};
-  // (The script's path given absolute: a relative one beginning with '-' would be read as python3's
-  // option. The script takes the other two from sys.argv as they are.)
-  const PythonRun run = run_python({fs::absolute(script_path).string(), json_path, directory});
+  // The script goes to python3 as `-c` text, so no file of it is left in the directory whatever stops
+  // the run, and a directory whose name begins with '-' is only the script's argument (sys.argv[2]).
+  const PythonRun run =
+      run_python({"-c", kind == PlotKind::paper_study ? kPlotStudyScript : kPlotSageScript, json_path, directory});
   if (!run.succeeded) {
     throw ResourceError("--plot: the plotting script failed" +
                         (run.lines.empty() ? std::string() : " (" + run.lines.back() + ")") +
