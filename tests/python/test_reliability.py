@@ -57,6 +57,11 @@ def test_memory_is_a_pasa_error_before_allocating(rng):
     k = np.broadcast_to(rng.standard_normal((1, 1, 1, 16)).astype(np.float32), (1, 1, 2**40, 16))
     with raises(r"attention \(CPU emulator\) on .*: needs .* of memory, only .* is available"):
         pasa.attention(q, k, k)
+    # A float mask broadcast over them too: its values are read once each, not once per key.
+    start = time.monotonic()
+    with raises(r"attention \(CPU emulator\) on .*: needs .* of memory"):
+        pasa.attention(q, k, k, attn_mask=np.zeros(1, np.float32))
+    assert time.monotonic() - start < 5.0
 
 
 def test_output_allocation_failure_names_out():
