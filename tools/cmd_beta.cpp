@@ -44,6 +44,11 @@ void run(const BetaOptions& opt) {
   if (opt.scale && !(std::isfinite(*opt.scale) && *opt.scale > 0.0)) {
     throw Error(text::format("--scale: {} is not positive and finite", *opt.scale));
   }
+  // M's diagonal is about the scale: past the format's largest value it is inf, and no beta is left.
+  if (opt.scale && *opt.scale > format.max_finite()) {
+    throw Error(text::format("--scale: {:g} folded into M is beyond {}'s largest value {:g}", *opt.scale,
+                             format.name(), format.max_finite()));
+  }
   text::print("optimal beta for {} with s2 = {}{}\n\n", format.name(), opt.block,
               opt.scale ? text::format(", scale {:g} folded into M", *opt.scale) : ", scale kept out of M");
   text::print("| initial beta | optimal beta | beta/(1-beta) ideal | beta/(1-beta) in {} |\n", format.name());

@@ -290,6 +290,7 @@ def check_options_are_validated():
                         (("beta", "--block", "1000000000"), "--block: policy field 's2'"),
                         (("beta", "--block", "0"), "is outside 1..1024"),
                         (("beta", "--init", "1.5"), "--init: 1.5 is outside (0, 1)"),
+                        (("beta", "--scale", "1e30"), "--scale: 1e+30 folded into M is beyond fp16's largest value 65504"),
                         (("beta", "--format", "int8"), "--format: int8 is an integer format"),
                         (("inspect", "--gen", "uniform", "--x0", "1e39"), "--x0/--am: uniform with x0 = 1e+39"),
                         (("inspect", "--gen", "uniform", "--x0", "nan"), "--x0: nan is not finite"),
