@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -112,16 +113,22 @@ std::size_t checked_nbytes(std::span<const std::int64_t> shape, DType dtype, con
   // The limit is int64 max (not size_t max) so numel() and byte offsets stay representable as
   // std::int64_t everywhere downstream.
   constexpr auto kLimit = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-  std::uint64_t numel = 1;
+  // The nonzero dimensions' product is held to the limit even where a zero dimension makes the
+  // array empty: NumPy (and so the Python package's arrays) refuses such shapes too.
+  const bool empty = std::find(shape.begin(), shape.end(), std::int64_t{0}) != shape.end();
+  std::uint64_t nonzero = 1;
   for (const std::int64_t d : shape) {
     if (d < 0) throw Error(what + ": negative dimension in shape " + shape_text(shape));
-    if (d != 0 && numel > kLimit / static_cast<std::uint64_t>(d)) {
-      throw Error(what + ": element count of shape " + shape_text(shape) + " overflows 63 bits");
+    if (d == 0) continue;
+    if (nonzero > kLimit / static_cast<std::uint64_t>(d)) {
+      throw Error(what + ": element count of shape " + shape_text(shape) + " overflows 63 bits" +
+                  (empty ? std::string(" (its nonzero dimensions')") : std::string()));
     }
-    numel *= static_cast<std::uint64_t>(d);
+    nonzero *= static_cast<std::uint64_t>(d);
   }
+  const std::uint64_t numel = empty ? 0 : nonzero;
   const std::uint64_t itemsize = dtype_size(dtype);
-  if (numel > kLimit / itemsize) {
+  if (nonzero > kLimit / itemsize) {
     throw Error(what + ": byte size of shape " + shape_text(shape) + " (" + dtype_name(dtype) +
                 ") overflows 63 bits");
   }

@@ -110,6 +110,13 @@ def test_load_errors(tmp_path):
     bad.write_bytes(struct.pack("<Q", 1 << 40) + b"{}")
     with pytest.raises(pasa.PasaError, match="bad.safetensors"):
         pasa.load(bad)
+    # Empty, but with dimensions no array can have: refused as NumPy would, naming the file.
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 4611686018427387904, 4611686018427387904), }"
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    huge = tmp_path / "huge.npy"
+    huge.write_bytes(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+    with pytest.raises(pasa.PasaError, match=r"huge.npy: element count of shape .* overflows 63 bits"):
+        pasa.load(huge)
 
 
 def test_truncated_files(tmp_path, rng):
