@@ -94,6 +94,11 @@ void check_apart(const StridedMemory& out, const char* name, const StridedMemory
   }
 }
 
+bool same_layout(const StridedMemory& a, const StridedMemory& b) {
+  return a.item == b.item && std::equal(a.shape.begin(), a.shape.end(), b.shape.begin(), b.shape.end()) &&
+         std::equal(a.stride.begin(), a.stride.end(), b.stride.begin(), b.stride.end());
+}
+
 void check_written(const NamedMemory& out, std::span<const NamedMemory> others) {
   check_no_self_overlap(out.memory, out.name);
   for (const NamedMemory& other : others) check_apart(out.memory, out.name, other.memory, other.name);
@@ -115,9 +120,7 @@ void check_no_shared_element(const StridedMemory& a, const char* a_name, const S
   const auto [b_first, b_last] = byte_span(b);
   if (!(a_first < b_last && b_first < a_last)) return;
   const std::ptrdiff_t gap = static_cast<const char*>(b.data) - static_cast<const char*>(a.data);
-  const bool halves = a.item == b.item && gap % a.item == 0 && a.shape.size() == b.shape.size() &&
-                      a.shape.size() < kMaxRank && std::equal(a.shape.begin(), a.shape.end(), b.shape.begin()) &&
-                      std::equal(a.stride.begin(), a.stride.end(), b.stride.begin());
+  const bool halves = same_layout(a, b) && gap % a.item == 0 && a.shape.size() < kMaxRank;
   if (halves) {
     std::array<std::int64_t, kMaxRank> shape{}, stride{};
     std::copy(a.shape.begin(), a.shape.end(), shape.begin());

@@ -34,6 +34,9 @@ void check_no_self_overlap(const StridedMemory& out, const char* name);
 // (k and v as halves of one [.., 2, ..] buffer) are refused as well when one of them is written.
 void check_apart(const StridedMemory& out, const char* name, const StridedMemory& other, const char* other_name);
 
+// Whether two views lay their elements out alike (element size, sizes and strides), wherever they start.
+bool same_layout(const StridedMemory& a, const StridedMemory& b);
+
 // A view and the name errors give it.
 struct NamedMemory {
   StridedMemory memory;

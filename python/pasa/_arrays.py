@@ -104,15 +104,20 @@ def _host_empty(shape: Tuple[int, ...], dtype: Any, name: str) -> np.ndarray:
                         f"not enough memory") from None
 
 
+def check_rank4(shape: Tuple[int, ...], name: str, layout: str) -> None:
+    """PasaError naming ``name`` unless ``shape`` has the 4 dimensions of ``layout``."""
+    if len(shape) != 4:
+        dims = "[B, H, S, D]" if layout == "bhsd" else "[B, S, H, D]"
+        raise PasaError(f"{name}: expected a 4-D array {dims} (layout '{layout}'), got {len(shape)}-D "
+                        f"with shape {tuple(shape)}")
+
+
 def allocate_outputs(q: Any, layout: str, return_lse: bool, out: Optional[Any],
                      stream: Optional[int]) -> Tuple[Any, Optional[Any], int]:
     """(out, lse, stream) for a non-torch call: NumPy outputs for host arrays, CuPy outputs and
     CuPy's current stream for CuPy arrays; other device arrays need ``out=``."""
     shape = tuple(int(n) for n in q.shape)
-    if len(shape) != 4:
-        dims = "[B, H, S, D]" if layout == "bhsd" else "[B, S, H, D]"
-        raise PasaError(f"q: expected a 4-D array {dims} (layout '{layout}'), got {len(shape)}-D "
-                        f"with shape {shape}")
+    check_rank4(shape, "q", layout)
     b, h, s = (shape[0], shape[1], shape[2]) if layout == "bhsd" else (shape[0], shape[2], shape[1])
     if out is not None:
         check_array(out, "out")

@@ -10,6 +10,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
+from ._arrays import check_rank4
 from ._errors import PasaError, real_argument
 
 _INT32_MAX = 2**31 - 1
@@ -49,10 +50,7 @@ def check_softcap(softcap: Any) -> float:
 def mask_shape(q_shape: Tuple[int, ...], k_shape: Tuple[int, ...], layout: str) -> Tuple[int, ...]:
     """[B, H_q, S_q, S_kv]: what a mask broadcasts to (always in this order, as in torch SDPA)."""
     for name, shape in (("q", q_shape), ("k", k_shape)):
-        if len(shape) != 4:  # (the call's own message, before anything indexes the shape)
-            dims = "[B, S, H, D]" if layout == "bshd" else "[B, H, S, D]"
-            raise PasaError(f"{name}: expected a 4-D array {dims} (layout {layout!r}), got {len(shape)}-D "
-                            f"with shape {tuple(shape)}")
+        check_rank4(shape, name, layout)  # (before anything indexes the shape)
     if layout == "bshd":
         return (q_shape[0], q_shape[2], q_shape[1], k_shape[1])
     return (q_shape[0], q_shape[1], q_shape[2], k_shape[2])

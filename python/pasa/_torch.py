@@ -17,7 +17,7 @@ from torch import Tensor
 from torch.utils.dlpack import to_dlpack as _to_dlpack
 
 from . import _arrays, _core
-from ._arrays import check_out_shape
+from ._arrays import check_out_shape, check_rank4
 from ._errors import PasaError
 from ._policy import core_policy
 from ._score_mods import broadcast_shape, mask_shape
@@ -38,10 +38,7 @@ def _check_traceable(q: Tensor, k: Tensor, v: Tensor, policy: str, layout: str) 
     """What can be checked from metadata alone, so torch.compile reports it while tracing."""
     core_policy(policy)  # raises PasaError for bad policy text
     for name, x in (("q", q), ("k", k), ("v", v)):
-        if x.dim() != 4:
-            dims = "[B, H, S, D]" if layout == "bhsd" else "[B, S, H, D]"
-            raise PasaError(f"{name}: expected a 4-D array {dims} (layout '{layout}'), got "
-                            f"{x.dim()}-D with shape {tuple(x.shape)}")
+        check_rank4(tuple(x.shape), name, layout)
         if x.dtype not in _DTYPES:
             raise PasaError(f"{name}: unsupported dtype {str(x.dtype).replace('torch.', '')} "
                             f"(pasa takes float32, float16 or bfloat16)")

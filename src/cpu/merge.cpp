@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Exact merge of two partial attention results over disjoint key sets (algorithms.md section 1):
 //   LSE = log(exp(LSE_a) + exp(LSE_b)),  O = exp(LSE_a - LSE) O_a + exp(LSE_b - LSE) O_b.
-#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
@@ -48,13 +47,10 @@ void check_partial(const TensorView& o, const LseView& lse, const TensorView& li
 // An output may be one of the inputs itself (the merge reads each element before it writes it) but
 // must otherwise stay apart from every input and the other output: a shifted or reshaped alias would
 // be written before it is read.
-bool same_view(const StridedMemory& x, const StridedMemory& y) {
-  return x.data == y.data && x.item == y.item && std::equal(x.shape.begin(), x.shape.end(), y.shape.begin(), y.shape.end()) &&
-         std::equal(x.stride.begin(), x.stride.end(), y.stride.begin(), y.stride.end());
-}
 void check_merge_output(const StridedMemory& out, const char* name, std::initializer_list<NamedMemory> others) {
   for (const NamedMemory& other : others) {
-    if (!same_view(out, other.memory)) check_apart(out, name, other.memory, other.name);
+    const bool same_view = out.data == other.memory.data && same_layout(out, other.memory);
+    if (!same_view) check_apart(out, name, other.memory, other.name);
   }
 }
 

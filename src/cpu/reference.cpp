@@ -56,7 +56,7 @@ ReferenceResult reference_attention(const AttentionArgs& args) {
   constexpr std::int64_t kRowsPerTask = 64;
   const std::int64_t chunks = (p.seq_q + kRowsPerTask - 1) / kRowsPerTask;
   struct HeadInputs {
-    std::int64_t head = -1;
+    std::int64_t head = -1, kv_head = -1;  // the (batch, head) pairs q and k, v were gathered for
     std::vector<double> q, k, v;
   };
   std::vector<HeadInputs> per_thread_inputs(static_cast<std::size_t>(omp_get_max_threads()));
@@ -67,11 +67,12 @@ ReferenceResult reference_attention(const AttentionArgs& args) {
     HeadInputs& in = per_thread_inputs[static_cast<std::size_t>(omp_get_thread_num())];
     if (in.head != head) {
       in.q = gather_head<double>(args.q, b, h, to_input);
-      if (in.head < 0 || in.head / p.heads_q != b || (in.head % p.heads_q) / p.group() != h / p.group()) {
-        in.k = gather_head<double>(args.k, b, h / p.group(), to_input);
-        in.v = gather_head<double>(args.v, b, h / p.group(), to_input);
-      }
       in.head = head;
+    }
+    if (const std::int64_t kv_head = b * p.heads_kv + h / p.group(); in.kv_head != kv_head) {
+      in.k = gather_head<double>(args.k, b, h / p.group(), to_input);
+      in.v = gather_head<double>(args.v, b, h / p.group(), to_input);
+      in.kv_head = kv_head;
     }
     const std::vector<double>& q = in.q;
     const std::vector<double>& k = in.k;

@@ -8,8 +8,9 @@
 // Shared-memory operands are K-major tiles whose rows are exactly one swizzle atom wide (64 or 128
 // bytes), stored with the hardware's XOR swizzle (16-byte chunk index ^= row bits) so that the eight
 // rows a core matrix reads fall into different banks; for fp16 also MN-major tiles (mn_major_desc);
-// and unswizzled tiles of ones (plain_desc: fp16 for pasa's row sums, e4m3 for sage8's). PTX ISA: "Asynchronous Warpgroup Level Matrix
-// Multiply-Accumulate Instructions", "Matrix Descriptor Format", "Shared Memory Matrix Layout".
+// and unswizzled tiles of ones (plain_desc: fp16 for pasa's row sums, e4m3 for sage8's). PTX ISA:
+// "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions", "Matrix Descriptor Format",
+// "Shared Memory Matrix Layout".
 #pragma once
 
 #include <cstdint>

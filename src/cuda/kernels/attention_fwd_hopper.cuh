@@ -319,7 +319,13 @@ TileScheduler hopper_schedule(const KernelRequest& r) {
   return {m_blocks, p.heads_q, r.batch, p.causal, static_cast<int>(section)};
 }
 
-// The persistent launch: min(tiles, SMs) CTAs drawing tiles from the call's ticket word; the
+// The persistent grid: min(tiles, SMs) CTAs.
+inline int hopper_grid(const TileScheduler& s, const KernelRequest& r) {
+  const long long tiles = static_cast<long long>(s.m_blocks) * s.heads * s.batch;
+  return static_cast<int>(std::min<long long>(tiles, r.sm_count));
+}
+
+// The persistent launch: hopper_grid's CTAs drawing tiles from the call's ticket word; the
 // shared-memory attribute set once per device.
 template <class Variant, int D>
 void launch_hopper(HopperParams m, const KernelRequest& r, cudaStream_t stream, const char* name) {
@@ -327,8 +333,7 @@ void launch_hopper(HopperParams m, const KernelRequest& r, cudaStream_t stream, 
   static OncePerDevice configured;
   auto* kernel = attention_fwd_hopper_kernel<Variant, D>;
   configured([&] { set_shared_memory(kernel, Tile::kSmemBytes, false, name); });
-  const long long tiles = static_cast<long long>(m.tiles.m_blocks) * m.tiles.heads * m.tiles.batch;
-  const int grid = static_cast<int>(std::min<long long>(tiles, r.sm_count));
+  const int grid = hopper_grid(m.tiles, r);
   if (grid == 0) return;
   if (r.tile_tickets == nullptr) throw Error(std::string(name) + ": no workspace for the tile counter");
   m.tile_tickets = r.tile_tickets;

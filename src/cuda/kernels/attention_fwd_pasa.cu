@@ -42,8 +42,7 @@ bool prepass_in_kernel(const KernelRequest& c, int block_m) {
 // The (batch, K/V head) pairs whose tiles run at one time: a causal section (tile_scheduler.cuh), or
 // as many heads as the grid's first tiles cover.
 int prepass_section_pairs(const KernelRequest& c, const TileScheduler& s) {
-  const long long grid = std::min<long long>(static_cast<long long>(s.m_blocks) * s.heads * s.batch, c.sm_count);
-  const long long heads = s.causal ? s.section_heads : (grid + s.m_blocks - 1) / s.m_blocks;
+  const long long heads = s.causal ? s.section_heads : (hopper_grid(s, c) + s.m_blocks - 1) / s.m_blocks;
   return static_cast<int>(std::max<long long>(1, (heads + c.fwd.group - 1) / c.fwd.group));
 }
 
