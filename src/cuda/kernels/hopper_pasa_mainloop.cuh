@@ -16,10 +16,8 @@
 //   S' rounded to fp16 pairs (pasa) or kept in fp32 (pasa_accurate), masked, the block max; then per
 //     k16 step P = fl(e^(fl(S' - m))) sent at once to the tensor cores: P V into a fresh fp32 sum, and
 //     P times a matrix of ones (in the extra shared memory) for the row sums of P;
-//   PASA's state update (F, m, the two rescale factors), and O~ = fl(fl(ep O~) + fl(ec fl(P V))) in
-//     fp16 and l once P V is done.
-// How the two GEMMs overlap that work differs between the policies (run_tile_overlapped,
-// run_tile_in_order).
+//   PASA's state update (F, m, the two rescale factors) under those GEMMs, then the next block's S'
+//     issued, and O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16 and l while it runs.
 // Epilogue: O = fl(O~ (1 / l)), LSE = m + log l + g F.
 #pragma once
 
@@ -106,51 +104,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
     static_assert(Tile::kKBytes == PasaStage<D>::kKBytes, "a K slot is one prepass stage");
     using Softmax = PasaSoftmax<1, !kAccurate, pasa_base2(kAccurate)>;
 
-    // pasa (S' rounded to fp16) overlaps its GEMMs with its softmax across blocks (kOverlapped);
-    // pasa_accurate keeps S' in the accumulators through the block and runs them block by block.
-    static constexpr bool kOverlapped = !kAccurate;
-
     __device__ __forceinline__ void run_tile(HopperConsumer<Tile>& ctx) {
-      if constexpr (kOverlapped) {
-        run_tile_overlapped(ctx);
-      } else {
-        run_tile_in_order(ctx);
-      }
-    }
-
-    __device__ __forceinline__ static void issue_qk(HopperConsumer<Tile>& ctx, float (&acc)[kSAcc], int f) {
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kQSteps; ++kk) wgmma_m64n136k16_ss<__half, false>(acc, ctx.q_desc(kk), ctx.k_desc(f, kk), kk > 0);
-      wgmma_commit();
-    }
-
-    // Each row's local pseudo-average from the block's 8 extra S' columns (hi + lo / kMeanLoScale).
-    __device__ __forceinline__ static void block_means(const float (&acc)[kSAcc], float (&mean)[2]) {
-      constexpr float kLo = 1.0f / kMeanLoScale;
-      mean[0] = Softmax::stat(fmaf(acc[kKeys / 2 + 1], kLo, acc[kKeys / 2]));
-      mean[1] = Softmax::stat(fmaf(acc[kKeys / 2 + 3], kLo, acc[kKeys / 2 + 2]));
-    }
-
-    // One k16 step of P V into c and of P times ones into psum_acc (the row sums of P).
-    __device__ __forceinline__ static void issue_pv_step(HopperConsumer<Tile>& ctx, float (&c)[D / 2],
-                                                         float (&psum_acc)[4], const std::uint32_t (&w)[4],
-                                                         std::uint64_t ones_desc, int f, int kc) {
-      wgmma_fence();
-      hopper::mma_pv<__half, D>(c, w, ctx.v_desc(f, kc), kc > 0);
-      wgmma_f16_m64n8k16(psum_acc, w, ones_desc, kc > 0);
-    }
-
-    // pasa: per key block j (S'_j in acc),
-    //   S'_j packed to fp16 pairs (sp) and its means read, then S'_{j+1} issued into acc at once;
-    //   mask and block max of S'_j under it and under P_{j-1} V_{j-1};
-    //   once P_{j-1} V_{j-1} is done: l and O~ take block j-1 (pasa's factors are fp16 values, so
-    //     O~ = fl(fl(ep O~) + fl(ec fl(P V))) is two fp16 multiplies and an add), then the state update
-    //     of block j (its headroom test reads that l);
-    //   P_j = fl(e^(fl(S'_j - m))) per k16 step, each sent to the tensor cores at once (P V into c).
-    // So the tensor cores hold one of this warpgroup's GEMMs through all but the packing of S'. The
-    // cost is a second P-sized array (sp beside pa, which P_{j-1} V_{j-1} is still reading).
-    __device__ __forceinline__ void run_tile_overlapped(HopperConsumer<Tile>& ctx) {
       const FwdParams& p = ctx.p;
       const int n_kb = ctx.n_kb, fill = ctx.fill;
       Softmax softmax;
@@ -158,138 +112,64 @@ struct PasaHopperVariant : HopperVariantDefaults {
       __half2 o[kDT][2];  // O~ in fp16: tile n's pair of row g (i = 0) and of row g + 8 (i = 1)
 #pragma unroll
       for (int n = 0; n < kDT; ++n) o[n][0] = o[n][1] = __float2half2_rn(0.0f);
-      float acc[kSAcc];                 // S' (column 8 (i / 4) + 2 t + i % 2 of row g + 8 ((i % 4) / 2))
-      std::uint32_t sp[1][kPSteps][4];  // S'_j as fp16 pairs in the A-fragment layout
-      std::uint32_t pa[1][kPSteps][4];  // P_j, the A fragments of P_j V_j
-      float c[D / 2];                   // P_j V_j
-      float psum_acc[4];                // P_j times ones: row g in [0], [1]; row g + 8 in [2], [3]
-      __half2 ep2[2], ec2[2];           // the rescale factors of the block whose P V is in c
+      float acc[kSAcc];  // S' of one block (column 8 (i / 4) + 2 t + i % 2 of row g + 8 ((i % 4) / 2))
+      float c[D / 2];    // one block's P V
+      float psum_acc[4];             // P times ones: row g in [0], [1]; row g + 8 in [2], [3]
+      std::uint32_t pa[1][kPSteps][4];  // S', then P, as the P V A fragments
       const std::uint64_t ones_desc = plain_desc(ctx.extra());
       if constexpr (std::is_same_v<QElem, __nv_bfloat16>) round_q_rows_to_fp16(ctx);
 
-      // P V of fill f is done: l and O~ take it.
-      auto take_pv = [&](int f) {
-        wgmma_pin(c);
-        wgmma_pin(pa);
-        wgmma_pin(psum_acc);
-        ctx.v_ring.release(f);
-        const float psum[2] = {psum_acc[0], psum_acc[2]};
-        softmax.add_block(psum);
+      auto issue_qk = [&](int f) {
+        wgmma_fence();
 #pragma unroll
-        for (int n = 0; n < kDT; ++n)
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            const __half2 pv = __floats2half2_rn(c[4 * n + 2 * i], c[4 * n + 2 * i + 1]);
-            o[n][i] = __hadd2(__hmul2(ep2[i], o[n][i]), __hmul2(ec2[i], pv));
-          }
-      };
-
-      // (Instantiated per (kHasPrev, kHasNext), so that no wgmma is issued or waited for under a
-      // run-time condition, which makes ptxas serialize them.)
-      const PartialBlocks partial(p, ctx.row_lo);
-      auto run_block = [&](int kb, auto has_prev, auto has_next) {
-        constexpr bool kHasPrev = decltype(has_prev)::value, kHasNext = decltype(has_next)::value;
-        const int f = fill + kb, key0 = (ctx.kb_first + kb) * kKeys;
-#pragma unroll
-        for (int q = 0; q < kKeys / 4; ++q) sp[0][q / 4][q % 4] = pack2<__half>(acc[2 * q], acc[2 * q + 1]);
-        float mean[2];
-        block_means(acc, mean);
-        ctx.k_ring.release(f);  // S' has been read: the K' slot is free
-        if constexpr (kHasNext) {
-          ctx.k_ring.wait(f + 1);
-          issue_qk(ctx, acc, f + 1);
-        }
-        if (partial.needs_mask(key0, kKeys)) apply_mask(sp, p, key0, ctx.row_lo + ctx.g);
-        float m_blk[2];
-        __half2 m_use[2];
-        Softmax::block_max(sp, m_blk, m_use);
-        if constexpr (kHasPrev) {
-          wgmma_wait<kHasNext ? 1 : 0>();  // P_{j-1} V_{j-1} (S'_{j+1} may still run)
-          take_pv(f - 1);
-        }
-        float ep[2], ec[2];
-        softmax.rescale(kb, m_blk, mean, p.pasa_g, ep, ec);
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          ep2[i] = __float2half2_rn(ep[i]);
-          ec2[i] = __float2half2_rn(ec[i]);
-        }
-        ctx.v_ring.wait(f);
-#pragma unroll
-        for (int kc = 0; kc < kPSteps; ++kc) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) pa[0][kc][e] = sp[0][kc][e];
-          Softmax::exponentiate_chunk(pa[0][kc], m_use, 0);
-          issue_pv_step(ctx, c, psum_acc, pa[0][kc], ones_desc, f, kc);
-        }
+        for (int kk = 0; kk < kQSteps; ++kk) wgmma_m64n136k16_ss<__half, false>(acc, ctx.q_desc(kk), ctx.k_desc(f, kk), kk > 0);
         wgmma_commit();
-        if constexpr (kHasNext) {
-          wgmma_wait<1>();  // S'_{j+1} (P_j V_j may still run)
-          wgmma_pin(acc);
-          if (kb + 2 == n_kb) ctx.q_ring.release(ctx.q_fill);  // that was the tile's last Q K'^T
-        }
       };
 
-      if (n_kb > 0) {
-        ctx.k_ring.wait(fill);
-        issue_qk(ctx, acc, fill);
-        wgmma_wait<0>();
-        wgmma_pin(acc);
-        if (n_kb == 1) ctx.q_ring.release(ctx.q_fill);
-      } else {
-        ctx.q_ring.release(ctx.q_fill);
-      }
-      if (n_kb == 1) run_block(0, std::false_type{}, std::false_type{});
-      if (n_kb > 1) run_block(0, std::false_type{}, std::true_type{});
-      for (int kb = 1; kb + 1 < n_kb; ++kb) run_block(kb, std::true_type{}, std::true_type{});
-      if (n_kb > 1) run_block(n_kb - 1, std::true_type{}, std::false_type{});
-      if (n_kb > 0) {
-        wgmma_wait<0>();
-        take_pv(fill + n_kb - 1);
-      }
-      finish(ctx, softmax, o);
-    }
-
-    // pasa_accurate: per key block, S' (fp32, in acc) masked, its block max; P = fl16(e^(S' - m)) per
-    // k16 step sent at once to the tensor cores; the next block's S' issued behind P V (acc has been
-    // read), and the state update and O~ under it.
-    __device__ __forceinline__ void run_tile_in_order(HopperConsumer<Tile>& ctx) {
-      const FwdParams& p = ctx.p;
-      const int n_kb = ctx.n_kb, fill = ctx.fill;
-      Softmax softmax;
-      softmax.init();
-      __half2 o[kDT][2];  // O~ in fp16, as in run_tile_overlapped
-#pragma unroll
-      for (int n = 0; n < kDT; ++n) o[n][0] = o[n][1] = __float2half2_rn(0.0f);
-      float acc[kSAcc];
-      float c[D / 2];
-      float psum_acc[4];
-      std::uint32_t pa[1][kPSteps][4];
-      const std::uint64_t ones_desc = plain_desc(ctx.extra());
-      if constexpr (std::is_same_v<QElem, __nv_bfloat16>) round_q_rows_to_fp16(ctx);
-
+      // Block kb with its S' in acc: the softmax and P V, then (kHasNext) the next block's S' issued
+      // behind P V, so the tensor cores go on while PASA's update and O~ take in this block's P V.
+      // (Two instantiations, so that no wgmma is issued under a run-time condition, which makes ptxas
+      // serialize them.)
       const PartialBlocks partial(p, ctx.row_lo);
       auto run_block = [&](int kb, auto has_next) {
         constexpr bool kHasNext = decltype(has_next)::value;
         const int f = fill + kb, key0 = (ctx.kb_first + kb) * kKeys;
-        auto& s32 = *reinterpret_cast<float (*)[1][kKeys / 8][4]>(acc);  // the mma C layout's tiles
-        float mean[2];
-        block_means(acc, mean);
-        ctx.k_ring.release(f);
+        // (pasa_accurate: S' stays in acc, seen as the mma C layout's [1][kKeys / 8][4] tiles.)
+        [[maybe_unused]] auto& s32 = *reinterpret_cast<float (*)[1][kKeys / 8][4]>(acc);
+        if constexpr (!kAccurate) {
+#pragma unroll
+          for (int q = 0; q < kKeys / 4; ++q) pa[0][q / 4][q % 4] = pack2<__half>(acc[2 * q], acc[2 * q + 1]);
+        }
+        constexpr float kLo = 1.0f / kMeanLoScale;
+        const float mean[2] = {Softmax::stat(fmaf(acc[kKeys / 2 + 1], kLo, acc[kKeys / 2])),
+                               Softmax::stat(fmaf(acc[kKeys / 2 + 3], kLo, acc[kKeys / 2 + 2]))};
+        ctx.k_ring.release(f);  // S' has been read: the K' slot is free
         float m_blk[2];
-        if (partial.needs_mask(key0, kKeys)) apply_mask(s32, p, key0, ctx.row_lo + ctx.g);
-        Softmax::block_max_fp32(s32, m_blk);
+        [[maybe_unused]] __half2 m_use[2];
+        if constexpr (kAccurate) {
+          if (partial.needs_mask(key0, kKeys)) apply_mask(s32, p, key0, ctx.row_lo + ctx.g);
+          Softmax::block_max_fp32(s32, m_blk);
+        } else {
+          if (partial.needs_mask(key0, kKeys)) apply_mask(pa, p, key0, ctx.row_lo + ctx.g);
+          Softmax::block_max(pa, m_blk, m_use);
+        }
 
         ctx.v_ring.wait(f);
 #pragma unroll
         for (int kc = 0; kc < kPSteps; ++kc) {
-          Softmax::exponentiate_fp32(pa[0][kc], s32, m_blk, 0, kc);
-          issue_pv_step(ctx, c, psum_acc, pa[0][kc], ones_desc, f, kc);
+          if constexpr (kAccurate) {
+            Softmax::exponentiate_fp32(pa[0][kc], s32, m_blk, 0, kc);
+          } else {
+            Softmax::exponentiate_chunk(pa[0][kc], m_use, 0);
+          }
+          wgmma_fence();
+          hopper::mma_pv<__half, D>(c, pa[0][kc], ctx.v_desc(f, kc), kc > 0);
+          wgmma_f16_m64n8k16(psum_acc, pa[0][kc], ones_desc, kc > 0);
         }
         wgmma_commit();
         if constexpr (kHasNext) {  // acc has been read: the next S' queues behind this P V
           ctx.k_ring.wait(f + 1);
-          issue_qk(ctx, acc, f + 1);
+          issue_qk(f + 1);
         }
         float ep[2], ec[2];
         softmax.rescale(kb, m_blk, mean, p.pasa_g, ep, ec);
@@ -300,26 +180,33 @@ struct PasaHopperVariant : HopperVariantDefaults {
         ctx.v_ring.release(f);
         const float psum[2] = {psum_acc[0], psum_acc[2]};
         softmax.add_block(psum);
-        // pasa_accurate's factors are fp32, so a product is rounded to fp16 once from its exact value,
-        // as the emulator rounds it (rescale_add_half2_once: only the one whose factor is not 1 where
-        // one is).
+        // O~ = fl(fl(ep O~) + fl(ec fl(P V))): pasa's factors are fp16 values (its state is fp16), so
+        // the products are fp16 multiplies; pasa_accurate's are fp32, so a product is rounded to fp16
+        // once from its exact value, as the emulator rounds it (rescale_add_half2_once: only the one
+        // whose factor is not 1 where one is).
+        const __half2 ep2[2] = {__float2half2_rn(ep[0]), __float2half2_rn(ep[1])};
+        const __half2 ec2[2] = {__float2half2_rn(ec[0]), __float2half2_rn(ec[1])};
 #pragma unroll
         for (int n = 0; n < kDT; ++n)
 #pragma unroll
           for (int i = 0; i < 2; ++i) {
             const __half2 pv = __floats2half2_rn(c[4 * n + 2 * i], c[4 * n + 2 * i + 1]);
-            o[n][i] = rescale_add_half2_once(ep[i], o[n][i], ec[i], pv);
+            if constexpr (kAccurate) {
+              o[n][i] = rescale_add_half2_once(ep[i], o[n][i], ec[i], pv);
+            } else {
+              o[n][i] = __hadd2(__hmul2(ep2[i], o[n][i]), __hmul2(ec2[i], pv));
+            }
           }
         if constexpr (kHasNext) {
           wgmma_wait<0>();  // the next block's S'
           wgmma_pin(acc);
-          if (kb + 2 == n_kb) ctx.q_ring.release(ctx.q_fill);
+          if (kb + 2 == n_kb) ctx.q_ring.release(ctx.q_fill);  // that was the tile's last Q K'^T
         }
       };
 
       if (n_kb > 0) {
         ctx.k_ring.wait(fill);
-        issue_qk(ctx, acc, fill);
+        issue_qk(fill);
         wgmma_wait<0>();
         wgmma_pin(acc);
         if (n_kb == 1) ctx.q_ring.release(ctx.q_fill);
@@ -328,15 +215,11 @@ struct PasaHopperVariant : HopperVariantDefaults {
       }
       for (int kb = 0; kb + 1 < n_kb; ++kb) run_block(kb, std::true_type{});
       if (n_kb > 0) run_block(n_kb - 1, std::false_type{});
-      finish(ctx, softmax, o);
-    }
 
-    // Epilogue: O = fl(O~ (1 / l)) (0 for a row that saw no key; the emulator divides, which can
-    // differ by one fp16 ulp), the LSE.
-    __device__ __forceinline__ static void finish(HopperConsumer<Tile>& ctx, const Softmax& softmax,
-                                                  const __half2 (&o)[kDT][2]) {
+      // Epilogue: O = fl(O~ (1 / l)) (0 for a row that saw no key; the emulator divides, which can
+      // differ by one fp16 ulp), the LSE.
       float row_l[2], lse[2];
-      softmax.finish(ctx.p.pasa_g, row_l, lse);
+      softmax.finish(p.pasa_g, row_l, lse);
       ctx.store_rows(row_l, lse, [&](int n8, int i) { return __half22float2(o[n8][i]); }, true);
     }
   };
