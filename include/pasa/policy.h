@@ -102,9 +102,11 @@ struct Policy {
 
   // FlashDecoding++ (algorithms.md section 5), with shift=unified.
   double phi = 0.0;                // the unified maximum ("phi")
-  double window_lo = -20.0;        // FlashDecoding++'s recompute window (not a sliding window): a row
+  double window_lo = -9.7;         // FlashDecoding++'s recompute window (not a sliding window): a row
   double window_hi = 10.0;         // with any x - phi outside (lo, hi) is recomputed with the
-                                   // synchronized algorithm ("window_lo", "window_hi"; unified only)
+                                   // synchronized algorithm ("window_lo", "window_hi"; unified only).
+                                   // The weights e^(x - phi) in between must be normal and finite in
+                                   // the policy's formats: e^-9.7 and e^10 are, in fp16.
   int splits = 1;                  // the key axis cut into this many parts, merged exactly ("splits")
 
   bool operator==(const Policy& o) const;

@@ -274,6 +274,38 @@ std::string known_presets() {
   return "(presets: " + known + ")";
 }
 
+// FlashDecoding++'s window is what makes a unified maximum safe: a row is recomputed with the
+// synchronized algorithm when any x - phi leaves (window_lo, window_hi), so every weight
+// P = base^(x - phi) of a row that is not lies strictly between base^window_lo and base^window_hi.
+// Those weights need the two guarantees that P <= 1 gets from the running maximum (validate()'s
+// p_scale checks): the largest finite in softmax (where P is taken) and in p (times p_scale), and
+// the smallest normal value of softmax, and of p, pv_acc and o times p_scale. Without the second, a
+// row whose every score sits just above window_lo gets weights that underflow (O = 0, or NaN where l
+// sums P as rounded) while the reference is finite. (A sum of many weights near base^window_hi can
+// still overflow a 16-bit pv_acc or o: that depends on the row's length, which a policy does not know.)
+void check_unified_window(const Policy& p) {
+  const double ln_base = p.exp_base == ExpBase::two ? std::log(2.0) : 1.0;
+  auto exponent_of = [&](double v) { return std::log(v) / ln_base; };  // base^result = v
+  double lo_min = exponent_of(p.softmax.min_normal());
+  double hi_max = std::min(exponent_of(p.softmax.max_finite()), exponent_of(p.p.max_finite() / p.p_scale));
+  std::string lo_by = p.softmax.name() + " (softmax)", hi_by = lo_by;
+  if (exponent_of(p.p.max_finite() / p.p_scale) < exponent_of(p.softmax.max_finite())) hi_by = p.p.name() + " (p)";
+  for (auto [key, f] : {std::pair{"p", p.p}, {"pv_acc", p.pv_acc}, {"o", p.o}}) {
+    const double smallest = exponent_of((f.is_integer() ? 1.0 : f.min_normal()) / p.p_scale);
+    if (smallest > lo_min) {
+      lo_min = smallest;
+      lo_by = f.name() + " (" + key + ")";
+    }
+  }
+  if (p.window_lo < lo_min || p.window_hi > hi_max) {
+    throw Error(text::format(
+        "policy field 'window_lo'/'window_hi': ({}, {}) is not a safe recompute window for these formats: "
+        "the weights {}^(x - phi) of a row that is not recomputed must stay finite in {} and normal in {}, "
+        "so window_lo >= {:.6g} and window_hi <= {:.6g}",
+        p.window_lo, p.window_hi, p.exp_base == ExpBase::two ? "2" : "e", hi_by, lo_by, lo_min, hi_max));
+  }
+}
+
 }  // namespace
 
 Policy preset_policy(std::string_view name) {
@@ -520,6 +552,7 @@ void validate(const Policy& p) {
                                f.is_integer() ? "nonzero" : "normal", key, smallest));
     }
   }
+  if (p.shift == Shift::unified) check_unified_window(p);
   // Per-warp and per-thread query groups are 16-row slabs of a query block; per-thread key groups
   // repeat every 8 keys of a key block.
   auto slab_gran = [](Granularity g) { return g == Granularity::warp || g == Granularity::thread; };

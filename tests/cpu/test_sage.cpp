@@ -255,9 +255,26 @@ TEST(Decode, RowsLeavingTheWindowAreRecomputedAndCounted) {
   EXPECT_EQ(unified.stats.recomputed_rows, 10);
   const Result sync = run(data, "fdpp,shift=none", false, 4.0);
   EXPECT_EQ(unified.o, sync.o);
-  // Moving phi to where the scores are brings the rate back to zero.
-  QKV copy = data;
-  EXPECT_LT(run(copy, "fdpp,phi=5000,window_lo=-10000,window_hi=10000", false, 4.0).stats.recomputed_rows, 10);
+}
+
+TEST(Decode, RowsFarBelowPhiAreRecomputed) {
+  // Every score near -18 (q ~ 1.5, k ~ -1.5, d = 64): with phi = 0 every weight e^(x - phi) is below
+  // fp16's smallest subnormal, so without the fallback P would be 0 (O = 0, or NaN with rowsum=p).
+  // The window's lower end keeps in-window weights normal in fp16, so these rows are recomputed and
+  // equal the synchronized algorithm's; rowsum=p alike.
+  const std::uint64_t seed = test::kFixedSeeds[3];
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  QKV data = uniform_qkv({1, 2, 4, 64}, 1.5, 0.1, seed, DType::f16);
+  data.k = uniform_qkv({1, 2, 300, 64}, -1.5, 0.1, seed + 1, DType::f16).k;
+  data.v = uniform_qkv({1, 2, 300, 64}, 0.0, 1.0, seed + 2, DType::f16).v;
+  const Result ref = reference(data);
+  for (const std::string rowsum : {"", ",rowsum=p"}) {
+    SCOPED_TRACE(rowsum);
+    const Result unified = run(data, "fdpp" + rowsum);
+    EXPECT_EQ(unified.stats.recomputed_rows, 8);
+    EXPECT_EQ(unified.o, run(data, "fdpp,shift=none" + rowsum).o);
+    EXPECT_LT(test::relative_rmse(unified.o, ref.o), 1e-2);
+  }
 }
 
 TEST(Sage, BadInput) {
@@ -268,6 +285,11 @@ TEST(Sage, BadInput) {
   test::expect_error([] { parse_policy("sage8,p_scale=1e40"); }, "'p_scale': 1e+40 is outside (0, 448]");
   test::expect_error([] { parse_policy("exact,p=fp16,p_scale=1e5"); }, "'p_scale': 100000 is outside (0, 65504]");
   test::expect_error([] { parse_policy("fdpp,window_lo=5,window_hi=1"); }, "window_lo < window_hi");
+  // A recompute window whose weights could underflow or overflow fdpp's fp16 P, or sage8's scaled e4m3 P.
+  test::expect_error([] { parse_policy("fdpp,window_lo=-20"); }, "window_lo >= -9.70406 and window_hi <= 11.0899");
+  test::expect_error([] { parse_policy("fdpp,window_hi=60"); }, "not a safe recompute window");
+  test::expect_error([] { parse_policy("sage8,shift=unified"); }, "window_hi <= 0");
+  EXPECT_EQ(parse_policy("fdpp,p=fp32,window_lo=-80").window_lo, -80.0);
   test::expect_error([] { parse_policy("fdpp,splits=0"); }, "'splits': 0");
   test::expect_error([] { parse_policy("sage8,smooth_k=maybe"); }, "'smooth_k': 'maybe' is not 1/0");
   // NaN inputs are rejected before quantization could hide them.

@@ -28,7 +28,7 @@ def test_fields():
         "shift": "none", "beta": 0.0, "pseudo_avg": "s", "s1": 64, "s2": 64, "smooth_q": False, "smooth_k": False,
         "smooth_v": False, "q_quant": None, "k_quant": None, "q_gran": "thread",
         "k_gran": "thread", "v_quant": None, "p_scale": 1.0, "two_level": True, "p_max": "block", "rowsum": "e", "phi": 0.0,
-        "window_lo": -20.0, "window_hi": 10.0, "splits": 1,
+        "window_lo": -9.7, "window_hi": 10.0, "splits": 1,
     }
     p = pasa.Policy("pasa")
     assert (p.input, p.s, p.softmax, p.p, p.o) == ("fp16",) * 5
