@@ -119,6 +119,26 @@ TEST(CudaDecode, FdppLargeScoresAreRecomputedAndCounted) {
   }
 }
 
+// Scores far below phi (phi = 14, scores within about +-3): every weight e^(x - phi) is below fp16's
+// smallest normal, where P would lose its bits or vanish (O = 0), so every row must leave the window
+// at its lower end and be recomputed, on the kernel as in the emulator.
+TEST(CudaDecode, FdppScoresFarBelowPhiAreRecomputed) {
+  REQUIRE_GPU();
+  const auto br = CausalAlignment::bottom_right;
+  const Policy unified = parse_policy("fdpp,phi=14");
+  const Case cases[] = {{1, 32, 8, 1, 4096, 128, false, br, false, DType::bf16, DType::bf16},
+                        {2, 8, 2, 4, 700, 64, true, br, true, DType::f16, DType::f32}};
+  for (const Case& c : cases) {
+    const auto seed = test::fresh_seed();
+    Extra u;
+    check_case(c, unified, unified, std::nullopt, &u, seed);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(c));
+    const std::int64_t rows = c.B * c.Hq * c.Sq;
+    EXPECT_EQ(u.emulator_stats.recomputed_rows, rows);
+    EXPECT_EQ(u.kernel_stats.recomputed_rows, rows);
+  }
+}
+
 // The decode kernel at head dims 96 and 256 (where the device grants its shared memory): exact and
 // fdpp (unified, synchronized, and the recomputed rows of large scores), f16 and bf16 inputs (head dim
 // 96's rows of 12 16-byte chunks do not divide the CTA's threads: fdpp's rounding of bf16 K and V in
