@@ -11,7 +11,10 @@
 // and the pasa kernels (online_softmax.cuh) both call pasa_headroom.
 #pragma once
 
+#include <climits>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define PASA_HOST_DEVICE __host__ __device__
@@ -29,10 +32,15 @@ static_assert(kPasaHeadroomThreshold == static_cast<float>(1 << kPasaHeadroomLog
 // What the state update adds to its reference for the running sum l (a float value): 0 below the
 // threshold, else k = floor(log2 l) - kPasaHeadroomDrop, in base-2 units or as k ln 2 (a float
 // product, the same on the host and the GPU) in natural ones.
+// Written with selects only, so that a kernel's state update around it stays one basic block. ilogb
+// of an l >= 2^10 read from its exponent bits: l is then normal or inf (ilogb(inf) = INT_MAX).
 PASA_HOST_DEVICE inline float pasa_headroom(float l, bool base2) {
-  if (!(l >= kPasaHeadroomThreshold)) return 0.0f;
-  const int k = ilogbf(l) - kPasaHeadroomDrop;  // (ilogb is exact)
-  return base2 ? static_cast<float>(k) : static_cast<float>(k) * 0.6931471805599453f;
+  std::uint32_t bits;
+  std::memcpy(&bits, &l, sizeof bits);
+  const int biased = static_cast<int>(bits >> 23 & 0xffu);
+  const int k = (biased == 0xff ? INT_MAX : biased - 127) - kPasaHeadroomDrop;
+  const float h = base2 ? static_cast<float>(k) : static_cast<float>(k) * 0.6931471805599453f;
+  return l >= kPasaHeadroomThreshold ? h : 0.0f;
 }
 
 }  // namespace pasa

@@ -242,34 +242,35 @@ struct PasaSoftmax {
   // row's visible keys are a prefix [0, limit) and blocks are visited in order, so a row that sees the
   // block has seen every block before it: the j of Eq. 15 is block + 1. Called by all lanes (it
   // shuffles); add_block() completes it.
+  // Branch-free: every lane computes every candidate and selects, so that the update (a chain of
+  // dependent roundings) is one basic block that the compiler can interleave with the block's
+  // exponentials instead of running it alone.
   __device__ __forceinline__ void rescale(int block, const float (&m_blk)[kRows], const float (&mean)[kRows], float g,
                                           float (&ep)[kRows], float (&ec)[kRows]) {
     const float mb = own(m_blk), mn = own(mean);
-    e_prev = 1.0f;
-    e_cur = 0.0f;
-    if (static_cast<int>(threadIdx.x) % 4 < kRows && mb != -INFINITY) {
-      const float j = static_cast<float>(block + 1);
-      // (a quotient to 2 fp32 ulp, __fdividef, before its fp16 rounding: no division slow path)
-      const float F_new = stat(F + stat(__fdividef(stat(mn - F), j)));  // Eq. 15 without (j - 1) F
-      const float d_prev = stat(g * stat(F - F_new));
-      const float d_cur = stat(g * stat(mn - F_new));
-      // The candidates as stored, and the factors taken from them (each <= 1, the larger exactly 1):
-      // a rounding of m + d_prev can then never make O~ or l grow from block to block.
-      const float cur = stat(mb + d_cur);
-      if (m == -INFINITY) {
-        e_prev = 0.0f;
-        e_cur = 1.0f;
-        m = cur;
-      } else {
-        const float prev = stat(m + d_prev);
-        float m_new = fmaxf(prev, cur);
-        if (const float h = pasa_headroom(l, kBase2); h != 0.0f) m_new = stat(m_new + h);  // (l and O~)
-        e_prev = stat(power(stat(prev - m_new)));
-        e_cur = stat(power(stat(cur - m_new)));
-        m = m_new;
-      }
-      F = F_new;
-    }
+    const bool updates = static_cast<int>(threadIdx.x) % 4 < kRows && mb != -INFINITY;
+    const float j = static_cast<float>(block + 1);
+    // (a quotient to 2 fp32 ulp, __fdividef, before its fp16 rounding: no division slow path)
+    const float F_new = stat(F + stat(__fdividef(stat(mn - F), j)));  // Eq. 15 without (j - 1) F
+    const float d_prev = stat(g * stat(F - F_new));
+    const float d_cur = stat(g * stat(mn - F_new));
+    // The candidates as stored, and the factors taken from them (each <= 1, the larger exactly 1):
+    // a rounding of m + d_prev can then never make O~ or l grow from block to block. The row's first
+    // block (m = -inf) takes cur as it is, with factors 0 and 1.
+    const float cur = stat(mb + d_cur);
+    const bool first = m == -INFINITY;
+    const float prev = stat(m + d_prev);
+    float m_new = fmaxf(prev, cur);
+    const float h = pasa_headroom(l, kBase2);  // (l and O~)
+    m_new = h != 0.0f ? stat(m_new + h) : m_new;
+    // (The arguments are selected, not the exponentials, so that each is one unconditional MUFU:
+    // e^-inf = 0 and e^0 = 1 are the first block's factors.)
+    const float e_prev_next = stat(power(first ? -INFINITY : stat(prev - m_new)));
+    const float e_cur_next = stat(power(first ? 0.0f : stat(cur - m_new)));
+    e_prev = updates ? e_prev_next : 1.0f;
+    e_cur = updates ? e_cur_next : 0.0f;
+    m = updates ? (first ? cur : m_new) : m;
+    F = updates ? F_new : F;
     broadcast(e_prev, ep);
     broadcast(e_cur, ec);
   }
@@ -278,7 +279,8 @@ struct PasaSoftmax {
   // sum of the block's P (identical across the quad). (A row that saw no key: l unchanged.)
   __device__ __forceinline__ void add_block(const float (&psum)[kRows]) {
     const float ps = own(psum);
-    if (static_cast<int>(threadIdx.x) % 4 < kRows) l = stat(stat(e_prev * l) + stat(e_cur * stat(ps)));
+    const float l_next = stat(stat(e_prev * l) + stat(e_cur * stat(ps)));
+    l = static_cast<int>(threadIdx.x) % 4 < kRows ? l_next : l;
   }
 
   // Final row sums and LSE = m + log(l) + g * F (the state is relative to the reference g * F; with

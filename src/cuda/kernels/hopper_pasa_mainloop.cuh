@@ -155,6 +155,10 @@ struct PasaHopperVariant : HopperVariantDefaults {
         }
 
         ctx.v_ring.wait(f);
+        // PASA's state update (F, m, the two rescale factors) beside the exponentials, which do not
+        // need it (P is taken against the block's own max).
+        float ep[2], ec[2];
+        softmax.rescale(kb, m_blk, mean, p.pasa_g, ep, ec);
 #pragma unroll
         for (int kc = 0; kc < kPSteps; ++kc) {
           if constexpr (kAccurate) {
@@ -171,8 +175,6 @@ struct PasaHopperVariant : HopperVariantDefaults {
           ctx.k_ring.wait(f + 1);
           issue_qk(f + 1);
         }
-        float ep[2], ec[2];
-        softmax.rescale(kb, m_blk, mean, p.pasa_g, ep, ec);
         wgmma_wait<kHasNext ? 1 : 0>();  // P V and the row sums of P
         wgmma_pin(c);
         wgmma_pin(pa);
