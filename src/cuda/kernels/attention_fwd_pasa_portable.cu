@@ -255,7 +255,8 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
 #pragma unroll
             for (int n = 0; n < kPvTiles; ++n) {
               const __half2 pv = __floats2half2_rn(tOrPV[0][n][2 * i], tOrPV[0][n][2 * i + 1]);
-              tOrO[c0 + n][i] = __hadd2(__hmul2(ep2, tOrO[c0 + n][i]), __hmul2(ec2, pv));
+              // (mul.rn: ptxas would otherwise fuse a product into the add, one rounding fewer)
+              tOrO[c0 + n][i] = __hadd2(__hmul2_rn(ep2, tOrO[c0 + n][i]), __hmul2_rn(ec2, pv));
             }
           }
         }

@@ -195,8 +195,8 @@ struct PasaHopperVariant : HopperVariantDefaults {
             const __half2 pv = __floats2half2_rn(c[4 * n + 2 * i], c[4 * n + 2 * i + 1]);
             if constexpr (kAccurate) {
               o[n][i] = rescale_add_half2_once(ep[i], o[n][i], ec[i], pv);
-            } else {
-              o[n][i] = __hadd2(__hmul2(ep2[i], o[n][i]), __hmul2(ec2[i], pv));
+            } else {  // (mul.rn: ptxas would otherwise fuse a product into the add, one rounding fewer)
+              o[n][i] = __hadd2(__hmul2_rn(ep2[i], o[n][i]), __hmul2_rn(ec2[i], pv));
             }
           }
         if constexpr (kHasNext) {
