@@ -172,9 +172,10 @@ TEST_P(CudaPasaNumerics, LongRowOfHighScoresStaysFinite) {
 // exact in fp32 in any order, so the prepass and the emulator store the same K'; what remains are the
 // GEMMs' summation order and the exponential's last bits, which round a value the other way only where
 // it lies within a few fp32 ulps of a rounding boundary. Most elements of O are then equal bit for bit
-// (a flip moves a few elements of a row, or one row). A rounding point added or left out (S' or O~
-// kept in fp32, P, V or the rescale factors rounded once more) moves nearly every element: at least
-// two thirds must be equal. The scale is 1, so that S' spans several units and its own rounding to
+// (a flip moves a few elements of a row, or one row): 99.5-100% of O on the H200. A rounding point
+// added or left out (S' or O~ kept in fp32, P, V or the rescale factors rounded once more) moves
+// nearly every element, and even one product fused into the O~ update's add (one rounding fewer a
+// block, as ptxas contracts __hmul2 + __hadd2) left only 87-94% equal: at least 97% must be. The scale is 1, so that S' spans several units and its own rounding to
 // fp16 moves P by more than P's (at 1 / sqrt(d) it would hide among the others).
 GivenInputs grid_inputs(const Case& c, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -221,7 +222,7 @@ TEST_F(CudaPasaRounding, KernelsRoundWhereTheEmulatorDoes) {
         std::printf("  %-60s %s (%s): %.1f%% of O equal to the emulator's, kernel vs emulator %.3e, emulator vs "
                     "fp64 %.3e\n", describe(c).c_str(), text, path_name, 100.0 * share, apart, r.err_emulator);
         ASSERT_TRUE(std::isfinite(r.err_emulator));
-        EXPECT_GE(share, 2.0 / 3.0) << "the kernel's rounding points differ from the emulator's";
+        EXPECT_GE(share, 0.97) << "the kernel's rounding points differ from the emulator's";
         EXPECT_LE(apart, r.err_emulator);
       }
     }
