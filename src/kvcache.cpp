@@ -174,6 +174,14 @@ void check_cache_indices(const KVCacheArgs& a, const CacheMap& map, std::int64_t
   }
 }
 
+// The most entries of a block-table row that a sequence reads (0 for a dense cache).
+std::int64_t table_entries_read(const KVCacheArgs& a, const CacheMap& map, std::int64_t B, std::int64_t s_new) {
+  if (a.block_table == nullptr) return 0;
+  std::int64_t most = 0;
+  for (std::int64_t b = 0; b < B; ++b) most = std::max(most, map.blocks_for(a.cache_seqlens[b] + s_new));
+  return most;
+}
+
 // The GPU path: the index arrays are device memory, checked on host copies unless the stream is
 // being captured (pasa/serving.h), then the kernels run on the cache in place.
 void kvcache_on_gpu(const KVCacheArgs& args, const AttentionArgs& whole, std::int64_t B, std::int64_t s_new) {
@@ -193,6 +201,7 @@ void kvcache_on_gpu(const KVCacheArgs& args, const AttentionArgs& whole, std::in
     host.block_table = paged ? table.data() : nullptr;
     const CacheMap map{host.block_table, paged ? args.max_blocks : 1, args.k_cache.shape[2]};
     check_cache_indices(host, map, B, s_new);
+    check_index_memory(args, s_new > 0, table_entries_read(host, map, B, s_new));
   }
   cuda_attention_with_kvcache(whole, cuda_kv_cache(args));
 }
@@ -216,6 +225,25 @@ void check_kvcache_memory(const KVCacheArgs& a, bool appends) {
     check_written(v_cache, read);
   }
   check_outputs(a.o, a.lse, {others, n});
+  // The index arrays as far as they are known without reading them: cache_seqlens, and the first
+  // entry of each row of the block table (check_index_memory, once the lengths are read, the rest).
+  check_index_memory(a, appends, 1);
+}
+
+void check_index_memory(const KVCacheArgs& a, bool appends, std::int64_t table_entries) {
+  const std::int64_t batch = a.q.shape[0];
+  const std::array<std::int64_t, 2> table_shape{batch, table_entries}, table_stride{a.max_blocks, 1};
+  NamedMemory indices[2];
+  std::size_t n = 0;
+  if (a.cache_seqlens != nullptr) indices[n++] = {memory_of(a.cache_seqlens, batch), "cache_seqlens"};
+  if (a.block_table != nullptr && table_entries > 0) {
+    indices[n++] = {{a.block_table, sizeof(std::int32_t), table_shape, table_stride}, "block_table"};
+  }
+  check_outputs(a.o, a.lse, {indices, n});
+  if (appends) {
+    check_written({memory_of(a.k_cache), "k_cache"}, {indices, n});
+    check_written({memory_of(a.v_cache), "v_cache"}, {indices, n});
+  }
 }
 
 KVCacheProblem check_kvcache_tensors(const KVCacheArgs& args) {
@@ -285,6 +313,7 @@ void attention_with_kvcache(const KVCacheArgs& args) {
   const CacheMap map{args.block_table, args.block_table != nullptr ? args.max_blocks : 1,
                      args.k_cache.shape[2]};
   check_cache_indices(args, map, B, s_new);
+  check_index_memory(args, s_new > 0, table_entries_read(args, map, B, s_new));
   std::int64_t longest = 0;
   for (std::int64_t b = 0; b < B; ++b) longest = std::max<std::int64_t>(longest, args.cache_seqlens[b] + s_new);
   const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };

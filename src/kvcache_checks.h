@@ -24,8 +24,12 @@ KVCacheProblem check_kvcache_tensors(const KVCacheArgs& args);
 
 // What the call writes against what it reads (memory_overlap.h): o and lse each a distinct element per
 // index and apart from every other tensor; with an append (`appends`), the caches, written then, a
-// distinct element per index and apart from q, k and v. Throws pasa::Error naming both tensors.
+// distinct element per index and apart from q, k and v; both apart from cache_seqlens and the first
+// entry of each block-table row (check_index_memory). Throws pasa::Error naming both.
 void check_kvcache_memory(const KVCacheArgs& args, bool appends);
+// o, lse and (when the call appends) both caches apart from the index arrays the call reads as it
+// writes: cache_seqlens [B] and the first `table_entries` entries of each row of the block table.
+void check_index_memory(const KVCacheArgs& args, bool appends, std::int64_t table_entries);
 
 // args.options with args' q, o and lse: the call as the dense API sees it, without keys.
 AttentionArgs call_options(const KVCacheArgs& args);

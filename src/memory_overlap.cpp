@@ -94,6 +94,11 @@ void check_apart(const StridedMemory& out, const char* name, const StridedMemory
   }
 }
 
+StridedMemory memory_of(const std::int32_t* data, const std::int64_t& count) {
+  static constexpr std::int64_t kUnit = 1;
+  return {data, 4, {&count, 1}, {&kUnit, 1}};
+}
+
 bool same_layout(const StridedMemory& a, const StridedMemory& b) {
   return a.item == b.item && std::equal(a.shape.begin(), a.shape.end(), b.shape.begin(), b.shape.end()) &&
          std::equal(a.stride.begin(), a.stride.end(), b.stride.begin(), b.stride.end());

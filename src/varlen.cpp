@@ -12,6 +12,7 @@
 #include "cpu/host_inputs.h"
 #include "cuda_backend.h"
 #include "memory_budget.h"
+#include "memory_overlap.h"
 #include "pasa/error.h"
 #include "pasa/serving.h"
 #include "serving_sequence.h"
@@ -40,6 +41,15 @@ void check_cu_seqlens(const std::int32_t* cu, std::int64_t batch, std::int64_t t
   }
 }
 
+// o and lse stay apart from the offsets (batch + 1 of each, already read and checked), which the call
+// reads while it writes them.
+void check_outputs_apart_from_offsets(const VarlenArgs& args) {
+  const std::int64_t offsets = args.batch + 1;
+  const NamedMemory indices[2] = {{memory_of(args.cu_seqlens_q, offsets), "cu_seqlens_q"},
+                                  {memory_of(args.cu_seqlens_k, offsets), "cu_seqlens_k"}};
+  check_outputs(args.o, args.lse, indices);
+}
+
 // The GPU path: the offsets are read on the host, then each sequence is the dense GPU call on its
 // slices (a sequence without keys gets the fully masked rows' result directly).
 void varlen_on_gpu(const VarlenArgs& args, const ProblemShape& shape) {
@@ -58,6 +68,7 @@ void varlen_on_gpu(const VarlenArgs& args, const ProblemShape& shape) {
   }
   check_cu_seqlens(cq.data(), B, shape.seq_q, args.max_seqlen_q, "cu_seqlens_q", "max_seqlen_q");
   check_cu_seqlens(ck.data(), B, shape.seq_kv, args.max_seqlen_k, "cu_seqlens_k", "max_seqlen_k");
+  check_outputs_apart_from_offsets(args);
   // Sequence b as the dense call sees it.
   const auto sequence = [&](std::int64_t b) {
     const std::int64_t q0 = cq[b], nq = cq[b + 1] - cq[b], k0 = ck[b], nk = ck[b + 1] - ck[b];
@@ -132,6 +143,7 @@ void attention_varlen(const VarlenArgs& args) {
   const std::int32_t *cq = args.cu_seqlens_q, *ck = args.cu_seqlens_k;
   check_cu_seqlens(cq, B, shape.seq_q, args.max_seqlen_q, "cu_seqlens_q", "max_seqlen_q");
   check_cu_seqlens(ck, B, shape.seq_kv, args.max_seqlen_k, "cu_seqlens_k", "max_seqlen_k");
+  check_outputs_apart_from_offsets(args);
   std::int64_t longest_q = 0, longest_k = 0;
   for (std::int64_t b = 0; b < B; ++b) {
     longest_q = std::max<std::int64_t>(longest_q, cq[b + 1] - cq[b]);

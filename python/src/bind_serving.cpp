@@ -103,6 +103,10 @@ void attention_varlen(const InputArray& q, const InputArray& k, const InputArray
   }
   args.cu_seqlens_q = int32_array(cq, "cu_seqlens_q", 1, qi);
   args.cu_seqlens_k = int32_array(ck, "cu_seqlens_k", 1, qi);
+  // (The offsets are read while out is written; the C++ API checks lse against them.)
+  for (const auto& [index, name] : {std::pair{&cq, "cu_seqlens_q"}, {&ck, "cu_seqlens_k"}}) {
+    check_no_overlap(oi, "out", *index, name);
+  }
   if (cq.shape[0] < 2 || ck.shape[0] != cq.shape[0]) {
     throw Error(text::format("cu_seqlens_k: cu_seqlens_q and cu_seqlens_k need the same length B + 1 >= "
                             "2, got {} and {}", cq.shape[0], ck.shape[0]));
@@ -183,12 +187,14 @@ void attention_with_kvcache(const InputArray& q, nb::handle k_cache_arg, nb::han
   args.k = new_tokens(k, "k");
   args.v = new_tokens(v, "v");
   args.cache_seqlens = int32_array(cs, "cache_seqlens", 1, qi);
+  check_no_overlap(oi, "out", cs, "cache_seqlens");  // (read while out is written)
   if (cs.shape[0] != args.q.batch()) {
     throw Error(text::format("cache_seqlens: {} entries for a batch of {}", cs.shape[0], args.q.batch()));
   }
   if (block_table) {
     const ArrayInfo bt = array_info(*block_table);
     args.block_table = int32_array(bt, "block_table", 2, qi);
+    check_no_overlap(oi, "out", bt, "block_table");
     if (bt.shape[0] != args.q.batch()) {
       throw Error(text::format("block_table: {} rows for a batch of {}", bt.shape[0], args.q.batch()));
     }

@@ -218,6 +218,43 @@ TEST(OutputMemory, TheKvCacheApiRefusesAnOutputOverlappingTheCachesOrTheNewKeys)
   }
 }
 
+// The index arrays are read while the outputs (and an append) are written: an output over one of them
+// would change the offsets, lengths or block ids under the call. Each is placed inside an output's
+// memory (as int32 values there) and the call is refused before anything is written.
+TEST(OutputMemory, OutputsAndAppendsStayApartFromTheIndexArrays) {
+  {
+    std::vector<float> q(6 * kH * kD, 0.5f), kv(6 * kH * kD, 0.25f), o(6 * kH * kD, 0.0f);
+    const std::int32_t offsets[3] = {0, 2, 6};
+    auto* cu = reinterpret_cast<std::int32_t*>(&o[kD]);
+    std::memcpy(cu, offsets, sizeof offsets);
+    VarlenArgs a;
+    a.q = packed_view(q.data(), DType::f32, 6, kH, kD);
+    a.k = a.v = packed_view(kv.data(), DType::f32, 6, kH, kD);
+    a.o = packed_view(o.data(), DType::f32, 6, kH, kD);
+    a.cu_seqlens_q = cu;
+    a.cu_seqlens_k = offsets;
+    a.batch = 2;
+    a.max_seqlen_q = a.max_seqlen_k = 4;
+    const std::vector<float> before = o;
+    expect_error([&] { attention_varlen(a); }, "o: its memory overlaps cu_seqlens_q's");
+    EXPECT_EQ(std::memcmp(o.data(), before.data(), o.size() * sizeof(float)), 0);
+  }
+  {
+    SmallCache c;
+    const std::int32_t length = 2;
+    std::memcpy(c.o.data(), &length, sizeof length);
+    c.args.cache_seqlens = reinterpret_cast<const std::int32_t*>(c.o.data());
+    c.expect_refused("o: its memory overlaps cache_seqlens's");
+  }
+  {
+    SmallCache c;  // the block table in block 3 of k_cache, which no sequence uses but the append writes
+    std::int32_t* table = reinterpret_cast<std::int32_t*>(&c.k_cache[3 * kH * 4 * kD]);
+    std::memcpy(table, c.table.data(), c.table.size() * sizeof(std::int32_t));
+    c.args.block_table = table;
+    c.expect_refused("k_cache: its memory overlaps block_table's");
+  }
+}
+
 TEST(OutputMemory, AnAppendRefusesCachesThatShareElementsButTakesTheHalvesOfOneBuffer) {
   {
     SmallCache c;  // v_cache one row into k_cache: the new values would land on keys

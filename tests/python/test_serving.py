@@ -455,6 +455,14 @@ def test_outputs_overlapping_what_the_call_reads_raise_before_writing(rng):
     with pytest.raises(pasa.PasaError, match="^out: its memory overlaps k's"):
         pasa.attention(q, kv, kv.copy(), cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=5, max_seqlen_k=5, out=kv)
     np.testing.assert_array_equal(kv, before)
+    # Packed: the offsets inside the output (read while it is written).
+    memory = np.zeros(8 * 4 * 16, np.float32)
+    offsets = memory[:3].view(np.int32)
+    offsets[:] = cu
+    with pytest.raises(pasa.PasaError, match="^out: its memory overlaps cu_seqlens_q's"):
+        pasa.attention(q, kv, kv.copy(), cu_seqlens_q=offsets, cu_seqlens_k=cu, max_seqlen_q=5, max_seqlen_k=5,
+                       out=memory.reshape(8, 4, 16))
+    np.testing.assert_array_equal(offsets, cu)
     # KV cache: an output over q, over the new keys, or with heads sharing rows; neither the output nor
     # the cache (the append comes first) is written.
     k_cache, v_cache = randn(rng, (1, 6, 1, 8)), randn(rng, (1, 6, 1, 8))
@@ -467,6 +475,13 @@ def test_outputs_overlapping_what_the_call_reads_raise_before_writing(rng):
     keys = randn(rng, (1, 1, 2, 8))
     with pytest.raises(pasa.PasaError, match="^out: its memory overlaps k's"):
         pasa.attention_with_kvcache(step_q, k_cache, v_cache, keys[:, :, :1], new_v, cache_seqlens=2, out=keys)
+    memory = np.zeros(16, np.float32)  # the cache lengths inside the output
+    lengths = memory[:1].view(np.int32)
+    lengths[:] = 2
+    with pytest.raises(pasa.PasaError, match="^out: its memory overlaps cache_seqlens's"):
+        pasa.attention_with_kvcache(step_q, k_cache, v_cache, new_k, new_v, cache_seqlens=lengths,
+                                    out=memory.reshape(1, 1, 2, 8))
+    assert lengths[0] == 2
     memory = np.zeros(8, np.float32)
     shared = np.lib.stride_tricks.as_strided(memory, (1, 1, 2, 8), (64, 64, 4, 4))  # both heads, one row
     with pytest.raises(pasa.PasaError, match=r"^out: sizes \[1, 1, 2, 8\] with strides \[16, 16, 1, 1\]"):
