@@ -24,6 +24,7 @@ StridedMemory memory_of(const MaskView& t);
 // A contiguous int32 array of `count` elements (cu_seqlens, cache_seqlens, a block table). `count` is
 // the view's shape, so it must outlive the view.
 StridedMemory memory_of(const std::int32_t* data, const std::int64_t& count);
+StridedMemory memory_of(const std::int32_t* data, const std::int64_t&& count) = delete;  // (it would dangle)
 
 // pasa::Error naming `name` unless every index of `out` addresses its own element. Decided by a rule
 // that is sufficient, not necessary (deciding it exactly is a subset-sum problem): the dimensions of

@@ -286,24 +286,28 @@ std::string known_presets() {
 void check_unified_window(const Policy& p) {
   const double ln_base = p.exp_base == ExpBase::two ? std::log(2.0) : 1.0;
   auto exponent_of = [&](double v) { return std::log(v) / ln_base; };  // base^result = v
+  // The binding formats (for the message): softmax, unless p (scaled) is tighter.
+  const double hi_softmax = exponent_of(p.softmax.max_finite()), hi_p = exponent_of(p.p.max_finite() / p.p_scale);
+  const double hi_max = std::min(hi_softmax, hi_p);
   double lo_min = exponent_of(p.softmax.min_normal());
-  double hi_max = std::min(exponent_of(p.softmax.max_finite()), exponent_of(p.p.max_finite() / p.p_scale));
-  std::string lo_by = p.softmax.name() + " (softmax)", hi_by = lo_by;
-  if (exponent_of(p.p.max_finite() / p.p_scale) < exponent_of(p.softmax.max_finite())) hi_by = p.p.name() + " (p)";
+  const char* lo_key = "softmax";
+  Format lo_format = p.softmax;
   for (auto [key, f] : {std::pair{"p", p.p}, {"pv_acc", p.pv_acc}, {"o", p.o}}) {
     const double smallest = exponent_of((f.is_integer() ? 1.0 : f.min_normal()) / p.p_scale);
     if (smallest > lo_min) {
       lo_min = smallest;
-      lo_by = f.name() + " (" + key + ")";
+      lo_key = key;
+      lo_format = f;
     }
   }
-  if (p.window_lo < lo_min || p.window_hi > hi_max) {
-    throw Error(text::format(
-        "policy field 'window_lo'/'window_hi': ({}, {}) is not a safe recompute window for these formats: "
-        "the weights {}^(x - phi) of a row that is not recomputed must stay finite in {} and normal in {}, "
-        "so window_lo >= {:.6g} and window_hi <= {:.6g}",
-        p.window_lo, p.window_hi, p.exp_base == ExpBase::two ? "2" : "e", hi_by, lo_by, lo_min, hi_max));
-  }
+  if (p.window_lo >= lo_min && p.window_hi <= hi_max) return;
+  throw Error(text::format(
+      "policy field 'window_lo'/'window_hi': ({}, {}) is not a safe recompute window for these formats: "
+      "the weights {}^(x - phi) of a row that is not recomputed must stay finite in {} ({}) and {} in {} "
+      "({}), so window_lo >= {:.6g} and window_hi <= {:.6g}",
+      p.window_lo, p.window_hi, p.exp_base == ExpBase::two ? "2" : "e",
+      hi_p < hi_softmax ? p.p.name() : p.softmax.name(), hi_p < hi_softmax ? "p" : "softmax",
+      lo_format.is_integer() ? "nonzero" : "normal", lo_format.name(), lo_key, lo_min, hi_max));
 }
 
 }  // namespace

@@ -247,7 +247,7 @@ TEST(OutputMemory, OutputsAndAppendsStayApartFromTheIndexArrays) {
     c.expect_refused("o: its memory overlaps cache_seqlens's");
   }
   {
-    SmallCache c;  // the block table in block 3 of k_cache, which no sequence uses but the append writes
+    SmallCache c;  // the block table in block 3 of k_cache: within the byte range the append writes into
     std::int32_t* table = reinterpret_cast<std::int32_t*>(&c.k_cache[3 * kH * 4 * kD]);
     std::memcpy(table, c.table.data(), c.table.size() * sizeof(std::int32_t));
     c.args.block_table = table;

@@ -58,7 +58,7 @@ TEST(Policy, EqualityCoversEveryTextField) {
       {"exact", "two_level=0"}, {"exact", "splits=3"},       {"pasa", "beta=0.5"},
       {"pasa", "pseudo_avg=k"}, {"sage8", "q_quant=int4"},   {"sage8", "k_quant=int4"},
       {"sage8", "q_gran=warp"}, {"sage8", "k_gran=warp"},    {"sage8", "v_quant=e5m2"},
-      {"fdpp", "shift=none"},   {"fdpp", "phi=1"},           {"fdpp", "window_lo=-9"}  ,
+      {"fdpp", "shift=none"},   {"fdpp", "phi=1"},           {"fdpp", "window_lo=-9"},
       {"fdpp", "window_hi=5"},  {"sage8", "p_max=running"}, {"exact", "exp_base=2"},
       {"exact", "rowsum=p"}};
   for (const auto& [preset, override] : overrides) {

@@ -15,9 +15,10 @@
 //     sum of S' over the block (for the local pseudo-average, from the mean rows: about 22 bits);
 //   S' rounded to fp16 pairs (pasa) or kept in fp32 (pasa_accurate), masked, the block max; then per
 //     k16 step P = fl(e^(fl(S' - m))) sent at once to the tensor cores: P V into a fresh fp32 sum, and
-//     P times a matrix of ones (in the extra shared memory) for the row sums of P;
-//   PASA's state update (F, m, the two rescale factors) under those GEMMs, then the next block's S'
-//     issued, and O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16 and l while it runs.
+//     P times a matrix of ones (in the extra shared memory) for the row sums of P, with PASA's state
+//     update (F, m, the two rescale factors) interleaved among the exponentials (one basic block);
+//   the next block's S' issued behind P V, and O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16 and l
+//     while it runs.
 // Epilogue: O = fl(O~ (1 / l)), LSE = m + log l + g F.
 #pragma once
 
@@ -126,8 +127,8 @@ struct PasaHopperVariant : HopperVariantDefaults {
         wgmma_commit();
       };
 
-      // Block kb with its S' in acc: the softmax and P V, then (kHasNext) the next block's S' issued
-      // behind P V, so the tensor cores go on while PASA's update and O~ take in this block's P V.
+      // Block kb with its S' in acc: the softmax, PASA's state update and P V, then (kHasNext) the next
+      // block's S' issued behind P V, so the tensor cores go on while l and O~ take in this block's P V.
       // (Two instantiations, so that no wgmma is issued under a run-time condition, which makes ptxas
       // serialize them.)
       const PartialBlocks partial(p, ctx.row_lo);
