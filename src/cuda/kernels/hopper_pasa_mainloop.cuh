@@ -67,13 +67,9 @@ struct PasaHopperVariant : HopperVariantDefaults {
   // The extra shared memory: the ones, then each spare warp's staging buffer.
   static constexpr int kExtraBytes = kOnesBytes + kSpareWarps * kPasaChunkStagingBytes;
 
-  // Consumer warpgroups: S' (68), P (32), P V (D / 2) and O~ (D / 4) registers a thread. Three for
-  // pasa on fp16 inputs at D 64, whose loop fits the 160 registers three leave (and is latency-bound:
-  // more warps hide more); two otherwise (bf16 Q's rounding and pasa_accurate's fp32 S' spill at 160).
+  // Two consumer warpgroups at both head dims: S' (68), P (32), P V (D / 2) and O~ (D / 4) registers.
   template <int D>
-  static constexpr int kConsumers = D == 64 && !kAccurate && std::is_same_v<QElem, __half> ? 3 : 2;
-  template <int D>
-  using Tile = HopperTile<D, kConsumers<D>, kExtraBytes, PasaStage<D>::kKBytes>;
+  using Tile = HopperTile<D, 2, kExtraBytes, PasaStage<D>::kKBytes>;
 
   template <class Tile>
   __device__ __forceinline__ static void load_k(const HopperParams& m, std::uint32_t slot, std::uint32_t bar, int b,
