@@ -487,3 +487,12 @@ def test_outputs_overlapping_what_the_call_reads_raise_before_writing(rng):
     with pytest.raises(pasa.PasaError, match=r"^out: sizes \[1, 1, 2, 8\] with strides \[16, 16, 1, 1\]"):
         pasa.attention_with_kvcache(step_q, k_cache, v_cache, new_k, new_v, cache_seqlens=2, out=shared)
     np.testing.assert_array_equal(k_cache, cache_before)
+
+
+def test_kvcache_output_of_another_shape_is_named_out(rng):
+    # The C++ API calls it o; the Python argument is out, and the error says so.
+    step_q = randn(rng, (1, 1, 2, 16))
+    cache = randn(rng, (1, 8, 2, 16))
+    with pytest.raises(pasa.PasaError, match=r"^out: shape \(1, 1, 2, 8\) differs from q's \(1, 1, 2, 16\)"):
+        pasa.attention_with_kvcache(step_q, cache, cache.copy(), cache_seqlens=4,
+                                    out=np.zeros((1, 1, 2, 8), np.float32))
