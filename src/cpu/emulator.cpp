@@ -185,7 +185,10 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       for (int c = 0; c < n; ++c) {
         if (!visible(rr, k0 + c)) continue;
         m_blk = std::max(m_blk, x[c]);
-        if (unified && !(x[c] - phi > pol.window_lo && x[c] - phi < pol.window_hi)) st.left_window = true;
+        if (unified) {  // the difference as the exponential below takes it (rounded to the softmax format)
+          const double d = sm(x[c] - phi);
+          if (!(d > pol.window_lo && d < pol.window_hi)) st.left_window = true;
+        }
         ++n_visible;
       }
       active[rr] = n_visible > 0;
@@ -392,8 +395,14 @@ void emulate_attention(const AttentionArgs& args, const ProblemShape& ps) {
     const std::vector<Partial> parts = run_splits(args, pol, ps, t, qh, kvh, alpha, R);
     std::vector<Partial> fallback;
     for (int rr = 0; rr < static_cast<int>(t.r1 - t.r0); ++rr) {
+      // Recomputed: a row some x - phi left the window of, or (unified) whose sums did not stay
+      // finite: the window bounds each weight, not the sum of a long row of them in l or O~.
       const bool left = std::any_of(parts.begin(), parts.end(), [&](const Partial& p) {
-        return p.state[rr].left_window;
+        if (p.state[rr].left_window) return true;
+        if (pol.shift != Shift::unified) return false;
+        const auto row = p.acc.begin() + static_cast<std::ptrdiff_t>(rr) * ps.dim;
+        return !std::isfinite(p.state[rr].l) ||
+               !std::all_of(row, row + ps.dim, [](double x) { return std::isfinite(x); });
       });
       if (!left) {
         write_row(args, pol, g, ps, t, rr, parts, qh, kvh, R);

@@ -300,14 +300,33 @@ void check_unified_window(const Policy& p) {
       lo_format = f;
     }
   }
+  // The unified max scales the weights by up to base^window from the synchronized algorithm's (at most
+  // 1), so the statistics and the P V sums that carry them need fp32's exponent range: in a 16-bit one
+  // a few weights near the top overflow l or O~, and near the bottom O~ of small values underflows.
+  for (auto [key, f] : {std::pair{"softmax", p.softmax}, {"sum_acc", p.sum_acc}, {"pv_acc", p.pv_acc}, {"o", p.o}}) {
+    if (!f.is_integer() && f.max_finite() < std::ldexp(1.0, 127)) {
+      throw Error(text::format("policy field '{}': {} has too narrow a range for shift=unified (the unified "
+                               "maximum moves the weights by up to {}^{} and {}^{}; use a format with fp32's "
+                               "exponent range: fp32, bf16, fp22)", key, f.name(),
+                               p.exp_base == ExpBase::two ? "2" : "e", p.window_hi,
+                               p.exp_base == ExpBase::two ? "2" : "e", p.window_lo));
+    }
+  }
   if (p.window_lo >= lo_min && p.window_hi <= hi_max) return;
+  // (The limits printed rounded inward, so that the printed values pass.)
+  const auto inward = [](double v, bool up) {
+    if (v == 0.0 || !std::isfinite(v)) return v;
+    const double scale = std::pow(10.0, 5 - std::floor(std::log10(std::fabs(v))));
+    return (up ? std::ceil(v * scale) : std::floor(v * scale)) / scale;
+  };
   throw Error(text::format(
       "policy field 'window_lo'/'window_hi': ({}, {}) is not a safe recompute window for these formats: "
       "the weights {}^(x - phi) of a row that is not recomputed must stay finite in {} ({}) and {} in {} "
       "({}), so window_lo >= {:.6g} and window_hi <= {:.6g}",
       p.window_lo, p.window_hi, p.exp_base == ExpBase::two ? "2" : "e",
       hi_p < hi_softmax ? p.p.name() : p.softmax.name(), hi_p < hi_softmax ? "p" : "softmax",
-      lo_format.is_integer() ? "nonzero" : "normal", lo_format.name(), lo_key, lo_min, hi_max));
+      lo_format.is_integer() ? "nonzero" : "normal", lo_format.name(), lo_key, inward(lo_min, true),
+      inward(hi_max, false)));
 }
 
 }  // namespace

@@ -277,6 +277,24 @@ TEST(Decode, RowsFarBelowPhiAreRecomputed) {
   }
 }
 
+TEST(Decode, RowsWhoseUnifiedSumsOverflowAreRecomputed) {
+  // fp32 P allows a window up to ln(FLT_MAX) = 88.72, which bounds each weight but not their sum: four
+  // keys at x - phi = 87.5 (e^87.5 = 1e38 each) overflow l. Such rows are recomputed and equal the
+  // synchronized algorithm's.
+  QKV data = uniform_qkv({1, 1, 2, 64}, 0.0, 0.0, 1, DType::f16);
+  data.k = uniform_qkv({1, 1, 4, 64}, 0.0, 0.0, 2, DType::f16).k;
+  data.v = uniform_qkv({1, 1, 4, 64}, 0.5, 0.25, 3, DType::f16).v;
+  auto* q = reinterpret_cast<std::uint16_t*>(data.q.bytes.data());
+  auto* k = reinterpret_cast<std::uint16_t*>(data.k.bytes.data());
+  q[0] = q[64] = 0x4860;                               // 8.75 in the first channel of both queries
+  for (int key = 0; key < 4; ++key) k[64 * key] = 0x4900;  // 10 in the first channel of each key
+  const std::string policy = "fdpp,p=fp32,window_lo=-87,window_hi=88";
+  const Result unified = run(data, policy, false, 1.0);
+  EXPECT_EQ(unified.stats.recomputed_rows, 2);
+  EXPECT_EQ(unified.o, run(data, "fdpp,p=fp32,shift=none", false, 1.0).o);
+  for (double x : unified.o) EXPECT_TRUE(std::isfinite(x));
+}
+
 TEST(Sage, BadInput) {
   test::expect_error([] { parse_policy("sage8,q_gran=lane"); }, "policy field 'q_gran'");
   test::expect_error([] { parse_policy("sage8,s1=24"); }, "'s1': 24 must be a multiple of 16");
@@ -286,10 +304,16 @@ TEST(Sage, BadInput) {
   test::expect_error([] { parse_policy("exact,p=fp16,p_scale=1e5"); }, "'p_scale': 100000 is outside (0, 65504]");
   test::expect_error([] { parse_policy("fdpp,window_lo=5,window_hi=1"); }, "window_lo < window_hi");
   // A recompute window whose weights could underflow or overflow fdpp's fp16 P, or sage8's scaled e4m3 P.
-  test::expect_error([] { parse_policy("fdpp,window_lo=-20"); }, "window_lo >= -9.70406 and window_hi <= 11.0899");
+  test::expect_error([] { parse_policy("fdpp,window_lo=-20"); }, "window_lo >= -9.70406 and window_hi <= 11.0898");
   test::expect_error([] { parse_policy("fdpp,window_hi=60"); }, "not a safe recompute window");
   test::expect_error([] { parse_policy("sage8,shift=unified"); }, "window_hi <= 0");
   EXPECT_EQ(parse_policy("fdpp,p=fp32,window_lo=-80").window_lo, -80.0);
+  EXPECT_EQ(parse_policy("fdpp,window_hi=11.0898").window_hi, 11.0898);  // the limit as the message prints it
+  // 16-bit statistics or sums: a few weights near e^10 overflow them, small P V near e^-9.7 underflows.
+  for (const char* narrow : {"fdpp,softmax=fp16", "fdpp,sum_acc=fp16", "fdpp,pv_acc=fp16", "fdpp,o=fp16"}) {
+    test::expect_error([&] { parse_policy(narrow); }, "has too narrow a range for shift=unified");
+  }
+  EXPECT_EQ(parse_policy("fdpp,o=bf16,pv_acc=fp22").o, Format::bf16());
   test::expect_error([] { parse_policy("fdpp,splits=0"); }, "'splits': 0");
   test::expect_error([] { parse_policy("sage8,smooth_k=maybe"); }, "'smooth_k': 'maybe' is not 1/0");
   // NaN inputs are rejected before quantization could hide them.
