@@ -76,6 +76,12 @@ def is_ml_dtypes_bfloat16_dtype(dtype: Any) -> bool:
     return isinstance(dtype, np.dtype) and dtype.name == "bfloat16" and dtype.kind == "V"
 
 
+def check_writable(x: Any, name: str) -> None:
+    """Raises PasaError for a read-only NumPy array the call would write (an output, an appended cache)."""
+    if isinstance(x, np.ndarray) and not x.flags.writeable:
+        raise PasaError(f"{name}: array is read-only")
+
+
 def check_out_shape(out: Any, q_shape: Tuple[int, ...]) -> None:
     """Raises PasaError unless ``out`` has q's shape (in the caller's layout)."""
     out_shape = tuple(int(n) for n in out.shape)
@@ -121,8 +127,7 @@ def allocate_outputs(q: Any, layout: str, return_lse: bool, out: Optional[Any],
     b, h, s = (shape[0], shape[1], shape[2]) if layout == "bhsd" else (shape[0], shape[2], shape[1])
     if out is not None:
         check_array(out, "out")
-        if isinstance(out, np.ndarray) and not out.flags.writeable:
-            raise PasaError("out: array is read-only")
+        check_writable(out, "out")
         check_out_shape(out, shape)
     if is_cupy_array(q):
         import cupy

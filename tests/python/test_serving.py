@@ -496,3 +496,18 @@ def test_kvcache_output_of_another_shape_is_named_out(rng):
     with pytest.raises(pasa.PasaError, match=r"^out: shape \(1, 1, 2, 8\) differs from q's \(1, 1, 2, 16\)"):
         pasa.attention_with_kvcache(step_q, cache, cache.copy(), cache_seqlens=4,
                                     out=np.zeros((1, 1, 2, 8), np.float32))
+
+
+def test_read_only_arrays_the_call_would_write_raise_pasa_errors(rng):
+    # (nanobind refused them with a TypeError listing its signatures)
+    cu = np.array([0, 3, 8], np.int32)
+    q, kv = randn(rng, (8, 4, 16)), randn(rng, (8, 4, 16))
+    out = np.zeros_like(q)
+    out.setflags(write=False)
+    with pytest.raises(pasa.PasaError, match="^out: array is read-only"):
+        pasa.attention(q, kv, kv, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=5, max_seqlen_k=5, out=out)
+    step_q, cache = randn(rng, (1, 1, 2, 16)), randn(rng, (1, 8, 2, 16))
+    out = np.zeros_like(step_q)
+    out.setflags(write=False)
+    with pytest.raises(pasa.PasaError, match="^out: array is read-only"):
+        pasa.attention_with_kvcache(step_q, cache, cache.copy(), cache_seqlens=4, out=out)
