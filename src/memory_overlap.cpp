@@ -106,7 +106,16 @@ bool same_layout(const StridedMemory& a, const StridedMemory& b) {
 
 void check_written(const NamedMemory& out, std::span<const NamedMemory> others) {
   check_no_self_overlap(out.memory, out.name);
+  check_apart_from(out, others);
+}
+
+void check_apart_from(const NamedMemory& out, std::span<const NamedMemory> others) {
   for (const NamedMemory& other : others) check_apart(out.memory, out.name, other.memory, other.name);
+}
+
+void check_outputs_apart(const TensorView& o, const LseView& lse, std::span<const NamedMemory> read) {
+  check_apart_from({memory_of(o), "o"}, read);
+  if (lse.data != nullptr) check_apart_from({memory_of(lse), "lse"}, read);
 }
 
 void check_outputs(const TensorView& o, const LseView& lse, std::span<const NamedMemory> read) {

@@ -50,10 +50,15 @@ struct NamedMemory {
 // An output: check_no_self_overlap, then check_apart from each of `others` (what the call reads, and
 // the other outputs).
 void check_written(const NamedMemory& out, std::span<const NamedMemory> others);
+// check_written's second half alone, for an output whose own elements are already checked.
+void check_apart_from(const NamedMemory& out, std::span<const NamedMemory> others);
 
 // A call's outputs o and (where lse.data is set) lse, each check_written against `read` (at most 7
 // views), the LSE against o too.
 void check_outputs(const TensorView& o, const LseView& lse, std::span<const NamedMemory> read);
+// check_outputs against more views the call reads, for outputs check_outputs has already seen (their own
+// elements, and lse against o): o and lse each check_apart from `read` only.
+void check_outputs_apart(const TensorView& o, const LseView& lse, std::span<const NamedMemory> read);
 
 // pasa::Error naming both unless `a` and `b`, both written, share no element: apart (check_apart), or
 // the two halves of one buffer, with the same strides and a gap between them that the stride rule

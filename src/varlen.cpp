@@ -42,12 +42,12 @@ void check_cu_seqlens(const std::int32_t* cu, std::int64_t batch, std::int64_t t
 }
 
 // o and lse stay apart from the offsets (batch + 1 of each, already read and checked), which the call
-// reads while it writes them.
+// reads while it writes them. (Their own elements and the tensors are check_attention_args'.)
 void check_outputs_apart_from_offsets(const VarlenArgs& args) {
   const std::int64_t offsets = args.batch + 1;
   const NamedMemory indices[2] = {{memory_of(args.cu_seqlens_q, offsets), "cu_seqlens_q"},
                                   {memory_of(args.cu_seqlens_k, offsets), "cu_seqlens_k"}};
-  check_outputs(args.o, args.lse, indices);
+  check_outputs_apart(args.o, args.lse, indices);
 }
 
 // The GPU path: the offsets are read on the host, then each sequence is the dense GPU call on its

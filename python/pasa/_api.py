@@ -15,7 +15,7 @@ from typing import Any, Optional, Tuple, Union
 import numpy as np
 
 from . import _core, _serving
-from ._arrays import (allocate_outputs, as_kernel_argument, check_array, is_cupy_array,
+from ._arrays import (allocate_outputs, as_kernel_argument, check_array, check_writable, is_cupy_array,
                       is_ml_dtypes_bfloat16, is_ml_dtypes_bfloat16_dtype, is_torch_tensor)
 from ._errors import PasaError, real_argument
 from ._policy import PolicyLike, core_policy, policy_text
@@ -195,8 +195,7 @@ def _attention_via_float32(q: Any, k: Any, v: Any, out: Optional[Any], **options
     elif out is not None:
         # A bfloat16 out: checked as the call checks any output, before the work, through a float32
         # array of its shape (whose shape the call checks), then written once the result is in.
-        if not out.flags.writeable:
-            raise PasaError("out: array is read-only")
+        check_writable(out, "out")
         for name, x in (("q", q), ("k", k), ("v", v)):
             if np.may_share_memory(out, x):
                 raise PasaError(f"o: its memory overlaps {name}'s; pass an output that does not alias the inputs")

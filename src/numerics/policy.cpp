@@ -281,9 +281,10 @@ std::string known_presets() {
 // p_scale checks): the largest finite in softmax (where P is taken) and in p (times p_scale), and
 // the smallest normal value of softmax, and of p, pv_acc and o times p_scale. Without the second, a
 // row whose every score sits just above window_lo gets weights that underflow (O = 0, or NaN where l
-// sums P as rounded) while the reference is finite. (A sum of many weights near base^window_hi can
-// still overflow a 16-bit pv_acc or o: that depends on the row's length, which a policy does not know.)
+// sums P as rounded) while the reference is finite. The sums of the weights need fp32's exponent
+// range as well (below); the emulator recomputes a row whose sums overflow even that.
 void check_unified_window(const Policy& p) {
+  const char* base = p.exp_base == ExpBase::two ? "2" : "e";
   const double ln_base = p.exp_base == ExpBase::two ? std::log(2.0) : 1.0;
   auto exponent_of = [&](double v) { return std::log(v) / ln_base; };  // base^result = v
   // The binding formats (for the message): softmax, unless p (scaled) is tighter.
@@ -307,9 +308,8 @@ void check_unified_window(const Policy& p) {
     if (!f.is_integer() && f.max_finite() < std::ldexp(1.0, 127)) {
       throw Error(text::format("policy field '{}': {} has too narrow a range for shift=unified (the unified "
                                "maximum moves the weights by up to {}^{} and {}^{}; use a format with fp32's "
-                               "exponent range: fp32, bf16, fp22)", key, f.name(),
-                               p.exp_base == ExpBase::two ? "2" : "e", p.window_hi,
-                               p.exp_base == ExpBase::two ? "2" : "e", p.window_lo));
+                               "exponent range: fp32, bf16, fp22)", key, f.name(), base, p.window_hi, base,
+                               p.window_lo));
     }
   }
   if (p.window_lo >= lo_min && p.window_hi <= hi_max) return;
@@ -323,8 +323,7 @@ void check_unified_window(const Policy& p) {
       "policy field 'window_lo'/'window_hi': ({}, {}) is not a safe recompute window for these formats: "
       "the weights {}^(x - phi) of a row that is not recomputed must stay finite in {} ({}) and {} in {} "
       "({}), so window_lo >= {:.6g} and window_hi <= {:.6g}",
-      p.window_lo, p.window_hi, p.exp_base == ExpBase::two ? "2" : "e",
-      hi_p < hi_softmax ? p.p.name() : p.softmax.name(), hi_p < hi_softmax ? "p" : "softmax",
+      p.window_lo, p.window_hi, base, hi_p < hi_softmax ? p.p.name() : p.softmax.name(), hi_p < hi_softmax ? "p" : "softmax",
       lo_format.is_integer() ? "nonzero" : "normal", lo_format.name(), lo_key, inward(lo_min, true),
       inward(hi_max, false)));
 }
