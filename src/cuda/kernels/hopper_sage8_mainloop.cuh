@@ -169,10 +169,31 @@ struct Sage8HopperVariant : HopperVariantDefaults {
           }
       }
       ctx.q_ring.release(ctx.q_fill);  // (rows past the sequence are the TMA's zeros)
+      const float alpha = ctx.m.quant.alpha;
+      // (Before the Q8 stores below, which the mean's loads could not pass: one round trip, under the
+      // quantization's arithmetic.)
+      if (ctx.p.lse != nullptr) {
+        const float* mean = ctx.m.quant.k_mean + bhk * D;
+        float dot[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int kk = 0; kk < kKT; ++kk)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const float4 mu = *reinterpret_cast<const float4*>(mean + kk * 32 + 16 * half + 4 * t);
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const float(&v)[4] = x[j][kk][half];
+              dot[j] += v[0] * mu.x + v[1] * mu.y + v[2] * mu.z + v[3] * mu.w;
+            }
+          }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) lse_off[j] = alpha * quad_sum(dot[j]);
+      } else {
+        lse_off[0] = lse_off[1] = 0.0f;
+      }
       amax = quad_max(amax);
       // x * inv: x / scale without a division each. (The softmax scale alpha is >= 0: the integer
       // maxima below assume a positive dequantization scale; the dispatch refuses a negative one.)
-      const float alpha = ctx.m.quant.alpha;
       const float inv = amax == 0.0f ? 0.0f : 127.0f / amax;
       auto pack = [&](const float (&v4)[4]) {
         std::uint32_t word = 0;
@@ -192,20 +213,6 @@ struct Sage8HopperVariant : HopperVariantDefaults {
             const std::uint32_t addr = q8 + swizzled_offset<D>(row * D + kk * 32 + 16 * half + 4 * t);
             asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pack(x[j][kk][half])) : "memory");
           }
-      }
-      if (ctx.p.lse != nullptr) {
-        const float* mean = ctx.m.quant.k_mean + bhk * D;
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          float dot = 0.0f;
-#pragma unroll
-          for (int kk = 0; kk < kKT; ++kk)
-#pragma unroll
-            for (int i = 0; i < 8; ++i) dot += x[j][kk][i / 4][i % 4] * mean[kk * 32 + 16 * (i / 4) + 4 * t + i % 4];
-          lse_off[j] = alpha * quad_sum(dot);
-        }
-      } else {
-        lse_off[0] = lse_off[1] = 0.0f;
       }
       fence_proxy_async_shared();
       named_barrier_sync(2 + ctx.c, 128);  // the warpgroup's Q8 tile is whole (barrier 1: start-up)
@@ -379,15 +386,19 @@ struct Sage8HopperVariant : HopperVariantDefaults {
       }
 
       // Epilogue: O / l * v_scale (both O and l carry the factor 448), the LSE with smooth K's correction.
+      // The V scales of the thread's channels are loaded together first: loaded in store_rows' loop,
+      // each would wait for the previous pair's store (which it might alias), a round trip per n8 tile.
+      float2 vs[kDT];
       const float* vsc = qs.v_scale + bhk * D;
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt) vs[dt] = *reinterpret_cast<const float2*>(vsc + 8 * dt + 2 * t);
       float lse[2];
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         lse[j] = l_run[j] > 0.0f ? m_run[j] * kLn2 + logf(l_run[j]) - sage8::kLnFp8Max + lse_off[j] : -INFINITY;
       }
       ctx.store_rows(l_run, lse, [&](int n8, int i) {
-        const int col = 8 * n8 + 2 * t;
-        return make_float2(o[n8][2 * i] * vsc[col], o[n8][2 * i + 1] * vsc[col + 1]);
+        return make_float2(o[n8][2 * i] * vs[n8].x, o[n8][2 * i + 1] * vs[n8].y);
       });
       // Every warp's part of this tile's last Q8 K8^T has completed before any warp writes the next
       // tile's Q8 (a warp's wgmma_wait covers its own part only).
