@@ -8,6 +8,8 @@
 
 #include <cuda.h>
 
+#include <cstdint>
+
 #include "cuda/host/kernel_params.h"
 
 namespace pasa::cuda {
@@ -17,5 +19,15 @@ namespace pasa::cuda {
 // naming `what` when the driver refuses it.
 CUtensorMap fp16_row_tile_map(const Operand& op, int batch, int heads, int seq, int head_dim, int box_rows,
                               const char* what);
+
+// Whether fp16_row_tile_map can map the 16-bit operand `op`: its address and strides multiples of
+// 16 bytes, the strides below 2^40 bytes.
+inline bool row_tile_mappable(const Operand& op) {
+  const std::int64_t strides[3] = {op.stride_b, op.stride_h, op.stride_s};
+  for (std::int64_t s : strides) {
+    if (s < 0 || (s * 2) % 16 != 0 || s * 2 >= (std::int64_t{1} << 40)) return false;
+  }
+  return reinterpret_cast<std::uintptr_t>(op.data) % 16 == 0;
+}
 
 }  // namespace pasa::cuda

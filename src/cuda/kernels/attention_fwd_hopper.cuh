@@ -54,6 +54,7 @@
 #include "cuda/block/pasa_prepass.cuh"
 #include "cuda/host/kernel_params.h"
 #include "cuda/host/once_per_device.h"
+#include "cuda/host/tma.h"
 #include "cuda/pipeline/tile_ring.cuh"
 #include "cuda/pipeline/tile_scheduler.cuh"
 #include "pasa/error.h"
@@ -65,9 +66,10 @@ namespace pasa::cuda {
 // kKSlotBytes and kVSlotBytes; for the 16-bit variants (the defaults) boxes of 128 rows x 64 channels
 // like Q's, K-major K as the B of Q K^T and MN-major V as the B of P V, where a variant may append
 // rows of its own to each K box; an 8-bit variant brings its own tiles. kExtraBytes: a variant's own
-// shared memory; kStages: the depth of the K and V rings.
+// shared memory; kStages: the depth of the K and V rings; kStageO: whether the epilogue may write O
+// through shared memory (store_rows), where the shared memory has room.
 template <int D, int kConsumers_, int kExtraBytes = 0, int kKSlotBytes = 2 * 128 * D, int kVSlotBytes = 2 * 128 * D,
-          int kStages_ = 2>
+          int kStages_ = 2, bool kStageO = true>
 struct HopperTile {
   static constexpr int kHeadDim = D;
   static constexpr int kConsumers = kConsumers_;  // consumer warpgroups of 64 query rows
@@ -83,10 +85,18 @@ struct HopperTile {
   static constexpr int kKBoxBytes = kKBytes / kBoxes;
   static constexpr int kVBytes = kVSlotBytes;
   static constexpr int kVBoxBytes = kVBytes / kBoxes;
+  // Each consumer warpgroup's output stage, where the shared memory has room for it: its 64 rows in
+  // boxes of 64 channels as a Q box lies (the 128-byte swizzle), which a bulk tensor copy writes to O.
+  static constexpr int kOBoxBytes = 64 * 128;
+  static constexpr bool kOStaged =
+      kStageO && kBoxes * kQBoxBytes + kStages * (kKSlotBytes + kVSlotBytes) + kExtraBytes + 1024 + kConsumers * kBoxes * kOBoxBytes <=
+      227 * 1024;
+  static constexpr int kOStageBytes = kOStaged ? kBoxes * kOBoxBytes : 0;
   static constexpr int kQOffset = 0;
   static constexpr int kKOffset = kQOffset + kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKBytes;
-  static constexpr int kExtraOffset = kVOffset + kStages * kVBytes;
+  static constexpr int kOOffset = kVOffset + kStages * kVBytes;
+  static constexpr int kExtraOffset = kOOffset + kConsumers * kOStageBytes;
   static constexpr int kExtra = kExtraBytes;
   static constexpr int kSmemBytes = kExtraOffset + kExtraBytes + 1024;  // + slack to align the base
   // Bytes of K and V slots a key: what the causal scheduler's L2 sections count.
@@ -120,6 +130,11 @@ struct HopperParams {
   QuantScales quant;
   PasaPrepass pasa;  // the pasa variants' prepass, run by the producer's spare warps (unused by the others)
   std::uint64_t* tile_tickets;  // the grid's tile counter (draw_tile): 8 bytes of the call's workspace
+  // O as boxes of 64 rows (launch_hopper): with o_by_tma the epilogue stages each warpgroup's rows in
+  // shared memory and one bulk tensor copy writes them; without (an fp32 O, or strides the copies
+  // cannot take), each thread stores its pairs.
+  CUtensorMap o_map;
+  bool o_by_tma;
 };
 
 // What a consumer warpgroup's mainloop sees of one tile: who it is, its rows, the key blocks, the
@@ -161,10 +176,17 @@ struct HopperConsumer {
 
   // The epilogue of the thread's two rows (g, g + 8 of its warp): the LSE, and the output row
   // O = pair(n8, i) / l in the output type (0 for a row that saw no key: its LSE is -inf). pair(n8, i)
-  // gives the thread's two adjacent O~ values of n8 tile n8 of row i.
+  // gives the thread's two adjacent O~ values of n8 tile n8 of row i. With round_to_fp16, O is rounded
+  // to fp16 first (then to the output type).
   template <class Pair>
   __device__ __forceinline__ void store_rows(const float (&row_l)[2], const float (&lse)[2], Pair pair,
                                              bool round_to_fp16 = false) const {
+    if constexpr (Tile::kOStaged) {
+      if (m.o_by_tma) {
+        store_rows_staged(row_l, lse, pair, round_to_fp16);
+        return;
+      }
+    }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int row = row_lo + g + 8 * i;
@@ -179,6 +201,57 @@ struct HopperConsumer {
         store_pair(out, p.o_type, 8 * n8 + 2 * t, round_to_fp16 ? round_fp16(a) : a,
                    round_to_fp16 ? round_fp16(b) : b);
       }
+    }
+  }
+
+  // store_rows through the warpgroup's output stage (a 16-bit O that the launch could map).
+  template <class Pair>
+  __device__ __forceinline__ void store_rows_staged(const float (&row_l)[2], const float (&lse)[2], Pair pair,
+                                                    bool round_to_fp16) const {
+    float inv[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      store_lse(p, tile.b, tile.h, row_lo + g + 8 * i, lse[i]);
+      inv[i] = lse[i] == -INFINITY ? 0.0f : 1.0f / row_l[i];
+    }
+    auto value = [&](int n8, int i) {
+      const float2 x = pair(n8, i);
+      const float a = x.x * inv[i], b = x.y * inv[i];
+      return round_to_fp16 ? make_float2(round_fp16(a), round_fp16(b)) : make_float2(a, b);
+    };
+    // The warpgroup's rows into its output stage, then one thread copies the stage's boxes to O (rows
+    // past the sequence are not written) while the warpgroup goes on to its next tile. The stage is
+    // written again only after the previous tile's copies have read it.
+    const std::uint32_t stage = base + Tile::kOOffset + c * Tile::kOStageBytes;
+    const bool issuer = warp == 0 && g == 0 && t == 0;
+    if (issuer) bulk_wait_group_all();
+    named_barrier_sync(2 + c, 128);
+    auto put_pairs = [&](auto to_bits) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        // Row 16 warp + g + 8 i of the warpgroup's 64, whose 16-byte chunk n8 % 8 the swizzle puts at
+        // chunk (n8 % 8) ^ g: the row's address with chunk g, XORed with the constant n8 % 8.
+        const std::uint32_t row_addr = stage + (16 * warp + g + 8 * i) * 128 + 16 * g + 4 * t;
+#pragma unroll
+        for (int n8 = 0; n8 < Tile::kHeadDim / 8; ++n8) {
+          const std::uint32_t addr = ((row_addr + (n8 / 8) * Tile::kOBoxBytes) ^ ((n8 % 8) << 4));
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(to_bits(value(n8, i))) : "memory");
+        }
+      }
+    };
+    if (p.o_type == ElemType::bf16) {
+      put_pairs([](float2 v) { return pack2<__nv_bfloat16>(v.x, v.y); });
+    } else {
+      put_pairs([](float2 v) { return pack2<__half>(v.x, v.y); });
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(2 + c, 128);
+    if (issuer) {
+#pragma unroll
+      for (int box = 0; box < Tile::kBoxes; ++box) {
+        tma_store_4d(&m.o_map, 64 * box, row_lo - 16 * warp, tile.h, tile.b, stage + box * Tile::kOBoxBytes);
+      }
+      bulk_commit_group();
     }
   }
 };
@@ -306,6 +379,10 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
     mainloop.run_tile(ctx);  // releases the Q slot after its last Q K^T
     fill += n_kb;
   }
+  // The shared memory of the last output copies stays until they have completed (store_rows' issuer).
+  if constexpr (Tile::kOStaged) {
+    if (m.o_by_tma && tid % 128 == 0) bulk_wait_group_all<true>();
+  }
 }
 
 // Host side, shared by the variants' launchers: the tile order of a call (causal sections of as
@@ -337,6 +414,10 @@ void launch_hopper(HopperParams m, const KernelRequest& r, cudaStream_t stream, 
   if (grid == 0) return;
   if (r.tile_tickets == nullptr) throw Error(std::string(name) + ": no workspace for the tile counter");
   m.tile_tickets = r.tile_tickets;
+  const FwdParams& p = m.p;
+  const Operand o{p.o, p.o_stride_b, p.o_stride_h, p.o_stride_s};
+  m.o_by_tma = Tile::kOStaged && p.o_type != ElemType::f32 && row_tile_mappable(o);
+  if (m.o_by_tma) m.o_map = fp16_row_tile_map(o, r.batch, p.heads_q, p.seq_q, D, 64, "o");
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(m);
   check_launch(name);
 }
