@@ -17,6 +17,10 @@
 // - Persistent CTAs (one per SM), each drawing its next tile from a counter when it is free, causal
 //   tiles longest first (tile_scheduler.cuh). The producer draws; the tile's number reaches the
 //   consumers beside its Q fill.
+// - The epilogue: each consumer warpgroup writes its rows of O into an output stage in shared memory
+//   and one of its threads copies the stage to O (a TMA store) while the warpgroup goes on to its next
+//   tile; a tile without room for the stages, or an O the copies cannot take (fp32, unaligned), gets
+//   each thread's pairs stored directly (HopperConsumer::store_rows).
 //
 // What is written once here: the warp roles and register split, the producer, the rings, the
 // scheduler, the tile loop and the consumer context (the descriptors of this warpgroup's Q rows and
