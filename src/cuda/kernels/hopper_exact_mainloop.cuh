@@ -28,14 +28,14 @@ namespace pasa::cuda {
 // short causal calls, whose 192-row tiles leave more rows idle past the diagonal and the sequence end,
 // and for calls whose last 192-row tile is mostly padding (the launcher chooses:
 // attention_fwd_exact_hopper.cu). Two at D 128 (S, P and O need ~200 registers a thread).
-// The epilogue writes O through shared memory except with three warpgroups, whose 160-register
-// loop then spills (measured 0.92x at D 64 4k causal, bench/NOTES.md).
+// The epilogue writes O through shared memory (store_rows) except at D 64 with two warpgroups, where
+// it measured 0.92x at 4k causal and 0.97x at 1k full (three warpgroups: 1.03x at 4k, bench/NOTES.md).
 template <typename E, bool kMasked = false, int kConsumers64 = kMasked ? 2 : 3>
 struct ExactHopperVariant : HopperVariantDefaults {
   using Elem = E;
 
   template <int D>
-  using Tile = HopperTile<D, D == 64 ? kConsumers64 : 2, 0, 2 * 128 * D, 2 * 128 * D, 2, !(D == 64 && kConsumers64 == 3)>;
+  using Tile = HopperTile<D, D == 64 ? kConsumers64 : 2, 0, 2 * 128 * D, 2 * 128 * D, 2, D != 64 || kConsumers64 == 3>;
 
   template <class Tile>
   __device__ __forceinline__ static void load_k(const HopperParams& m, std::uint32_t slot, std::uint32_t bar, int b,
