@@ -3,7 +3,7 @@
 // map (the driver's cuTensorMapEncodeTiled, reached through the runtime's entry-point query so that
 // nothing links against the driver library), and one thread of a CTA copies a box of rows x 64
 // channels into shared memory with the 128-byte swizzle, zeros past the sequence end, completing on
-// an mbarrier (tma.cuh).
+// an mbarrier, or from shared memory back to the operand, rows past the end left alone (tma.cuh).
 #pragma once
 
 #include <cuda.h>

@@ -19,8 +19,9 @@
 //   consumers beside its Q fill.
 // - The epilogue: each consumer warpgroup writes its rows of O into an output stage in shared memory
 //   and one of its threads copies the stage to O (a TMA store) while the warpgroup goes on to its next
-//   tile; a tile without room for the stages, or an O the copies cannot take (fp32, unaligned), gets
-//   each thread's pairs stored directly (HopperConsumer::store_rows).
+//   tile. A tile that opts out or has no room for the stages (HopperTile's kStageO, kOStaged), or an O
+//   the copies cannot take (fp32, or strides the driver cannot map), gets each thread's pairs stored
+//   directly (HopperConsumer::store_rows).
 //
 // What is written once here: the warp roles and register split, the producer, the rings, the
 // scheduler, the tile loop and the consumer context (the descriptors of this warpgroup's Q rows and
@@ -135,8 +136,8 @@ struct HopperParams {
   PasaPrepass pasa;  // the pasa variants' prepass, run by the producer's spare warps (unused by the others)
   std::uint64_t* tile_tickets;  // the grid's tile counter (draw_tile): 8 bytes of the call's workspace
   // O as boxes of 64 rows (launch_hopper): with o_by_tma the epilogue stages each warpgroup's rows in
-  // shared memory and one bulk tensor copy writes them; without (an fp32 O, or strides the copies
-  // cannot take), each thread stores its pairs.
+  // shared memory and one bulk tensor copy writes them; without (a tile without stages, an fp32 O,
+  // or strides the driver cannot map), each thread stores its pairs.
   CUtensorMap o_map;
   bool o_by_tma;
 };
@@ -421,7 +422,15 @@ void launch_hopper(HopperParams m, const KernelRequest& r, cudaStream_t stream, 
   const FwdParams& p = m.p;
   const Operand o{p.o, p.o_stride_b, p.o_stride_h, p.o_stride_s};
   m.o_by_tma = Tile::kOStaged && p.o_type != ElemType::f32 && row_tile_mappable(o);
-  if (m.o_by_tma) m.o_map = fp16_row_tile_map(o, r.batch, p.heads_q, p.seq_q, D, 64, "o");
+  if (m.o_by_tma) {
+    // A layout the driver refuses after all takes the direct stores: a variant's prepass may already
+    // be queued, so nothing about O may fail this launch.
+    try {
+      m.o_map = fp16_row_tile_map(o, r.batch, p.heads_q, p.seq_q, D, 64, "o");
+    } catch (const Error&) {
+      m.o_by_tma = false;
+    }
+  }
   kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(m);
   check_launch(name);
 }
