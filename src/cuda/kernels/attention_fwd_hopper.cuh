@@ -93,9 +93,8 @@ struct HopperTile {
   // Each consumer warpgroup's output stage, where the shared memory has room for it: its 64 rows in
   // boxes of 64 channels as a Q box lies (the 128-byte swizzle), which a bulk tensor copy writes to O.
   static constexpr int kOBoxBytes = 64 * 128;
-  static constexpr bool kOStaged =
-      kStageO && kBoxes * kQBoxBytes + kStages * (kKSlotBytes + kVSlotBytes) + kExtraBytes + 1024 + kConsumers * kBoxes * kOBoxBytes <=
-      227 * 1024;
+  static constexpr int kBytesWithoutStages = kQBytes + kStages * (kKBytes + kVBytes) + kExtraBytes + 1024;
+  static constexpr bool kOStaged = kStageO && kBytesWithoutStages + kConsumers * kBoxes * kOBoxBytes <= 227 * 1024;
   static constexpr int kOStageBytes = kOStaged ? kBoxes * kOBoxBytes : 0;
   static constexpr int kQOffset = 0;
   static constexpr int kKOffset = kQOffset + kQBytes;
