@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "cpu/interrupt.h"
 #include "memory_overlap.h"
 #include "pasa/error.h"
 #include "storage_convert.h"
@@ -102,9 +103,11 @@ void check_mask_values(const MaskView& m) {
   // so a small mask broadcast over a long sequence costs what the mask holds, not what it spans.
   std::array<std::int64_t, 4> n{};
   for (int i = 0; i < 4; ++i) n[i] = m.stride[i] == 0 ? std::min<std::int64_t>(m.shape[i], 1) : m.shape[i];
+  InterruptPoll interrupt;
   for (std::int64_t b = 0; b < n[0]; ++b)
     for (std::int64_t h = 0; h < n[1]; ++h)
-      for (std::int64_t r = 0; r < n[2]; ++r)
+      for (std::int64_t r = 0; r < n[2]; ++r) {
+        interrupt.poll();
         for (std::int64_t c = 0; c < n[3]; ++c) {
           const float x = load_as_float(m.data, m.dtype,
                                         b * m.stride[0] + h * m.stride[1] + r * m.stride[2] + c * m.stride[3]);
@@ -113,6 +116,7 @@ void check_mask_values(const MaskView& m) {
                                     "or -inf)", x, b, h, r, c));
           }
         }
+      }
 }
 
 ProblemShape check_attention_args(const AttentionArgs& a) {
@@ -199,15 +203,18 @@ void check_finite_host(const TensorView& t, const char* name, std::int64_t first
   // A dimension of stride 0 (a broadcast view) repeats its index 0: each element is read once, so a
   // key broadcast to 2^40 rows costs one row's check.
   const auto extent = [&](int i) { return t.stride[i] == 0 ? std::min<std::int64_t>(t.shape[i], 1) : t.shape[i]; };
+  InterruptPoll interrupt;  // (millions of keys take a while to read, before any parallel loop)
   for (std::int64_t b = 0; b < extent(0); ++b)
     for (std::int64_t h = 0; h < extent(1); ++h)
-      for (std::int64_t s = 0; s < extent(2); ++s)
+      for (std::int64_t s = 0; s < extent(2); ++s) {
+        if (s % 4096 == 0) interrupt.poll();
         for (std::int64_t d = 0; d < extent(3); ++d) {
           if (!std::isfinite(load_as_float(t.data, t.dtype, t.offset(b, h, s, d)))) {
             throw Error(text::format("{}: non-finite value at [{}, {}, {}, {}] (inputs must be finite; "
                                      "see docs/api.md)", name, b, h, first_row + s, d));
           }
         }
+      }
 }
 
 }  // namespace pasa

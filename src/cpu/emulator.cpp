@@ -29,6 +29,7 @@
 #include "cpu/backends.h"
 #include "cpu/gemm_model.h"
 #include "cpu/host_inputs.h"
+#include "cpu/interrupt.h"
 #include "cpu/operands.h"
 #include "cpu/parallel_for.h"
 #include "cpu/score_mods.h"
@@ -117,6 +118,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
   auto visible = [&](int rr, std::int64_t key) { return mods.visible(t.b, t.h, t.r0 + rr, key); };
 
   for (std::int64_t k0 = k_begin; k0 < key_end; k0 += s2) {
+    poll_interrupt();  // (a decode row of millions of keys is one task)
     const int n = static_cast<int>(std::min<std::int64_t>(s2, k_end - k0));
     // PASA's blocks are all s2 keys wide (a short last block padded, operands.cpp): the padded keys'
     // S' enter the block's pseudo-average, and are masked out of the softmax below.

@@ -3,11 +3,13 @@
 // policy's input format: what both CPU backends start from.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "cpu/interrupt.h"
 #include "numerics/rounder.h"
 #include "pasa/error.h"
 #include "pasa/tensor.h"
@@ -20,12 +22,20 @@ namespace pasa {
 template <typename T>
 std::vector<T> gather_rows(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t row0,
                            std::int64_t row1, const Rounder& round) {
+  // In chunks of rows, each zero-filled and written before the next, with Ctrl-C polled between
+  // them: a head of millions of keys is one task of its loop and a gigabyte to fill.
+  constexpr std::int64_t kChunkRows = 4096;
   const std::int64_t dim = t.dim();
-  std::vector<T> out(static_cast<std::size_t>((row1 - row0) * dim));
-  for (std::int64_t s = row0; s < row1; ++s) {
-    for (std::int64_t d = 0; d < dim; ++d) {
-      out[(s - row0) * dim + d] =
-          static_cast<T>(round(load_as_float(t.data, t.dtype, t.offset(b, h, s, d))));
+  std::vector<T> out;
+  out.reserve(static_cast<std::size_t>((row1 - row0) * dim));
+  for (std::int64_t s0 = row0; s0 < row1; s0 += kChunkRows) {
+    poll_interrupt();
+    const std::int64_t s1 = std::min(row1, s0 + kChunkRows);
+    out.resize(static_cast<std::size_t>((s1 - row0) * dim));
+    for (std::int64_t s = s0; s < s1; ++s) {
+      for (std::int64_t d = 0; d < dim; ++d) {
+        out[(s - row0) * dim + d] = static_cast<T>(round(load_as_float(t.data, t.dtype, t.offset(b, h, s, d))));
+      }
     }
   }
   return out;
@@ -48,15 +58,18 @@ inline void check_fits_input(const TensorView& t, const char* name, const Rounde
                              std::int64_t first_row = 0) {
   const double dtype_max = t.dtype == DType::f16 ? 65504.0 : 3.4028234663852886e38;
   if (round.format().is_integer() || round.format().max_finite() >= dtype_max) return;
+  InterruptPoll interrupt;  // (a scan of every element, before the call's parallel loops)
   for (std::int64_t b = 0; b < t.shape[0]; ++b)
     for (std::int64_t h = 0; h < t.shape[1]; ++h)
-      for (std::int64_t s = 0; s < t.shape[2]; ++s)
+      for (std::int64_t s = 0; s < t.shape[2]; ++s) {
+        if (s % 4096 == 0) interrupt.poll();
         for (std::int64_t d = 0; d < t.shape[3]; ++d) {
           const double x = load_as_float(t.data, t.dtype, t.offset(b, h, s, d));
           if (std::isfinite(round(x))) continue;
           throw input_overflow_error(name, x, text::format("[{}, {}, {}, {}]", b, h, first_row + s, d),
                                      round.format());
         }
+      }
 }
 
 // All rows of t[b, h, :, :].

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "cpu/host_inputs.h"
+#include "cpu/interrupt.h"
 #include "memory_budget.h"
 #include "numerics/pasa_shift.h"
 
@@ -77,15 +79,23 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
   const int s2 = pol.block_kv;
   const std::int64_t S = ps.seq_kv;
   PreparedKV out;
+  // Each pass below reads every key once; Ctrl-C is polled between them (poll_interrupt), as a long
+  // decode row's keys are one task.
   std::vector<float> k = gather_head<float>(args.k, b, h_kv, R.input);
+  poll_interrupt();
   out.k_mean.assign(D, 0.0);
   if (pol.smooth_k) {
     out.k_mean = column_means(k, S, D);
     subtract_means(k, S, D, out.k_mean);
+    poll_interrupt();
   }
   if (pol.shift != Shift::pasa && pol.scale == ScalePlacement::key) {
     const double a = R.input(alpha);
-    for (float& x : k) x = static_cast<float>(R.input(a * x));
+    for (std::int64_t r = 0; r < S; ++r) {
+      if (r % 4096 == 0) poll_interrupt();
+      float* row = &k[static_cast<std::size_t>(r * D)];
+      for (int d = 0; d < D; ++d) row[d] = static_cast<float>(R.input(a * row[d]));
+    }
   }
   if (pol.shift == Shift::pasa) {
     // K'_j = M K_j per key block (shift_block), stored in the input format. Every block has s2 rows:
@@ -100,6 +110,7 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
     std::vector<double> shifted(static_cast<std::size_t>(s2) * D);
     out.kt.resize(static_cast<std::size_t>(blocks * s2 * D));
     for (std::int64_t j = 0; j < blocks; ++j) {
+      poll_interrupt();
       const std::int64_t k0 = j * s2;
       const int n = static_cast<int>(std::min<std::int64_t>(s2, S - k0));
       std::copy_n(&k[static_cast<std::size_t>(k0 * D)], static_cast<std::size_t>(n) * D, block.begin());
@@ -127,26 +138,33 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
         for (int d = 0; d < D; ++d) k[static_cast<std::size_t>((k0 + c) * D + d)] = dst[d * s2 + c];
     }
   }
-  out.k_used = k;
   out.k_scale.assign(static_cast<std::size_t>(S), 1.0);
   if (pol.k_quant) {
+    out.k_used = k;  // (k itself is quantized in place)
+    poll_interrupt();
     out.k_scale = quantize_rows(k, static_cast<int>(S), D, *pol.k_quant, pol.k_gran, OperandRole::key, s2);
+    poll_interrupt();
   }
   if (pol.shift != Shift::pasa) {
-    out.kt.resize(k.size());
+    out.kt.reserve(k.size());  // filled a block at a time, Ctrl-C polled between blocks
     for (std::int64_t k0 = 0; k0 < S; k0 += s2) {
+      poll_interrupt();
       const int n = static_cast<int>(std::min<std::int64_t>(s2, S - k0));
+      out.kt.resize(static_cast<std::size_t>((k0 + n) * D));
       float* dst = &out.kt[static_cast<std::size_t>(k0 * D)];
       for (int c = 0; c < n; ++c)
         for (int d = 0; d < D; ++d) dst[d * n + c] = k[static_cast<std::size_t>((k0 + c) * D + d)];
     }
   }
+  if (!pol.k_quant) out.k_used = std::move(k);  // (no copy: k is not needed past here)
 
   out.v = gather_head<float>(args.v, b, h_kv, R.input);
+  poll_interrupt();
   out.v_mean.assign(D, 0.0);
   if (pol.smooth_v) {
     out.v_mean = column_means(out.v, S, D);
     subtract_means(out.v, S, D, out.v_mean);
+    poll_interrupt();
   }
   out.v_scale.assign(D, 1.0);
   if (pol.v_quant) out.v_scale = quantize_columns(out.v, static_cast<int>(S), D, *pol.v_quant);
@@ -182,6 +200,7 @@ PreparedQ prepare_q(const AttentionArgs& args, const ProblemShape& ps, std::int6
     // dS = q_m K^T: one value per key, added to every row of S (a GEMV next to the kernel).
     out.ds.assign(static_cast<std::size_t>(ps.seq_kv), 0.0);
     for (std::int64_t c = 0; c < ps.seq_kv; ++c) {
+      if (c % 4096 == 0) poll_interrupt();
       double dot = 0;
       for (int d = 0; d < D; ++d) dot += q_mean[d] * kv.k_used[c * D + d];
       out.ds[c] = static_cast<float>(dot);  // computed in fp32 on the GPU

@@ -2,13 +2,16 @@
 // parallel_for: an OpenMP loop whose body may throw. An exception cannot cross the boundary of an
 // OpenMP region (the runtime calls std::terminate), so each iteration catches what it throws, the
 // first exception is kept, the remaining iterations are skipped, and it is rethrown after the region.
-// Between iterations the calling thread runs its interrupt check, if it installed one (interrupt.h).
+// The calling thread runs its interrupt check, if it installed one, between iterations and while the
+// other threads finish theirs; an iteration may poll from inside (poll_interrupt, interrupt.h).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <thread>
+#include <utility>
 
 #include "cpu/interrupt.h"
 
@@ -19,17 +22,39 @@ void parallel_for(std::int64_t count, Body&& body) {
   std::exception_ptr first;
   std::mutex first_mutex;
   std::atomic<bool> failed{false};
-  InterruptPoll interrupt;
-#pragma omp parallel for schedule(dynamic)
-  for (std::int64_t i = 0; i < count; ++i) {
-    if (failed.load(std::memory_order_relaxed)) continue;
-    try {
-      interrupt.poll();
-      body(i);
-    } catch (...) {
-      const std::lock_guard<std::mutex> lock(first_mutex);
-      if (!first) first = std::current_exception();
-      failed.store(true, std::memory_order_relaxed);
+  std::atomic<std::int64_t> finished{0};
+  InterruptPoll interrupt(t_loop_poll);
+  auto fail = [&](std::exception_ptr e) {
+    const std::lock_guard<std::mutex> lock(first_mutex);
+    if (!first) first = std::move(e);
+    failed.store(true, std::memory_order_relaxed);
+  };
+#pragma omp parallel
+  {
+    const ScopedLoopPoll scope(&interrupt);
+#pragma omp for schedule(dynamic) nowait
+    for (std::int64_t i = 0; i < count; ++i) {
+      if (!failed.load(std::memory_order_relaxed)) {
+        try {
+          interrupt.poll();
+          body(i);
+        } catch (...) {
+          fail(std::current_exception());
+        }
+      }
+      finished.fetch_add(1, std::memory_order_release);
+    }
+    // The calling thread, out of iterations, keeps running its check while the other threads finish
+    // theirs (only it may run the check; their long iterations see the stop through poll_interrupt).
+    if (interrupt.has_check() && interrupt.on_caller()) {
+      while (finished.load(std::memory_order_acquire) < count && !failed.load(std::memory_order_relaxed)) {
+        std::this_thread::sleep_for(kIdlePollInterval);
+        try {
+          interrupt.poll();
+        } catch (...) {
+          fail(std::current_exception());
+        }
+      }
     }
   }
   if (first) std::rethrow_exception(first);

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "cpu/interrupt.h"
 #include "cpu/parallel_for.h"
 #include "memory_budget.h"
 #include "pasa/attention.h"
@@ -72,6 +73,40 @@ TEST(ParallelFor, TheCallersInterruptCheckStopsTheLoop) {
   parallel_for(100, slow);  // the check is gone with its scope
   EXPECT_EQ(ran.load(), 100);
   EXPECT_EQ(g_checks, 0);
+}
+
+// A long iteration on another thread (a decode row of millions of keys is one) polls from inside:
+// the calling thread, out of iterations, keeps running its check and the stop reaches that iteration.
+std::atomic<bool> g_stop_later{false};
+bool stop_later() { return g_stop_later.load(); }
+
+TEST(ParallelFor, ALongIterationOnAnotherThreadSeesTheCallersStop) {
+  using Clock = std::chrono::steady_clock;
+  omp_set_num_threads(4);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int> long_iterations{0};
+  auto body = [&](std::int64_t) {
+    if (std::this_thread::get_id() == caller) return;  // the caller runs out of iterations at once
+    ++long_iterations;
+    const auto end = Clock::now() + std::chrono::seconds(20);
+    while (Clock::now() < end) {
+      poll_interrupt();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  const ScopedInterruptCheck check(&stop_later);
+  g_stop_later = false;
+  std::thread stopper([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    g_stop_later = true;
+  });
+  const auto t0 = Clock::now();
+  EXPECT_THROW(parallel_for(64, body), Interrupted);
+  const auto waited = Clock::now() - t0;
+  stopper.join();
+  EXPECT_GE(long_iterations.load(), 1);
+  EXPECT_LT(waited, std::chrono::seconds(5)) << "the long iterations ran on after the stop";
+  poll_interrupt();  // outside any loop: nothing
 }
 
 TEST(MemoryBudget, SaturatingArithmetic) {
