@@ -145,11 +145,11 @@ ProblemShape check_attention_problem(const AttentionArgs& a) {
     throw Error(text::format("k/v: batch sizes {} and {} differ from q's {}", a.k.batch(), a.v.batch(),
                              p.batch));
   }
+  if (a.k.dim() != p.dim) {  // (before v against k: a k whose head dim is wrong is named, not v)
+    throw Error(text::format("k: head dim {} differs from q's {}", a.k.dim(), p.dim));
+  }
   if (a.v.shape != a.k.shape) {
     throw Error(text::format("v: shape {} differs from k's {}", shape_str(a.v), shape_str(a.k)));
-  }
-  if (a.k.dim() != p.dim) {
-    throw Error(text::format("k: head dim {} differs from q's {}", a.k.dim(), p.dim));
   }
   if (p.heads_q % p.heads_kv != 0) {
     throw Error(text::format("k: {} K/V heads do not divide the {} query heads (GQA needs H_q to be a "

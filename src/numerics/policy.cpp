@@ -421,6 +421,15 @@ double score_unit(const Policy& policy) {
 }
 
 Policy parse_policy(std::string_view text) {
+  // A control character other than white space (a NUL from a C string boundary) would cut or garble
+  // the messages below, which quote the text: refused by position first.
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c < 0x20 && !std::isspace(c)) || c == 0x7f) {
+      throw Error(text::format("policy text: control character 0x{:02x} at position {} (a policy is printable "
+                               "text such as 'pasa,s2=64')", static_cast<unsigned>(c), i));
+    }
+  }
   std::vector<std::string> parts;
   std::size_t start = 0;
   while (start <= text.size()) {

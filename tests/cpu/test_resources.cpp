@@ -86,7 +86,10 @@ TEST(ParallelFor, ALongIterationOnAnotherThreadSeesTheCallersStop) {
   const std::thread::id caller = std::this_thread::get_id();
   std::atomic<int> long_iterations{0};
   auto body = [&](std::int64_t) {
-    if (std::this_thread::get_id() == caller) return;  // the caller runs out of iterations at once
+    if (std::this_thread::get_id() == caller) {  // short ones: the caller runs out of iterations
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      return;
+    }
     ++long_iterations;
     const auto end = Clock::now() + std::chrono::seconds(20);
     while (Clock::now() < end) {
