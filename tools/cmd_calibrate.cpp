@@ -114,6 +114,7 @@ void check_plan_output(const std::string& out, const std::vector<EntryFiles>& en
 
 void calibrate_plan(const CalibrateOptions& opt) {
   if (!(opt.xi >= 0 && opt.xi <= 100)) throw Error(text::format("--xi: {} is outside 0..100", opt.xi));
+  const double xi = opt.xi + 0.0;  // (-0 given is printed and written as 0)
   if (opt.out.empty()) throw Error("--out: give the plan file to write");
   const Policy fast = parse_policy(opt.fast);
   parse_policy(opt.accurate);
@@ -138,14 +139,14 @@ void calibrate_plan(const CalibrateOptions& opt) {
     text::print(stderr, "{}: CosSim {:.5f}  L1 {:.4f}  score {:.5f}\n", e.name, m.cos_sim, m.rel_l1, score);
   }
   std::sort(ranked.begin(), ranked.end());
-  const auto n_accurate = static_cast<std::size_t>(std::ceil(opt.xi / 100.0 * static_cast<double>(ranked.size()) - 1e-9));
-  MixPlan plan{opt.fast, opt.accurate, opt.xi, {}};
+  const auto n_accurate = static_cast<std::size_t>(std::ceil(xi / 100.0 * static_cast<double>(ranked.size()) - 1e-9));
+  MixPlan plan{opt.fast, opt.accurate, xi, {}};
   for (std::size_t i = 0; i < ranked.size(); ++i) {
     plan.entries[ranked[i].second] = i < n_accurate ? opt.accurate : opt.fast;
   }
   write_checked_outputs([&] { save_plan(opt.out, plan, scores); });
   text::print("{} entries: {} use {} (the worst {}%), {} use {}; wrote {}\n", ranked.size(), n_accurate,
-              opt.accurate, opt.xi, ranked.size() - n_accurate, opt.fast, opt.out);
+              opt.accurate, xi, ranked.size() - n_accurate, opt.fast, opt.out);
 }
 
 // One entry in memory at a time, its scores one row at a time into a fixed-size histogram.

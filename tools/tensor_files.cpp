@@ -26,7 +26,7 @@ void check_tensor_output_name(const std::string& option, const std::string& path
   const std::string extension = std::filesystem::path(path).extension().string();
   if (extension.empty() || extension == ".npy" || extension == ".safetensors") return;
   throw Error(option + ": " + path + ": unknown file type " + extension +
-              " (write .npy or .safetensors; a name without an extension gets .npy)");
+              " (write .npy or .safetensors; a name without an extension is written, as given, in .npy format)");
 }
 
 io::detail::FileBytes tensor_file_bytes(const std::string& path, const std::string& name, const HostTensor& tensor) {

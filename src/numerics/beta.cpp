@@ -2,6 +2,7 @@
 #include "pasa/beta.h"
 
 #include <cmath>
+#include <string>
 
 #include "numerics/pasa_shift.h"
 #include "pasa/error.h"
@@ -27,8 +28,13 @@ BetaSolution solve_beta(double initial, const Format& format, int block, std::op
     const double f = invariance_of(s.beta);
     const double next = f / (1.0 + f);
     if (!(next >= 0.0 && next < 1.0)) {
-      throw Error(text::format("beta: iteration from {} left [0, 1) (block {} too small for {}?)", initial,
-                              block, format.name()));
+      // next is the beta that M, built from s.beta and rounded, applies (1 where M is singular): the
+      // format cannot hold s.beta's M at this block size (and scale), so the iteration cannot go on.
+      const double applied = 1.0 - 1.0 / (1.0 + f);
+      throw Error(text::format("beta: M built from beta = {:g} and rounded to {} applies beta = {:g}, outside [0, 1) "
+                               "({} cannot hold this M at s2 = {}{}; iterating from {:g})",
+                               s.beta, format.name(), applied, format.name(), block,
+                               scale ? text::format(", scale {:g}", *scale) : std::string(), initial));
     }
     if (next == s.beta) break;
     s.beta = next;

@@ -150,5 +150,9 @@ def test_beta_options_and_errors():
         pasa.beta(format="fp9x")
     with pytest.raises(pasa.PasaError, match=r"block size 0 must be at least 1"):
         pasa.beta(block=0)
+    # A scale that M cannot hold in fp16: the error says what M applies, not that the block is small.
+    with pytest.raises(pasa.PasaError, match=r"rounded to fp16 applies beta = 1, outside \[0, 1\) "
+                                             r"\(fp16 cannot hold this M at s2 = 128, scale 1e-30"):
+        pasa.beta(scale=1e-30)
     with pytest.raises(pasa.PasaError, match=r"^block: expected an integer"):
         pasa.beta(block=1.5)
