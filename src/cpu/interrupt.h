@@ -25,11 +25,16 @@ class Interrupted : public Error {
 
 using InterruptCheck = bool (*)();
 inline thread_local InterruptCheck t_interrupt_check = nullptr;
+// When the check last ran on this thread: the interval holds across a call's loops and scans.
+inline thread_local std::chrono::steady_clock::time_point t_last_check{};
 
 // The check of the calling thread for as long as this object lives.
 class ScopedInterruptCheck {
  public:
-  explicit ScopedInterruptCheck(InterruptCheck check) : previous_(t_interrupt_check) { t_interrupt_check = check; }
+  explicit ScopedInterruptCheck(InterruptCheck check) : previous_(t_interrupt_check) {
+    t_interrupt_check = check;
+    t_last_check = {};  // the call's first poll checks at once
+  }
   ~ScopedInterruptCheck() { t_interrupt_check = previous_; }
   ScopedInterruptCheck(const ScopedInterruptCheck&) = delete;
   ScopedInterruptCheck& operator=(const ScopedInterruptCheck&) = delete;
@@ -58,13 +63,16 @@ class InterruptPoll {
     if (stopped()) throw Interrupted();
     if (check_ == nullptr || !on_caller()) return;
     const auto now = std::chrono::steady_clock::now();
-    if (now - last_ < kInterruptInterval) return;
-    last_ = now;
+    if (now - t_last_check < kInterruptInterval) return;
+    t_last_check = now;
     if (check_()) {
-      stop_.store(true, std::memory_order_relaxed);
+      stop();
       throw Interrupted();
     }
   }
+
+  // Stops the loop: its remaining iterations are skipped, and those that poll from inside throw.
+  void stop() { stop_.store(true, std::memory_order_relaxed); }
 
  private:
   bool stopped() const {
@@ -75,7 +83,6 @@ class InterruptPoll {
   std::thread::id caller_;
   const InterruptPoll* parent_;
   std::atomic<bool> stop_{false};
-  std::chrono::steady_clock::time_point last_{};  // the caller's only; the first poll checks at once
 };
 
 // The parallel loop this thread is running an iteration of (parallel_for sets it on each of the

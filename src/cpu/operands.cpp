@@ -108,9 +108,10 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
     const std::int64_t blocks = (S + s2 - 1) / s2;
     std::vector<float> block(static_cast<std::size_t>(s2) * D);
     std::vector<double> shifted(static_cast<std::size_t>(s2) * D);
-    out.kt.resize(static_cast<std::size_t>(blocks * s2 * D));
+    out.kt.reserve(static_cast<std::size_t>(blocks * s2 * D));  // filled a block at a time, polled between
     for (std::int64_t j = 0; j < blocks; ++j) {
       poll_interrupt();
+      out.kt.resize(static_cast<std::size_t>((j + 1) * s2 * D));
       const std::int64_t k0 = j * s2;
       const int n = static_cast<int>(std::min<std::int64_t>(s2, S - k0));
       std::copy_n(&k[static_cast<std::size_t>(k0 * D)], static_cast<std::size_t>(n) * D, block.begin());

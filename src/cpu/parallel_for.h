@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <mutex>
@@ -23,11 +24,14 @@ void parallel_for(std::int64_t count, Body&& body) {
   std::mutex first_mutex;
   std::atomic<bool> failed{false};
   std::atomic<std::int64_t> finished{0};
+  std::mutex finished_mutex;  // with finished_cv: the last iteration wakes the calling thread
+  std::condition_variable finished_cv;
   InterruptPoll interrupt(t_loop_poll);
   auto fail = [&](std::exception_ptr e) {
     const std::lock_guard<std::mutex> lock(first_mutex);
     if (!first) first = std::move(e);
     failed.store(true, std::memory_order_relaxed);
+    interrupt.stop();  // (long iterations on other threads end at their next poll)
   };
 #pragma omp parallel
   {
@@ -42,18 +46,26 @@ void parallel_for(std::int64_t count, Body&& body) {
           fail(std::current_exception());
         }
       }
-      finished.fetch_add(1, std::memory_order_release);
+      if (finished.fetch_add(1, std::memory_order_acq_rel) + 1 == count) {
+        const std::lock_guard<std::mutex> lock(finished_mutex);
+        finished_cv.notify_all();
+      }
     }
     // The calling thread, out of iterations, keeps running its check while the other threads finish
-    // theirs (only it may run the check; their long iterations see the stop through poll_interrupt).
+    // theirs (only it may run the check; their long iterations see the stop through poll_interrupt),
+    // woken by the last iteration's end.
     if (interrupt.has_check() && interrupt.on_caller()) {
-      while (finished.load(std::memory_order_acquire) < count && !failed.load(std::memory_order_relaxed)) {
-        std::this_thread::sleep_for(kIdlePollInterval);
+      std::unique_lock<std::mutex> lock(finished_mutex);
+      while (!finished_cv.wait_for(lock, kIdlePollInterval, [&] {
+        return finished.load(std::memory_order_acquire) >= count || failed.load(std::memory_order_relaxed);
+      })) {
+        lock.unlock();
         try {
           interrupt.poll();
         } catch (...) {
           fail(std::current_exception());
         }
+        lock.lock();
       }
     }
   }

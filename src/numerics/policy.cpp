@@ -3,6 +3,7 @@
 #include "pasa/policy.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cfloat>
 #include <cmath>
 #include <functional>
@@ -426,7 +427,7 @@ Policy parse_policy(std::string_view text) {
   for (std::size_t i = 0; i < text.size(); ++i) {
     const auto c = static_cast<unsigned char>(text[i]);
     if ((c < 0x20 && !std::isspace(c)) || c == 0x7f) {
-      throw Error(text::format("policy text: control character 0x{:02x} at position {} (a policy is printable "
+      throw Error(text::format("policy text: control character 0x{:02x} at byte {} (a policy is printable "
                                "text such as 'pasa,s2=64')", static_cast<unsigned>(c), i));
     }
   }

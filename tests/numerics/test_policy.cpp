@@ -84,7 +84,7 @@ TEST(Policy, ErrorsNameTheField) {
   expect_error([] { parse_policy(""); }, "empty");
   expect_error([] { parse_policy("pasa,gamma=1"); }, "unknown key 'gamma'");
   expect_error([] { parse_policy("pasa,beta"); }, "'beta' is not key=value");
-  expect_error([] { parse_policy(std::string_view("exact\0pasa", 10)); }, "control character 0x00 at position 5");
+  expect_error([] { parse_policy(std::string_view("exact\0pasa", 10)); }, "control character 0x00 at byte 5");
   EXPECT_EQ(parse_policy("pasa,\n s2=64\t"), parse_policy("pasa,s2=64"));  // white space is trimmed
   expect_error([] { parse_policy("pasa,beta=1"); }, "'beta': 1 is outside [0, 1)");
   expect_error([] { parse_policy("pasa,beta=-0.1"); }, "'beta'");

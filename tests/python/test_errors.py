@@ -122,7 +122,7 @@ def test_non_finite_inputs(rng, bad, which):
     ("bogus", r"unknown policy 'bogus' \(presets: exact, fa16_fp32, fa16, pasa"),
     ("exact,zz=1", r"policy 'exact,zz=1': unknown key 'zz'"),
     ("exact,s2", r"'s2' is not key=value"),
-    ("exact\0pasa", r"policy text: control character 0x00 at position 5"),
+    ("exact\0pasa", r"policy text: control character 0x00 at byte 5"),
     ("pasa,beta=1.5", r"policy field 'beta': 1.5 is outside \[0, 1\)"),
     ("pasa,beta=abc", r"policy field 'beta': 'abc' is not a number"),
     ("exact,s1=0", r"policy field 's1': block size 0 is outside 1..1024"),
