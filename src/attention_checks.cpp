@@ -107,7 +107,7 @@ void check_mask_values(const MaskView& m) {
   for (std::int64_t b = 0; b < n[0]; ++b)
     for (std::int64_t h = 0; h < n[1]; ++h)
       for (std::int64_t r = 0; r < n[2]; ++r) {
-        if (r % 4096 == 0) interrupt.poll();
+        if (r % kRowsPerPoll == 0) interrupt.poll();
         for (std::int64_t c = 0; c < n[3]; ++c) {
           const float x = load_as_float(m.data, m.dtype,
                                         b * m.stride[0] + h * m.stride[1] + r * m.stride[2] + c * m.stride[3]);
@@ -207,7 +207,7 @@ void check_finite_host(const TensorView& t, const char* name, std::int64_t first
   for (std::int64_t b = 0; b < extent(0); ++b)
     for (std::int64_t h = 0; h < extent(1); ++h)
       for (std::int64_t s = 0; s < extent(2); ++s) {
-        if (s % 4096 == 0) interrupt.poll();
+        if (s % kRowsPerPoll == 0) interrupt.poll();
         for (std::int64_t d = 0; d < extent(3); ++d) {
           if (!std::isfinite(load_as_float(t.data, t.dtype, t.offset(b, h, s, d)))) {
             throw Error(text::format("{}: non-finite value at [{}, {}, {}, {}] (inputs must be finite; "

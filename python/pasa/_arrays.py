@@ -82,8 +82,10 @@ def check_writable(x: Any, name: str) -> None:
         raise PasaError(f"{name}: array is read-only")
 
 
-def check_out_shape(out: Any, q_shape: Tuple[int, ...]) -> None:
-    """Raises PasaError unless ``out`` has q's shape (in the caller's layout)."""
+def check_given_out(out: Any, q_shape: Tuple[int, ...]) -> None:
+    """Raises PasaError unless the ``out`` a caller gave can be written (check_writable) and has q's
+    shape (in the caller's layout)."""
+    check_writable(out, "out")
     out_shape = tuple(int(n) for n in out.shape)
     if out_shape != tuple(q_shape):
         raise PasaError(f"out: shape {out_shape} differs from q's {tuple(q_shape)}")
@@ -127,8 +129,7 @@ def allocate_outputs(q: Any, layout: str, return_lse: bool, out: Optional[Any],
     b, h, s = (shape[0], shape[1], shape[2]) if layout == "bhsd" else (shape[0], shape[2], shape[1])
     if out is not None:
         check_array(out, "out")
-        check_writable(out, "out")
-        check_out_shape(out, shape)
+        check_given_out(out, shape)
     if is_cupy_array(q):
         import cupy
 

@@ -15,8 +15,8 @@ from typing import Any, Callable, Optional, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._arrays import (_DL_CPU, _host_empty, check_array, check_out_shape, check_writable, dlpack_device,
-                      is_ml_dtypes_bfloat16, is_torch_tensor)
+from ._arrays import (_DL_CPU, _host_empty, check_array, check_given_out, dlpack_device, is_ml_dtypes_bfloat16,
+                      is_torch_tensor)
 from ._errors import PasaError, real_argument
 from ._policy import PolicyLike, core_policy
 
@@ -196,8 +196,7 @@ def attention_varlen(q: Any, k: Any, v: Any, *, cu_seqlens_q: Any, cu_seqlens_k:
         out = _new_output(q, tuple(int(n) for n in q.shape), "out", fill=0.0)
     else:
         out = place(out, "out")
-        check_writable(out, "out")
-        check_out_shape(out, tuple(q.shape))
+        check_given_out(out, tuple(q.shape))
     if device is None:
         cu_q, cu_k = _int32(cu_seqlens_q, "cu_seqlens_q"), _int32(cu_seqlens_k, "cu_seqlens_k")
     else:
@@ -299,8 +298,7 @@ def attention_with_kvcache(
         out = _new_output(q, tuple(int(n) for n in q.shape), "out")
     else:
         out = place(out, "out")
-        check_writable(out, "out")
-        check_out_shape(out, tuple(q.shape))
+        check_given_out(out, tuple(q.shape))
     lse = _new_output(q, (batch, heads_q, s_q), "lse", dtype=np.float32) if return_softmax_lse else None
     _run(_core.attention_with_kvcache, device, (q, k_cache, v_cache, k, v, out, lse, seqlens, table),
          (core_policy(policy), causal, causal_alignment, scale), captured_workspace=True)

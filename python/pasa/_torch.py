@@ -17,7 +17,7 @@ from torch import Tensor
 from torch.utils.dlpack import to_dlpack as _to_dlpack
 
 from . import _arrays, _core
-from ._arrays import check_out_shape, check_rank4
+from ._arrays import check_given_out, check_rank4
 from ._errors import PasaError
 from ._policy import core_policy
 from ._score_mods import broadcast_shape, mask_shape
@@ -269,7 +269,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, policy: str, causal: bool,
         return (o, lse) if return_lse else o
     if not isinstance(out, torch.Tensor):
         raise PasaError(f"out: expected a torch.Tensor like q, got {type(out).__name__}")
-    check_out_shape(out, tuple(q.shape))
+    check_given_out(out, tuple(q.shape))
     lse = (torch.empty(_lse_shape(q, layout), dtype=torch.float32, device=q.device)
            if return_lse else None)
     torch.ops.pasa.attention_out(q, k, v, out, lse, policy, causal, causal_alignment, scale, layout,

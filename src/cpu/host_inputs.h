@@ -24,13 +24,12 @@ std::vector<T> gather_rows(const TensorView& t, std::int64_t b, std::int64_t h, 
                            std::int64_t row1, const Rounder& round) {
   // In chunks of rows, each zero-filled and written before the next, with Ctrl-C polled between
   // them: a head of millions of keys is one task of its loop and a gigabyte to fill.
-  constexpr std::int64_t kChunkRows = 4096;
   const std::int64_t dim = t.dim();
   std::vector<T> out;
   out.reserve(static_cast<std::size_t>((row1 - row0) * dim));
-  for (std::int64_t s0 = row0; s0 < row1; s0 += kChunkRows) {
+  for (std::int64_t s0 = row0; s0 < row1; s0 += kRowsPerPoll) {
     poll_interrupt();
-    const std::int64_t s1 = std::min(row1, s0 + kChunkRows);
+    const std::int64_t s1 = std::min(row1, s0 + kRowsPerPoll);
     out.resize(static_cast<std::size_t>((s1 - row0) * dim));
     for (std::int64_t s = s0; s < s1; ++s) {
       for (std::int64_t d = 0; d < dim; ++d) {
@@ -62,7 +61,7 @@ inline void check_fits_input(const TensorView& t, const char* name, const Rounde
   for (std::int64_t b = 0; b < t.shape[0]; ++b)
     for (std::int64_t h = 0; h < t.shape[1]; ++h)
       for (std::int64_t s = 0; s < t.shape[2]; ++s) {
-        if (s % 4096 == 0) interrupt.poll();
+        if (s % kRowsPerPoll == 0) interrupt.poll();
         for (std::int64_t d = 0; d < t.shape[3]; ++d) {
           const double x = load_as_float(t.data, t.dtype, t.offset(b, h, s, d));
           if (std::isfinite(round(x))) continue;

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <thread>
 
 #include "pasa/error.h"
@@ -45,6 +46,9 @@ class ScopedInterruptCheck {
 
 // A responsive Ctrl-C without slowing the loop: a check takes the Python GIL.
 constexpr std::chrono::milliseconds kInterruptInterval{50};
+// How many rows (or keys) a pass over a whole tensor handles between polls: a clock read per this
+// many costs nothing next to the rows' work, and a million-key pass still polls every few ms.
+constexpr std::int64_t kRowsPerPoll = 4096;
 // How often the calling thread, out of iterations, wakes to check while the others finish theirs.
 constexpr std::chrono::milliseconds kIdlePollInterval{10};
 

@@ -92,7 +92,7 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
   if (pol.shift != Shift::pasa && pol.scale == ScalePlacement::key) {
     const double a = R.input(alpha);
     for (std::int64_t r = 0; r < S; ++r) {
-      if (r % 4096 == 0) poll_interrupt();
+      if (r % kRowsPerPoll == 0) poll_interrupt();
       float* row = &k[static_cast<std::size_t>(r * D)];
       for (int d = 0; d < D; ++d) row[d] = static_cast<float>(R.input(a * row[d]));
     }
@@ -201,7 +201,7 @@ PreparedQ prepare_q(const AttentionArgs& args, const ProblemShape& ps, std::int6
     // dS = q_m K^T: one value per key, added to every row of S (a GEMV next to the kernel).
     out.ds.assign(static_cast<std::size_t>(ps.seq_kv), 0.0);
     for (std::int64_t c = 0; c < ps.seq_kv; ++c) {
-      if (c % 4096 == 0) poll_interrupt();
+      if (c % kRowsPerPoll == 0) poll_interrupt();
       double dot = 0;
       for (int d = 0; d < D; ++d) dot += q_mean[d] * kv.k_used[c * D + d];
       out.ds[c] = static_cast<float>(dot);  // computed in fp32 on the GPU

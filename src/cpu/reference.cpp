@@ -82,7 +82,7 @@ ReferenceResult reference_attention(const AttentionArgs& args) {
     for (std::int64_t r = r_begin; r < r_end; ++r) {
       double m = -std::numeric_limits<double>::infinity();
       for (std::int64_t c = 0; c < p.seq_kv; ++c) {
-        if (c % 4096 == 0) poll_interrupt();  // (a decode row of millions of keys is one task)
+        if (c % kRowsPerPoll == 0) poll_interrupt();  // (a decode row of millions of keys is one task)
         if (!mods.visible(b, h, r, c)) {
           scores[c] = -std::numeric_limits<double>::infinity();
           continue;
