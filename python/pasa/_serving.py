@@ -146,7 +146,7 @@ def _run(function: Callable[..., None], device: Optional[Any], arrays: Tuple[Any
 
     from . import _torch
 
-    if device.index != torch.cuda.current_device():
+    if device.index != _torch._current_device():
         with torch.cuda.device(device):
             _run(function, device, arrays, options, captured_workspace)
         return
@@ -158,7 +158,7 @@ def _run(function: Callable[..., None], device: Optional[Any], arrays: Tuple[Any
     held = []  # the workspace tensor, alive until the kernels that use it are captured
 
     def workspace(size: int) -> int:
-        held.append(_torch._workspace(device, stream, size))
+        held.append(_torch._workspace(device.index, stream, size))
         return held[-1].data_ptr()
 
     function(*capsules, *options, stream, workspace=workspace)

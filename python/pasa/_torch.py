@@ -66,7 +66,7 @@ def _launch(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor],
     if q.device.type == "cuda":
         # The kernels launch on the current device; torch's current stream of q's device (the
         # capturing stream inside torch.cuda.graph).
-        if q.device.index is not None and q.device.index != torch.cuda.current_device():
+        if q.device.index is not None and q.device.index != _current_device():
             with torch.cuda.device(q.device):
                 _launch(q, k, v, out, lse, policy, causal, causal_alignment, scale, layout,
                         attn_mask, window_left, window_right, softcap)
@@ -80,14 +80,20 @@ def _launch(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor],
                     mask=None if mask is None else _capsule(mask), mask_kind=mask_kind)
 
 
-# torch's own raw current-stream accessor where it has one (what Triton calls; a Stream object costs
-# ~10 us a call), looked up once.
+# torch's own raw accessors of the current stream and device where it has them (what Triton calls; a
+# Stream object costs ~10 us a call, torch.cuda.current_device() 0.3 us), looked up once.
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_raw_device = getattr(torch._C, "_cuda_getDevice", None)
+
+
+def _current_device() -> int:
+    """torch's current CUDA device (only asked once a CUDA tensor exists, so CUDA is initialized)."""
+    return _raw_device() if _raw_device is not None else torch.cuda.current_device()
 
 
 def _current_raw_stream(device_index: Optional[int]) -> int:
     """The cudaStream_t of torch's current stream on the device (that of the current device for None)."""
-    index = torch.cuda.current_device() if device_index is None else device_index
+    index = _current_device() if device_index is None else device_index
     return _raw_stream(index) if _raw_stream is not None else torch.cuda.current_stream(index).cuda_stream
 
 
@@ -129,10 +135,10 @@ def _attention_new_outputs(q: Tensor, k: Tensor, v: Tensor, policy: str, causal:
 
 
 # The plans of eager calls on CUDA tensors (pasa._core.PlannedAttention), by everything a plan depends
-# on but the data: shapes, strides, dtypes and devices of q, k, v (the outputs are new contiguous
-# tensors, so q's shape and the layout fix theirs) and the options. A repeated call then costs a
-# dictionary lookup, the allocations and the launch: no checks, no planning, no DLPack capsules.
-# Cleared when full (plans are small host objects; a process meets few problems).
+# on but the data: shapes, strides, dtypes and device indices of q, k, v (the outputs are new
+# contiguous tensors, so q's shape and the layout fix theirs) and the options. A repeated call then
+# costs a dictionary lookup, the allocations and the launch: no checks, no planning, no DLPack
+# capsules. Cleared when full (plans are small host objects; a process meets few problems).
 _plans: Dict[tuple, "_core.PlannedAttention"] = {}
 _MAX_PLANS = 512
 
@@ -142,16 +148,17 @@ def _planned_attention(q: Tensor, k: Tensor, v: Tensor, policy: str, causal: boo
                        window_left: int, window_right: int,
                        softcap: float) -> Tuple[Tensor, Optional[Tensor]]:
     """pasa.attention on plain eager CUDA tensors through a cached plan (new output and LSE)."""
-    device = q.device
-    if device.index != torch.cuda.current_device():  # (the kernels launch on the current device)
-        with torch.cuda.device(device):
+    index = q.get_device()
+    if index != _current_device():  # (the kernels launch on the current device)
+        with torch.cuda.device(index):
             return _planned_attention(q, k, v, policy, causal, causal_alignment, scale, layout,
                                       return_lse, window_left, window_right, softcap)
-    key = (q.shape, q.stride(), q.dtype, k.shape, k.stride(), k.dtype, k.device, v.shape, v.stride(),
-           v.dtype, v.device, device, policy, causal, causal_alignment, scale, layout, return_lse,
-           window_left, window_right, softcap)
+    # (get_device(): an int, -1 for a CPU tensor, where .device makes a torch.device to hash)
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
+           index, k.get_device(), v.get_device(), policy, causal, causal_alignment, scale, layout,
+           return_lse, window_left, window_right, softcap)
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = torch.empty(_lse_shape(q, layout), dtype=torch.float32, device=device) if return_lse else None
+    lse = torch.empty(_lse_shape(q, layout), dtype=torch.float32, device=q.device) if return_lse else None
     plan = _plans.get(key)
     if plan is None:  # the first call of this problem: every check, with messages naming arguments
         plan = _core.PlannedAttention(_capsule(q), _capsule(k), _capsule(v), _capsule(out),
@@ -163,8 +170,8 @@ def _planned_attention(q: Tensor, k: Tensor, v: Tensor, policy: str, causal: boo
             _plans.clear()
         _plans[key] = plan
     size = plan.workspace_bytes
-    stream = _current_raw_stream(device.index)
-    workspace = _workspace(device, stream, size) if size else None
+    stream = _current_raw_stream(index)
+    workspace = _workspace(index, stream, size) if size else None
     plan.run(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
              0 if lse is None else lse.data_ptr(), 0 if workspace is None else workspace.data_ptr(),
              stream)
@@ -180,13 +187,13 @@ _workspaces: Dict[Tuple[int, int], Tensor] = {}
 _capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", torch.cuda.is_current_stream_capturing)
 
 
-def _workspace(device: torch.device, stream: int, size: int) -> Tensor:
+def _workspace(device_index: int, stream: int, size: int) -> Tensor:
     if _capturing():
-        return torch.empty(size, dtype=torch.uint8, device=device)
-    key = (device.index, stream)
+        return torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", device_index))
+    key = (device_index, stream)
     workspace = _workspaces.get(key)
     if workspace is None or workspace.numel() < size:
-        workspace = torch.empty(size, dtype=torch.uint8, device=device)
+        workspace = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", device_index))
         _workspaces[key] = workspace
     return workspace
 
@@ -195,12 +202,15 @@ def _plain_eager(*tensors: Optional[Tensor]) -> bool:
     """Whether the custom op's dispatch can be skipped: plain tensors (no subclass such as a fake or
     functional tensor), none needing autograd, nothing being traced or compiled, no dispatch mode
     active. The op's dispatch costs ~30 us a call; the result is the same either way."""
-    if torch.compiler.is_compiling() or _dispatch_mode_active():
-        return False
     for t in tensors:
-        if t is not None and (type(t) is not torch.Tensor or t.requires_grad):
+        if t is not None and (type(t) is not Tensor or t.requires_grad):
             return False
-    return True
+    return _untraced()
+
+
+def _untraced() -> bool:
+    """Nothing being traced or compiled, and no dispatch mode active."""
+    return not torch.compiler.is_compiling() and not _dispatch_mode_active()
 
 
 try:
@@ -246,16 +256,17 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, policy: str, causal: bool,
               out: Optional[Tensor], window_size: Tuple[int, int] = (-1, -1),
               softcap: float = 0.0, attn_mask: Optional[Tensor] = None):
     """pasa.attention for torch tensors (arguments already checked by pasa.attention)."""
+    if (out is None and attn_mask is None and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
+            and q.is_cuda and not (q.requires_grad or k.requires_grad or v.requires_grad) and _untraced()):
+        o, lse = _planned_attention(q, k, v, policy, causal, causal_alignment, scale, layout,
+                                    return_lse, window_size[0], window_size[1], softcap)
+        return (o, lse) if return_lse else o
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
             raise PasaError(f"{name}: expected a torch.Tensor like the other inputs, got "
                             f"{type(x).__name__}")
     if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
         raise PasaError(f"attn_mask: expected a torch.Tensor like q, got {type(attn_mask).__name__}")
-    if out is None and attn_mask is None and q.is_cuda and _plain_eager(q, k, v):
-        o, lse = _planned_attention(q, k, v, policy, causal, causal_alignment, scale, layout,
-                                    return_lse, window_size[0], window_size[1], softcap)
-        return (o, lse) if return_lse else o
     mods = dict(attn_mask=attn_mask, window_left=window_size[0], window_right=window_size[1],
                 softcap=softcap)
     if out is None:
