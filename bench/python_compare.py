@@ -9,9 +9,11 @@ Points: head dims 64 / 128 (or those of --head-dims), S = 1k / 4k / 16k (--quick
 fp16 and bf16, BHSD contiguous, normal(0, 1) inputs. Per point every method runs once per round, in
 turn (the order rotated every round), for 5 warm-up and 30 timed rounds, CUDA events around each call
 and nothing waiting between calls; the median of each is kept.
-TFLOP/s = 4 B H S^2 D / t, halved for causal. Each method's quantization or prepass is inside its
-call (pasa's sage8 and SageAttention2 alike), except cuDNN FP8's (per-tensor e4m3 Q, K, V quantized
-once per point, untimed, as the issue's reference numbers were taken; cudnn_fp8.py). SageAttention2
+TFLOP/s = 4 B H S^2 D / t, halved for causal. Each point also records the median SM clock and power
+while it ran (gpu_clock.py): under the GPU's power cap the clock depends on which kernels run.
+Each method's quantization or prepass is inside its call (pasa's sage8 and SageAttention2 alike),
+except cuDNN FP8's (per-tensor e4m3 Q, K, V quantized once per point, untimed, as the issue's
+reference numbers were taken; cudnn_fp8.py). SageAttention2
 (`sageattention`) and cuDNN FP8 (`cudnn`, the nvidia-cudnn-frontend package) are timed where they
 are importable; they are peers, never dependencies.
 
@@ -30,6 +32,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import cudnn_fp8
 import pasa
+from gpu_clock import ClockSampler
 from interleaved import interleaved_ms
 
 TOKENS, HIDDEN = 32768, 2048
@@ -78,13 +81,17 @@ def speed(points, head_dims, out_csv):
                         except Exception as e:  # noqa: BLE001 (a peer's own error types)
                             print(f"# {name} skipped at D {D} S {S}: {type(e).__name__}: {e}", file=sys.stderr)
                             del fns[name]
-                    ms = interleaved_ms({name: functools.partial(fn, q, k, v) for name, fn in fns.items()},
-                                        WARMUP, RUNS)
+                    with ClockSampler() as clock:
+                        ms = interleaved_ms({name: functools.partial(fn, q, k, v) for name, fn in fns.items()},
+                                            WARMUP, RUNS)
+                    sm = clock.summary()
                     flops = 4.0 * B * H * S * S * D / (2 if causal else 1)
                     dt = "fp16" if dtype == torch.float16 else "bf16"
                     for name, t in ms.items():
                         rows.append({"dtype": dt, "D": D, "S": S, "mask": "causal" if causal else "full",
-                                     "method": name, "ms": f"{t:.4f}", "tflops": f"{flops / t / 1e9:.1f}"})
+                                     "method": name, "ms": f"{t:.4f}", "tflops": f"{flops / t / 1e9:.1f}",
+                                     "sm_mhz": "" if sm is None else f"{sm[0]:.0f}",
+                                     "power_w": "" if sm is None else f"{sm[2]:.0f}"})
                     del q, k, v
     with open(out_csv, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -94,14 +101,18 @@ def speed(points, head_dims, out_csv):
 
 
 def print_tables(rows):
-    table = {}
+    table, clocks = {}, {}
     for r in rows:
-        table.setdefault((r["dtype"], r["D"], r["S"], r["mask"]), {})[r["method"]] = float(r["tflops"])
+        key = (r["dtype"], r["D"], r["S"], r["mask"])
+        table.setdefault(key, {})[r["method"]] = float(r["tflops"])
+        clocks[key] = r["sm_mhz"] or "-"
     names = sorted({r["method"] for r in rows})
-    print(f"\nTFLOP/s (median of {RUNS}, interleaved; {torch.cuda.get_device_name()}; torch {torch.__version__})")
-    print(f"{'dtype':<6}{'D':>4}{'S':>7} {'mask':<7}" + "".join(f"{n:>13}" for n in names))
+    print(f"\nTFLOP/s (median of {RUNS}, interleaved; {torch.cuda.get_device_name()}; torch {torch.__version__}); "
+          f"the median SM clock while the point ran")
+    print(f"{'dtype':<6}{'D':>4}{'S':>7} {'mask':<7}" + "".join(f"{n:>13}" for n in names) + f"{'SM MHz':>8}")
     for key, t in table.items():
-        print(f"{key[0]:<6}{key[1]:>4}{key[2]:>7} {key[3]:<7}" + "".join(f"{t.get(n, float('nan')):13.1f}" for n in names))
+        print(f"{key[0]:<6}{key[1]:>4}{key[2]:>7} {key[3]:<7}" + "".join(f"{t.get(n, float('nan')):13.1f}" for n in names)
+              + f"{clocks[key]:>8}")
     ratios = [("exact/cudnn", "pasa-exact", "torch-cudnn"), ("pasa/exact", "pasa-pasa", "pasa-exact"),
               ("sage8/cudnn", "pasa-sage8", "torch-cudnn"), ("sage8/sage2", "pasa-sage8", "sage2"),
               ("sage8/cudnn8", "pasa-sage8", "cudnn-fp8")]
