@@ -19,9 +19,10 @@
 //   consumers beside its Q fill.
 // - The epilogue: each consumer warpgroup writes its rows of O into an output stage in shared memory
 //   and one of its threads copies the stage to O (a TMA store) while the warpgroup goes on to its next
-//   tile. A tile that opts out or has no room for the stages (HopperTile's kStageO, kOStaged), or an O
+//   tile. A tile that opts out or has no room for the stages (HopperTile's kOStage, kOStaged), or an O
 //   the copies cannot take (fp32, or strides the driver cannot map), gets each thread's pairs stored
-//   directly (HopperConsumer::store_rows).
+//   directly (HopperConsumer::store_rows). A variant short of shared memory may lend the stages the
+//   end of its own where nothing else uses it (OStage::in_extra).
 //
 // What is written once here: the warp roles and register split, the producer, the rings, the
 // scheduler, the tile loop and the consumer context (the descriptors of this warpgroup's Q rows and
@@ -71,10 +72,15 @@ namespace pasa::cuda {
 // kKSlotBytes and kVSlotBytes; for the 16-bit variants (the defaults) boxes of 128 rows x 64 channels
 // like Q's, K-major K as the B of Q K^T and MN-major V as the B of P V, where a variant may append
 // rows of its own to each K box; an 8-bit variant brings its own tiles. kExtraBytes: a variant's own
-// shared memory; kStages: the depth of the K and V rings; kStageO: whether the epilogue may write O
-// through shared memory (store_rows), where the shared memory has room.
+// shared memory; kStages: the depth of the K and V rings; kOStage: where the epilogue's output stages
+// (store_rows) live, if anywhere.
+enum class OStage {
+  none,      // O stored directly by each thread
+  own,       // stages of their own after the V ring, where the shared memory has room
+  in_extra,  // the end of the variant's extra shared memory, which its spare producer warps leave idle
+};
 template <int D, int kConsumers_, int kExtraBytes = 0, int kKSlotBytes = 2 * 128 * D, int kVSlotBytes = 2 * 128 * D,
-          int kStages_ = 2, bool kStageO = true>
+          int kStages_ = 2, OStage kOStage_ = OStage::own>
 struct HopperTile {
   static constexpr int kHeadDim = D;
   static constexpr int kConsumers = kConsumers_;  // consumer warpgroups of 64 query rows
@@ -94,13 +100,18 @@ struct HopperTile {
   // boxes of 64 channels as a Q box lies (the 128-byte swizzle), which a bulk tensor copy writes to O.
   static constexpr int kOBoxBytes = 64 * 128;
   static constexpr int kBytesWithoutStages = kQBytes + kStages * (kKBytes + kVBytes) + kExtraBytes + 1024;
-  static constexpr bool kOStaged = kStageO && kBytesWithoutStages + kConsumers * kBoxes * kOBoxBytes <= 227 * 1024;
+  static constexpr OStage kOStage = kOStage_;
+  static constexpr bool kOStaged =
+      kOStage == OStage::own ? kBytesWithoutStages + kConsumers * kBoxes * kOBoxBytes <= 227 * 1024
+                             : kOStage == OStage::in_extra;
   static constexpr int kOStageBytes = kOStaged ? kBoxes * kOBoxBytes : 0;
   static constexpr int kQOffset = 0;
   static constexpr int kKOffset = kQOffset + kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kKBytes;
-  static constexpr int kOOffset = kVOffset + kStages * kVBytes;
-  static constexpr int kExtraOffset = kOOffset + kConsumers * kOStageBytes;
+  static constexpr int kRingEnd = kVOffset + kStages * kVBytes;
+  static constexpr int kExtraOffset = kRingEnd + (kOStage == OStage::own ? kConsumers * kOStageBytes : 0);
+  static constexpr int kOOffset =
+      kOStage == OStage::in_extra ? kExtraOffset + kExtraBytes - kConsumers * kOStageBytes : kRingEnd;
   static constexpr int kExtra = kExtraBytes;
   static constexpr int kSmemBytes = kExtraOffset + kExtraBytes + 1024;  // + slack to align the base
   // Bytes of K and V slots a key: what the causal scheduler's L2 sections count.
@@ -113,6 +124,8 @@ struct HopperTile {
   static_assert(kConsumers == 2 || kConsumers == 3, "two or three consumer warpgroups");
   static_assert(kKBoxBytes % 1024 == 0 && kVBoxBytes % 1024 == 0, "slots on 1024-byte boundaries (the swizzle's period)");
   static_assert(kSmemBytes <= 227 * 1024, "an SM's shared memory");
+  static_assert(kOStage != OStage::in_extra || (kExtraBytes >= kConsumers * kOStageBytes && kOOffset % 1024 == 0),
+                "output stages lent by the variant fit in its extra shared memory, on the swizzle's period");
 };
 
 // A quantizing variant's prepass outputs beside its tiles (sage8's scales; unused by the others).

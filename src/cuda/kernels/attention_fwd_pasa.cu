@@ -88,6 +88,13 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
   } else {
     launch_pasa_tiles(r, tiles, v_fp16, n_kb, stream);
   }
+  if constexpr (D == 128) {
+    // (a kernel of its own without the prepass: its idle staging buffers then hold the output stages)
+    if (!in_kernel) {
+      launch_hopper<PasaHopperVariant<QElem, kAccurate, false>, D>(m, c, stream, "attention_fwd_hopper_kernel (pasa)");
+      return;
+    }
+  }
   launch_hopper<Variant, D>(m, c, stream, "attention_fwd_hopper_kernel (pasa)");
 }
 

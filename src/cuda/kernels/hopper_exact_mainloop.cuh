@@ -35,7 +35,8 @@ struct ExactHopperVariant : HopperVariantDefaults {
   using Elem = E;
 
   template <int D>
-  using Tile = HopperTile<D, D == 64 ? kConsumers64 : 2, 0, 2 * 128 * D, 2 * 128 * D, 2, D != 64 || kConsumers64 == 3>;
+  using Tile = HopperTile<D, D == 64 ? kConsumers64 : 2, 0, 2 * 128 * D, 2 * 128 * D, 2,
+                          D != 64 || kConsumers64 == 3 ? OStage::own : OStage::none>;
 
   template <class Tile>
   __device__ __forceinline__ static void load_k(const HopperParams& m, std::uint32_t slot, std::uint32_t bar, int b,

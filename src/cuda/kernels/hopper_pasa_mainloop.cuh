@@ -59,35 +59,42 @@ __device__ __forceinline__ void round_q_rows_to_fp16(const HopperConsumer<Tile>&
 }
 
 // QElem: the input type (Q is read as given, bf16 rounded on chip). kAccurate: the pasa_accurate
-// policy (S' and the softmax state in fp32).
-template <typename QElem, bool kAccurate>
+// policy (S' and the softmax state in fp32). kMayPrepass: the spare warps run the prepass where the
+// launch asks for it (PasaPrepass::ready set); without, the launch has run it as a kernel of its own.
+template <typename QElem, bool kAccurate, bool kMayPrepass = true>
 struct PasaHopperVariant : HopperVariantDefaults {
   static constexpr int kOnesBytes = 1024;  // the all-ones fp16 B tile of the P row sums
   static constexpr int kSpareWarps = 3;    // the producer warpgroup's warps that run the prepass
+  static constexpr int kStagingBytes = kSpareWarps * kPasaChunkStagingBytes;
   // The extra shared memory: the ones, then each spare warp's staging buffer.
-  static constexpr int kExtraBytes = kOnesBytes + kSpareWarps * kPasaChunkStagingBytes;
+  static constexpr int kExtraBytes = kOnesBytes + kStagingBytes;
 
   // Two consumer warpgroups at both head dims: S' (68), P (32), P V (D / 2) and O~ (D / 4) registers.
+  // At D 128 the output stages would not fit beside the rest (215 KB): they take the idle staging
+  // buffers of a kernel without the prepass, and a kernel with it stores directly (compiled with both
+  // paths, its direct stores measured 0.88-0.95x at 4k and 16k, bench/NOTES.md).
   template <int D>
-  using Tile = HopperTile<D, 2, kExtraBytes, PasaStage<D>::kKBytes>;
+  using Tile = HopperTile<D, 2, kExtraBytes, PasaStage<D>::kKBytes, 2 * 128 * D, 2,
+                          D == 64 ? OStage::own : (kMayPrepass ? OStage::none : OStage::in_extra)>;
 
   template <class Tile>
   __device__ __forceinline__ static void load_k(const HopperParams& m, std::uint32_t slot, std::uint32_t bar, int b,
                                                 int h_kv, int j, int n_kb_all) {
     const int stage = (b * m.heads_kv + h_kv) * n_kb_all + j;
     // (which covers bf16 V's fp16 rows too: load_v comes next)
-    if (m.pasa.ready != nullptr) wait_pasa_stage<Tile::kHeadDim>(m.pasa, stage);
+    if (kMayPrepass && m.pasa.ready != nullptr) wait_pasa_stage<Tile::kHeadDim>(m.pasa, stage);
     bulk_copy_to_shared(slot, m.k_tiles + static_cast<std::int64_t>(stage) * Tile::kKBytes, Tile::kKBytes, bar);
   }
 
   template <class Tile>
   __device__ __forceinline__ static void spare_producer_warp(const HopperParams& m, std::uint8_t* extra, int spare_warp,
                                                              int lane) {
-    if (m.pasa.ready == nullptr) return;
+    if (!kMayPrepass || m.pasa.ready == nullptr) return;
     run_pasa_prepass<Tile::kHeadDim, QElem>(m.pasa, lane, extra + kOnesBytes + spare_warp * kPasaChunkStagingBytes);
   }
 
-  // The matrix of ones (fp16 1.0 = 0x3C00). (The staging buffers are the spare warps' alone.)
+  // The matrix of ones (fp16 1.0 = 0x3C00). (The staging buffers are the spare warps', or the output
+  // stages' (OStage::in_extra).)
   __device__ __forceinline__ static void prepare_smem(std::uint32_t extra, int thread, int threads) {
     for (int i = thread; i < kOnesBytes / 4; i += threads) {
       asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(extra + 4 * i), "r"(kOnesHalf2) : "memory");
