@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "cpu/interrupt.h"
+#include "interrupt.h"
 #include "memory_overlap.h"
 #include "pasa/error.h"
 #include "storage_convert.h"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // C++ calls run with the GIL released and stoppable by Ctrl-C: the CPU emulator's loops run the check
-// below on the calling thread every 50 ms (src/cpu/interrupt.h); it takes the GIL and lets Python run
+// below on the calling thread every 50 ms (src/interrupt.h); it takes the GIL and lets Python run
 // its signal handlers, and when a handler raised (KeyboardInterrupt) the call stops and that exception
 // is raised in its place. Signals reach the main thread only, so calls from other threads run to the
 // end, as any Python code there would.
@@ -10,7 +10,7 @@
 
 #include <utility>
 
-#include "cpu/interrupt.h"
+#include "interrupt.h"
 
 namespace pasa::python {
 

@@ -29,7 +29,7 @@
 #include "cpu/backends.h"
 #include "cpu/gemm_model.h"
 #include "cpu/host_inputs.h"
-#include "cpu/interrupt.h"
+#include "interrupt.h"
 #include "cpu/operands.h"
 #include "cpu/parallel_for.h"
 #include "cpu/score_mods.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/interrupt.h"
+#include "interrupt.h"
 #include "numerics/rounder.h"
 #include "pasa/error.h"
 #include "pasa/tensor.h"

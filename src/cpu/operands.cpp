@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "cpu/host_inputs.h"
-#include "cpu/interrupt.h"
+#include "interrupt.h"
 #include "memory_budget.h"
 #include "numerics/pasa_shift.h"
 
@@ -18,16 +18,20 @@ namespace {
 // Column means of a [rows][cols] matrix, in fp64.
 std::vector<double> column_means(const std::vector<float>& a, std::int64_t rows, int cols) {
   std::vector<double> mean(static_cast<std::size_t>(cols), 0.0);
-  for (std::int64_t r = 0; r < rows; ++r)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (r % kRowsPerPoll == 0) poll_interrupt();
     for (int c = 0; c < cols; ++c) mean[c] += a[r * cols + c];
+  }
   for (double& m : mean) m /= static_cast<double>(rows);
   return mean;
 }
 
 // Subtracts the column means in fp32 (what a smoothing prepass on the GPU produces).
 void subtract_means(std::vector<float>& a, std::int64_t rows, int cols, const std::vector<double>& mean) {
-  for (std::int64_t r = 0; r < rows; ++r)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    if (r % kRowsPerPoll == 0) poll_interrupt();
     for (int c = 0; c < cols; ++c) a[r * cols + c] = static_cast<float>(a[r * cols + c] - mean[c]);
+  }
 }
 
 // K' = M K for one block of n keys (row-major [n][D]) into `out`, as the kernels' prepass forms it
@@ -79,8 +83,8 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
   const int s2 = pol.block_kv;
   const std::int64_t S = ps.seq_kv;
   PreparedKV out;
-  // Each pass below reads every key once; Ctrl-C is polled between them (poll_interrupt), as a long
-  // decode row's keys are one task.
+  // Each pass below reads every key once and polls Ctrl-C every kRowsPerPoll rows (poll_interrupt), as
+  // a long decode row's keys are one task.
   std::vector<float> k = gather_head<float>(args.k, b, h_kv, R.input);
   poll_interrupt();
   out.k_mean.assign(D, 0.0);
@@ -141,8 +145,14 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
   }
   out.k_scale.assign(static_cast<std::size_t>(S), 1.0);
   if (pol.k_quant) {
-    out.k_used = k;  // (k itself is quantized in place)
-    poll_interrupt();
+    // (k itself is quantized in place) Copied in polled chunks: a gigabyte's copy takes seconds.
+    out.k_used.reserve(k.size());
+    const std::size_t chunk = static_cast<std::size_t>(kRowsPerPoll) * D;
+    for (std::size_t i = 0; i < k.size(); i += chunk) {
+      poll_interrupt();
+      out.k_used.insert(out.k_used.end(), k.begin() + static_cast<std::ptrdiff_t>(i),
+                        k.begin() + static_cast<std::ptrdiff_t>(std::min(k.size(), i + chunk)));
+    }
     out.k_scale = quantize_rows(k, static_cast<int>(S), D, *pol.k_quant, pol.k_gran, OperandRole::key, s2);
     poll_interrupt();
   }

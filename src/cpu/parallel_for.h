@@ -14,7 +14,7 @@
 #include <thread>
 #include <utility>
 
-#include "cpu/interrupt.h"
+#include "interrupt.h"
 
 namespace pasa {
 

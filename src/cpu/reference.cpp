@@ -8,7 +8,7 @@
 
 #include "attention_checks.h"
 #include "cpu/host_inputs.h"
-#include "cpu/interrupt.h"
+#include "interrupt.h"
 #include "cpu/parallel_for.h"
 #include "cpu/score_mods.h"
 #include "memory_budget.h"

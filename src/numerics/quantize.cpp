@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 
+#include "interrupt.h"
 #include "pasa/error.h"
 
 namespace pasa {
@@ -75,14 +75,22 @@ std::vector<double> quantize_rows(std::vector<float>& values, int rows, int cols
   check_operand(values, rows, cols, format);
   const Format target = saturating(format);
   const double qmax = target.max_finite();
-  std::map<int, double> group_max;
+  std::vector<int> group(static_cast<std::size_t>(rows));
+  int groups = 0;
   for (int r = 0; r < rows; ++r) {
-    double& m = group_max[quant_group(granularity, role, r, block_rows)];
+    group[r] = quant_group(granularity, role, r, block_rows);
+    groups = std::max(groups, group[r] + 1);
+  }
+  std::vector<double> group_max(static_cast<std::size_t>(groups), 0.0);
+  for (int r = 0; r < rows; ++r) {
+    if (r % kRowsPerPoll == 0) poll_interrupt();
+    double& m = group_max[group[r]];
     for (int c = 0; c < cols; ++c) m = std::max(m, std::fabs(static_cast<double>(values[at(r, cols, c)])));
   }
   std::vector<double> scale(static_cast<std::size_t>(rows));
   for (int r = 0; r < rows; ++r) {
-    const double delta = group_max[quant_group(granularity, role, r, block_rows)] / qmax;
+    if (r % kRowsPerPoll == 0) poll_interrupt();
+    const double delta = group_max[group[r]] / qmax;
     scale[r] = delta;
     for (int c = 0; c < cols; ++c) {
       float& x = values[at(r, cols, c)];
@@ -97,14 +105,18 @@ std::vector<double> quantize_columns(std::vector<float>& values, int rows, int c
   const Format target = saturating(format);
   const double qmax = target.max_finite();
   std::vector<double> scale(static_cast<std::size_t>(cols), 0.0);
-  for (int r = 0; r < rows; ++r)
+  for (int r = 0; r < rows; ++r) {
+    if (r % kRowsPerPoll == 0) poll_interrupt();
     for (int c = 0; c < cols; ++c) scale[c] = std::max(scale[c], std::fabs(static_cast<double>(values[at(r, cols, c)])));
+  }
   for (double& s : scale) s /= qmax;
-  for (int r = 0; r < rows; ++r)
+  for (int r = 0; r < rows; ++r) {
+    if (r % kRowsPerPoll == 0) poll_interrupt();
     for (int c = 0; c < cols; ++c) {
       float& x = values[at(r, cols, c)];
       x = scale[c] == 0.0 ? 0.0f : static_cast<float>(round_to(target, x / scale[c]));
     }
+  }
   return scale;
 }
 

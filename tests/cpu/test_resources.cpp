@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "cpu/interrupt.h"
+#include "interrupt.h"
 #include "cpu/parallel_for.h"
 #include "memory_budget.h"
 #include "pasa/attention.h"
