@@ -32,7 +32,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import cudnn_fp8
 import pasa
-from gpu_clock import ClockSampler
+from gpu_clock import ClockSampler, nvidia_smi_id
 from interleaved import interleaved_ms
 
 TOKENS, HIDDEN = 32768, 2048
@@ -81,7 +81,7 @@ def speed(points, head_dims, out_csv):
                         except Exception as e:  # noqa: BLE001 (a peer's own error types)
                             print(f"# {name} skipped at D {D} S {S}: {type(e).__name__}: {e}", file=sys.stderr)
                             del fns[name]
-                    with ClockSampler() as clock:
+                    with ClockSampler(nvidia_smi_id(q.device.index)) as clock:
                         ms = interleaved_ms({name: functools.partial(fn, q, k, v) for name, fn in fns.items()},
                                             WARMUP, RUNS)
                     sm = clock.summary()
@@ -91,7 +91,8 @@ def speed(points, head_dims, out_csv):
                         rows.append({"dtype": dt, "D": D, "S": S, "mask": "causal" if causal else "full",
                                      "method": name, "ms": f"{t:.4f}", "tflops": f"{flops / t / 1e9:.1f}",
                                      "sm_mhz": "" if sm is None else f"{sm[0]:.0f}",
-                                     "power_w": "" if sm is None else f"{sm[2]:.0f}"})
+                                     "power_w": "" if sm is None or sm[2] is None else f"{sm[2]:.0f}",
+                                     "clock_samples": 0 if sm is None else sm[4]})
                     del q, k, v
     with open(out_csv, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -257,7 +257,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, policy: str, causal: bool,
               softcap: float = 0.0, attn_mask: Optional[Tensor] = None):
     """pasa.attention for torch tensors (arguments already checked by pasa.attention)."""
     if (out is None and attn_mask is None and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
-            and q.is_cuda and not (q.requires_grad or k.requires_grad or v.requires_grad) and _untraced()):
+            and q.is_cuda and k.is_cuda and v.is_cuda  # (the plans' key holds device indices, not types)
+            and not (q.requires_grad or k.requires_grad or v.requires_grad) and _untraced()):
         o, lse = _planned_attention(q, k, v, policy, causal, causal_alignment, scale, layout,
                                     return_lse, window_size[0], window_size[1], softcap)
         return (o, lse) if return_lse else o

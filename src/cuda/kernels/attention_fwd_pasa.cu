@@ -91,7 +91,8 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
   if constexpr (D == 128) {
     // (a kernel of its own without the prepass: its idle staging buffers then hold the output stages)
     if (!in_kernel) {
-      launch_hopper<PasaHopperVariant<QElem, kAccurate, false>, D>(m, c, stream, "attention_fwd_hopper_kernel (pasa)");
+      launch_hopper<PasaHopperVariant<QElem, kAccurate, false>, D>(m, c, stream,
+                                                                   "attention_fwd_hopper_kernel (pasa, staged O)");
       return;
     }
   }

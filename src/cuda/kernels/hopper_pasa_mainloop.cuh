@@ -70,7 +70,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
   static constexpr int kExtraBytes = kOnesBytes + kStagingBytes;
 
   // Two consumer warpgroups at both head dims: S' (68), P (32), P V (D / 2) and O~ (D / 4) registers.
-  // At D 128 the output stages would not fit beside the rest (215 KB): they take the idle staging
+  // At D 128 the output stages would not fit beside the rest (214 KiB): they take the idle staging
   // buffers of a kernel without the prepass, and a kernel with it stores directly (compiled with both
   // paths, its direct stores measured 0.88-0.95x at 4k and 16k, bench/NOTES.md).
   template <int D>
