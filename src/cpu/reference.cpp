@@ -8,9 +8,9 @@
 
 #include "attention_checks.h"
 #include "cpu/host_inputs.h"
-#include "interrupt.h"
 #include "cpu/parallel_for.h"
 #include "cpu/score_mods.h"
+#include "interrupt.h"
 #include "memory_budget.h"
 #include "pasa/attention.h"
 #include "pasa/error.h"

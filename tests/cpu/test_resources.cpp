@@ -13,8 +13,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "interrupt.h"
 #include "cpu/parallel_for.h"
+#include "interrupt.h"
 #include "memory_budget.h"
 #include "pasa/attention.h"
 #include "pasa/attention_plan.h"
