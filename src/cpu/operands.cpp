@@ -191,7 +191,11 @@ PreparedQ prepare_q(const AttentionArgs& args, const ProblemShape& ps, std::int6
   out.q = gather_head<float>(args.q, b, h, R.input);
   if (pol.scale == ScalePlacement::query) {
     const double a = R.input(alpha);
-    for (float& x : out.q) x = static_cast<float>(R.input(a * x));
+    for (std::int64_t r = 0; r < S; ++r) {
+      if (r % kRowsPerPoll == 0) poll_interrupt();
+      float* row = &out.q[static_cast<std::size_t>(r * D)];
+      for (int d = 0; d < D; ++d) row[d] = static_cast<float>(R.input(a * row[d]));
+    }
   }
   // Smooth K removed q . k_mean from every score of row r: a per-row constant, invisible to the
   // softmax but part of the LSE.
@@ -200,6 +204,7 @@ PreparedQ prepare_q(const AttentionArgs& args, const ProblemShape& ps, std::int6
     // (in natural units: alpha and the pre-scaled Q are in the scores' units, score_unit)
     const double factor = (pol.scale == ScalePlacement::query ? 1.0 : alpha) / score_unit(pol);
     for (std::int64_t r = 0; r < S; ++r) {
+      if (r % kRowsPerPoll == 0) poll_interrupt();
       double dot = 0;
       for (int d = 0; d < D; ++d) dot += out.q[r * D + d] * kv.k_mean[d];
       out.lse_offset[r] = factor * dot;
