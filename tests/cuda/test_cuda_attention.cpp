@@ -521,6 +521,21 @@ TEST(CudaSage8, Small) {
   check_case({1, 2, 2, 70, 65, 128, false, br, false, DType::bf16, DType::f32}, preset_policy("sage8"));
 }
 
+// The prepass's two forms (sage8_prepare.cu) on either side of the clustered form's limit, a CTA's rows
+// in 160 KiB: 5 key blocks of 128 keys at D 128 (5120 keys clustered, 5121 in passes), 10 at D 64; and
+// a head whose last CTA holds one partial block (1100 keys: 5 CTAs of 2 blocks). The LSE carries K's
+// mean (smooth K), the output V's scales, so both statistics are checked in each form.
+TEST(CudaSage8, PrepassClusteredAndInPasses) {
+  REQUIRE_HOPPER_PATH();
+  const auto br = CausalAlignment::bottom_right;
+  for (const std::int64_t skv : {5120, 5121}) {
+    check_case({1, 2, 1, 64, skv, 128, false, br, false, DType::f16, DType::f32}, preset_policy("sage8"));
+  }
+  for (const std::int64_t skv : {10240, 10241}) {
+    check_case({1, 2, 2, 48, skv, 64, true, br, true, DType::bf16, DType::f16}, preset_policy("sage8"));
+  }
+  check_case({2, 4, 2, 100, 1100, 128, true, br, false, DType::bf16, DType::bf16}, preset_policy("sage8"));
+}
 
 // More tiles than SMs for the persistent sage8 variant: its four-stage K and V rings and the Q slot
 // (freed once each warpgroup has quantized its rows) carry their phases across tiles of mixed

@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // SageAttention2's quantization (the sage8 preset, docs/algorithms.md section 4): the prepass of the
 // sage8 kernel (hopper_sage8_mainloop.cuh), into scratch from pasa's stream-ordered pool:
-//   1. per (b, h_kv): partial column sums of K and column maxima of |V| over chunks of kStatRows keys,
-//      then the K mean (smooth K) and V's per-channel FP8 scale max|V| / 448;
+//   1. per (b, h_kv): K's column means (smooth K) and V's per-channel FP8 scales max |V| / 448;
 //   2. K - mean quantized to INT8, one scale per thread group of quant_group(thread, key, s2 = 128):
 //      within each key block the 16 rows with the same key mod 8 (the accumulator columns a thread holds);
 //   3. V / scale rounded to FP8 e4m3, transposed ([D][keys]) with the keys of every 16-key chunk
@@ -10,25 +9,43 @@
 //   K8 and V8^T are written tile-major and pre-swizzled (sage8_stage.cuh): each key block's two tiles,
 //   byte for byte as the kernel's shared memory holds them, so that a bulk copy brings in each.
 // (Q is quantized by the kernel itself, from its shared-memory tile.)
+//
+// Two forms, one result (the same quantizers, sage_quantize_k_group and sage_quantize_v_quad):
+//   - clustered, for a head whose keys fit in the shared memory of one thread-block cluster (up to
+//     kClusterCtas CTAs of kClusterRowBytes): the cluster holds the head's K, then its V, in shared
+//     memory, the CTAs exchange their column sums and maxima through distributed shared memory, and each
+//     quantizes what it holds. K and V are read from global memory once (a third of the traffic
+//     otherwise: the statistics read both, the quantizers again).
+//   - in passes, for longer heads: partial statistics per kStatRows keys, their reduction, then the K
+//     and V quantizers, each a kernel reading global memory.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <cooperative_groups.h>
+
 #include <cstdint>
 
 #include "cuda/arch/cuda_check.h"
+#include "cuda/arch/ptx.cuh"
 #include "cuda/arch/wgmma.cuh"
 #include "cuda/block/sage8_stage.cuh"
 #include "cuda/host/device_pool.h"
 #include "cuda/host/kernel_params.h"
+#include "cuda/host/once_per_device.h"
 #include "cuda/kernels/launch_dispatch.h"
 
 namespace pasa::cuda {
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kBlockKv = kSage8BlockKv;  // 128
-constexpr int kStatRows = 256;           // keys per partial of the K / V statistics
+constexpr int kStatRows = 256;           // keys per partial of the K / V statistics (in passes)
 constexpr int kThreads = 256;            // the prepass kernels: 8 warps
+constexpr int kClusterCtas = 8;          // the portable cluster size
+constexpr int kClusterRowBytes = 160 * 1024;  // a clustered CTA's K (then V) rows: whole key blocks
+constexpr int kElemBytes = 2;                 // f16 or bf16 inputs
 
 // One 16-bit element as a float. (K's quantization reads its four or two channels a lane this way:
 // measured faster than one 8- or 4-byte load a lane, bench/NOTES.md.)
@@ -37,28 +54,152 @@ __device__ __forceinline__ float load_in(const void* base, std::int64_t idx) {
   return static_cast<float>(static_cast<const Elem*>(base)[idx]);
 }
 
-// N = 4 or 8 consecutive 16-bit elements from element idx as floats, in one 8- or 16-byte load (rows
-// are 16-byte aligned, cuda_attention.cpp checks it; idx is a multiple of N).
-template <int N>
-struct VecOf;
-template <>
-struct VecOf<4> { using type = uint2; };
-template <>
-struct VecOf<8> { using type = uint4; };
-template <typename Elem, int N>
-__device__ __forceinline__ void load_vec(const void* base, std::int64_t idx, float (&x)[N]) {
-  using Vec = typename VecOf<N>::type;
-  const Vec raw = *reinterpret_cast<const Vec*>(static_cast<const Elem*>(base) + idx);
+// 8 consecutive 16-bit elements at p (16-byte aligned: rows are, cuda_attention.cpp checks it) as floats.
+template <typename Elem>
+__device__ __forceinline__ void load_8(const Elem* p, float (&x)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
   const Elem* e = reinterpret_cast<const Elem*>(&raw);
 #pragma unroll
-  for (int i = 0; i < N; ++i) x[i] = static_cast<float>(e[i]);
+  for (int i = 0; i < 8; ++i) x[i] = static_cast<float>(e[i]);
 }
 
 __device__ __forceinline__ std::int64_t elem_index(const Operand& op, int b, int h, int s, int d) {
   return b * op.stride_b + h * op.stride_h + static_cast<std::int64_t>(s) * op.stride_s + d;
 }
 
-// ---- prepass ------------------------------------------------------------------------------------
+// Where the quantizers read a head's keys from: at(key, d) one element, load8(key, d0, x) channels
+// d0 .. d0 + 7 (d0 a multiple of 8), key the head's key index.
+template <typename Elem>
+struct GlobalRows {  // the caller's K or V
+  static constexpr bool kShared = false;
+  Operand op;
+  int b, h;
+  __device__ float at(int key, int d) const { return load_in<Elem>(op.data, elem_index(op, b, h, key, d)); }
+  __device__ void load8(int key, int d0, float (&x)[8]) const {
+    load_8(static_cast<const Elem*>(op.data) + elem_index(op, b, h, key, d0), x);
+  }
+};
+
+// A clustered CTA's copy of keys key0, key0 + 1, ...: rows of D elements whose 16-byte chunks are
+// XOR-swizzled by the row's low three bits, so that V's quantizer, which reads one chunk of rows 2 and
+// 8 apart, meets at most two rows a bank group (none unswizzled).
+template <typename Elem, int D>
+struct SharedRows {
+  static constexpr bool kShared = true;
+  Elem* base;
+  int key0;
+  __device__ static int offset(int row, int d) { return row * D + ((d / 8) ^ (row & 7)) * 8 + d % 8; }
+  __device__ float at(int key, int d) const { return static_cast<float>(base[offset(key - key0, d)]); }
+  __device__ void load8(int key, int d0, float (&x)[8]) const { load_8(base + offset(key - key0, d0), x); }
+};
+
+// ---- the quantizers (both forms) ------------------------------------------------------------------
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+// The INT8 byte of x / scale, given inv = 1 / scale (0 for a zero scale): one multiply, no division.
+__device__ __forceinline__ std::uint32_t quant_i8(float x, float inv) {
+  const int q = max(-127, min(127, __float2int_rn(x * inv)));
+  return static_cast<std::uint32_t>(q) & 0xffu;
+}
+
+// One warp: the group of key block kb whose rows are w, w + 8, ..., w + 120 (one scale), after
+// subtracting K's mean (`mean`: this lane's D / 32 channels). Padding keys (>= seq_kv) are zeros.
+template <int D, class Rows>
+__device__ __forceinline__ void sage_quantize_k_group(const Rows& rows, int kb, int w, const float (&mean)[D / 32],
+                                                      std::int64_t bh, int seq_kv, const Sage8Scratch& s) {
+  constexpr int kCols = D / 32;
+  constexpr int kGroupRows = kBlockKv / 8;
+  // Rows from global memory are read once and held; from shared memory, read again (fewer registers).
+  constexpr bool kHold = !Rows::kShared;
+  const int lane = threadIdx.x % 32;
+  auto value = [&](int i, int j) {
+    const int key = kb * kBlockKv + w + 8 * i;
+    return key < seq_kv ? rows.at(key, lane * kCols + j) - mean[j] : 0.0f;
+  };
+  float held[kHold ? kGroupRows : 1][kCols];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kGroupRows; ++i) {
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      const float x = value(i, j);
+      if constexpr (kHold) held[i][j] = x;
+      amax = fmaxf(amax, fabsf(x));
+    }
+  }
+  amax = warp_max(amax);
+  const float scale = amax / 127.0f, inv = amax == 0.0f ? 0.0f : 127.0f / amax;
+  if (lane == 0) s.k_scale[(bh * s.n_kb + kb) * 8 + w] = scale;
+#pragma unroll
+  for (int i = 0; i < kGroupRows; ++i) {
+    std::uint32_t packed = 0;
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      float x;
+      if constexpr (kHold) {
+        x = held[i][j];
+      } else {
+        x = value(i, j);
+      }
+      packed |= quant_i8(x, inv) << (8 * j);
+    }
+    std::uint8_t* dst = s.tiles + (bh * s.n_kb + kb) * SageStage<D>::kBytes +
+                        swizzled_offset<D>((w + 8 * i) * D + lane * kCols);
+    if constexpr (kCols == 4) {
+      *reinterpret_cast<std::uint32_t*>(dst) = packed;
+    } else {
+      *reinterpret_cast<std::uint16_t*>(dst) = static_cast<std::uint16_t>(packed);
+    }
+  }
+}
+
+// Where key p (0..15) of a 16-key chunk is stored: the softmax's C fragment gives thread t of a row the
+// keys 2t, 2t + 1 (n-tile 0) and 8 + 2t, 9 + 2t (n-tile 1); the PV MMA's A fragment wants its four
+// bytes at positions 4t .. 4t + 3. So key p goes to 4 ((p % 8) / 2) + (p & 1) + 2 (p / 8).
+
+// The e4m3 byte of x / scale given inv = 1 / scale (0 for an all-zero channel, whose scale is 0).
+__device__ __forceinline__ std::uint32_t fp8_of(float x, float inv) {
+  return __nv_cvt_float_to_fp8(x * inv, __NV_SATFINITE, __NV_E4M3);
+}
+
+__device__ __forceinline__ float inverse_scale(float scale) { return scale == 0.0f ? 0.0f : 1.0f / scale; }
+
+// V / v_scale to e4m3 for quarter m of 16-key chunk `chunk` of key block kb and channels d0 .. d0 + 7
+// (`inv`: their 1 / scale), transposed into [D][keys] with the keys of the chunk permuted as above:
+// keys 2m, 2m + 1, 2m + 8, 2m + 9 land in the four bytes at 4m, so one 32-bit word per channel, no
+// transposition through shared memory. Padding keys are zeros.
+constexpr int kChunks = kBlockKv / 16;
+constexpr int kQuads = 4 * kChunks;  // (m, chunk) pairs of a key block
+
+template <int D, class Rows>
+__device__ __forceinline__ void sage_quantize_v_quad(const Rows& rows, int kb, int m, int chunk, int d0,
+                                                     const float (&inv)[8], std::int64_t bh, int seq_kv,
+                                                     const Sage8Scratch& s) {
+  const int base = kb * kBlockKv + chunk * 16;
+  const int keys[4] = {base + 2 * m, base + 2 * m + 1, base + 2 * m + 8, base + 2 * m + 9};
+  std::uint8_t* v_tile = s.tiles + (bh * s.n_kb + kb) * SageStage<D>::kBytes + SageStage<D>::kKBytes;
+  std::uint32_t word[8] = {};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (keys[i] >= seq_kv) continue;  // fp8 zero is the zero byte
+    float x[8];
+    rows.load8(keys[i], d0, x);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) word[j] |= fp8_of(x[j], inv[j]) << (8 * i);
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    *reinterpret_cast<std::uint32_t*>(v_tile + swizzled_offset<kBlockKv>((d0 + j) * kBlockKv + chunk * 16 + 4 * m)) =
+        word[j];
+  }
+}
+
+// ---- in passes ------------------------------------------------------------------------------------
 
 // grid (n_chunk, Hkv, B), block kThreads: column sums of K and maxima of |V| over one chunk of keys.
 // Thread (row lane r, 8-channel group cg) reads 16 bytes of K and of V per key, keys r, r + kLanes, ...
@@ -69,13 +210,14 @@ __global__ void __launch_bounds__(kThreads) sage_kv_partials(Operand k, Operand 
   __shared__ float sum_sh[kLanes][D], max_sh[kLanes][D];
   const int c = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int cg = threadIdx.x % kGroups, lane_r = threadIdx.x / kGroups;
+  const GlobalRows<Elem> k_rows{k, b, h}, v_rows{v, b, h};
   const int r1 = min((c + 1) * kStatRows, seq_kv);
   float sum[8] = {}, vmax[8] = {};
 #pragma unroll 4
   for (int r = c * kStatRows + lane_r; r < r1; r += kLanes) {
     float kx[8], vx[8];
-    load_vec<Elem, 8>(k.data, elem_index(k, b, h, r, cg * 8), kx);
-    load_vec<Elem, 8>(v.data, elem_index(v, b, h, r, cg * 8), vx);
+    k_rows.load8(r, cg * 8, kx);
+    v_rows.load8(r, cg * 8, vx);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       sum[j] += kx[j];
@@ -115,110 +257,154 @@ __global__ void __launch_bounds__(D) sage_kv_finalize(int heads_kv, int seq_kv, 
   s.v_scale[bh * D + d] = vmax / 448.0f;
 }
 
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
-
-// The INT8 byte of x / scale, given inv = 1 / scale (0 for a zero scale): one multiply, no division.
-__device__ __forceinline__ std::uint32_t quant_i8(float x, float inv) {
-  const int q = max(-127, min(127, __float2int_rn(x * inv)));
-  return static_cast<std::uint32_t>(q) & 0xffu;
-}
-
 // grid (n_kb, Hkv, B), block 256: warp w quantizes the group of key block blockIdx.x whose rows are
-// w, w + 8, ..., w + 120 (one scale), after subtracting K's mean. Padding keys (>= seq_kv) are zeros.
+// w, w + 8, ..., w + 120.
 template <typename Elem, int D>
 __global__ void __launch_bounds__(kThreads) sage_quant_k(Operand k, int heads_kv, int seq_kv, Sage8Scratch s) {
   constexpr int kCols = D / 32;
-  constexpr int kGroupRows = kBlockKv / 8;
   const int kb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int lane = threadIdx.x % 32;
   const std::int64_t bh = static_cast<std::int64_t>(b) * heads_kv + h;
   float mean[kCols];
 #pragma unroll
   for (int j = 0; j < kCols; ++j) mean[j] = s.k_mean[bh * D + lane * kCols + j];
-  float x[kGroupRows][kCols];
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kGroupRows; ++i) {
-    const int key = kb * kBlockKv + w + 8 * i;
-#pragma unroll
-    for (int j = 0; j < kCols; ++j) {
-      x[i][j] = key < seq_kv ? load_in<Elem>(k.data, elem_index(k, b, h, key, lane * kCols + j)) - mean[j] : 0.0f;
-      amax = fmaxf(amax, fabsf(x[i][j]));
-    }
-  }
-  amax = warp_max(amax);
-  const float scale = amax / 127.0f, inv = amax == 0.0f ? 0.0f : 127.0f / amax;
-  if (lane == 0) s.k_scale[(bh * s.n_kb + kb) * 8 + w] = scale;
-#pragma unroll
-  for (int i = 0; i < kGroupRows; ++i) {
-    std::uint32_t packed = 0;
-#pragma unroll
-    for (int j = 0; j < kCols; ++j) packed |= quant_i8(x[i][j], inv) << (8 * j);
-    std::uint8_t* dst = s.tiles + (bh * s.n_kb + kb) * SageStage<D>::kBytes +
-                        swizzled_offset<D>((w + 8 * i) * D + lane * kCols);
-    if constexpr (kCols == 4) {
-      *reinterpret_cast<std::uint32_t*>(dst) = packed;
-    } else {
-      *reinterpret_cast<std::uint16_t*>(dst) = static_cast<std::uint16_t>(packed);
-    }
-  }
+  sage_quantize_k_group<D>(GlobalRows<Elem>{k, b, h}, kb, threadIdx.x / 32, mean, bh, seq_kv, s);
 }
 
-// Where key p (0..15) of a 16-key chunk is stored: the softmax's C fragment gives thread t of a row the
-// keys 2t, 2t + 1 (n-tile 0) and 8 + 2t, 9 + 2t (n-tile 1); the PV MMA's A fragment wants its four
-// bytes at positions 4t .. 4t + 3. So key p goes to 4 ((p % 8) / 2) + (p & 1) + 2 (p / 8).
-
-// The e4m3 byte of x / scale given inv = 1 / scale (0 for an all-zero channel, whose scale is 0).
-__device__ __forceinline__ std::uint32_t fp8_of(float x, float inv) {
-  return __nv_cvt_float_to_fp8(x * inv, __NV_SATFINITE, __NV_E4M3);
-}
-
-// grid (n_kb, Hkv, B), block 4 D threads (one per 16-key chunk, chunk quarter m and 8-channel
-// group): V / v_scale to e4m3, transposed into [D][keys] with the keys of each 16-key chunk permuted as
-// above. Keys 2m, 2m + 1, 2m + 8, 2m + 9 of a chunk land in the four bytes at 4m, so thread (m, chunk,
-// d-group) reads those four keys' 8 channels with 16-byte loads and writes one 32-bit word per channel:
-// no shared-memory transposition. Padding keys are zeros.
-constexpr int kChunks = kBlockKv / 16;
+// grid (n_kb, Hkv, B), block kQuads (D / 8) threads: thread (m, chunk, 8-channel group) quantizes
+// one quad of key block blockIdx.x.
 template <int D>
-constexpr int kQuantVThreads = 4 * kChunks * (D / 8);
+constexpr int kQuantVThreads = kQuads * (D / 8);
 
 template <typename Elem, int D>
 __global__ void __launch_bounds__(kQuantVThreads<D>) sage_quant_v(Operand v, int heads_kv, int seq_kv, Sage8Scratch s) {
   const int kb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const int m = threadIdx.x % 4, chunk = threadIdx.x / 4 % kChunks, d0 = threadIdx.x / (4 * kChunks) * 8;
+  const int m = threadIdx.x % 4, chunk = threadIdx.x / 4 % kChunks, d0 = threadIdx.x / kQuads * 8;
   const std::int64_t bh = static_cast<std::int64_t>(b) * heads_kv + h;
-  const int base = kb * kBlockKv + chunk * 16;
-  const int keys[4] = {base + 2 * m, base + 2 * m + 1, base + 2 * m + 8, base + 2 * m + 9};
   float inv[8];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const float scale = s.v_scale[bh * D + d0 + j];
-    inv[j] = scale == 0.0f ? 0.0f : 1.0f / scale;
+  for (int j = 0; j < 8; ++j) inv[j] = inverse_scale(s.v_scale[bh * D + d0 + j]);
+  sage_quantize_v_quad<D>(GlobalRows<Elem>{v, b, h}, kb, m, chunk, d0, inv, bh, seq_kv, s);
+}
+
+// ---- clustered --------------------------------------------------------------------------------------
+
+// Copies keys key0 .. key0 + n_rows - 1 of `op` into `rows` (cp.async, 16 bytes a thread at a time) and
+// waits for them, the whole CTA.
+template <typename Elem, int D>
+__device__ __forceinline__ void load_rows(const Operand& op, int b, int h, int n_rows, const SharedRows<Elem, D>& rows) {
+  constexpr int kRowChunks = D / 8;
+  for (int i = threadIdx.x; i < n_rows * kRowChunks; i += kThreads) {
+    const int r = i / kRowChunks, d0 = i % kRowChunks * 8;
+    const Elem* src = static_cast<const Elem*>(op.data) + elem_index(op, b, h, rows.key0 + r, d0);
+    cp_async_16(smem_addr(rows.base + SharedRows<Elem, D>::offset(r, d0)), src, true);
   }
-  std::uint8_t* v_tile = s.tiles + (bh * s.n_kb + kb) * SageStage<D>::kBytes + SageStage<D>::kKBytes;
-  std::uint32_t word[8] = {};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (keys[i] >= seq_kv) continue;  // fp8 zero is the zero byte
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+}
+
+// This CTA's column sums (kMax false) or maxima of |x| (kMax true) over its n_rows rows into out[D]
+// (thread (row lane, 8-channel group) over rows lane, lane + kLanes, ...; the lanes meet in `lanes`).
+template <bool kMax, typename Elem, int D>
+__device__ __forceinline__ void column_stat(const SharedRows<Elem, D>& rows, int n_rows,
+                                            float (&lanes)[kThreads / (D / 8)][D], float* out) {
+  constexpr int kGroups = D / 8, kLanes = kThreads / kGroups;
+  const int cg = threadIdx.x % kGroups, lane_r = threadIdx.x / kGroups;
+  float acc[8] = {};
+  for (int r = lane_r; r < n_rows; r += kLanes) {
     float x[8];
-    load_vec<Elem, 8>(v.data, elem_index(v, b, h, keys[i], d0), x);
+    rows.load8(rows.key0 + r, cg * 8, x);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) word[j] |= fp8_of(x[j], inv[j]) << (8 * i);
+    for (int j = 0; j < 8; ++j) acc[j] = kMax ? fmaxf(acc[j], fabsf(x[j])) : acc[j] + x[j];
   }
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    *reinterpret_cast<std::uint32_t*>(v_tile + swizzled_offset<kBlockKv>((d0 + j) * kBlockKv + chunk * 16 + 4 * m)) =
-        word[j];
+  for (int j = 0; j < 8; ++j) lanes[lane_r][cg * 8 + j] = acc[j];
+  __syncthreads();
+  const int d = threadIdx.x;
+  if (d < D) {
+    float total = 0.0f;
+    for (int i = 0; i < kLanes; ++i) total = kMax ? fmaxf(total, lanes[i][d]) : total + lanes[i][d];
+    out[d] = total;
   }
 }
 
+// grid (cluster size, Hkv, B), one cluster a head, block kThreads, dynamic shared memory
+// blocks_per_cta key blocks of rows: CTA `rank` holds key blocks rank * blocks_per_cta onwards. It
+// copies its K rows, sums their columns, and after a cluster barrier every CTA adds the cluster's sums
+// (in rank order, so all agree on the mean) and quantizes its K blocks; then the same for V with maxima.
+template <typename Elem, int D>
+__global__ void __launch_bounds__(kThreads, 3) sage_kv_prepare_clustered(Operand k, Operand v, int heads_kv, int seq_kv,
+                                                                      int blocks_per_cta, Sage8Scratch s) {
+  constexpr int kCols = D / 32;
+  extern __shared__ __align__(128) std::uint8_t rows_sh[];
+  __shared__ float lanes_sh[kThreads / (D / 8)][D];
+  __shared__ float k_sum_sh[D], v_max_sh[D];  // this CTA's statistics, read by the whole cluster
+  __shared__ float mean_sh[D], inv_sh[D];
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank()), ranks = static_cast<int>(cluster.num_blocks());
+  const int h = blockIdx.y, b = blockIdx.z;
+  const std::int64_t bh = static_cast<std::int64_t>(b) * heads_kv + h;
+  const int kb0 = rank * blocks_per_cta, kb1 = min(kb0 + blocks_per_cta, s.n_kb);
+  const SharedRows<Elem, D> rows{reinterpret_cast<Elem*>(rows_sh), kb0 * kBlockKv};
+  const int n_rows = min(kb1 * kBlockKv, seq_kv) - rows.key0;
+  const int d = threadIdx.x;
+
+  load_rows<Elem, D>(k, b, h, n_rows, rows);
+  column_stat<false>(rows, n_rows, lanes_sh, k_sum_sh);
+  cluster.sync();
+  if (d < D) {
+    double sum = 0.0;
+    for (int r = 0; r < ranks; ++r) sum += *cluster.map_shared_rank(&k_sum_sh[d], r);
+    mean_sh[d] = static_cast<float>(sum / seq_kv);
+    if (rank == 0) s.k_mean[bh * D + d] = mean_sh[d];
+  }
+  __syncthreads();
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float mean[kCols];
+#pragma unroll
+  for (int j = 0; j < kCols; ++j) mean[j] = mean_sh[lane * kCols + j];
+  for (int kb = kb0; kb < kb1; ++kb) sage_quantize_k_group<D>(rows, kb, w, mean, bh, seq_kv, s);
+  __syncthreads();  // (every K row read before V's copies overwrite them)
+
+  load_rows<Elem, D>(v, b, h, n_rows, rows);
+  column_stat<true>(rows, n_rows, lanes_sh, v_max_sh);
+  cluster.sync();
+  if (d < D) {
+    float vmax = 0.0f;
+    for (int r = 0; r < ranks; ++r) vmax = fmaxf(vmax, *cluster.map_shared_rank(&v_max_sh[d], r));
+    const float scale = vmax / 448.0f;
+    inv_sh[d] = inverse_scale(scale);
+    if (rank == 0) s.v_scale[bh * D + d] = scale;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < (kb1 - kb0) * kQuantVThreads<D>; i += kThreads) {
+    const int kb = kb0 + i / kQuantVThreads<D>, t = i % kQuantVThreads<D>;
+    const int m = t % 4, chunk = t / 4 % kChunks, d0 = t / kQuads * 8;
+    float inv[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) inv[j] = inv_sh[d0 + j];
+    sage_quantize_v_quad<D>(rows, kb, m, chunk, d0, inv, bh, seq_kv, s);
+  }
+  cluster.sync();  // (no CTA leaves while another may still read its v_max_sh)
+}
+
+// The clustered form's shape for a head of n_kb key blocks: the fewest key blocks a CTA with at most
+// kClusterCtas CTAs a cluster; none (ctas 0) where that CTA's rows would exceed kClusterRowBytes.
+struct ClusterShape {
+  int ctas = 0, blocks_per_cta = 0, row_bytes = 0;
+};
+
+ClusterShape cluster_shape(int n_kb, int head_dim) {
+  if (n_kb < 1) return {};
+  const int per_cta = (n_kb + kClusterCtas - 1) / kClusterCtas;
+  const int bytes = per_cta * kBlockKv * head_dim * kElemBytes;
+  if (bytes > kClusterRowBytes) return {};
+  return {(n_kb + per_cta - 1) / per_cta, per_cta, bytes};
+}
 
 // The scratch's buffers in order, each aligned (align_up): tiles, k_scale, k_mean, v_scale, k_sum_part,
-// v_max_part.
+// v_max_part (the last two for the form in passes only).
 struct ScratchPlan {
   std::size_t sizes[6];
   int n_kb, n_chunk;
@@ -228,7 +414,8 @@ ScratchPlan scratch_plan(const Sage8Request& r) {
   const int D = r.head_dim, seq_kv = r.fwd.seq_kv;
   ScratchPlan plan{};
   plan.n_kb = (seq_kv + kBlockKv - 1) / kBlockKv;
-  plan.n_chunk = (seq_kv + kStatRows - 1) / kStatRows;
+  const bool clustered = cluster_shape(plan.n_kb, D).ctas > 0;
+  plan.n_chunk = clustered ? 0 : (seq_kv + kStatRows - 1) / kStatRows;
   const std::size_t bhk = static_cast<std::size_t>(r.batch) * r.heads_kv;
   const std::size_t stage = 2 * static_cast<std::size_t>(kBlockKv) * D;
   const std::size_t sizes[] = {bhk * plan.n_kb * stage, bhk * plan.n_kb * 8 * 4, bhk * D * 4, bhk * D * 4,
@@ -238,7 +425,31 @@ ScratchPlan scratch_plan(const Sage8Request& r) {
 }
 
 template <typename Elem, int D>
-void launch_typed(const Sage8Request& r, const Sage8Scratch& s, cudaStream_t stream) {
+void launch_clustered(const Sage8Request& r, const Sage8Scratch& s, const ClusterShape& shape, cudaStream_t stream) {
+  const FwdParams& p = r.fwd;
+  auto* kernel = sage_kv_prepare_clustered<Elem, D>;
+  static OncePerDevice configured;
+  configured([&] { set_shared_memory(kernel, kClusterRowBytes, true, "cudaFuncSetAttribute(sage_kv_prepare_clustered)"); });
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(shape.ctas, r.heads_kv, r.batch);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<std::size_t>(shape.row_bytes);
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = shape.ctas;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  const cudaError_t status =
+      cudaLaunchKernelEx(&config, kernel, p.k, p.v, r.heads_kv, p.seq_kv, shape.blocks_per_cta, s);
+  if (status != cudaSuccess) cudaGetLastError();  // (a launch error is not the next launch's to report)
+  check_cuda(status, "sage_kv_prepare_clustered");
+}
+
+template <typename Elem, int D>
+void launch_in_passes(const Sage8Request& r, const Sage8Scratch& s, cudaStream_t stream) {
   const FwdParams& p = r.fwd;
   const int B = r.batch, Hkv = r.heads_kv;
   sage_kv_partials<Elem, D><<<dim3(s.n_chunk, Hkv, B), kThreads, 0, stream>>>(p.k, p.v, Hkv, p.seq_kv, s);
@@ -249,6 +460,17 @@ void launch_typed(const Sage8Request& r, const Sage8Scratch& s, cudaStream_t str
   check_launch("sage_quant_k");
   sage_quant_v<Elem, D><<<dim3(s.n_kb, Hkv, B), kQuantVThreads<D>, 0, stream>>>(p.v, Hkv, p.seq_kv, s);
   check_launch("sage_quant_v");
+}
+
+template <typename Elem, int D>
+void launch_typed(const Sage8Request& r, const Sage8Scratch& s, cudaStream_t stream) {
+  static_assert(sizeof(Elem) == kElemBytes);
+  const ClusterShape shape = cluster_shape(s.n_kb, D);
+  if (shape.ctas > 0) {
+    launch_clustered<Elem, D>(r, s, shape, stream);
+  } else {
+    launch_in_passes<Elem, D>(r, s, stream);
+  }
 }
 
 }  // namespace
