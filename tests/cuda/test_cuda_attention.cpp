@@ -521,20 +521,35 @@ TEST(CudaSage8, Small) {
   check_case({1, 2, 2, 70, 65, 128, false, br, false, DType::bf16, DType::f32}, preset_policy("sage8"));
 }
 
-// The prepass's two forms (sage8_prepare.cu) on either side of the clustered form's limit, a CTA's rows
-// in 160 KiB: 5 key blocks of 128 keys at D 128 (5120 keys clustered, 5121 in passes), 10 at D 64; and
-// a head whose last CTA holds one partial block (1100 keys: 5 CTAs of 2 blocks). The LSE carries K's
-// mean (smooth K), the output V's scales, so both statistics are checked in each form.
+// The prepass's two forms (sage8_prepare.cu) on either side of the clustered form's limit on an
+// H100 / H200, a CTA's rows in 160 KiB: 5 key blocks of 128 keys at D 128 (5120 keys clustered, 5121
+// in passes), 10 at D 64; and a head whose last CTA holds a partial block (1100 keys: 5 CTAs of 2
+// blocks). Inputs on which both statistics matter: Q and K with SageAttention2's channel outliers (a
+// K mean taken over one CTA's keys alone would shift its blocks' scores against the others'), and V
+// growing along the keys (1x to 4x: a scale taken from one CTA's keys alone would misquantize them).
 TEST(CudaSage8, PrepassClusteredAndInPasses) {
   REQUIRE_HOPPER_PATH();
   const auto br = CausalAlignment::bottom_right;
-  for (const std::int64_t skv : {5120, 5121}) {
-    check_case({1, 2, 1, 64, skv, 128, false, br, false, DType::f16, DType::f32}, preset_policy("sage8"));
+  const Case cases[] = {
+      {1, 2, 1, 64, 5120, 128, false, br, false, DType::f16, DType::f32},
+      {1, 2, 1, 64, 5121, 128, false, br, false, DType::f16, DType::f32},
+      {1, 2, 2, 48, 10240, 64, true, br, false, DType::bf16, DType::f16},
+      {1, 2, 2, 48, 10241, 64, true, br, false, DType::bf16, DType::f16},
+      {2, 4, 2, 100, 1100, 128, true, br, false, DType::bf16, DType::bf16},
+  };
+  const Policy pol = preset_policy("sage8");
+  for (const Case& c : cases) {
+    const std::uint64_t seed = test::fresh_seed();
+    const QKV qs = outlier_qkv({c.B, c.Hq, c.Sq, c.D}, 4, 20.0, seed, c.in);
+    const QKV kv = outlier_qkv({c.B, c.Hkv, c.Skv, c.D}, 4, 20.0, seed, c.in);
+    std::vector<float> v = to_float(kv.v);  // [B, H_kv, S_kv, D]
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const double key = static_cast<double>(static_cast<std::int64_t>(i) / c.D % c.Skv);
+      v[i] = static_cast<float>(v[i] * (1.0 + 3.0 * key / static_cast<double>(c.Skv)));
+    }
+    GivenInputs given{qs.q, kv.k, from_float(v, {c.B, c.Hkv, c.Skv, c.D}, c.in)};
+    check_case(c, pol, pol, std::nullopt, nullptr, seed, -1.0, 1.0, &given, "outliers, V growing along the keys");
   }
-  for (const std::int64_t skv : {10240, 10241}) {
-    check_case({1, 2, 2, 48, skv, 64, true, br, true, DType::bf16, DType::f16}, preset_policy("sage8"));
-  }
-  check_case({2, 4, 2, 100, 1100, 128, true, br, false, DType::bf16, DType::bf16}, preset_policy("sage8"));
 }
 
 // More tiles than SMs for the persistent sage8 variant: its four-stage K and V rings and the Q slot

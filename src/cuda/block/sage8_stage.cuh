@@ -32,7 +32,8 @@ struct Sage8Scratch {
   float* k_scale;       // [B, H_kv, n_kb, 8]: K8's scale per key group (key mod 8)
   float* k_mean;        // [B, H_kv, D]: smooth K's column mean
   float* v_scale;       // [B, H_kv, D]: V8's per-channel scale, max |V| / 448
-  float* k_sum_part;    // [B, H_kv, n_chunk, D]: the statistics' partial sums and maxima
+  float* k_sum_part;    // [B, H_kv, n_chunk, D]: the statistics' partial sums and maxima (the prepass in
+                        // passes only; sage8_prepare.cu)
   float* v_max_part;    // [B, H_kv, n_chunk, D]
   int n_kb, n_chunk;
 };

@@ -17,13 +17,15 @@ class OncePerDevice {
  public:
   static constexpr int kMaxDevices = 64;  // as the dispatch's per-device cache
 
-  // Runs `configure` the first time this is called on the current device (again after it throws).
+  // Runs `configure` the first time this is called on the current device (again after it throws);
+  // returns that device's ordinal.
   template <class Configure>
-  void operator()(Configure&& configure) {
+  int operator()(Configure&& configure) {
     int device = 0;
     check_cuda(cudaGetDevice(&device), "cudaGetDevice");
     if (device < 0 || device >= kMaxDevices) throw Error("CUDA device ordinals above 63 are not supported");
     std::call_once(flags_[device], configure);
+    return device;
   }
 
  private:

@@ -10,12 +10,14 @@
 //   byte for byte as the kernel's shared memory holds them, so that a bulk copy brings in each.
 // (Q is quantized by the kernel itself, from its shared-memory tile.)
 //
-// Two forms, one result (the same quantizers, sage_quantize_k_group and sage_quantize_v_quad):
+// Two forms with the same quantizers (sage_quantize_k_group, sage_quantize_v_quad) and statistics
+// (k_mean_of, v_scale_of); K's column sums are added in another order, so the means can differ in
+// their last bit:
 //   - clustered, for a head whose keys fit in the shared memory of one thread-block cluster (up to
-//     kClusterCtas CTAs of kClusterRowBytes): the cluster holds the head's K, then its V, in shared
-//     memory, the CTAs exchange their column sums and maxima through distributed shared memory, and each
-//     quantizes what it holds. K and V are read from global memory once (a third of the traffic
-//     otherwise: the statistics read both, the quantizers again).
+//     kClusterCtas CTAs of kClusterRowBytes) where the device can hold such a cluster: the cluster holds
+//     the head's K, then its V, in shared memory, the CTAs exchange their column sums and maxima through
+//     distributed shared memory, and each quantizes what it holds. K and V are read from global memory
+//     once (at fp16, 2 bytes read and 1 written per element of K and V, against 4 and 1 in passes).
 //   - in passes, for longer heads: partial statistics per kStatRows keys, their reduction, then the K
 //     and V quantizers, each a kernel reading global memory.
 #include <cuda_bf16.h>
@@ -82,7 +84,7 @@ struct GlobalRows {  // the caller's K or V
 
 // A clustered CTA's copy of keys key0, key0 + 1, ...: rows of D elements whose 16-byte chunks are
 // XOR-swizzled by the row's low three bits, so that V's quantizer, which reads one chunk of rows 2 and
-// 8 apart, meets at most two rows a bank group (none unswizzled).
+// 8 apart, meets at most two rows a bank group (eight unswizzled).
 template <typename Elem, int D>
 struct SharedRows {
   static constexpr bool kShared = true;
@@ -169,6 +171,11 @@ __device__ __forceinline__ std::uint32_t fp8_of(float x, float inv) {
 
 __device__ __forceinline__ float inverse_scale(float scale) { return scale == 0.0f ? 0.0f : 1.0f / scale; }
 
+// The statistics both forms leave: smooth K's column mean from the column's sum over all keys, V's
+// per-channel scale from max |V|.
+__device__ __forceinline__ float k_mean_of(double sum, int seq_kv) { return static_cast<float>(sum / seq_kv); }
+__device__ __forceinline__ float v_scale_of(float vmax) { return vmax / 448.0f; }
+
 // V / v_scale to e4m3 for quarter m of 16-key chunk `chunk` of key block kb and channels d0 .. d0 + 7
 // (`inv`: their 1 / scale), transposed into [D][keys] with the keys of the chunk permuted as above:
 // keys 2m, 2m + 1, 2m + 8, 2m + 9 land in the four bytes at 4m, so one 32-bit word per channel, no
@@ -253,8 +260,8 @@ __global__ void __launch_bounds__(D) sage_kv_finalize(int heads_kv, int seq_kv, 
     sum += s.k_sum_part[(bh * s.n_chunk + c) * D + d];
     vmax = fmaxf(vmax, s.v_max_part[(bh * s.n_chunk + c) * D + d]);
   }
-  s.k_mean[bh * D + d] = static_cast<float>(sum / seq_kv);
-  s.v_scale[bh * D + d] = vmax / 448.0f;
+  s.k_mean[bh * D + d] = k_mean_of(sum, seq_kv);
+  s.v_scale[bh * D + d] = v_scale_of(vmax);
 }
 
 // grid (n_kb, Hkv, B), block 256: warp w quantizes the group of key block blockIdx.x whose rows are
@@ -356,7 +363,7 @@ __global__ void __launch_bounds__(kThreads, 3) sage_kv_prepare_clustered(Operand
   if (d < D) {
     double sum = 0.0;
     for (int r = 0; r < ranks; ++r) sum += *cluster.map_shared_rank(&k_sum_sh[d], r);
-    mean_sh[d] = static_cast<float>(sum / seq_kv);
+    mean_sh[d] = k_mean_of(sum, seq_kv);
     if (rank == 0) s.k_mean[bh * D + d] = mean_sh[d];
   }
   __syncthreads();
@@ -373,7 +380,7 @@ __global__ void __launch_bounds__(kThreads, 3) sage_kv_prepare_clustered(Operand
   if (d < D) {
     float vmax = 0.0f;
     for (int r = 0; r < ranks; ++r) vmax = fmaxf(vmax, *cluster.map_shared_rank(&v_max_sh[d], r));
-    const float scale = vmax / 448.0f;
+    const float scale = v_scale_of(vmax);
     inv_sh[d] = inverse_scale(scale);
     if (rank == 0) s.v_scale[bh * D + d] = scale;
   }
@@ -389,22 +396,9 @@ __global__ void __launch_bounds__(kThreads, 3) sage_kv_prepare_clustered(Operand
   cluster.sync();  // (no CTA leaves while another may still read its v_max_sh)
 }
 
-// The clustered form's shape for a head of n_kb key blocks: the fewest key blocks a CTA with at most
-// kClusterCtas CTAs a cluster; none (ctas 0) where that CTA's rows would exceed kClusterRowBytes.
-struct ClusterShape {
-  int ctas = 0, blocks_per_cta = 0, row_bytes = 0;
-};
-
-ClusterShape cluster_shape(int n_kb, int head_dim) {
-  if (n_kb < 1) return {};
-  const int per_cta = (n_kb + kClusterCtas - 1) / kClusterCtas;
-  const int bytes = per_cta * kBlockKv * head_dim * kElemBytes;
-  if (bytes > kClusterRowBytes) return {};
-  return {(n_kb + per_cta - 1) / per_cta, per_cta, bytes};
-}
-
 // The scratch's buffers in order, each aligned (align_up): tiles, k_scale, k_mean, v_scale, k_sum_part,
-// v_max_part (the last two for the form in passes only).
+// v_max_part (the last two written by the form in passes only; planned for every call, a few KB a
+// head, so that the plan does not depend on which form the device runs).
 struct ScratchPlan {
   std::size_t sizes[6];
   int n_kb, n_chunk;
@@ -414,8 +408,7 @@ ScratchPlan scratch_plan(const Sage8Request& r) {
   const int D = r.head_dim, seq_kv = r.fwd.seq_kv;
   ScratchPlan plan{};
   plan.n_kb = (seq_kv + kBlockKv - 1) / kBlockKv;
-  const bool clustered = cluster_shape(plan.n_kb, D).ctas > 0;
-  plan.n_chunk = clustered ? 0 : (seq_kv + kStatRows - 1) / kStatRows;
+  plan.n_chunk = (seq_kv + kStatRows - 1) / kStatRows;
   const std::size_t bhk = static_cast<std::size_t>(r.batch) * r.heads_kv;
   const std::size_t stage = 2 * static_cast<std::size_t>(kBlockKv) * D;
   const std::size_t sizes[] = {bhk * plan.n_kb * stage, bhk * plan.n_kb * 8 * 4, bhk * D * 4, bhk * D * 4,
@@ -424,26 +417,72 @@ ScratchPlan scratch_plan(const Sage8Request& r) {
   return plan;
 }
 
+template <int D>
+constexpr int kBlockRowBytes = kBlockKv * D * kElemBytes;  // one key block's rows
+
+// The clustered launch of a head of n_kb key blocks: the fewest key blocks a CTA with at most
+// kClusterCtas CTAs a cluster.
+struct ClusterShape {
+  int ctas, blocks_per_cta;
+};
+
+ClusterShape cluster_shape(int n_kb) {
+  const int per_cta = (n_kb + kClusterCtas - 1) / kClusterCtas;
+  return {(n_kb + per_cta - 1) / per_cta, per_cta};
+}
+
 template <typename Elem, int D>
-void launch_clustered(const Sage8Request& r, const Sage8Scratch& s, const ClusterShape& shape, cudaStream_t stream) {
-  const FwdParams& p = r.fwd;
-  auto* kernel = sage_kv_prepare_clustered<Elem, D>;
-  static OncePerDevice configured;
-  configured([&] { set_shared_memory(kernel, kClusterRowBytes, true, "cudaFuncSetAttribute(sage_kv_prepare_clustered)"); });
+cudaLaunchConfig_t clustered_config(const Sage8Request& r, const ClusterShape& shape, cudaLaunchAttribute& cluster,
+                                    cudaStream_t stream) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(shape.ctas, r.heads_kv, r.batch);
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = static_cast<std::size_t>(shape.row_bytes);
+  config.dynamicSmemBytes = static_cast<std::size_t>(shape.blocks_per_cta) * kBlockRowBytes<D>;
   config.stream = stream;
-  cudaLaunchAttribute cluster{};
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = shape.ctas;
   cluster.val.clusterDim.y = 1;
   cluster.val.clusterDim.z = 1;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  const cudaError_t status =
-      cudaLaunchKernelEx(&config, kernel, p.k, p.v, r.heads_kv, p.seq_kv, shape.blocks_per_cta, s);
+  return config;
+}
+
+// The most key blocks a clustered CTA may hold on the current device: kClusterRowBytes' worth where a
+// cluster of kClusterCtas such CTAs can be resident, fewer where it cannot (a device or MPS client with
+// fewer SMs a GPC, or less shared memory), 0 where not even one block's can. Asked once per device
+// (the occupancy queries are driver calls), and the shared-memory limit set then too.
+template <typename Elem, int D>
+int clustered_block_limit(const Sage8Request& r) {
+  static OncePerDevice configured;
+  static int limit[OncePerDevice::kMaxDevices];
+  const int device = configured([&] {
+    auto* kernel = sage_kv_prepare_clustered<Elem, D>;
+    set_shared_memory(kernel, kClusterRowBytes, true, "cudaFuncSetAttribute(sage_kv_prepare_clustered)");
+    int fits = 0;
+    for (int blocks = kClusterRowBytes / kBlockRowBytes<D>; blocks > 0 && fits == 0; --blocks) {
+      cudaLaunchAttribute cluster{};
+      const cudaLaunchConfig_t config =
+          clustered_config<Elem, D>(r, {kClusterCtas, blocks}, cluster, static_cast<cudaStream_t>(nullptr));
+      int clusters = 0;
+      const cudaError_t status = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+      if (status != cudaSuccess) cudaGetLastError();  // (counted as no room: the form in passes runs)
+      if (status == cudaSuccess && clusters > 0) fits = blocks;
+    }
+    int current = 0;
+    check_cuda(cudaGetDevice(&current), "cudaGetDevice");
+    limit[current] = fits;
+  });
+  return limit[device];
+}
+
+template <typename Elem, int D>
+void launch_clustered(const Sage8Request& r, const Sage8Scratch& s, const ClusterShape& shape, cudaStream_t stream) {
+  const FwdParams& p = r.fwd;
+  cudaLaunchAttribute cluster{};
+  const cudaLaunchConfig_t config = clustered_config<Elem, D>(r, shape, cluster, stream);
+  const cudaError_t status = cudaLaunchKernelEx(&config, sage_kv_prepare_clustered<Elem, D>, p.k, p.v, r.heads_kv,
+                                                p.seq_kv, shape.blocks_per_cta, s);
   if (status != cudaSuccess) cudaGetLastError();  // (a launch error is not the next launch's to report)
   check_cuda(status, "sage_kv_prepare_clustered");
 }
@@ -465,9 +504,9 @@ void launch_in_passes(const Sage8Request& r, const Sage8Scratch& s, cudaStream_t
 template <typename Elem, int D>
 void launch_typed(const Sage8Request& r, const Sage8Scratch& s, cudaStream_t stream) {
   static_assert(sizeof(Elem) == kElemBytes);
-  const ClusterShape shape = cluster_shape(s.n_kb, D);
-  if (shape.ctas > 0) {
-    launch_clustered<Elem, D>(r, s, shape, stream);
+  // (n_kb <= kClusterCtas * the limit, compared without forming a byte count that could overflow)
+  if (s.n_kb >= 1 && (s.n_kb - 1) / kClusterCtas < clustered_block_limit<Elem, D>(r)) {
+    launch_clustered<Elem, D>(r, s, cluster_shape(s.n_kb), stream);
   } else {
     launch_in_passes<Elem, D>(r, s, stream);
   }
