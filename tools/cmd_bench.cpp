@@ -86,6 +86,8 @@ struct ParsedOptions {
 ParsedOptions validate(const BenchOptions& o) {
   if (o.runs < 1) throw Error("--runs must be at least 1");
   if (o.warmup < 0) throw Error("--warmup must not be negative");
+  if (o.tokens < 1) throw Error("--tokens must be at least 1");
+  if (o.decode_batch < 1) throw Error("--decode-batch must be at least 1");
   for (const int d : o.head_dims) {
     if (d != 64 && d != 96 && d != 128 && d != 256) {
       throw Error("--head-dim: the kernels take 64, 96, 128 or 256, not " + std::to_string(d));

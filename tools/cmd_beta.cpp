@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // pasa beta: PASA's optimal beta for a format and block size (the paper's Table 3).
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -71,8 +72,18 @@ void run(const BetaOptions& opt) {
     text::print("| {:.6f} | none: {} | - | - |\n", b0, reason);
   }
   if (solved == 0) {
-    throw Error("--init: no initial value leads to an optimal beta in " + format.name() + " at s2 = " +
-                std::to_string(opt.block) + " (each row says why)");
+    const std::string where = format.name() + " at s2 = " + std::to_string(opt.block);
+    BetaOptions unscaled = opt;
+    unscaled.scale.reset();
+    const bool scale_is_why = opt.scale && std::any_of(opt.init.begin(), opt.init.end(), [&](double b0) {
+      return unsolvable_reason(b0, format, unscaled).empty();
+    });
+    if (scale_is_why) {
+      throw Error(text::format("--scale: with {:g} folded into M no initial value leads to an optimal beta in {} "
+                               "(each row says why; with the scale kept out of M, without --scale, they do)",
+                               *opt.scale, where));
+    }
+    throw Error("--init: no initial value leads to an optimal beta in " + where + " (each row says why)");
   }
 }
 

@@ -4,11 +4,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
+#include <string>
+#include <utility>
 
 #include "commands.h"
 #include "paper_study.h"
@@ -16,6 +19,7 @@
 #include "io/atomic_file.h"
 #include "output_paths.h"
 #include "pasa/error.h"
+#include "pasa/policy.h"
 #include "pasa/version.h"
 #include "sage_study.h"
 #include "study_plot.h"
@@ -50,18 +54,33 @@ void write_plots(PlotKind kind, const text::Json& document, const std::string& d
   });
 }
 
+// The --plot directory a command made, removed again when the command fails after making it (if it
+// is still empty: a folder of the user's, or anything written into it, is never removed).
+class MadeFolder {
+ public:
+  explicit MadeFolder(std::string path) : path_(std::move(path)) {}
+  MadeFolder(MadeFolder&& other) noexcept : path_(std::exchange(other.path_, std::string())) {}
+  MadeFolder& operator=(MadeFolder&&) = delete;
+  ~MadeFolder() {
+    if (path_.empty() || std::uncaught_exceptions() == 0) return;
+    std::error_code ec;
+    std::filesystem::remove(path_, ec);
+  }
+
+ private:
+  std::string path_;
+};
+
 // Outputs are checked before a study that may run for minutes. The --plot directory is made first, so
-// --json may name a file in it (not the figures' own results file, which the check refuses).
-void check_study_outputs(const std::string& json, const std::string& plot, PlotKind kind) {
+// --json may name a file in it (not the figures' own results file, which the check refuses); the
+// folder made is handed back, to be removed if the command fails.
+[[nodiscard]] MadeFolder check_study_outputs(const std::string& json, const std::string& plot, PlotKind kind) {
   std::error_code ec;
   const bool made = !plot.empty() && !std::filesystem::exists(plot, ec);
   if (!plot.empty()) prepare_plot_directory(plot);
-  try {
-    check_output_files({}, {{"--json", json}, {"--plot", plot.empty() ? plot : plot_results_path(kind, plot)}});
-  } catch (...) {
-    if (made) std::filesystem::remove(plot, ec);  // a refused command leaves no folder of its own behind
-    throw;
-  }
+  MadeFolder folder(made ? plot : std::string());
+  check_output_files({}, {{"--json", json}, {"--plot", plot.empty() ? plot : plot_results_path(kind, plot)}});
+  return folder;
 }
 
 std::string cell(const StudyRow& r) {
@@ -145,13 +164,14 @@ void run(const StudyOptions& opt) {
   StudyConfig config;
   if (opt.heads && *opt.heads < 1) throw Error(text::format("--heads: {} is not a positive count", *opt.heads));
   if (opt.seq < 1) throw Error(text::format("--seq: {} is not a positive length", opt.seq));
-  check_study_outputs(opt.json, opt.plot, PlotKind::paper_study);
-  config.shape = Shape4{1, opt.heads.value_or(opt.full ? 16 : 2), opt.seq, 128};
   for (std::size_t i = 0; i < opt.policies.size(); ++i) {  // (a repeated one would be two equal columns)
+    parse_policy(opt.policies[i]);
     for (std::size_t j = 0; j < i; ++j) {
       if (opt.policies[i] == opt.policies[j]) throw Error("--policy: " + opt.policies[i] + " is given twice");
     }
   }
+  const MadeFolder plot_folder = check_study_outputs(opt.json, opt.plot, PlotKind::paper_study);
+  config.shape = Shape4{1, opt.heads.value_or(opt.full ? 16 : 2), opt.seq, 128};
   if (!opt.policies.empty()) config.policies = opt.policies;
   config.seed = opt.seed;
 
@@ -228,7 +248,7 @@ void add_study_command(Command& app) {
                        "existing one; needs python3 with matplotlib)");
   sage_cmd->callback([sage, sage_json, sage_plot] {
     if (sage->heads < 1 || sage->seq < 1) throw Error("study sage: --heads and --seq must be positive");
-    check_study_outputs(*sage_json, *sage_plot, PlotKind::sage_study);
+    const MadeFolder plot_folder = check_study_outputs(*sage_json, *sage_plot, PlotKind::sage_study);
     const text::Json document = study_document(
         "sage", text::Json::object({{"batch", 1}, {"heads", sage->heads}, {"seq", sage->seq}, {"dim", 128}}),
         sage->seed, run_sage_study(*sage));

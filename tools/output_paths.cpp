@@ -11,6 +11,7 @@
 
 #include "io/atomic_file.h"
 #include "pasa/error.h"
+#include "text/format.h"
 
 namespace pasa::cli {
 namespace {
@@ -92,6 +93,9 @@ void check_output_files(const std::vector<NamedPath>& inputs, const std::vector<
       }
     }
     seen.emplace_back(&out, id);
+  }
+  for (const NamedPath& out : outputs) {
+    if (!out.path.empty() && io::detail::own_descriptor(out.path) == STDOUT_FILENO) text::report_stream() = stderr;
   }
 }
 

@@ -17,6 +17,8 @@ struct NamedPath {
 };
 
 // Throws pasa::Error naming the option and the path. Empty paths (an option not given) are skipped.
+// An output that is standard output itself (`--json /dev/stdout`) keeps it for that file alone: the
+// command's report (text::print) goes to standard error from here on.
 void check_output_files(const std::vector<NamedPath>& inputs, const std::vector<NamedPath>& outputs);
 
 // Runs `write`, the writing of outputs that check_output_files accepted before the work: a failure now

@@ -74,9 +74,16 @@ void print(std::FILE* stream, std::string_view pattern, const Args&... args) {
   std::fwrite(text.data(), 1, text.size(), stream);
 }
 
+// Where print(pattern, ...) writes: standard output, or standard error for a command of the CLI that
+// writes a file to standard output (`pasa study --json /dev/stdout`), so that it holds the file alone.
+inline std::FILE*& report_stream() {
+  static std::FILE* stream = stdout;
+  return stream;
+}
+
 template <typename... Args>
 void print(std::string_view pattern, const Args&... args) {
-  print(stdout, pattern, args...);
+  print(report_stream(), pattern, args...);
 }
 
 // The elements of a string range joined by a separator.

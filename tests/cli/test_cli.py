@@ -210,6 +210,8 @@ def check_bench():
     # Bad options fail before any GPU work, on any machine.
     for args, words in ((("--head-dim", "80"), "64, 96, 128 or 256"), (("--runs", "0"), "--runs"),
                         (("--seq", "1000"), "divide --tokens"), (("--policy", "nonsense"), "nonsense"),
+                        (("--tokens", "0"), "--tokens"), (("--decode-batch", "0"), "--decode-batch"),
+                        (("--decode-batch", "-5"), "--decode-batch"),
                         (("--decode-cache", "paged12"), "power of two"),
                         (("--decode-cache", "paged64", "--decode-seq", "100"), "divide every --decode-seq")):
         r = pasa("bench", *args, ok=False)
@@ -291,6 +293,7 @@ def check_options_are_validated():
                         (("beta", "--block", "0"), "is outside 1..1024"),
                         (("beta", "--init", "1.5"), "--init: 1.5 is outside (0, 1)"),
                         (("beta", "--scale", "1e30"), "--scale: 1e+30 folded into M is beyond fp16's largest value 65504"),
+                        (("beta", "--scale", "1e-7"), "--scale: with 1e-07 folded into M no initial value leads"),
                         (("beta", "--format", "int8"), "--format: int8 is an integer format"),
                         (("inspect", "--gen", "uniform", "--x0", "1e39"), "--x0/--am: uniform with x0 = 1e+39"),
                         (("inspect", "--gen", "uniform", "--x0", "nan"), "--x0: nan is not finite"),
@@ -417,6 +420,9 @@ def check_plot_setup(tmp):
     r = pasa("study", *short, "--plot", plots, "--json", os.path.join(plots, "study.json"), code=BAD_INPUT, env=fine)
     assert "same file as --json" in r.stderr, r.stderr
     assert not os.path.exists(plots)  # a refused command leaves no folder of its own
+    for bad in (("--policy", "bogus"), ("--policy", "exact", "--policy", "exact")):
+        r = pasa("study", "--seq", "32", "--heads", "1", *bad, "--plot", plots, code=BAD_INPUT, env=fine)
+        assert not os.path.exists(plots) and r.stdout == "", r.stdout
     pasa("study", *short, "--plot", plots, "--json", os.path.join(plots, "all.json"), env=fine)
     assert {"all.json", "study.json"} <= set(os.listdir(plots)), os.listdir(plots)
     # A relative directory whose name begins with '-' is no option of python3's.
@@ -428,6 +434,15 @@ def check_plot_setup(tmp):
     subprocess.run([PASA, "study", *short, "--plot", "-figs"], cwd=tmp, check=True, capture_output=True,
                    env=dict(os.environ, PATH=strict))
     assert os.path.exists(os.path.join(tmp, "-figs", "study.json"))
+
+
+def check_json_on_stdout():
+    # A JSON file on standard output holds it alone: the study's report goes to stderr.
+    for args in (("study", "--seq", "32", "--heads", "1", "--policy", "exact"),
+                 ("study", "decode", "--seq-kv", "64", "--batch", "1")):
+        r = pasa(*args, "--json", "/dev/stdout")
+        assert json.loads(r.stdout)["study"] in ("paper", "decode"), r.stdout[:200]
+        assert "|---" in r.stderr, r.stderr[:200]  # the tables
 
 
 def check_stdout_and_cpu_overhead_errors(tmp):
@@ -489,6 +504,7 @@ def main():
     check_bench()
     check_overhead()
     check_options_are_validated()
+    check_json_on_stdout()
     for check in (check_pipes_are_refused, check_usage_errors, check_output_rules, check_plot_setup,
                   check_stdout_and_cpu_overhead_errors, check_run_header_is_flushed):
         with tempfile.TemporaryDirectory() as tmp:
