@@ -15,8 +15,8 @@ from typing import Any, Optional, Tuple, Union
 import numpy as np
 
 from . import _core, _serving
-from ._arrays import (allocate_outputs, as_kernel_argument, check_array, check_writable, is_cupy_array,
-                      is_ml_dtypes_bfloat16, is_ml_dtypes_bfloat16_dtype, is_torch_tensor)
+from ._arrays import (allocate_outputs, as_kernel_argument, check_array, check_distinct_elements, check_writable,
+                      is_cupy_array, is_ml_dtypes_bfloat16, is_ml_dtypes_bfloat16_dtype, is_torch_tensor)
 from ._errors import PasaError, real_argument
 from ._policy import PolicyLike, core_policy, policy_text
 from ._score_mods import check_softcap, check_window, mask_shape, numpy_mask
@@ -196,8 +196,10 @@ def _attention_via_float32(q: Any, k: Any, v: Any, out: Optional[Any], **options
         # A bfloat16 out: checked as the call checks any output, before the work, through a float32
         # array of its shape (whose shape the call checks), then written once the result is in.
         check_writable(out, "out")
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            if np.may_share_memory(out, x):
+        check_distinct_elements(out, "out")
+        mask = options["attn_mask"]
+        for name, x in (("q", q), ("k", k), ("v", v), ("attn_mask", mask)):
+            if isinstance(x, np.ndarray) and np.may_share_memory(out, x):
                 raise PasaError(f"o: its memory overlaps {name}'s; pass an output that does not alias the inputs")
         result = attention(q32, k32, v32, out=np.empty(out.shape, np.float32), **options)
     else:

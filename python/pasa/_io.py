@@ -14,7 +14,7 @@ from typing import Any, Dict, Mapping, Union
 import numpy as np
 
 from . import _core
-from ._arrays import check_array, is_torch_tensor
+from ._arrays import check_array, is_ml_dtypes_bfloat16, is_torch_tensor
 from ._errors import PasaError
 
 __all__ = ["load", "save"]
@@ -50,6 +50,9 @@ def _host_array(x: Any, name: str) -> Any:
     if is_torch_tensor(x):
         return x.detach().cpu().contiguous()
     check_array(x, name, any_byte_order=True)
+    if is_ml_dtypes_bfloat16(x):  # (NumPy exports no DLPack for them)
+        raise PasaError(f"{name}: NumPy arrays of ml_dtypes' bfloat16 cannot be saved; save "
+                        "x.astype(np.float32) (exact) or a torch bfloat16 tensor")
     if isinstance(x, np.ndarray):
         if x.dtype.name not in _FILE_DTYPES:
             raise PasaError(f"{name}: unsupported dtype {x.dtype} (pasa files hold float32, float16 "

@@ -16,6 +16,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Dict, List, Mapping, NamedTuple, Tuple, Union
 
+import numpy as np
+
 from . import _core
 from ._errors import PasaError
 
@@ -50,12 +52,12 @@ def _to_python(kind: str, text: str) -> Any:
 
 def _to_text(kind: str, value: Any) -> str:
     """A field's text from a Python value (the inverse of _to_python)."""
-    if kind == "boolean" and isinstance(value, bool):
+    if kind == "boolean" and isinstance(value, (bool, np.bool_)):
         return "1" if value else "0"
     if kind == "quantizer" and value is None:
         return "none"
-    if kind == "number" and isinstance(value, float):
-        return repr(value)
+    if kind == "number" and isinstance(value, (float, np.floating)):
+        return repr(float(value))  # (NumPy 2's repr of its scalars is "np.float64(0.5)")
     return str(value)
 
 

@@ -540,6 +540,12 @@ void validate(const Policy& p) {
     throw Error("policy field 'pseudo_avg': set but shift=" + shift_name(p.shift) +
                 " has no pseudo-average (use shift=pasa)");
   }
+  // Q's smoothing adds dS = q_m K^T to the scores; under PASA it would have to be q_m K'^T, added before
+  // the pseudo-average is taken, which the emulator does not model (it would return wrong O and LSE).
+  if (p.shift == Shift::pasa && p.smooth_q) {
+    throw Error("policy field 'smooth_q': Q's smoothing is not modelled with shift=pasa (its correction "
+                "q_m K^T would need PASA's shifted K'); set smooth_q=0");
+  }
   if (p.shift == Shift::pasa && (p.q_quant || p.k_quant)) {
     throw Error("policy field 'shift': pasa shifts K before any quantization of Q or K is modelled; "
                 "set q_quant=none and k_quant=none");

@@ -100,6 +100,8 @@ TEST(Policy, ErrorsNameTheField) {
   expect_error([] { parse_policy("exact,scale=x"); }, "'scale': 'x' is not one of s, q, k");
   expect_error([] { parse_policy("exact,window_lo=-5"); }, "it is not a sliding window");
   expect_error([] { parse_policy("pasa,window_hi=5"); }, "shift=pasa ignores it");
+  expect_error([] { parse_policy("pasa_accurate,smooth_q=1"); }, "'smooth_q': Q's smoothing is not modelled");
+  expect_error([] { parse_policy("exact,shift=pasa,beta=0.9,smooth_q=1"); }, "set smooth_q=0");
   EXPECT_EQ(parse_policy("fdpp,window_lo=-5").window_lo, -5.0);
   expect_error([] { parse_policy("exact,phi=3"); }, "'phi': set to 3 but shift=none ignores it");
   EXPECT_EQ(parse_policy("fdpp,phi=3").phi, 3.0);

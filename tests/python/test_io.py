@@ -97,6 +97,15 @@ def test_save_errors(tmp_path, rng):
         pasa.save(3, x.astype(np.float32))
 
 
+def test_ml_dtypes_bfloat16_arrays_are_refused_by_save(tmp_path, rng):
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
+    x = rng.standard_normal((2, 3)).astype(ml_dtypes.bfloat16)
+    for name, data in (("x.npy", x), ("x.safetensors", {"a": x})):
+        with pytest.raises(pasa.PasaError, match=r"NumPy arrays of ml_dtypes' bfloat16 cannot be saved"):
+            pasa.save(tmp_path / name, data)
+        assert not (tmp_path / name).exists()
+
+
 def test_load_errors(tmp_path):
     with pytest.raises(pasa.PasaError, match="missing.npy"):
         pasa.load(tmp_path / "missing.npy")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
 import pytest
 
 import pasa
@@ -108,6 +109,10 @@ def test_replace():
         pasa.Policy("fa16,s2=64,s2=128")
     with pytest.raises(pasa.PasaError, match="s2: '64,beta=0.5' is not one value of the field"):
         pasa.Policy("pasa").replace(s2="64,beta=0.5")
+    # NumPy scalars, as NumPy computes a beta or a phi (quantiles, means): their values, not their reprs.
+    assert pasa.Policy("pasa").replace(beta=np.float64(0.96875)).beta == 0.96875
+    assert pasa.Policy("fdpp").replace(phi=np.float32(1.5), splits=np.int64(4)) == "fdpp,phi=1.5,splits=4"
+    assert pasa.Policy.from_dict({"preset": "sage8", "smooth_k": np.bool_(False)}).smooth_k is False
 
 
 def test_equality_hash_and_pickle():

@@ -145,6 +145,17 @@ def test_ml_dtypes_bfloat16_out_is_checked_before_the_work(rng):
     with pytest.raises(pasa.PasaError, match=r"overlaps q's"):
         pasa.attention(q, k, v, out=q)
     np.testing.assert_array_equal(q.astype(np.float32), q_before.astype(np.float32))
+    # An out whose strides address an element twice would lose results: refused as for float32.
+    broadcast = np.lib.stride_tricks.as_strided(np.zeros(8, ml_dtypes.bfloat16), q.shape, (0, 0, 0, 2))
+    interleaved = np.lib.stride_tricks.as_strided(np.zeros(64, ml_dtypes.bfloat16), q.shape, (64, 16, 16, 2))
+    for bad in (broadcast, interleaved):
+        with pytest.raises(pasa.PasaError, match=r"^out: sizes .* address some elements more than once"):
+            pasa.attention(q, k, v, out=bad)
+    memory = np.zeros(q.size * 2, np.uint8)  # the out and a float32 mask on the same bytes
+    shared_out = memory.view(ml_dtypes.bfloat16).reshape(q.shape)
+    mask = memory[:q.shape[2] * k.shape[2] * 4].view(np.float32).reshape(q.shape[2], k.shape[2])
+    with pytest.raises(pasa.PasaError, match=r"overlaps attn_mask's"):
+        pasa.attention(q, k, v, out=shared_out, attn_mask=mask)
     out = np.zeros_like(q)
     assert pasa.attention(q, k, v, out=out) is out and out.astype(np.float32).any()
 
