@@ -74,9 +74,8 @@ void run(const RunOptions& opt) {
   std::vector<float> lse(static_cast<std::size_t>(q.shape[0] * q.shape[1] * q.shape[2]));
   args.lse = lse_view(lse.data(), q.shape[0], q.shape[1], q.shape[2]);
 
-  // With an output on standard output, the report goes to standard error, so that the stream holds
-  // the file alone.
-  FILE* report = io::detail::own_descriptor(opt.out) == 1 || io::detail::own_descriptor(opt.lse) == 1 ? stderr : stdout;
+  // (standard error where --out or --lse is standard output: check_output_files chose it)
+  FILE* report = text::report_stream();
   text::print(report, "q {}  k {}  v {}\npolicy {}{}\n", shape_text(args.q), shape_text(args.k), shape_text(args.v),
               to_string(args.policy), opt.causal ? text::format("  causal ({})", opt.alignment) : "");
   std::fflush(report);  // what is being computed, seen before a long run (and kept if it is killed)

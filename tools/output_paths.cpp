@@ -93,9 +93,7 @@ void check_output_files(const std::vector<NamedPath>& inputs, const std::vector<
       }
     }
     seen.emplace_back(&out, id);
-  }
-  for (const NamedPath& out : outputs) {
-    if (!out.path.empty() && io::detail::own_descriptor(out.path) == STDOUT_FILENO) text::report_stream() = stderr;
+    if (io::detail::own_descriptor(out.path) == STDOUT_FILENO) text::report_stream() = stderr;
   }
 }
 
