@@ -523,8 +523,9 @@ TEST(CudaSage8, Small) {
 
 // The prepass's two forms (sage8_prepare.cu) on either side of the clustered form's limit on an
 // H100 / H200, a CTA's rows in 160 KiB: 5 key blocks of 128 keys at D 128 (5120 keys clustered, 5121
-// in passes), 10 at D 64; and a head whose last CTA holds a partial block (1100 keys: 5 CTAs of 2
-// blocks). Inputs on which both statistics matter: Q and K with SageAttention2's channel outliers (a
+// in passes), 10 at D 64; heads whose last CTA holds a partial block with V's rows in K's place (1100
+// keys at D 128: 5 CTAs of 2 blocks) and apart from them (900 keys at D 128: 8 CTAs of 1 block; 1900
+// at D 64: 8 CTAs of 2). Inputs on which both statistics matter: Q and K with SageAttention2's channel outliers (a
 // K mean taken over one CTA's keys alone would shift its blocks' scores against the others'), and V
 // growing along the keys (1x to 4x: a scale taken from one CTA's keys alone would misquantize them).
 TEST(CudaSage8, PrepassClusteredAndInPasses) {
@@ -536,6 +537,8 @@ TEST(CudaSage8, PrepassClusteredAndInPasses) {
       {1, 2, 2, 48, 10240, 64, true, br, false, DType::bf16, DType::f16},
       {1, 2, 2, 48, 10241, 64, true, br, false, DType::bf16, DType::f16},
       {2, 4, 2, 100, 1100, 128, true, br, false, DType::bf16, DType::bf16},
+      {2, 4, 2, 100, 900, 128, false, br, false, DType::f16, DType::f16},
+      {1, 2, 1, 70, 1900, 64, true, br, false, DType::bf16, DType::f32},
   };
   const Policy pol = preset_policy("sage8");
   for (const Case& c : cases) {

@@ -15,7 +15,8 @@
 // their last bit:
 //   - clustered, for a head whose keys fit in the shared memory of one thread-block cluster (up to
 //     kClusterCtas CTAs of kClusterRowBytes) where the device can hold such a cluster: the cluster holds
-//     the head's K, then its V, in shared memory, the CTAs exchange their column sums and maxima through
+//     the head's K, then its V (in K's place, or beside it where both fit: then V's copies run under
+//     K's work), in shared memory, the CTAs exchange their column sums and maxima through
 //     distributed shared memory, and each quantizes what it holds. K and V are read from global memory
 //     once (at fp16, 2 bytes read and 1 written per element of K and V, against 4 and 1 in passes).
 //   - in passes, for longer heads: partial statistics per kStatRows keys, their reduction, then the K
@@ -296,10 +297,10 @@ __global__ void __launch_bounds__(kQuantVThreads<D>) sage_quant_v(Operand v, int
 
 // ---- clustered --------------------------------------------------------------------------------------
 
-// Copies keys key0 .. key0 + n_rows - 1 of `op` into `rows` (cp.async, 16 bytes a thread at a time) and
-// waits for them, the whole CTA.
+// Issues the copies of keys key0 .. key0 + n_rows - 1 of `op` into `rows` (cp.async, 16 bytes a thread
+// at a time) as one commit group of each thread.
 template <typename Elem, int D>
-__device__ __forceinline__ void load_rows(const Operand& op, int b, int h, int n_rows, const SharedRows<Elem, D>& rows) {
+__device__ __forceinline__ void copy_rows(const Operand& op, int b, int h, int n_rows, const SharedRows<Elem, D>& rows) {
   constexpr int kRowChunks = D / 8;
   for (int i = threadIdx.x; i < n_rows * kRowChunks; i += kThreads) {
     const int r = i / kRowChunks, d0 = i % kRowChunks * 8;
@@ -307,8 +308,6 @@ __device__ __forceinline__ void load_rows(const Operand& op, int b, int h, int n
     cp_async_16(smem_addr(rows.base + SharedRows<Elem, D>::offset(r, d0)), src, true);
   }
   cp_async_commit();
-  cp_async_wait<0>();
-  __syncthreads();
 }
 
 // This CTA's column sums (kMax false) or maxima of |x| (kMax true) over its n_rows rows into out[D]
@@ -337,12 +336,14 @@ __device__ __forceinline__ void column_stat(const SharedRows<Elem, D>& rows, int
 }
 
 // grid (cluster size, Hkv, B), one cluster a head, block kThreads, dynamic shared memory
-// blocks_per_cta key blocks of rows: CTA `rank` holds key blocks rank * blocks_per_cta onwards. It
-// copies its K rows, sums their columns, and after a cluster barrier every CTA adds the cluster's sums
-// (in rank order, so all agree on the mean) and quantizes its K blocks; then the same for V with maxima.
+// blocks_per_cta key blocks of rows (twice that with v_apart): CTA `rank` holds key blocks
+// rank * blocks_per_cta onwards. It copies its K rows, sums their columns, and after a cluster barrier
+// every CTA adds the cluster's sums (in rank order, so all agree on the mean) and quantizes its K
+// blocks; then the same for V with maxima. With v_apart V's rows have their own place after K's, so
+// V's copies are issued with K's and land while K is summed and quantized; without, they reuse K's.
 template <typename Elem, int D>
 __global__ void __launch_bounds__(kThreads, 3) sage_kv_prepare_clustered(Operand k, Operand v, int heads_kv, int seq_kv,
-                                                                      int blocks_per_cta, Sage8Scratch s) {
+                                                                      int blocks_per_cta, bool v_apart, Sage8Scratch s) {
   constexpr int kCols = D / 32;
   extern __shared__ __align__(128) std::uint8_t rows_sh[];
   __shared__ float lanes_sh[kThreads / (D / 8)][D];
@@ -354,10 +355,18 @@ __global__ void __launch_bounds__(kThreads, 3) sage_kv_prepare_clustered(Operand
   const std::int64_t bh = static_cast<std::int64_t>(b) * heads_kv + h;
   const int kb0 = rank * blocks_per_cta, kb1 = min(kb0 + blocks_per_cta, s.n_kb);
   const SharedRows<Elem, D> rows{reinterpret_cast<Elem*>(rows_sh), kb0 * kBlockKv};
+  const SharedRows<Elem, D> v_rows{rows.base + (v_apart ? blocks_per_cta * kBlockKv * D : 0), rows.key0};
   const int n_rows = min(kb1 * kBlockKv, seq_kv) - rows.key0;
   const int d = threadIdx.x;
 
-  load_rows<Elem, D>(k, b, h, n_rows, rows);
+  copy_rows<Elem, D>(k, b, h, n_rows, rows);
+  if (v_apart) {
+    copy_rows<Elem, D>(v, b, h, n_rows, v_rows);
+    cp_async_wait<1>();  // (K's group; V's may still be in flight)
+  } else {
+    cp_async_wait<0>();
+  }
+  __syncthreads();
   column_stat<false>(rows, n_rows, lanes_sh, k_sum_sh);
   cluster.sync();
   if (d < D) {
@@ -372,10 +381,14 @@ __global__ void __launch_bounds__(kThreads, 3) sage_kv_prepare_clustered(Operand
 #pragma unroll
   for (int j = 0; j < kCols; ++j) mean[j] = mean_sh[lane * kCols + j];
   for (int kb = kb0; kb < kb1; ++kb) sage_quantize_k_group<D>(rows, kb, w, mean, bh, seq_kv, s);
-  __syncthreads();  // (every K row read before V's copies overwrite them)
 
-  load_rows<Elem, D>(v, b, h, n_rows, rows);
-  column_stat<true>(rows, n_rows, lanes_sh, v_max_sh);
+  if (!v_apart) {
+    __syncthreads();  // (every K row read before V's copies overwrite them)
+    copy_rows<Elem, D>(v, b, h, n_rows, v_rows);
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  column_stat<true>(v_rows, n_rows, lanes_sh, v_max_sh);
   cluster.sync();
   if (d < D) {
     float vmax = 0.0f;
@@ -391,7 +404,7 @@ __global__ void __launch_bounds__(kThreads, 3) sage_kv_prepare_clustered(Operand
     float inv[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) inv[j] = inv_sh[d0 + j];
-    sage_quantize_v_quad<D>(rows, kb, m, chunk, d0, inv, bh, seq_kv, s);
+    sage_quantize_v_quad<D>(v_rows, kb, m, chunk, d0, inv, bh, seq_kv, s);
   }
   cluster.sync();  // (no CTA leaves while another may still read its v_max_sh)
 }
@@ -421,14 +434,22 @@ template <int D>
 constexpr int kBlockRowBytes = kBlockKv * D * kElemBytes;  // one key block's rows
 
 // The clustered launch of a head of n_kb key blocks: the fewest key blocks a CTA with at most
-// kClusterCtas CTAs a cluster.
+// kClusterCtas CTAs a cluster; V's rows apart from K's where both fit in kApartRowBytes (so a CTA
+// that holds V apart takes no more shared memory than the three CTAs an SM of __launch_bounds__ leave
+// it) and within the device's limit of key blocks a CTA (`block_limit`).
+constexpr int kApartRowBytes = 64 * 1024;
+
 struct ClusterShape {
   int ctas, blocks_per_cta;
+  bool v_apart;
+  int row_blocks() const { return v_apart ? 2 * blocks_per_cta : blocks_per_cta; }
 };
 
-ClusterShape cluster_shape(int n_kb) {
+template <int D>
+ClusterShape cluster_shape(int n_kb, int block_limit) {
   const int per_cta = (n_kb + kClusterCtas - 1) / kClusterCtas;
-  return {(n_kb + per_cta - 1) / per_cta, per_cta};
+  const bool v_apart = 2 * per_cta * kBlockRowBytes<D> <= kApartRowBytes && 2 * per_cta <= block_limit;
+  return {(n_kb + per_cta - 1) / per_cta, per_cta, v_apart};
 }
 
 template <typename Elem, int D>
@@ -437,7 +458,7 @@ cudaLaunchConfig_t clustered_config(const Sage8Request& r, const ClusterShape& s
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(shape.ctas, r.heads_kv, r.batch);
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = static_cast<std::size_t>(shape.blocks_per_cta) * kBlockRowBytes<D>;
+  config.dynamicSmemBytes = static_cast<std::size_t>(shape.row_blocks()) * kBlockRowBytes<D>;
   config.stream = stream;
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = shape.ctas;
@@ -463,7 +484,7 @@ int clustered_block_limit(const Sage8Request& r) {
     for (int blocks = kClusterRowBytes / kBlockRowBytes<D>; blocks > 0 && fits == 0; --blocks) {
       cudaLaunchAttribute cluster{};
       const cudaLaunchConfig_t config =
-          clustered_config<Elem, D>(r, {kClusterCtas, blocks}, cluster, static_cast<cudaStream_t>(nullptr));
+          clustered_config<Elem, D>(r, {kClusterCtas, blocks, false}, cluster, static_cast<cudaStream_t>(nullptr));
       int clusters = 0;
       const cudaError_t status = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
       if (status != cudaSuccess) cudaGetLastError();  // (counted as no room: the form in passes runs)
@@ -482,7 +503,7 @@ void launch_clustered(const Sage8Request& r, const Sage8Scratch& s, const Cluste
   cudaLaunchAttribute cluster{};
   const cudaLaunchConfig_t config = clustered_config<Elem, D>(r, shape, cluster, stream);
   const cudaError_t status = cudaLaunchKernelEx(&config, sage_kv_prepare_clustered<Elem, D>, p.k, p.v, r.heads_kv,
-                                                p.seq_kv, shape.blocks_per_cta, s);
+                                                p.seq_kv, shape.blocks_per_cta, shape.v_apart, s);
   if (status != cudaSuccess) cudaGetLastError();  // (a launch error is not the next launch's to report)
   check_cuda(status, "sage_kv_prepare_clustered");
 }
@@ -505,8 +526,9 @@ template <typename Elem, int D>
 void launch_typed(const Sage8Request& r, const Sage8Scratch& s, cudaStream_t stream) {
   static_assert(sizeof(Elem) == kElemBytes);
   // (n_kb <= kClusterCtas * the limit, compared without forming a byte count that could overflow)
-  if (s.n_kb >= 1 && (s.n_kb - 1) / kClusterCtas < clustered_block_limit<Elem, D>(r)) {
-    launch_clustered<Elem, D>(r, s, cluster_shape(s.n_kb), stream);
+  const int block_limit = clustered_block_limit<Elem, D>(r);
+  if (s.n_kb >= 1 && (s.n_kb - 1) / kClusterCtas < block_limit) {
+    launch_clustered<Elem, D>(r, s, cluster_shape<D>(s.n_kb, block_limit), stream);
   } else {
     launch_in_passes<Elem, D>(r, s, stream);
   }
