@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <span>
 
 #include "interrupt.h"
 #include "memory_overlap.h"
@@ -14,7 +15,7 @@
 
 namespace pasa {
 
-void check_view(const TensorView& t, const char* name, bool is_output) {
+void check_view(const TensorView& t, const char* name, bool is_output, ViewForm form) {
   const int dt = static_cast<int>(t.dtype);
   if (dt < 0 || dt > static_cast<int>(DType::bf16)) {
     throw Error(text::format("{}: unsupported dtype (code {}); use f32, f16 or bf16", name, dt));
@@ -23,22 +24,46 @@ void check_view(const TensorView& t, const char* name, bool is_output) {
   if (device < 0 || device > static_cast<int>(Device::cuda)) {
     throw Error(text::format("{}: unknown device (code {}); use Device::cpu or Device::cuda", name, device));
   }
-  static const char* dims[] = {"batch", "heads", "sequence", "head dim"};
-  for (int i = 0; i < 4; ++i) {
-    if (t.shape[i] <= 0) {
+  const bool packed = form == ViewForm::packed;
+  if (packed && t.shape[0] != 1) {
+    throw Error(text::format("{}: batch size {}; a packed tensor [total, H, D] is one batch of all the tokens "
+                             "(packed_view makes its [1, H, total, D] view)", name, t.shape[0]));
+  }
+  // The dimensions in the caller's order, with their names; a packed tensor's batch axis (size 1) is the
+  // view's, not the caller's.
+  struct Dim {
+    int axis;
+    const char* name;
+  };
+  static constexpr Dim bhsd_dims[] = {{0, "batch"}, {1, "heads"}, {2, "sequence"}, {3, "head dim"}};
+  static constexpr Dim packed_dims[] = {{2, "token"}, {1, "heads"}, {3, "head dim"}};
+  const std::span<const Dim> dims = packed ? std::span<const Dim>(packed_dims) : std::span<const Dim>(bhsd_dims);
+  if (packed && t.seq() < 0) throw Error(text::format("{}: token count is {} (must be >= 0)", name, t.seq()));
+  // A packed batch may hold no token (flash-attn takes such batches too): an empty view, whose strides
+  // and data pointer address nothing (NumPy gives a zero-size array strides of 0, torch a null pointer).
+  const bool empty = packed && t.seq() == 0;
+  for (const auto& [i, dim] : dims) {
+    if (t.shape[i] <= 0 && !(packed && i == 2)) {
       throw Error(text::format("{}: {} size is {} (every dimension must be at least 1; zero-length "
-                               "sequences are not attention problems)", name, dims[i], t.shape[i]));
+                               "sequences are not attention problems)", name, dim, t.shape[i]));
     }
-    if (t.stride[i] < (is_output ? 1 : 0)) {
-      throw Error(text::format("{}: stride of the {} dimension is {} (must be {})", name, dims[i],
+    if (!empty && t.stride[i] < (is_output ? 1 : 0)) {
+      throw Error(text::format("{}: stride of the {} dimension is {} (must be {})", name, dim,
                                t.stride[i], is_output ? "positive" : "non-negative"));
     }
   }
-  // After the sizes: an empty tensor has no data pointer, and its size is the error to report.
-  if (t.data == nullptr) throw Error(text::format("{}: data pointer is null", name));
+  // After the sizes: a tensor without elements has no data pointer, and (but for an empty packed view)
+  // its size is the error to report.
+  if (t.data == nullptr && !empty) throw Error(text::format("{}: data pointer is null", name));
 }
 
 namespace {
+
+// "[B, H, S, D]", or "[total, H, D]" for a packed view: a view's shape as its caller sees it.
+std::string shape_text(const TensorView& t, ViewForm form) {
+  if (form == ViewForm::packed) return text::format("[{}, {}, {}]", t.shape[2], t.shape[1], t.shape[3]);
+  return text::format("[{}, {}, {}, {}]", t.shape[0], t.shape[1], t.shape[2], t.shape[3]);
+}
 
 // The scale multiplies in the softmax format (scale=s) or the input format (scale=q|k), and every kernel
 // holds it in fp32: a scale beyond those formats' range becomes inf there and turns every output into
@@ -119,28 +144,31 @@ void check_mask_values(const MaskView& m) {
       }
 }
 
-ProblemShape check_attention_args(const AttentionArgs& a) {
-  const ProblemShape p = check_attention_problem(a);
-  check_output_memory(a);
+ProblemShape check_attention_args(const AttentionArgs& a, ViewForm form) {
+  const ProblemShape p = check_attention_problem(a, form);
+  check_output_memory(a, form);
   return p;
 }
 
-void check_output_memory(const AttentionArgs& a) {
+void check_output_memory(const AttentionArgs& a, ViewForm form) {
+  if (form == ViewForm::packed) {  // o's own elements first, so that an error names its [total, H, D]
+    const TensorView& o = a.o;
+    const std::array<std::int64_t, 3> shape{o.shape[2], o.shape[1], o.shape[3]};
+    const std::array<std::int64_t, 3> stride{o.stride[2], o.stride[1], o.stride[3]};
+    check_no_self_overlap({o.data, static_cast<std::int64_t>(dtype_size(o.dtype)), shape, stride}, "o");
+  }
   NamedMemory read[4] = {{memory_of(a.q), "q"}, {memory_of(a.k), "k"}, {memory_of(a.v), "v"}};
   std::size_t n = 3;
   if (a.mask.kind != MaskKind::none) read[n++] = {memory_of(a.mask), "attn_mask"};
   check_outputs(a.o, a.lse, {read, n});
 }
 
-ProblemShape check_attention_problem(const AttentionArgs& a) {
-  check_view(a.q, "q", false);
-  check_view(a.k, "k", false);
-  check_view(a.v, "v", false);
-  check_view(a.o, "o", true);
+ProblemShape check_attention_problem(const AttentionArgs& a, ViewForm form) {
+  check_view(a.q, "q", false, form);
+  check_view(a.k, "k", false, form);
+  check_view(a.v, "v", false, form);
+  check_view(a.o, "o", true, form);
   const ProblemShape p{a.q.batch(), a.q.heads(), a.k.heads(), a.q.seq(), a.k.seq(), a.q.dim()};
-  auto shape_str = [](const TensorView& t) {
-    return text::format("[{}, {}, {}, {}]", t.shape[0], t.shape[1], t.shape[2], t.shape[3]);
-  };
   if (a.k.batch() != p.batch || a.v.batch() != p.batch) {
     throw Error(text::format("k/v: batch sizes {} and {} differ from q's {}", a.k.batch(), a.v.batch(),
                              p.batch));
@@ -149,14 +177,14 @@ ProblemShape check_attention_problem(const AttentionArgs& a) {
     throw Error(text::format("k: head dim {} differs from q's {}", a.k.dim(), p.dim));
   }
   if (a.v.shape != a.k.shape) {
-    throw Error(text::format("v: shape {} differs from k's {}", shape_str(a.v), shape_str(a.k)));
+    throw Error(text::format("v: shape {} differs from k's {}", shape_text(a.v, form), shape_text(a.k, form)));
   }
   if (p.heads_q % p.heads_kv != 0) {
     throw Error(text::format("k: {} K/V heads do not divide the {} query heads (GQA needs H_q to be a "
                              "multiple of H_kv)", p.heads_kv, p.heads_q));
   }
   if (a.o.shape != a.q.shape) {
-    throw Error(text::format("o: shape {} differs from q's {}", shape_str(a.o), shape_str(a.q)));
+    throw Error(text::format("o: shape {} differs from q's {}", shape_text(a.o, form), shape_text(a.q, form)));
   }
   const Device dev = a.q.device;
   if (a.k.device != dev || a.v.device != dev || a.o.device != dev) {
@@ -164,13 +192,15 @@ ProblemShape check_attention_problem(const AttentionArgs& a) {
   }
   if (a.lse.data != nullptr) {
     if (a.lse.shape != std::array<std::int64_t, 3>{p.batch, p.heads_q, p.seq_q}) {
-      throw Error(text::format("lse: shape [{}, {}, {}] is not [B, H_q, S_q] = [{}, {}, {}]",
-                               a.lse.shape[0], a.lse.shape[1], a.lse.shape[2], p.batch, p.heads_q,
-                               p.seq_q));
+      throw Error(text::format("lse: shape [{}, {}, {}] is not {} = [{}, {}, {}]", a.lse.shape[0],
+                               a.lse.shape[1], a.lse.shape[2],
+                               form == ViewForm::packed ? "[1, H_q, total_q]" : "[B, H_q, S_q]", p.batch,
+                               p.heads_q, p.seq_q));
     }
     if (a.lse.device != dev) throw Error("lse: on a different device than q");
     for (int i = 0; i < 3; ++i) {
-      if (a.lse.stride[i] < 1) throw Error("lse: strides must be positive");
+      // (An empty LSE, of a packed batch without tokens, addresses nothing: NumPy gives [H, 0] stride 0.)
+      if (a.lse.stride[i] < 1 && p.seq_q > 0) throw Error("lse: strides must be positive");
     }
   }
   if (a.scale) check_scale(*a.scale, a.policy);
@@ -190,7 +220,11 @@ ProblemShape check_attention_problem(const AttentionArgs& a) {
   return p;
 }
 
-std::string problem_text(const ProblemShape& p) {
+std::string problem_text(const ProblemShape& p, ViewForm form) {
+  if (form == ViewForm::packed) {
+    return text::format("q [{}, {}, {}], k/v [{}, {}, {}]", p.seq_q, p.heads_q, p.dim, p.seq_kv, p.heads_kv,
+                        p.dim);
+  }
   return text::format("q [{}, {}, {}, {}], k/v [{}, {}, {}, {}]", p.batch, p.heads_q, p.seq_q, p.dim, p.batch,
                      p.heads_kv, p.seq_kv, p.dim);
 }
@@ -199,7 +233,12 @@ double resolve_scale(const AttentionArgs& args, std::int64_t dim) {
   return args.scale ? *args.scale : 1.0 / std::sqrt(static_cast<double>(dim));
 }
 
-void check_finite_host(const TensorView& t, const char* name, std::int64_t first_row) {
+std::string ElementIndex::at(std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t d) const {
+  if (form == ViewForm::packed) return text::format("[{}, {}, {}]", first_token + s, h, d);
+  return text::format("[{}, {}, {}, {}]", b, h, s, d);
+}
+
+void check_finite_host(const TensorView& t, const char* name, const ElementIndex& where) {
   // A dimension of stride 0 (a broadcast view) repeats its index 0: each element is read once, so a
   // key broadcast to 2^40 rows costs one row's check.
   const auto extent = [&](int i) { return t.stride[i] == 0 ? std::min<std::int64_t>(t.shape[i], 1) : t.shape[i]; };
@@ -210,8 +249,8 @@ void check_finite_host(const TensorView& t, const char* name, std::int64_t first
         if (s % kRowsPerPoll == 0) interrupt.poll();
         for (std::int64_t d = 0; d < extent(3); ++d) {
           if (!std::isfinite(load_as_float(t.data, t.dtype, t.offset(b, h, s, d)))) {
-            throw Error(text::format("{}: non-finite value at [{}, {}, {}, {}] (inputs must be finite; "
-                                     "see docs/api.md)", name, b, h, first_row + s, d));
+            throw Error(text::format("{}: non-finite value at {} (inputs must be finite; see docs/api.md)",
+                                     name, where.at(b, h, s, d)));
           }
         }
       }

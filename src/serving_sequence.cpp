@@ -55,9 +55,10 @@ void refuse_serving_mask(const AttentionArgs& options, const char* call) {
               "each sequence's own length); use causal or window_size, or pasa::attention per sequence");
 }
 
-void require_sequence_memory(const ProblemShape& largest, const Policy& policy, std::uint64_t extra_bytes) {
+void require_sequence_memory(const ProblemShape& largest, const Policy& policy, std::uint64_t extra_bytes,
+                             ViewForm form) {
   require_memory(saturating_sum({emulator_memory_bytes(largest, policy), extra_bytes}),
-                 "attention (CPU emulator) on the batch's largest sequence, " + problem_text(largest));
+                 "attention (CPU emulator) on the batch's largest sequence, " + problem_text(largest, form));
 }
 
 void run_sequence(const AttentionArgs& options, const TensorView& q, const TensorView& k,

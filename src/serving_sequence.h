@@ -25,8 +25,10 @@ bool serving_on_gpu(const AttentionArgs& options, const TensorView& q);
 void refuse_serving_mask(const AttentionArgs& options, const char* call);
 
 // Throws pasa::ResourceError, before anything is written, unless the emulator's run of the largest
-// sequence (`largest`, batch 1) and `extra_bytes` (a gathered copy of its keys) fit in memory.
-void require_sequence_memory(const ProblemShape& largest, const Policy& policy, std::uint64_t extra_bytes);
+// sequence (`largest`, batch 1) and `extra_bytes` (a gathered copy of its keys) fit in memory; the
+// message gives the sequence's shapes in the caller's `form`.
+void require_sequence_memory(const ProblemShape& largest, const Policy& policy, std::uint64_t extra_bytes,
+                             ViewForm form = ViewForm::bhsd);
 
 // Runs one sequence (q, k, v, o, lse its batch-of-one views) through the emulator with options' policy
 // and settings, adding its rows to `stats`. An empty q does nothing; no keys at all makes every row

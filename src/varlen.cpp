@@ -126,11 +126,8 @@ void attention_varlen(const VarlenArgs& args) {
   whole.v = args.v;
   whole.o = args.o;
   whole.lse = args.lse;
-  const ProblemShape shape = check_attention_args(whole);
-  if (shape.batch != 1) {
-    throw Error(text::format("q: batch size {}; packed tensors are one batch of all the tokens "
-                            "(packed_view)", shape.batch));
-  }
+  // In the packed form: messages name [total, H, D], and a batch without tokens (total 0) is valid.
+  const ProblemShape shape = check_attention_args(whole, ViewForm::packed);
   if (args.batch < 1) throw Error(text::format("batch: {} (must be at least 1)", args.batch));
   if (on_gpu) {
     varlen_on_gpu(args, shape);
@@ -150,7 +147,7 @@ void attention_varlen(const VarlenArgs& args) {
     longest_k = std::max<std::int64_t>(longest_k, ck[b + 1] - ck[b]);
   }
   require_sequence_memory({1, shape.heads_q, shape.heads_kv, longest_q, longest_k, shape.dim},
-                          args.options.policy, 0);
+                          args.options.policy, 0, ViewForm::packed);
   // Only the tokens the sequences own are read, so only they must be finite, and fit the policy's
   // input format (checked here for every sequence: the emulator would check each only in its turn).
   const Rounder input(args.options.policy.input);
@@ -158,8 +155,9 @@ void attention_varlen(const VarlenArgs& args) {
                                               {&args.k, "k", ck[0], ck[B] - ck[0]},
                                               {&args.v, "v", ck[0], ck[B] - ck[0]}}) {
     const TensorView owned = slice_rows(*t, 0, first, count);
-    check_finite_host(owned, name, first);
-    check_fits_input(owned, name, input, first);
+    const ElementIndex where{ViewForm::packed, first};
+    check_finite_host(owned, name, where);
+    check_fits_input(owned, name, input, where);
   }
 
   AttentionStats stats;

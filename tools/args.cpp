@@ -202,6 +202,11 @@ const Command* Command::parse(const std::vector<std::string>& args, std::size_t 
 }
 
 int Command::main(int argc, const char* const* argv) {
+  // One line that points to the --help of the command `where` concerns; exit code 2.
+  const auto usage_error = [this](const UsageError& e, const Command& where) {
+    std::fprintf(stderr, "%s: error: %s (see '%s --help')\n", name_.c_str(), e.what(), where.path_.c_str());
+    return 2;
+  };
   const std::vector<std::string> args(argv + 1, argv + argc);
   const Command* help_for = nullptr;
   try {
@@ -209,8 +214,7 @@ int Command::main(int argc, const char* const* argv) {
   } catch (const UsageError& e) {
     const Command* where = this;  // the command being parsed when the error came: the last one named
     while (where->chosen_ != nullptr) where = where->chosen_;
-    std::fprintf(stderr, "%s: error: %s (see '%s --help')\n", name_.c_str(), e.what(), where->path_.c_str());
-    return 2;
+    return usage_error(e, *where);
   }
   if (version_asked_) {
     std::printf("%s\n", version_.c_str());
@@ -221,7 +225,12 @@ int Command::main(int argc, const char* const* argv) {
     return 0;
   }
   for (const Command* c = this; c != nullptr; c = c->chosen_) {
-    if (c->callback_) c->callback_();
+    if (!c->callback_) continue;
+    try {
+      c->callback_();
+    } catch (const UsageError& e) {  // an option value the command checked itself, before its work
+      return usage_error(e, *c);
+    }
   }
   return 0;
 }

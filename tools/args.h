@@ -24,7 +24,9 @@
 
 namespace pasa::cli {
 
-// A command line that does not fit the commands' options; its message names the option.
+// A command line that does not fit the commands' options; its message names the option. The parser
+// throws it, and so does a command's callback for an option value it checks itself (before any work:
+// a value out of the option's range, a policy that does not parse); Command::main prints both alike.
 class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -140,8 +142,9 @@ class Command {
   void version(std::string text) { version_ = std::move(text); }
 
   std::string help() const;
-  // Parses argv, runs the callbacks, prints a usage error as one line that points to the --help of
-  // the command it concerns; returns the process's exit code: 0, or 2 for a usage error.
+  // Parses argv, runs the callbacks, prints a usage error (the parser's or a callback's) as one line
+  // that points to the --help of the command it concerns; returns the process's exit code: 0, or 2 for
+  // a usage error.
   int main(int argc, const char* const* argv);
 
  private:

@@ -22,6 +22,7 @@
 #include "pasa/bench.h"
 #include "pasa/error.h"
 #include "pasa/policy.h"
+#include "policy_options.h"
 #include "text/format.h"
 
 namespace pasa::cli {
@@ -52,7 +53,7 @@ struct Row {
 DType parse_dtype(const std::string& s) {
   if (s == "fp16" || s == "f16") return DType::f16;
   if (s == "bf16") return DType::bf16;
-  throw Error("--dtype: '" + s + "' is not fp16 or bf16");
+  throw UsageError("--dtype: '" + s + "' is not fp16 or bf16");
 }
 
 // --decode-cache: "tensors" (K and V through pasa::attention), "dense" (a dense KV cache) or
@@ -67,13 +68,13 @@ int parse_decode_cache(const std::string& s) {
       if (block > 0 && (block & (block - 1)) == 0) return block;
     }
   }
-  throw Error("--decode-cache: '" + s + "' is not tensors, dense or paged<N> (N a power of two: paged16)");
+  throw UsageError("--decode-cache: '" + s + "' is not tensors, dense or paged<N> (N a power of two: paged16)");
 }
 
 bool parse_mask(const std::string& s) {
   if (s == "causal") return true;
   if (s == "full") return false;
-  throw Error("--mask: '" + s + "' is not full or causal");
+  throw UsageError("--mask: '" + s + "' is not full or causal");
 }
 
 // What the options name, parsed: the policies and the decode caches (BenchPoint::kv_cache_block each).
@@ -82,34 +83,40 @@ struct ParsedOptions {
   std::vector<int> decode_caches;
 };
 
-// Every option checked before any GPU work, with a clear error; returns what it parsed.
+// Every option checked before any GPU work, a usage error naming it; returns what it parsed.
 ParsedOptions validate(const BenchOptions& o) {
-  if (o.runs < 1) throw Error("--runs must be at least 1");
-  if (o.warmup < 0) throw Error("--warmup must not be negative");
-  if (o.tokens < 1) throw Error("--tokens must be at least 1");
-  if (o.decode_batch < 1) throw Error("--decode-batch must be at least 1");
+  if (o.runs < 1) throw UsageError("--runs must be at least 1");
+  if (o.warmup < 0) throw UsageError("--warmup must not be negative");
+  if (o.tokens < 1) throw UsageError("--tokens must be at least 1");
+  if (o.decode_batch < 1) throw UsageError("--decode-batch must be at least 1");
   for (const int d : o.head_dims) {
     if (d != 64 && d != 96 && d != 128 && d != 256) {
-      throw Error("--head-dim: the kernels take 64, 96, 128 or 256, not " + std::to_string(d));
+      throw UsageError("--head-dim: the kernels take 64, 96, 128 or 256, not " + std::to_string(d));
     }
-    if (o.hidden < d) throw Error("--hidden " + std::to_string(o.hidden) + " is smaller than head dim " + std::to_string(d));
+    if (o.hidden < d) {
+      throw UsageError("--hidden " + std::to_string(o.hidden) + " is smaller than head dim " + std::to_string(d));
+    }
   }
   for (const int s : o.seqs) {
     if (s < 1 || o.tokens % s != 0) {
-      throw Error("--seq " + std::to_string(s) + ": must be positive and divide --tokens " + std::to_string(o.tokens));
+      throw UsageError("--seq " + std::to_string(s) + ": must be positive and divide --tokens " +
+                       std::to_string(o.tokens));
     }
   }
   for (const int s : o.decode_seqs) {
-    if (s < 1) throw Error("--decode-seq must be positive");
+    if (s < 1) throw UsageError("--decode-seq must be positive");
   }
   ParsedOptions parsed;
-  for (const std::string& p : o.policies) parsed.policies.push_back(parse_policy(p));
-  for (const std::string& p : o.decode_policies) parsed.decode_policies.push_back(parse_policy(p));
+  for (const std::string& p : o.policies) parsed.policies.push_back(parse_policy_option("--policy", p));
+  for (const std::string& p : o.decode_policies) {
+    parsed.decode_policies.push_back(parse_policy_option("--decode-policy", p));
+  }
   for (const std::string& c : o.decode_caches) {
     const int block = parse_decode_cache(c);
     for (const int s : o.decode_seqs) {
       if (block > 0 && s % block != 0) {
-        throw Error("--decode-cache " + c + ": the block size must divide every --decode-seq (" + std::to_string(s) + ")");
+        throw UsageError("--decode-cache " + c + ": the block size must divide every --decode-seq (" +
+                         std::to_string(s) + ")");
       }
     }
     parsed.decode_caches.push_back(block);

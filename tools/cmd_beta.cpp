@@ -36,19 +36,26 @@ std::string unsolvable_reason(double initial, const Format& format, const BetaOp
 }
 
 void run(const BetaOptions& opt) {
-  const Format format = parse_format(opt.format);
-  if (format.is_integer()) throw Error("--format: " + format.name() + " is an integer format; M needs a float one");
+  Format format;
+  try {
+    format = parse_format(opt.format);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--format: ") + e.what());
+  }
+  if (format.is_integer()) {
+    throw UsageError("--format: " + format.name() + " is an integer format; M needs a float one");
+  }
   check_block_option("--block", opt.block);
   for (const double b0 : opt.init) {
-    if (!(b0 > 0.0 && b0 < 1.0)) throw Error(text::format("--init: {} is outside (0, 1)", b0));
+    if (!(b0 > 0.0 && b0 < 1.0)) throw UsageError(text::format("--init: {} is outside (0, 1)", b0));
   }
   if (opt.scale && !(std::isfinite(*opt.scale) && *opt.scale > 0.0)) {
-    throw Error(text::format("--scale: {} is not positive and finite", *opt.scale));
+    throw UsageError(text::format("--scale: {} is not positive and finite", *opt.scale));
   }
   // M's diagonal is about the scale: past the format's largest value it is inf, and no beta is left.
   if (opt.scale && *opt.scale > format.max_finite()) {
-    throw Error(text::format("--scale: {:g} folded into M is beyond {}'s largest value {:g}", *opt.scale,
-                             format.name(), format.max_finite()));
+    throw UsageError(text::format("--scale: {:g} folded into M is beyond {}'s largest value {:g}", *opt.scale,
+                                  format.name(), format.max_finite()));
   }
   text::print("optimal beta for {} with s2 = {}{}\n\n", format.name(), opt.block,
               opt.scale ? text::format(", scale {:g} folded into M", *opt.scale) : ", scale kept out of M");

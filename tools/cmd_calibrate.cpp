@@ -16,6 +16,7 @@
 #include "pasa/metrics.h"
 #include "pasa/plan.h"
 #include "output_paths.h"
+#include "policy_options.h"
 #include "score_stats.h"
 #include "text/format.h"
 
@@ -113,11 +114,11 @@ void check_plan_output(const std::string& out, const std::vector<EntryFiles>& en
 }
 
 void calibrate_plan(const CalibrateOptions& opt) {
-  if (!(opt.xi >= 0 && opt.xi <= 100)) throw Error(text::format("--xi: {} is outside 0..100", opt.xi));
+  if (!(opt.xi >= 0 && opt.xi <= 100)) throw UsageError(text::format("--xi: {} is outside 0..100", opt.xi));
   const double xi = opt.xi + 0.0;  // (-0 given is printed and written as 0)
-  if (opt.out.empty()) throw Error("--out: give the plan file to write");
-  const Policy fast = parse_policy(opt.fast);
-  parse_policy(opt.accurate);
+  if (opt.out.empty()) throw UsageError("--out: give the plan file to write");
+  const Policy fast = parse_policy_option("--fast", opt.fast);
+  parse_policy_option("--accurate", opt.accurate);
   const std::vector<EntryFiles> entries = find_entries(opt.inputs);
   check_plan_output(opt.out, entries);
   std::vector<std::pair<double, std::pair<int, int>>> ranked;

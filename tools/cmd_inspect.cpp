@@ -58,8 +58,10 @@ struct GeneratorOptionsGiven {
 // Q and K from uniform_qkv or hybrid_qkv (fp16, as the study draws them): a draw beyond fp16's range is
 // the generator's error, named here by the options that chose it, not --q.
 QKV paper_inputs(const InspectOptions& opt, const Shape4& shape) {
-  if (!std::isfinite(opt.x0)) throw Error(text::format("--x0: {} is not finite", opt.x0));
-  if (!(std::isfinite(opt.am) && opt.am >= 0)) throw Error(text::format("--am: {} is not finite and >= 0", opt.am));
+  if (!std::isfinite(opt.x0)) throw UsageError(text::format("--x0: {} is not finite", opt.x0));
+  if (!(std::isfinite(opt.am) && opt.am >= 0)) {
+    throw UsageError(text::format("--am: {} is not finite and >= 0", opt.am));
+  }
   try {
     return opt.gen == "uniform" ? uniform_qkv(shape, opt.x0, opt.am, opt.seed)
                                 : hybrid_qkv(shape, opt.x0, opt.am, opt.seed);
@@ -73,20 +75,24 @@ QKV paper_inputs(const InspectOptions& opt, const Shape4& shape) {
 void run(const InspectOptions& opt, const GeneratorOptionsGiven& given) {
   check_block_option("--block", opt.block);
   check_beta_option("--beta", opt.beta);
-  if (opt.seq < 1) throw Error(text::format("--seq: {} is not a positive length", opt.seq));
-  if (opt.heads < 1) throw Error(text::format("--heads: {} is not a positive count", opt.heads));
+  if (opt.seq < 1) throw UsageError(text::format("--seq: {} is not a positive length", opt.seq));
+  if (opt.heads < 1) throw UsageError(text::format("--heads: {} is not a positive count", opt.heads));
   HostTensor q, k;
   std::string source;
   if (!opt.q.empty() || !opt.k.empty()) {
-    if (opt.q.empty() || opt.k.empty()) throw Error("inspect: give both --q and --k");
+    if (opt.q.empty() || opt.k.empty()) throw UsageError("give both --q and --k");
     q = load_tensor_file(opt.q, "q");
     k = load_tensor_file(opt.k, "k");
     source = opt.q + ", " + opt.k;
   } else {
     const bool paper = opt.gen == "uniform" || opt.gen == "hybrid";
-    if (!paper && opt.gen != "resonance") throw Error("--gen: '" + opt.gen + "' is not uniform, hybrid or resonance");
-    if (!paper && (given.x0 || given.am)) throw Error("--x0/--am: apply to --gen uniform or hybrid, not resonance");
-    if (paper && given.preset) throw Error("--preset: applies to --gen resonance, not " + opt.gen);
+    if (!paper && opt.gen != "resonance") {
+      throw UsageError("--gen: '" + opt.gen + "' is not uniform, hybrid or resonance");
+    }
+    if (!paper && (given.x0 || given.am)) {
+      throw UsageError("--x0/--am: apply to --gen uniform or hybrid, not resonance");
+    }
+    if (paper && given.preset) throw UsageError("--preset: applies to --gen resonance, not " + opt.gen);
     const Shape4 shape{1, opt.heads, opt.seq, 128};
     QKV data = paper ? paper_inputs(opt, shape) : resonance_qkv(shape, resonance_preset(opt.preset), opt.seed);
     q = std::move(data.q);

@@ -14,6 +14,7 @@
 #include "pasa/bench.h"
 #include "pasa/error.h"
 #include "pasa/policy.h"
+#include "policy_options.h"
 #include "stage.h"
 
 namespace pasa::cli {
@@ -42,24 +43,24 @@ constexpr int kMaxCalls = 10000;
 
 void run(const OverheadOptions& o) {
   if (o.device != "auto" && o.device != "cuda" && o.device != "cpu") {
-    throw Error("--device: '" + o.device + "' is not auto, cuda or cpu");
+    throw UsageError("--device: '" + o.device + "' is not auto, cuda or cpu");
   }
   const std::string dtype = o.dtype.value_or("bf16");
-  if (dtype != "bf16" && dtype != "fp16") throw Error("--dtype: '" + dtype + "' is not bf16 or fp16");
+  if (dtype != "bf16" && dtype != "fp16") throw UsageError("--dtype: '" + dtype + "' is not bf16 or fp16");
   for (const auto& [option, size] : {std::pair<const char*, std::optional<int>>{"--batch", o.batch},
                                      {"--heads-q", o.heads_q}, {"--heads-kv", o.heads_kv},
                                      {"--seq-kv", o.seq_kv}, {"--head-dim", o.head_dim}}) {
-    if (size && *size < 1) throw Error(text::format("{}: {} is not a size (at least 1)", option, *size));
+    if (size && *size < 1) throw UsageError(text::format("{}: {} is not a size (at least 1)", option, *size));
   }
   if (o.calls < 1 || o.calls > kMaxCalls) {
-    throw Error(text::format("--calls: {} is outside 1..{} (calls per timed round; 16 rounds each way)", o.calls,
-                             kMaxCalls));
+    throw UsageError(text::format("--calls: {} is outside 1..{} (calls per timed round; 16 rounds each way)",
+                                  o.calls, kMaxCalls));
   }
   const bool gpu = o.device == "cuda" || (o.device == "auto" && cuda_backend_available());
-  if (o.dtype && !gpu) throw Error("--dtype: applies to the GPU; the CPU emulator's calls take fp32");
+  if (o.dtype && !gpu) throw UsageError("--dtype: applies to the GPU; the CPU emulator's calls take fp32");
   const Shape& base = gpu ? kGpuShape : kCpuShape;
   BenchPoint pt;
-  pt.policy = parse_policy(o.policy);
+  pt.policy = parse_policy_option("--policy", o.policy);
   pt.dtype = dtype == "bf16" ? DType::bf16 : DType::f16;
   pt.batch = o.batch;
   pt.heads_q = o.heads_q.value_or(base.heads_q);

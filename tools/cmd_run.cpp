@@ -12,6 +12,7 @@
 #include "pasa/metrics.h"
 #include "pasa/policy.h"
 #include "output_paths.h"
+#include "policy_options.h"
 #include "stage.h"
 #include "tensor_files.h"
 #include "io/atomic_file.h"
@@ -32,23 +33,24 @@ std::string shape_text(const TensorView& t) {
 }
 
 void run(const RunOptions& opt) {
-  check_tensor_output_name("--out", opt.out);
-  check_tensor_output_name("--lse", opt.lse);
-  check_output_files({{"--q", opt.q}, {"--k", opt.k}, {"--v", opt.v}, {"--qkv", opt.qkv}},
-                     {{"--out", opt.out}, {"--lse", opt.lse}});
+  // The options themselves first (usage errors), then the files they name.
   if (opt.qkv.empty() && (opt.q.empty() || opt.k.empty() || opt.v.empty())) {
-    throw Error("give --q, --k and --v (or --qkv FILE.safetensors)");
+    throw UsageError("give --q, --k and --v (or --qkv FILE.safetensors)");
   }
   AttentionArgs args;
   // The API's spellings; the hyphenated ones are accepted too.
   if (opt.alignment == "top_left" || opt.alignment == "top-left") {
     args.alignment = CausalAlignment::top_left;
   } else if (opt.alignment != "bottom_right" && opt.alignment != "bottom-right") {
-    throw Error("--alignment: '" + opt.alignment + "' is not bottom_right or top_left");
+    throw UsageError("--alignment: '" + opt.alignment + "' is not bottom_right or top_left");
   }
-  args.policy = parse_policy(opt.policy);
+  args.policy = parse_policy_option("--policy", opt.policy);
   args.scale = opt.scale;
   args.causal = opt.causal;
+  check_tensor_output_name("--out", opt.out);
+  check_tensor_output_name("--lse", opt.lse);
+  check_output_files({{"--q", opt.q}, {"--k", opt.k}, {"--v", opt.v}, {"--qkv", opt.qkv}},
+                     {{"--out", opt.out}, {"--lse", opt.lse}});
 
   HostTensor q, k, v;
   run_stage("reading the inputs", [&] {

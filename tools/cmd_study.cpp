@@ -21,6 +21,7 @@
 #include "pasa/error.h"
 #include "pasa/policy.h"
 #include "pasa/version.h"
+#include "policy_options.h"
 #include "sage_study.h"
 #include "study_plot.h"
 #include "text/format.h"
@@ -162,12 +163,14 @@ text::Json study_document(const char* study, text::Json shape, std::uint64_t see
 
 void run(const StudyOptions& opt) {
   StudyConfig config;
-  if (opt.heads && *opt.heads < 1) throw Error(text::format("--heads: {} is not a positive count", *opt.heads));
-  if (opt.seq < 1) throw Error(text::format("--seq: {} is not a positive length", opt.seq));
+  if (opt.heads && *opt.heads < 1) {
+    throw UsageError(text::format("--heads: {} is not a positive count", *opt.heads));
+  }
+  if (opt.seq < 1) throw UsageError(text::format("--seq: {} is not a positive length", opt.seq));
   for (std::size_t i = 0; i < opt.policies.size(); ++i) {  // (a repeated one would be two equal columns)
-    parse_policy(opt.policies[i]);
+    parse_policy_option("--policy", opt.policies[i]);
     for (std::size_t j = 0; j < i; ++j) {
-      if (opt.policies[i] == opt.policies[j]) throw Error("--policy: " + opt.policies[i] + " is given twice");
+      if (opt.policies[i] == opt.policies[j]) throw UsageError("--policy: " + opt.policies[i] + " is given twice");
     }
   }
   const MadeFolder plot_folder = check_study_outputs(opt.json, opt.plot, PlotKind::paper_study);
@@ -247,7 +250,7 @@ void add_study_command(Command& app) {
                        "write bar charts (CosSim per variant) to this directory (made if missing in an "
                        "existing one; needs python3 with matplotlib)");
   sage_cmd->callback([sage, sage_json, sage_plot] {
-    if (sage->heads < 1 || sage->seq < 1) throw Error("study sage: --heads and --seq must be positive");
+    if (sage->heads < 1 || sage->seq < 1) throw UsageError("--heads and --seq must be positive");
     const MadeFolder plot_folder = check_study_outputs(*sage_json, *sage_plot, PlotKind::sage_study);
     const text::Json document = study_document(
         "sage", text::Json::object({{"batch", 1}, {"heads", sage->heads}, {"seq", sage->seq}, {"dim", 128}}),
@@ -266,7 +269,7 @@ void add_study_command(Command& app) {
   decode_cmd->add_option("--seed", decode->seed, "random seed")->capture_default_str();
   decode_cmd->add_option("--json", *decode_json, "also write the results as JSON");
   decode_cmd->callback([decode, decode_json] {
-    if (decode->batch < 1 || decode->seq_kv < 1) throw Error("study decode: --batch and --seq-kv must be positive");
+    if (decode->batch < 1 || decode->seq_kv < 1) throw UsageError("--batch and --seq-kv must be positive");
     check_output_files({}, {{"--json", *decode_json}});
     const DecodeStudyConfig& c = *decode;
     write_json(*decode_json,

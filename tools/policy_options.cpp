@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "policy_options.h"
 
+#include "args.h"
 #include "pasa/error.h"
-#include "pasa/policy.h"
 
 namespace pasa::cli {
 namespace {
@@ -15,11 +15,19 @@ void check_as_field(const std::string& option, Set set) {
   try {
     validate(policy);
   } catch (const Error& e) {
-    throw Error(option + ": " + e.what());
+    throw UsageError(option + ": " + e.what());
   }
 }
 
 }  // namespace
+
+Policy parse_policy_option(const std::string& option, const std::string& text) {
+  try {
+    return parse_policy(text);
+  } catch (const Error& e) {
+    throw UsageError(option + ": " + e.what());
+  }
+}
 
 void check_block_option(const std::string& option, int block) {
   check_as_field(option, [&](Policy& p) { p.block_kv = block; });

@@ -1,14 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
-// Options that stand for a policy's fields outside a policy (the key block size of `pasa beta` and
-// `pasa inspect`, inspect's beta): checked by the policy's own validation, so their ranges are the
-// policy's and cannot drift from it.
+// Options that name a policy, or stand for a policy's fields outside a policy (the key block size of
+// `pasa beta` and `pasa inspect`, inspect's beta): checked by the policy's own parser and validation,
+// so their ranges are the policy's and cannot drift from it. A value they refuse is a usage error.
 #pragma once
 
 #include <string>
 
+#include "pasa/policy.h"
+
 namespace pasa::cli {
 
-// Throw pasa::Error naming `option` and the field's range when the value is not one the policy field
+// The policy `text` given to `option`; throws UsageError naming the option and what is wrong with it.
+Policy parse_policy_option(const std::string& option, const std::string& text);
+
+// Throw UsageError naming `option` and the field's range when the value is not one the policy field
 // s2 (a key block size, 1..1024) or beta (in [0, 1)) takes.
 void check_block_option(const std::string& option, int block);
 void check_beta_option(const std::string& option, double beta);

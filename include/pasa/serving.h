@@ -18,9 +18,10 @@ TensorView packed_view(void* data, DType dtype, std::int64_t total, std::int64_t
                        Device device = Device::cpu);
 
 // Variable-length (packed) attention: sequence b owns query tokens [cu_seqlens_q[b],
-// cu_seqlens_q[b + 1]) and keys [cu_seqlens_k[b], cu_seqlens_k[b + 1]). A sequence may be empty; a
-// query row with no visible key gives O = 0, LSE = -inf. Query tokens past cu_seqlens_q[B] are not
-// written.
+// cu_seqlens_q[b + 1]) and keys [cu_seqlens_k[b], cu_seqlens_k[b + 1]). A sequence may be empty, and
+// so may the whole batch (total_q or total_k 0: an empty view's data pointer is not read); a query row
+// with no visible key gives O = 0, LSE = -inf. Query tokens past cu_seqlens_q[B] are not written.
+// Errors name the packed tensors as [total, H, D] and their elements as [token, head, dim].
 struct VarlenArgs {
   TensorView q;  // [1, H_q, total_q, D] (packed_view)
   TensorView k;  // [1, H_kv, total_k, D]

@@ -68,7 +68,9 @@ class Policy:
     ``str(policy)`` is the canonical text, which parses back to an equal policy. Every field is a
     read-only attribute named by its text key (``policy.s2``, ``policy.shift``, ``policy.pv_acc``);
     :meth:`fields` lists them with their kinds and allowed values; :meth:`replace` makes a modified
-    copy; :meth:`to_dict` / :meth:`from_dict` convert to and from a plain dict.
+    copy; :meth:`to_dict` / :meth:`from_dict` convert to and from a plain dict. Policies compare and
+    hash by their fields (not by the preset they were written from); a policy never equals a str:
+    compare ``Policy(text)`` or ``str(policy)``.
     """
 
     __slots__ = ("_impl", "_text")
@@ -170,19 +172,14 @@ class Policy:
         return f"pasa.Policy({self._text!r})"
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, str):
-            try:
-                other = Policy(other)
-            except PasaError:
-                return False
+        # Field by field, as C++'s Policy::operator== (the preset a policy was written from does not
+        # count). Never equal to a str: no hash could agree with every spelling of the same fields.
         if not isinstance(other, Policy):
             return NotImplemented
         return bool(self._impl == other._impl)
 
     def __hash__(self) -> int:
-        values = self.to_dict()
-        del values["preset"]  # equal policies may name different presets
-        return hash(tuple(values.values()))
+        return hash(tuple(self._impl.get(f.key) for f in _FIELDS))
 
     def __reduce__(self) -> Any:
         return (Policy, (self._text,))

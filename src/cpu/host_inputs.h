@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "attention_checks.h"
 #include "interrupt.h"
 #include "numerics/rounder.h"
 #include "pasa/error.h"
@@ -50,11 +51,10 @@ inline Error input_overflow_error(const char* name, double x, const std::string&
                             name, x, index, input.name(), input.max_finite()));
 }
 
-// Throws input_overflow_error for the first [b, h, s, d] index of t whose value overflows the input
-// format. A slice of a larger tensor passes the row its row 0 is there (`first_row`), so the index
-// names that tensor's row. The scan is skipped where the tensor's dtype cannot hold such a value.
+// Throws input_overflow_error for the first index of t whose value overflows the input format (`where`
+// says how the index is named). The scan is skipped where the tensor's dtype cannot hold such a value.
 inline void check_fits_input(const TensorView& t, const char* name, const Rounder& round,
-                             std::int64_t first_row = 0) {
+                             const ElementIndex& where = {}) {
   const double dtype_max = t.dtype == DType::f16 ? 65504.0 : 3.4028234663852886e38;
   if (round.format().is_integer() || round.format().max_finite() >= dtype_max) return;
   InterruptPoll interrupt;  // (a scan of every element, before the call's parallel loops)
@@ -65,8 +65,7 @@ inline void check_fits_input(const TensorView& t, const char* name, const Rounde
         for (std::int64_t d = 0; d < t.shape[3]; ++d) {
           const double x = load_as_float(t.data, t.dtype, t.offset(b, h, s, d));
           if (std::isfinite(round(x))) continue;
-          throw input_overflow_error(name, x, text::format("[{}, {}, {}, {}]", b, h, first_row + s, d),
-                                     round.format());
+          throw input_overflow_error(name, x, where.at(b, h, s, d), round.format());
         }
       }
 }

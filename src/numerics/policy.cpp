@@ -7,6 +7,7 @@
 #include <cfloat>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,10 @@
 
 namespace pasa {
 namespace {
+
+// The ranges validate() holds the integer fields to (s1 and s2: block sizes; splits).
+constexpr int kMaxBlock = 1024;
+constexpr int kMaxSplits = 1024;
 
 std::string shift_name(Shift s) {
   switch (s) {
@@ -55,10 +60,16 @@ double parse_number(const char* key, const std::string& value) {
   return x;
 }
 
-int parse_int(const char* key, const std::string& value) {
+// An integer field's value. One past what an int holds is named with the field's range [lo, hi] here,
+// as it cannot reach validate(), which names the range for the others.
+int parse_int(const char* key, const std::string& value, int lo, int hi) {
   const double x = parse_number(key, value);
-  if (x != std::floor(x) || std::fabs(x) > 1e9) {
+  if (x != std::floor(x)) {  // (NaN included)
     throw Error(std::string("policy field '") + key + "': '" + value + "' is not an integer");
+  }
+  if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max()) {
+    throw Error(text::format("policy field '{}': {} is out of range (must be in {}..{})", key, value, lo,
+                             hi));
   }
   return static_cast<int>(x);
 }
@@ -81,10 +92,12 @@ Field number_field(const char* key, double Policy::*member, const char* doc) {
                [key, member](Policy& p, const std::string& v) { p.*member = parse_number(key, v); }};
 }
 
-Field int_field(const char* key, int Policy::*member, const char* doc) {
+Field int_field(const char* key, int Policy::*member, int lo, int hi, const char* doc) {
   return Field{{key, FieldKind::integer, {}, doc},
                [member](const Policy& p) { return std::to_string(p.*member); },
-               [key, member](Policy& p, const std::string& v) { p.*member = parse_int(key, v); }};
+               [key, member, lo, hi](Policy& p, const std::string& v) {
+                 p.*member = parse_int(key, v, lo, hi);
+               }};
 }
 
 // A quantizer format, or "none".
@@ -171,8 +184,8 @@ const std::vector<Field>& fields() {
                    "PASA's local pseudo-average: s (the mean of S' as rounded), k (Q times M's row "
                    "sum times the block's mean key) or acc (the mean of S' as accumulated, before its "
                    "rounding)"),
-      int_field("s1", &Policy::block_q, "query rows per block"),
-      int_field("s2", &Policy::block_kv, "key rows per block (PASA's M is s2 x s2)"),
+      int_field("s1", &Policy::block_q, 1, kMaxBlock, "query rows per block"),
+      int_field("s2", &Policy::block_kv, 1, kMaxBlock, "key rows per block (PASA's M is s2 x s2)"),
       bool_field("smooth_q", &Policy::smooth_q, "Q -= its token mean, the correction dS added to S"),
       bool_field("smooth_k", &Policy::smooth_k, "K -= its token mean"),
       bool_field("smooth_v", &Policy::smooth_v, "V -= its token mean, added back to O"),
@@ -197,7 +210,7 @@ const std::vector<Field>& fields() {
       number_field("window_hi", &Policy::window_hi,
                    "FlashDecoding++'s recompute window: rows with x - phi >= window_hi are recomputed "
                    "(shift=unified)"),
-      int_field("splits", &Policy::splits, "the key axis cut into this many parts, merged exactly"),
+      int_field("splits", &Policy::splits, 1, kMaxSplits, "the key axis cut into this many parts, merged exactly"),
   };
   return table;
 }
@@ -563,8 +576,8 @@ void validate(const Policy& p) {
                 shift_name(p.shift) + " ignores it (it is not a sliding window: pass window_size to the "
                 "attention call for one)");
   }
-  if (p.splits < 1 || p.splits > 1024) {
-    throw Error(text::format("policy field 'splits': {} is outside 1..1024", p.splits));
+  if (p.splits < 1 || p.splits > kMaxSplits) {
+    throw Error(text::format("policy field 'splits': {} is outside 1..{}", p.splits, kMaxSplits));
   }
   // P <= 1 times p_scale is carried in fp32 and then rounded to p: past either's largest finite value
   // every P of a row would round to inf or NaN (a saturating or integer p clamps instead).
@@ -602,9 +615,9 @@ void validate(const Policy& p) {
     throw Error(text::format("policy field 's2': {} must be a multiple of 8 for k_gran=thread", p.block_kv));
   }
   for (auto [key, b] : {std::pair{"s1", p.block_q}, {"s2", p.block_kv}}) {
-    if (b < 1 || b > 1024) {
+    if (b < 1 || b > kMaxBlock) {
       throw Error(std::string("policy field '") + key + "': block size " + std::to_string(b) +
-                  " is outside 1..1024");
+                  " is outside 1.." + std::to_string(kMaxBlock));
     }
   }
 }

@@ -336,10 +336,37 @@ def check_usage_errors(tmp):
             (("calibrate", "--inputs", captures, "--phi", "--fast", "sage8"), "--fast cannot be combined with --phi",
              "pasa calibrate"),
             (("bench", "--no-decode", "--decode-seq", "512"), "--decode-seq cannot be combined with --no-decode",
-             "pasa bench")):
+             "pasa bench"),
+            # Option values the commands check themselves (missing, out of range, not among the
+            # choices, policy text that does not parse) are usage errors alike.
+            (("run", "--q", q), "give --q, --k and --v", "pasa run"),
+            (("run", "--q", q, "--k", k, "--v", v, "--causal", "--alignment", "sideways"),
+             "--alignment: 'sideways' is not bottom_right or top_left", "pasa run"),
+            (("run", "--q", q, "--k", k, "--v", v, "--policy", "pasa,beta=2"), "--policy: policy field 'beta'",
+             "pasa run"),
+            (("beta", "--init", "1.5"), "--init: 1.5 is outside (0, 1)", "pasa beta"),
+            (("beta", "--format", "fp99"), "--format: unknown number format 'fp99'", "pasa beta"),
+            (("beta", "--block", "0"), "--block: policy field 's2': block size 0 is outside 1..1024", "pasa beta"),
+            (("inspect", "--beta", "1"), "--beta: policy field 'beta': 1 is outside [0, 1)", "pasa inspect"),
+            (("inspect", "--q", q), "give both --q and --k", "pasa inspect"),
+            (("inspect", "--gen", "gauss"), "--gen: 'gauss' is not uniform, hybrid or resonance", "pasa inspect"),
+            (("calibrate", "--inputs", captures, "--xi", "101", "--out", "p.json"), "--xi: 101 is outside 0..100",
+             "pasa calibrate"),
+            (("calibrate", "--inputs", captures, "--fast", "nope", "--out", "p.json"), "--fast: unknown policy 'nope'",
+             "pasa calibrate"),
+            (("bench", "--runs", "0"), "--runs must be at least 1", "pasa bench"),
+            (("bench", "--policy", "nonsense"), "--policy: unknown policy 'nonsense'", "pasa bench"),
+            (("overhead", "--calls", "0"), "--calls: 0 is outside 1..10000", "pasa overhead"),
+            (("overhead", "--device", "tpu"), "--device: 'tpu' is not auto, cuda or cpu", "pasa overhead"),
+            (("study", "--seq", "0"), "--seq: 0 is not a positive length", "pasa study"),
+            (("study", "sage", "--seq", "0"), "--heads and --seq must be positive", "pasa study sage"),
+            (("study", "decode", "--batch", "0"), "--batch and --seq-kv must be positive", "pasa study decode")):
         r = pasa(*args, code=BAD_INPUT)
         assert r.stderr.count("\n") == 1 and words in r.stderr, (args, r.stderr)
         assert r.stderr.rstrip().endswith(f"(see '{command} --help')"), (args, r.stderr)
+    # Bad input found in files is not a usage error: no pointer to --help.
+    r = pasa("run", "--q", q, "--k", k, "--v", os.path.join(tmp, "nope.npy"), code=BAD_INPUT)
+    assert "nope.npy" in r.stderr and "--help" not in r.stderr, r.stderr
     assert "--version" in pasa("--help").stdout
 
 

@@ -450,7 +450,7 @@ TEST(Serving, InputsBeyondTheInputFormatAreRefusedBeforeAnythingIsWritten) {
     b.args.options.policy = preset_policy("fa16");
     store_from_double(b.k.bytes.data(), DType::f32, b.k.view.offset(0, 1, 4, 2), 1e6);
     const auto o = b.o.bytes;
-    expect_error([&] { attention_varlen(b.args); }, "k: value 1e+06 at [0, 1, 4, 2] overflows fp16");
+    expect_error([&] { attention_varlen(b.args); }, "k: value 1e+06 at [4, 1, 2] overflows fp16");
     EXPECT_TRUE(o == b.o.bytes);
   }
   {
@@ -536,14 +536,14 @@ TEST(Varlen, BadInputIsRejectedBeforeAnythingIsWritten) {
   {
     Varlen b({{3, 3}, {4, 4}}, seed);
     store_from_double(b.k.bytes.data(), DType::f16, b.k.view.offset(0, 1, 5, 2), NAN);
-    expect_untouched(b, "k: non-finite value at [0, 1, 5, 2]");
+    expect_untouched(b, "k: non-finite value at [5, 1, 2]");  // [token, head, dim] of packed k
   }
   {
     // The index names the packed token, also when the sequences start past token 0.
     Varlen b({{3, 3}, {4, 4}}, seed);
     b.cu_q[0] = 1;
     store_from_double(b.q.bytes.data(), DType::f16, b.q.view.offset(0, 2, 2, 7), NAN);
-    expect_untouched(b, "q: non-finite value at [0, 2, 2, 7]");
+    expect_untouched(b, "q: non-finite value at [2, 2, 7]");
   }
   {
     // A NaN in a padding token past cu_seqlens_k[B] is never read, so it is no error.
@@ -552,6 +552,99 @@ TEST(Varlen, BadInputIsRejectedBeforeAnythingIsWritten) {
     attention_varlen(b.args);
     b.expect_equal_to_dense();
   }
+}
+
+// The packed tensors are the caller's [total, H, D] arrays: messages give their shapes, strides and
+// indices in that form, not as the [1, H, total, D] views packed_view makes of them.
+TEST(Varlen, ErrorsNameThePackedShapes) {
+  const auto seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  {
+    Varlen b({{3, 3}, {4, 4}}, seed);  // 10 query and 9 key tokens, padding included
+    b.args.v.shape[2] = 8;
+    expect_error([&] { attention_varlen(b.args); }, "v: shape [8, 2, 32] differs from k's [9, 2, 32]");
+  }
+  {
+    Varlen b({{3, 3}, {4, 4}}, seed);
+    b.args.o.shape[2] = 9;
+    expect_error([&] { attention_varlen(b.args); }, "o: shape [9, 4, 32] differs from q's [10, 4, 32]");
+  }
+  {
+    Varlen b({{3, 3}, {4, 4}}, seed);
+    b.args.o.stride[2] = 16;  // tokens half a row apart: their rows interleave
+    expect_error([&] { attention_varlen(b.args); },
+                 "o: sizes [10, 4, 32] with strides [16, 32, 1] address some elements more than once");
+  }
+  {
+    Varlen b({{3, 3}, {4, 4}}, seed);
+    b.args.lse.shape[2] = 9;
+    expect_error([&] { attention_varlen(b.args); }, "lse: shape [1, 4, 9] is not [1, H_q, total_q] = [1, 4, 10]");
+  }
+  {
+    Varlen b({{3, 3}, {4, 4}}, seed);
+    b.args.k.shape[1] = b.args.v.shape[1] = 0;
+    expect_error([&] { attention_varlen(b.args); }, "k: heads size is 0");
+  }
+  {
+    Varlen b({{3, 3}, {4, 4}}, seed);
+    b.args.q.shape[0] = 2;
+    expect_error([&] { attention_varlen(b.args); }, "q: batch size 2; a packed tensor [total, H, D] is one batch");
+  }
+  {
+    Varlen b({{3, 3}, {4, 4}}, seed, DType::f32);
+    b.args.options.policy = preset_policy("fa16");
+    store_from_double(b.q.bytes.data(), DType::f32, b.q.view.offset(0, 3, 6, 1), 1e6);
+    expect_error([&] { attention_varlen(b.args); }, "q: value 1e+06 at [6, 3, 1] overflows fp16");
+  }
+}
+
+// A batch without tokens, or without keys, is valid (flash-attn takes them): empty tensors (no data
+// pointer needed) give an empty output, and query rows without keys O = 0, LSE = -inf.
+TEST(Varlen, EmptyBatchesAreValid) {
+  const std::vector<std::int32_t> zeros(3, 0), cu_q = {0, 2, 5};
+  std::vector<float> q(5 * kHq * kD, 0.5f), o(q.size(), NAN), lse(5 * kHq, NAN);
+  VarlenArgs a;
+  a.batch = 2;
+  a.q = packed_view(nullptr, DType::f32, 0, kHq, kD);
+  a.k = a.v = packed_view(nullptr, DType::f32, 0, kHkv, kD);
+  a.o = packed_view(nullptr, DType::f32, 0, kHq, kD);
+  a.lse = lse_view(nullptr, 1, kHq, 0);
+  a.cu_seqlens_q = a.cu_seqlens_k = zeros.data();
+  AttentionStats stats;
+  a.options.stats = &stats;
+  attention_varlen(a);  // no tokens at all
+  EXPECT_EQ(stats.rows, 0);
+  for (const std::string& preset : preset_names()) {
+    SCOPED_TRACE(preset);
+    a.options.policy = preset_policy(preset);
+    a.q = packed_view(q.data(), DType::f32, 5, kHq, kD);
+    a.o = packed_view(o.data(), DType::f32, 5, kHq, kD);
+    a.lse = lse_view(lse.data(), 1, kHq, 5);
+    a.cu_seqlens_q = cu_q.data();
+    a.max_seqlen_q = 3;
+    attention_varlen(a);  // queries without keys
+    EXPECT_EQ(stats.rows, 5 * kHq);
+    for (const float x : o) EXPECT_EQ(x, 0.0f);
+    for (const float x : lse) EXPECT_EQ(x, -std::numeric_limits<float>::infinity());
+  }
+  // Keys without queries: nothing to write.
+  std::vector<float> kv(4 * kHkv * kD, 0.25f);
+  a.q = packed_view(nullptr, DType::f32, 0, kHq, kD);
+  a.o = packed_view(nullptr, DType::f32, 0, kHq, kD);
+  a.lse = lse_view(nullptr, 1, kHq, 0);
+  a.k = a.v = packed_view(kv.data(), DType::f32, 4, kHkv, kD);
+  const std::vector<std::int32_t> cu_k = {0, 1, 4};
+  a.cu_seqlens_q = zeros.data();
+  a.cu_seqlens_k = cu_k.data();
+  a.max_seqlen_k = 3;
+  attention_varlen(a);
+  EXPECT_EQ(stats.rows, 0);
+  // Shapes must still agree, and a sequence still fit the tokens there are.
+  a.v = packed_view(nullptr, DType::f32, 0, kHkv, kD);
+  expect_error([&] { attention_varlen(a); }, "v: shape [0, 2, 32] differs from k's [4, 2, 32]");
+  a.k = a.v;
+  expect_error([&] { attention_varlen(a); },
+               "cu_seqlens_k: cu_seqlens_k[2] = 4 is past the end of the 0 packed tokens");
 }
 
 }  // namespace

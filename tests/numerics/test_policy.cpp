@@ -93,6 +93,12 @@ TEST(Policy, ErrorsNameTheField) {
   expect_error([] { parse_policy("pasa,s2=0"); }, "'s2': block size 0");
   expect_error([] { parse_policy("pasa,s1=2000"); }, "'s1': block size 2000");
   expect_error([] { parse_policy("pasa,s2=1.5"); }, "'s2': '1.5' is not an integer");
+  // Integers past what the field's int holds are out of range, not "not an integer"; below 2^31 the
+  // block size's own range check names them.
+  expect_error([] { parse_policy("pasa,s2=3000000000"); }, "'s2': 3000000000 is out of range (must be in 1..1024)");
+  expect_error([] { parse_policy("pasa,s1=2147483648"); }, "'s1': 2147483648 is out of range (must be in 1..1024)");
+  expect_error([] { parse_policy("fdpp,splits=-1e10"); }, "'splits': -1e10 is out of range (must be in 1..1024)");
+  expect_error([] { parse_policy("pasa,s2=1500000000"); }, "'s2': block size 1500000000 is outside 1..1024");
   expect_error([] { parse_policy("exact,s=int8"); }, "'s': int8 is an integer format");
   expect_error([] { parse_policy("exact,softmax=e4m3"); }, "'softmax': e4m3 has no infinity");
   expect_error([] { parse_policy("exact,p=fp64"); }, "'p': fp64 is wider than fp32");

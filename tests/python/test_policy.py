@@ -72,7 +72,7 @@ def test_dict_round_trip_of_changed_fields():
     assert data["smooth_v"] is True and data["v_quant"] is None and data["p_scale"] == 0.5
     assert pasa.Policy.from_dict(data) == policy
     assert str(pasa.Policy.from_dict(data)) == str(policy)
-    assert pasa.Policy.from_dict({"preset": "pasa", "s2": 64}) == "pasa,s2=64"
+    assert str(pasa.Policy.from_dict({"preset": "pasa", "s2": 64})) == "pasa,s2=64"
     with pytest.raises(pasa.PasaError, match="'preset' entry"):
         pasa.Policy.from_dict({"s2": 64})
     with pytest.raises(AttributeError, match="no field 'nope'"):
@@ -111,7 +111,7 @@ def test_replace():
         pasa.Policy("pasa").replace(s2="64,beta=0.5")
     # NumPy scalars, as NumPy computes a beta or a phi (quantiles, means): their values, not their reprs.
     assert pasa.Policy("pasa").replace(beta=np.float64(0.96875)).beta == 0.96875
-    assert pasa.Policy("fdpp").replace(phi=np.float32(1.5), splits=np.int64(4)) == "fdpp,phi=1.5,splits=4"
+    assert str(pasa.Policy("fdpp").replace(phi=np.float32(1.5), splits=np.int64(4))) == "fdpp,phi=1.5,splits=4"
     assert pasa.Policy.from_dict({"preset": "sage8", "smooth_k": np.bool_(False)}).smooth_k is False
 
 
@@ -119,11 +119,26 @@ def test_equality_hash_and_pickle():
     a = pasa.Policy("pasa,s2=64")
     b = pasa.Policy("pasa").replace(s2=64)
     assert a == b and hash(a) == hash(b)
-    assert a == "pasa,s2=64" and a != "pasa" and a != "not a policy"
+    assert a == pasa.Policy("pasa,s1=128,s2=64") and hash(a) == hash(pasa.Policy("pasa,s1=128,s2=64"))
     assert a != pasa.Policy("pasa")
     assert len({a, b, pasa.Policy("exact")}) == 2
     assert pickle.loads(pickle.dumps(a)) == a
     assert pasa.Policy(a) == a
+
+
+def test_policies_equal_by_fields_never_to_text():
+    # As C++'s operator==: the fields decide, not the preset a policy was written from, and equal
+    # policies hash equal (a set or dict of policies holds one of them).
+    b = pasa.Policy("fa16_fp32,softmax=fp16,o=fp16")
+    assert b.to_dict() | {"preset": "fa16"} == pasa.Policy("fa16").to_dict()
+    assert b == pasa.Policy("fa16") and hash(b) == hash(pasa.Policy("fa16"))
+    assert len({b, pasa.Policy("fa16"), pasa.Policy("fa16_fp32")}) == 2
+    # A str is never equal, whatever its spelling (no hash could agree with all of them); a dict keyed
+    # by text is looked up with str(policy).
+    a = pasa.Policy("pasa,s2=64")
+    for text in ("pasa,s2=64", "pasa,s1=128,s2=64", "not a policy"):
+        assert a != text and not (a == text)
+    assert {"exact": 1, "pasa,s2=64": 2}[str(a)] == 2
 
 
 def test_bad_preset_name():

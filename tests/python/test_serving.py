@@ -198,6 +198,46 @@ def test_new_varlen_outputs_hold_zero_and_minus_inf_where_no_sequence_is(rng):
     np.testing.assert_array_equal(out[1:3], want)
 
 
+def test_varlen_errors_name_the_packed_arrays(rng):
+    # The messages give the caller's [total, H, D] shapes and [token, head, dim] indices.
+    cu = np.array([0, 3, 8], np.int32)
+    options = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=5, max_seqlen_k=5)
+    q, k = randn(rng, (8, 4, 16)), randn(rng, (8, 2, 16))
+    with pytest.raises(pasa.PasaError, match=r"^v: shape \[7, 2, 16\] differs from k's \[8, 2, 16\]"):
+        pasa.attention(q, k, k[:7].copy(), **options)
+    with pytest.raises(pasa.PasaError, match=r"^k: 3 K/V heads do not divide the 4 query heads"):
+        pasa.attention(q, q[:, :3].copy(), q[:, :3].copy(), **options)
+    bad = k.copy()
+    bad[5, 1, 2] = np.nan
+    with pytest.raises(pasa.PasaError, match=r"^k: non-finite value at \[5, 1, 2\]"):
+        pasa.attention(q, bad, k, **options)
+    big = q.copy()
+    big[4, 3, 7] = 1e6
+    with pytest.raises(pasa.PasaError, match=r"^q: value 1e\+06 at \[4, 3, 7\] overflows fp16"):
+        pasa.attention(big, k, k, policy="fa16", **options)
+
+
+@pytest.mark.parametrize("total_q, total_k", [(0, 0), (5, 0), (0, 5)])
+def test_empty_varlen_batches_give_empty_outputs(rng, total_q, total_k):
+    # No token, or no key, in the whole batch (flash-attn takes these): an output of q's shape, whose
+    # rows without keys are O = 0, LSE = -inf.
+    cu_q = np.array([0, min(total_q, 2), total_q], np.int32)
+    cu_k = np.array([0, min(total_k, 2), total_k], np.int32)
+    q, k, v = randn(rng, (total_q, 4, 16)), randn(rng, (total_k, 2, 16)), randn(rng, (total_k, 2, 16))
+    out, lse = pasa.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=3, max_seqlen_k=3,
+                              return_lse=True)
+    assert out.shape == (total_q, 4, 16) and out.dtype == q.dtype and lse.shape == (4, total_q)
+    assert (out == 0).all() and (lse == -np.inf).all()
+    given = np.full((total_q, 4, 16), np.nan, np.float32)
+    assert pasa.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=3, max_seqlen_k=3,
+                          out=given) is given
+    assert (given == 0).all()
+    # The shapes must still agree.
+    with pytest.raises(pasa.PasaError, match=r"^v: shape \[0, 1, 16\] differs from k's \[0, 2, 16\]"):
+        pasa.attention(q, k[:0], v[:0, :1], cu_seqlens_q=cu_q, cu_seqlens_k=np.zeros(3, np.int32),
+                       max_seqlen_q=3, max_seqlen_k=0)
+
+
 def test_bad_kvcache_options_name_their_argument(rng):
     k_cache = randn(rng, (1, 4, 1, 8))
     q = randn(rng, (1, 1, 1, 8))
@@ -390,6 +430,19 @@ def test_cuda_varlen_matches_the_emulator(rng):
     assert lse.shape == (4, q.shape[0]) and lse.dtype == torch.float32
     assert_close_to_scale(got, want)
     torch.testing.assert_close(lse.cpu(), want_lse, atol=lse_atol(q.dtype), rtol=0)
+
+
+@gpu
+@pytest.mark.parametrize("total_q, total_k", [(0, 0), (5, 0), (0, 5)])
+def test_cuda_empty_varlen_batches_give_empty_outputs(rng, total_q, total_k):
+    cu_q = torch.tensor([0, min(total_q, 2), total_q], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, min(total_k, 2), total_k], dtype=torch.int32, device="cuda")
+    q = host_tensor(rng, (total_q, 4, 64), torch.float16).cuda()
+    k, v = (host_tensor(rng, (total_k, 2, 64), torch.float16).cuda() for _ in range(2))
+    out, lse = pasa.attention(q, k, v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=3, max_seqlen_k=3,
+                              return_lse=True)
+    assert out.shape == (total_q, 4, 64) and lse.shape == (4, total_q)
+    assert (out == 0).all() and (lse == -float("inf")).all()
 
 
 @gpu
