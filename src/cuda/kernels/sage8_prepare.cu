@@ -104,10 +104,20 @@ __device__ __forceinline__ float warp_max(float x) {
   return x;
 }
 
-// The INT8 byte of x / scale, given inv = 1 / scale (0 for a zero scale): one multiply, no division.
-__device__ __forceinline__ std::uint32_t quant_i8(float x, float inv) {
-  const int q = max(-127, min(127, __float2int_rn(x * inv)));
-  return static_cast<std::uint32_t>(q) & 0xffu;
+// The INT8 bytes of x / scale, given inv = 1 / scale (0 for a zero scale): one multiply each, no
+// division, packed from byte 0 up. With inv = 127 / max |x|, |x inv| <= 127 (1 + 2^-22) rounds to at
+// most 127, so the conversion's saturation to -128..127 gives the clamp to -127..127 SageAttention2
+// asks for. (cvt.pack: byte 1 from its first operand, byte 0 from its second, the third shifted up by 16.)
+template <int kN>
+__device__ __forceinline__ std::uint32_t quant_i8(const float (&x)[kN], float inv) {
+  static_assert(kN == 2 || kN == 4);
+  int q[kN];
+#pragma unroll
+  for (int j = 0; j < kN; ++j) q[j] = __float2int_rn(x[j] * inv);
+  std::uint32_t high = 0, packed;
+  if constexpr (kN == 4) asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, 0;" : "=r"(high) : "r"(q[3]), "r"(q[2]));
+  asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, %3;" : "=r"(packed) : "r"(q[1]), "r"(q[0]), "r"(high));
+  return packed;
 }
 
 // One warp: the group of key block kb whose rows are w, w + 8, ..., w + 120 (one scale), after
@@ -140,17 +150,16 @@ __device__ __forceinline__ void sage_quantize_k_group(const Rows& rows, int kb, 
   if (lane == 0) s.k_scale[(bh * s.n_kb + kb) * 8 + w] = scale;
 #pragma unroll
   for (int i = 0; i < kGroupRows; ++i) {
-    std::uint32_t packed = 0;
+    float x[kCols];
 #pragma unroll
     for (int j = 0; j < kCols; ++j) {
-      float x;
       if constexpr (kHold) {
-        x = held[i][j];
+        x[j] = held[i][j];
       } else {
-        x = value(i, j);
+        x[j] = value(i, j);
       }
-      packed |= quant_i8(x, inv) << (8 * j);
     }
+    const std::uint32_t packed = quant_i8(x, inv);
     std::uint8_t* dst = s.tiles + (bh * s.n_kb + kb) * SageStage<D>::kBytes +
                         swizzled_offset<D>((w + 8 * i) * D + lane * kCols);
     if constexpr (kCols == 4) {
@@ -165,9 +174,10 @@ __device__ __forceinline__ void sage_quantize_k_group(const Rows& rows, int kb, 
 // keys 2t, 2t + 1 (n-tile 0) and 8 + 2t, 9 + 2t (n-tile 1); the PV MMA's A fragment wants its four
 // bytes at positions 4t .. 4t + 3. So key p goes to 4 ((p % 8) / 2) + (p & 1) + 2 (p / 8).
 
-// The e4m3 byte of x / scale given inv = 1 / scale (0 for an all-zero channel, whose scale is 0).
-__device__ __forceinline__ std::uint32_t fp8_of(float x, float inv) {
-  return __nv_cvt_float_to_fp8(x * inv, __NV_SATFINITE, __NV_E4M3);
+// The e4m3 bytes of a / scale (byte 0) and b / scale (byte 1) given inv = 1 / scale (0 for an all-zero
+// channel, whose scale is 0): one conversion for the two.
+__device__ __forceinline__ std::uint32_t fp8x2_of(float a, float b, float inv) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a * inv, b * inv), __NV_SATFINITE, __NV_E4M3);
 }
 
 __device__ __forceinline__ float inverse_scale(float scale) { return scale == 0.0f ? 0.0f : 1.0f / scale; }
@@ -191,14 +201,24 @@ __device__ __forceinline__ void sage_quantize_v_quad(const Rows& rows, int kb, i
   const int base = kb * kBlockKv + chunk * 16;
   const int keys[4] = {base + 2 * m, base + 2 * m + 1, base + 2 * m + 8, base + 2 * m + 9};
   std::uint8_t* v_tile = s.tiles + (bh * s.n_kb + kb) * SageStage<D>::kBytes + SageStage<D>::kKBytes;
-  std::uint32_t word[8] = {};
+  std::uint32_t word[8];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (keys[i] >= seq_kv) continue;  // fp8 zero is the zero byte
-    float x[8];
-    rows.load8(keys[i], d0, x);
+  for (int pair = 0; pair < 2; ++pair) {  // keys 0 and 1 into bytes 0 and 1, then 2 and 3 into 2 and 3
+    float x[2][8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) word[j] |= fp8_of(x[j], inv[j]) << (8 * i);
+    for (int i = 0; i < 2; ++i) {
+      if (keys[2 * pair + i] < seq_kv) {
+        rows.load8(keys[2 * pair + i], d0, x[i]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) x[i][j] = 0.0f;  // (fp8 zero is the zero byte)
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const std::uint32_t bytes = fp8x2_of(x[0][j], x[1][j], inv[j]);
+      word[j] = pair == 0 ? bytes : word[j] | bytes << 16;
+    }
   }
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
