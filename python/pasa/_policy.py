@@ -179,7 +179,9 @@ class Policy:
         return bool(self._impl == other._impl)
 
     def __hash__(self) -> int:
-        return hash(tuple(self._impl.get(f.key) for f in _FIELDS))
+        # The fields' values, not their texts: -0 and 0 are equal numbers (as operator== compares them)
+        # with different texts.
+        return hash(tuple(_to_python(f.kind, self._impl.get(f.key)) for f in _FIELDS))
 
     def __reduce__(self) -> Any:
         return (Policy, (self._text,))

@@ -66,10 +66,13 @@ std::uint64_t emulator_memory_bytes(const ProblemShape& ps, const Policy& pol) {
   // q in fp32 and q_scale, lse_offset in fp64 per query; ds in fp64 per key.
   const std::uint64_t per_q_head =
       saturating_sum({saturating_product({u(ps.seq_q), 4 * D + 16}), saturating_product({u(ps.seq_kv), 8})});
-  // One split's Partial (state and O~) plus run_key_range's scores, P and PV buffers, per query row.
+  // One split's Partial (state and O~) plus run_key_range's scores, P and PV buffers, per query row,
+  // for a task's rows (s1, or fewer queries) and the splits there are (no more than key blocks).
   const std::uint64_t per_row = 64 + 8 * D + 12 * s2 + 8 * D;
-  const std::uint64_t splits = u(std::max(pol.splits, 1));
-  const std::uint64_t per_thread = saturating_product({2 * (splits + 1), s1, per_row});
+  const std::uint64_t rows = std::min(s1, u(ps.seq_q));
+  const std::uint64_t key_blocks = u(ps.seq_kv) / s2 + 1;
+  const std::uint64_t splits = std::min(u(std::max(pol.splits, 1)), key_blocks);
+  const std::uint64_t per_thread = saturating_product({2 * (splits + 1), rows, per_row});
   // Every product saturates: broadcast (stride-0) views can name 2^64 heads or more.
   return saturating_sum({saturating_product({u(ps.batch), u(ps.heads_kv), per_kv_head}),
                          saturating_product({u(ps.batch), u(ps.heads_q), per_q_head}),

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <limits>
 #include <new>
@@ -164,6 +165,18 @@ TEST(MemoryBudget, TheEmulatorRefusesAProblemBeyondMemory) {
     EXPECT_NE(std::string(e.what()).find("attention (CPU emulator) on q [1, 1, 4, 16], k/v [1, 1, 1099511627776, 16]: needs"),
               std::string::npos) << e.what();
   }
+}
+
+// The largest blocks and split count on a one-query, one-key-block problem: the estimate counts the
+// rows and splits there are (one and one), not s1 rows and 1024 splits for every thread (50 GB on 2 cores).
+TEST(MemoryBudget, TheEstimateCountsTheRowsAndSplitsThereAre) {
+  std::mt19937_64 rng(test::fresh_seed());
+  test::Tensor4 q = test::random_tensor(1, 1, 1, 8, rng), kv = test::random_tensor(1, 1, 3, 8, rng);
+  test::Tensor4 o = test::make_tensor(1, 1, 1, 8, DType::f32);
+  AttentionArgs args{q.view, kv.view, kv.view, o.view};
+  args.policy = parse_policy("exact,s1=1024,s2=1024,splits=1024");
+  attention(args);
+  EXPECT_TRUE(std::isfinite(test::read_bhsd(o.view)[0]));
 }
 
 // Batch and heads broadcast to 2^33 x 2^31 = 2^64 heads: their product wraps to 0 in 64 bits, which

@@ -457,8 +457,8 @@ TEST(CudaBadInput, HeadDimStrideNotOne) {
 TEST(CudaBadInput, UnsupportedPolicyDtypeAndBlock) {
   REQUIRE_GPU();
   DeviceProblem p;
-  p.args.policy = preset_policy("fa16_fp32");
-  test::expect_error([&] { attention(p.args); }, "policy field 's'");
+  p.args.policy = preset_policy("fa16_fp32");  // (fdpp's formats, synchronized: decode only)
+  test::expect_error([&] { attention(p.args); }, "run on the CUDA decode path only");
   p.args.policy = parse_policy("pasa,s2=64");
   test::expect_error([&] { attention(p.args); }, "policy field 's2'");
   p.args.policy = parse_policy("pasa,o=fp32");
@@ -552,6 +552,42 @@ TEST(CudaSage8, PrepassClusteredAndInPasses) {
     }
     GivenInputs given{qs.q, kv.k, from_float(v, {c.B, c.Hkv, c.Skv, c.D}, c.in)};
     check_case(c, pol, pol, std::nullopt, nullptr, seed, -1.0, 1.0, &given, "outliers, V growing along the keys");
+  }
+}
+
+// bf16 values whose quantization scales have no finite reciprocal in fp32 (a group's or channel's max
+// below 127 / FLT_MAX or 448 / FLT_MAX): huge Q over tiny K and tiny V with exact zeros, then tiny Q
+// over huge K. Every quantizer meets them (Q in the kernel; K and V in the prepass, clustered and in
+// passes). With an infinite reciprocal a quantized value keeps only its sign, and a zero becomes NaN.
+TEST(CudaSage8, ScalesWithoutAFiniteReciprocal) {
+  REQUIRE_HOPPER_PATH();
+  const auto br = CausalAlignment::bottom_right;
+  const Case cases[] = {
+      {1, 2, 1, 64, 300, 64, false, br, false, DType::bf16, DType::f32},
+      {1, 2, 1, 40, 5200, 128, true, br, false, DType::bf16, DType::f32},  // (the prepass in passes)
+  };
+  struct Magnitudes {
+    double q, k, v;
+    const char* what;
+  };
+  const Magnitudes magnitudes[] = {{1e37, 2e-38, 1e-37, "Q 1e37, K 2e-38, V 1e-37 with zeros"},
+                                   {2e-38, 1e37, 1.0, "Q 2e-38, K 1e37, V with zeros"}};
+  const Policy pol = preset_policy("sage8");
+  for (const Case& c : cases) {
+    for (const Magnitudes& m : magnitudes) {
+      const std::uint64_t seed = test::fresh_seed();
+      std::mt19937_64 rng(seed);
+      std::normal_distribution<double> normal(0.0, 1.0);
+      std::uniform_real_distribution<double> uniform(0.0, 1.0);
+      auto tensor = [&](std::int64_t H, std::int64_t S, double magnitude, bool zeros) {
+        std::vector<float> x(static_cast<std::size_t>(c.B * H * S * c.D));
+        for (float& e : x) e = zeros && uniform(rng) < 0.1 ? 0.0f : static_cast<float>(normal(rng) * magnitude);
+        return from_float(x, {c.B, H, S, c.D}, c.in);
+      };
+      GivenInputs given{tensor(c.Hq, c.Sq, m.q, false), tensor(c.Hkv, c.Skv, m.k, false),
+                        tensor(c.Hkv, c.Skv, m.v, true)};
+      check_case(c, pol, pol, std::nullopt, nullptr, seed, -1.0, 1.0, &given, m.what);
+    }
   }
 }
 

@@ -92,6 +92,19 @@ TEST(CudaDecode, FdppSmallScoresMatchTheSynchronizedResult) {
   }
 }
 
+// fa16_fp32 has the fields of fdpp,shift=none but for the block sizes (which decode does not use), so it
+// is the same policy to the dispatch: the same kernel, bit for bit.
+TEST(CudaDecode, Fa16Fp32DecodesAsTheSynchronizedFdpp) {
+  REQUIRE_GPU();
+  const auto br = CausalAlignment::bottom_right;
+  const Case c{2, 32, 8, 1, 3000, 128, false, br, false, DType::bf16, DType::f32};
+  const auto seed = test::fresh_seed();
+  Extra sync, fa16_fp32;
+  check_case(c, parse_policy("fdpp,shift=none"), parse_policy("fdpp,shift=none"), std::nullopt, &sync, seed);
+  check_case(c, preset_policy("fa16_fp32"), preset_policy("fa16_fp32"), std::nullopt, &fa16_fp32, seed);
+  EXPECT_EQ(sync.kernel_o, fa16_fp32.kernel_o);
+}
+
 // Large scores (x - phi far above window_hi): every row is recomputed with the synchronized path and
 // counted, and the result is the synchronized kernel's, bit for bit.
 TEST(CudaDecode, FdppLargeScoresAreRecomputedAndCounted) {

@@ -133,6 +133,9 @@ def test_policies_equal_by_fields_never_to_text():
     assert b.to_dict() | {"preset": "fa16"} == pasa.Policy("fa16").to_dict()
     assert b == pasa.Policy("fa16") and hash(b) == hash(pasa.Policy("fa16"))
     assert len({b, pasa.Policy("fa16"), pasa.Policy("fa16_fp32")}) == 2
+    # -0 and 0 are one value with two texts.
+    for zero, minus_zero in (("fdpp", "fdpp,phi=-0"), ("pasa,beta=0", "pasa,beta=-0")):
+        assert pasa.Policy(zero) == pasa.Policy(minus_zero) and hash(pasa.Policy(zero)) == hash(pasa.Policy(minus_zero))
     # A str is never equal, whatever its spelling (no hash could agree with all of them); a dict keyed
     # by text is looked up with str(policy).
     a = pasa.Policy("pasa,s2=64")

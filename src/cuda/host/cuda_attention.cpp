@@ -199,7 +199,8 @@ std::string accepts_decode(const Candidate& c) {
     const std::string takes = "takes S_q <= " + std::to_string(cuda::kDecodeMaxSeqQ) + " (q has S_q = " +
                               std::to_string(c.shape.seq_q) + ")";
     return c.family == Family::fdpp
-               ? "the fdpp policies (FlashDecoding++) run on the CUDA decode path only, which " + takes
+               ? "policies in fdpp's formats (fdpp, fdpp,shift=none, fa16_fp32) run on the CUDA decode path "
+                 "only, which " + takes
                : takes;
   }
   if (!contains(cuda::kDecodeHeadDims, c.shape.dim)) return head_dim_refusal(c.shape.dim, "64, 96, 128 or 256");

@@ -35,12 +35,12 @@ void reject_other_fields(Policy normalized, const char* preset, const char* kern
 
 // The fdpp preset's family: its formats (fp16 input, S and P; fp32 softmax, accumulators and O), any
 // phi, window, splits and block sizes, and shift unified (FlashDecoding++) or none (the synchronized
-// algorithm in the same formats, "fdpp,shift=none": derived from the fdpp preset by name, since
-// without the shift its formats are fa16_fp32's, which the prefill kernels refuse field by field).
-// Returns false for any other policy; throws naming the fields for an fdpp-derived one that differs
-// elsewhere.
+// algorithm in the same formats: "fdpp,shift=none", whose fields are fa16_fp32's but for the block
+// sizes, so fa16_fp32 is in the family too). Judged by the fields alone, as Policy's operator== (which
+// classify_policy_cached keys on) compares them. Returns false for any other policy; throws naming the
+// fields for a unified one that differs elsewhere.
 bool is_fdpp_family(const Policy& pol) {
-  if (pol.shift != Shift::unified && !(pol.shift == Shift::none && pol.preset == "fdpp")) return false;
+  if (pol.shift != Shift::unified && pol.shift != Shift::none) return false;
   const Policy preset = preset_policy("fdpp");
   Policy normalized = pol;
   normalized.shift = preset.shift;

@@ -33,6 +33,7 @@
 #include "cuda/arch/warpgroup.cuh"
 #include "cuda/arch/wgmma.cuh"
 #include "cuda/block/online_softmax.cuh"
+#include "cuda/block/quant_divisor.cuh"
 #include "cuda/block/sage8_stage.cuh"
 #include "cuda/kernels/attention_fwd_hopper.cuh"
 
@@ -192,13 +193,16 @@ struct Sage8HopperVariant : HopperVariantDefaults {
         lse_off[0] = lse_off[1] = 0.0f;
       }
       amax = quad_max(amax);
-      // x * inv: x / scale without a division each. (The softmax scale alpha is >= 0: the integer
-      // maxima below assume a positive dequantization scale; the dispatch refuses a negative one.)
-      const float inv = amax == 0.0f ? 0.0f : 127.0f / amax;
+      // x * pre * inv: x / scale without a division each (once a tile: the extra multiply is not worth a
+      // second copy of the stores for pre = 1). (The softmax scale alpha is >= 0: the integer maxima
+      // below assume a positive dequantization scale; the dispatch refuses a negative one.)
+      const Divisor div = divisor_of(127.0f, amax);
       auto pack = [&](const float (&v4)[4]) {
         std::uint32_t word = 0;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) word |= (static_cast<std::uint32_t>(__float2int_rn(v4[i] * inv)) & 0xffu) << (8 * i);
+        for (int i = 0; i < 4; ++i) {
+          word |= (static_cast<std::uint32_t>(__float2int_rn(v4[i] * div.pre * div.inv)) & 0xffu) << (8 * i);
+        }
         return word;
       };
       // The words where the A fragments of the register form would be: rows g, g + 8 of the warp's

@@ -32,6 +32,7 @@
 #include "cuda/arch/cuda_check.h"
 #include "cuda/arch/ptx.cuh"
 #include "cuda/arch/wgmma.cuh"
+#include "cuda/block/quant_divisor.cuh"
 #include "cuda/block/sage8_stage.cuh"
 #include "cuda/host/device_pool.h"
 #include "cuda/host/kernel_params.h"
@@ -104,10 +105,10 @@ __device__ __forceinline__ float warp_max(float x) {
   return x;
 }
 
-// The INT8 bytes of x / scale, given inv = 1 / scale (0 for a zero scale): one multiply each, no
-// division, packed from byte 0 up. With inv = 127 / max |x|, |x inv| <= 127 (1 + 2^-22) rounds to at
-// most 127, so the conversion's saturation to -128..127 gives the clamp to -127..127 SageAttention2
-// asks for. (cvt.pack: byte 1 from its first operand, byte 0 from its second, the third shifted up by 16.)
+// The INT8 bytes of x * inv (x already times the divisor's pre), packed from byte 0 up. With inv = 127 /
+// max |x|, |x inv| <= 127 (1 + 2^-22) rounds to at most 127, so the conversion's saturation to
+// -128..127 gives the clamp to -127..127 SageAttention2 asks for. (cvt.pack: byte 1 from its first
+// operand, byte 0 from its second, the third shifted up by 16.)
 template <int kN>
 __device__ __forceinline__ std::uint32_t quant_i8(const float (&x)[kN], float inv) {
   static_assert(kN == 2 || kN == 4);
@@ -146,27 +147,34 @@ __device__ __forceinline__ void sage_quantize_k_group(const Rows& rows, int kb, 
     }
   }
   amax = warp_max(amax);
-  const float scale = amax / 127.0f, inv = amax == 0.0f ? 0.0f : 127.0f / amax;
-  if (lane == 0) s.k_scale[(bh * s.n_kb + kb) * 8 + w] = scale;
+  if (lane == 0) s.k_scale[(bh * s.n_kb + kb) * 8 + w] = amax / 127.0f;
+  const Divisor div = divisor_of(127.0f, amax);  // (warp-uniform, as amax)
+  const auto quantize_rows = [&](float pre) {
 #pragma unroll
-  for (int i = 0; i < kGroupRows; ++i) {
-    float x[kCols];
+    for (int i = 0; i < kGroupRows; ++i) {
+      float x[kCols];
 #pragma unroll
-    for (int j = 0; j < kCols; ++j) {
-      if constexpr (kHold) {
-        x[j] = held[i][j];
+      for (int j = 0; j < kCols; ++j) {
+        if constexpr (kHold) {
+          x[j] = held[i][j] * pre;
+        } else {
+          x[j] = value(i, j) * pre;
+        }
+      }
+      const std::uint32_t packed = quant_i8(x, div.inv);
+      std::uint8_t* dst = s.tiles + (bh * s.n_kb + kb) * SageStage<D>::kBytes +
+                          swizzled_offset<D>((w + 8 * i) * D + lane * kCols);
+      if constexpr (kCols == 4) {
+        *reinterpret_cast<std::uint32_t*>(dst) = packed;
       } else {
-        x[j] = value(i, j);
+        *reinterpret_cast<std::uint16_t*>(dst) = static_cast<std::uint16_t>(packed);
       }
     }
-    const std::uint32_t packed = quant_i8(x, inv);
-    std::uint8_t* dst = s.tiles + (bh * s.n_kb + kb) * SageStage<D>::kBytes +
-                        swizzled_offset<D>((w + 8 * i) * D + lane * kCols);
-    if constexpr (kCols == 4) {
-      *reinterpret_cast<std::uint32_t*>(dst) = packed;
-    } else {
-      *reinterpret_cast<std::uint16_t*>(dst) = static_cast<std::uint16_t>(packed);
-    }
+  };
+  if (div.pre == 1.0f) {
+    quantize_rows(1.0f);  // (x * 1 folds away)
+  } else {
+    quantize_rows(div.pre);
   }
 }
 
@@ -174,13 +182,11 @@ __device__ __forceinline__ void sage_quantize_k_group(const Rows& rows, int kb, 
 // keys 2t, 2t + 1 (n-tile 0) and 8 + 2t, 9 + 2t (n-tile 1); the PV MMA's A fragment wants its four
 // bytes at positions 4t .. 4t + 3. So key p goes to 4 ((p % 8) / 2) + (p & 1) + 2 (p / 8).
 
-// The e4m3 bytes of a / scale (byte 0) and b / scale (byte 1) given inv = 1 / scale (0 for an all-zero
-// channel, whose scale is 0): one conversion for the two.
-__device__ __forceinline__ std::uint32_t fp8x2_of(float a, float b, float inv) {
-  return __nv_cvt_float2_to_fp8x2(make_float2(a * inv, b * inv), __NV_SATFINITE, __NV_E4M3);
+// The e4m3 bytes of a / scale (byte 0) and b / scale (byte 1), given the divisor_of(1, scale) as pre
+// and inv: one conversion for the two.
+__device__ __forceinline__ std::uint32_t fp8x2_of(float a, float b, float pre, float inv) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a * pre * inv, b * pre * inv), __NV_SATFINITE, __NV_E4M3);
 }
-
-__device__ __forceinline__ float inverse_scale(float scale) { return scale == 0.0f ? 0.0f : 1.0f / scale; }
 
 // The statistics both forms leave: smooth K's column mean from the column's sum over all keys, V's
 // per-channel scale from max |V|.
@@ -196,34 +202,49 @@ constexpr int kQuads = 4 * kChunks;  // (m, chunk) pairs of a key block
 
 template <int D, class Rows>
 __device__ __forceinline__ void sage_quantize_v_quad(const Rows& rows, int kb, int m, int chunk, int d0,
-                                                     const float (&inv)[8], std::int64_t bh, int seq_kv,
+                                                     const Divisor (&div)[8], std::int64_t bh, int seq_kv,
                                                      const Sage8Scratch& s) {
   const int base = kb * kBlockKv + chunk * 16;
   const int keys[4] = {base + 2 * m, base + 2 * m + 1, base + 2 * m + 8, base + 2 * m + 9};
   std::uint8_t* v_tile = s.tiles + (bh * s.n_kb + kb) * SageStage<D>::kBytes + SageStage<D>::kKBytes;
-  std::uint32_t word[8];
+  const auto quantize = [&](const float (&pre)[8]) {
+    std::uint32_t word[8];
 #pragma unroll
-  for (int pair = 0; pair < 2; ++pair) {  // keys 0 and 1 into bytes 0 and 1, then 2 and 3 into 2 and 3
-    float x[2][8];
+    for (int pair = 0; pair < 2; ++pair) {  // keys 0 and 1 into bytes 0 and 1, then 2 and 3 into 2 and 3
+      float x[2][8];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      if (keys[2 * pair + i] < seq_kv) {
-        rows.load8(keys[2 * pair + i], d0, x[i]);
-      } else {
+      for (int i = 0; i < 2; ++i) {
+        if (keys[2 * pair + i] < seq_kv) {
+          rows.load8(keys[2 * pair + i], d0, x[i]);
+        } else {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) x[i][j] = 0.0f;  // (fp8 zero is the zero byte)
+          for (int j = 0; j < 8; ++j) x[i][j] = 0.0f;  // (fp8 zero is the zero byte)
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const std::uint32_t bytes = fp8x2_of(x[0][j], x[1][j], pre[j], div[j].inv);
+        word[j] = pair == 0 ? bytes : word[j] | bytes << 16;
       }
     }
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const std::uint32_t bytes = fp8x2_of(x[0][j], x[1][j], inv[j]);
-      word[j] = pair == 0 ? bytes : word[j] | bytes << 16;
+      *reinterpret_cast<std::uint32_t*>(v_tile + swizzled_offset<kBlockKv>((d0 + j) * kBlockKv + chunk * 16 + 4 * m)) =
+          word[j];
     }
-  }
+  };
+  bool scaled = false;
+  float pre[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    *reinterpret_cast<std::uint32_t*>(v_tile + swizzled_offset<kBlockKv>((d0 + j) * kBlockKv + chunk * 16 + 4 * m)) =
-        word[j];
+    pre[j] = div[j].pre;
+    scaled |= pre[j] != 1.0f;
+  }
+  if (scaled) {
+    quantize(pre);
+  } else {
+    const float ones[8] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+    quantize(ones);  // (x * 1 folds away)
   }
 }
 
@@ -309,10 +330,10 @@ __global__ void __launch_bounds__(kQuantVThreads<D>) sage_quant_v(Operand v, int
   const int kb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int m = threadIdx.x % 4, chunk = threadIdx.x / 4 % kChunks, d0 = threadIdx.x / kQuads * 8;
   const std::int64_t bh = static_cast<std::int64_t>(b) * heads_kv + h;
-  float inv[8];
+  Divisor div[8];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) inv[j] = inverse_scale(s.v_scale[bh * D + d0 + j]);
-  sage_quantize_v_quad<D>(GlobalRows<Elem>{v, b, h}, kb, m, chunk, d0, inv, bh, seq_kv, s);
+  for (int j = 0; j < 8; ++j) div[j] = divisor_of(1.0f, s.v_scale[bh * D + d0 + j]);
+  sage_quantize_v_quad<D>(GlobalRows<Elem>{v, b, h}, kb, m, chunk, d0, div, bh, seq_kv, s);
 }
 
 // ---- clustered --------------------------------------------------------------------------------------
@@ -368,7 +389,8 @@ __global__ void __launch_bounds__(kThreads, 3) sage_kv_prepare_clustered(Operand
   extern __shared__ __align__(128) std::uint8_t rows_sh[];
   __shared__ float lanes_sh[kThreads / (D / 8)][D];
   __shared__ float k_sum_sh[D], v_max_sh[D];  // this CTA's statistics, read by the whole cluster
-  __shared__ float mean_sh[D], inv_sh[D];
+  __shared__ float mean_sh[D];
+  __shared__ Divisor v_div_sh[D];
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank()), ranks = static_cast<int>(cluster.num_blocks());
   const int h = blockIdx.y, b = blockIdx.z;
@@ -414,17 +436,17 @@ __global__ void __launch_bounds__(kThreads, 3) sage_kv_prepare_clustered(Operand
     float vmax = 0.0f;
     for (int r = 0; r < ranks; ++r) vmax = fmaxf(vmax, *cluster.map_shared_rank(&v_max_sh[d], r));
     const float scale = v_scale_of(vmax);
-    inv_sh[d] = inverse_scale(scale);
+    v_div_sh[d] = divisor_of(1.0f, scale);
     if (rank == 0) s.v_scale[bh * D + d] = scale;
   }
   __syncthreads();
   for (int i = threadIdx.x; i < (kb1 - kb0) * kQuantVThreads<D>; i += kThreads) {
     const int kb = kb0 + i / kQuantVThreads<D>, t = i % kQuantVThreads<D>;
     const int m = t % 4, chunk = t / 4 % kChunks, d0 = t / kQuads * 8;
-    float inv[8];
+    Divisor div[8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) inv[j] = inv_sh[d0 + j];
-    sage_quantize_v_quad<D>(v_rows, kb, m, chunk, d0, inv, bh, seq_kv, s);
+    for (int j = 0; j < 8; ++j) div[j] = v_div_sh[d0 + j];
+    sage_quantize_v_quad<D>(v_rows, kb, m, chunk, d0, div, bh, seq_kv, s);
   }
   cluster.sync();  // (no CTA leaves while another may still read its v_max_sh)
 }
