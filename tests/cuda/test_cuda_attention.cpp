@@ -558,7 +558,8 @@ TEST(CudaSage8, PrepassClusteredAndInPasses) {
 // bf16 values whose quantization scales have no finite reciprocal in fp32 (a group's or channel's max
 // below 127 / FLT_MAX or 448 / FLT_MAX): huge Q over tiny K and tiny V with exact zeros, then tiny Q
 // over huge K. Every quantizer meets them (Q in the kernel; K and V in the prepass, clustered and in
-// passes). With an infinite reciprocal a quantized value keeps only its sign, and a zero becomes NaN.
+// passes). With an infinite reciprocal a quantized value keeps only its sign, and a zero becomes NaN;
+// and K's column sums of 1e37-sized keys overflow fp32 unless they are scaled.
 TEST(CudaSage8, ScalesWithoutAFiniteReciprocal) {
   REQUIRE_HOPPER_PATH();
   const auto br = CausalAlignment::bottom_right;

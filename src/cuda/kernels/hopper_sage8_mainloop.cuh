@@ -193,16 +193,24 @@ struct Sage8HopperVariant : HopperVariantDefaults {
         lse_off[0] = lse_off[1] = 0.0f;
       }
       amax = quad_max(amax);
-      // x * pre * inv: x / scale without a division each (once a tile: the extra multiply is not worth a
-      // second copy of the stores for pre = 1). (The softmax scale alpha is >= 0: the integer maxima
-      // below assume a positive dequantization scale; the dispatch refuses a negative one.)
+      // x * inv: x / scale without a division each. (The softmax scale alpha is >= 0: the integer
+      // maxima below assume a positive dequantization scale; the dispatch refuses a negative one.)
       const Divisor div = divisor_of(127.0f, amax);
+      if (div.pre != 1.0f) {  // (a thread group whose rows are all below 2^-64: quad-uniform, as amax)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int kk = 0; kk < kKT; ++kk)
+#pragma unroll
+            for (int half = 0; half < 2; ++half)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) x[j][kk][half][i] *= div.pre;
+      }
+      const float inv = div.inv;
       auto pack = [&](const float (&v4)[4]) {
         std::uint32_t word = 0;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          word |= (static_cast<std::uint32_t>(__float2int_rn(v4[i] * div.pre * div.inv)) & 0xffu) << (8 * i);
-        }
+        for (int i = 0; i < 4; ++i) word |= (static_cast<std::uint32_t>(__float2int_rn(v4[i] * inv)) & 0xffu) << (8 * i);
         return word;
       };
       // The words where the A fragments of the register form would be: rows g, g + 8 of the warp's

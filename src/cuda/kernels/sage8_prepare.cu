@@ -190,7 +190,13 @@ __device__ __forceinline__ std::uint32_t fp8x2_of(float a, float b, float pre, f
 
 // The statistics both forms leave: smooth K's column mean from the column's sum over all keys, V's
 // per-channel scale from max |V|.
-__device__ __forceinline__ float k_mean_of(double sum, int seq_kv) { return static_cast<float>(sum / seq_kv); }
+// K's column sums are taken of x * kSumScale (one fma a value: exact, and the same rounding as the sum
+// of x, wherever |x| >= 2^-94), so that bf16 keys near their largest value (3.4e38) cannot overflow fp32
+// in a sum of up to 2^31 of them; the mean scales back in double.
+constexpr float kSumScale = 0x1p-32f;
+__device__ __forceinline__ float k_mean_of(double scaled_sum, int seq_kv) {
+  return static_cast<float>(scaled_sum * 0x1p32 / seq_kv);
+}
 __device__ __forceinline__ float v_scale_of(float vmax) { return vmax / 448.0f; }
 
 // V / v_scale to e4m3 for quarter m of 16-key chunk `chunk` of key block kb and channels d0 .. d0 + 7
@@ -250,7 +256,8 @@ __device__ __forceinline__ void sage_quantize_v_quad(const Rows& rows, int kb, i
 
 // ---- in passes ------------------------------------------------------------------------------------
 
-// grid (n_chunk, Hkv, B), block kThreads: column sums of K and maxima of |V| over one chunk of keys.
+// grid (n_chunk, Hkv, B), block kThreads: column sums of K (times kSumScale) and maxima of |V| over one
+// chunk of keys.
 // Thread (row lane r, 8-channel group cg) reads 16 bytes of K and of V per key, keys r, r + kLanes, ...
 // of the chunk; the row lanes then meet in shared memory.
 template <typename Elem, int D>
@@ -269,7 +276,7 @@ __global__ void __launch_bounds__(kThreads) sage_kv_partials(Operand k, Operand 
     v_rows.load8(r, cg * 8, vx);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      sum[j] += kx[j];
+      sum[j] = fmaf(kx[j], kSumScale, sum[j]);
       vmax[j] = fmaxf(vmax[j], fabsf(vx[j]));
     }
   }
@@ -351,7 +358,8 @@ __device__ __forceinline__ void copy_rows(const Operand& op, int b, int h, int n
   cp_async_commit();
 }
 
-// This CTA's column sums (kMax false) or maxima of |x| (kMax true) over its n_rows rows into out[D]
+// This CTA's column sums (kMax false; of x * kSumScale) or maxima of |x| (kMax true) over its n_rows rows
+// into out[D]
 // (thread (row lane, 8-channel group) over rows lane, lane + kLanes, ...; the lanes meet in `lanes`).
 template <bool kMax, typename Elem, int D>
 __device__ __forceinline__ void column_stat(const SharedRows<Elem, D>& rows, int n_rows,
@@ -363,7 +371,7 @@ __device__ __forceinline__ void column_stat(const SharedRows<Elem, D>& rows, int
     float x[8];
     rows.load8(rows.key0 + r, cg * 8, x);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) acc[j] = kMax ? fmaxf(acc[j], fabsf(x[j])) : acc[j] + x[j];
+    for (int j = 0; j < 8; ++j) acc[j] = kMax ? fmaxf(acc[j], fabsf(x[j])) : fmaf(x[j], kSumScale, acc[j]);
   }
 #pragma unroll
   for (int j = 0; j < 8; ++j) lanes[lane_r][cg * 8 + j] = acc[j];
