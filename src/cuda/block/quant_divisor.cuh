@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// x * num / den for the quantizers (an INT8 or FP8 value of x / scale) with one multiply a value, and
-// right where num / den overflows: bf16 inputs hold maxima and scales below num / FLT_MAX (about 3.7e-37
-// for INT8's 127 over a group's max |x|), whose reciprocal would be inf (x * inf: a sign, and NaN for 0).
+// x * num / den for the sage8 prepass's quantizers (an INT8 or FP8 value of x / scale) with one multiply
+// a value, and right where num / den overflows: bf16 inputs hold maxima and scales below num / FLT_MAX
+// (about 3.7e-37 for INT8's 127 over a group's max |x|), whose reciprocal would be inf (x * inf: a sign,
+// and NaN for 0).
 #pragma once
 
 namespace pasa::cuda {

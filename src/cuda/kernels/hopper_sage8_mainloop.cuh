@@ -33,7 +33,6 @@
 #include "cuda/arch/warpgroup.cuh"
 #include "cuda/arch/wgmma.cuh"
 #include "cuda/block/online_softmax.cuh"
-#include "cuda/block/quant_divisor.cuh"
 #include "cuda/block/sage8_stage.cuh"
 #include "cuda/kernels/attention_fwd_hopper.cuh"
 
@@ -195,18 +194,7 @@ struct Sage8HopperVariant : HopperVariantDefaults {
       amax = quad_max(amax);
       // x * inv: x / scale without a division each. (The softmax scale alpha is >= 0: the integer
       // maxima below assume a positive dequantization scale; the dispatch refuses a negative one.)
-      const Divisor div = divisor_of(127.0f, amax);
-      if (div.pre != 1.0f) {  // (a thread group whose rows are all below 2^-64: quad-uniform, as amax)
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-          for (int kk = 0; kk < kKT; ++kk)
-#pragma unroll
-            for (int half = 0; half < 2; ++half)
-#pragma unroll
-              for (int i = 0; i < 4; ++i) x[j][kk][half][i] *= div.pre;
-      }
-      const float inv = div.inv;
+      const float inv = amax == 0.0f ? 0.0f : 127.0f / amax;
       auto pack = [&](const float (&v4)[4]) {
         std::uint32_t word = 0;
 #pragma unroll
