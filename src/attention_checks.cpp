@@ -57,25 +57,25 @@ void check_view(const TensorView& t, const char* name, bool is_output, ViewForm 
   if (t.data == nullptr && !empty) throw Error(text::format("{}: data pointer is null", name));
 }
 
+// The scale multiplies in the softmax format (scale=s) or the input format (scale=q|k), and every kernel
+// holds it in fp32: a scale beyond those formats' range becomes inf there and turns every output into
+// NaN while the fp64 reference is finite, so it is refused.
+void check_scale(double scale, const Policy& policy, const char* name) {
+  if (!std::isfinite(scale)) throw Error(text::format("{}: {} is not finite", name, scale));
+  const Format& applied = policy.scale == ScalePlacement::scores ? policy.softmax : policy.input;
+  const double limit = std::min(Format::fp32().max_finite(), applied.max_finite());
+  if (std::fabs(scale) > limit) {
+    throw Error(text::format("{}: {:g} is outside [-{:g}, {:g}], the range of fp32 and of the {} format "
+                            "the policy applies it in", name, scale, limit, limit, applied.name()));
+  }
+}
+
 namespace {
 
 // "[B, H, S, D]", or "[total, H, D]" for a packed view: a view's shape as its caller sees it.
 std::string shape_text(const TensorView& t, ViewForm form) {
   if (form == ViewForm::packed) return text::format("[{}, {}, {}]", t.shape[2], t.shape[1], t.shape[3]);
   return text::format("[{}, {}, {}, {}]", t.shape[0], t.shape[1], t.shape[2], t.shape[3]);
-}
-
-// The scale multiplies in the softmax format (scale=s) or the input format (scale=q|k), and every kernel
-// holds it in fp32: a scale beyond those formats' range becomes inf there and turns every output into
-// NaN while the fp64 reference is finite, so it is refused.
-void check_scale(double scale, const Policy& policy) {
-  if (!std::isfinite(scale)) throw Error(text::format("scale: {} is not finite", scale));
-  const Format& applied = policy.scale == ScalePlacement::scores ? policy.softmax : policy.input;
-  const double limit = std::min(Format::fp32().max_finite(), applied.max_finite());
-  if (std::fabs(scale) > limit) {
-    throw Error(text::format("scale: {:g} is outside [-{:g}, {:g}], the range of fp32 and of the {} format "
-                            "the policy applies it in", scale, limit, limit, applied.name()));
-  }
 }
 
 // The window, softcap and mask: values, the mask's shape against the problem, its values on the host.

@@ -41,6 +41,11 @@ void check_output_memory(const AttentionArgs& args, ViewForm form = ViewForm::bh
 // k/v [S_kv, H_kv, D]" packed).
 std::string problem_text(const ProblemShape& p, ViewForm form = ViewForm::bhsd);
 
+// Throws, naming the scale `name`, when a caller's scale is not finite or lies beyond fp32 or the format
+// the policy multiplies it in (where it would be inf). check_attention_args runs it; `pasa run` before
+// it reads its files.
+void check_scale(double scale, const Policy& policy, const char* name = "scale");
+
 // alpha: the caller's scale or 1/sqrt(D).
 double resolve_scale(const AttentionArgs& args, std::int64_t dim);
 

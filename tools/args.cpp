@@ -16,6 +16,11 @@ Option* Option::delimiter(char separator) {
   return this;
 }
 
+Option* Option::range(std::string text) {
+  range_ = std::move(text);
+  return this;
+}
+
 Option* Option::required() {
   required_ = true;
   return this;

@@ -13,7 +13,10 @@
 #pragma once
 
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -43,20 +46,61 @@ struct is_optional : std::false_type {};
 template <typename T>
 struct is_optional<std::optional<T>> : std::true_type {};
 
-// One scalar from its text: the whole text must be the value.
+// Why `text`, which does not parse as a T, is a number past T's range ("must be at most 2147483647"),
+// or nothing: an integer literal too long for T, a whole number in a double's syntax beyond it (1e400,
+// -1 for an unsigned T), or a double's syntax past a double's range.
 template <typename T>
-T parse_scalar(const std::string& text, const std::string& option) {
+std::optional<std::string> past_range(const std::string& text) {
+  const char* end = text.data() + text.size();
+  if constexpr (std::is_integral_v<T>) {
+    const auto limit = [](bool negative) {
+      return negative ? "must be at least " + std::to_string(std::numeric_limits<T>::min())
+                      : "must be at most " + std::to_string(std::numeric_limits<T>::max());
+    };
+    T value{};
+    const auto r = std::from_chars(text.data(), end, value);
+    if (r.ec == std::errc::result_out_of_range && r.ptr == end) return limit(text[0] == '-');
+    double x = 0;
+    const auto d = std::from_chars(text.data(), end, x);
+    if (d.ptr != end || (d.ec != std::errc() && d.ec != std::errc::result_out_of_range)) return std::nullopt;
+    // Past a double's range, or below its smallest subnormal (not a whole number then).
+    if (d.ec == std::errc::result_out_of_range) x = std::strtod(text.c_str(), nullptr);
+    if (x != std::floor(x)) return std::nullopt;  // (NaN included)
+    // T's limits are -2^digits (signed) or 0, and 2^digits - 1: exact as doubles, unlike the maximum.
+    const double top = std::ldexp(1.0, std::numeric_limits<T>::digits);
+    if (x >= top || x < (std::is_signed_v<T> ? -top : 0.0)) return limit(x < 0);
+    return std::nullopt;
+  } else {
+    double x = 0;
+    const auto r = std::from_chars(text.data(), end, x);
+    if (r.ec != std::errc::result_out_of_range || r.ptr != end) return std::nullopt;
+    if (!std::isinf(std::strtod(text.c_str(), nullptr))) return std::nullopt;  // an underflow
+    return "a double's largest magnitude is 1.79769e+308";
+  }
+}
+
+// One scalar from its text: the whole text must be the value. A number past what T holds is out of
+// range, named with `range` (the option's own, Option::range) or else with T's limit. A double below
+// the smallest subnormal rounds to 0, as strtod rounds it.
+template <typename T>
+T parse_scalar(const std::string& text, const std::string& option, const std::string& range) {
   if constexpr (std::is_same_v<T, std::string>) {
     return text;
   } else {
     static_assert(std::is_arithmetic_v<T>, "options are strings, numbers or lists/optionals of them");
     T value{};
-    const auto r = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (text.empty() || r.ec != std::errc() || r.ptr != text.data() + text.size()) {
-      throw UsageError(option + ": '" + text + "' is not " +
-                       (std::is_integral_v<T> ? "an integer" : "a number") + " in range");
+    const char* end = text.data() + text.size();
+    const auto r = std::from_chars(text.data(), end, value);
+    if (!text.empty() && r.ec == std::errc() && r.ptr == end) return value;
+    if (const std::optional<std::string> why = past_range<T>(text)) {
+      throw UsageError(option + ": " + text + " is out of range (" + (range.empty() ? *why : range) + ")");
     }
-    return value;
+    if constexpr (std::is_floating_point_v<T>) {  // below the smallest subnormal: 0
+      if (r.ec == std::errc::result_out_of_range && r.ptr == end) {
+        return static_cast<T>(std::strtod(text.c_str(), nullptr));
+      }
+    }
+    throw UsageError(option + ": '" + text + "' is not " + (std::is_integral_v<T> ? "an integer" : "a number"));
   }
 }
 
@@ -82,11 +126,14 @@ class Option {
   Option* required();
   Option* excludes(const Option* other);  // a usage error when both are given (either order)
   Option* needs(const Option* other);     // a usage error when this is given without `other`
+  // The values a number option takes, as its command's check says them ("must be in 1..1024"): the
+  // parser's message for a value past what the option's C++ type holds, which never reaches that check.
+  Option* range(std::string text);
   bool given() const { return seen_; }    // on the command line (after parsing)
 
  private:
   friend class Command;
-  std::string name_, description_, default_text_;
+  std::string name_, description_, default_text_, range_;
   bool is_flag_ = false, is_list_ = false, required_ = false, seen_ = false;
   char delimiter_ = '\0';
   std::vector<const Option*> excludes_, needs_;
@@ -107,8 +154,8 @@ class Command {
     if constexpr (detail::is_vector<T>::value) {
       using Element = typename T::value_type;
       opt.is_list_ = true;
-      opt.assign_ = [&target, name](const std::string& text) {
-        target.push_back(detail::parse_scalar<Element>(text, name));
+      opt.assign_ = [&target, &opt](const std::string& text) {
+        target.push_back(detail::parse_scalar<Element>(text, opt.name_, opt.range_));
       };
       opt.clear_list_ = [&target] { target.clear(); };
       opt.current_text_ = [&target] {
@@ -121,10 +168,14 @@ class Command {
       };
     } else if constexpr (detail::is_optional<T>::value) {
       using Element = typename T::value_type;
-      opt.assign_ = [&target, name](const std::string& text) { target = detail::parse_scalar<Element>(text, name); };
+      opt.assign_ = [&target, &opt](const std::string& text) {
+        target = detail::parse_scalar<Element>(text, opt.name_, opt.range_);
+      };
       opt.current_text_ = [&target] { return target ? detail::scalar_text(*target) : std::string(); };
     } else {
-      opt.assign_ = [&target, name](const std::string& text) { target = detail::parse_scalar<T>(text, name); };
+      opt.assign_ = [&target, &opt](const std::string& text) {
+        target = detail::parse_scalar<T>(text, opt.name_, opt.range_);
+      };
       opt.current_text_ = [&target] { return detail::scalar_text(target); };
     }
     return &opt;

@@ -50,6 +50,9 @@ struct Row {
   const char* unit;  // "TFLOP/s" or "TB/s"
 };
 
+// The head dims the kernels take, as --head-dim's messages say them.
+const std::string kHeadDimsText = "the kernels take 64, 96, 128 or 256";
+
 DType parse_dtype(const std::string& s) {
   if (s == "fp16" || s == "f16") return DType::f16;
   if (s == "bf16") return DType::bf16;
@@ -91,7 +94,7 @@ ParsedOptions validate(const BenchOptions& o) {
   if (o.decode_batch < 1) throw UsageError("--decode-batch must be at least 1");
   for (const int d : o.head_dims) {
     if (d != 64 && d != 96 && d != 128 && d != 256) {
-      throw UsageError("--head-dim: the kernels take 64, 96, 128 or 256, not " + std::to_string(d));
+      throw UsageError("--head-dim: " + kHeadDimsText + ", not " + std::to_string(d));
     }
     if (o.hidden < d) {
       throw UsageError("--hidden " + std::to_string(o.hidden) + " is smaller than head dim " + std::to_string(d));
@@ -138,7 +141,7 @@ void write_csv(const std::string& path, const std::vector<Row>& rows) {
 void run(const BenchOptions& o) {
   const auto [policies, decode_policies, decode_caches] = validate(o);
   check_output_files({}, {{"--csv", o.csv}});
-  const std::string device = on_gpu([] { return bench_device_description(); });
+  const std::string device = on_gpu("pasa bench", [] { return bench_device_description(); });
   text::print(stderr, "pasa bench on {}: median of {} calls after {} warm-up, L2 flushed before each\n", device,
              o.runs, o.warmup);
   const int n_prefill = static_cast<int>(o.policies.size() * o.dtypes.size() * o.head_dims.size() * o.seqs.size() *
@@ -247,7 +250,10 @@ void add_bench_command(Command& app) {
       "and decode KV-read TB/s");
   cmd->add_option("--policy", opt->policies, "prefill policies, comma-separated")->delimiter(',')->capture_default_str();
   cmd->add_option("--dtype", opt->dtypes, "input dtypes: fp16, bf16")->delimiter(',')->capture_default_str();
-  cmd->add_option("--head-dim", opt->head_dims, "head dims (64, 96, 128, 256)")->delimiter(',')->capture_default_str();
+  cmd->add_option("--head-dim", opt->head_dims, "head dims (64, 96, 128, 256)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->range(kHeadDimsText);
   cmd->add_option("--seq", opt->seqs, "sequence lengths (S_q = S_kv)")->delimiter(',')->capture_default_str();
   cmd->add_option("--mask", opt->masks, "full, causal")->delimiter(',')->capture_default_str();
   cmd->add_option("--tokens", opt->tokens, "B * S of every prefill point")->capture_default_str();

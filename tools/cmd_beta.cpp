@@ -104,7 +104,9 @@ void add_beta_command(Command& app) {
               "initial value the format cannot hold in M says so.");
   cmd->add_option("--format", opt->format, "format of the shifting matrix (fp16, bf16, e4m3, fp22, eXmY, ...)")
       ->capture_default_str();
-  cmd->add_option("--block", opt->block, "key block size s2, 1..1024 (the policy's range)")->capture_default_str();
+  cmd->add_option("--block", opt->block, "key block size s2, 1..1024 (the policy's range)")
+      ->capture_default_str()
+      ->range(kBlockOptionRange);
   cmd->add_option("--init", opt->init, "initial values in (0, 1) (default: the paper's six)")->delimiter(',');
   cmd->add_option("--scale", opt->scale,
                   "softmax scale folded into M (as the pasa preset does, e.g. 0.0883883 for D = 128)");

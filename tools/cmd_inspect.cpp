@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <numbers>
 
 #include "commands.h"
 #include "pasa/error.h"
@@ -55,20 +56,26 @@ struct GeneratorOptionsGiven {
   bool x0, am, preset;
 };
 
-// Q and K from uniform_qkv or hybrid_qkv (fp16, as the study draws them): a draw beyond fp16's range is
-// the generator's error, named here by the options that chose it, not --q.
-QKV paper_inputs(const InspectOptions& opt, const Shape4& shape) {
+// The largest magnitude a standard normal draw reaches: Box-Muller's radius sqrt(-2 ln u1) with u1
+// in [2^-53, 1] (data/random.h).
+const double kMaxNormalDraw = std::sqrt(106.0 * std::numbers::ln2);
+
+// --x0 and --am for uniform_qkv or hybrid_qkv (fp16, as the study draws them), checked before any data
+// is drawn: every value they can draw must be finite in fp16, whatever the seed and the size.
+void check_paper_parameters(const InspectOptions& opt) {
   if (!std::isfinite(opt.x0)) throw UsageError(text::format("--x0: {} is not finite", opt.x0));
   if (!(std::isfinite(opt.am) && opt.am >= 0)) {
     throw UsageError(text::format("--am: {} is not finite and >= 0", opt.am));
   }
-  try {
-    return opt.gen == "uniform" ? uniform_qkv(shape, opt.x0, opt.am, opt.seed)
-                                : hybrid_qkv(shape, opt.x0, opt.am, opt.seed);
-  } catch (const ResourceError&) {
-    throw;
-  } catch (const Error& e) {
-    throw Error(text::format("--x0/--am: {} with x0 = {:g}, Am = {:g}: {}", opt.gen, opt.x0, opt.am, e.what()));
+  // uniform draws from [x0 - am, x0 + am); hybrid adds N(0, 1) and, for outliers, N(0, am^2) to x0.
+  const bool uniform = opt.gen == "uniform";
+  const double reach = std::fabs(opt.x0) + (uniform ? opt.am : kMaxNormalDraw * (1 + opt.am));
+  constexpr double kFp16Max = 65504;
+  if (reach > kFp16Max) {
+    throw UsageError(text::format("--x0/--am: {} with x0 = {:g}, Am = {:g} can draw {:g} in magnitude{}, "
+                                  "beyond fp16's {:g}", opt.gen, opt.x0, opt.am, reach,
+                                  uniform ? "" : text::format(" (|x0| + {:.4g} (1 + Am))", kMaxNormalDraw),
+                                  kFp16Max));
   }
 }
 
@@ -93,8 +100,20 @@ void run(const InspectOptions& opt, const GeneratorOptionsGiven& given) {
       throw UsageError("--x0/--am: apply to --gen uniform or hybrid, not resonance");
     }
     if (paper && given.preset) throw UsageError("--preset: applies to --gen resonance, not " + opt.gen);
+    ResonanceParams preset;
+    if (paper) {
+      check_paper_parameters(opt);
+    } else {
+      try {
+        preset = resonance_preset(opt.preset);
+      } catch (const Error& e) {
+        throw UsageError(std::string("--preset: ") + e.what());
+      }
+    }
     const Shape4 shape{1, opt.heads, opt.seq, 128};
-    QKV data = paper ? paper_inputs(opt, shape) : resonance_qkv(shape, resonance_preset(opt.preset), opt.seed);
+    QKV data = !paper ? resonance_qkv(shape, preset, opt.seed)
+               : opt.gen == "uniform" ? uniform_qkv(shape, opt.x0, opt.am, opt.seed)
+                                      : hybrid_qkv(shape, opt.x0, opt.am, opt.seed);
     q = std::move(data.q);
     k = std::move(data.k);
     source = paper ? text::format("{} x0={:g} Am={:g}", opt.gen, opt.x0, opt.am) : "resonance (" + opt.preset + ")";
@@ -173,7 +192,9 @@ void add_inspect_command(Command& app) {
   const Option* x0 = generator_option("--x0", opt->x0, "mean for uniform/hybrid");
   const Option* am = generator_option("--am", opt->am, "amplitude for uniform/hybrid");
   cmd->add_option("--beta", opt->beta, "PASA beta, in [0, 1)")->capture_default_str();
-  cmd->add_option("--block", opt->block, "key block size s2, 1..1024 (the policy's range)")->capture_default_str();
+  cmd->add_option("--block", opt->block, "key block size s2, 1..1024 (the policy's range)")
+      ->capture_default_str()
+      ->range(kBlockOptionRange);
   generator_option("--seq", opt->seq, "sequence length of generated inputs");
   generator_option("--heads", opt->heads, "heads of generated inputs");
   generator_option("--seed", opt->seed, "seed of generated inputs");

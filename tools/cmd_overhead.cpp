@@ -41,6 +41,9 @@ constexpr Shape kCpuShape{1, 1, 1, 8};
 // shapes, and a median steady to a fraction of a percent; more only makes the run long.
 constexpr int kMaxCalls = 10000;
 
+// The CPU backends' largest head dim (pasa::attention refuses more).
+constexpr int kCpuMaxHeadDim = 1024;
+
 void run(const OverheadOptions& o) {
   if (o.device != "auto" && o.device != "cuda" && o.device != "cpu") {
     throw UsageError("--device: '" + o.device + "' is not auto, cuda or cpu");
@@ -59,22 +62,34 @@ void run(const OverheadOptions& o) {
   const bool gpu = o.device == "cuda" || (o.device == "auto" && cuda_backend_available());
   if (o.dtype && !gpu) throw UsageError("--dtype: applies to the GPU; the CPU emulator's calls take fp32");
   const Shape& base = gpu ? kGpuShape : kCpuShape;
+  const int heads_q = o.heads_q.value_or(base.heads_q), heads_kv = o.heads_kv.value_or(base.heads_kv);
+  if (heads_q % heads_kv != 0) {
+    throw UsageError(text::format("--heads-q/--heads-kv: {} K/V heads do not divide the {} query heads (GQA "
+                                  "needs H_q to be a multiple of H_kv)", heads_kv, heads_q));
+  }
+  // The GPU kernels' head dims are theirs to refuse (they differ by policy and GPU); the emulator's
+  // limit is one number.
+  if (!gpu && o.head_dim && *o.head_dim > kCpuMaxHeadDim) {
+    throw UsageError(text::format("--head-dim: {} is larger than the CPU emulator's {}", *o.head_dim,
+                                  kCpuMaxHeadDim));
+  }
+  const std::string command = "pasa overhead --device " + o.device;
   BenchPoint pt;
   pt.policy = parse_policy_option("--policy", o.policy);
   pt.dtype = dtype == "bf16" ? DType::bf16 : DType::f16;
   pt.batch = o.batch;
-  pt.heads_q = o.heads_q.value_or(base.heads_q);
-  pt.heads_kv = o.heads_kv.value_or(base.heads_kv);
+  pt.heads_q = heads_q;
+  pt.heads_kv = heads_kv;
   pt.seq_q = 1;
   pt.seq_kv = o.seq_kv.value_or(base.seq_kv);
   pt.head_dim = o.head_dim.value_or(base.head_dim);
   // Sizes given for the CPU can make this long: the stage says so every 30 s.
   // (Only the GPU's calls map a pasa::Error to a missing device: on the CPU it is bad input.)
   const HostOverhead h = run_stage("the timed calls", [&] {
-    return gpu ? on_gpu([&] { return bench_host_overhead(pt, Device::cuda, o.calls); })
+    return gpu ? on_gpu(command, [&] { return bench_host_overhead(pt, Device::cuda, o.calls); })
                : bench_host_overhead(pt, Device::cpu, o.calls);
   });
-  const std::string device = gpu ? on_gpu([] { return bench_device_description(); }) : "CPU emulator";
+  const std::string device = gpu ? on_gpu(command, [] { return bench_device_description(); }) : "CPU emulator";
   text::print("host time per call ({}, policy {}, B {}, H {}/{}, S_q 1, S_kv {}, D {}, {}; median of 15 rounds "
               "of {} calls)\n", device, to_string(pt.policy), pt.batch, pt.heads_q, pt.heads_kv, pt.seq_kv,
               pt.head_dim, gpu ? dtype : std::string("fp32"), o.calls);
@@ -108,7 +123,8 @@ void add_overhead_command(Command& app) {
   cmd->add_option("--seq-kv", opt->seq_kv, sizes("keys", kGpuShape.seq_kv, kCpuShape.seq_kv));
   cmd->add_option("--head-dim", opt->head_dim, sizes("head dim", kGpuShape.head_dim, kCpuShape.head_dim));
   cmd->add_option("--calls", opt->calls, text::format("calls per timed round, 1..{}", kMaxCalls))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->range(text::format("must be in 1..{}", kMaxCalls));
   cmd->callback([opt] { run(*opt); });
 }
 

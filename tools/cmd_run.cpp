@@ -3,8 +3,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 
+#include "attention_checks.h"
 #include "commands.h"
 #include "pasa/attention.h"
 #include "pasa/error.h"
@@ -45,6 +47,13 @@ void run(const RunOptions& opt) {
     throw UsageError("--alignment: '" + opt.alignment + "' is not bottom_right or top_left");
   }
   args.policy = parse_policy_option("--policy", opt.policy);
+  if (opt.scale) {
+    try {
+      check_scale(*opt.scale, args.policy, "--scale");
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
+  }
   args.scale = opt.scale;
   args.causal = opt.causal;
   check_tensor_output_name("--out", opt.out);
@@ -55,7 +64,14 @@ void run(const RunOptions& opt) {
   HostTensor q, k, v;
   run_stage("reading the inputs", [&] {
     if (!opt.qkv.empty()) {
-      auto tensors = io::read_safetensors(opt.qkv);
+      std::map<std::string, HostTensor> tensors;
+      try {
+        tensors = io::read_safetensors(opt.qkv);
+      } catch (const ResourceError&) {
+        throw;
+      } catch (const Error& e) {  // with the option, which takes .safetensors (a .npy given is named so)
+        throw Error(std::string("--qkv: ") + e.what());
+      }
       for (const char* name : {"q", "k", "v"}) {
         if (!tensors.count(name)) throw Error(opt.qkv + ": no tensor named '" + name + "'");
       }

@@ -79,7 +79,18 @@ def _int32(x: Any, name: str) -> np.ndarray:
         _host(x, name)
     if is_torch_tensor(x):
         x = x.detach().numpy()
-    array = np.asarray(x)
+    try:
+        array = np.asarray(x)
+    except (ValueError, TypeError) as e:  # ragged nesting: [0, [4]]
+        raise PasaError(f"{name}: expected an array of integers, got a {type(x).__name__} that NumPy "
+                        f"cannot make one array of ({e})") from None
+    if not hasattr(x, "dtype") and array.size == 0:
+        array = array.astype(np.int32)  # (NumPy makes an empty list float64: it holds no non-integer)
+    if array.dtype == object and all(_is_int(value) for value in array.flat):
+        # Python ints past int64 (NumPy keeps them as objects): compared exactly.
+        if any(not -2**31 <= value < 2**31 for value in array.flat):
+            raise PasaError(f"{name}: values do not fit in int32")
+        array = array.astype(np.int64)
     if array.dtype.kind not in "iu":
         raise PasaError(f"{name}: expected integers, got dtype {array.dtype}")
     if array.size and (array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max):

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "array_views.h"
+#include "attention_checks.h"
 #include "bindings.h"
 #include "interruptible.h"
 #include "pasa/error.h"
@@ -94,6 +95,8 @@ void attention_varlen(const InputArray& q, const InputArray& k, const InputArray
   args.k = packed_array_view(ki, "k");
   args.v = packed_array_view(vi, "v");
   args.o = packed_array_view(oi, "out");
+  // The C++ API checks its output `o` the same way; here the message names the Python argument.
+  check_view(args.o, "out", /*is_output=*/true, ViewForm::packed);
   check_same_device(qi, ki, "k");
   check_same_device(qi, vi, "v");
   check_same_device(qi, oi, "out");
@@ -107,7 +110,11 @@ void attention_varlen(const InputArray& q, const InputArray& k, const InputArray
   for (const auto& [index, name] : {std::pair{&cq, "cu_seqlens_q"}, {&ck, "cu_seqlens_k"}}) {
     check_no_overlap(oi, "out", *index, name);
   }
-  if (cq.shape[0] < 2 || ck.shape[0] != cq.shape[0]) {
+  if (cq.shape[0] < 2) {
+    throw Error(text::format("cu_seqlens_q: {} integers, but it needs B + 1 >= 2 (sequence b owns tokens "
+                             "cu_seqlens_q[b]:cu_seqlens_q[b + 1])", cq.shape[0]));
+  }
+  if (ck.shape[0] != cq.shape[0]) {
     throw Error(text::format("cu_seqlens_k: cu_seqlens_q and cu_seqlens_k need the same length B + 1 >= "
                             "2, got {} and {}", cq.shape[0], ck.shape[0]));
   }
@@ -164,6 +171,7 @@ void attention_with_kvcache(const InputArray& q, nb::handle k_cache_arg, nb::han
                   vc = cache_info(v_cache_arg, "v_cache", appends, v_cache_rw, v_cache_ro);
   args.q = attention_view(qi, "q", Layout::bshd);
   args.o = attention_view(oi, "out", Layout::bshd);
+  check_view(args.o, "out", /*is_output=*/true);  // (as for the packed out above)
   args.k_cache = attention_view(kc, "k_cache", Layout::bshd);
   args.v_cache = attention_view(vc, "v_cache", Layout::bshd);
   check_same_device(qi, oi, "out");

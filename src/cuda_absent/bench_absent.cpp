@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Benchmarking in a build without CUDA: a clear error.
+// Benchmarking in a build without CUDA: a clear error, which names no command (the library's callers
+// are several: `pasa bench`, `pasa overhead --device cuda`, C++ programs); the CLI names its own.
 #include "host_timing.h"
 #include "pasa/bench.h"
 #include "pasa/error.h"
@@ -8,8 +9,8 @@ namespace pasa {
 
 namespace {
 [[noreturn]] void no_cuda() {
-  throw Error("pasa bench times the CUDA kernels, and this build of pasa has none (configure with nvcc on "
-              "the PATH, and run on a GPU of compute capability 8.0 or newer)");
+  throw Error("there are no CUDA kernels to time: this build of pasa has none (configure with nvcc on the "
+              "PATH, and run on a GPU of compute capability 8.0 or newer)");
 }
 }  // namespace
 

@@ -7,9 +7,11 @@
 // exactly its shape's size, and the tensors tiling the data section with no gap, overlap or tail.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -150,6 +152,11 @@ std::uint64_t header_length_of(std::span<const std::uint8_t> bytes, std::uint64_
   if (file_size < 8) {
     throw Error(source + ": truncated header: " + std::to_string(file_size) +
                 " bytes is too short for the 8-byte header length");
+  }
+  // A .npy file given for a .safetensors one would read as a header length near 2^48: named instead.
+  constexpr std::string_view kNpyMagic = "\x93NUMPY";
+  if (std::memcmp(bytes.data(), kNpyMagic.data(), kNpyMagic.size()) == 0) {
+    throw Error(source + ": a .npy file (it begins with numpy's magic \\x93NUMPY), not a .safetensors file");
   }
   std::uint64_t header_length = 0;
   for (std::size_t i = 0; i < 8; ++i) header_length |= std::uint64_t{bytes[i]} << (8 * i);

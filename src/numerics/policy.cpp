@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <string>
@@ -46,16 +48,20 @@ Format parse_field_format(const char* key, const std::string& value) {
   }
 }
 
-double parse_number(const char* key, const std::string& value) {
-  std::size_t used = 0;
-  double x = 0;
-  try {
-    x = std::stod(value, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != value.size() || value.empty()) {
+// The number `value` spells, as strtod reads it (the syntax std::stod took, without its exceptions:
+// stod called a subnormal, a valid value, out of range). A magnitude below the smallest subnormal rounds
+// to 0 as strtod rounds it; one past a double's is out of range, named with `range` (an integer field's
+// own range: "must be in 1..1024").
+double parse_number(const char* key, const std::string& value,
+                    const std::string& range = "a double's largest magnitude is 1.79769e+308") {
+  errno = 0;
+  char* end = nullptr;
+  const double x = std::strtod(value.c_str(), &end);
+  if (value.empty() || end != value.c_str() + value.size()) {
     throw Error(std::string("policy field '") + key + "': '" + value + "' is not a number");
+  }
+  if (errno == ERANGE && std::isinf(x)) {
+    throw Error(text::format("policy field '{}': {} is out of range ({})", key, value, range));
   }
   return x;
 }
@@ -63,13 +69,13 @@ double parse_number(const char* key, const std::string& value) {
 // An integer field's value. One past what an int holds is named with the field's range [lo, hi] here,
 // as it cannot reach validate(), which names the range for the others.
 int parse_int(const char* key, const std::string& value, int lo, int hi) {
-  const double x = parse_number(key, value);
+  const std::string range = text::format("must be in {}..{}", lo, hi);
+  const double x = parse_number(key, value, range);
   if (x != std::floor(x)) {  // (NaN included)
     throw Error(std::string("policy field '") + key + "': '" + value + "' is not an integer");
   }
   if (x < std::numeric_limits<int>::min() || x > std::numeric_limits<int>::max()) {
-    throw Error(text::format("policy field '{}': {} is out of range (must be in {}..{})", key, value, lo,
-                             hi));
+    throw Error(text::format("policy field '{}': {} is out of range ({})", key, value, range));
   }
   return static_cast<int>(x);
 }

@@ -233,6 +233,7 @@ def check_bench():
         assert all(m in r.stdout for m in ("decode:exact ", "decode:exact:dense", "decode:exact:paged16")), r.stdout
     else:  # a missing GPU is the machine's lack, a runtime failure: exit 1
         assert r.returncode == 1 and ("GPU" in r.stderr or "CUDA" in r.stderr), r.stderr
+        assert r.stderr.startswith("pasa: error: pasa bench: "), r.stderr
 
 
 def check_overhead():
@@ -258,7 +259,8 @@ def check_overhead():
     # Without a GPU, asking for one is a runtime failure (exit 1), not bad input.
     r = subprocess.run([PASA, "overhead", "--device", "cuda", "--calls", "5"], capture_output=True, text=True)
     assert r.returncode in (0, 1), r.stderr
-    if r.returncode == 1:
+    if r.returncode == 1:  # naming the command run (the library's words name none)
+        assert r.stderr.startswith("pasa: error: pasa overhead --device cuda: ") and "pasa bench" not in r.stderr, r.stderr
         assert "GPU" in r.stderr or "CUDA" in r.stderr, r.stderr
 
 
@@ -319,6 +321,7 @@ def check_options_are_validated():
 def check_usage_errors(tmp):
     # One line each, pointing to the --help of the command concerned.
     q, k, v = save_qkv(tmp, "u")
+    missing = os.path.join(tmp, "missing.npy")
     captures = os.path.join(tmp, "usage_captures")
     os.makedirs(captures)
     for args, words, command in (
@@ -360,13 +363,63 @@ def check_usage_errors(tmp):
             (("overhead", "--device", "tpu"), "--device: 'tpu' is not auto, cuda or cpu", "pasa overhead"),
             (("study", "--seq", "0"), "--seq: 0 is not a positive length", "pasa study"),
             (("study", "sage", "--seq", "0"), "--heads and --seq must be positive", "pasa study sage"),
-            (("study", "decode", "--batch", "0"), "--batch and --seq-kv must be positive", "pasa study decode")):
+            (("study", "decode", "--batch", "0"), "--batch and --seq-kv must be positive", "pasa study decode"),
+            # Checked before any file is read (--q names none here) or any data is drawn (which would
+            # need terabytes at --seq 100000000 --heads 100).
+            *((("run", "--q", missing, "--k", k, "--v", v, "--scale", scale), words, "pasa run")
+              for scale, words in (("nan", "--scale: nan is not finite"), ("inf", "--scale: inf is not finite"),
+                                   ("1e39", "--scale: 1e+39 is outside [-3.40282e+38, 3.40282e+38]"),
+                                   ("1e300", "--scale: 1e+300 is outside"),
+                                   ("1e400", "--scale: 1e400 is out of range (a double's largest magnitude"))),
+            (("inspect", "--preset", "nope"), "--preset: resonance: unknown preset 'nope' (qwen2, svd)", "pasa inspect"),
+            (("inspect", "--gen", "uniform", "--x0", "1e9", "--seq", "100000000", "--heads", "100"),
+             "--x0/--am: uniform with x0 = 1e+09, Am = 10 can draw 1e+09 in magnitude, beyond fp16's 65504",
+             "pasa inspect"),
+            (("inspect", "--gen", "uniform", "--x0", "70000"), "--x0/--am: uniform with x0 = 70000, Am = 10 can draw 70010",
+             "pasa inspect"),
+            (("inspect", "--gen", "uniform", "--am", "1e308"), "--x0/--am: uniform with x0 = 20, Am = 1e+308", "pasa inspect"),
+            (("inspect", "--gen", "hybrid", "--x0", "-70000"), "--x0/--am: hybrid with x0 = -70000, Am = 10 can draw",
+             "pasa inspect"),
+            (("overhead", "--device", "cpu", "--heads-q", "3", "--heads-kv", "2"),
+             "--heads-q/--heads-kv: 2 K/V heads do not divide the 3 query heads", "pasa overhead"),
+            (("overhead", "--device", "cpu", "--heads-q", "4", "--heads-kv", "8"),
+             "--heads-q/--heads-kv: 8 K/V heads do not divide the 4 query heads", "pasa overhead"),
+            (("overhead", "--device", "cpu", "--head-dim", "2000"), "--head-dim: 2000 is larger than the CPU emulator's 1024",
+             "pasa overhead"),
+            # Numbers past what an option's type holds are out of range, with the option's range where it
+            # has one (the range its command checks within the type), else the type's limit.
+            (("beta", "--block", "3000000000"), "--block: 3000000000 is out of range (must be in 1..1024)", "pasa beta"),
+            (("beta", "--block", "1e400"), "--block: 1e400 is out of range (must be in 1..1024)", "pasa beta"),
+            (("inspect", "--block", "3000000000"), "--block: 3000000000 is out of range (must be in 1..1024)",
+             "pasa inspect"),
+            (("bench", "--head-dim", "3000000000"),
+             "--head-dim: 3000000000 is out of range (the kernels take 64, 96, 128 or 256)", "pasa bench"),
+            (("bench", "--runs", "3000000000"), "--runs: 3000000000 is out of range (must be at most 2147483647)",
+             "pasa bench"),
+            (("bench", "--seq", "3000000000"), "--seq: 3000000000 is out of range (must be at most 2147483647)",
+             "pasa bench"),
+            (("overhead", "--calls", "99999999999999999999"),
+             "--calls: 99999999999999999999 is out of range (must be in 1..10000)", "pasa overhead"),
+            (("study", "--seq", "99999999999999999999"),
+             "--seq: 99999999999999999999 is out of range (must be at most 9223372036854775807)", "pasa study"),
+            (("inspect", "--seed", "-1"), "--seed: -1 is out of range (must be at least 0)", "pasa inspect"),
+            # (--block's range past an int is s2's, as the policy names it there)
+            (("beta", "--block", "2147483648"), "--block: 2147483648 is out of range (must be in 1..1024)", "pasa beta"),
+            (("run", "--q", q, "--k", k, "--v", v, "--policy", "exact,s2=2147483648"),
+             "--policy: policy field 's2': 2147483648 is out of range (must be in 1..1024)", "pasa run")):
         r = pasa(*args, code=BAD_INPUT)
         assert r.stderr.count("\n") == 1 and words in r.stderr, (args, r.stderr)
         assert r.stderr.rstrip().endswith(f"(see '{command} --help')"), (args, r.stderr)
     # Bad input found in files is not a usage error: no pointer to --help.
     r = pasa("run", "--q", q, "--k", k, "--v", os.path.join(tmp, "nope.npy"), code=BAD_INPUT)
     assert "nope.npy" in r.stderr and "--help" not in r.stderr, r.stderr
+    # --qkv takes one .safetensors file: a .npy one is named as such (by its bytes), not misread.
+    for path in (q, os.path.join(tmp, "renamed.safetensors")):
+        if path != q:
+            os.link(q, path)
+        r = pasa("run", "--qkv", path, code=BAD_INPUT)
+        assert (f"--qkv: {path}: a .npy file (it begins with numpy's magic \\x93NUMPY), not a .safetensors file"
+                in r.stderr), r.stderr
     assert "--version" in pasa("--help").stdout
 
 

@@ -137,6 +137,11 @@ TEST(Safetensors, RejectsTruncatedHeaderLength) {
   EXPECT_TRUE(parse_fails(bytes_of(std::string("\x02\x00\x00", 3)), {"truncated header", "3 bytes"}));
 }
 
+TEST(Safetensors, NamesANpyFile) {
+  const char npy[] = "\x93NUMPY\x01\x00\x10\x00{'shape': (1,)}";
+  EXPECT_TRUE(parse_fails(bytes_of(std::string(npy, sizeof npy - 1)), {"a .npy file (it begins with numpy's magic \\x93NUMPY), not a .safetensors"}));
+}
+
 TEST(Safetensors, RejectsHeaderLengthBeyondTheFile) {
   auto file = st_file("{}");
   file[0] = 3;

@@ -99,6 +99,16 @@ TEST(Policy, ErrorsNameTheField) {
   expect_error([] { parse_policy("pasa,s1=2147483648"); }, "'s1': 2147483648 is out of range (must be in 1..1024)");
   expect_error([] { parse_policy("fdpp,splits=-1e10"); }, "'splits': -1e10 is out of range (must be in 1..1024)");
   expect_error([] { parse_policy("pasa,s2=1500000000"); }, "'s2': block size 1500000000 is outside 1..1024");
+  // Past a double's range is out of range too (an integer field naming its own range), not "not a
+  // number"; a subnormal is a value like any other, and below the smallest one rounds to 0.
+  expect_error([] { parse_policy("exact,s2=1e400"); }, "'s2': 1e400 is out of range (must be in 1..1024)");
+  expect_error([] { parse_policy("pasa,beta=1e400"); }, "'beta': 1e400 is out of range (a double's largest");
+  expect_error([] { parse_policy("fdpp,phi=1e309"); }, "'phi': 1e309 is out of range (a double's largest");
+  expect_error([] { parse_policy("fdpp,phi=-1e309"); }, "'phi': -1e309 is out of range");
+  EXPECT_EQ(parse_policy("pasa,beta=1e-310").beta, 1e-310);
+  EXPECT_EQ(parse_policy("fdpp,phi=1e-320").phi, 1e-320);
+  EXPECT_EQ(parse_policy("pasa,beta=1e-400").beta, 0.0);
+  expect_error([] { parse_policy("exact,s2=1e-320"); }, "'s2': '1e-320' is not an integer");
   expect_error([] { parse_policy("exact,s=int8"); }, "'s': int8 is an integer format");
   expect_error([] { parse_policy("exact,softmax=e4m3"); }, "'softmax': e4m3 has no infinity");
   expect_error([] { parse_policy("exact,p=fp64"); }, "'p': fp64 is wider than fp32");

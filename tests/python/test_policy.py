@@ -151,6 +151,21 @@ def test_bad_preset_name():
         pasa.Policy.preset(3)
 
 
+@pytest.mark.parametrize("text, message", [
+    ("exact,s2=1e400", r"'s2': 1e400 is out of range \(must be in 1\.\.1024\)"),
+    ("pasa,beta=1e400", r"'beta': 1e400 is out of range"),
+    ("fdpp,phi=1e309", r"'phi': 1e309 is out of range"),
+])
+def test_numbers_past_a_double_are_out_of_range(text, message):
+    with pytest.raises(pasa.PasaError, match=message):
+        pasa.Policy(text)
+
+
+def test_subnormal_numbers_are_their_values():
+    assert pasa.Policy("pasa,beta=1e-310").beta == 1e-310
+    assert pasa.Policy("fdpp,phi=1e-320").phi == 1e-320
+
+
 @pytest.mark.parametrize("initial,optimal", [(1 - 2**-5, 0.968994), (1 - 2**-6, 0.984497)])
 def test_beta_reproduces_the_presets(initial, optimal):
     solution = pasa.beta(initial)

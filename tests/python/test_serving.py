@@ -551,6 +551,40 @@ def test_kvcache_output_of_another_shape_is_named_out(rng):
                                     out=np.zeros((1, 1, 2, 8), np.float32))
 
 
+def test_output_strides_are_named_out_as_the_dense_path_names_them(rng):
+    # The C++ API checks its output o; the packed and KV-cache paths name the Python argument, out.
+    q = randn(rng, (4, 2, 8))
+    with pytest.raises(pasa.PasaError, match=r"^out: stride of the heads dimension is -8 \(must be positive\)"):
+        pasa.attention(q, q, q, cu_seqlens_q=[0, 4], cu_seqlens_k=[0, 4], max_seqlen_q=4, max_seqlen_k=4,
+                       out=np.zeros((4, 2, 8), np.float32)[:, ::-1])
+    step_q, cache = randn(rng, (1, 1, 2, 8)), randn(rng, (1, 4, 2, 8))
+    with pytest.raises(pasa.PasaError, match=r"^out: stride of the heads dimension is -8"):
+        pasa.attention_with_kvcache(step_q, cache, cache.copy(), cache_seqlens=2,
+                                    out=np.zeros((1, 1, 2, 8), np.float32)[:, :, ::-1])
+
+
+@pytest.mark.parametrize("cu_seqlens_q, message", [
+    ([0, [4]], r"^cu_seqlens_q: expected an array of integers, got a list that NumPy cannot make one array of"),
+    ([], r"^cu_seqlens_q: 0 integers, but it needs B \+ 1 >= 2"),
+    ([4], r"^cu_seqlens_q: 1 integers, but it needs B \+ 1 >= 2"),
+    ([0, 2**70], r"^cu_seqlens_q: values do not fit in int32"),
+    ([-2**70, 4], r"^cu_seqlens_q: values do not fit in int32"),
+    ([0, 2**31], r"^cu_seqlens_q: values do not fit in int32"),
+])
+def test_bad_cu_seqlens_are_named(rng, cu_seqlens_q, message):
+    q = randn(rng, (4, 2, 8))
+    with pytest.raises(pasa.PasaError, match=message):
+        pasa.attention(q, q, q, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=[0, 4], max_seqlen_q=4, max_seqlen_k=4)
+
+
+def test_cu_seqlens_of_python_ints_in_an_object_array_are_taken(rng):
+    q = randn(rng, (4, 2, 8))
+    want = pasa.attention(q, q, q, cu_seqlens_q=[0, 4], cu_seqlens_k=[0, 4], max_seqlen_q=4, max_seqlen_k=4)
+    got = pasa.attention(q, q, q, cu_seqlens_q=np.array([0, 4], dtype=object), cu_seqlens_k=[0, 4],
+                         max_seqlen_q=4, max_seqlen_k=4)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_read_only_arrays_the_call_would_write_raise_pasa_errors(rng):
     # (nanobind refused them with a TypeError listing its signatures)
     cu = np.array([0, 3, 8], np.int32)
