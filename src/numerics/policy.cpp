@@ -609,6 +609,22 @@ void validate(const Policy& p) {
                                f.is_integer() ? "nonzero" : "normal", key, smallest));
     }
   }
+  // With V quantized (one scale per channel, so every channel's largest |v| becomes v_quant's largest
+  // value), the scaled P~ V has terms up to p_scale times that value, which pv_acc and o carry: past
+  // their largest finite value a row whose largest weight falls on such a key overflows, and on real
+  // inputs nearly every row has one (sage8,o=fp16: 448 x 448 in fp16).
+  if (p.v_quant) {
+    const double term = round_to(Format::fp32(), p.p_scale) * p.v_quant->max_finite();
+    for (auto [key, f] : {std::pair{"pv_acc", p.pv_acc}, {"o", p.o}}) {
+      if (!f.is_integer() && term > f.max_finite()) {
+        throw Error(text::format("policy field '{}': {} cannot hold P~ V's largest term, p_scale {} times {:g} "
+                                 "(v_quant = {}'s largest value, which every channel of V reaches) = {:g}, past "
+                                 "{:g}: rows would overflow on nearly any input; use a wider {} or p_scale <= {:g}",
+                                 key, f.name(), p.p_scale, p.v_quant->max_finite(), p.v_quant->name(), term,
+                                 f.max_finite(), key, f.max_finite() / p.v_quant->max_finite()));
+      }
+    }
+  }
   if (p.shift == Shift::unified) check_unified_window(p);
   // Per-warp and per-thread query groups are 16-row slabs of a query block; per-thread key groups
   // repeat every 8 keys of a key block.

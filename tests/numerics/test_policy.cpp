@@ -79,6 +79,20 @@ TEST(Policy, EqualityCoversEveryTextField) {
   }
 }
 
+// A quantized V reaches v_quant's largest value in every channel, so P~ V's largest term, p_scale times
+// it, must be finite in pv_acc and o (448 x 448 = 200704 is not in fp16): otherwise nearly every row of
+// real inputs overflows. The presets and the study's P and V variants pass.
+TEST(Policy, PVsLargestTermMustFitItsAccumulators) {
+  expect_error([] { parse_policy("sage8,o=fp16"); }, "policy field 'o': fp16 cannot hold P~ V's largest term");
+  expect_error([] { parse_policy("sage8,pv_acc=fp16"); }, "policy field 'pv_acc'");
+  expect_error([] { parse_policy("fa16,v_quant=e4m3,p_scale=448"); }, "use a wider o or p_scale <= 146.2");
+  EXPECT_NO_THROW(parse_policy("fa16,v_quant=e4m3,p_scale=128"));
+  for (const char* text : {"sage8", "sage4", "sage8,p=int8,p_scale=127,v_quant=int8",
+                           "sage8,p=e5m2,p_scale=57344,v_quant=e5m2", "sage8,p=fp16,p_scale=1,v_quant=none,pv_acc=fp32"}) {
+    EXPECT_NO_THROW(parse_policy(text)) << text;
+  }
+}
+
 TEST(Policy, ErrorsNameTheField) {
   expect_error([] { parse_policy("flash"); }, "unknown policy 'flash'");
   expect_error([] { parse_policy(""); }, "empty");
