@@ -99,6 +99,12 @@ T parse_scalar(const std::string& text, const std::string& option, const std::st
       if (r.ec == std::errc::result_out_of_range && r.ptr == end) {
         return static_cast<T>(std::strtod(text.c_str(), nullptr));
       }
+    } else {
+      // A whole number in a double's syntax (1e4, 4096.0), as policy fields take them; past_range has
+      // refused those beyond T.
+      double x = 0;
+      const auto d = std::from_chars(text.data(), end, x);
+      if (!text.empty() && d.ec == std::errc() && d.ptr == end && x == std::floor(x)) return static_cast<T>(x);
     }
     throw UsageError(option + ": '" + text + "' is not " + (std::is_integral_v<T> ? "an integer" : "a number"));
   }

@@ -187,7 +187,10 @@ def check_arguments():
     assert "--seq VALUE" in r.stdout and "[default: 1280]" in r.stdout and "sage" in r.stdout, r.stdout
     r = pasa("study", "sage", "-h")
     assert "pasa study sage" in r.stdout, r.stdout
+    # An integer option takes a whole number in a double's syntax, as policy fields do.
+    assert pasa("beta", "--block", "1.28e2").stdout == pasa("beta", "--block", "128").stdout
     for args, words in ((("beta", "--block", "12x"), "--block: '12x' is not an integer"),
+                        (("beta", "--block", "1.25e1"), "--block: '1.25e1' is not an integer"),
                         (("beta", "--nope"), "no option --nope"),
                         (("beta", "--block"), "--block needs a value"),
                         # a forgotten value is not the next option (a file named --causal)
