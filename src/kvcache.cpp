@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attention_checks.h"
+#include "cpu/backends.h"
 #include "cpu/host_inputs.h"
 #include "cuda_backend.h"
 #include "pasa/error.h"
@@ -31,10 +32,11 @@ namespace {
 // Where the positions of each sequence live: block ids and slots, paged or dense.
 struct CacheMap {
   const std::int32_t* table;  // null: dense
-  std::int64_t max_blocks;    // table row length (1 for dense)
+  std::int64_t max_blocks;    // the caller's table row length (1 for dense)
   std::int64_t block_size;    // positions per block (S_max for dense)
+  std::int64_t stride;        // row length of `table` (max_blocks, or fewer in a copy of the entries read)
   std::int64_t block(std::int64_t b, std::int64_t p) const {
-    return table == nullptr ? b : table[b * max_blocks + p / block_size];
+    return table == nullptr ? b : table[b * stride + p / block_size];
   }
   // Saturating: max_blocks is the caller's number, and a product past 2^63 must not wrap negative.
   std::int64_t capacity() const {
@@ -182,24 +184,68 @@ std::int64_t table_entries_read(const KVCacheArgs& a, const CacheMap& map, std::
   return most;
 }
 
+// Host copies of the index arrays: the checks and the work read them. Device arrays must come to the
+// host anyway; host arrays may change during the call (another thread of a Python program, the GIL
+// released), which would let the work index past what the checks saw. Sized (and checked against
+// memory) before they are allocated.
+struct IndexCopies {
+  std::vector<std::int32_t> seqlens, table;
+  KVCacheArgs caller;
+  std::int64_t stride;  // row length of `table`
+  // The caller's arguments and the cache's map, reading the copies (made on use, so that no pointer
+  // into the vectors outlives a move of this object).
+  KVCacheArgs args() const {
+    KVCacheArgs a = caller;
+    a.cache_seqlens = seqlens.data();
+    a.block_table = caller.block_table != nullptr ? table.data() : nullptr;
+    return a;
+  }
+  CacheMap map() const {
+    const bool paged = caller.block_table != nullptr;
+    return {paged ? table.data() : nullptr, paged ? caller.max_blocks : 1, caller.k_cache.shape[2], paged ? stride : 1};
+  }
+};
+
+IndexCopies allocate_index_copies(const KVCacheArgs& args, std::int64_t B, std::int64_t table_stride) {
+  const bool paged = args.block_table != nullptr;
+  const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
+  require_memory(saturating_product({u(B), paged ? u(table_stride) + 1 : 1, sizeof(std::int32_t)}),
+                 "attention_with_kvcache: cache_seqlens and block_table copied to the host");
+  return {std::vector<std::int32_t>(static_cast<std::size_t>(B)),
+          std::vector<std::int32_t>(paged ? static_cast<std::size_t>(B * table_stride) : 0), args, table_stride};
+}
+
+// The CPU path's copies: cache_seqlens, then of each block-table row only the entries its sequence
+// reads (the row length is the caller's number, possibly far beyond them); a row shorter than its
+// sequence needs is refused by check_cache_indices from the lengths alone.
+IndexCopies copy_host_indices(const KVCacheArgs& args, std::int64_t B, std::int64_t s_new) {
+  const std::vector<std::int32_t> lens(args.cache_seqlens, args.cache_seqlens + B);
+  const std::int64_t block_size = args.k_cache.shape[2];
+  const auto entries_read = [&](std::int64_t b) {
+    const std::int64_t positions = std::max<std::int64_t>(lens[static_cast<std::size_t>(b)], 0) + s_new;
+    return std::min(args.max_blocks, (positions + block_size - 1) / block_size);
+  };
+  std::int64_t stride = 1;
+  for (std::int64_t b = 0; args.block_table != nullptr && b < B; ++b) stride = std::max(stride, entries_read(b));
+  IndexCopies c = allocate_index_copies(args, B, stride);
+  std::copy(lens.begin(), lens.end(), c.seqlens.begin());
+  for (std::int64_t b = 0; args.block_table != nullptr && b < B; ++b) {
+    std::copy_n(args.block_table + b * args.max_blocks, entries_read(b), c.table.begin() + b * stride);
+  }
+  return c;
+}
+
 // The GPU path: the index arrays are device memory, checked on host copies unless the stream is
 // being captured (pasa/serving.h), then the kernels run on the cache in place.
 void kvcache_on_gpu(const KVCacheArgs& args, const AttentionArgs& whole, std::int64_t B, std::int64_t s_new) {
   const bool paged = args.block_table != nullptr;
-  // The host copies of the index arrays, checked against memory before they are allocated.
-  const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
-  require_memory(saturating_product({u(B), paged ? u(args.max_blocks) + 1 : 1, sizeof(std::int32_t)}),
-                 "attention_with_kvcache: cache_seqlens and block_table copied to the host");
-  std::vector<std::int32_t> seqlens(static_cast<std::size_t>(B));
-  std::vector<std::int32_t> table(paged ? static_cast<std::size_t>(B * args.max_blocks) : 0);
-  if (cuda_read_to_host(seqlens.data(), args.cache_seqlens, seqlens.size() * sizeof(std::int32_t),
+  IndexCopies copies = allocate_index_copies(args, B, args.max_blocks);  // (whole rows: one copy each array)
+  if (cuda_read_to_host(copies.seqlens.data(), args.cache_seqlens, copies.seqlens.size() * sizeof(std::int32_t),
                         args.options.stream) &&
-      (!paged || cuda_read_to_host(table.data(), args.block_table, table.size() * sizeof(std::int32_t),
-                                   args.options.stream))) {
-    KVCacheArgs host = args;
-    host.cache_seqlens = seqlens.data();
-    host.block_table = paged ? table.data() : nullptr;
-    const CacheMap map{host.block_table, paged ? args.max_blocks : 1, args.k_cache.shape[2]};
+      (!paged || cuda_read_to_host(copies.table.data(), args.block_table,
+                                   copies.table.size() * sizeof(std::int32_t), args.options.stream))) {
+    const KVCacheArgs host = copies.args();
+    const CacheMap map = copies.map();
     check_cache_indices(host, map, B, s_new);
     check_index_memory(args, s_new > 0, table_entries_read(host, map, B, s_new));
   }
@@ -303,18 +349,22 @@ CudaKvCache cuda_kv_cache(const KVCacheArgs& args) {
   return cache;
 }
 
-void attention_with_kvcache(const KVCacheArgs& args) {
-  const KVCacheProblem problem = check_kvcache_tensors(args);
+void attention_with_kvcache(const KVCacheArgs& caller) {
+  const KVCacheProblem problem = check_kvcache_tensors(caller);
   const ProblemShape& shape = problem.shape;
   const std::int64_t B = shape.batch, s_new = problem.s_new;
   if (problem.on_gpu) {
-    kvcache_on_gpu(args, problem.whole, B, s_new);
+    kvcache_on_gpu(caller, problem.whole, B, s_new);
     return;
   }
-  const CacheMap map{args.block_table, args.block_table != nullptr ? args.max_blocks : 1,
-                     args.k_cache.shape[2]};
+  const IndexCopies copies = copy_host_indices(caller, B, s_new);
+  const KVCacheArgs args = copies.args();
+  const CacheMap map = copies.map();
   check_cache_indices(args, map, B, s_new);
-  check_index_memory(args, s_new > 0, table_entries_read(args, map, B, s_new));
+  check_index_memory(caller, s_new > 0, table_entries_read(args, map, B, s_new));
+  // The policy's checks that depend on the call (PASA's M and the scale), which the emulator would
+  // make only in the first sequence's turn, after the append.
+  check_emulator_policy(args.options, shape.dim);
   std::int64_t longest = 0;
   for (std::int64_t b = 0; b < B; ++b) longest = std::max<std::int64_t>(longest, args.cache_seqlens[b] + s_new);
   const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attention_checks.h"
+#include "cpu/backends.h"
 #include "cpu/host_inputs.h"
 #include "cuda_backend.h"
 #include "memory_budget.h"
@@ -23,7 +24,6 @@ namespace {
 // cu_seqlens: [batch + 1] non-decreasing offsets from >= 0 to <= total, no sequence over max_seqlen.
 void check_cu_seqlens(const std::int32_t* cu, std::int64_t batch, std::int64_t total,
                       std::int64_t max_seqlen, const char* name, const char* max_name) {
-  if (cu == nullptr) throw Error(text::format("{}: pointer is null", name));
   if (cu[0] < 0) throw Error(text::format("{}: {}[0] = {} is negative", name, name, cu[0]));
   for (std::int64_t b = 0; b < batch; ++b) {
     if (cu[b + 1] < cu[b]) {
@@ -137,7 +137,15 @@ void attention_varlen(const VarlenArgs& args) {
     throw Error(text::format("q: head dim {} is larger than the CPU backends' 1024", shape.dim));
   }
   const std::int64_t B = args.batch;
-  const std::int32_t *cq = args.cu_seqlens_q, *ck = args.cu_seqlens_k;
+  if (args.cu_seqlens_q == nullptr) throw Error("cu_seqlens_q: pointer is null");
+  if (args.cu_seqlens_k == nullptr) throw Error("cu_seqlens_k: pointer is null");
+  // The offsets copied once: the checks and the work read these, whatever happens to the caller's
+  // arrays during the call (another thread of a Python program, the GIL released).
+  require_memory(saturating_product({static_cast<std::uint64_t>(B) + 1, 2 * sizeof(std::int32_t)}),
+                 "attention_varlen: cu_seqlens_q and cu_seqlens_k copied");
+  const std::vector<std::int32_t> cq_copy(args.cu_seqlens_q, args.cu_seqlens_q + B + 1),
+      ck_copy(args.cu_seqlens_k, args.cu_seqlens_k + B + 1);
+  const std::int32_t *cq = cq_copy.data(), *ck = ck_copy.data();
   check_cu_seqlens(cq, B, shape.seq_q, args.max_seqlen_q, "cu_seqlens_q", "max_seqlen_q");
   check_cu_seqlens(ck, B, shape.seq_kv, args.max_seqlen_k, "cu_seqlens_k", "max_seqlen_k");
   check_outputs_apart_from_offsets(args);
@@ -159,6 +167,10 @@ void attention_varlen(const VarlenArgs& args) {
     check_finite_host(owned, name, where);
     check_fits_input(owned, name, input, where);
   }
+
+  // The policy's checks that depend on the call (PASA's M and the scale), which the emulator would make
+  // only in the first sequence with keys, after earlier sequences' rows were written.
+  check_emulator_policy(args.options, shape.dim);
 
   AttentionStats stats;
   for (std::int64_t b = 0; b < B; ++b) {

@@ -361,12 +361,17 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
 
 }  // namespace
 
+void check_emulator_policy(const AttentionArgs& args, std::int64_t dim) {
+  const Policy& pol = args.policy;
+  if (pol.shift != Shift::pasa) return;
+  const double alpha = resolve_scale(args, dim) * score_unit(pol);
+  check_pasa_shift(pol.beta, pol.block_kv, pol.scale == ScalePlacement::key ? alpha : 1.0, pol.input);
+}
+
 void emulate_attention(const AttentionArgs& args, const ProblemShape& ps) {
   const Policy& pol = args.policy;
   const double alpha = resolve_scale(args, ps.dim) * score_unit(pol);
-  if (pol.shift == Shift::pasa) {  // M depends on the call's scale: checked here, before any work
-    check_pasa_shift(pol.beta, pol.block_kv, pol.scale == ScalePlacement::key ? alpha : 1.0, pol.input);
-  }
+  check_emulator_policy(args, ps.dim);  // (M depends on the call's scale: checked before any work)
   const Rounders R(pol);
   check_fits_input(args.q, "q", R.input);
   check_fits_input(args.k, "k", R.input);

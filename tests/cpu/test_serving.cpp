@@ -440,6 +440,29 @@ TEST(Serving, AMaskIsRefusedBeforeAnythingIsWritten) {
   }
 }
 
+// PASA's shift matrix M depends on the call's scale (scale=k: alpha M), and a tiny scale makes it
+// singular: refused before anything is written, though the emulator checks it in a sequence's turn (a
+// first sequence without keys, or the append, would be written before it).
+TEST(Serving, AShiftTheScaleMakesSingularIsRefusedBeforeAnythingIsWritten) {
+  const auto seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  {
+    Varlen b({{3, 0}, {4, 4}}, seed);
+    b.args.options.policy = preset_policy("pasa");
+    b.args.options.scale = 1e-8;
+    const auto o = b.o.bytes;
+    expect_error([&] { attention_varlen(b.args); }, "M is singular");
+    EXPECT_TRUE(o == b.o.bytes);
+  }
+  {
+    Cache c(2, 1, kBlocks, kBlockSize, 1, seed);
+    c.set_table({4, 3}, {0, 1, 2, 3}, 2);
+    c.args.options.policy = preset_policy("pasa");
+    c.args.options.scale = 1e-8;
+    expect_rejected_untouched(c, [&] { attention_with_kvcache(c.args); }, "M is singular");
+  }
+}
+
 // A value past the policy's input format (fp16 under fa16) in a later sequence is refused before the
 // first sequence is written: the emulator's own check ran per sequence, after earlier ones were.
 TEST(Serving, InputsBeyondTheInputFormatAreRefusedBeforeAnythingIsWritten) {
