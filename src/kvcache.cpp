@@ -47,7 +47,10 @@ struct CacheMap {
   std::int64_t blocks_for(std::int64_t len) const { return (len + block_size - 1) / block_size; }
 };
 
-void check_cache_view(const TensorView& t, const char* name) {
+// A cache only read is an input like any other, whose strides may be 0 (a broadcast view) on the CPU;
+// one the call appends into (`written`) needs a distinct element per index, and the GPU path, whose
+// kernels have not run on broadcast caches, takes positive strides only (`on_gpu`).
+void check_cache_view(const TensorView& t, const char* name, bool written, bool on_gpu) {
   if (t.data == nullptr) throw Error(text::format("{}: data pointer is null", name));
   const int dt = static_cast<int>(t.dtype);
   if (dt < 0 || dt > static_cast<int>(DType::bf16)) {
@@ -56,9 +59,11 @@ void check_cache_view(const TensorView& t, const char* name) {
   static const char* dims[] = {"block (or batch)", "heads", "block size (or S_max)", "head dim"};
   for (int i = 0; i < 4; ++i) {
     if (t.shape[i] < 1) throw Error(text::format("{}: {} size is {}", name, dims[i], t.shape[i]));
-    if (t.stride[i] < 1) {
-      throw Error(text::format("{}: stride of the {} dimension is {} (the cache is written: strides "
-                              "must be positive)", name, dims[i], t.stride[i]));
+    if (t.stride[i] < (written || on_gpu ? 1 : 0)) {
+      throw Error(text::format("{}: stride of the {} dimension is {} ({})", name, dims[i], t.stride[i],
+                               written  ? "the cache is written: strides must be positive"
+                               : on_gpu ? "the GPU path takes caches with positive strides"
+                                        : "must be non-negative"));
     }
   }
 }
@@ -297,8 +302,9 @@ KVCacheProblem check_kvcache_tensors(const KVCacheArgs& args) {
   KVCacheProblem problem;
   problem.on_gpu = serving_on_gpu(args.options, args.q);
   refuse_serving_mask(args.options, "attention_with_kvcache");
-  check_cache_view(args.k_cache, "k_cache");
-  check_cache_view(args.v_cache, "v_cache");
+  const bool appends = args.k.data != nullptr || args.v.data != nullptr;
+  check_cache_view(args.k_cache, "k_cache", appends, problem.on_gpu);
+  check_cache_view(args.v_cache, "v_cache", appends, problem.on_gpu);
   if (args.v_cache.shape != args.k_cache.shape || args.v_cache.dtype != args.k_cache.dtype) {
     throw Error("v_cache: shape or dtype differs from k_cache's");
   }

@@ -26,7 +26,7 @@ from . import _core
 from ._api import sdpa
 from ._errors import PasaError
 from ._fallback import run_or_fallback, sdpa_precheck
-from ._io import save
+from ._io import file_path, save
 from ._policy import Policy, PolicyLike
 
 __all__ = ["CallInfo", "Capture", "Patch", "capture", "patch", "default_name"]
@@ -125,6 +125,7 @@ class Capture:
                  name_fn: Optional[NameFn] = None, overwrite: bool = False) -> None:
         if not isinstance(directory, (str, os.PathLike)):
             raise PasaError(f"directory: expected a path, got {type(directory).__name__}")
+        file_path(directory, "directory")  # (a NUL refused here, not by os.makedirs' ValueError)
         if name_fn is not None and not callable(name_fn):
             raise PasaError(f"name_fn: expected a callable CallInfo -> str, got "
                             f"{type(name_fn).__name__}")

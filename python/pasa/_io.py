@@ -3,7 +3,9 @@
 
 Files are untrusted input: a malformed, truncated or inconsistent file raises PasaError naming the
 file. pasa files hold float32, float16 or bfloat16 tensors in C order. NumPy has no bfloat16, so
-bfloat16 tensors load as float32 arrays (exactly: every bfloat16 value is a float32 value).
+bfloat16 tensors load as float32 arrays (exactly: every bfloat16 value is a float32 value). Paths are
+str, bytes or path-like, passed to the system as os.fsencode gives them (file names that are not
+UTF-8 work); a path holding a NUL character raises PasaError.
 """
 
 from __future__ import annotations
@@ -19,17 +21,32 @@ from ._errors import PasaError
 
 __all__ = ["load", "save"]
 
-PathLike = Union[str, "os.PathLike[str]"]
+PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
 
-def _kind(path: PathLike, argument: str = "path") -> str:
-    if not isinstance(path, (str, os.PathLike)):
+def file_path(path: PathLike, argument: str = "path") -> bytes:
+    """The file name's bytes, as the C++ readers and writers take them, or PasaError naming
+    ``argument``. os.fsencode passes on the names os.listdir gives for bytes that are not UTF-8
+    (surrogate escapes, "\\udcff") as those bytes. A NUL is refused: the system calls would read
+    the name only up to it ("notes.txt\\0.npy" would open notes.txt)."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
         raise PasaError(f"{argument}: expected a file path, got {type(path).__name__}")
-    text = os.fspath(path)
+    try:
+        raw = os.fsencode(path)
+    except UnicodeEncodeError:  # a lone surrogate that no surrogate escape made
+        raise PasaError(f"{argument}: {os.fspath(path)!r} is not a valid file name (it holds a lone "
+                        f"surrogate)") from None
+    if b"\0" in raw:
+        raise PasaError(f"{argument}: {os.fsdecode(raw)!r} contains a NUL character, which no file "
+                        f"name can hold")
+    return raw
+
+
+def _kind(raw: bytes) -> str:
     for suffix in (".npy", ".safetensors"):
-        if text.endswith(suffix):
+        if raw.endswith(suffix.encode()):
             return suffix
-    raise PasaError(f"{text}: unknown file type (expected .npy or .safetensors)")
+    raise PasaError(f"{os.fsdecode(raw)}: unknown file type (expected .npy or .safetensors)")
 
 
 def load(path: PathLike) -> Union[np.ndarray, Dict[str, np.ndarray]]:
@@ -37,10 +54,10 @@ def load(path: PathLike) -> Union[np.ndarray, Dict[str, np.ndarray]]:
 
     float32 and float16 tensors load as such; bfloat16 tensors load as float32.
     """
-    kind = _kind(path)
-    if kind == ".npy":
-        return _core.load_npy(os.fspath(path))
-    return dict(_core.load_safetensors(os.fspath(path)))
+    raw = file_path(path)
+    if _kind(raw) == ".npy":
+        return _core.load_npy(raw)
+    return dict(_core.load_safetensors(raw))
 
 
 _FILE_DTYPES = ("float32", "float16", "bfloat16")
@@ -89,12 +106,12 @@ def save(path: PathLike, data: Union[Any, Mapping[str, Any]]) -> None:
     NUL characters. The file is replaced whole or not at all: it is written to a temporary file
     next to it, then renamed over it.
     """
-    kind = _kind(path)
-    text = os.fspath(path)
-    if kind == ".npy":
+    raw = file_path(path)
+    text = os.fsdecode(raw)  # (for messages)
+    if _kind(raw) == ".npy":
         if isinstance(data, Mapping):
             raise PasaError(f"{text}: a .npy file holds one array; save a dict as .safetensors")
-        _core.save_npy(text, _host_array(data, text))
+        _core.save_npy(raw, _host_array(data, text))
         return
     if not isinstance(data, Mapping):
         raise PasaError(
@@ -103,4 +120,4 @@ def save(path: PathLike, data: Union[Any, Mapping[str, Any]]) -> None:
     arrays = {}
     for name, array in data.items():
         arrays[_tensor_name(name, text)] = _host_array(array, f"{text}: tensor {name!r}")
-    _core.save_safetensors(text, arrays)
+    _core.save_safetensors(raw, arrays)

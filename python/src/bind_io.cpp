@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // pasa._core's file functions over include/pasa/io.h. Loads return NumPy arrays that own their
 // bytes (bfloat16 is widened to float32: NumPy has no bfloat16); saves take any C-contiguous host
-// DLPack array of float32, float16 or bfloat16.
+// DLPack array of float32, float16 or bfloat16. Paths are bytes (pasa._io gives os.fsencode's): a
+// file name need not be UTF-8 text, which a str argument would have to be.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
@@ -69,7 +70,10 @@ HostTensor from_array(const InputArray& array, const std::string& what) {
   return t;
 }
 
-nb::object load_npy(const std::string& path) {
+std::string path_bytes(const nb::bytes& path) { return {path.c_str(), path.size()}; }
+
+nb::object load_npy(const nb::bytes& path_arg) {
+  const std::string path = path_bytes(path_arg);
   HostTensor t;
   {
     nb::gil_scoped_release release;
@@ -89,7 +93,8 @@ nb::str name_text(const std::string& name, const std::string& path) {
   return nb::steal<nb::str>(text);
 }
 
-nb::dict load_safetensors(const std::string& path) {
+nb::dict load_safetensors(const nb::bytes& path_arg) {
+  const std::string path = path_bytes(path_arg);
   std::map<std::string, HostTensor> tensors;
   {
     nb::gil_scoped_release release;
@@ -100,13 +105,15 @@ nb::dict load_safetensors(const std::string& path) {
   return out;
 }
 
-void save_npy(const std::string& path, const InputArray& array) {
+void save_npy(const nb::bytes& path_arg, const InputArray& array) {
+  const std::string path = path_bytes(path_arg);
   const HostTensor t = from_array(array, path);
   nb::gil_scoped_release release;
   io::write_npy(path, t);
 }
 
-void save_safetensors(const std::string& path, const std::map<std::string, InputArray>& arrays) {
+void save_safetensors(const nb::bytes& path_arg, const std::map<std::string, InputArray>& arrays) {
+  const std::string path = path_bytes(path_arg);
   std::map<std::string, HostTensor> tensors;
   for (const auto& [name, array] : arrays) {
     tensors.emplace(name, from_array(array, text::format("{}: tensor '{}'", path, name)));

@@ -163,6 +163,8 @@ void attention_with_kvcache(const InputArray& q, nb::handle k_cache_arg, nb::han
                             std::uintptr_t stream, const std::optional<nb::callable>& workspace) {
   KVCacheArgs args;
   args.options = options(policy, causal, alignment, scale, stream);
+  // The C++ API checks it by its own name, `scale`; the Python argument is softmax_scale.
+  if (scale) check_scale(*scale, policy, "softmax_scale");
   std::optional<OutputArray> k_cache_rw, v_cache_rw;
   std::optional<InputArray> k_cache_ro, v_cache_ro;
   const bool appends = k.has_value() || v.has_value();
@@ -171,6 +173,9 @@ void attention_with_kvcache(const InputArray& q, nb::handle k_cache_arg, nb::han
                   vc = cache_info(v_cache_arg, "v_cache", appends, v_cache_rw, v_cache_ro);
   args.q = attention_view(qi, "q", Layout::bshd);
   args.o = attention_view(oi, "out", Layout::bshd);
+  // q before out: out is q's shape, and when the caller gave none it is the array allocated for it, so
+  // an empty q (B or S_q of 0, whose out NumPy gives stride 0) is q's error, as the dense API says it.
+  check_view(args.q, "q", /*is_output=*/false);
   check_view(args.o, "out", /*is_output=*/true);  // (as for the packed out above)
   args.k_cache = attention_view(kc, "k_cache", Layout::bshd);
   args.v_cache = attention_view(vc, "v_cache", Layout::bshd);

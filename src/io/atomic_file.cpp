@@ -17,6 +17,7 @@
 #include <random>
 #include <string_view>
 
+#include "io/byte_io.h"
 #include "pasa/error.h"
 
 namespace pasa::io::detail {
@@ -223,7 +224,7 @@ int own_descriptor(const std::string& path) {
 }
 
 std::string resolve_output_path(const std::string& path) {
-  if (path.empty()) throw Error("output path is empty");
+  check_path(path, "output");  // (check_output_path and FileBatch::add come here first too)
   if (own_descriptor(path) >= 0) return path;  // written through the descriptor, not what it leads to
   // Where the kernel can open it, an existing file that is not a regular one (/dev/stdout, /dev/fd/N,
   // a pipe) is written in place through `path` itself: its links may end in /proc's pseudo-targets

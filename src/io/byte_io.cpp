@@ -21,8 +21,16 @@ std::string errno_text(int err) { return std::string(" (") + std::strerror(err) 
 
 }  // namespace
 
+void check_path(const std::string& path, const char* role) {
+  if (path.empty()) throw Error(std::string(role) + " path is empty");  // else the message would name nothing
+  if (path.find('\0') == std::string::npos) return;
+  std::string shown;  // the whole path, its NULs visible
+  for (const char c : path) shown += c == '\0' ? std::string("\\x00") : std::string(1, c);
+  throw Error(std::string(role) + " path '" + shown + "' contains a NUL character, which no file name can hold");
+}
+
 InputFile::InputFile(const std::string& path) : path_(path) {
-  if (path.empty()) throw Error("input path is empty");  // else the message would name nothing
+  check_path(path, "input");
   // Refused before it is opened: a FIFO's open would wait for a writer (forever if none comes), and
   // opening some devices has effects of their own. fstat below checks the opened file again (it may
   // have been replaced in between). The open itself blocks as usual, so a regular file under a lease

@@ -39,6 +39,11 @@ class InputFile {
   std::uint64_t size_ = 0;
 };
 
+// Throws pasa::Error naming the path when it cannot name a file: empty, or holding a NUL character
+// (the system calls take the name only up to it, so "notes.txt\0.npy" would open notes.txt). `role`,
+// "input" or "output", says which path of the call it is.
+void check_path(const std::string& path, const char* role);
+
 // "[2, 3]".
 std::string shape_text(std::span<const std::int64_t> shape);
 

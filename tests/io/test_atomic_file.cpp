@@ -93,6 +93,18 @@ TEST(AtomicFile, BadDestinationsAreErrorsNamingThePath) {
                      dir.file("missing/out.txt") + ": cannot open for writing");
 }
 
+TEST(AtomicFile, APathWithANulIsRefusedBeforeAnyFileIsCreated) {
+  test::TempDir dir;
+  const std::string path = dir.file("out.txt") + std::string("\0x", 2);
+  for (const auto& call : std::initializer_list<std::function<void()>>{
+           [&] { detail::check_output_path(path); },
+           [&] { detail::write_text_atomically(path, "x"); },
+           [&] { detail::FileBatch().add(path, detail::FileBytes{"x", {}}); }}) {
+    pasa::test::expect_error(call, "out.txt\\x00x' contains a NUL character");
+  }
+  EXPECT_EQ(entries_in(dir.path()), 0u);
+}
+
 TEST(AtomicFile, SymbolicLinksAreFollowed) {
   test::TempDir dir;
   const std::string target = dir.file("target.txt"), link = dir.file("link.txt");

@@ -253,6 +253,24 @@ TEST(Npy, FileErrorsNameThePath) {
   }
 }
 
+// The system calls take a name only up to a NUL: "notes.txt\0.npy" was read as, and written over,
+// notes.txt. Every reader and writer refuses such a path, showing the NUL, and touches no file.
+TEST(Npy, APathWithANulIsRefusedNotCut) {
+  TempDir dir;
+  const std::string notes = dir.file("notes.txt");
+  std::ofstream(notes) << "keep";
+  const std::string cut = notes + std::string("\0.npy", 5);
+  const std::string shown = "'" + notes + "\\x00.npy' contains a NUL character";
+  const HostTensor t = random_tensor(DType::f32, {2}, 1);
+  pasa::test::expect_error([&] { write_npy(cut, t); }, "output path " + shown);
+  pasa::test::expect_error([&] { write_safetensors(cut, {{"t", t}}); }, "output path " + shown);
+  pasa::test::expect_error([&] { read_npy(cut); }, "input path " + shown);
+  pasa::test::expect_error([&] { read_safetensors(cut); }, "input path " + shown);
+  std::ifstream in(notes);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "keep");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 1);  // no temporary left
+}
+
 TEST(Npy, APipeIsRefusedAtOnceNotWaitedOn) {
   // Opening a FIFO for reading waits for a writer; the reader must refuse it without opening it so.
   TempDir dir;

@@ -66,6 +66,16 @@ TEST(Plan, BadFiles) {
   std::filesystem::remove(path);
 }
 
+TEST(Plan, APathWithANulIsRefused) {
+  const std::string cut = temp_path("plan");  // what the system calls would see
+  const std::string path = cut + std::string("\0.json", 6);
+  const MixPlan plan{"sage4", "sage8", 30, {}};
+  test::expect_error([&] { save_plan(path, plan, {}); }, "output path '");
+  test::expect_error([&] { save_plan(path, plan, {}); }, "contains a NUL character");
+  test::expect_error([&] { load_plan(path); }, "input path '");
+  EXPECT_FALSE(std::filesystem::exists(cut));
+}
+
 // Every field is checked as written: no coercion of floats or out-of-range integers, xi within its
 // documented 0..100, each (layer, timestep) once, and each error names the source and the field.
 TEST(Plan, StrictFields) {

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 
 import numpy as np
@@ -141,3 +142,37 @@ def test_truncated_files(tmp_path, rng):
         (tmp_path / "cut.npy").write_bytes(data[:cut])
         with pytest.raises(pasa.PasaError, match="cut.npy"):
             pasa.load(tmp_path / "cut.npy")
+
+
+def test_a_path_with_a_nul_is_refused_not_cut(tmp_path):
+    # The C++ side took the name up to the NUL: this saved over notes.txt, and loaded a.npy.
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep")
+    pasa.save(tmp_path / "a.npy", np.ones(2, np.float32))
+    x = np.zeros(2, np.float32)
+    for call in (lambda: pasa.save(f"{notes}\0.npy", x),
+                 lambda: pasa.save(f"{notes}\0.safetensors", {"x": x}),
+                 lambda: pasa.load(f"{tmp_path}/a.npy\0.npy"),
+                 lambda: pasa.load(f"{tmp_path}/a.npy\0.safetensors")):
+        with pytest.raises(pasa.PasaError, match=r"^path: '.*\\x00\.(npy|safetensors)' contains a NUL"):
+            call()
+    with pytest.raises(pasa.PasaError, match=r"^directory: '.*\\x00x' contains a NUL"):
+        pasa.capture(f"{tmp_path}/cap\0x")  # (checked before torch is needed)
+    assert notes.read_text() == "keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.npy", "notes.txt"]
+
+
+def test_file_names_that_are_not_utf8_round_trip(tmp_path, rng):
+    # os.listdir gives such names as surrogate escapes; they were nanobind TypeErrors.
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    for name, data in (("\udcff.npy", x), ("\udcfe.safetensors", {"x": x})):
+        path = tmp_path / name
+        pasa.save(path, data)
+        assert name in os.listdir(tmp_path)
+        for given in (path, str(path), os.fsencode(path)):  # bytes paths too
+            loaded = pasa.load(given)
+            np.testing.assert_array_equal(loaded if name.endswith(".npy") else loaded["x"], x)
+    with pytest.raises(pasa.PasaError, match=r"/\\xfd\.npy: cannot open for reading"):
+        pasa.load(tmp_path / "\udcfd.npy")  # (the C++ message shows the byte)
+    with pytest.raises(pasa.PasaError, match="path: .* lone surrogate"):
+        pasa.save(tmp_path / "\ud800.npy", x)  # no byte stands behind it

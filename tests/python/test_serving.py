@@ -187,6 +187,23 @@ def test_read_only_caches_serve_calls_without_an_append(rng):
         pasa.attention_with_kvcache(q, k_cache, v_cache, new, new.copy(), cache_seqlens=[3, 4])
 
 
+def test_broadcast_caches_serve_calls_without_an_append(rng):
+    # docs/api.md: inputs may broadcast. A cache only read is one (on the CPU); a cache appended into
+    # is written, and its strides must give each position its own element.
+    k_cache, v_cache = randn(rng, (4, 4, 2, 8)), randn(rng, (4, 4, 2, 8))
+    q, table, lengths = randn(rng, (2, 1, 4, 8)), np.array([[0, 1], [2, 3]], np.int32), np.array([1, 4], np.int32)
+    broadcast = np.broadcast_to(k_cache[:1], k_cache.shape)  # block stride 0
+    got = pasa.attention_with_kvcache(q, broadcast, v_cache, cache_seqlens=lengths, block_table=table)
+    want = pasa.attention_with_kvcache(q, broadcast.copy(), v_cache, cache_seqlens=lengths, block_table=table)
+    np.testing.assert_array_equal(got, want)
+    writable = np.lib.stride_tricks.as_strided(k_cache, k_cache.shape, (0,) + k_cache.strides[1:])
+    new = randn(rng, (2, 1, 2, 8))
+    with pytest.raises(pasa.PasaError, match=r"^k_cache: stride of the block \(or batch\) dimension is 0 "
+                                             r"\(the cache is written"):
+        pasa.attention_with_kvcache(q, writable, v_cache, new, new.copy(), cache_seqlens=lengths,
+                                    block_table=table)
+
+
 def test_new_varlen_outputs_hold_zero_and_minus_inf_where_no_sequence_is(rng):
     q = randn(rng, (6, 2, 8))
     cu = np.array([1, 3, 5], np.int32)  # tokens 0 and 5 belong to no sequence
@@ -243,8 +260,25 @@ def test_bad_kvcache_options_name_their_argument(rng):
     q = randn(rng, (1, 1, 1, 8))
     with pytest.raises(pasa.PasaError, match="softmax_scale: nan is not finite"):
         pasa.attention_with_kvcache(q, k_cache, k_cache.copy(), cache_seqlens=2, softmax_scale=float("nan"))
+    # The C++ API checks the range (which the policy's formats set) as `scale`: named softmax_scale.
+    for scale, policy in ((1e6, "pasa"), (1e300, "exact")):
+        with pytest.raises(pasa.PasaError, match=r"^softmax_scale: 1e\+(06|300) is outside \[-"):
+            pasa.attention_with_kvcache(q, k_cache, k_cache.copy(), cache_seqlens=2, softmax_scale=scale,
+                                        policy=policy)
     with pytest.raises(pasa.PasaError, match="max_seqlen_q: .* pass them with cu_seqlens_q"):
         pasa.attention(q, q, q, max_seqlen_q=1, max_seqlen_k=1)
+
+
+@pytest.mark.parametrize("shape, message", [((2, 0, 4, 8), "sequence size is 0"), ((0, 1, 4, 8), "batch size is 0")])
+def test_an_empty_kvcache_query_is_named_q(rng, shape, message):
+    # The out allocated for q (stride 0 where a dimension is 0) was reported instead, as if given.
+    k_cache = randn(rng, (4, 4, 2, 8))
+    table = np.zeros((shape[0], 2), np.int32)
+    with pytest.raises(pasa.PasaError, match=rf"^q: {message}"):
+        pasa.attention_with_kvcache(np.zeros(shape, np.float32), k_cache, k_cache.copy(),
+                                    cache_seqlens=np.zeros(shape[0], np.int32), block_table=table)
+    with pytest.raises(pasa.PasaError, match=rf"^q: {message}"):
+        pasa.attention(np.zeros(shape, np.float32), k_cache[:shape[0]], k_cache[:shape[0]], layout="bshd")
 
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed")
