@@ -224,19 +224,19 @@ IndexCopies allocate_index_copies(const KVCacheArgs& args, std::int64_t B, std::
 // reads (the row length is the caller's number, possibly far beyond them); a row shorter than its
 // sequence needs is refused by check_cache_indices from the lengths alone.
 IndexCopies copy_host_indices(const KVCacheArgs& args, std::int64_t B, std::int64_t s_new) {
-  const std::vector<std::int32_t> lens(args.cache_seqlens, args.cache_seqlens + B);
-  const std::int64_t block_size = args.k_cache.shape[2];
+  std::vector<std::int32_t> lens(args.cache_seqlens, args.cache_seqlens + B);
+  const CacheMap blocks{nullptr, args.max_blocks, args.k_cache.shape[2], 1};  // (for blocks_for)
   const auto entries_read = [&](std::int64_t b) {
-    const std::int64_t positions = std::max<std::int64_t>(lens[static_cast<std::size_t>(b)], 0) + s_new;
-    return std::min(args.max_blocks, (positions + block_size - 1) / block_size);
+    const std::int64_t len = std::max<std::int64_t>(lens[static_cast<std::size_t>(b)], 0);
+    return std::min(args.max_blocks, blocks.blocks_for(len + s_new));
   };
   std::int64_t stride = 1;
   for (std::int64_t b = 0; args.block_table != nullptr && b < B; ++b) stride = std::max(stride, entries_read(b));
   IndexCopies c = allocate_index_copies(args, B, stride);
-  std::copy(lens.begin(), lens.end(), c.seqlens.begin());
   for (std::int64_t b = 0; args.block_table != nullptr && b < B; ++b) {
     std::copy_n(args.block_table + b * args.max_blocks, entries_read(b), c.table.begin() + b * stride);
   }
+  c.seqlens = std::move(lens);
   return c;
 }
 

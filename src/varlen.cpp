@@ -50,25 +50,45 @@ void check_outputs_apart_from_offsets(const VarlenArgs& args) {
   check_outputs_apart(args.o, args.lse, indices);
 }
 
-// The GPU path: the offsets are read on the host, then each sequence is the dense GPU call on its
-// slices (a sequence without keys gets the fully masked rows' result directly).
-void varlen_on_gpu(const VarlenArgs& args, const ProblemShape& shape) {
+// cu_seqlens_q and cu_seqlens_k as host copies (checked against memory before they are allocated),
+// checked: device offsets must come to the host, and host offsets may change during the call (another
+// thread of a Python program, the GIL released), so the checks and the work read the copies.
+struct HostOffsets {
+  std::vector<std::int32_t> q, k;
+};
+
+HostOffsets read_offsets(const VarlenArgs& args, const ProblemShape& shape, bool on_gpu) {
   const std::int64_t B = args.batch;
-  // The host copies of both offset arrays, checked against memory before they are allocated.
-  require_memory(saturating_product({static_cast<std::uint64_t>(B) + 1, 2 * sizeof(std::int32_t)}),
-                 "attention_varlen: cu_seqlens_q and cu_seqlens_k copied to the host");
-  std::vector<std::int32_t> cq(static_cast<std::size_t>(B + 1)), ck(cq.size());
-  const std::size_t bytes = cq.size() * sizeof(std::int32_t);
   if (args.cu_seqlens_q == nullptr) throw Error("cu_seqlens_q: pointer is null");
   if (args.cu_seqlens_k == nullptr) throw Error("cu_seqlens_k: pointer is null");
-  if (!cuda_read_to_host(cq.data(), args.cu_seqlens_q, bytes, args.options.stream) ||
-      !cuda_read_to_host(ck.data(), args.cu_seqlens_k, bytes, args.options.stream)) {
-    throw Error("cu_seqlens_q: attention_varlen on the GPU reads the offsets on the host, which a stream "
-                "being captured into a CUDA graph cannot wait for: call it outside the capture");
+  require_memory(saturating_product({static_cast<std::uint64_t>(B) + 1, 2 * sizeof(std::int32_t)}),
+                 "attention_varlen: cu_seqlens_q and cu_seqlens_k copied to the host");
+  HostOffsets o{std::vector<std::int32_t>(static_cast<std::size_t>(B + 1)),
+                std::vector<std::int32_t>(static_cast<std::size_t>(B + 1))};
+  if (on_gpu) {
+    const std::size_t bytes = o.q.size() * sizeof(std::int32_t);
+    if (!cuda_read_to_host(o.q.data(), args.cu_seqlens_q, bytes, args.options.stream) ||
+        !cuda_read_to_host(o.k.data(), args.cu_seqlens_k, bytes, args.options.stream)) {
+      throw Error("cu_seqlens_q: attention_varlen on the GPU reads the offsets on the host, which a stream "
+                  "being captured into a CUDA graph cannot wait for: call it outside the capture");
+    }
+  } else {
+    std::copy_n(args.cu_seqlens_q, o.q.size(), o.q.begin());
+    std::copy_n(args.cu_seqlens_k, o.k.size(), o.k.begin());
   }
-  check_cu_seqlens(cq.data(), B, shape.seq_q, args.max_seqlen_q, "cu_seqlens_q", "max_seqlen_q");
-  check_cu_seqlens(ck.data(), B, shape.seq_kv, args.max_seqlen_k, "cu_seqlens_k", "max_seqlen_k");
+  check_cu_seqlens(o.q.data(), B, shape.seq_q, args.max_seqlen_q, "cu_seqlens_q", "max_seqlen_q");
+  check_cu_seqlens(o.k.data(), B, shape.seq_kv, args.max_seqlen_k, "cu_seqlens_k", "max_seqlen_k");
   check_outputs_apart_from_offsets(args);
+  return o;
+}
+
+// The GPU path: each sequence is the dense GPU call on its slices (a sequence without keys gets the
+// fully masked rows' result directly).
+void varlen_on_gpu(const VarlenArgs& args, const ProblemShape& shape) {
+  const std::int64_t B = args.batch;
+  const HostOffsets offsets = read_offsets(args, shape, true);
+  const std::vector<std::int32_t>& cq = offsets.q;
+  const std::vector<std::int32_t>& ck = offsets.k;
   // Sequence b as the dense call sees it.
   const auto sequence = [&](std::int64_t b) {
     const std::int64_t q0 = cq[b], nq = cq[b + 1] - cq[b], k0 = ck[b], nk = ck[b + 1] - ck[b];
@@ -137,18 +157,8 @@ void attention_varlen(const VarlenArgs& args) {
     throw Error(text::format("q: head dim {} is larger than the CPU backends' 1024", shape.dim));
   }
   const std::int64_t B = args.batch;
-  if (args.cu_seqlens_q == nullptr) throw Error("cu_seqlens_q: pointer is null");
-  if (args.cu_seqlens_k == nullptr) throw Error("cu_seqlens_k: pointer is null");
-  // The offsets copied once: the checks and the work read these, whatever happens to the caller's
-  // arrays during the call (another thread of a Python program, the GIL released).
-  require_memory(saturating_product({static_cast<std::uint64_t>(B) + 1, 2 * sizeof(std::int32_t)}),
-                 "attention_varlen: cu_seqlens_q and cu_seqlens_k copied");
-  const std::vector<std::int32_t> cq_copy(args.cu_seqlens_q, args.cu_seqlens_q + B + 1),
-      ck_copy(args.cu_seqlens_k, args.cu_seqlens_k + B + 1);
-  const std::int32_t *cq = cq_copy.data(), *ck = ck_copy.data();
-  check_cu_seqlens(cq, B, shape.seq_q, args.max_seqlen_q, "cu_seqlens_q", "max_seqlen_q");
-  check_cu_seqlens(ck, B, shape.seq_kv, args.max_seqlen_k, "cu_seqlens_k", "max_seqlen_k");
-  check_outputs_apart_from_offsets(args);
+  const HostOffsets offsets = read_offsets(args, shape, false);
+  const std::int32_t *cq = offsets.q.data(), *ck = offsets.k.data();
   std::int64_t longest_q = 0, longest_k = 0;
   for (std::int64_t b = 0; b < B; ++b) {
     longest_q = std::max<std::int64_t>(longest_q, cq[b + 1] - cq[b]);

@@ -521,6 +521,19 @@ TEST(CudaSage8, Small) {
   check_case({1, 2, 2, 70, 65, 128, false, br, false, DType::bf16, DType::f32}, preset_policy("sage8"));
 }
 
+// A [B, H, S, D] tensor of c's input type: normal(0, 1) draws times `magnitude`, a share `zeros` of
+// them exactly 0.
+HostTensor normal_tensor(const Case& c, std::int64_t H, std::int64_t S, std::mt19937_64& rng,
+                         double magnitude = 1.0, double zeros = 0.0) {
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::vector<float> x(static_cast<std::size_t>(c.B * H * S * c.D));
+  for (float& e : x) {
+    e = zeros > 0.0 && uniform(rng) < zeros ? 0.0f : static_cast<float>(normal(rng) * magnitude);
+  }
+  return from_float(x, {c.B, H, S, c.D}, c.in);
+}
+
 // The prepass's two forms (sage8_prepare.cu) on either side of the clustered form's limit on an
 // H100 / H200, a CTA's rows in 160 KiB: 5 key blocks of 128 keys at D 128 (5120 keys clustered, 5121
 // in passes), 10 at D 64; heads whose last CTA holds a partial block with V's rows in K's place (1100
@@ -578,15 +591,8 @@ TEST(CudaSage8, ScalesWithoutAFiniteReciprocal) {
     for (const Magnitudes& m : magnitudes) {
       const std::uint64_t seed = test::fresh_seed();
       std::mt19937_64 rng(seed);
-      std::normal_distribution<double> normal(0.0, 1.0);
-      std::uniform_real_distribution<double> uniform(0.0, 1.0);
-      auto tensor = [&](std::int64_t H, std::int64_t S, double magnitude, bool zeros) {
-        std::vector<float> x(static_cast<std::size_t>(c.B * H * S * c.D));
-        for (float& e : x) e = zeros && uniform(rng) < 0.1 ? 0.0f : static_cast<float>(normal(rng) * magnitude);
-        return from_float(x, {c.B, H, S, c.D}, c.in);
-      };
-      GivenInputs given{tensor(c.Hq, c.Sq, m.q, false), tensor(c.Hkv, c.Skv, m.k, false),
-                        tensor(c.Hkv, c.Skv, m.v, true)};
+      GivenInputs given{normal_tensor(c, c.Hq, c.Sq, rng, m.q), normal_tensor(c, c.Hkv, c.Skv, rng, m.k),
+                        normal_tensor(c, c.Hkv, c.Skv, rng, m.v, 0.1)};
       check_case(c, pol, pol, std::nullopt, nullptr, seed, -1.0, 1.0, &given, m.what);
     }
   }
@@ -618,13 +624,8 @@ TEST(CudaSage8, NormalAndOutlierInputs) {
   for (const Case& c : cases) {
     const std::uint64_t seed = test::fresh_seed();
     std::mt19937_64 rng(seed);
-    std::normal_distribution<double> normal(0.0, 1.0);
-    auto normal_tensor = [&](std::int64_t H, std::int64_t S) {
-      std::vector<float> x(static_cast<std::size_t>(c.B * H * S * c.D));
-      for (float& e : x) e = static_cast<float>(normal(rng));
-      return from_float(x, {c.B, H, S, c.D}, c.in);
-    };
-    GivenInputs normal_in{normal_tensor(c.Hq, c.Sq), normal_tensor(c.Hkv, c.Skv), normal_tensor(c.Hkv, c.Skv)};
+    GivenInputs normal_in{normal_tensor(c, c.Hq, c.Sq, rng), normal_tensor(c, c.Hkv, c.Skv, rng),
+                          normal_tensor(c, c.Hkv, c.Skv, rng)};
     check_case(c, pol, pol, std::nullopt, nullptr, seed, -1.0, 1.0, &normal_in, "normal(0,1)");
     // The same seed gives Q's and K's calls the same outlier channels.
     const QKV qs = outlier_qkv({c.B, c.Hq, c.Sq, c.D}, 4, 20.0, seed, c.in);
