@@ -17,6 +17,7 @@
 //
 // Usage: bench_attention [csv_path]   (one CSV row per point; prints a line per point either way)
 //        bench_attention --profile    (one exact and one pasa call per head dim, for ncu)
+//        bench_attention --decode [csv_path]   (the decode variants only)
 // Built by scripts/device_run.sh: nvcc ... bench/bench_attention.cu bench/decode_variants.cu
 // bench/fwd_variants.cu build/libpasa_core.a
 #include <cuda_bf16.h>
@@ -119,7 +120,7 @@ void bench_decode(cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, std:
 
   // One split: the CTAs write O directly, as the API's call does.
   using pasa::cuda::DecodeVariant;
-  const char* names[pasa::cuda::kDecodeVariants] = {"tuned", "2stages", "4stages", "noprefetch", "prefetch256"};
+  const char* names[pasa::cuda::kDecodeVariants] = {"tuned", "2stages", "4stages", "noprefetch", "prefetch256", "paddedkv"};
   std::uint16_t* o_ref = nullptr;
   unsigned* d_count = nullptr;
   check(cudaMalloc(&o_ref, q_elems * 2), "cudaMalloc");
@@ -197,10 +198,25 @@ void bench_decode(cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, std:
   cudaFree(lse);
 }
 
+// One row per point at csv_path (nothing for null).
+void write_csv(const char* csv_path, const std::vector<Point>& points) {
+  if (csv_path == nullptr) return;
+  FILE* f = std::fopen(csv_path, "w");
+  if (f == nullptr) return;
+  std::fprintf(f, "method,dtype,D,H,S,B,causal,ms,tflops\n");
+  for (const Point& p : points) {
+    std::fprintf(f, "%s,%s,%d,%d,%d,%d,%d,%.4f,%.2f\n", p.method.c_str(), p.dtype.c_str(), p.D, p.H, p.S, p.B,
+                 p.causal ? 1 : 0, p.ms, p.tflops);
+  }
+  std::fclose(f);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* csv_path = argc > 1 && argv[1][0] != '-' ? argv[1] : nullptr;
+  const bool decode_only = argc > 1 && std::string(argv[1]) == "--decode";
+  const int csv_arg = decode_only ? 2 : 1;
+  const char* csv_path = argc > csv_arg && argv[csv_arg][0] != '-' ? argv[csv_arg] : nullptr;
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("device: %s (sm_%d%d), %d SMs\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
@@ -253,6 +269,16 @@ int main(int argc, char** argv) {
 
   std::vector<Point> points;
   std::uint64_t seed = 12345;
+  if (decode_only) {
+    cudaFree(q);
+    cudaFree(k);
+    cudaFree(v);
+    cudaFree(o);
+    cudaFree(lse);
+    bench_decode(stream, start, stop, points, kWarmup, kRuns);
+    write_csv(csv_path, points);
+    return 0;
+  }
 
   // The exact kernel's variants (fwd_tiles.h, FwdVariant), f16, through the internal launch (no
   // dispatch checks: the same launch the dispatcher makes for the tuned shape). Each variant's output
@@ -385,16 +411,6 @@ int main(int argc, char** argv) {
   bench_decode(stream, start, stop, points, kWarmup, kRuns);
 
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  if (csv_path != nullptr) {
-    FILE* f = std::fopen(csv_path, "w");
-    if (f != nullptr) {
-      std::fprintf(f, "method,dtype,D,H,S,B,causal,ms,tflops\n");
-      for (const Point& p : points) {
-        std::fprintf(f, "%s,%s,%d,%d,%d,%d,%d,%.4f,%.2f\n", p.method.c_str(), p.dtype.c_str(), p.D, p.H, p.S,
-                     p.B, p.causal ? 1 : 0, p.ms, p.tflops);
-      }
-      std::fclose(f);
-    }
-  }
+  write_csv(csv_path, points);
   return 0;
 }

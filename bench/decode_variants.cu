@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The decode kernel's benchmark variants (decode_params.h, DecodeVariant): each changes one lever of
-// the tuned shape (stages, the L2 prefetch hint), so that one benchmark run prices each lever. Built
+// the tuned shape (stages, the L2 prefetch hint, the K / V rows' layout), so that one benchmark run
+// prices each lever. Built
 // into bench_attention only (not into the library).
 #include "decode_variants.h"
 
@@ -18,6 +19,7 @@ void launch_decode_variant(const DecodeParams& p, int batch, DecodeVariant v, vo
     case DecodeVariant::stages4: launch_decode_split_tile<DecodeTileOf<128, 2>, 1, Elem, false>(p, batch, false, s); break;
     case DecodeVariant::no_prefetch: launch_decode_split_tile<DecodeTileOf<128, 3>, 1, Elem, false>(p, batch, false, s); break;
     case DecodeVariant::prefetch256: launch_decode_split_tile<DecodeTileOf<128, 4>, 1, Elem, false>(p, batch, false, s); break;
+    case DecodeVariant::padded_kv: launch_decode_split_tile<DecodeTileOf<128, 5>, 1, Elem, false>(p, batch, false, s); break;
   }
 }
 

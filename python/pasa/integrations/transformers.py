@@ -20,7 +20,6 @@ GPU kernel or without the window, softcap or mask the call needs, ...) goes to t
 
 from __future__ import annotations
 
-import functools
 import inspect
 import math
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -83,11 +82,18 @@ def _causal_or_sdpa_mask(*args: Any, **kwargs: Any) -> Optional[Any]:
     return sdpa_mask(*args, **kwargs)
 
 
-@functools.lru_cache(maxsize=1)
-def _sdpa_mask_signature() -> inspect.Signature:
-    from transformers.masking_utils import sdpa_mask
+_sdpa_mask_signature_cached: Optional[inspect.Signature] = None
 
-    return inspect.signature(sdpa_mask)
+
+def _sdpa_mask_signature() -> inspect.Signature:
+    """sdpa_mask's signature, taken once. (A module variable, not functools.lru_cache: torch.compile
+    warns of "silent incorrectness" for every lru_cache-wrapped function it traces through.)"""
+    global _sdpa_mask_signature_cached
+    if _sdpa_mask_signature_cached is None:
+        from transformers.masking_utils import sdpa_mask
+
+        _sdpa_mask_signature_cached = inspect.signature(sdpa_mask)
+    return _sdpa_mask_signature_cached
 
 
 def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Callable[..., Any]:

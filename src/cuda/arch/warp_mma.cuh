@@ -1,18 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // One warp's matrix products of the forward mainloop on mma.sync m16n8k16, operands from shared
-// memory through ldmatrix (the 16-byte row padding of the tiles makes every 8-row ldmatrix read
-// conflict-free: tile_load.cuh). The warp owns kMTiles m16 tiles of query rows;
+// memory through ldmatrix, each tile in a layout of smem_rows.cuh (padded or swizzled rows: every
+// 8-row ldmatrix read conflict-free). The warp owns kMTiles m16 tiles of query rows;
 // each B fragment read from shared memory (K for Q K^T, V for P V) feeds all kMTiles of them.
 //
 // Addresses are shared-window byte addresses: each function takes the thread's own base (its
-// ldmatrix row pointer at the tile's origin, from the *_lane_offset helpers) and adds compile-time
-// offsets, so the loads use immediate offsets in SASS.
+// ldmatrix row pointer at the tile's origin, from the *_lane_offset helpers) and moves it by
+// compile-time rows and chunks (Rows::moved: an immediate offset, and for swizzled rows a XOR).
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
 #include "cuda/arch/ptx.cuh"
+#include "cuda/pipeline/smem_rows.cuh"
 
 namespace pasa::cuda {
 
@@ -30,37 +31,37 @@ __device__ __forceinline__ void b_fragments_as(std::uint32_t (&b)[4]) {
 
 // Byte offset of this lane's ldmatrix row for an A operand (Q: 16 rows x 16 columns, row-major;
 // matrices 0..3 = rows 0-7 / 8-15 x columns 0-7 / 8-15, i.e. a0..a3).
-template <int kStride>
+template <class Rows>
 __device__ __forceinline__ std::uint32_t a_lane_offset(int lane) {
-  return static_cast<std::uint32_t>(((lane % 8 + ((lane / 8) % 2) * 8) * kStride + (lane / 16) * 8) * 2);
+  return Rows::chunk(lane % 8 + ((lane / 8) % 2) * 8, lane / 16);
 }
 
 // ... for the B operand of Q K^T (K row-major [key][d]: matrices = keys 0-7 x d 0-7, keys 0-7 x
 // d 8-15, keys 8-15 x d 0-7, keys 8-15 x d 8-15, i.e. b0, b1 of n-tile n and of n-tile n + 1).
-template <int kStride>
+template <class Rows>
 __device__ __forceinline__ std::uint32_t k_lane_offset(int lane) {
-  return static_cast<std::uint32_t>((((lane / 16) * 8 + lane % 8) * kStride + ((lane / 8) % 2) * 8) * 2);
+  return Rows::chunk((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
 }
 
 // ... for the B operand of P V (V row-major [key][d], read transposed: matrices = keys 0-7 / 8-15 x
 // d 0-7, then keys 0-7 / 8-15 x d 8-15, i.e. b0, b1 of d-tile n and of d-tile n + 1).
-template <int kStride>
+template <class Rows>
 __device__ __forceinline__ std::uint32_t v_lane_offset(int lane) {
-  return static_cast<std::uint32_t>(((((lane / 8) % 2) * 8 + lane % 8) * kStride + (lane / 16) * 8) * 2);
+  return Rows::chunk(((lane / 8) % 2) * 8 + lane % 8, lane / 16);
 }
 
 // This warp's Q fragments of one k16 step (head-dim columns 16 kk ..), all m-tiles.
-template <int kMTiles, int kStride>
+template <int kMTiles, class QRows>
 __device__ __forceinline__ void load_q_fragments(std::uint32_t (&q)[kMTiles][4], std::uint32_t q_addr,
                                                  int kk) {
 #pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) ldmatrix_x4(q[mt], q_addr + (mt * 16 * kStride + kk * 16) * 2);
+  for (int mt = 0; mt < kMTiles; ++mt) ldmatrix_x4(q[mt], QRows::moved(q_addr, mt * 16, 2 * kk));
 }
 
 // acc += Q K^T for kNTiles n8 key tiles starting at k_addr's key row, over the head dim (kDChunks
 // k16 steps). Q fragments come from shared memory (q_addr) each k step, or from registers when
 // kQInRegs (then q_regs[kk] holds m-tile 0's fragments; kMTiles must be 1).
-template <int kMTiles, int kNTiles, int kDChunks, int kStride, typename Elem, bool kQInRegs = false,
+template <int kMTiles, int kNTiles, int kDChunks, class QRows, class KRows, typename Elem, bool kQInRegs = false,
           typename SmemElem = Elem>
 __device__ __forceinline__ void warp_qk(float (&acc)[kMTiles][kNTiles][4], std::uint32_t q_addr,
                                         const std::uint32_t (&q_regs)[kQInRegs ? kDChunks : 1][4],
@@ -74,12 +75,12 @@ __device__ __forceinline__ void warp_qk(float (&acc)[kMTiles][kNTiles][4], std::
 #pragma unroll
       for (int x = 0; x < 4; ++x) q[0][x] = q_regs[kk][x];
     } else {
-      load_q_fragments<kMTiles, kStride>(q, q_addr, kk);
+      load_q_fragments<kMTiles, QRows>(q, q_addr, kk);
     }
 #pragma unroll
     for (int n = 0; n < kNTiles; n += 2) {
       std::uint32_t b[4];
-      ldmatrix_x4(b, k_addr + (n * 8 * kStride + kk * 16) * 2);
+      ldmatrix_x4(b, KRows::moved(k_addr, n * 8, 2 * kk));
       b_fragments_as<Elem, SmemElem>(b);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
@@ -92,7 +93,7 @@ __device__ __forceinline__ void warp_qk(float (&acc)[kMTiles][kNTiles][4], std::
 
 // acc += P V for kDTiles n8 head-dim tiles starting at v_addr's column, over kNChunks k16 key steps.
 // P: A fragments, p[mt][kk] for keys 16 kk .. 16 kk + 15.
-template <int kMTiles, int kNChunks, int kDTiles, int kStride, typename Elem, typename SmemElem = Elem>
+template <int kMTiles, int kNChunks, int kDTiles, class VRows, typename Elem, typename SmemElem = Elem>
 __device__ __forceinline__ void warp_pv(float (&acc)[kMTiles][kDTiles][4],
                                         const std::uint32_t (&p)[kMTiles][kNChunks][4],
                                         std::uint32_t v_addr) {
@@ -102,7 +103,7 @@ __device__ __forceinline__ void warp_pv(float (&acc)[kMTiles][kDTiles][4],
 #pragma unroll
     for (int n = 0; n < kDTiles; n += 2) {
       std::uint32_t b[4];
-      ldmatrix_x4_trans(b, v_addr + (kk * 16 * kStride + n * 8) * 2);
+      ldmatrix_x4_trans(b, VRows::moved(v_addr, kk * 16, n));
       b_fragments_as<Elem, SmemElem>(b);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {

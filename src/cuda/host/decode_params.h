@@ -28,31 +28,36 @@ struct DecodeTile {
   int stages;       // K / V tiles in flight (cp.async ring)
   int ctas_per_sm;  // what the shared memory allows (the launch bounds ask for it)
   int l2_prefetch;  // 0, or 64 / 128 / 256: the cp.async's L2 prefetch size hint
+  bool swizzled_kv;  // K / V rows in shared memory unpadded and swizzled, else padded (smem_rows.cuh)
 
   static constexpr int kWarps = 4;
   constexpr int threads() const { return 32 * kWarps; }
   constexpr int warp_keys() const { return block_n / kWarps; }
-  constexpr int smem_stride() const { return head_dim + 8; }  // elements: 16 bytes of padding a row
+  constexpr int smem_stride() const { return head_dim + 8; }  // elements a Q row: 16 bytes of padding
+  constexpr int kv_row_elems() const { return swizzled_kv ? head_dim : smem_stride(); }
   constexpr int smem_bytes(int m_tiles) const {
-    return (16 * m_tiles + 2 * stages * block_n) * smem_stride() * 2;
+    return (16 * m_tiles * smem_stride() + 2 * stages * block_n * kv_row_elems()) * 2;
   }
   // m16 row tiles a CTA may take: two up to head dim 128; one at 256, where a tile's fp32 O alone is
   // 128 registers a thread.
   constexpr int max_m_tiles() const { return head_dim <= 128 ? 2 : 1; }
 };
 
-// Shapes (H200; bench/NOTES.md, run 3): 64-key tiles; three stages at head dim 128 (106-110 KB of
-// shared memory, two CTAs per SM, two tiles = 64 KB of loads in flight per CTA; two or four stages
-// measured the same) with the .L2::128B prefetch hint (+2-2.5% at B 64, 4k-32k keys); four stages
-// at head dim 64 (77 KB; not measured separately). Head dims 96 and 256 are sized, not measured: 96
-// takes 128's three stages (81-85 KB); 256 two stages and one m-tile (140 KB: one CTA per SM, on the
-// GPUs that grant a CTA that much, A100 and H100 / H200; the dispatch checks).
+// Shapes (H200; bench/NOTES.md, run 3 and the twenty-sixth session): 64-key tiles; three stages at
+// head dim 128 (100-105 KB of shared memory, two CTAs per SM, two tiles = 64 KB of loads in flight per
+// CTA; two or four stages within 1-2% of it) with the .L2::128B prefetch hint (+2-2.5% at B 64 with
+// padded rows, the same as none with swizzled ones; .L2::256B loses 7-9%); four stages at head dim 64
+// (66-68 KB; not measured separately). Head dims 96 and 256 are sized, not measured: 96 takes 128's
+// three stages (81-85 KB); 256 two stages and one m-tile (136 KB: one CTA per SM, on the GPUs that
+// grant a CTA that much, A100 and H100 / H200; the dispatch checks). K and V rows are swizzled
+// wherever the head dim is a multiple of 64 (all but 96): a padded row splits each warp's copy of a
+// 128-byte line in two (+5-6% at B 64 swizzled).
 constexpr DecodeTile decode_tile(int head_dim) {
   switch (head_dim) {
-    case 64: return DecodeTile{64, 64, 4, 2, 0};
-    case 96: return DecodeTile{96, 64, 3, 2, 0};
-    case 256: return DecodeTile{256, 64, 2, 1, 0};
-    default: return DecodeTile{128, 64, 3, 2, 128};
+    case 64: return DecodeTile{64, 64, 4, 2, 0, true};
+    case 96: return DecodeTile{96, 64, 3, 2, 0, false};
+    case 256: return DecodeTile{256, 64, 2, 1, 0, true};
+    default: return DecodeTile{128, 64, 3, 2, 128, true};
   }
 }
 
@@ -64,8 +69,9 @@ enum class DecodeVariant : int {
   stages4 = 2,      // four stages (143 KB): one CTA per SM, three tiles in flight
   no_prefetch = 3,  // cp.async without an L2 prefetch hint (run 3a's tuned shape)
   prefetch256 = 4,  // the .L2::256B hint
+  padded_kv = 5,    // K / V rows padded by 16 bytes instead of swizzled
 };
-constexpr int kDecodeVariants = 5;
+constexpr int kDecodeVariants = 6;
 
 constexpr DecodeTile decode_variant_tile(DecodeTile t, DecodeVariant v) {
   switch (v) {
@@ -74,6 +80,7 @@ constexpr DecodeTile decode_variant_tile(DecodeTile t, DecodeVariant v) {
     case DecodeVariant::stages4: t.stages = 4; t.ctas_per_sm = 1; break;
     case DecodeVariant::no_prefetch: t.l2_prefetch = 0; break;
     case DecodeVariant::prefetch256: t.l2_prefetch = 256; break;
+    case DecodeVariant::padded_kv: t.swizzled_kv = false; break;
   }
   return t;
 }

@@ -15,11 +15,12 @@
 // flagged, and a CTA holding such a row runs its split again with
 // the running max before it writes anything).
 //
-// v1 (this file): cp.async ring (with the .L2::128B prefetch hint at head dim 128), Q fragments in
-//   registers for one m-tile (up to head dim 128), in-CTA warp split of keys. B 64, 32/8 heads,
-//   d 128, bf16: 3.9-4.2 TB/s through the API, 0.92-0.98x cuDNN and 1.5x torch's flash backend
-//   (H200, bench/NOTES.md run 3); the stage count (2, 3 or 4) does not move it: the stream, not the
-//   bytes in flight, is the limit.
+// Shape: a cp.async ring of 64-key tiles, K and V rows swizzled in shared memory (smem_rows.cuh: a
+// padded row split each warp's 128-byte lines, 2.6x the L2 requests; swizzled, 4.35-4.61 TB/s at B 64
+// against 4.13-4.36 padded), Q fragments in registers for one m-tile (up to head dim 128), the keys of
+// a tile split among the warps. B 64, 32/8 heads, d 128, bf16 on the H200: 1.00x cuDNN through the API
+// under CUDA graphs (bench/NOTES.md, twenty-sixth session); the stage count (2, 3 or 4) moves it by
+// 1-2%.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -94,7 +95,7 @@ __device__ __forceinline__ SequenceKeys sequence_keys(const DecodeParams& p, int
 // strides agree), with shifts for the power-of-two block size. The lookups of a tile are issued one
 // step before its copies (look_up, then load), so that their latency overlaps the wait for the tile
 // before.
-template <int kRows, int kHeadDim, int kThreads, int kPrefetch, typename Elem>
+template <int kRows, int kHeadDim, int kThreads, int kPrefetch, typename Elem, class SmemRows>
 struct KeyRows {
   using Rows = ThreadRows<kRows, kHeadDim, kThreads>;
   const DecodeParams& p;
@@ -128,8 +129,8 @@ struct KeyRows {
     if (!paged()) {
       const std::int64_t k_row0 = b * k.stride_b + static_cast<std::int64_t>(n0) * k.stride_s;
       const std::int64_t v_row0 = b * v.stride_b + static_cast<std::int64_t>(n0) * v.stride_s;
-      load_tile_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_k, k_head + k_row0, k.stride_s, valid);
-      load_tile_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_v, v_head + v_row0, v.stride_s, valid);
+      load_tile_async<kRows, kHeadDim, kThreads, Elem, kPrefetch, SmemRows>(smem_k, k_head + k_row0, k.stride_s, valid);
+      load_tile_async<kRows, kHeadDim, kThreads, Elem, kPrefetch, SmemRows>(smem_v, v_head + v_row0, v.stride_s, valid);
       return;
     }
     // A row is read where its block id is one of the cache's (-1, a row past `valid`, is not: one
@@ -143,7 +144,7 @@ struct KeyRows {
       inside[i] = static_cast<unsigned>(block[i]) < num_blocks;
       offset[i] = block[i] * k.stride_b + ((n0 + Rows::row(i)) & slot_mask) * k.stride_s;
     }
-    load_rows_async<kRows, kHeadDim, kThreads, Elem, kPrefetch>(smem_k, smem_v, k_head, v_head, offset, inside);
+    load_rows_async<kRows, kHeadDim, kThreads, Elem, kPrefetch, SmemRows>(smem_k, smem_v, k_head, v_head, offset, inside);
   }
 };
 
@@ -173,16 +174,21 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   // Q stays in registers for one m-tile up to head dim 128 (at 256, its 64 registers and O's 128 would
   // not fit in 255).
   constexpr bool kQInRegs = kMTiles == 1 && kHeadDim <= 128;
-  constexpr std::uint32_t kTileBytes = kBlockN * kStride * 2;
+  constexpr int kKvRow = kT.kv_row_elems();  // elements a K / V row takes in shared memory
+  constexpr std::uint32_t kTileBytes = kBlockN * kKvRow * 2;
   static_assert(kStride == smem_row_stride<kHeadDim>(), "tile_load and the tile table agree on padding");
+  using QRows = PaddedRows<kStride>;
+  using KvRows = std::conditional_t<kT.swizzled_kv, SwizzledRows<kHeadDim>, PaddedRows<kStride>>;
   static_assert(kStages >= 2 && kWarpKeys % 16 == 0, "a ring of stages; whole k16 steps per warp");
   static_assert(!kToHalf || std::is_same_v<InElem, __nv_bfloat16>, "only bf16 inputs are converted");
   using MmaElem = std::conditional_t<kToHalf, __half, InElem>;
 
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // (128-byte aligned, as SwizzledRows needs; 16 padded Q rows take a multiple of 128 bytes at every
+  // head dim, (D + 8) * 32, so K's and V's tiles start on such boundaries too)
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   InElem* sQ = reinterpret_cast<InElem*>(smem_raw);         // [kBlockM][kStride]
-  InElem* sK = sQ + kBlockM * kStride;                      // [kStages][kBlockN][kStride]
-  InElem* sV = sK + kStages * kBlockN * kStride;            // [kStages][kBlockN][kStride]
+  InElem* sK = sQ + kBlockM * kStride;                      // [kStages][kBlockN][kKvRow]
+  InElem* sV = sK + kStages * kBlockN * kKvRow;             // [kStages][kBlockN][kKvRow]
 
   wait_for_previous_grid();  // (a KV-cache call's append, or whatever kernel came before)
   const FwdParams& f = p.fwd;
@@ -222,12 +228,12 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   }
   const int n_tiles = n_end > k_begin ? (n_end - k_begin + kBlockN - 1) / kBlockN : 0;
 
-  KeyRows<kBlockN, kHeadDim, kThreads, kT.l2_prefetch, InElem> key_rows(p, b, h_kv);
+  KeyRows<kBlockN, kHeadDim, kThreads, kT.l2_prefetch, InElem, KvRows> key_rows(p, b, h_kv);
   const auto look_up = [&](int t) { key_rows.look_up(k_begin + t * kBlockN, k_end - k_begin - t * kBlockN); };
   const auto load_tile = [&](int t) {
     const int n0 = k_begin + t * kBlockN;
     const int stage = t % kStages;
-    key_rows.load(sK + stage * kBlockN * kStride, sV + stage * kBlockN * kStride, n0, k_end - n0);
+    key_rows.load(sK + stage * kBlockN * kKvRow, sV + stage * kBlockN * kKvRow, n0, k_end - n0);
   };
 
   // Prologue: Q (packed rows gathered from their heads, zero past p.rows) and the first tiles, one
@@ -275,13 +281,13 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   }
   __syncthreads();
 
-  const std::uint32_t q_addr = smem_addr(sQ) + a_lane_offset<kStride>(lane);
-  const std::uint32_t k_addr = smem_addr(sK) + k_lane_offset<kStride>(lane) + warp * kWarpKeys * kStride * 2;
-  const std::uint32_t v_addr = smem_addr(sV) + v_lane_offset<kStride>(lane) + warp * kWarpKeys * kStride * 2;
+  const std::uint32_t q_addr = smem_addr(sQ) + a_lane_offset<QRows>(lane);
+  const std::uint32_t k_addr = smem_addr(sK) + k_lane_offset<KvRows>(lane) + warp * kWarpKeys * kKvRow * 2;
+  const std::uint32_t v_addr = smem_addr(sV) + v_lane_offset<KvRows>(lane) + warp * kWarpKeys * kKvRow * 2;
   std::uint32_t tSrQ[kQInRegs ? kDChunks : 1][4];
   if constexpr (kQInRegs) {
 #pragma unroll
-    for (int kk = 0; kk < kDChunks; ++kk) ldmatrix_x4(tSrQ[kk], q_addr + kk * 16 * 2);
+    for (int kk = 0; kk < kDChunks; ++kk) ldmatrix_x4(tSrQ[kk], QRows::moved(q_addr, 0, 2 * kk));
   }
 
   ExactSoftmax<kMTiles> exact;
@@ -316,7 +322,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
       const std::uint32_t stage_off = (j % kStages) * kTileBytes;
       const int key0 = k_begin + j * kBlockN + warp * kWarpKeys;  // the warp's first key
       float tSrS[kMTiles][kNTiles][4] = {};
-      warp_qk<kMTiles, kNTiles, kDChunks, kStride, MmaElem, kQInRegs, InElem>(tSrS, q_addr, tSrQ,
+      warp_qk<kMTiles, kNTiles, kDChunks, QRows, KvRows, MmaElem, kQInRegs, InElem>(tSrS, q_addr, tSrQ,
                                                                               k_addr + stage_off);
       if (p.round_s) {
 #pragma unroll
@@ -352,7 +358,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
       std::uint32_t tOrP[kMTiles][kNChunks][4];
       scores_to_p_fragments<MmaElem>(tOrP, tSrS);
       if (rescale_o) scale_rows(tOrO, rescale);
-      warp_pv<kMTiles, kNChunks, kDTiles, kStride, MmaElem, InElem>(tOrO, tOrP, v_addr + stage_off);
+      warp_pv<kMTiles, kNChunks, kDTiles, KvRows, MmaElem, InElem>(tOrO, tOrP, v_addr + stage_off);
     }
   };
 

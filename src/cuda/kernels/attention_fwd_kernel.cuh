@@ -86,6 +86,7 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
   constexpr int kRows = 2 * kMTiles;       // rows per thread
   constexpr std::uint32_t kTileBytes = kBlockN * kStride * 2;
   static_assert(kStride == smem_row_stride<kHeadDim>(), "tile_load and the tile table agree on padding");
+  using Rows = PaddedRows<kStride>;
   static_assert(kStages == 1 || kStages == 2, "one or two K / V stages");
   // Q stays in registers where a warp has one m-tile (the v1 shape) and the head dim leaves room for
   // it beside O (at 256, Q's 64 registers and O's 128 would not fit in 255).
@@ -145,9 +146,9 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
   }
 
   // The thread's ldmatrix row addresses at the tiles' origins (stage 0).
-  const std::uint32_t q_addr = smem_addr(sQ) + warp_row0 * kStride * 2 + a_lane_offset<kStride>(lane);
-  const std::uint32_t k_addr = smem_addr(sK) + k_lane_offset<kStride>(lane);
-  const std::uint32_t v_addr = smem_addr(sV) + v_lane_offset<kStride>(lane);
+  const std::uint32_t q_addr = smem_addr(sQ) + warp_row0 * kStride * 2 + a_lane_offset<Rows>(lane);
+  const std::uint32_t k_addr = smem_addr(sK) + k_lane_offset<Rows>(lane);
+  const std::uint32_t v_addr = smem_addr(sV) + v_lane_offset<Rows>(lane);
   std::uint32_t tSrQ[kQInRegs ? kDChunks : 1][4];
   if constexpr (kQInRegs) {
 #pragma unroll
@@ -189,7 +190,7 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
 
     // S = Q K_j^T (raw: the scale rides in the exponent, except where a softcap scales it first).
     float tSrS[kMTiles][kNTiles][4] = {};
-    warp_qk<kMTiles, kNTiles, kDChunks, kStride, MmaElem, kQInRegs>(tSrS, q_addr, tSrQ, k_stage);
+    warp_qk<kMTiles, kNTiles, kDChunks, Rows, Rows, MmaElem, kQInRegs>(tSrS, q_addr, tSrQ, k_stage);
     if constexpr (kScoreMods) {
       if (p.softcap > 0.0f) apply_softcap(tSrS, p);
       if (p.mask_type != MaskType::none) apply_attn_mask(tSrS, p, b, h, n0, row_lo);
@@ -209,7 +210,7 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
     }
 
     if (rescale_o) scale_rows(tOrO, rescale);
-    warp_pv<kMTiles, kNChunks, kDTiles, kStride, MmaElem>(tOrO, tOrP, v_stage);  // O~ += P V_j
+    warp_pv<kMTiles, kNChunks, kDTiles, Rows, MmaElem>(tOrO, tOrP, v_stage);  // O~ += P V_j
   }
 
   // Epilogue: O = O~ / l (0 for a fully masked row), in the output type.

@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
   std::uint32_t tSrQ[kSlices][kSliceChunks][4];
 #pragma unroll
   for (int s = 0; s < kSlices; ++s) {
-    const std::uint32_t q_addr = smem_addr(slot(s + 1)) + warp * 16 * kStride * 2 + a_lane_offset<kStride>(lane);
+    const std::uint32_t q_addr = smem_addr(slot(s + 1)) + warp * 16 * kStride * 2 + a_lane_offset<PaddedRows<kStride>>(lane);
 #pragma unroll
     for (int kk = 0; kk < kSliceChunks; ++kk) ldmatrix_x4(tSrQ[s][kk], q_addr + kk * 16 * 2);
   }
@@ -172,8 +172,8 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
       load_phase(j + 1, 0);
     }
   };
-  const std::uint32_t lane_k = k_lane_offset<kStride>(lane);
-  const std::uint32_t lane_v = v_lane_offset<kStride>(lane);
+  const std::uint32_t lane_k = k_lane_offset<PaddedRows<kStride>>(lane);
+  const std::uint32_t lane_v = v_lane_offset<PaddedRows<kStride>>(lane);
   Softmax softmax;
   softmax.init();
   __half2 tOrO[kDTiles][2];  // O~ in fp16: tile n's pair of row `row` (i = 0) and of row + 8 (i = 1)
@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
       next_phase(j, s);
       const std::uint32_t k_addr = smem_addr(slot(s)) + lane_k;
       const std::uint32_t mean_addr = k_addr + kKeys * kStride * 2;  // lanes 0-15: the mean rows (x2)
-      warp_qk<1, kNTiles, kSliceChunks, kStride, __half, true>(tSrS, 0, tSrQ[s], k_addr);
+      warp_qk<1, kNTiles, kSliceChunks, PaddedRows<kStride>, PaddedRows<kStride>, __half, true>(tSrS, 0, tSrQ[s], k_addr);
 #pragma unroll
       for (int kk = 0; kk < kSliceChunks; ++kk) {
         std::uint32_t bm[2];
@@ -240,7 +240,7 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
       for (int pass = 0; pass < kSliceTiles / kPvTiles; ++pass) {
         const int c0 = s * kSliceTiles + pass * kPvTiles;  // the pass's first n8 tile of O
         float tOrPV[1][kPvTiles][4] = {};
-        warp_pv<1, kNChunks, kPvTiles, kStride, __half>(tOrPV, tOrP, smem_addr(slot(kSlices + s)) + lane_v +
+        warp_pv<1, kNChunks, kPvTiles, PaddedRows<kStride>, __half>(tOrPV, tOrP, smem_addr(slot(kSlices + s)) + lane_v +
                                                                          pass * kPvTiles * 8 * 2);
 #pragma unroll
         for (int i = 0; i < 2; ++i) {

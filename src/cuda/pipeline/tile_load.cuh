@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Global -> shared tile copies for the attention mainloop: kRows rows of kHeadDim 16-bit elements,
 // 16 bytes per cp.async, rows past the end of the sequence zero-filled (so tails compute on zeros,
-// never on garbage). Shared tiles are padded by 16 bytes per row, which makes the 8-row ldmatrix
-// reads conflict-free for head dims that are multiples of 16 (row r starts at bank 4r mod 32 for
-// multiples of 64, 20r mod 32 at head dim 96: eight rows cover all 32 banks either way).
+// never on garbage). The shared tile's layout (smem_rows.cuh) is a parameter: rows padded by 16
+// bytes by default (row r starts at bank 4r mod 32 for head dims that are multiples of 64, 20r mod 32
+// at head dim 96: eight rows cover all 32 banks either way), or swizzled unpadded rows.
 //
 // Thread t copies column chunk t % kChunksPerRow of rows t / kChunksPerRow + i kRowStep: a warp's
 // copy covers whole rows (coalesced), and the thread's shared addresses are one base plus
@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "cuda/arch/ptx.cuh"
+#include "cuda/pipeline/smem_rows.cuh"
 
 namespace pasa::cuda {
 
@@ -23,16 +24,18 @@ constexpr int smem_row_stride() {
   return kHeadDim + 8;
 }
 
-// Copies kRows rows (row r at base + r * row_stride) into `smem`; rows r >= rows_valid are
-// zero-filled and not read. Issued by all kThreads threads of the CTA; the caller commits the group.
-// kPrefetch: the cp.async's L2 prefetch size hint (0: none). Where the CTA's thread count is not a multiple of a row's chunks (head dim 96: 12 chunks a row),
-// thread t copies chunks t, t + kThreads, ... in row-major order instead, each with its own address.
-template <int kRows, int kHeadDim, int kThreads, typename Elem, int kPrefetch = 0>
+// Copies kRows rows (row r at base + r * row_stride) into `smem`, laid out as Rows says; rows r >=
+// rows_valid are zero-filled and not read. Issued by all kThreads threads of the CTA; the caller
+// commits the group. kPrefetch: the cp.async's L2 prefetch size hint (0: none). Where the CTA's
+// thread count is not a multiple of a row's chunks (head dim 96: 12 chunks a row), thread t copies
+// chunks t, t + kThreads, ... in row-major order instead, each with its own address.
+template <int kRows, int kHeadDim, int kThreads, typename Elem, int kPrefetch = 0,
+          class Rows = PaddedRows<smem_row_stride<kHeadDim>()>>
 __device__ __forceinline__ void load_tile_async(Elem* smem, const Elem* base, std::int64_t row_stride,
                                                 int rows_valid) {
   constexpr int kChunksPerRow = kHeadDim / 8;  // 8 elements = 16 bytes
   static_assert(kHeadDim % 8 == 0, "whole 16-byte chunks");
-  constexpr int kStride = smem_row_stride<kHeadDim>();
+  const std::uint32_t tile = smem_addr(smem);
   const unsigned tid = threadIdx.x;
   if constexpr (kThreads % kChunksPerRow != 0) {
     constexpr int kChunks = kRows * kChunksPerRow;
@@ -43,22 +46,21 @@ __device__ __forceinline__ void load_tile_async(Elem* smem, const Elem* base, st
         const int row = c / kChunksPerRow;
         const int col = (c % kChunksPerRow) * 8;
         const bool valid = row < rows_valid;
-        cp_async_16_hint<kPrefetch>(smem_addr(smem + row * kStride + col),
-                                    valid ? base + row * row_stride + col : base, valid);
+        cp_async_16_hint<kPrefetch>(tile + Rows::chunk(row, col / 8), valid ? base + row * row_stride + col : base,
+                                    valid);
       }
     }
   } else {
     constexpr int kRowStep = kThreads / kChunksPerRow;  // rows covered by one pass of the CTA
     static_assert(kRows % kRowStep == 0, "tile must split evenly over the CTA");
     const int row = static_cast<int>(tid / kChunksPerRow);
-    const int col = static_cast<int>(tid % kChunksPerRow) * 8;
-    const std::uint32_t dst = smem_addr(smem + row * kStride + col);
-    const Elem* src = base + row * row_stride + col;
+    const int chunk = static_cast<int>(tid % kChunksPerRow);
+    const Elem* src = base + row * row_stride + chunk * 8;
     const std::int64_t step = kRowStep * row_stride;
 #pragma unroll
     for (int i = 0; i < kRows / kRowStep; ++i) {
       const bool valid = row + i * kRowStep < rows_valid;
-      cp_async_16_hint<kPrefetch>(dst + i * kRowStep * kStride * 2, valid ? src : base, valid);
+      cp_async_16_hint<kPrefetch>(tile + Rows::chunk(row + i * kRowStep, chunk), valid ? src : base, valid);
       src += step;
     }
   }
@@ -93,20 +95,22 @@ struct ThreadRows {
 // offsets (K and V of one paged cache), each row at its own element offset from base_a and base_b:
 // offset[i] for the row of the thread's i-th chunk (ThreadRows), copied where valid[i], zero-filled
 // (nothing read) where not.
-template <int kRows, int kHeadDim, int kThreads, typename Elem, int kPrefetch = 0>
+template <int kRows, int kHeadDim, int kThreads, typename Elem, int kPrefetch = 0,
+          class Rows = PaddedRows<smem_row_stride<kHeadDim>()>>
 __device__ __forceinline__ void load_rows_async(Elem* smem_a, Elem* smem_b, const Elem* base_a, const Elem* base_b,
                                                 const std::int64_t (&offset)[ThreadRows<kRows, kHeadDim, kThreads>::kCount],
                                                 const bool (&valid)[ThreadRows<kRows, kHeadDim, kThreads>::kCount]) {
-  using Rows = ThreadRows<kRows, kHeadDim, kThreads>;
-  constexpr int kStride = smem_row_stride<kHeadDim>();
+  using Mine = ThreadRows<kRows, kHeadDim, kThreads>;
+  const std::uint32_t tile_a = smem_addr(smem_a), tile_b = smem_addr(smem_b);
 #pragma unroll
-  for (int i = 0; i < Rows::kCount; ++i) {
-    const int row = Rows::row(i);
-    if (!Rows::kRegular && row < 0) continue;
-    const int col = Rows::col(i);
+  for (int i = 0; i < Mine::kCount; ++i) {
+    const int row = Mine::row(i);
+    if (!Mine::kRegular && row < 0) continue;
+    const int col = Mine::col(i);
     const std::int64_t at = valid[i] ? offset[i] + col : 0;  // (a zero-filling copy reads nothing)
-    cp_async_16_hint<kPrefetch>(smem_addr(smem_a + row * kStride + col), base_a + at, valid[i]);
-    cp_async_16_hint<kPrefetch>(smem_addr(smem_b + row * kStride + col), base_b + at, valid[i]);
+    const std::uint32_t dst = Rows::chunk(row, col / 8);
+    cp_async_16_hint<kPrefetch>(tile_a + dst, base_a + at, valid[i]);
+    cp_async_16_hint<kPrefetch>(tile_b + dst, base_b + at, valid[i]);
   }
 }
 
