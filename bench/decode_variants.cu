@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The decode kernel's benchmark variants (decode_params.h, DecodeVariant): each changes one lever of
 // the tuned shape (stages, the L2 prefetch hint, the K / V rows' layout), so that one benchmark run
-// prices each lever. Built
-// into bench_attention only (not into the library).
+// prices each lever. Built into bench_attention only (not into the library).
 #include "decode_variants.h"
 
 #include "cuda/kernels/attention_decode_kernel.cuh"
