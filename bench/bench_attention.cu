@@ -269,12 +269,14 @@ int main(int argc, char** argv) {
 
   std::vector<Point> points;
   std::uint64_t seed = 12345;
+  const auto free_prefill_buffers = [&] {
+    for (void* buffer : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v), static_cast<void*>(o),
+                         static_cast<void*>(lse)}) {
+      cudaFree(buffer);
+    }
+  };
   if (decode_only) {
-    cudaFree(q);
-    cudaFree(k);
-    cudaFree(v);
-    cudaFree(o);
-    cudaFree(lse);
+    free_prefill_buffers();
     bench_decode(stream, start, stop, points, kWarmup, kRuns);
     write_csv(csv_path, points);
     return 0;
@@ -402,11 +404,7 @@ int main(int argc, char** argv) {
   }
   cudaFree(o_ref);
   cudaFree(d_diff);
-  cudaFree(q);
-  cudaFree(k);
-  cudaFree(v);
-  cudaFree(o);
-  cudaFree(lse);
+  free_prefill_buffers();
 
   bench_decode(stream, start, stop, points, kWarmup, kRuns);
 
