@@ -192,7 +192,7 @@ void add_calibrate_command(Command& app) {
   cmd->add_option("--xi", opt->xi, "percent of entries sent to the accurate policy (0..100)")
       ->capture_default_str()
       ->excludes(phi);
-  cmd->add_option("--out", opt->out, "plan file to write (JSON)")->excludes(phi);
+  cmd->add_option("--out", opt->out, "plan file to write (JSON; required without --phi)")->excludes(phi);
   cmd->callback([opt] { opt->phi ? calibrate_phi_command(*opt) : calibrate_plan(*opt); });
 }
 

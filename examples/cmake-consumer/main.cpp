@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <vector>
 
+// This project sets no C++ standard: linking pasa::core must bring the C++20 its headers need.
+static_assert(__cplusplus >= 202002L, "pasa::core should make its users compile as C++20");
+
 int main() {
   const int B = 1, H = 2, S = 64, D = 64;
   const std::size_t n = static_cast<std::size_t>(B) * H * S * D;

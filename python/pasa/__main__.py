@@ -12,17 +12,30 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pasa
+
+
+def candidates() -> list[Path]:
+    """Where the bundled `pasa` binary may be: bin/ in each directory of the package.
+
+    An installed package is one directory; an editable install spans the source tree and the
+    directory that holds the built files (the extension and bin/), so every one is searched.
+    """
+    return [Path(directory) / "bin" / "pasa" for directory in pasa.__path__]
+
 
 def executable() -> Path:
-    """Path of the bundled `pasa` binary."""
-    return Path(__file__).resolve().parent / "bin" / "pasa"
+    """Path of the bundled `pasa` binary (the first candidate when none exists)."""
+    paths = candidates()
+    return next((path for path in paths if path.is_file()), paths[0])
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     binary = executable()
     if not binary.is_file():
-        sys.stderr.write(f"pasa: the command-line tool is missing from this installation ({binary})\n")
+        where = ", ".join(str(path) for path in candidates())
+        sys.stderr.write(f"pasa: the command-line tool is missing from this installation ({where})\n")
         return 2
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])

@@ -281,6 +281,7 @@ HostTensor read_npy(const std::string& path) {
 namespace detail {
 
 FileBytes npy_bytes(const std::string& path, const HostTensor& tensor) {
+  check_path(path, "output");  // first: any other message names the path, and would end at its NUL
   const std::size_t nbytes = checked_nbytes(tensor.shape, tensor.dtype, path);
   if (tensor.bytes.size() != nbytes) {
     throw Error(path + ": tensor holds " + std::to_string(tensor.bytes.size()) + " bytes but shape " +

@@ -229,6 +229,7 @@ std::map<std::string, HostTensor> read_safetensors(const std::string& path) {
 namespace detail {
 
 FileBytes safetensors_bytes(const std::string& path, const std::map<std::string, const HostTensor*>& tensors) {
+  check_path(path, "output");  // first: any other message names the path, and would end at its NUL
   // The data follows the map's (sorted) name order, so the offsets grow with the names.
   Json header = Json::object();
   FileBytes bytes;

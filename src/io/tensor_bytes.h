@@ -11,8 +11,9 @@
 
 namespace pasa::io::detail {
 
-// Throw pasa::Error naming `path` (the file they are meant for) when a tensor's bytes do not match its
-// shape and dtype. The result borrows the tensors' bytes.
+// Throw pasa::Error when `path` (the file they are meant for) cannot name a file (check_path), or,
+// naming it, when a tensor's bytes do not match its shape and dtype. The result borrows the tensors'
+// bytes.
 FileBytes npy_bytes(const std::string& path, const HostTensor& tensor);
 // The tensors by name (their data in name order, as the map has them), borrowed.
 FileBytes safetensors_bytes(const std::string& path, const std::map<std::string, const HostTensor*>& tensors);

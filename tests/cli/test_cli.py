@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """End-to-end checks of the `pasa` command: run, beta, inspect, study (short), calibrate, bench,
-overhead; and what each refuses: pipes as inputs, conflicting or empty options, outputs that could not
-be written (checked before the work), and outputs that change together or not at all.
+overhead; that docs/cli.md lists every command and option; and what each refuses: pipes as inputs,
+conflicting or empty options, outputs that could not be written (checked before the work), and
+outputs that change together or not at all.
 
 Usage: test_cli.py PATH_TO_PASA   (run by CTest; needs python3 with numpy)
 """
@@ -557,6 +558,64 @@ def check_stdout_and_cpu_overhead_errors(tmp):
     assert "--batch: -1 is not a size" in r.stderr, r.stderr
 
 
+CLI_DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "cli.md")
+
+
+def help_entries(*command):
+    """{"Options": [(left column, description)], "Commands": [...]} of `pasa COMMAND --help`: entries
+    start at column 2, their descriptions (wrapped) at column 28."""
+    entries, block = {"Options": [], "Commands": []}, None
+    for line in pasa(*command, "--help").stdout.splitlines():
+        if line.rstrip(":") in entries and line.endswith(":"):
+            block = entries[line[:-1]]
+        elif not line.strip():
+            block = None
+        elif block is not None and line.startswith(" " * 28):
+            block[-1] = (block[-1][0], (block[-1][1] + " " + line.strip()).strip())
+        elif block is not None:
+            left = line[2:28].rstrip() if len(line) > 28 and line[27] == " " else line[2:].rstrip()
+            block.append((left, line[2 + len(left):].strip()))
+    return entries
+
+
+def check_cli_reference():
+    # docs/cli.md lists every command with a section, and in it every option of its --help (as the
+    # help's left column writes it) with the help's default: an option added, renamed or removed, or a
+    # changed default, fails here until the doc says so.
+    doc = open(CLI_DOC).read()
+    sections, name = {}, None
+    for line in doc.splitlines():
+        if line.startswith("#") and line.lstrip("#").startswith(" `pasa "):
+            name = line.lstrip("#").strip().strip("`")[len("pasa "):]
+            sections[name] = []
+        elif name is not None:
+            sections[name].append(line)
+    top = help_entries()
+    assert [left for left, _ in top["Options"]] == ["-h, --help", "--version"], top["Options"]
+    assert "`pasa --version`" in doc and "`-h, --help`" in doc
+    commands = [(name,) for name, _ in top["Commands"]]
+    seen = []
+    while commands:
+        command = commands.pop(0)
+        path = " ".join(command)
+        seen.append(path)
+        assert path in sections, f"docs/cli.md has no section for `pasa {path}`"
+        entries = help_entries(*command)
+        commands += [command + (sub,) for sub, _ in entries["Commands"]]
+        rows = {}
+        for row in sections[path]:
+            if row.startswith("| `-"):
+                cells = [c.strip() for c in row.strip("|").split(" | ")]
+                rows[cells[0].strip("`")] = cells[-1]
+        options = [(left, desc) for left, desc in entries["Options"] if left != "-h, --help"]
+        assert sorted(rows) == sorted(left for left, _ in options), (path, sorted(rows), options)
+        for left, desc in options:
+            if desc.endswith("]") and "[default: " in desc:
+                default = desc.rsplit("[default: ", 1)[1][:-1]
+                assert rows[left] == default, f"pasa {path} {left}: docs/cli.md {rows[left]!r}, --help {default!r}"
+    assert sorted(seen) == sorted(sections), sorted(set(sections) - set(seen))
+
+
 def check_run_header_is_flushed(tmp):
     # stdout into a file: the header is there while the attention runs (a run killed then keeps it).
     q, k, v = save_qkv(tmp, "h", shape=(1, 4, 4096, 64))
@@ -584,6 +643,7 @@ def main():
         check_sage_and_decode_studies(tmp)
         check_calibrate(tmp)
     check_arguments()
+    check_cli_reference()
     check_bench()
     check_overhead()
     check_options_are_validated()

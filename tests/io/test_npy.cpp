@@ -271,6 +271,21 @@ TEST(Npy, APathWithANulIsRefusedNotCut) {
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 1);  // no temporary left
 }
 
+// The path is checked before the tensor: an error about the tensor names the path, and its message
+// would end at the NUL, without the part that says what is wrong.
+TEST(Npy, APathWithANulIsRefusedBeforeTheTensorIsChecked) {
+  TempDir dir;
+  const std::string cut = dir.file("notes.txt") + std::string("\0.npy", 5);
+  const std::string shown = "output path '" + dir.file("notes.txt") + "\\x00.npy' contains a NUL character";
+  HostTensor short_bytes = random_tensor(DType::f32, {2}, 1);
+  short_bytes.bytes.pop_back();
+  for (const HostTensor& t : {HostTensor{}, short_bytes}) {
+    pasa::test::expect_error([&] { write_npy(cut, t); }, shown);
+    pasa::test::expect_error([&] { write_safetensors(cut, {{"t", t}}); }, shown);
+  }
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 0);
+}
+
 TEST(Npy, APipeIsRefusedAtOnceNotWaitedOn) {
   // Opening a FIFO for reading waits for a writer; the reader must refuse it without opening it so.
   TempDir dir;

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The `pasa` command that the package installs: `python -m pasa` and the console script run the
-bundled C++ CLI, pass its exit code through, and find this interpreter for `pasa study --plot`."""
+bundled C++ CLI, pass its exit code through, find this interpreter for `pasa study --plot`, and find
+the binary in an editable install too."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import sys
 
 import pytest
 
+import pasa
 from pasa import __main__ as command
 
-pytestmark = pytest.mark.skipif(
+needs_cli = pytest.mark.skipif(
     not command.executable().is_file(),
     reason="this build has no bundled CLI (built with PASA_BUILD_CLI=OFF)",
 )
@@ -23,12 +25,14 @@ def run(*args):
     return subprocess.run([sys.executable, "-m", "pasa", *args], capture_output=True, text=True)
 
 
+@needs_cli
 def test_python_m_pasa_runs_the_cli():
     r = run("beta")
     assert r.returncode == 0, r.stderr
     assert "| 0.984375 | 0.984497 |" in r.stdout  # the PASA paper's Table 3, fp16 with s2 = 128
 
 
+@needs_cli
 def test_exit_codes_and_errors_pass_through():
     r = run("beta", "--block", "12x")
     assert r.returncode == 2
@@ -37,6 +41,7 @@ def test_exit_codes_and_errors_pass_through():
     assert r.returncode == 0 and "calibrate" in r.stdout
 
 
+@needs_cli
 def test_console_script_is_installed():
     script = shutil.which("pasa", path=os.path.dirname(sys.executable))
     if script is None:
@@ -45,6 +50,7 @@ def test_console_script_is_installed():
     assert r.returncode == 0 and "| 0.900000 | 0.899708 |" in r.stdout, r.stderr
 
 
+@needs_cli
 def test_plots_use_this_interpreter(tmp_path):
     # `pasa study --plot` runs `python3` for matplotlib; with nothing else on PATH it must still find
     # the interpreter that runs the package.
@@ -56,3 +62,21 @@ def test_plots_use_this_interpreter(tmp_path):
                         "--plot", str(tmp_path)], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert any(p.suffix == ".png" for p in tmp_path.iterdir()), r.stderr
+
+
+def test_binary_is_found_in_any_package_directory(tmp_path, monkeypatch):
+    # An editable install: the sources in one directory, the built files (bin/pasa) in another.
+    sources, built = tmp_path / "src", tmp_path / "built"
+    (built / "bin").mkdir(parents=True)
+    sources.mkdir()
+    (built / "bin" / "pasa").write_text("")
+    monkeypatch.setattr(pasa, "__path__", [str(sources), str(built)])
+    assert command.executable() == built / "bin" / "pasa"
+
+
+def test_missing_binary_is_reported(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(pasa, "__path__", [str(tmp_path)])
+    assert command.main(["--version"]) == 2
+    err = capsys.readouterr().err
+    assert "the command-line tool is missing from this installation" in err
+    assert str(tmp_path / "bin" / "pasa") in err
