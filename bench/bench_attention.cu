@@ -294,7 +294,7 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&d_diff, sizeof(unsigned)), "cudaMalloc");
   using pasa::cuda::FwdVariant;
   constexpr int kVariants = pasa::cuda::kFwdVariants;
-  const char* names[kVariants] = {"tuned", "stages", "v1shape", "epilogue", "8warps", "halfN"};
+  const char* names[kVariants] = {"tuned", "stages", "v1shape", "epilogue", "8warps", "halfN", "paddedkv"};
   for (const int D : {64, 128}) {
     const int H = static_cast<int>(2048 / D);
     for (const int S : {4096, 16384}) {

@@ -19,6 +19,7 @@ void launch_variant(const FwdParams& p, int batch, FwdVariant v, cudaStream_t s)
     case FwdVariant::direct_epilogue: launch_fwd<FwdTileOf<kHeadDim, 3>, __half>(p, batch, s); break;
     case FwdVariant::warps8: launch_fwd<FwdTileOf<kHeadDim, 4>, __half>(p, batch, s); break;
     case FwdVariant::half_block_n: launch_fwd<FwdTileOf<kHeadDim, 5>, __half>(p, batch, s); break;
+    case FwdVariant::padded_kv: launch_fwd<FwdTileOf<kHeadDim, 6>, __half>(p, batch, s); break;
   }
 }
 

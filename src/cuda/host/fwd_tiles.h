@@ -26,12 +26,16 @@ struct FwdTile {
   int stages;     // shared-memory buffers per K and per V tile: 1 (V_j loads under Q K_j^T, K_j+1
                   // under P V_j, two barriers per block) or 2 (K, V_j+1 load under all of block j)
   Epilogue epilogue;
+  bool swizzled_kv;  // K / V rows in shared memory unpadded and swizzled, else padded (smem_rows.cuh)
 
   constexpr int block_m() const { return 16 * m_tiles * warps; }
   constexpr int threads() const { return 32 * warps; }
   constexpr int min_ctas_per_sm() const { return warps >= 8 ? 1 : 8 / warps; }  // 8 warps per SM
-  constexpr int smem_stride() const { return head_dim + 8; }  // elements; 16 bytes of padding a row
-  constexpr int smem_bytes() const { return (block_m() + 2 * stages * block_n) * smem_stride() * 2; }
+  constexpr int smem_stride() const { return head_dim + 8; }  // elements a Q row: 16 bytes of padding
+  constexpr int kv_row_elems() const { return swizzled_kv ? head_dim : smem_stride(); }
+  constexpr int smem_bytes() const {
+    return (block_m() * smem_stride() + 2 * stages * block_n * kv_row_elems()) * 2;
+  }
 };
 
 // The shapes per head dim. D 64 and 128 are tuned (bench/NOTES.md has the measurements behind them,
@@ -41,14 +45,17 @@ struct FwdTile {
 // accumulators are smaller); at D 256 a warp's O alone is 128 fp32 registers, so one m-tile per warp,
 // 32-key tiles and Q read from shared memory each k step keep it within 255 registers without spills
 // (ptxas: 224 on sm_80, 240 on sm_90a).
-// Shared memory per CTA: 54 KB (D 64), 53 KB (D 96), 68 KB (D 128), 66 KB (D 256), under the 99 KB
+// K and V rows are swizzled wherever the head dim is a multiple of 64 (all but 96): padded rows split
+// each warp's copy of a 128-byte line in two, and swizzled ones measured 1.08-1.11x at D 64 and
+// 1.00-1.03x at D 128 (H200, bench/NOTES.md, twenty-sixth session).
+// Shared memory per CTA: 50 KB (D 64), 53 KB (D 96), 66 KB (D 128), 65 KB (D 256), under the 99 KB
 // that every sm_80+ GPU grants a CTA. Registers (<= 255 a thread) allow two CTAs, 8 warps, per SM.
 constexpr FwdTile exact_tile(int head_dim) {
   switch (head_dim) {
-    case 64: return FwdTile{64, 128, 2, 4, 1, Epilogue::staged};
-    case 96: return FwdTile{96, 64, 2, 4, 1, Epilogue::direct};
-    case 256: return FwdTile{256, 32, 1, 4, 1, Epilogue::direct};
-    default: return FwdTile{128, 64, 2, 4, 1, Epilogue::direct};
+    case 64: return FwdTile{64, 128, 2, 4, 1, Epilogue::staged, true};
+    case 96: return FwdTile{96, 64, 2, 4, 1, Epilogue::direct, false};
+    case 256: return FwdTile{256, 32, 1, 4, 1, Epilogue::direct, true};
+    default: return FwdTile{128, 64, 2, 4, 1, Epilogue::direct, true};
   }
 }
 
@@ -72,8 +79,9 @@ enum class FwdVariant : int {
   direct_epilogue = 3,  // O stored from the accumulator layout (staged where tuned is direct)
   warps8 = 4,           // 8 warps (256 query rows) per CTA sharing each K / V tile, one CTA per SM
   half_block_n = 5,     // key tiles of half the keys
+  padded_kv = 6,        // K / V rows padded by 16 bytes instead of swizzled
 };
-constexpr int kFwdVariants = 6;
+constexpr int kFwdVariants = 7;
 
 constexpr FwdTile variant_tile(FwdTile t, FwdVariant v) {
   switch (v) {
@@ -85,6 +93,7 @@ constexpr FwdTile variant_tile(FwdTile t, FwdVariant v) {
       break;
     case FwdVariant::warps8: t.warps = 8; break;
     case FwdVariant::half_block_n: t.block_n /= 2; break;
+    case FwdVariant::padded_kv: t.swizzled_kv = false; break;
   }
   return t;
 }

@@ -84,9 +84,11 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
   constexpr int kDChunks = kHeadDim / 16;  // k16 steps of Q K^T
   constexpr int kNChunks = kBlockN / 16;   // k16 steps of P V
   constexpr int kRows = 2 * kMTiles;       // rows per thread
-  constexpr std::uint32_t kTileBytes = kBlockN * kStride * 2;
+  constexpr int kKvRow = kT.kv_row_elems();  // elements a K / V row takes in shared memory
+  constexpr std::uint32_t kTileBytes = kBlockN * kKvRow * 2;
   static_assert(kStride == smem_row_stride<kHeadDim>(), "tile_load and the tile table agree on padding");
-  using Rows = PaddedRows<kStride>;
+  using QRows = PaddedRows<kStride>;
+  using KvRows = std::conditional_t<kT.swizzled_kv, SwizzledRows<kHeadDim>, PaddedRows<kStride>>;
   static_assert(kStages == 1 || kStages == 2, "one or two K / V stages");
   // Q stays in registers where a warp has one m-tile (the v1 shape) and the head dim leaves room for
   // it beside O (at 256, Q's 64 registers and O's 128 would not fit in 255).
@@ -94,10 +96,13 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
   using KVElem = QElem;
   using MmaElem = QElem;
 
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  // (128-byte aligned, as SwizzledRows needs; the padded Q rows take a multiple of 128 bytes, so K's
+  // and V's tiles start on such boundaries too)
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   QElem* sQ = reinterpret_cast<QElem*>(smem_raw);                  // [kBlockM][kStride]
-  KVElem* sK = reinterpret_cast<KVElem*>(sQ + kBlockM * kStride);  // [kStages][kBlockN][kStride]
-  KVElem* sV = sK + kStages * kBlockN * kStride;                   // [kStages][kBlockN][kStride]
+  KVElem* sK = reinterpret_cast<KVElem*>(sQ + kBlockM * kStride);  // [kStages][kBlockN][kKvRow]
+  KVElem* sV = sK + kStages * kBlockN * kKvRow;                    // [kStages][kBlockN][kKvRow]
+  static_assert(kBlockM * kStride * 2 % 128 == 0, "K's tiles on 128-byte boundaries");
 
   const auto [warp, lane, h, b, h_kv, m0] = portable_cta(p, kBlockM);
   const int warp_row0 = warp * 16 * kMTiles;     // the warp's first row in the CTA's tile
@@ -120,13 +125,13 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
   const KVElem* gV = static_cast<const KVElem*>(p.v.data) + b * p.v.stride_b + h_kv * p.v.stride_h;
   const auto load_k = [&](int j, int stage) {
     const int n0 = j * kBlockN;
-    load_tile_async<kBlockN, kHeadDim, kThreads>(sK + stage * kBlockN * kStride, gK + n0 * p.k.stride_s,
-                                                 p.k.stride_s, p.seq_kv - n0);
+    load_tile_async<kBlockN, kHeadDim, kThreads, KVElem, 0, KvRows>(
+        sK + stage * kBlockN * kKvRow, gK + n0 * p.k.stride_s, p.k.stride_s, p.seq_kv - n0);
   };
   const auto load_v = [&](int j, int stage) {
     const int n0 = j * kBlockN;
-    load_tile_async<kBlockN, kHeadDim, kThreads>(sV + stage * kBlockN * kStride, gV + n0 * p.v.stride_s,
-                                                 p.v.stride_s, p.seq_kv - n0);
+    load_tile_async<kBlockN, kHeadDim, kThreads, KVElem, 0, KvRows>(
+        sV + stage * kBlockN * kKvRow, gV + n0 * p.v.stride_s, p.v.stride_s, p.seq_kv - n0);
   };
 
   // Prologue: Q and the first K (and V with two stages) in one group.
@@ -146,9 +151,9 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
   }
 
   // The thread's ldmatrix row addresses at the tiles' origins (stage 0).
-  const std::uint32_t q_addr = smem_addr(sQ) + warp_row0 * kStride * 2 + a_lane_offset<Rows>(lane);
-  const std::uint32_t k_addr = smem_addr(sK) + k_lane_offset<Rows>(lane);
-  const std::uint32_t v_addr = smem_addr(sV) + v_lane_offset<Rows>(lane);
+  const std::uint32_t q_addr = smem_addr(sQ) + warp_row0 * kStride * 2 + a_lane_offset<QRows>(lane);
+  const std::uint32_t k_addr = smem_addr(sK) + k_lane_offset<KvRows>(lane);
+  const std::uint32_t v_addr = smem_addr(sV) + v_lane_offset<KvRows>(lane);
   std::uint32_t tSrQ[kQInRegs ? kDChunks : 1][4];
   if constexpr (kQInRegs) {
 #pragma unroll
@@ -190,7 +195,7 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
 
     // S = Q K_j^T (raw: the scale rides in the exponent, except where a softcap scales it first).
     float tSrS[kMTiles][kNTiles][4] = {};
-    warp_qk<kMTiles, kNTiles, kDChunks, Rows, Rows, MmaElem, kQInRegs>(tSrS, q_addr, tSrQ, k_stage);
+    warp_qk<kMTiles, kNTiles, kDChunks, QRows, KvRows, MmaElem, kQInRegs>(tSrS, q_addr, tSrQ, k_stage);
     if constexpr (kScoreMods) {
       if (p.softcap > 0.0f) apply_softcap(tSrS, p);
       if (p.mask_type != MaskType::none) apply_attn_mask(tSrS, p, b, h, n0, row_lo);
@@ -210,7 +215,7 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
     }
 
     if (rescale_o) scale_rows(tOrO, rescale);
-    warp_pv<kMTiles, kNChunks, kDTiles, Rows, MmaElem>(tOrO, tOrP, v_stage);  // O~ += P V_j
+    warp_pv<kMTiles, kNChunks, kDTiles, KvRows, MmaElem>(tOrO, tOrP, v_stage);  // O~ += P V_j
   }
 
   // Epilogue: O = O~ / l (0 for a fully masked row), in the output type.

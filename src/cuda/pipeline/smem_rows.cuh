@@ -43,7 +43,8 @@ struct SwizzledRows {
     return static_cast<std::uint32_t>(row * kRowBytes + (c ^ (row % 8)) * 16);
   }
   __device__ __forceinline__ static constexpr std::uint32_t moved(std::uint32_t offset, int dr, int dc) {
-    return (offset + static_cast<std::uint32_t>(dr * kRowBytes + (dc / 8) * 128)) ^ static_cast<std::uint32_t>((dc % 8) * 16);
+    const auto segment = static_cast<std::uint32_t>(dr * kRowBytes + (dc / 8) * 128);
+    return (offset + segment) ^ static_cast<std::uint32_t>((dc % 8) * 16);
   }
 };
 
