@@ -237,7 +237,7 @@ def sdpa(
     ``softcap`` are pasa's additions (see :func:`attention`; the window is top-left aligned here).
     What pasa does not compute raises :class:`PasaError` instead of computing something else:
     ``dropout_p`` other than 0, differing head counts without ``enable_gqa=True``, and on CUDA
-    tensors a mask, window or softcap.
+    tensors a mask, window or softcap under any policy but ``exact``.
     """
     if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(dropout_p, numbers.Real):
         raise PasaError(f"dropout_p: expected a number, got {type(dropout_p).__name__}")

@@ -2,7 +2,8 @@
 """pasa.capture and pasa.patch: recording and rerouting a torch model's attention calls.
 
 Both work on ``torch.nn.functional.scaled_dot_product_attention``: models that call it as
-``F.scaled_dot_product_attention`` (or through ``torch.nn.MultiheadAttention``) are covered; code
+``F.scaled_dot_product_attention`` (``torch.nn.MultiheadAttention`` does with ``need_weights=False``,
+off its inference fast path) are covered; code
 that bound the function to its own name at import time (``from torch.nn.functional import
 scaled_dot_product_attention``) is not, and neither are graphs torch.compile built before.
 

@@ -7,6 +7,8 @@ backend) does with a call pasa cannot run. It runs torch's own SDPA instead, war
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import warnings
 from typing import Any, Callable, Dict, Optional, TypeVar
@@ -44,13 +46,28 @@ def stats(reset: bool = False) -> Dict[str, Any]:
     return result
 
 
+def _compiling() -> bool:
+    """Whether torch.compile is tracing the call: Dynamo cannot enter a lock, and a traced update of
+    the counters (a side effect it replays on every run of the compiled code) needs none, since
+    compiled code runs it under the GIL like any Python statement."""
+    import torch  # (the routed calls are torch calls: it is imported already)
+
+    return torch.compiler.is_compiling()
+
+
 def _record_call() -> None:
     global _calls
+    if _compiling():
+        _calls += 1
+        return
     with _lock:
         _calls += 1
 
 
 def _record_fallback(reason: str, detail: str) -> None:
+    if _compiling():  # counted, not warned: Dynamo cannot trace warnings.warn
+        _reasons[reason] = _reasons.get(reason, 0) + 1
+        return
     with _lock:
         _reasons[reason] = _reasons.get(reason, 0) + 1
         first = reason not in _warned
@@ -58,7 +75,18 @@ def _record_fallback(reason: str, detail: str) -> None:
     if first:
         warnings.warn(f"pasa: falling back to torch's scaled_dot_product_attention ({detail}); "
                       f"further calls for this reason fall back silently, pasa.stats() counts them",
-                      PasaFallbackWarning, stacklevel=4)
+                      PasaFallbackWarning, stacklevel=_caller_stacklevel())
+
+
+def _caller_stacklevel() -> int:
+    """The stacklevel, for a warning issued by this function's caller, of the innermost frame
+    outside the pasa package: the model code whose attention call fell back, however many of
+    pasa's layers (patch router, integration, fallback) lie between."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _reason_of(error: PasaError) -> str:

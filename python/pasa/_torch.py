@@ -13,6 +13,7 @@ This module imports torch; ``import pasa`` imports it only when torch was alread
 from typing import Dict, Optional, Tuple
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 from torch import Tensor
 from torch.utils.dlpack import to_dlpack as _to_dlpack
 
@@ -50,12 +51,13 @@ def _mask_argument(q: Tensor, k: Tensor, layout: str,
     if attn_mask is None:
         return None, "none"
     shape = broadcast_shape(tuple(attn_mask.shape), mask_shape(tuple(q.shape), tuple(k.shape), layout))
-    mask = attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape)).expand(shape)
-    if mask.dtype == torch.bool:
-        return mask.to(torch.uint8), "boolean"
-    if mask.dtype == torch.float64:
-        return mask.to(torch.float32), "additive"
-    return mask, "additive"
+    # (converted before it is expanded, so that a broadcast mask stays a stride-0 view of its own size)
+    kind = "boolean" if attn_mask.dtype == torch.bool else "additive"
+    if attn_mask.dtype == torch.bool:
+        attn_mask = attn_mask.view(torch.uint8)
+    elif attn_mask.dtype == torch.float64:
+        attn_mask = attn_mask.to(torch.float32)
+    return attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape)).expand(shape), kind
 
 
 def _launch(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor], policy: str,
@@ -200,17 +202,58 @@ def _workspace(device_index: int, stream: int, size: int) -> Tensor:
 
 def _plain_eager(*tensors: Optional[Tensor]) -> bool:
     """Whether the custom op's dispatch can be skipped: plain tensors (no subclass such as a fake or
-    functional tensor), none needing autograd, nothing being traced or compiled, no dispatch mode
-    active. The op's dispatch costs ~30 us a call; the result is the same either way."""
+    functional tensor, no meta tensor: the op's fake gives those their outputs), none needing
+    autograd, nothing being traced or compiled, no dispatch mode or transform active. The op's
+    dispatch costs ~30 us a call; the result is the same either way."""
     for t in tensors:
-        if t is not None and (type(t) is not Tensor or t.requires_grad):
+        if t is not None and (type(t) is not Tensor or t.requires_grad or t.is_meta):
             return False
     return _untraced()
 
 
 def _untraced() -> bool:
-    """Nothing being traced or compiled, and no dispatch mode active."""
-    return not torch.compiler.is_compiling() and not _dispatch_mode_active()
+    """Nothing being traced or compiled, no dispatch mode active, no torch.func transform and no
+    forward-mode AD level (whose tensors would reach the kernels unwrapped, their batch dimension or
+    tangent dropped)."""
+    return (not torch.compiler.is_compiling() and not _dispatch_mode_active() and _functorch_level() is None
+            and _forward_ad_level() < 0)
+
+
+# The innermost active torch.func transform's level (None: none), and forward-mode AD's (-1: outside
+# any dual_level). Both are torch internals read where torch has them (one call and one attribute
+# read on every eager call); without them no transform is taken to be active.
+_functorch_level = getattr(getattr(torch._C, "_functorch", None), "maybe_current_level", lambda: None)
+
+
+def _forward_ad_level() -> int:
+    return getattr(_forward_ad, "_current_level", -1)
+
+
+def _check_tensor_arguments(q: Tensor, k: Tensor, v: Tensor, out: Optional[Tensor],
+                            attn_mask: Optional[Tensor]) -> None:
+    """What DLPack or the dispatcher would otherwise report obscurely or not at all: the kind of
+    tensor, q, k, v's dtypes, out's device, autograd through out=, and torch.func's wrappers."""
+    named = [("q", q), ("k", k), ("v", v)] + [(n, t) for n, t in (("out", out), ("attn_mask", attn_mask))
+                                               if t is not None]
+    for name, x in named:
+        if x.is_nested or x.layout != torch.strided:
+            kind = "nested" if x.is_nested else str(x.layout).replace("torch.", "")
+            raise PasaError(f"{name}: a {kind} tensor; pasa takes dense (strided) tensors")
+        if _functorch_level() is not None and torch._C._functorch.is_functorch_wrapped_tensor(x):
+            raise PasaError(f"{name}: a tensor of a torch.func transform (vmap, grad, jvp, ...); "
+                            f"pasa.attention has no batching or differentiation rule for them")
+        if _forward_ad_level() >= 0 and _forward_ad.unpack_dual(x).tangent is not None:
+            raise PasaError(f"{name}: a dual tensor (forward-mode AD); pasa.attention has no forward derivative")
+    for name, x in named[:3]:
+        if x.dtype not in _DTYPES:
+            raise PasaError(f"{name}: unsupported dtype {str(x.dtype).replace('torch.', '')} "
+                            f"(pasa takes float32, float16 or bfloat16)")
+    if out is not None:
+        if out.device != q.device:
+            raise PasaError(f"out: on {out.device}, q on {q.device}; out must be on q's device")
+        if torch.is_grad_enabled() and any(t.requires_grad for _, t in named):
+            raise PasaError("out: pasa.attention with out= does not record autograd (an input or out "
+                            "requires grad); call it under torch.no_grad(), or without out=")
 
 
 try:
@@ -232,6 +275,35 @@ def _attention_fake(q: Tensor, k: Tensor, v: Tensor, policy: str, causal: bool,
     out = q.new_empty(q.shape)
     lse = q.new_empty(_lse_shape(q, layout) if return_lse else (0,), dtype=torch.float32)
     return out, lse
+
+
+# pasa has no backward. The op still gets a derivative formula, whose gradients come from an op that
+# raises when it runs: so that torch.compile can trace a forward whose inputs require grad (its
+# backward graph is built while compiling, whether or not backward is ever called), and so that
+# calling backward says why it fails.
+@torch.library.custom_op("pasa::attention_backward", mutates_args=())
+def _attention_backward_op(grad: Tensor, q: Tensor, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    raise PasaError("pasa.attention has no backward (inference only): run the forward under "
+                    "torch.no_grad() or torch.inference_mode(), or detach its inputs")
+
+
+@_attention_backward_op.register_fake
+def _attention_backward_fake(grad: Tensor, q: Tensor, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _attention_setup_context(ctx, inputs, output) -> None:
+    q, k, v = inputs[:3]
+    ctx.save_for_backward(q, k, v)
+
+
+def _attention_backward(ctx, grad_out: Tensor, grad_lse: Tensor):
+    q, k, v = ctx.saved_tensors
+    dq, dk, dv = torch.ops.pasa.attention_backward(grad_out, q, k, v)
+    return (dq, dk, dv) + (None,) * 10  # (policy ... softcap: no gradients)
+
+
+_attention_op.register_autograd(_attention_backward, setup_context=_attention_setup_context)
 
 
 @torch.library.custom_op("pasa::attention_out", mutates_args=("out", "lse"))
@@ -268,6 +340,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, policy: str, causal: bool,
                             f"{type(x).__name__}")
     if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
         raise PasaError(f"attn_mask: expected a torch.Tensor like q, got {type(attn_mask).__name__}")
+    if out is not None and not isinstance(out, torch.Tensor):
+        raise PasaError(f"out: expected a torch.Tensor like q, got {type(out).__name__}")
+    _check_tensor_arguments(q, k, v, out, attn_mask)
     mods = dict(attn_mask=attn_mask, window_left=window_size[0], window_right=window_size[1],
                 softcap=softcap)
     if out is None:
@@ -279,8 +354,6 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, policy: str, causal: bool,
             o, lse = torch.ops.pasa.attention(q, k, v, policy, causal, causal_alignment, scale,
                                               layout, return_lse, **mods)
         return (o, lse) if return_lse else o
-    if not isinstance(out, torch.Tensor):
-        raise PasaError(f"out: expected a torch.Tensor like q, got {type(out).__name__}")
     check_given_out(out, tuple(q.shape))
     lse = (torch.empty(_lse_shape(q, layout), dtype=torch.float32, device=q.device)
            if return_lse else None)

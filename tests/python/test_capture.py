@@ -254,6 +254,7 @@ def test_patch_falls_back_and_counts(model, x):
                 got64 = model64(x64)
                 model64(x64)
     assert len(record) == 1  # warned once for the reason, not once per call
+    assert record[0].filename == __file__  # at the model's attention call, not inside pasa
     assert handle.fallbacks == 6 and handle.calls == 0
     torch.testing.assert_close(got64, want64, atol=0, rtol=0)
     counts = pasa.stats()
@@ -267,6 +268,22 @@ def test_patch_falls_back_and_counts(model, x):
             with torch.no_grad():
                 model64(x64)
     assert pasa.stats(reset=True)["fallbacks"] == 6 and pasa.stats()["fallbacks"] == 0
+
+
+def test_a_patched_model_compiles_with_fullgraph(model, x):
+    pasa.stats(reset=True)
+    with torch.no_grad():
+        want = model(x)
+        with pasa.patch(model) as handle:
+            compiled = torch.compile(model, fullgraph=True)
+            got = compiled(x)
+            compiled(x)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        assert handle.calls == 6 and pasa.stats()["calls"] == 6  # counted as the compiled code runs
+        model64 = TinyTransformer().double().eval()
+        with pasa.patch(model64) as handle:
+            torch.compile(model64, fullgraph=True)(x.double())  # a fallback inside the graph
+        assert pasa.stats()["reasons"] == {"dtype": 3}
 
 
 def test_patch_falls_back_for_autograd_and_pasa_errors(model, x):

@@ -174,3 +174,66 @@ def test_policy_object_under_compile(gen):
     policy = pasa.Policy("fa16,s2=32")
     fn = torch.compile(lambda q, k, v: pasa.attention(q, k, v, policy=policy), fullgraph=True)
     torch.testing.assert_close(fn(q, k, v), pasa.attention(q, k, v, policy=policy), atol=0, rtol=0)
+
+
+def test_a_broadcast_bool_mask_stays_a_view(gen):
+    # A padding mask [B, 1, 1, S] reaches the extension as a stride-0 view of its own bytes, not
+    # copied out to [B, H, S_q, S_kv] on every call.
+    from pasa import _torch
+
+    x = randn(gen, 1, 2, 512, 16)
+    mask = torch.rand(1, 1, 1, 512, generator=gen) > 0.3
+    for given in (mask, mask.double()):
+        view, _ = _torch._mask_argument(x, x, "bhsd", given)
+        assert view.shape == (1, 1, 512, 512) and view.untyped_storage().nbytes() <= 512 * 4
+    mask[..., 0] = True
+    torch.testing.assert_close(pasa.sdpa(x, x, x, attn_mask=mask),
+                               F.scaled_dot_product_attention(x, x, x, attn_mask=mask), atol=2e-5, rtol=0)
+
+
+def test_backward_raises_and_the_forward_compiles_with_grad(gen):
+    lin = torch.nn.Linear(16, 16)
+    x = randn(gen, 1, 2, 5, 16)
+
+    def f(x):
+        y = lin(x)
+        return pasa.attention(y, y, y)
+
+    eager = f(x)
+    assert eager.requires_grad
+    with pytest.raises(pasa.PasaError, match=r"no backward \(inference only\)"):
+        eager.sum().backward()
+    compiled = torch.compile(f)(x)  # its backward graph is built while compiling
+    torch.testing.assert_close(compiled, eager)
+    with pytest.raises(pasa.PasaError, match=r"no backward \(inference only\)"):
+        compiled.sum().backward()
+
+
+def test_calls_that_would_lose_a_derivative_or_a_batch_raise(gen):
+    q, k, v = (randn(gen, 1, 2, 5, 16) for _ in range(3))
+    with pytest.raises(pasa.PasaError, match=r"^out: pasa.attention with out= does not record autograd"):
+        pasa.attention(q.clone().requires_grad_(), k, v, out=torch.empty_like(q))
+    with torch.no_grad():
+        out = pasa.attention(q.clone().requires_grad_(), k, v, out=torch.empty_like(q))
+    torch.testing.assert_close(out, pasa.attention(q, k, v))
+    fwad = torch.autograd.forward_ad
+    with fwad.dual_level():
+        with pytest.raises(pasa.PasaError, match=r"^q: a dual tensor \(forward-mode AD\)"):
+            pasa.attention(fwad.make_dual(q, torch.ones_like(q)), k, v)
+        torch.testing.assert_close(pasa.attention(q, k, v), out)  # plain tensors inside the level run
+    with pytest.raises(pasa.PasaError, match=r"^q: a tensor of a torch.func transform"):
+        torch.func.vmap(lambda x: pasa.attention(x, k, v))(q[None].expand(3, -1, -1, -1, -1))
+
+
+def test_tensor_kinds_and_devices(gen):
+    q, k, v = (randn(gen, 1, 2, 5, 16) for _ in range(3))
+    with pytest.raises(pasa.PasaError, match=r"^out: on meta, q on cpu"):
+        pasa.attention(q, k, v, out=torch.empty_like(q, device="meta"))
+    meta = torch.empty(1, 2, 5, 16, device="meta")
+    got = pasa.attention(meta, meta, meta)  # the op's fake: shapes without data
+    assert got.device.type == "meta" and got.shape == meta.shape
+    with pytest.raises(pasa.PasaError, match=r"^q: a sparse_coo tensor"):
+        pasa.attention(q.to_sparse(), k, v)
+    if hasattr(torch, "float8_e4m3fn"):
+        with pytest.raises(pasa.PasaError, match=r"^q: unsupported dtype float8_e4m3fn"):
+            pasa.attention(q.to(torch.float8_e4m3fn), k, v)
