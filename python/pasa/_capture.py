@@ -439,13 +439,17 @@ class Patch:
         precheck = sdpa_precheck(bound.get("query"), bound.get("key"), bound.get("value"),
                                  bound.get("attn_mask"), bound.get("dropout_p", 0.0),
                                  bound.get("enable_gqa", False))
-        result = run_or_fallback(run, lambda: _router_original(*args, **kwargs), precheck,
-                                 self._strict)
-        if routed:
-            self.calls += 1
-        else:
-            self.fallbacks += 1
-        return result
+        fell_back = []
+
+        def fallback() -> Any:
+            fell_back.append(True)
+            return _router_original(*args, **kwargs)
+
+        try:
+            return run_or_fallback(run, fallback, precheck, self._strict)
+        finally:  # (counted as pasa.stats() counts them, also where torch's own call then raised)
+            self.calls += len(routed)
+            self.fallbacks += len(fell_back)
 
     def remove(self) -> None:
         """Stops routing: removes the hooks and, with the last patch, restores torch's SDPA."""

@@ -270,6 +270,20 @@ def test_patch_falls_back_and_counts(model, x):
     assert pasa.stats(reset=True)["fallbacks"] == 6 and pasa.stats()["fallbacks"] == 0
 
 
+def test_a_fallback_that_torch_refuses_is_counted_on_the_handle_too():
+    class Both(torch.nn.Module):
+        def forward(self, q):  # a mask and is_causal together: torch itself raises
+            return F.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(5, 5, dtype=torch.bool),
+                                                  is_causal=True, dropout_p=0.5)
+
+    pasa.stats(reset=True)
+    module = Both()
+    with pasa.patch(module) as handle, pytest.warns(pasa.PasaFallbackWarning):
+        with pytest.raises(RuntimeError):
+            module(torch.zeros(1, 2, 5, 16))
+    assert handle.fallbacks == pasa.stats()["fallbacks"] == 1 and handle.calls == 0
+
+
 def test_a_patched_model_compiles_with_fullgraph(model, x):
     pasa.stats(reset=True)
     with torch.no_grad():
