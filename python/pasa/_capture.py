@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 from . import _core
 from ._api import sdpa
 from ._errors import PasaError
-from ._fallback import run_or_fallback, sdpa_precheck
+from ._fallback import compiling, run_or_fallback, sdpa_precheck
 from ._io import file_path, save
 from ._policy import Policy, PolicyLike
 
@@ -424,7 +424,10 @@ class Patch:
         call = CallInfo(index=self._index,
                         layer=self._tracker.current() if self._tracker else None,
                         timestep=self.timestep)
-        self._index += 1
+        # (Under torch.compile a patch without a plan or name_fn keeps no numbering: it names no call,
+        # and a traced update of the count would make every call recompile, see compiling().)
+        if self._tracker is not None or not compiling():
+            self._index += 1
         policy = self.policy_for(call)
         routed = []
 
@@ -448,8 +451,9 @@ class Patch:
         try:
             return run_or_fallback(run, fallback, precheck, self._strict)
         finally:  # (counted as pasa.stats() counts them, also where torch's own call then raised)
-            self.calls += len(routed)
-            self.fallbacks += len(fell_back)
+            if not compiling():
+                self.calls += len(routed)
+                self.fallbacks += len(fell_back)
 
     def remove(self) -> None:
         """Stops routing: removes the hooks and, with the last patch, restores torch's SDPA."""

@@ -46,27 +46,25 @@ def stats(reset: bool = False) -> Dict[str, Any]:
     return result
 
 
-def _compiling() -> bool:
-    """Whether torch.compile is tracing the call: Dynamo cannot enter a lock, and a traced update of
-    the counters (a side effect it replays on every run of the compiled code) needs none, since
-    compiled code runs it under the GIL like any Python statement."""
-    import torch  # (the routed calls are torch calls: it is imported already)
+def compiling() -> bool:
+    """Whether torch.compile is tracing the call. Routed calls then keep no counts: Dynamo cannot
+    enter a lock or trace warnings.warn, and it would replay a counter's update as a store of the
+    value it traced, guarded on that value, so every call would recompile."""
+    import torch  # (routed calls are torch calls: it is imported already)
 
     return torch.compiler.is_compiling()
 
 
 def _record_call() -> None:
     global _calls
-    if _compiling():
-        _calls += 1
+    if compiling():
         return
     with _lock:
         _calls += 1
 
 
 def _record_fallback(reason: str, detail: str) -> None:
-    if _compiling():  # counted, not warned: Dynamo cannot trace warnings.warn
-        _reasons[reason] = _reasons.get(reason, 0) + 1
+    if compiling():
         return
     with _lock:
         _reasons[reason] = _reasons.get(reason, 0) + 1

@@ -156,13 +156,18 @@ def _planned_attention(q: Tensor, k: Tensor, v: Tensor, policy: str, causal: boo
             return _planned_attention(q, k, v, policy, causal, causal_alignment, scale, layout,
                                       return_lse, window_left, window_right, softcap)
     # (get_device(): an int, -1 for a CPU tensor, where .device makes a torch.device to hash)
-    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
-           index, k.get_device(), v.get_device(), policy, causal, causal_alignment, scale, layout,
-           return_lse, window_left, window_right, softcap)
+    try:
+        key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
+               index, k.get_device(), v.get_device(), policy, causal, causal_alignment, scale, layout,
+               return_lse, window_left, window_right, softcap)
+    except RuntimeError:  # a sparse or nested tensor, which has no strides: say which
+        _check_tensor_arguments(q, k, v, None, None)
+        raise
     out = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty(_lse_shape(q, layout), dtype=torch.float32, device=q.device) if return_lse else None
     plan = _plans.get(key)
     if plan is None:  # the first call of this problem: every check, with messages naming arguments
+        _check_tensor_arguments(q, k, v, None, None)
         plan = _core.PlannedAttention(_capsule(q), _capsule(k), _capsule(v), _capsule(out),
                                       None if lse is None else _capsule(lse), core_policy(policy),
                                       causal, causal_alignment, scale, layout,
@@ -280,26 +285,29 @@ def _attention_fake(q: Tensor, k: Tensor, v: Tensor, policy: str, causal: bool,
 # pasa has no backward. The op still gets a derivative formula, whose gradients come from an op that
 # raises when it runs: so that torch.compile can trace a forward whose inputs require grad (its
 # backward graph is built while compiling, whether or not backward is ever called), and so that
-# calling backward says why it fails.
+# calling backward says why it fails. It keeps stand-ins of k and v (their shapes, dtypes and
+# devices over one element each), not the tensors, so a graph kept alive holds no attention inputs.
 @torch.library.custom_op("pasa::attention_backward", mutates_args=())
-def _attention_backward_op(grad: Tensor, q: Tensor, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+def _attention_backward_op(grad: Tensor, k_like: Tensor, v_like: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     raise PasaError("pasa.attention has no backward (inference only): run the forward under "
                     "torch.no_grad() or torch.inference_mode(), or detach its inputs")
 
 
 @_attention_backward_op.register_fake
-def _attention_backward_fake(grad: Tensor, q: Tensor, k: Tensor, v: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+def _attention_backward_fake(grad: Tensor, k_like: Tensor, v_like: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    return torch.empty_like(grad), torch.empty_like(k_like), torch.empty_like(v_like)
+
+
+def _stand_in(x: Tensor) -> Tensor:
+    return x.new_empty((1,) * x.dim()).expand(x.shape)
 
 
 def _attention_setup_context(ctx, inputs, output) -> None:
-    q, k, v = inputs[:3]
-    ctx.save_for_backward(q, k, v)
+    ctx.save_for_backward(_stand_in(inputs[1]), _stand_in(inputs[2]))
 
 
 def _attention_backward(ctx, grad_out: Tensor, grad_lse: Tensor):
-    q, k, v = ctx.saved_tensors
-    dq, dk, dv = torch.ops.pasa.attention_backward(grad_out, q, k, v)
+    dq, dk, dv = torch.ops.pasa.attention_backward(grad_out, *ctx.saved_tensors)
     return (dq, dk, dv) + (None,) * 10  # (policy ... softcap: no gradients)
 
 

@@ -134,6 +134,9 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor) or x.dim() != 4:
             raise PasaError(f"{name}: expected a 4-D torch.Tensor [B, H, S, D] (layout 'bhsd')")
+        if x.requires_grad and torch.is_grad_enabled():  # (the merged output records no autograd)
+            raise PasaError(f"{name}: requires grad; context-parallel attention is inference only "
+                            f"(no backward): call it under torch.no_grad() or torch.inference_mode()")
     if k.shape != v.shape:
         raise PasaError(f"v: shape {tuple(v.shape)} differs from k's {tuple(k.shape)}")
     if q.shape[2] != k.shape[2]:

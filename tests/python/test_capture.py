@@ -284,20 +284,27 @@ def test_a_fallback_that_torch_refuses_is_counted_on_the_handle_too():
     assert handle.fallbacks == pasa.stats()["fallbacks"] == 1 and handle.calls == 0
 
 
-def test_a_patched_model_compiles_with_fullgraph(model, x):
+def test_a_patched_model_compiles_with_fullgraph_once(model, x):
+    # Traced into one graph, compiled once: routed calls keep no counts while Dynamo traces them
+    # (a traced count would be replayed as a constant and guarded on, recompiling every call).
+    torch._dynamo.reset()
     pasa.stats(reset=True)
     with torch.no_grad():
         want = model(x)
         with pasa.patch(model) as handle:
             compiled = torch.compile(model, fullgraph=True)
-            got = compiled(x)
-            compiled(x)
+            for _ in range(3):  # (the first calls may recompile once, as a thread's state appears)
+                got = compiled(x)
+            with torch._dynamo.config.patch(error_on_recompile=True):
+                for _ in range(12):
+                    got = compiled(x)
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-        assert handle.calls == 6 and pasa.stats()["calls"] == 6  # counted as the compiled code runs
+        assert handle.calls == 0 and pasa.stats()["calls"] == 0
         model64 = TinyTransformer().double().eval()
         with pasa.patch(model64) as handle:
-            torch.compile(model64, fullgraph=True)(x.double())  # a fallback inside the graph
-        assert pasa.stats()["reasons"] == {"dtype": 3}
+            torch.testing.assert_close(torch.compile(model64, fullgraph=True)(x.double()),
+                                       model64(x.double()))  # the fallback inside the graph
+    torch._dynamo.reset()
 
 
 def test_patch_falls_back_for_autograd_and_pasa_errors(model, x):

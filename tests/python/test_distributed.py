@@ -217,3 +217,12 @@ def test_needs_an_initialized_process_group():
     x = torch.zeros(1, 1, 4, 8)
     with pytest.raises(pasa.PasaError, match="init_process_group"):
         pd.ring_attention(x, x, x)
+
+
+def test_inputs_that_require_grad_are_refused():
+    # The merged output records no autograd, so a backward through it would silently have no
+    # gradient: refused before any communication (no process group needed to see it).
+    x = torch.zeros(1, 1, 4, 8, requires_grad=True)
+    for fn in (pd.ring_attention, pd.allgather_attention):
+        with pytest.raises(pasa.PasaError, match=r"^q: requires grad; context-parallel attention is inference only"):
+            fn(x, x.detach(), x.detach())

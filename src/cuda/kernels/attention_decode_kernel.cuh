@@ -189,6 +189,9 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   InElem* sQ = reinterpret_cast<InElem*>(smem_raw);         // [kBlockM][kStride]
   InElem* sK = sQ + kBlockM * kStride;                      // [kStages][kBlockN][kKvRow]
   InElem* sV = sK + kStages * kBlockN * kKvRow;             // [kStages][kBlockN][kKvRow]
+  static_assert(!kT.swizzled_kv || (kBlockM * kStride * 2 % 128 == 0 && kTileBytes % 128 == 0 &&
+                                    kWarpKeys * kKvRow * 2 % 128 == 0),
+                "swizzled K / V tiles, stages and warp slices on 128-byte boundaries");
 
   wait_for_previous_grid();  // (a KV-cache call's append, or whatever kernel came before)
   const FwdParams& f = p.fwd;
