@@ -424,9 +424,10 @@ class Patch:
         call = CallInfo(index=self._index,
                         layer=self._tracker.current() if self._tracker else None,
                         timestep=self.timestep)
-        # (Under torch.compile a patch without a plan or name_fn keeps no numbering: it names no call,
-        # and a traced update of the count would make every call recompile, see compiling().)
-        if self._tracker is not None or not compiling():
+        # (Under torch.compile a patch keeps no counts, and without a plan or name_fn no numbering: it
+        # names no call, and a traced update of a count would make every call recompile, see compiling().)
+        tracing = compiling()
+        if self._tracker is not None or not tracing:
             self._index += 1
         policy = self.policy_for(call)
         routed = []
@@ -451,7 +452,7 @@ class Patch:
         try:
             return run_or_fallback(run, fallback, precheck, self._strict)
         finally:  # (counted as pasa.stats() counts them, also where torch's own call then raised)
-            if not compiling():
+            if not tracing:
                 self.calls += len(routed)
                 self.fallbacks += len(fell_back)
 

@@ -40,9 +40,13 @@ def _check_traceable(q: Tensor, k: Tensor, v: Tensor, policy: str, layout: str) 
     core_policy(policy)  # raises PasaError for bad policy text
     for name, x in (("q", q), ("k", k), ("v", v)):
         check_rank4(tuple(x.shape), name, layout)
-        if x.dtype not in _DTYPES:
-            raise PasaError(f"{name}: unsupported dtype {str(x.dtype).replace('torch.', '')} "
-                            f"(pasa takes float32, float16 or bfloat16)")
+        _check_dtype(x, name)
+
+
+def _check_dtype(x: Tensor, name: str) -> None:
+    if x.dtype not in _DTYPES:
+        raise PasaError(f"{name}: unsupported dtype {str(x.dtype).replace('torch.', '')} "
+                        f"(pasa takes float32, float16 or bfloat16)")
 
 
 def _mask_argument(q: Tensor, k: Tensor, layout: str,
@@ -250,9 +254,7 @@ def _check_tensor_arguments(q: Tensor, k: Tensor, v: Tensor, out: Optional[Tenso
         if _forward_ad_level() >= 0 and _forward_ad.unpack_dual(x).tangent is not None:
             raise PasaError(f"{name}: a dual tensor (forward-mode AD); pasa.attention has no forward derivative")
     for name, x in named[:3]:
-        if x.dtype not in _DTYPES:
-            raise PasaError(f"{name}: unsupported dtype {str(x.dtype).replace('torch.', '')} "
-                            f"(pasa takes float32, float16 or bfloat16)")
+        _check_dtype(x, name)
     if out is not None:
         if out.device != q.device:
             raise PasaError(f"out: on {out.device}, q on {q.device}; out must be on q's device")

@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   constexpr std::uint32_t kTileBytes = kBlockN * kKvRow * 2;
   static_assert(kStride == smem_row_stride<kHeadDim>(), "tile_load and the tile table agree on padding");
   using QRows = PaddedRows<kStride>;
-  using KvRows = std::conditional_t<kT.swizzled_kv, SwizzledRows<kHeadDim>, PaddedRows<kStride>>;
+  using KvRows = TileRows<kT.swizzled_kv, kHeadDim>;
   static_assert(kStages >= 2 && kWarpKeys % 16 == 0, "a ring of stages; whole k16 steps per warp");
   static_assert(!kToHalf || std::is_same_v<InElem, __nv_bfloat16>, "only bf16 inputs are converted");
   using MmaElem = std::conditional_t<kToHalf, __half, InElem>;

@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(TileOf::value.threads(), TileOf::value.min_cta
   constexpr std::uint32_t kTileBytes = kBlockN * kKvRow * 2;
   static_assert(kStride == smem_row_stride<kHeadDim>(), "tile_load and the tile table agree on padding");
   using QRows = PaddedRows<kStride>;
-  using KvRows = std::conditional_t<kT.swizzled_kv, SwizzledRows<kHeadDim>, PaddedRows<kStride>>;
+  using KvRows = TileRows<kT.swizzled_kv, kHeadDim>;
   static_assert(kStages == 1 || kStages == 2, "one or two K / V stages");
   // Q stays in registers where a warp has one m-tile (the v1 shape) and the head dim leaves room for
   // it beside O (at 256, Q's 64 registers and O's 128 would not fit in 255).

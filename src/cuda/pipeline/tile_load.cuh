@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/arch/ptx.cuh"
 #include "cuda/pipeline/smem_rows.cuh"
@@ -24,13 +25,17 @@ constexpr int smem_row_stride() {
   return kHeadDim + 8;
 }
 
+// The layout of a tile of kHeadDim-element rows: padded (kSwizzled false) or swizzled (smem_rows.cuh).
+template <bool kSwizzled, int kHeadDim>
+using TileRows = std::conditional_t<kSwizzled, SwizzledRows<kHeadDim>, PaddedRows<smem_row_stride<kHeadDim>()>>;
+
 // Copies kRows rows (row r at base + r * row_stride) into `smem`, laid out as Rows says; rows r >=
 // rows_valid are zero-filled and not read. Issued by all kThreads threads of the CTA; the caller
 // commits the group. kPrefetch: the cp.async's L2 prefetch size hint (0: none). Where the CTA's
 // thread count is not a multiple of a row's chunks (head dim 96: 12 chunks a row), thread t copies
 // chunks t, t + kThreads, ... in row-major order instead, each with its own address.
 template <int kRows, int kHeadDim, int kThreads, typename Elem, int kPrefetch = 0,
-          class Rows = PaddedRows<smem_row_stride<kHeadDim>()>>
+          class Rows = TileRows<false, kHeadDim>>
 __device__ __forceinline__ void load_tile_async(Elem* smem, const Elem* base, std::int64_t row_stride,
                                                 int rows_valid) {
   constexpr int kChunksPerRow = kHeadDim / 8;  // 8 elements = 16 bytes
@@ -96,7 +101,7 @@ struct ThreadRows {
 // offset[i] for the row of the thread's i-th chunk (ThreadRows), copied where valid[i], zero-filled
 // (nothing read) where not.
 template <int kRows, int kHeadDim, int kThreads, typename Elem, int kPrefetch = 0,
-          class Rows = PaddedRows<smem_row_stride<kHeadDim>()>>
+          class Rows = TileRows<false, kHeadDim>>
 __device__ __forceinline__ void load_rows_async(Elem* smem_a, Elem* smem_b, const Elem* base_a, const Elem* base_b,
                                                 const std::int64_t (&offset)[ThreadRows<kRows, kHeadDim, kThreads>::kCount],
                                                 const bool (&valid)[ThreadRows<kRows, kHeadDim, kThreads>::kCount]) {
