@@ -207,6 +207,39 @@ TEST(CudaPlan, DecodeWorkspaceNeedsNoInitialization) {
   }
 }
 
+// A split decode merges in its last split when called eagerly and in a merge kernel when captured into
+// a CUDA graph: the two give the same bits, with many splits (more than a thread's 32 loads at once)
+// and with fewer (row, piece) items than threads (MHA at one query: threads share a row's splits).
+TEST(CudaPlan, CapturedDecodeMergesAsTheEagerCall) {
+  REQUIRE_GPU();
+  const Shape shapes[] = {{1, 4, 4, 1, 6400, 20}, {1, 4, 4, 1, 6400, 100}, {2, 32, 8, 1, 6400, 40},
+                          {1, 32, 1, 1, 6400, 20}};
+  for (const Shape& s : shapes) {
+    const auto seed = test::fresh_seed();
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " B" << s.B << " Hq" << s.Hq << " Hkv" << s.Hkv
+                                      << " splits " << s.splits);
+    std::mt19937_64 rng(seed);
+    DeviceProblem problem(s.B, s.Hq, s.Hkv, s.Sq, s.Skv, "exact", rng);
+    problem.args.policy.splits = s.splits;
+    problem.args.causal = s.Hkv == 1;
+    cudaStream_t stream = nullptr;
+    cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
+    problem.args.stream = stream;
+    const auto eager = eager_result(problem.args, problem.d_o);
+    const AttentionPlan plan(problem.args);
+    DeviceBuffer workspace(plan.workspace_bytes());
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = capture_run(plan, problem.args, workspace.ptr, graph);
+    problem.d_o.poison();
+    cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    cuda_ok(cudaStreamSynchronize(stream), "graph replay");
+    EXPECT_EQ(problem.d_o.download(), eager) << "the merge kernel differs from the merge in the last split";
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
 // The sm_90a prefill kernels draw their tiles from a counter in the workspace (tile_scheduler.cuh),
 // tagged with the launch's number and cleared by its last draw: whatever bytes the workspace held, and however
 // eager runs and graph replays interleave on it, every tile is computed once and the result is the

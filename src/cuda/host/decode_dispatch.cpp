@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The host side of the split-KV decode path: how many splits and the workspace layout (planned once
-// per shape), and the launches into a workspace the caller owns: the split kernel, then (more than
-// one split) the merge. FlashDecoding++'s unified max needs nothing more: its fallback for rows that
-// leave the window runs inside the split kernel. All of it is stream-ordered on the caller's stream;
+// per shape), and the launches into a workspace the caller owns: the split kernel, whose last split
+// of each group merges it (eager calls), or the split kernel and the merge kernel (calls captured into
+// a CUDA graph; decode_params.h says why). FlashDecoding++'s unified max needs nothing more: its
+// fallback for rows that leave the window runs inside the split kernel. All of it is stream-ordered on the caller's stream;
 // only counting the recomputed rows for AttentionStats waits for the stream.
 #include <cuda_runtime.h>
 
@@ -52,16 +53,19 @@ DecodePlan plan_decode(const DecodeShape& shape, int sm_count) {
   plan.split_keys = (per_split + tile.block_n - 1) / tile.block_n * tile.block_n;
   plan.splits = (shape.seq_kv + plan.split_keys - 1) / plan.split_keys;
   plan.direct = plan.splits == 1;
-  // Workspace: the splits' partials and flags (none when the CTAs write O directly), then the counter
-  // of flagged rows (the unified max only).
+  // Workspace: the splits' partials, flags and the groups' arrival counters (none when the CTAs write
+  // O directly), then the counter of flagged rows (the unified max only).
   if (!plan.direct) {
     const std::size_t R = static_cast<std::size_t>(shape.batch) * shape.heads_kv * plan.rows;
     const std::size_t S = static_cast<std::size_t>(plan.splits);
+    const std::size_t groups = static_cast<std::size_t>(shape.batch) * shape.heads_kv * plan.row_chunks;
     plan.o_bytes = align_up(S * R * shape.head_dim * sizeof(float));
     plan.ml_bytes = align_up(S * R * 2 * sizeof(float));
     plan.flag_bytes = align_up(S * R * sizeof(int));
+    plan.arrival_bytes = align_up(groups * sizeof(std::uint64_t));
   }
-  plan.workspace_bytes = plan.o_bytes + plan.ml_bytes + plan.flag_bytes + (shape.unified ? 256 : 0);
+  plan.workspace_bytes =
+      plan.o_bytes + plan.ml_bytes + plan.flag_bytes + plan.arrival_bytes + (shape.unified ? 256 : 0);
   return plan;
 }
 
@@ -77,6 +81,12 @@ long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* works
   p.split_keys = plan.split_keys;
   p.splits = plan.splits;
   p.direct = plan.direct;
+  p.chunk_rows = 16 * plan.m_tiles;
+  if (!p.direct) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    check_cuda(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+    p.merge_in_last_split = capture == cudaStreamCaptureStatusNone;
+  }
   p.round_s = r.fdpp_formats;
   p.unified = r.unified;
   p.alpha = static_cast<float>(std::fabs(r.alpha));
@@ -89,14 +99,15 @@ long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* works
     p.part_o = reinterpret_cast<float*>(w);
     p.part_ml = reinterpret_cast<float*>(w + plan.o_bytes);
     p.part_flag = reinterpret_cast<int*>(w + plan.o_bytes + plan.ml_bytes);
+    p.arrivals = reinterpret_cast<std::uint64_t*>(w + plan.o_bytes + plan.ml_bytes + plan.flag_bytes);
   }
   if (count_recomputed && p.unified) {  // (the synchronized softmax recomputes nothing)
-    p.counter = reinterpret_cast<int*>(w + plan.o_bytes + plan.ml_bytes + plan.flag_bytes);
+    p.counter = reinterpret_cast<int*>(w + plan.o_bytes + plan.ml_bytes + plan.flag_bytes + plan.arrival_bytes);
     check_cuda(cudaMemsetAsync(p.counter, 0, sizeof(int), stream), "cudaMemsetAsync (recomputed rows)");
   }
   const bool to_half = r.fdpp_formats && r.in_type == ElemType::bf16;
   launch_decode_split(p, r.batch, r.head_dim, plan.m_tiles, r.in_type, to_half, r.dependent_launch, stream);
-  if (!p.direct) launch_decode_merge(p, r.batch, r.head_dim, r.dependent_launch, stream);
+  if (!p.direct && !p.merge_in_last_split) launch_decode_merge(p, r.batch, r.head_dim, r.dependent_launch, stream);
   if (p.counter == nullptr) return 0;
   int recomputed = 0;
   check_cuda(cudaMemcpyAsync(&recomputed, p.counter, sizeof(int), cudaMemcpyDeviceToHost, stream),

@@ -7,8 +7,16 @@
 // heads that share K/V read it once, as the rows of one m16 MMA tile (two tiles per CTA when the group
 // has more than 16 rows; more rows take more row chunks). The CTA's four warps split each K / V tile
 // between them (FlashDecoding inside the CTA) and combine their partial results through shared memory
-// at the end. Each split writes O~ (unnormalised, fp32), m and l to a workspace, which the merge
-// kernel combines exactly (algorithms.md section 1): O = sum_p w_p O~_p / sum_p w_p l_p with w_p = 2^(m_p - M).
+// at the end. Each split writes O~ (unnormalised, fp32), m and l to a workspace, and the partials of
+// a group are combined exactly (algorithms.md section 1): O = sum_p w_p O~_p / sum_p w_p l_p with
+// w_p = 2^(m_p - M), by one of two launches that give the same bits (one merge function, the same
+// pieces a thread):
+// - eager calls: the group's last split to finish merges it (each split arrives at its group's
+//   counter in the workspace, arrival_counter.cuh): one launch a call, where the host's launch time
+//   (3.6-4.8 us on the H200's host) is more than the 1.5-1.8 us of GPU time the tail costs at B 1;
+// - calls captured into a CUDA graph (no host time per replay): the merge kernel after the split
+//   kernel, whose kernel boundary costs the GPU less than the tail's arrival (bench/NOTES.md,
+//   twenty-seventh session).
 // With FlashDecoding++'s unified max (algorithms.md section 5) a split's m_p is phi, so the weights of
 // such partials are exactly 1; a CTA where some row's x - phi left the window runs its split again
 // with the running max, and its partial carries that max (the merge weighs both kinds alike). One
@@ -112,6 +120,8 @@ struct DecodeParams {
   int splits;        // key ranges: split z covers [z split_keys, min((z + 1) split_keys, S_kv))
   int split_keys;    // a multiple of the tile's block_n
   bool direct;       // one split: the CTA writes O and the LSE itself
+  bool merge_in_last_split;  // (several splits) the group's last split merges it, else the merge kernel
+  int chunk_rows;    // packed rows a CTA takes: 16 m_tiles
   bool round_s;      // fdpp: scores leave the Q K^T GEMM rounded to fp16 (the policy's s format)
   bool unified;      // fdpp: P = e^(x - phi) for every split; rows with an x - phi outside the
                      // window are flagged, and their CTA runs its split again with the running max
@@ -124,6 +134,7 @@ struct DecodeParams {
   float* part_o;     // [splits][R][D]: the split's O~ (unnormalised)
   float* part_ml;    // [splits][R][2]: m (base-2 units, -inf for no visible key), l
   int* part_flag;    // [splits][R]: some visible x - phi of the split left the window
+  std::uint64_t* arrivals;  // [B][H_kv row_chunks]: each group's arrival counter (no initialization needed)
   int* counter;      // null, or the rows some split flagged are counted here (zeroed before the launch)
 };
 
@@ -145,7 +156,7 @@ constexpr int decode_m_tiles(int head_dim, long long rows) {
 struct DecodePlan {
   int rows, m_tiles, row_chunks, splits, split_keys;
   bool direct;  // one split: the CTAs write O and the LSE; the workspace holds the counter only
-  std::size_t o_bytes, ml_bytes, flag_bytes;  // the workspace's arrays, 256-aligned (none when direct)
+  std::size_t o_bytes, ml_bytes, flag_bytes, arrival_bytes;  // the workspace's arrays, 256-aligned (none when direct)
   std::size_t workspace_bytes;
 };
 DecodePlan plan_decode(const DecodeShape& shape, int sm_count);
@@ -169,14 +180,15 @@ long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* works
 // ctas_per_sm each, in whole waves where possible, each split at least two key tiles.
 int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_count, int ctas_per_sm);
 
-// Launch functions (attention_decode.cu). Each throws pasa::Error on a CUDA error. Split kernel:
+// Launch functions (attention_decode.cu); each throws pasa::Error on a CUDA error. The split kernel:
 // splits x (H_kv row_chunks) x batch CTAs of decode_tile(head_dim); m_tiles as decode_m_tiles gives
 // it (1 or 2); in_type f16 or bf16; to_half: bf16 inputs rounded to fp16 on their way into the MMAs
 // (the fdpp policy's input format). dependent: launched as a programmatic dependent of the kernel before it
 // (KernelRequest::dependent_launch).
 void launch_decode_split(const DecodeParams& p, int batch, int head_dim, int m_tiles, ElemType in_type,
                          bool to_half, bool dependent, void* stream);
-// Merge: a CTA per packed row, counting the flagged rows when p.counter is set.
+// The merge kernel (after a split kernel with merge_in_last_split off): a CTA per packed row, counting
+// the flagged rows when p.counter is set.
 void launch_decode_merge(const DecodeParams& p, int batch, int head_dim, bool dependent, void* stream);
 
 }  // namespace pasa::cuda

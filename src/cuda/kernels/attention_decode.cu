@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Instantiations of the split-KV decode kernel and its merge: head dims 64, 96, 128 and 256, one or
+// Instantiations of the split-KV decode kernel and its merge kernel: head dims 64, 96, 128 and 256, one or
 // two m16 row tiles per CTA (one at 256: decode_m_tiles), f16 / bf16 inputs, and bf16 inputs rounded
 // to fp16 (the fdpp policy's input).
+#include <algorithm>
 #include <string>
 
 #include "cuda/kernels/attention_decode_kernel.cuh"
@@ -47,12 +48,11 @@ void launch_decode_split(const DecodeParams& p, int batch, int head_dim, int m_t
 }
 
 void launch_decode_merge(const DecodeParams& p, int batch, int head_dim, bool dependent, void* stream) {
-  const std::int64_t rows = static_cast<std::int64_t>(batch) * p.heads_kv * p.rows;
-  if (rows > 0x7fffffff) throw Error("decode merge: more than 2^31 packed rows (B H_kv rows)");
-  const dim3 grid(static_cast<unsigned>(rows));  // a CTA per packed row
+  // The split kernel's groups, a CTA a row (x past a short last chunk's rows: none).
+  const dim3 grid(std::min(p.chunk_rows, p.rows), p.heads_kv * p.row_chunks, batch);
   dispatch_head_dim<64, 96, 128, 256>(head_dim, "decode merge", [&]<int D>() {
     launch_kernel(attention_decode_merge_kernel<D>, grid, dim3(kMergeThreads), 0, static_cast<cudaStream_t>(stream),
-                  dependent, "attention_decode_merge_kernel launch", p, batch);
+                  dependent, "attention_decode_merge_kernel launch", p);
   });
 }
 

@@ -6,7 +6,9 @@
 // each of the four warps takes a quarter of every tile's keys, so the tensor cores see every key once
 // (Q K^T and P V on mma.sync m16n8k16, the prefill kernel's warp_mma pieces), and each warp runs its
 // own online softmax over its keys. At the end the warps combine through shared memory and the CTA
-// writes either O and the LSE (one split) or its partial (O~, m, l, window flag) for the merge kernel.
+// writes either O and the LSE (one split) or its partial (O~, m, l, window flag) to the workspace,
+// which the last split of a group (batch, K/V head, row chunk) to finish merges, or the merge kernel
+// after it (decode_params.h says when which).
 //
 // Modes (runtime, uniform per launch): exact (running max, FlashAttention-2's step); fdpp's formats
 // (round_s: scores leave the GEMM rounded to fp16; bf16 inputs rounded to fp16 by the kToHalf
@@ -36,6 +38,7 @@
 #include "cuda/block/fwd_mask.cuh"
 #include "cuda/block/online_softmax.cuh"
 #include "cuda/arch/ptx.cuh"
+#include "cuda/pipeline/arrival_counter.cuh"
 #include "cuda/pipeline/tile_load.cuh"
 #include "cuda/arch/warp_mma.cuh"
 
@@ -154,7 +157,109 @@ struct DecodeTileOf {
   static constexpr DecodeTile value = decode_variant_tile(decode_tile(kHeadDim), static_cast<DecodeVariant>(kVariant));
 };
 
-template <class TileOf, int kMTiles, typename InElem, bool kToHalf>
+// Exact merge of a group's splits (algorithms.md section 1): rows [first, first + count) of the group's
+// `rows` packed rows from r0 of K/V head h_kv of sequence b (the last split CTA takes all of them, the
+// merge kernel a row a CTA). The merge's time is its chain of dependent reads, so every thread takes
+// an item, a (row, 4-column piece), and reads the m, l and O~ of up to kUnroll splits at once (past the
+// end: nothing), folded into a running max as the online softmax does; where the group has fewer
+// items than a CTA has threads, `ways` threads share an item's splits (split s to way s % ways) and
+// fold their results through `scratch` (shared memory) in way order. An item's arithmetic depends on
+// the group alone, not on which rows a CTA takes, so both merges give the same bits. Partials of the
+// unified max (m = phi) and of the synchronized fallback (their own m) are weighed alike; with a
+// counter, the rows some split flagged are counted.
+constexpr int kMergeThreads = DecodeTile::kWarps * 32;  // the split kernel's threads, and the merge kernel's
+
+template <int kHeadDim>
+__device__ __forceinline__ void merge_rows(const DecodeParams& p, int b, int h_kv, int r0, int rows, int first,
+                                           int count, float* scratch) {
+  constexpr int kQuads = kHeadDim / 4;
+  // (32: one round of loads for the 22-27 splits of B 1 at d 128; 16 at d 256, whose kernel is at
+  // the register limit already)
+  constexpr int kUnroll = kHeadDim <= 128 ? 32 : 16;
+  const std::int64_t R = static_cast<std::int64_t>(gridDim.z) * p.heads_kv * p.rows;
+  const std::int64_t row0 = (static_cast<std::int64_t>(b) * p.heads_kv + h_kv) * p.rows + r0;
+  const int ways = max(1, kMergeThreads / (rows * kQuads));
+  const int items = count * kQuads, item0 = first * kQuads;  // this CTA's
+  const int t = static_cast<int>(threadIdx.x);
+  struct Partial {
+    float m, l;
+    float4 o;
+  };
+  // Folds partial x into the running one (base-2 m; -inf: nothing seen, weight 0).
+  const auto fold = [](Partial& run, float m, const auto& add) {
+    const float m_new = fmaxf(run.m, m);
+    const float ref = m_new == -INFINITY ? 0.0f : m_new;
+    const float c = exp2f(run.m - ref);
+    run.l *= c;
+    run.o = make_float4(run.o.x * c, run.o.y * c, run.o.z * c, run.o.w * c);
+    run.m = m_new;
+    add(ref);
+  };
+  const auto add_weighted = [](Partial& run, float w, float l, float4 o) {
+    run.l += w * l;
+    run.o = make_float4(run.o.x + w * o.x, run.o.y + w * o.y, run.o.z + w * o.z, run.o.w + w * o.w);
+  };
+
+  for (int slot = t; slot < items * ways; slot += kMergeThreads) {  // (one pass when ways > 1)
+    const int item = item0 + slot % items, way = slot / items;
+    const std::int64_t row = row0 + item / kQuads;
+    const int col = (item % kQuads) * 4;
+    Partial run{-INFINITY, 0.0f, make_float4(0.0f, 0.0f, 0.0f, 0.0f)};
+    for (int s0 = way; s0 < p.splits; s0 += ways * kUnroll) {
+      float2 ml[kUnroll];
+      float4 x[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int s = s0 + ways * u;
+        ml[u] = make_float2(-INFINITY, 0.0f);
+        x[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (s < p.splits) {
+          ml[u] = __ldcg(reinterpret_cast<const float2*>(p.part_ml + (s * R + row) * 2));
+          x[u] = __ldcg(reinterpret_cast<const float4*>(p.part_o + (s * R + row) * kHeadDim + col));
+        }
+      }
+      float m = -INFINITY;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) m = fmaxf(m, ml[u].x);
+      fold(run, m, [&](float ref) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) add_weighted(run, exp2f(ml[u].x - ref), ml[u].y, x[u]);
+      });
+    }
+    if (ways == 1) {
+      store_final(p, b, h_kv, r0 + item / kQuads, col, run.m, run.l, run.o);
+    } else {
+      scratch[slot * 2] = run.m;
+      scratch[slot * 2 + 1] = run.l;
+      reinterpret_cast<float4*>(scratch + 2 * items * ways)[slot] = run.o;
+    }
+  }
+  if (ways > 1) {
+    __syncthreads();
+    if (t < items) {
+      Partial run{-INFINITY, 0.0f, make_float4(0.0f, 0.0f, 0.0f, 0.0f)};
+      for (int way = 0; way < ways; ++way) {
+        const int slot = way * items + t;
+        const float m = scratch[slot * 2];
+        fold(run, m, [&](float ref) {
+          add_weighted(run, exp2f(m - ref), scratch[slot * 2 + 1],
+                       reinterpret_cast<const float4*>(scratch + 2 * items * ways)[slot]);
+        });
+      }
+      const int item = item0 + t;
+      store_final(p, b, h_kv, r0 + item / kQuads, (item % kQuads) * 4, run.m, run.l, run.o);
+    }
+  }
+  if (p.counter != nullptr && t < count) {
+    int flag = 0;
+    for (int s = 0; s < p.splits; ++s) flag |= __ldcg(p.part_flag + s * R + row0 + first + t);
+    if (flag != 0) atomicAdd(p.counter, 1);
+  }
+}
+
+// kMergeInLastSplit: the instantiation whose last split of a group merges it (p.merge_in_last_split;
+// the merge's registers, about 60 more a thread, stay out of the other's main loop).
+template <class TileOf, int kMTiles, typename InElem, bool kToHalf, bool kMergeInLastSplit>
 __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_per_sm)
     attention_decode_kernel(const __grid_constant__ DecodeParams p) {
   constexpr DecodeTile kT = TileOf::value;
@@ -399,7 +504,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   float* sML = sO + kWarps * kBlockM * kOStride;              // [kWarps][kBlockM][2]
   int* sFlag = reinterpret_cast<int*>(sML + kWarps * kBlockM * 2);  // [kWarps][kBlockM]
   static_assert((kWarps * kBlockM * (kOStride + 3)) * 4 <= kT.smem_bytes(kMTiles), "combine fits");
-  allow_dependent_grid();  // the merge's CTAs may start once every split is this far
+  allow_dependent_grid();  // (the next kernel's CTAs wait for this grid's end before they read)
   cp_async_wait<0>();
   __syncthreads();
 #pragma unroll
@@ -468,6 +573,21 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
       }
     }
   }
+  if constexpr (!kMergeInLastSplit) return;
+  // Arrival: this CTA's partial is visible to the GPU before its ticket; the group's last split
+  // merges the group.
+  __threadfence();
+  __syncthreads();
+  bool last = false;
+  if (threadIdx.x == 0) {
+    std::uint64_t* group_counter = p.arrivals + (static_cast<std::int64_t>(b) * gridDim.y + blockIdx.y);
+    last = arrive(group_counter, p.splits - 1) == p.splits - 1;
+    if (last) __threadfence();  // (the other splits' partials are read after this)
+  }
+  if (!__syncthreads_or(last)) return;
+  static_assert(kThreads == kMergeThreads, "merge_rows's pieces a thread");
+  const int rows = min(kBlockM, p.rows - r0);
+  merge_rows<kHeadDim>(p, b, h_kv, r0, rows, 0, rows, reinterpret_cast<float*>(smem_raw));
 }
 
 // Host side: one launch of a split-kernel instantiation (a programmatic dependent of the kernel before
@@ -476,128 +596,31 @@ template <class TileOf, int kMTiles, typename InElem, bool kToHalf>
 void launch_decode_split_tile(const DecodeParams& p, int batch, bool dependent, cudaStream_t stream) {
   constexpr DecodeTile kT = TileOf::value;
   constexpr int smem = kT.smem_bytes(kMTiles);
-  auto* kernel = attention_decode_kernel<TileOf, kMTiles, InElem, kToHalf>;
+  auto* kernel = p.merge_in_last_split ? attention_decode_kernel<TileOf, kMTiles, InElem, kToHalf, true>
+                                       : attention_decode_kernel<TileOf, kMTiles, InElem, kToHalf, false>;
   static OncePerDevice configured;
-  configured([&] { set_shared_memory(kernel, smem, true, "cudaFuncSetAttribute(attention_decode_kernel)"); });
+  configured([&] {
+    set_shared_memory(attention_decode_kernel<TileOf, kMTiles, InElem, kToHalf, true>, smem, true,
+                      "cudaFuncSetAttribute(attention_decode_kernel)");
+    set_shared_memory(attention_decode_kernel<TileOf, kMTiles, InElem, kToHalf, false>, smem, true,
+                      "cudaFuncSetAttribute(attention_decode_kernel)");
+  });
   const dim3 grid(p.splits, p.heads_kv * p.row_chunks, batch);
   launch_kernel(kernel, grid, dim3(kT.threads()), smem, stream, dependent, "attention_decode_kernel launch", p);
 }
 
-// Exact merge of the splits (algorithms.md section 1), one CTA of kMergeThreads per packed row. A
-// small batch has few rows and many splits, so the merge's time is its chain of dependent reads: every
-// thread reads one split's m and l (the CTA's max M, flag and L from them, through shared memory),
-// while warp w's first kUnroll O~ partials (splits w, w + 4, ...) are already in flight; then warp w
-// sums the weighted O~ of its splits, kUnroll of them in flight per lane (lanes on the row's float4
-// pieces; indices past the ends clamped, their weights 0), and the four warps' sums meet in shared
-// memory. Partials of the unified max (m = phi) and of the synchronized fallback
-// (their own m) are weighed alike; with a counter, the rows some split flagged are counted.
-constexpr int kMergeThreads = 128;
-
+// The merge as a kernel of its own (the calls captured into CUDA graphs, where it costs less GPU time
+// than the merge in the last split: decode_params.h): a CTA a packed row, so that a small batch's
+// few groups spread over many SMs, each calling merge_rows for its row.
 template <int kHeadDim>
-__global__ void __launch_bounds__(kMergeThreads) attention_decode_merge_kernel(const __grid_constant__ DecodeParams p,
-                                                                              int batch) {
-  constexpr int kWarps = kMergeThreads / 32;
-  constexpr int kQuads = kHeadDim / 4;
-  constexpr int kPerLane = (kQuads + 31) / 32;
-  constexpr int kUnroll = 8;
-  constexpr unsigned kAll = 0xffffffffu;
-  __shared__ float s_stat[kWarps];
-  __shared__ float4 s_o[kWarps][kQuads];
+__global__ void __launch_bounds__(kMergeThreads) attention_decode_merge_kernel(const __grid_constant__ DecodeParams p) {
+  __shared__ float4 scratch[kMergeThreads * 3 / 2];  // merge_rows: up to kMergeThreads (m, l, O~ piece)
   wait_for_previous_grid();  // the split kernel's partials
-  const std::int64_t R = static_cast<std::int64_t>(batch) * p.heads_kv * p.rows;
-  const std::int64_t idx = blockIdx.x;  // the packed row
-  const int t = static_cast<int>(threadIdx.x), warp = t / 32, lane = t % 32;
-  const auto ml_of = [&](int s) { return *reinterpret_cast<const float2*>(p.part_ml + (s * R + idx) * 2); };
-  const auto block_reduce = [&](float x, bool max) {  // (ends synced; s_stat free again after it)
-#pragma unroll
-    for (int d = 16; d > 0; d /= 2) {
-      const float y = __shfl_xor_sync(kAll, x, d);
-      x = max ? fmaxf(x, y) : x + y;
-    }
-    if (lane == 0) s_stat[warp] = x;
-    __syncthreads();
-    x = s_stat[0];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) x = max ? fmaxf(x, s_stat[w]) : x + s_stat[w];
-    __syncthreads();
-    return x;
-  };
-
-  // A batch of kUnroll splits of this warp from s0: their m (weighed below) and O~ pieces, loaded
-  // before any of them is used. The first batch is loaded before the maxima and sums are reduced: it
-  // does not depend on them, so its latency overlaps theirs instead of following it.
-  float m_split[kUnroll];
-  float4 x[kUnroll][kPerLane];
-  const auto load_batch = [&](int s0) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int sc = min(s0 + kWarps * u, p.splits - 1);
-      m_split[u] = ml_of(sc).x;
-      const float* src = p.part_o + (sc * R + idx) * kHeadDim;
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        const int quad = min(lane + 32 * i, kQuads - 1);
-        x[u][i] = *reinterpret_cast<const float4*>(src + 4 * quad);
-      }
-    }
-  };
-  load_batch(warp);
-
-  float m = -INFINITY;
-  int flag = 0;
-  for (int s = t; s < p.splits; s += kMergeThreads) {
-    m = fmaxf(m, ml_of(s).x);
-    flag |= p.part_flag[s * R + idx];
-  }
-  if (__syncthreads_or(flag) && t == 0 && p.counter != nullptr) atomicAdd(p.counter, 1);
-  const float M = block_reduce(m, true);
-  // w = 2^(m_s - M), 0 for a split that saw no key (m_s = -inf), with no branch on the loaded m_s: a
-  // branch would wait for each load in turn. (M = -inf: every split empty, every weight 0.)
-  const float m_ref = M == -INFINITY ? 0.0f : M;
-  const auto weight = [&](float ms) { return exp2f(ms - m_ref); };
-  float l = 0.0f;
-  for (int s = t; s < p.splits; s += kMergeThreads) {
-    const float2 ml = ml_of(s);
-    l += weight(ml.x) * ml.y;
-  }
-  const float L = block_reduce(l, false);
-
-  float4 acc[kPerLane] = {};
-  for (int s0 = warp; s0 < p.splits; s0 += kWarps * kUnroll) {
-    if (s0 != warp) load_batch(s0);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const float w = s0 + kWarps * u < p.splits ? weight(m_split[u]) : 0.0f;
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) {
-        acc[i].x += w * x[u][i].x;
-        acc[i].y += w * x[u][i].y;
-        acc[i].z += w * x[u][i].z;
-        acc[i].w += w * x[u][i].w;
-      }
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    if (lane + 32 * i < kQuads) s_o[warp][lane + 32 * i] = acc[i];
-  }
-  __syncthreads();
-  const int per_b = p.heads_kv * p.rows;
-  const int b = static_cast<int>(idx / per_b);
-  const int h_kv = static_cast<int>(idx % per_b) / p.rows;
-  const int r = static_cast<int>(idx % per_b) % p.rows;
-  for (int quad = t; quad < kQuads; quad += kMergeThreads) {
-    float4 o = s_o[0][quad];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) {
-      const float4 y = s_o[w][quad];
-      o.x += y.x;
-      o.y += y.y;
-      o.z += y.z;
-      o.w += y.w;
-    }
-    store_final(p, b, h_kv, r, 4 * quad, M, L, o);
-  }
+  const int h_kv = static_cast<int>(blockIdx.y) % p.heads_kv;
+  const int r0 = static_cast<int>(blockIdx.y) / p.heads_kv * p.chunk_rows;
+  const int rows = min(p.chunk_rows, p.rows - r0), row = static_cast<int>(blockIdx.x);
+  if (row >= rows) return;
+  merge_rows<kHeadDim>(p, static_cast<int>(blockIdx.z), h_kv, r0, rows, row, 1, reinterpret_cast<float*>(scratch));
 }
 
 }  // namespace pasa::cuda
