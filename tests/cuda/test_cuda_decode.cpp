@@ -62,22 +62,23 @@ TEST(CudaDecode, PolicySplitsScalesAndStats) {
   }
 }
 
-// The last split of a group to finish merges the group's partials: more splits than one round of a
-// thread's loads (16), and fewer (row, 4-column) pieces than the CTA's 128 threads (MHA at one query,
-// 16 or 32 pieces: threads share a row's splits and fold through shared memory), beside GQA's 4 rows
-// and MQA's 32 (two m-tiles).
+// The last split of a group to finish merges the group's partials: splits within one round of a
+// thread's loads (32 at head dim 128) and past it (140: more than 32 a thread even where 4 threads
+// share a piece's splits), with fewer (row, 4-column) pieces than the CTA's 128 threads (MHA at one
+// query, 16 or 32 pieces: threads share a piece's splits and fold through shared memory), beside
+// GQA's 4 rows and MQA's 32 (two m-tiles).
 TEST(CudaDecode, ManySplitsMergedByTheLastSplit) {
   REQUIRE_GPU();
   const auto br = CausalAlignment::bottom_right;
   const DType bf16 = DType::bf16, f32 = DType::f32;
-  for (const int splits : {20, 100}) {
+  for (const int splits : {20, 140}) {
     SCOPED_TRACE(::testing::Message() << splits << " splits");
     Policy policy = exact_policy(bf16);
     policy.splits = splits;
-    check_case({1, 4, 4, 1, 6400, 128, false, br, false, bf16, bf16}, policy);  // MHA: 32 pieces a row
-    check_case({2, 8, 8, 1, 6400, 64, false, br, false, bf16, f32}, policy);    // MHA: 16
-    check_case({2, 32, 8, 1, 6400, 128, false, br, false, bf16, bf16}, policy); // GQA: 4 rows
-    check_case({1, 32, 1, 1, 6400, 128, true, br, false, bf16, f32}, policy);   // MQA: 32 rows
+    check_case({1, 4, 4, 1, 8960, 128, false, br, false, bf16, bf16}, policy);  // MHA: 32 pieces a row
+    check_case({2, 8, 8, 1, 8960, 64, false, br, false, bf16, f32}, policy);    // MHA: 16
+    check_case({2, 32, 8, 1, 8960, 128, false, br, false, bf16, bf16}, policy); // GQA: 4 rows
+    check_case({1, 32, 1, 1, 8960, 128, true, br, false, bf16, f32}, policy);   // MQA: 32 rows
   }
 }
 

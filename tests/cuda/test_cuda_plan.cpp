@@ -139,7 +139,7 @@ void expect_run_gives(const AttentionPlan& plan, const AttentionArgs& args, void
 }
 
 // Every run of `plan` into `workspace` gives `eager`, bit for bit, however the workspace was left:
-// filled with zeros, all-ones, 0x01 bytes and noise (two runs on each), then by a CUDA graph of run()
+// filled with zeros, all-ones, 0x01 bytes, noise and counts (two runs on each), then by a CUDA graph of run()
 // replayed back to back and between eager runs.
 void expect_runs_need_no_workspace_initialization(const AttentionPlan& plan, const AttentionArgs& args,
                                                   DeviceTensor& d_o, const std::vector<std::uint8_t>& eager,
@@ -148,11 +148,17 @@ void expect_runs_need_no_workspace_initialization(const AttentionPlan& plan, con
   const std::size_t bytes = plan.workspace_bytes();
   std::vector<std::uint8_t> noise(bytes);
   for (auto& byte : noise) byte = static_cast<std::uint8_t>(rng());
-  for (const int fill : {0x00, 0xff, 0x01, -1}) {
+  // 8-byte words (w << 32 | 1): a count of one under a different number in every word, as counters
+  // that other launches left would hold.
+  std::vector<std::uint64_t> counts(bytes / 8);
+  for (std::size_t w = 0; w < counts.size(); ++w) counts[w] = static_cast<std::uint64_t>(w) << 32 | 1u;
+  for (const int fill : {0x00, 0xff, 0x01, -1, -2}) {
     if (fill >= 0) {
       cuda_ok(cudaMemset(workspace, fill, bytes), "cudaMemset");
-    } else {
+    } else if (fill == -1) {
       cuda_ok(cudaMemcpy(workspace, noise.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    } else {
+      cuda_ok(cudaMemcpy(workspace, counts.data(), counts.size() * 8, cudaMemcpyHostToDevice), "cudaMemcpy");
     }
     run_and_check("run on a workspace of other bytes");
     run_and_check("a second run on the same workspace");
@@ -208,12 +214,13 @@ TEST(CudaPlan, DecodeWorkspaceNeedsNoInitialization) {
 }
 
 // A split decode merges in its last split when called eagerly and in a merge kernel when captured into
-// a CUDA graph: the two give the same bits, with many splits (more than a thread's 32 loads at once)
-// and with fewer (row, piece) items than threads (MHA at one query: threads share a row's splits).
+// a CUDA graph: the two give the same bits, with many splits (more than a thread's 32 loads at once),
+// with fewer (row, piece) items than threads (MHA at one query: threads share a piece's splits), and
+// with a short last row chunk (33 packed rows: 32 and 1).
 TEST(CudaPlan, CapturedDecodeMergesAsTheEagerCall) {
   REQUIRE_GPU();
-  const Shape shapes[] = {{1, 4, 4, 1, 6400, 20}, {1, 4, 4, 1, 6400, 100}, {2, 32, 8, 1, 6400, 40},
-                          {1, 32, 1, 1, 6400, 20}};
+  const Shape shapes[] = {{1, 4, 4, 1, 8960, 20}, {1, 4, 4, 1, 8960, 140}, {2, 32, 8, 1, 8960, 40},
+                          {1, 32, 1, 1, 8960, 20}, {1, 33, 1, 1, 8960, 20}};
   for (const Shape& s : shapes) {
     const auto seed = test::fresh_seed();
     SCOPED_TRACE(::testing::Message() << "seed " << seed << " B" << s.B << " Hq" << s.Hq << " Hkv" << s.Hkv

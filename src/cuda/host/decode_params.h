@@ -11,9 +11,9 @@
 // a group are combined exactly (algorithms.md section 1): O = sum_p w_p O~_p / sum_p w_p l_p with
 // w_p = 2^(m_p - M), by one of two launches that give the same bits (one merge function, the same
 // pieces a thread):
-// - eager calls: the group's last split to finish merges it (each split arrives at its group's
-//   counter in the workspace, arrival_counter.cuh): one launch a call, where the host's launch time
-//   (3.6-4.8 us on the H200's host) is more than the 1.5-1.8 us of GPU time the tail costs at B 1;
+// - eager calls: the group's last split to finish merges it (each split takes a ticket from its
+//   group's counter in the workspace, launch_counter.cuh): one launch a call, where the host's launch
+//   time (3.4-4.8 us on the H200's host) is more than the 1.9-2.1 us of GPU time the tail costs at B 1;
 // - calls captured into a CUDA graph (no host time per replay): the merge kernel after the split
 //   kernel, whose kernel boundary costs the GPU less than the tail's arrival (bench/NOTES.md,
 //   twenty-seventh session).
@@ -134,7 +134,7 @@ struct DecodeParams {
   float* part_o;     // [splits][R][D]: the split's O~ (unnormalised)
   float* part_ml;    // [splits][R][2]: m (base-2 units, -inf for no visible key), l
   int* part_flag;    // [splits][R]: some visible x - phi of the split left the window
-  std::uint64_t* arrivals;  // [B][H_kv row_chunks]: each group's arrival counter (no initialization needed)
+  std::uint64_t* arrivals;  // [B][H_kv row_chunks]: each group's launch counter (no initialization needed)
   int* counter;      // null, or the rows some split flagged are counted here (zeroed before the launch)
 };
 

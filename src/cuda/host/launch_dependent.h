@@ -4,8 +4,8 @@
 // when the previous grid finishes. The kernel must call wait_for_previous_grid() (ptx.cuh) before
 // its first global access; CUDA graphs captured from the stream keep the overlap (CUDA 12.4 or newer:
 // KernelRequest::dependent_launch is false in builds with an older toolkit). Used between the
-// decode path's kernels (the KV-cache append, then the split kernel), where a call is a few microseconds of GPU work and a
-// kernel boundary costs one or two of them.
+// decode path's kernels (the KV-cache append, the split kernel, a captured call's merge kernel),
+// where a call is a few microseconds of GPU work and a kernel boundary costs one or two of them.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -39,7 +39,7 @@
 #include "cuda/block/fwd_mask.cuh"
 #include "cuda/block/online_softmax.cuh"
 #include "cuda/arch/ptx.cuh"
-#include "cuda/pipeline/arrival_counter.cuh"
+#include "cuda/pipeline/launch_counter.cuh"
 #include "cuda/pipeline/tile_load.cuh"
 #include "cuda/arch/warp_mma.cuh"
 
@@ -236,6 +236,11 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
     }
   };
   load_first_tiles();
+  // The group's arrival counter is this launch's before any split of the group arrives (the claim's
+  // round trips under the copies in flight).
+  std::uint64_t* group_counter =
+      kMergeInLastSplit ? p.arrivals + (static_cast<std::int64_t>(b) * gridDim.y + blockIdx.y) : nullptr;
+  if (kMergeInLastSplit && threadIdx.x == 0) claim_launch_counter(group_counter);
   cp_async_wait<kStages - 2>();  // Q and tile 0 have landed (this thread's copies)
   // Q in place, each thread on the chunks it copied: bf16 -> fp16 (fdpp's input format), and the
   // sign flip for a negative scale (the softmax scales by |alpha|).
@@ -445,8 +450,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   __syncthreads();
   bool last = false;
   if (threadIdx.x == 0) {
-    std::uint64_t* group_counter = p.arrivals + (static_cast<std::int64_t>(b) * gridDim.y + blockIdx.y);
-    last = arrive(group_counter, p.splits - 1) == p.splits - 1;
+    last = take_ticket(group_counter, p.splits - 1) == p.splits - 1;
     if (last) __threadfence();  // (the other splits' partials are read after this)
   }
   if (!__syncthreads_or(last)) return;

@@ -342,7 +342,7 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
     // tile's number drawn (its atomic's round trip mostly spent waiting for the consumers to free the
     // Q slot anyway).
     int fill = 0, n = 0;
-    claim_tile_counter(m.tile_tickets);
+    claim_launch_counter(m.tile_tickets);
     for (int t = static_cast<int>(blockIdx.x); t < m.tiles.count(); ++n) {
       const AttentionTile tile = m.tiles.tile(t);
       const int r0 = tile.m_block * kBlockM, h_kv = tile.h / p.group;

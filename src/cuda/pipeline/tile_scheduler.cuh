@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "cuda/pipeline/launch_counter.cuh"
+
 namespace pasa::cuda {
 
 struct AttentionTile {
@@ -45,35 +47,11 @@ struct TileScheduler {
   }
 };
 
-// The tile counter: a 64-bit word in global memory that the grid's producers share, holding the low
-// 32 bits of the launch's number (%gridid, distinct for every launch in a context) above the tickets
-// drawn so far. A word that another launch left, or that was never written, is claimed for this
-// launch before the first draw (so the word needs no initialization); every CTA draws until its
-// ticket runs past the tiles, so a launch draws `count` tickets, and the last one clears the word
-// (so a launch that finds its own number there, as a CUDA graph replay might, finds it clear). One
-// launch at a time may use a word: the plan's workspace rule.
-//
-// claim_tile_counter makes the word this launch's, keeping the tickets drawn if it is already (one
-// producer thread per CTA, before its first draw_tile).
-__device__ __forceinline__ void claim_tile_counter(std::uint64_t* tickets) {
-  std::uint64_t grid_id;
-  asm volatile("mov.u64 %0, %%gridid;\n" : "=l"(grid_id));
-  const unsigned long long tag = static_cast<unsigned long long>(grid_id) << 32;
-  auto* word = reinterpret_cast<unsigned long long*>(tickets);
-  unsigned long long seen = *static_cast<volatile unsigned long long*>(word);
-  while ((seen & 0xffffffff00000000ull) != tag) {
-    const unsigned long long now = atomicCAS(word, seen, tag);
-    if (now == seen) break;
-    seen = now;
-  }
-}
-
-// The next tile number of this grid: G, G + 1, ... in the order the CTAs ask (`count` tiles in all).
+// The next tile number of this grid: G, G + 1, ... in the order the CTAs ask (`count` tiles in all),
+// drawn from a launch counter (launch_counter.cuh; each CTA's producer thread claims it before its
+// first draw).
 __device__ __forceinline__ int draw_tile(std::uint64_t* tickets, int count) {
-  auto* word = reinterpret_cast<unsigned long long*>(tickets);
-  const int drawn = static_cast<int>(atomicAdd(word, 1ull) & 0xffffffffull);
-  if (drawn == count - 1) atomicExch(word, 0ull);
-  return static_cast<int>(gridDim.x) + drawn;
+  return static_cast<int>(gridDim.x) + take_ticket(tickets, count - 1);
 }
 
 }  // namespace pasa::cuda
