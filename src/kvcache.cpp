@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -116,6 +117,10 @@ std::int64_t check_cache_tensors(const KVCacheArgs& a, std::int64_t B, std::int6
     check_view(a.v, "v", false);
     s_new = a.k.seq();
     const std::array<std::int64_t, 4> want{B, H_kv, s_new, a.k_cache.dim()};
+    if (a.v.seq() != s_new) {
+      throw Error(text::format("v: {} new positions (S_new), k {}; k and v give the same positions", a.v.seq(),
+                              s_new));
+    }
     for (const auto& [t, name] : {std::pair{&a.k, "k"}, {&a.v, "v"}}) {
       if (t->shape != want || s_new < 1) {
         throw Error(text::format("{}: shape [{}, {}, {}, {}] is not [B, H_kv, S_new, D] = [{}, {}, S_new "
@@ -141,8 +146,10 @@ std::int64_t check_cache_tensors(const KVCacheArgs& a, std::int64_t B, std::int6
 // ids in range, room for the append, and no append into a block another sequence reads.
 void check_cache_indices(const KVCacheArgs& a, const CacheMap& map, std::int64_t B, std::int64_t s_new) {
   const std::int64_t num_blocks = a.k_cache.shape[0];
-  // Which sequence appends into each block: such a block must be no other sequence's.
-  std::vector<std::int64_t> appender(static_cast<std::size_t>(num_blocks), -1);
+  // Which sequence appends into each block it writes (the last such sequence): such a block must be
+  // no other sequence's. Kept for the appended blocks only, so that the check's memory and time follow
+  // the tables, not the pool's size.
+  std::unordered_map<std::int64_t, std::int64_t> appender;
   for (std::int64_t b = 0; b < B; ++b) {
     const std::int64_t len = a.cache_seqlens[b];
     if (len < 0) throw Error(text::format("cache_seqlens: [{}] = {} is negative", b, len));
@@ -160,23 +167,24 @@ void check_cache_indices(const KVCacheArgs& a, const CacheMap& map, std::int64_t
       if (s_new > 0 && (i + 1) * map.block_size > len) appender[id] = b;  // the append writes here
     }
   }
-  if (s_new > 0) {
-    // Where each block was last seen: a block an append writes may appear once in all the tables.
-    std::vector<std::int64_t> seen_in(static_cast<std::size_t>(num_blocks), -1), seen_at(seen_in.size(), -1);
-    for (std::int64_t b = 0; b < B; ++b) {
-      for (std::int64_t i = 0; i < map.blocks_for(a.cache_seqlens[b] + s_new); ++i) {
-        const std::int64_t id = map.block(b, i * map.block_size);
-        if (appender[id] >= 0 && appender[id] != b) {
-          throw Error(text::format("block_table: block {} is used by sequences {} and {}, and {}'s append "
-                                  "writes into it", id, b, appender[id], appender[id]));
-        }
-        if (appender[id] == b && seen_in[id] == b && seen_at[id] != i) {
-          throw Error(text::format("block_table: block {} is at [{}, {}] and [{}, {}], and sequence {}'s "
-                                  "append writes into it", id, b, seen_at[id], b, i, b));
-        }
-        seen_in[id] = b;
-        seen_at[id] = i;
+  if (appender.empty()) return;
+  // Where each appended block was last seen: a block an append writes may appear once in all the tables.
+  std::unordered_map<std::int64_t, std::pair<std::int64_t, std::int64_t>> seen;  // id -> (b, i)
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t i = 0; i < map.blocks_for(a.cache_seqlens[b] + s_new); ++i) {
+      const std::int64_t id = map.block(b, i * map.block_size);
+      const auto writer = appender.find(id);
+      if (writer == appender.end()) continue;
+      if (writer->second != b) {
+        throw Error(text::format("block_table: block {} is used by sequences {} and {}, and {}'s append "
+                                "writes into it", id, b, writer->second, writer->second));
       }
+      const auto [place, first] = seen.try_emplace(id, b, i);
+      if (!first && place->second.first == b && place->second.second != i) {
+        throw Error(text::format("block_table: block {} is at [{}, {}] and [{}, {}], and sequence {}'s "
+                                "append writes into it", id, b, place->second.second, b, i, b));
+      }
+      place->second = {b, i};
     }
   }
 }

@@ -154,8 +154,9 @@ void add_run_command(Command& app) {
       ->needs(causal);
   cmd->add_option("--scale", opt->scale, "softmax scale (default 1/sqrt(D))");
   cmd->add_option("--out", opt->out,
-                  "write O here (dtype of Q): .npy, or .safetensors (one tensor named o); a name without "
-                  "an extension is written as given in .npy format");
+                  "write O here (dtype of Q): .npy (bf16 with descr 'bfloat16', which np.load reads once "
+                  "ml_dtypes is imported), or .safetensors (one tensor named o); a name without an extension "
+                  "is written as given in .npy format");
   cmd->add_option("--lse", opt->lse,
                   "write the LSE here (fp32 [B, H, S_q]): .npy, or .safetensors (one tensor named lse)");
   cmd->add_flag("--check", opt->check,

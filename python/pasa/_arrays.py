@@ -52,18 +52,29 @@ def as_kernel_argument(x: Any) -> Any:
 def check_array(x: Any, name: str, any_byte_order: bool = False) -> None:
     """Raises PasaError unless x is an array pasa can read (NumPy or any DLPack producer): for the
     extension's calls in native byte order (DLPack has no other), for the file writers any
-    (any_byte_order)."""
+    (any_byte_order); a torch tensor without a lazy sign (check_sign_bits)."""
     if isinstance(x, np.ndarray):
         if not any_byte_order and not x.dtype.isnative:
             raise PasaError(f"{name}: a {x.dtype.str} array is not in this machine's byte order; pass "
                             f"{name}.astype({name}.dtype.newbyteorder('='))")
         return
     if hasattr(type(x), "__dlpack__"):
+        check_sign_bits(x, name)
         return
     raise PasaError(
         f"{name}: expected an array (numpy.ndarray, torch.Tensor, cupy/jax array or any DLPack "
         f"producer), got {type(x).__name__}"
     )
+
+
+def check_sign_bits(x: Any, name: str) -> None:
+    """Raises PasaError for a torch tensor whose negative or conjugate bit is set (a lazy view such as
+    z.conj().imag): DLPack hands over its memory, which holds the values without that sign, so pasa
+    would read them, or write its results, negated or unconjugated."""
+    if is_torch_tensor(x) and (x.is_neg() or x.is_conj()):
+        bit, fix = ("negative", "resolve_neg") if x.is_neg() else ("conjugate", "resolve_conj")
+        raise PasaError(f"{name}: a tensor with torch's {bit} bit set (a lazy view such as z.conj().imag), "
+                        f"whose memory does not hold its values; pass {name}.{fix}()")
 
 
 def is_ml_dtypes_bfloat16(x: Any) -> bool:

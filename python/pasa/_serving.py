@@ -15,8 +15,8 @@ from typing import Any, Callable, Optional, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._arrays import (_DL_CPU, _host_empty, check_array, check_given_out, dlpack_device, is_ml_dtypes_bfloat16,
-                      is_torch_tensor)
+from ._arrays import (_DL_CPU, _host_empty, check_array, check_given_out, check_sign_bits, dlpack_device,
+                      is_ml_dtypes_bfloat16, is_torch_tensor)
 from ._errors import PasaError, real_argument
 from ._policy import PolicyLike, core_policy
 
@@ -63,6 +63,7 @@ def _on_device(x: Any, name: str, device: Any) -> Any:
     """x, checked to be a torch tensor on q's CUDA device."""
     if not (is_torch_tensor(x) and x.device == device):
         raise _mixed(name, x, device)
+    check_sign_bits(x, name)
     return x
 
 
@@ -93,9 +94,16 @@ def _int32(x: Any, name: str) -> np.ndarray:
         array = array.astype(np.int64)
     if array.dtype.kind not in "iu":
         raise PasaError(f"{name}: expected integers, got dtype {array.dtype}")
+    if array.ndim == 0:
+        raise _zero_d(name)
     if array.size and (array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max):
         raise PasaError(f"{name}: values do not fit in int32")
     return np.ascontiguousarray(array, dtype=np.int32)
+
+
+def _zero_d(name: str) -> PasaError:
+    hint = " (or a Python int: the same length for every sequence)" if name == "cache_seqlens" else ""
+    return PasaError(f"{name}: a 0-d array, where an array over the sequences is expected{hint}")
 
 
 def _device_int32(x: Any, name: str, device: Any) -> Any:
@@ -106,6 +114,8 @@ def _device_int32(x: Any, name: str, device: Any) -> Any:
     import torch
 
     x = _on_device(x, name, device)
+    if x.dim() == 0:
+        raise _zero_d(name)
     if x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool:
         raise PasaError(f"{name}: expected integers, got dtype {str(x.dtype).replace('torch.', '')}")
     if x.dtype != torch.int32 and x.numel() and not torch.cuda.is_current_stream_capturing():

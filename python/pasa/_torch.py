@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.utils.dlpack import to_dlpack as _to_dlpack
 
 from . import _arrays, _core
-from ._arrays import check_given_out, check_rank4
+from ._arrays import check_given_out, check_rank4, check_sign_bits
 from ._errors import PasaError
 from ._policy import core_policy
 from ._score_mods import broadcast_shape, mask_shape
@@ -109,8 +109,14 @@ def _capsule(t: Tensor) -> object:
     Handing the tensor itself to the extension would call ``t.__dlpack__()``, which in some torch
     versions makes the default stream wait on the current one (an event per tensor, and an error
     inside CUDA-graph capture). pasa works on the caller's current stream, so none is needed.
-    detach(): pasa only reads q, k, v, and DLPack refuses tensors that require grad.
+    detach(): pasa only reads q, k, v, and DLPack refuses tensors that require grad. A lazy sign
+    (check_sign_bits) is refused here too, for the calls whose arguments were checked while torch.compile
+    traced them.
     """
+    if t.is_neg() or t.is_conj():
+        raise PasaError("a tensor with torch's negative or conjugate bit set (a lazy view such as "
+                        "z.conj().imag) reached pasa's kernels; pass it resolved (t.resolve_neg(), "
+                        "t.resolve_conj())")
     return _to_dlpack(t.detach())
 
 
@@ -241,13 +247,16 @@ def _forward_ad_level() -> int:
 def _check_tensor_arguments(q: Tensor, k: Tensor, v: Tensor, out: Optional[Tensor],
                             attn_mask: Optional[Tensor]) -> None:
     """What DLPack or the dispatcher would otherwise report obscurely or not at all: the kind of
-    tensor, q, k, v's dtypes, out's device, autograd through out=, and torch.func's wrappers."""
+    tensor, a lazy sign, q, k, v's dtypes, out's device, autograd through out=, and torch.func's
+    wrappers."""
     named = [("q", q), ("k", k), ("v", v)] + [(n, t) for n, t in (("out", out), ("attn_mask", attn_mask))
                                                if t is not None]
     for name, x in named:
         if x.is_nested or x.layout != torch.strided:
             kind = "nested" if x.is_nested else str(x.layout).replace("torch.", "")
             raise PasaError(f"{name}: a {kind} tensor; pasa takes dense (strided) tensors")
+        if not torch.compiler.is_compiling():  # (Dynamo cannot trace is_neg: _capsule checks at run time)
+            check_sign_bits(x, name)
         if _functorch_level() is not None and torch._C._functorch.is_functorch_wrapped_tensor(x):
             raise PasaError(f"{name}: a tensor of a torch.func transform (vmap, grad, jvp, ...); "
                             f"pasa.attention has no batching or differentiation rule for them")
@@ -340,7 +349,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, policy: str, causal: bool,
     """pasa.attention for torch tensors (arguments already checked by pasa.attention)."""
     if (out is None and attn_mask is None and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
             and q.is_cuda and k.is_cuda and v.is_cuda  # (the plans' key holds device indices, not types)
-            and not (q.requires_grad or k.requires_grad or v.requires_grad) and _untraced()):
+            and not (q.requires_grad or k.requires_grad or v.requires_grad)
+            and not (q.is_neg() or k.is_neg() or v.is_neg())  # (refused by the checks below)
+            and _untraced()):
         o, lse = _planned_attention(q, k, v, policy, causal, causal_alignment, scale, layout,
                                     return_lse, window_size[0], window_size[1], softcap)
         return (o, lse) if return_lse else o

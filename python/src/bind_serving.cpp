@@ -36,6 +36,10 @@ TensorView packed_array_view(const ArrayInfo& a, const char* name) {
     throw Error(text::format("{}: expected a 3-D packed array [total, H, D], got {}-D with shape {}", name,
                             a.ndim, shape_text(a)));
   }
+  if (a.shape[1] < 1 || a.shape[2] < 1) {
+    throw Error(text::format("{}: shape {} has {} heads of head dim {}; a packed array needs at least one head "
+                            "and head dim >= 1", name, shape_text(a), a.shape[1], a.shape[2]));
+  }
   const std::int64_t shape[4] = {1, a.shape[0], a.shape[1], a.shape[2]};
   const std::int64_t strides[4] = {std::max<std::int64_t>(1, a.shape[0] * a.strides[0]), a.strides[0],
                                    a.strides[1], a.strides[2]};

@@ -269,6 +269,35 @@ def test_bad_kvcache_options_name_their_argument(rng):
         pasa.attention(q, q, q, max_seqlen_q=1, max_seqlen_k=1)
 
 
+def test_kvcache_and_varlen_messages_name_the_real_fault(rng):
+    k_cache = randn(rng, (4, 4, 2, 8))
+    table = np.array([[0, 1], [2, 3]], np.int32)
+    q = randn(rng, (1, 1, 2, 8))
+    with pytest.raises(pasa.PasaError, match=r"^v: 1 new positions \(S_new\), k 2; k and v give the same"):
+        pasa.attention_with_kvcache(q, k_cache, k_cache.copy(), randn(rng, (1, 2, 2, 8)), randn(rng, (1, 1, 2, 8)),
+                                    cache_seqlens=0, block_table=table[:1])
+    with pytest.raises(pasa.PasaError, match=r"^cache_seqlens: a 0-d array, where an array over the sequences"):
+        pasa.attention_with_kvcache(randn(rng, (2, 1, 2, 8)), k_cache, k_cache.copy(),
+                                    cache_seqlens=np.array(3, np.int32), block_table=table)
+    for shape in ((3, 0, 8), (3, 1, 0)):  # (out, which the caller did not pass, was named)
+        with pytest.raises(pasa.PasaError, match=r"^q: shape \(3, \d, \d\) has \d heads of head dim \d; a packed"):
+            pasa.attention(np.zeros(shape, np.float32), randn(rng, (3, 1, 8)), randn(rng, (3, 1, 8)),
+                           cu_seqlens_q=[0, 3], cu_seqlens_k=[0, 3], max_seqlen_q=3, max_seqlen_k=3)
+
+
+def test_kvcache_checks_cost_what_the_tables_hold_not_the_pool(rng):
+    # A read-only cache broadcast over 2^40 blocks (as a cache only read may be): the block-id checks
+    # kept an entry per block of the pool, 8 TB here, and ran out of memory.
+    block = randn(rng, (1, 4, 1, 8))
+    k_cache = np.broadcast_to(block, (2**40, 4, 1, 8))
+    table = np.array([[7, 2**31 - 1]], np.int32)
+    q = randn(rng, (1, 1, 1, 8))
+    o = pasa.attention_with_kvcache(q, k_cache, k_cache, cache_seqlens=6, block_table=table)
+    want = pasa.attention_with_kvcache(q, np.repeat(block, 2, axis=0), np.repeat(block, 2, axis=0),
+                                       cache_seqlens=6, block_table=np.array([[0, 1]], np.int32))
+    np.testing.assert_array_equal(o, want)
+
+
 @pytest.mark.parametrize("shape, message", [((2, 0, 4, 8), "sequence size is 0"), ((0, 1, 4, 8), "batch size is 0")])
 def test_an_empty_kvcache_query_is_named_q(rng, shape, message):
     # The out allocated for q (stride 0 where a dimension is 0) was reported instead, as if given.
