@@ -65,7 +65,8 @@ _FILE_DTYPES = ("float32", "float16", "bfloat16")
 
 def _host_array(x: Any, name: str) -> Any:
     if is_torch_tensor(x):
-        return x.detach().cpu().contiguous()
+        # (a lazy sign resolved: the file holds the tensor's values, not its memory)
+        return x.detach().cpu().resolve_conj().resolve_neg().contiguous()
     check_array(x, name, any_byte_order=True)
     if is_ml_dtypes_bfloat16(x):  # (NumPy exports no DLPack for them)
         raise PasaError(f"{name}: NumPy arrays of ml_dtypes' bfloat16 cannot be saved; save "

@@ -110,8 +110,8 @@ def _capsule(t: Tensor) -> object:
     versions makes the default stream wait on the current one (an event per tensor, and an error
     inside CUDA-graph capture). pasa works on the caller's current stream, so none is needed.
     detach(): pasa only reads q, k, v, and DLPack refuses tensors that require grad. A lazy sign
-    (check_sign_bits) is refused here too, for the calls whose arguments were checked while torch.compile
-    traced them.
+    (check_sign_bits) is refused here too, for direct calls of the torch.ops.pasa ops, whose
+    arguments no check named.
     """
     if t.is_neg() or t.is_conj():
         raise PasaError("a tensor with torch's negative or conjugate bit set (a lazy view such as "
@@ -255,7 +255,7 @@ def _check_tensor_arguments(q: Tensor, k: Tensor, v: Tensor, out: Optional[Tenso
         if x.is_nested or x.layout != torch.strided:
             kind = "nested" if x.is_nested else str(x.layout).replace("torch.", "")
             raise PasaError(f"{name}: a {kind} tensor; pasa takes dense (strided) tensors")
-        if not torch.compiler.is_compiling():  # (Dynamo cannot trace is_neg: _capsule checks at run time)
+        if not torch.compiler.is_compiling():  # (Dynamo cannot trace is_neg; docs/python.md on compile)
             check_sign_bits(x, name)
         if _functorch_level() is not None and torch._C._functorch.is_functorch_wrapped_tensor(x):
             raise PasaError(f"{name}: a tensor of a torch.func transform (vmap, grad, jvp, ...); "

@@ -225,7 +225,7 @@ def test_calls_that_would_lose_a_derivative_or_a_batch_raise(gen):
         torch.func.vmap(lambda x: pasa.attention(x, k, v))(q[None].expand(3, -1, -1, -1, -1))
 
 
-def test_tensors_with_a_lazy_sign_are_refused_by_name(gen):
+def test_tensors_with_a_lazy_sign_are_refused_by_name(gen, tmp_path):
     # torch's negative bit (z.conj().imag is public API): DLPack hands over the memory, which holds
     # the values unnegated, so pasa computed with -mask, or q (an error of 2.4 on this mask).
     q, k, v = (randn(gen, 1, 2, 5, 8) for _ in range(3))
@@ -238,12 +238,17 @@ def test_tensors_with_a_lazy_sign_are_refused_by_name(gen):
     want = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
                                                             attn_mask=mask.resolve_neg().double())
     torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=0)
+    with pytest.raises(pasa.PasaError, match=r"^attn_mask: a tensor with torch's negative bit set"):
+        pasa.reference(q, k, v, attn_mask=mask)
     negated = torch._neg_view(q) if hasattr(torch, "_neg_view") else None
     if negated is not None:
         with pytest.raises(pasa.PasaError, match=r"^q: a tensor with torch's negative bit set"):
             pasa.attention(negated, k, v)
         with pytest.raises(pasa.PasaError, match=r"^out: a tensor with torch's negative bit set"):
             pasa.attention(q, k, v, out=torch._neg_view(torch.empty_like(q)))
+        path = tmp_path / "q.npy"  # a file holds the tensor's values
+        pasa.save(path, torch._neg_view(-q))
+        np.testing.assert_array_equal(np.asarray(pasa.load(path)), q.numpy())
         k_cache = torch._neg_view(randn(gen, 2, 4, 2, 8))
         with pytest.raises(pasa.PasaError, match=r"^k_cache: a tensor with torch's negative bit set"):
             pasa.attention_with_kvcache(randn(gen, 1, 1, 2, 8), k_cache, randn(gen, 2, 4, 2, 8),
