@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <span>
 
@@ -14,6 +15,26 @@
 #include "text/format.h"
 
 namespace pasa {
+
+namespace {
+
+// The last element's byte address, computed as the kernels and the emulator index (64-bit offsets),
+// must not overflow: strides whose reach passes 2^63 bytes, or the address space, address nothing.
+// (Strides are non-negative here, checked before.)
+void check_reach(const char* name, const void* data, const std::array<std::int64_t, 4>& shape,
+                 const std::array<std::int64_t, 4>& stride, int item) {
+  __int128 reach = 0;
+  for (int i = 0; i < 4; ++i) reach += static_cast<__int128>(shape[i] - 1) * stride[i];
+  const __int128 bytes = reach * item;
+  const auto last = static_cast<__int128>(reinterpret_cast<std::uintptr_t>(data)) + bytes;
+  if (bytes > std::numeric_limits<std::int64_t>::max() || last > static_cast<__int128>(UINTPTR_MAX)) {
+    throw Error(text::format("{}: sizes [{}, {}, {}, {}] with strides [{}, {}, {}, {}] reach past 2^63 bytes "
+                            "or the address space from the data pointer", name, shape[0], shape[1], shape[2],
+                            shape[3], stride[0], stride[1], stride[2], stride[3]));
+  }
+}
+
+}  // namespace
 
 void check_view(const TensorView& t, const char* name, bool is_output, ViewForm form) {
   const int dt = static_cast<int>(t.dtype);
@@ -55,6 +76,7 @@ void check_view(const TensorView& t, const char* name, bool is_output, ViewForm 
   // After the sizes: a tensor without elements has no data pointer, and (but for an empty packed view)
   // its size is the error to report.
   if (t.data == nullptr && !empty) throw Error(text::format("{}: data pointer is null", name));
+  if (!empty) check_reach(name, t.data, t.shape, t.stride, static_cast<int>(dtype_size(t.dtype)));
 }
 
 // The scale multiplies in the softmax format (scale=s) or the input format (scale=q|k), and every kernel
@@ -87,6 +109,13 @@ void check_score_mods(const AttentionArgs& a, const ProblemShape& p) {
   if (!(a.softcap >= 0.0 && std::isfinite(a.softcap))) {
     throw Error(text::format("softcap: {} must be finite and >= 0 (0 = no softcap)", a.softcap));
   }
+  // The cap's steps (s / softcap, tanh, softcap * t) run in the softmax format, and every kernel holds
+  // the softcap in fp32: past those formats' range s / softcap is 0 there and every score with it.
+  const double cap_limit = std::min(Format::fp32().max_finite(), a.policy.softmax.max_finite());
+  if (a.softcap > cap_limit) {
+    throw Error(text::format("softcap: {:g} is above {:g}, the range of fp32 and of the {} format the policy "
+                            "caps scores in", a.softcap, cap_limit, a.policy.softmax.name()));
+  }
   if (a.softcap > 0.0 && a.policy.shift == Shift::pasa) {
     throw Error("softcap: PASA's shifted scores (shift=pasa) cannot be soft-capped (tanh of a shifted "
                 "score is not a shifted tanh); use another policy or softcap=0");
@@ -101,7 +130,8 @@ void check_score_mods(const AttentionArgs& a, const ProblemShape& p) {
     throw Error("attn_mask: unknown mask kind");
   }
   if (m.data == nullptr) throw Error("attn_mask: data pointer is null");
-  if (m.kind == MaskKind::additive && static_cast<int>(m.dtype) > static_cast<int>(DType::bf16)) {
+  if (m.kind == MaskKind::additive &&
+      (static_cast<int>(m.dtype) < 0 || static_cast<int>(m.dtype) > static_cast<int>(DType::bf16))) {
     throw Error("attn_mask: an additive mask must be f32, f16 or bf16");
   }
   const std::array<std::int64_t, 4> want{p.batch, p.heads_q, p.seq_q, p.seq_kv};
@@ -116,6 +146,8 @@ void check_score_mods(const AttentionArgs& a, const ProblemShape& p) {
     }
     if (m.stride[i] < 0) throw Error("attn_mask: strides must be non-negative");
   }
+  check_reach("attn_mask", m.data, m.shape, m.stride,
+              m.kind == MaskKind::boolean ? 1 : static_cast<int>(dtype_size(m.dtype)));
   if (m.device != a.q.device) throw Error("attn_mask: on a different device than q");
   check_mask_values(m);
 }

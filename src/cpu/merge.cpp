@@ -4,6 +4,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <utility>
 
 #include "attention_checks.h"
 #include "memory_overlap.h"
@@ -65,6 +66,18 @@ void merge_partials(const TensorView& o_a, const LseView& lse_a, const TensorVie
   check_merge_output(memory_of(o), "o", {{oa, "o_a"}, {ob, "o_b"}, {la, "lse_a"}, {lb, "lse_b"}, {memory_of(lse), "lse"}});
   check_merge_output(memory_of(lse), "lse", {{oa, "o_a"}, {ob, "o_b"}, {la, "lse_a"}, {lb, "lse_b"}});
   const auto [B, H, S, D] = o_a.shape;
+  // An LSE is finite, or -inf for a row that saw no key: anything else (NaN, +inf) is no partial's.
+  for (const auto& [lse_in, name] : {std::pair{&lse_a, "lse_a"}, {&lse_b, "lse_b"}}) {
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < H; ++h)
+        for (std::int64_t s = 0; s < S; ++s) {
+          const double x = lse_at(*lse_in, b, h, s);
+          if (std::isnan(x) || x == std::numeric_limits<double>::infinity()) {
+            throw Error(text::format("{}: {} at [{}, {}, {}] is not a log-sum-exp (finite, or -inf for a row "
+                                    "without keys)", name, x, b, h, s));
+          }
+        }
+  }
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t h = 0; h < H; ++h)
       for (std::int64_t s = 0; s < S; ++s) {
@@ -81,7 +94,8 @@ void merge_partials(const TensorView& o_a, const LseView& lse_a, const TensorVie
         for (std::int64_t d = 0; d < D; ++d) {
           const double va = load_as_float(o_a.data, o_a.dtype, o_a.offset(b, h, s, d));
           const double vb = load_as_float(o_b.data, o_b.dtype, o_b.offset(b, h, s, d));
-          store_from_double(o.data, o.dtype, o.offset(b, h, s, d), wa * va + wb * vb);
+          // (a part without keys weighs 0, whatever its O holds: 0 * NaN would not)
+          store_from_double(o.data, o.dtype, o.offset(b, h, s, d), (wa == 0.0 ? 0.0 : wa * va) + (wb == 0.0 ? 0.0 : wb * vb));
         }
         lse_at(lse, b, h, s) = static_cast<float>(merged);
       }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -291,9 +292,30 @@ TEST(OutputMemory, MergeRefusesAnOutputWhoseIndicesShareElements) {
                                     bhsd_view(pool + 2, DType::f32, 1, 1, 2, 2), lse_view(lm, 1, 1, 2)); },
                "o: its memory overlaps o_a's");
   EXPECT_EQ(pool[2], 3.0f);
-  // In place (o is o_a, element by element) stays allowed.
-  merge_partials(a, lse_view(la, 1, 1, 2), b, lse_view(lb, 1, 1, 2), a, lse_view(la, 1, 1, 2));
+  // In place (o is o_a, element by element) stays allowed, whatever the strides of size-1 dimensions.
+  TensorView in_place = a;
+  in_place.stride[1] = 1;
+  merge_partials(a, lse_view(la, 1, 1, 2), b, lse_view(lb, 1, 1, 2), in_place, lse_view(la, 1, 1, 2));
   EXPECT_FLOAT_EQ(oa[0], 3.0f);
+}
+
+TEST(OutputMemory, MergeTakesLseOfPartialsOnly) {
+  float oa[4] = {1, 2, 3, 4}, ob[4] = {5, 6, 7, 8}, om[4] = {9, 9, 9, 9}, lm[2] = {9, 9};
+  const auto a = bhsd_view(oa, DType::f32, 1, 1, 2, 2), b = bhsd_view(ob, DType::f32, 1, 1, 2, 2);
+  const auto o = bhsd_view(om, DType::f32, 1, 1, 2, 2);
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    float la[2] = {0, bad}, lb[2] = {0, 0};
+    expect_error([&] { merge_partials(a, lse_view(la, 1, 1, 2), b, lse_view(lb, 1, 1, 2), o, lse_view(lm, 1, 1, 2)); },
+                 "lse_a: ");
+    EXPECT_EQ(om[0], 9.0f);  // nothing written
+  }
+  // A part without keys (LSE -inf) weighs nothing, whatever its O holds.
+  float la[2] = {-std::numeric_limits<float>::infinity(), 0}, lb[2] = {0, 0};
+  oa[0] = std::numeric_limits<float>::quiet_NaN();
+  merge_partials(a, lse_view(la, 1, 1, 2), b, lse_view(lb, 1, 1, 2), o, lse_view(lm, 1, 1, 2));
+  EXPECT_EQ(om[0], 5.0f);
+  EXPECT_EQ(om[1], 6.0f);
+  EXPECT_EQ(lm[0], 0.0f);
 }
 
 TEST(OutputMemory, TheSelfOverlapRuleAcceptsPermutationsAndSlices) {

@@ -306,6 +306,24 @@ TEST(ScoreMods, BadArgumentsNameTheArgument) {
   p.mask[5] = std::numeric_limits<float>::infinity();
   a.mask = p.args.mask;
   test::expect_error([&] { attention(a); }, "attn_mask: inf at [0, 0, 0, 5]");
+  p.mask[5] = 0.0f;
+  a.mask = p.args.mask;
+  a.mask.dtype = static_cast<DType>(-1);  // (was read as all zeros: the mask silently ignored)
+  test::expect_error([&] { attention(a); }, "attn_mask: an additive mask must be f32, f16 or bf16");
+  a.mask = p.args.mask;
+  a.mask.stride[2] = std::int64_t{1} << 61;  // offsets past 2^63 bytes (was a crash)
+  test::expect_error([&] { attention(a); }, "attn_mask: sizes [1, 1, 8, 8] with strides");
+  // A softcap past the format the scores are capped in: s / softcap was 0 there, every score with it
+  // (a uniform average where the reference is not).
+  a = p.args;
+  a.softcap = 1e39;
+  test::expect_error([&] { attention(a); }, "softcap: 1e+39 is above 3.40282e+38, the range of fp32");
+  a.softcap = 1e5;
+  a.policy = parse_policy("fa16");
+  test::expect_error([&] { attention(a); }, "softcap: 100000 is above 65504");
+  a = p.args;
+  a.q.stride[1] = (std::int64_t{1} << 61) + (std::int64_t{1} << 40);  // (was a crash)
+  test::expect_error([&] { attention(a); }, "q: sizes [1, 2, 8, 64] with strides");
 }
 
 }  // namespace
