@@ -43,6 +43,7 @@ AttentionPlan::AttentionPlan(const AttentionArgs& args) {
     }
     require_memory(emulator_memory_bytes(state->shape, args.policy),
                    "attention (CPU emulator) on " + problem_text(state->shape));
+    check_emulator_policy(args, state->shape.dim);  // (PASA's M: the policy and scale alone)
   }
   state_ = std::move(state);
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // KVCachePlan: attention_with_kvcache's tensor checks and the GPU decisions made once; run() compares
 // the call's problem with the plan's and launches (GPU) or calls attention_with_kvcache (CPU).
+#include "cpu/backends.h"
 #include "kvcache_checks.h"
 #include "pasa/serving.h"
 #include "plan_compare.h"
@@ -46,7 +47,11 @@ KVCachePlan::KVCachePlan(const KVCacheArgs& args) {
   state->problem = args;
   state->problem.options.stats = nullptr;
   state->on_gpu = problem.on_gpu;
-  if (state->on_gpu) state->cuda = plan_cuda_kvcache(problem.whole, cuda_kv_cache(args));
+  if (state->on_gpu) {
+    state->cuda = plan_cuda_kvcache(problem.whole, cuda_kv_cache(args));
+  } else {
+    check_emulator_policy(args.options, problem.shape.dim);  // (PASA's M: the policy and scale alone)
+  }
   state_ = std::move(state);
 }
 

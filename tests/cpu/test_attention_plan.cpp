@@ -120,6 +120,8 @@ TEST(AttentionPlan, ANewMaskIsScannedForNaN) {
   const auto before = p.o.bytes;
   test::expect_error([&] { plan.run(p.args); }, "attn_mask: nan at [0, 0, 3, 2]");
   EXPECT_TRUE(before == p.o.bytes);
+  p.args.mask.data = nullptr;  // (was reported as a mask of another problem)
+  test::expect_error([&] { plan.run(p.args); }, "mask: data pointer is null");
 }
 
 TEST(AttentionPlan, PlanningChecksLikeAttention) {
@@ -127,6 +129,12 @@ TEST(AttentionPlan, PlanningChecksLikeAttention) {
   p.args.k.shape[1] = 3;
   p.args.v.shape[1] = 3;
   test::expect_error([&] { AttentionPlan plan(p.args); }, "3 K/V heads do not divide the 4 query heads");
+  // PASA's shifting matrix M depends on the policy and the scale alone: a singular one is refused
+  // when planning, as pasa::attention refuses it, not at the first run.
+  Problem singular(test::fresh_seed());
+  singular.args.policy = parse_policy("pasa,s2=2,beta=0.99999");
+  test::expect_error([&] { attention(singular.args); }, "beta");
+  test::expect_error([&] { AttentionPlan plan(singular.args); }, "beta");
 }
 
 }  // namespace

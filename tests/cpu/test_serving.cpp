@@ -460,6 +460,7 @@ TEST(Serving, AShiftTheScaleMakesSingularIsRefusedBeforeAnythingIsWritten) {
     c.args.options.policy = preset_policy("pasa");
     c.args.options.scale = 1e-8;
     expect_rejected_untouched(c, [&] { attention_with_kvcache(c.args); }, "M is singular");
+    expect_error([&] { KVCachePlan{c.args}; }, "M is singular");  // (a plan made it to its first run)
   }
 }
 
