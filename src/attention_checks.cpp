@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <cstdint>
 #include <limits>
 #include <span>
 
@@ -15,26 +14,6 @@
 #include "text/format.h"
 
 namespace pasa {
-
-namespace {
-
-// The last element's byte address, computed as the kernels and the emulator index (64-bit offsets),
-// must not overflow: strides whose reach passes 2^63 bytes, or the address space, address nothing.
-// (Strides are non-negative here, checked before.)
-void check_reach(const char* name, const void* data, const std::array<std::int64_t, 4>& shape,
-                 const std::array<std::int64_t, 4>& stride, int item) {
-  __int128 reach = 0;
-  for (int i = 0; i < 4; ++i) reach += static_cast<__int128>(shape[i] - 1) * stride[i];
-  const __int128 bytes = reach * item;
-  const auto last = static_cast<__int128>(reinterpret_cast<std::uintptr_t>(data)) + bytes;
-  if (bytes > std::numeric_limits<std::int64_t>::max() || last > static_cast<__int128>(UINTPTR_MAX)) {
-    throw Error(text::format("{}: sizes [{}, {}, {}, {}] with strides [{}, {}, {}, {}] reach past 2^63 bytes "
-                            "or the address space from the data pointer", name, shape[0], shape[1], shape[2],
-                            shape[3], stride[0], stride[1], stride[2], stride[3]));
-  }
-}
-
-}  // namespace
 
 void check_view(const TensorView& t, const char* name, bool is_output, ViewForm form) {
   const int dt = static_cast<int>(t.dtype);
@@ -76,7 +55,7 @@ void check_view(const TensorView& t, const char* name, bool is_output, ViewForm 
   // After the sizes: a tensor without elements has no data pointer, and (but for an empty packed view)
   // its size is the error to report.
   if (t.data == nullptr && !empty) throw Error(text::format("{}: data pointer is null", name));
-  if (!empty) check_reach(name, t.data, t.shape, t.stride, static_cast<int>(dtype_size(t.dtype)));
+  if (!empty) check_reach(memory_of(t), name);
 }
 
 // The scale multiplies in the softmax format (scale=s) or the input format (scale=q|k), and every kernel
@@ -146,8 +125,7 @@ void check_score_mods(const AttentionArgs& a, const ProblemShape& p) {
     }
     if (m.stride[i] < 0) throw Error("attn_mask: strides must be non-negative");
   }
-  check_reach("attn_mask", m.data, m.shape, m.stride,
-              m.kind == MaskKind::boolean ? 1 : static_cast<int>(dtype_size(m.dtype)));
+  check_reach(memory_of(m), "attn_mask");
   if (m.device != a.q.device) throw Error("attn_mask: on a different device than q");
   check_mask_values(m);
 }
@@ -234,6 +212,7 @@ ProblemShape check_attention_problem(const AttentionArgs& a, ViewForm form) {
       // (An empty LSE, of a packed batch without tokens, addresses nothing: NumPy gives [H, 0] stride 0.)
       if (a.lse.stride[i] < 1 && p.seq_q > 0) throw Error("lse: strides must be positive");
     }
+    check_reach(memory_of(a.lse), "lse");
   }
   if (a.scale) check_scale(*a.scale, a.policy);
   const int align = static_cast<int>(a.alignment);

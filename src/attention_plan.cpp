@@ -43,7 +43,8 @@ AttentionPlan::AttentionPlan(const AttentionArgs& args) {
     }
     require_memory(emulator_memory_bytes(state->shape, args.policy),
                    "attention (CPU emulator) on " + problem_text(state->shape));
-    check_emulator_policy(args, state->shape.dim);  // (PASA's M: the policy and scale alone)
+    // A singular PASA shift depends on the policy and the scale only: refused when the plan is made.
+    check_emulator_policy(args, state->shape.dim);
   }
   state_ = std::move(state);
 }

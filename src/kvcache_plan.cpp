@@ -50,7 +50,8 @@ KVCachePlan::KVCachePlan(const KVCacheArgs& args) {
   if (state->on_gpu) {
     state->cuda = plan_cuda_kvcache(problem.whole, cuda_kv_cache(args));
   } else {
-    check_emulator_policy(args.options, problem.shape.dim);  // (PASA's M: the policy and scale alone)
+    // A singular PASA shift depends on the policy and the scale only: refused when the plan is made.
+    check_emulator_policy(args.options, problem.shape.dim);
   }
   state_ = std::move(state);
 }

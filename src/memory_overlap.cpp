@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <utility>
 
 #include "pasa/error.h"
@@ -63,6 +65,15 @@ bool addresses_distinct(const StridedMemory& m) {
 }
 
 }  // namespace
+
+void check_reach(const StridedMemory& m, const char* name) {
+  const auto [first, last] = byte_span(m);  // (each dimension's reach held within 2^100: no overflow)
+  constexpr auto kAddresses = static_cast<__int128>(UINTPTR_MAX) + 1;
+  if (last - first > std::numeric_limits<std::int64_t>::max() || first < 0 || last > kAddresses) {
+    throw Error(text::format("{}: sizes {} with strides {} reach past 2^63 bytes or the address space from "
+                             "the data pointer", name, sizes_text(m.shape), sizes_text(m.stride)));
+  }
+}
 
 StridedMemory memory_of(const TensorView& t) {
   return {t.data, static_cast<std::int64_t>(dtype_size(t.dtype)), t.shape, t.stride};

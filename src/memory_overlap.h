@@ -33,6 +33,10 @@ StridedMemory memory_of(const std::int32_t* data, const std::int64_t&& count) = 
 // passes.
 void check_no_self_overlap(const StridedMemory& out, const char* name);
 
+// Raises pasa::Error naming `name` where a view's elements span more than 2^63 bytes, or lie outside
+// the address space: the offsets the kernels and the emulator compute in 64 bits would overflow.
+void check_reach(const StridedMemory& m, const char* name);
+
 // pasa::Error naming both unless the byte ranges `out` and `other` span (first to last byte of their
 // extreme elements) are disjoint. Conservative: two views that interleave without sharing an element
 // (k and v as halves of one [.., 2, ..] buffer) are refused as well when one of them is written.

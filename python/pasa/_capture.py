@@ -102,7 +102,10 @@ class _LayerTracker:
         return stack
 
     def _enter(self, name: str, module: Any, args: Any) -> None:
-        self._stack().append(name)
+        stack = self._stack()
+        if name == "":  # the model itself: whatever the stack holds was left by a forward that a
+            stack.clear()  # KeyboardInterrupt stopped (torch runs always_call hooks on Exception only)
+        stack.append(name)
 
     def _exit(self, name: str, module: Any, args: Any, output: Any) -> None:
         stack = self._stack()
@@ -292,6 +295,10 @@ def _active_patches() -> List[Patch]:
 
 def _router(*args: Any, **kwargs: Any) -> Any:
     stack = getattr(_active, "stack", None)
+    # A removed patch left on the stack by a forward that a KeyboardInterrupt stopped (torch runs
+    # always_call hooks on Exception only) routes nothing.
+    while stack and stack[-1]._removed:
+        stack.pop()
     if not stack:
         return _router_original(*args, **kwargs)
     return stack[-1]._call(args, kwargs)
@@ -461,6 +468,8 @@ class Patch:
         if self._removed:
             return
         self._removed = True
+        stack = _active_patches()  # (this thread's entries of an interrupted forward)
+        stack[:] = [patch for patch in stack if patch is not self]
         for handle in self._handles:
             handle.remove()
         if self._tracker is not None:

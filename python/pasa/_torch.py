@@ -247,8 +247,8 @@ def _forward_ad_level() -> int:
 def _check_tensor_arguments(q: Tensor, k: Tensor, v: Tensor, out: Optional[Tensor],
                             attn_mask: Optional[Tensor]) -> None:
     """What DLPack or the dispatcher would otherwise report obscurely or not at all: the kind of
-    tensor, a lazy sign, q, k, v's dtypes, out's device, autograd through out=, and torch.func's
-    wrappers."""
+    tensor, a lazy sign, q, k, v's dtypes, every tensor on q's device, autograd through out=, and
+    torch.func's wrappers."""
     named = [("q", q), ("k", k), ("v", v)] + [(n, t) for n, t in (("out", out), ("attn_mask", attn_mask))
                                                if t is not None]
     for name, x in named:
@@ -264,9 +264,10 @@ def _check_tensor_arguments(q: Tensor, k: Tensor, v: Tensor, out: Optional[Tenso
             raise PasaError(f"{name}: a dual tensor (forward-mode AD); pasa.attention has no forward derivative")
     for name, x in named[:3]:
         _check_dtype(x, name)
+    for name, x in named[1:]:  # (a meta k beside CPU q reached the op's fake: uninitialized output)
+        if x.device != q.device:
+            raise PasaError(f"{name}: on {x.device}, q on {q.device}; {name} must be on q's device")
     if out is not None:
-        if out.device != q.device:
-            raise PasaError(f"out: on {out.device}, q on {q.device}; out must be on q's device")
         if torch.is_grad_enabled() and any(t.requires_grad for _, t in named):
             raise PasaError("out: pasa.attention with out= does not record autograd (an input or out "
                             "requires grad); call it under torch.no_grad(), or without out=")

@@ -39,6 +39,7 @@ void check_partial(const TensorView& o, const LseView& lse, const TensorView& li
                                is_output ? "positive" : "non-negative"));
     }
   }
+  check_reach(memory_of(lse), lse_name);
   if (is_output) {
     check_no_self_overlap(memory_of(o), o_name);
     check_no_self_overlap(memory_of(lse), lse_name);
@@ -94,8 +95,9 @@ void merge_partials(const TensorView& o_a, const LseView& lse_a, const TensorVie
         for (std::int64_t d = 0; d < D; ++d) {
           const double va = load_as_float(o_a.data, o_a.dtype, o_a.offset(b, h, s, d));
           const double vb = load_as_float(o_b.data, o_b.dtype, o_b.offset(b, h, s, d));
-          // (a part without keys weighs 0, whatever its O holds: 0 * NaN would not)
-          store_from_double(o.data, o.dtype, o.offset(b, h, s, d), (wa == 0.0 ? 0.0 : wa * va) + (wb == 0.0 ? 0.0 : wb * vb));
+          // (a part whose weight is 0, no keys or negligible, adds 0 whatever its O holds: 0 * NaN would not)
+          const double sum = (wa == 0.0 ? 0.0 : wa * va) + (wb == 0.0 ? 0.0 : wb * vb);
+          store_from_double(o.data, o.dtype, o.offset(b, h, s, d), sum);
         }
         lse_at(lse, b, h, s) = static_cast<float>(merged);
       }

@@ -230,6 +230,27 @@ def test_patch_errors(model, x):
     assert F.scaled_dot_product_attention is torch._C._nn.scaled_dot_product_attention
 
 
+def test_a_patch_stopped_by_ctrl_c_routes_nothing_once_removed(model, x):
+    # torch runs always_call forward hooks on Exception only: a KeyboardInterrupt inside the patched
+    # forward left the patch on the routing stack, and calls of other modules went through it after
+    # it was removed (while another patch kept the router installed).
+    class Interrupted(torch.nn.Module):
+        def forward(self, q):
+            F.scaled_dot_product_attention(q, q, q)
+            raise KeyboardInterrupt
+
+    interrupted, q = Interrupted(), torch.randn(1, 2, 8, 16)
+    with torch.no_grad():
+        with pytest.raises(KeyboardInterrupt):
+            with pasa.patch(interrupted, policy="fa16") as stopped:
+                interrupted(q)
+        assert stopped.calls == 1
+        with pasa.patch(model):  # (keeps the router installed)
+            got = F.scaled_dot_product_attention(q, q, q)  # outside every patched module: torch's
+    assert stopped.calls == 1
+    torch.testing.assert_close(got, torch._C._nn.scaled_dot_product_attention(q, q, q), atol=0, rtol=0)
+
+
 def test_patch_runs_masks_on_the_cpu(model, x):
     mask = torch.ones(17, 17, dtype=torch.bool).tril()
     with torch.no_grad():

@@ -129,6 +129,23 @@ def test_softcap_and_window_reach_pasa(rng):
         strict(module, q, k, v, None, dropout=0.5)
 
 
+def test_softcap_fallback_gives_fully_masked_rows_zero(rng):
+    # A left-padded row masks every key. pasa gives it 0; the fallback (float64 here) gave NaN, which
+    # the next layers spread to every row (a softcapped model's loss was NaN).
+    torch.manual_seed(int(rng.integers(2**31)))
+    forward = pasa_hf.make_attention_forward("exact")
+    module = torch.nn.Module().eval()
+    q, k, v = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
+    mask = torch.ones(1, 1, 4, 4, dtype=torch.bool).tril()
+    mask[..., 0, :] = False
+    got, _ = forward(module, q, k, v, mask, softcap=2.0)
+    pasa.stats(reset=True)
+    with pytest.warns(pasa.PasaFallbackWarning):
+        fallback, _ = forward(module, q.double(), k.double(), v.double(), mask, softcap=2.0)
+    assert (fallback[:, 0] == 0).all() and (got[:, 0] == 0).all()
+    torch.testing.assert_close(fallback.float(), got, atol=1e-5, rtol=1e-5)
+
+
 def gpu_config():
     # Head dim 64 and fp16: what the GPU kernels run (exact prefill, split-KV decode).
     return transformers.LlamaConfig(

@@ -170,6 +170,10 @@ def _torch_attention(query: Any, key: Any, value: Any, mask: Optional[Any], caus
     if mask is not None:
         scores = (scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool
                   else scores + mask)
-    weights = torch.softmax(scores.float(), dim=-1).to(query.dtype)
+    # A row whose every key is masked (left padding) is 0, as pasa's kernels and torch's SDPA give it,
+    # not the NaN of a softmax over -inf, which the next layers would spread to every row.
+    scores = scores.float()
+    dead = scores.amax(dim=-1, keepdim=True) == -math.inf
+    weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0).to(query.dtype)
     weights = F.dropout(weights, p=dropout, training=dropout > 0)
     return torch.matmul(weights, value)

@@ -52,6 +52,10 @@ __device__ __forceinline__ void store_final(const DecodeParams& p, int b, int h_
   }
 }
 
+constexpr int kMergeThreads = DecodeTile::kWarps * 32;  // the split kernel's threads, and the merge kernel's
+// Shared memory merge_rows may use: a (m, l, O~ piece) of 6 floats for each of kMergeThreads threads.
+constexpr int kMergeScratchFloats = kMergeThreads * 6;
+
 // Exact merge of a group's splits (algorithms.md section 1): rows [first, first + count) of the group's
 // `rows` packed rows from r0 of K/V head h_kv of sequence b (the last split CTA takes all of them, the
 // merge kernel a row a CTA). The merge's time is its chain of dependent reads, so every thread takes
@@ -62,8 +66,6 @@ __device__ __forceinline__ void store_final(const DecodeParams& p, int b, int h_
 // the group alone, not on which rows a CTA takes, so both merges give the same bits. Partials of the
 // unified max (m = phi) and of the synchronized fallback (their own m) are weighed alike; with a
 // counter, the rows some split flagged are counted.
-constexpr int kMergeThreads = DecodeTile::kWarps * 32;  // the split kernel's threads, and the merge kernel's
-
 template <int kHeadDim>
 __device__ __forceinline__ void merge_rows(const DecodeParams& p, int b, int h_kv, int r0, int rows, int first,
                                            int count, float* scratch) {
@@ -71,7 +73,7 @@ __device__ __forceinline__ void merge_rows(const DecodeParams& p, int b, int h_k
   // (32: one round of loads for the 22-27 splits of B 1 at d 128; 16 at d 256, whose kernel is at
   // the register limit already)
   constexpr int kUnroll = kHeadDim <= 128 ? 32 : 16;
-  const std::int64_t R = static_cast<std::int64_t>(gridDim.z) * p.heads_kv * p.rows;
+  const std::int64_t R = static_cast<std::int64_t>(gridDim.z) * p.heads_kv * p.rows;  // (both kernels: grid z = B)
   const std::int64_t row0 = (static_cast<std::int64_t>(b) * p.heads_kv + h_kv) * p.rows + r0;
   const int ways = max(1, kMergeThreads / (rows * kQuads));
   const int items = count * kQuads, item0 = first * kQuads;  // this CTA's
@@ -80,7 +82,8 @@ __device__ __forceinline__ void merge_rows(const DecodeParams& p, int b, int h_k
     float m, l;
     float4 o;
   };
-  // Folds partial x into the running one (base-2 m; -inf: nothing seen, weight 0).
+  // Rescales the running partial to the max of its m and m (base-2; -inf: nothing seen, weight 0),
+  // then add(ref) adds the new terms, each weighted against that max, ref.
   const auto fold = [](Partial& run, float m, const auto& add) {
     const float m_new = fmaxf(run.m, m);
     const float ref = m_new == -INFINITY ? 0.0f : m_new;

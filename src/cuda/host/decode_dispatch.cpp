@@ -3,8 +3,8 @@
 // per shape), and the launches into a workspace the caller owns: the split kernel, whose last split
 // of each group merges it (eager calls), or the split kernel and the merge kernel (calls captured into
 // a CUDA graph; decode_params.h says why). FlashDecoding++'s unified max needs nothing more: its
-// fallback for rows that leave the window runs inside the split kernel. All of it is stream-ordered on the caller's stream;
-// only counting the recomputed rows for AttentionStats waits for the stream.
+// fallback for rows that leave the window runs inside the split kernel. All of it is stream-ordered on
+// the caller's stream; only counting the recomputed rows for AttentionStats waits for the stream.
 #include <cuda_runtime.h>
 
 #include <algorithm>

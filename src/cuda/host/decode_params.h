@@ -170,7 +170,7 @@ struct DecodeRequest : KernelRequest {
 };
 
 // Launches the decode path on `stream` into `workspace` (plan.workspace_bytes, 256-byte aligned; not
-// read by another call in flight). Returns the number of rows whose x - phi left the window (their
+// used by another call in flight). Returns the number of rows whose x - phi left the window (their
 // splits recomputed with the running max) when `count_recomputed` (which then waits for the stream:
 // the count lives on the device), else 0 with no synchronization, allocation or device query.
 long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* workspace,

@@ -96,7 +96,7 @@ struct KernelRequest {
   std::uint64_t* tile_tickets;  // the sm_90a prefill kernels' tile counter, in the call's workspace
 };
 
-// The workspace of an sm_90a prefill call: its tile counter (tile_scheduler.cuh), in the 256-byte
+// The workspace of an sm_90a prefill call: its tile counter (launch_counter.cuh), in the 256-byte
 // granule of every workspace.
 constexpr std::size_t kTileTicketBytes = 256;
 

@@ -48,7 +48,8 @@ void launch_decode_split(const DecodeParams& p, int batch, int head_dim, int m_t
 }
 
 void launch_decode_merge(const DecodeParams& p, int batch, int head_dim, bool dependent, void* stream) {
-  // The split kernel's groups, a CTA a row (x past a short last chunk's rows: none).
+  // The split kernel's groups, a CTA a row: x the chunk's rows (CTAs past a short last chunk's rows
+  // return at once).
   const dim3 grid(std::min(p.chunk_rows, p.rows), p.heads_kv * p.row_chunks, batch);
   dispatch_head_dim<64, 96, 128, 256>(head_dim, "decode merge", [&]<int D>() {
     launch_kernel(attention_decode_merge_kernel<D>, grid, dim3(kMergeThreads), 0, static_cast<cudaStream_t>(stream),

@@ -35,7 +35,6 @@
 #include "cuda/host/decode_params.h"
 #include "cuda/host/launch_dependent.h"
 #include "cuda/block/decode_merge.cuh"
-#include "cuda/block/epilogue.cuh"
 #include "cuda/block/fwd_mask.cuh"
 #include "cuda/block/online_softmax.cuh"
 #include "cuda/arch/ptx.cuh"
@@ -122,8 +121,8 @@ struct DecodeTileOf {
 };
 
 // kMergeInLastSplit: the instantiation whose last split of a group merges it (p.merge_in_last_split).
-// The other, for the merge kernel, leaves the merge's registers (192 -> 254 a thread at d 128) out of
-// its main loop; measured, that changed nothing under graphs (bench/NOTES.md, twenty-seventh session).
+// The other, which the merge kernel follows, is the split kernel alone (192 registers a thread at
+// d 128, where the merge takes 254).
 template <class TileOf, int kMTiles, typename InElem, bool kToHalf, bool kMergeInLastSplit>
 __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_per_sm)
     attention_decode_kernel(const __grid_constant__ DecodeParams p) {
@@ -443,20 +442,22 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
       }
     }
   }
-  if constexpr (!kMergeInLastSplit) return;
-  // Arrival: this CTA's partial is visible to the GPU before its ticket; the group's last split
-  // merges the group.
-  __threadfence();
-  __syncthreads();
-  bool last = false;
-  if (threadIdx.x == 0) {
-    last = take_ticket(group_counter, p.splits - 1) == p.splits - 1;
-    if (last) __threadfence();  // (the other splits' partials are read after this)
+  if constexpr (kMergeInLastSplit) {
+    // Arrival: this CTA's partial is visible to the GPU before its ticket; the group's last split
+    // merges the group.
+    __threadfence();
+    __syncthreads();
+    bool last = false;
+    if (threadIdx.x == 0) {
+      last = take_ticket(group_counter, p.splits - 1) == p.splits - 1;
+      if (last) __threadfence();  // (the other splits' partials are read after this)
+    }
+    if (!__syncthreads_or(last)) return;
+    static_assert(kThreads == kMergeThreads, "merge_rows's pieces a thread");
+    static_assert(kMergeScratchFloats * 4 <= kT.smem_bytes(kMTiles), "merge_rows's scratch in the stages");
+    const int rows = min(kBlockM, p.rows - r0);
+    merge_rows<kHeadDim>(p, b, h_kv, r0, rows, 0, rows, reinterpret_cast<float*>(smem_raw));
   }
-  if (!__syncthreads_or(last)) return;
-  static_assert(kThreads == kMergeThreads, "merge_rows's pieces a thread");
-  const int rows = min(kBlockM, p.rows - r0);
-  merge_rows<kHeadDim>(p, b, h_kv, r0, rows, 0, rows, reinterpret_cast<float*>(smem_raw));
 }
 
 // Host side: one launch of a split-kernel instantiation (a programmatic dependent of the kernel before
@@ -483,7 +484,7 @@ void launch_decode_split_tile(const DecodeParams& p, int batch, bool dependent, 
 // few groups spread over many SMs, each calling merge_rows for its row.
 template <int kHeadDim>
 __global__ void __launch_bounds__(kMergeThreads) attention_decode_merge_kernel(const __grid_constant__ DecodeParams p) {
-  __shared__ float4 scratch[kMergeThreads * 3 / 2];  // merge_rows: up to kMergeThreads (m, l, O~ piece)
+  __shared__ float4 scratch[kMergeScratchFloats / 4];
   wait_for_previous_grid();  // the split kernel's partials
   const int h_kv = static_cast<int>(blockIdx.y) % p.heads_kv;
   const int r0 = static_cast<int>(blockIdx.y) / p.heads_kv * p.chunk_rows;

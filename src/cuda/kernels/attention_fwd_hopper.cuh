@@ -62,6 +62,7 @@
 #include "cuda/host/once_per_device.h"
 #include "cuda/host/tma.h"
 #include "cuda/pipeline/tile_ring.cuh"
+#include "cuda/pipeline/launch_counter.cuh"
 #include "cuda/pipeline/tile_scheduler.cuh"
 #include "pasa/error.h"
 
