@@ -139,4 +139,13 @@ def sdpa_precheck(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: A
         return "enable_gqa: head counts differ without enable_gqa=True"
     if query.dim() == 4 and key.shape[1] > 0 and query.shape[1] % key.shape[1] != 0:
         return "heads: H_q is not a multiple of H_kv"
+    # Shapes torch broadcasts or allows and pasa does not: told here, from metadata, so that a call
+    # under torch.compile falls back too (its fake output has q's shape).
+    if key.shape[-1] != query.shape[-1] or value.shape[-1] != query.shape[-1]:
+        name = "k" if key.shape[-1] != query.shape[-1] else "v"
+        return f"{name}: head dim {(key if name == 'k' else value).shape[-1]} differs from q's {query.shape[-1]}"
+    if key.shape[:-2] != value.shape[:-2] or key.shape[-2] != value.shape[-2]:
+        return f"v: shape {tuple(value.shape)} differs from k's {tuple(key.shape)} but for the head dim"
+    if query.shape[0] != key.shape[0]:
+        return f"k: batch {key.shape[0]} differs from q's {query.shape[0]} (pasa does not broadcast it)"
     return None

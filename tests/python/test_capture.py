@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -303,6 +304,24 @@ def test_a_fallback_that_torch_refuses_is_counted_on_the_handle_too():
         with pytest.raises(RuntimeError):
             module(torch.zeros(1, 2, 5, 16))
     assert handle.fallbacks == pasa.stats()["fallbacks"] == 1 and handle.calls == 0
+
+
+def test_a_compiled_patched_call_falls_back_on_what_its_shapes_tell():
+    # torch allows V another head dim (MLA) and K / V a broadcast batch; pasa does not. Eager calls
+    # fell back on pasa's error; compiled ones traced the op, whose fake output has q's shape.
+    class Attend(torch.nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v)
+
+    module = Attend()
+    cases = [(torch.randn(1, 2, 5, 16), torch.randn(1, 2, 6, 16), torch.randn(1, 2, 6, 8)),
+             (torch.randn(3, 2, 5, 16), torch.randn(1, 2, 6, 16), torch.randn(1, 2, 6, 16))]
+    with torch.no_grad(), pasa.patch(module), warnings.catch_warnings():
+        warnings.simplefilter("ignore", pasa.PasaFallbackWarning)
+        for q, k, v in cases:
+            torch._dynamo.reset()
+            got = torch.compile(module, fullgraph=True)(q, k, v)
+            torch.testing.assert_close(got, torch._C._nn.scaled_dot_product_attention(q, k, v))
 
 
 def test_a_patched_model_compiles_with_fullgraph_once(model, x):
