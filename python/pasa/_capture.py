@@ -173,7 +173,11 @@ class Capture:
     def __exit__(self, *exc: Any) -> None:
         if self._functional is None:
             return
-        self._functional.scaled_dot_product_attention = self._original
+        with _router_lock:
+            original = self._original
+            if original is _router and _router_users == 0:  # (the patches were removed inside this capture)
+                original = _router_original
+            self._functional.scaled_dot_product_attention = original
         self._functional = None
         if self._tracker is not None:
             self._tracker.remove()
@@ -431,10 +435,10 @@ class Patch:
         call = CallInfo(index=self._index,
                         layer=self._tracker.current() if self._tracker else None,
                         timestep=self.timestep)
-        # (Under torch.compile a patch keeps no counts, and without a plan or name_fn no numbering: it
-        # names no call, and a traced update of a count would make every call recompile, see compiling().)
+        # (Under torch.compile a patch keeps no counts, and without a plan no numbering: it names no
+        # call, and a traced update of a count would make every call recompile, see compiling().)
         tracing = compiling()
-        if self._tracker is not None or not tracing:
+        if self.plan is not None or not tracing:
             self._index += 1
         policy = self.policy_for(call)
         routed = []

@@ -324,6 +324,19 @@ def test_a_compiled_patched_call_falls_back_on_what_its_shapes_tell():
             torch.testing.assert_close(got, torch._C._nn.scaled_dot_product_attention(q, k, v))
 
 
+def test_a_patched_model_with_name_fn_and_a_policy_compiles_once(model, x):
+    # name_fn names calls for a plan; with a fixed policy nothing is looked up by name, so tracing
+    # numbers no call (a traced count recompiled every call).
+    torch._dynamo.reset()
+    with torch.no_grad(), pasa.patch(model, policy="exact", name_fn=lambda call: f"c{call.index}"):
+        compiled = torch.compile(model, fullgraph=True)
+        for _ in range(3):
+            compiled(x)
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            for _ in range(12):
+                compiled(x)
+
+
 def test_a_patched_model_compiles_with_fullgraph_once(model, x):
     # Traced into one graph, compiled once: routed calls keep no counts while Dynamo traces them
     # (a traced count would be replayed as a constant and guarded on, recompiling every call).
@@ -414,6 +427,12 @@ def test_capture_inside_patch(tmp_path, model, x):
         with pasa.capture(tmp_path) as cap:
             model(x)
     assert len(cap.entries) == 3 and handle.calls == 3
+    assert F.scaled_dot_product_attention is torch._C._nn.scaled_dot_product_attention
+    # The patch removed while the capture runs: the capture's exit restores torch's function, not
+    # the router it found (which stayed installed with no patch).
+    handle = pasa.patch(model)
+    with pasa.capture(tmp_path / "second"):
+        handle.remove()
     assert F.scaled_dot_product_attention is torch._C._nn.scaled_dot_product_attention
 
 
