@@ -116,6 +116,9 @@ class _LayerTracker:
         stack = self._stack()
         return stack[-1] if stack else None
 
+    def __deepcopy__(self, memo: Any) -> "_LayerTracker":
+        return self  # (a model copied with its hooks, an EMA copy say: the copy's calls are tracked too)
+
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
@@ -412,6 +415,9 @@ class Patch:
     def reset(self) -> None:
         """Restarts call numbering at 0 (e.g. before each generation, to match a capture's)."""
         self._index = 0
+
+    def __deepcopy__(self, memo: Any) -> Patch:
+        return self  # (a model copied with its hooks, an EMA copy say, is routed by this patch too)
 
     def policy_for(self, call: CallInfo) -> str:
         """The policy text for a call: the fixed policy, or the plan's entry for its name."""

@@ -436,6 +436,22 @@ def test_capture_inside_patch(tmp_path, model, x):
     assert F.scaled_dot_product_attention is torch._C._nn.scaled_dot_product_attention
 
 
+def test_a_model_copied_inside_a_patch_is_routed_by_it(model, x):
+    # copy.deepcopy copies the hooks, and with them the patch (which holds a module and a thread-local:
+    # TypeError); an EMA copy made inside the `with` block is routed by the same patch instead.
+    import copy
+
+    with torch.no_grad():
+        want = model(x)
+        with pasa.patch(model, name_fn=lambda call: f"c{call.index}") as handle:
+            twin = copy.deepcopy(model)
+            got = twin(x)
+        assert handle.calls == 3
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(twin(x), want, atol=1e-5, rtol=1e-5)  # (the patch removed: torch's)
+    assert handle.calls == 3
+
+
 def test_patch_is_per_thread(model, x):
     other = TinyTransformer().eval()
     results = {}
