@@ -103,8 +103,10 @@ class _LayerTracker:
 
     def _enter(self, name: str, module: Any, args: Any) -> None:
         stack = self._stack()
-        if name == "":  # the model itself: whatever the stack holds was left by a forward that a
-            stack.clear()  # KeyboardInterrupt stopped (torch runs always_call hooks on Exception only)
+        # The model itself, not called from its own forward: whatever the stack holds was left by a
+        # forward that a KeyboardInterrupt stopped (torch runs always_call hooks on Exception only).
+        if name == "" and "" not in stack:
+            stack.clear()
         stack.append(name)
 
     def _exit(self, name: str, module: Any, args: Any, output: Any) -> None:
