@@ -168,8 +168,9 @@ void check_cache_indices(const KVCacheArgs& a, const CacheMap& map, std::int64_t
     }
   }
   if (appender.empty()) return;
-  // Where each appended block was last seen: a block an append writes may appear once in all the tables.
-  std::unordered_map<std::int64_t, std::pair<std::int64_t, std::int64_t>> seen;  // id -> (b, i)
+  // Where each appended block was last seen in its appender's table (any other sequence holding it is
+  // refused first): a block an append writes may appear once in all the tables.
+  std::unordered_map<std::int64_t, std::int64_t> seen_at;
   for (std::int64_t b = 0; b < B; ++b) {
     for (std::int64_t i = 0; i < map.blocks_for(a.cache_seqlens[b] + s_new); ++i) {
       const std::int64_t id = map.block(b, i * map.block_size);
@@ -179,12 +180,12 @@ void check_cache_indices(const KVCacheArgs& a, const CacheMap& map, std::int64_t
         throw Error(text::format("block_table: block {} is used by sequences {} and {}, and {}'s append "
                                 "writes into it", id, b, writer->second, writer->second));
       }
-      const auto [place, first] = seen.try_emplace(id, b, i);
-      if (!first && place->second.first == b && place->second.second != i) {
+      const auto [place, first] = seen_at.try_emplace(id, i);
+      if (!first && place->second != i) {
         throw Error(text::format("block_table: block {} is at [{}, {}] and [{}, {}], and sequence {}'s "
-                                "append writes into it", id, b, place->second.second, b, i, b));
+                                "append writes into it", id, b, place->second, b, i, b));
       }
-      place->second = {b, i};
+      place->second = i;
     }
   }
 }

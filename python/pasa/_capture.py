@@ -479,9 +479,7 @@ class Patch:
         """Stops routing: removes the hooks and, with the last patch, restores torch's SDPA."""
         if self._removed:
             return
-        self._removed = True
-        stack = _active_patches()  # (this thread's entries of an interrupted forward)
-        stack[:] = [patch for patch in stack if patch is not self]
+        self._removed = True  # (_router drops it where an interrupted forward left it on a stack)
         for handle in self._handles:
             handle.remove()
         if self._tracker is not None:

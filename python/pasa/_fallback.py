@@ -141,10 +141,10 @@ def sdpa_precheck(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: A
         return "heads: H_q is not a multiple of H_kv"
     # Shapes torch broadcasts or allows and pasa does not: told here, from metadata, so that a call
     # under torch.compile falls back too (its fake output has q's shape).
-    if key.shape[-1] != query.shape[-1] or value.shape[-1] != query.shape[-1]:
-        name = "k" if key.shape[-1] != query.shape[-1] else "v"
-        return f"{name}: head dim {(key if name == 'k' else value).shape[-1]} differs from q's {query.shape[-1]}"
-    if key.shape[:-2] != value.shape[:-2] or key.shape[-2] != value.shape[-2]:
+    for name, t in (("k", key), ("v", value)):
+        if t.shape[-1] != query.shape[-1]:
+            return f"{name}: head dim {t.shape[-1]} differs from q's {query.shape[-1]}"
+    if key.shape[:-1] != value.shape[:-1]:
         return f"v: shape {tuple(value.shape)} differs from k's {tuple(key.shape)} but for the head dim"
     if query.shape[0] != key.shape[0]:
         return f"k: batch {key.shape[0]} differs from q's {query.shape[0]} (pasa does not broadcast it)"

@@ -78,6 +78,10 @@ def _launch(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optional[Tensor],
                         attn_mask, window_left, window_right, softcap)
             return
         stream = _current_raw_stream(q.device.index)
+    # (the ops' own run: direct calls of torch.ops.pasa reach it unchecked, and compiled calls too)
+    for name, x in (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse), ("attn_mask", attn_mask)):
+        if x is not None:
+            check_sign_bits(x, name)
     mask, mask_kind = _mask_argument(q, k, layout, attn_mask)
     _core.attention(_capsule(q), _capsule(k), _capsule(v), _capsule(out),
                     None if lse is None else _capsule(lse), core_policy(policy), causal,
@@ -109,14 +113,9 @@ def _capsule(t: Tensor) -> object:
     Handing the tensor itself to the extension would call ``t.__dlpack__()``, which in some torch
     versions makes the default stream wait on the current one (an event per tensor, and an error
     inside CUDA-graph capture). pasa works on the caller's current stream, so none is needed.
-    detach(): pasa only reads q, k, v, and DLPack refuses tensors that require grad. A lazy sign
-    (check_sign_bits) is refused here too, for direct calls of the torch.ops.pasa ops, whose
-    arguments no check named.
+    detach(): pasa only reads q, k, v, and DLPack refuses tensors that require grad. The callers
+    check for a lazy sign (check_sign_bits) first: DLPack would drop it.
     """
-    if t.is_neg() or t.is_conj():
-        raise PasaError("a tensor with torch's negative or conjugate bit set (a lazy view such as "
-                        "z.conj().imag) reached pasa's kernels; pass it resolved (t.resolve_neg(), "
-                        "t.resolve_conj())")
     return _to_dlpack(t.detach())
 
 
