@@ -152,7 +152,6 @@ void bench_decode(cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, std:
     p.rows = Hq / Hkv;
     p.row_chunks = 1;
     p.splits = 1;
-    p.split_keys = (sh.S + 63) / 64 * 64;
     p.direct = true;
     std::vector<std::vector<float>> times(pasa::cuda::kDecodeVariants);
     std::vector<unsigned> differ(pasa::cuda::kDecodeVariants, 0);

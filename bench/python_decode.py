@@ -3,7 +3,7 @@
 tensors, pasa.attention_with_kvcache on a dense and on paged KV caches, interleaved in one process on
 the same keys and values, eager and replayed as CUDA graphs.
 
-Usage: python3 bench/python_decode.py [out_csv] [--fp16] [--blocks-in-order]
+Usage: python3 bench/python_decode.py [out_csv] [--fp16] [--blocks-in-order] [--batches=B,...]
 
 Points: S_q = 1, 32 query / 8 KV heads, d = 128, bf16 (fp16 with --fp16: the fdpp policy's own input
 format, which it then reads without converting), B 1 / 8 / 64, S_kv 4k / 16k / 32k, normal(0, 1)
@@ -18,9 +18,11 @@ inputs, no mask (S_q = 1). A point whose tensors do not fit in the GPU's free me
                             owns blocks b n .. b n + n - 1 in order, so the table's reads alone
                             separate paged from dense)
   kv-paged16-fdpp           kv-paged16 under the fdpp policy
-Every cache holds the dense tensors' keys and values and is full (cache_seqlens = S_kv, no append),
-so every method computes the same attention; each output is checked against the first method's
-(2e-2 of its scale) and a disagreement is said on stderr.
+  kv-cap32k                 kv-dense in a cache of 32k positions a sequence (a server's cache sized
+                            for its longest request), the keys in its first S_kv
+Every cache holds the dense tensors' keys and values and is full (cache_seqlens = S_kv, no append)
+but kv-cap32k's, so every method computes the same attention; each output is checked against the first
+method's (2e-2 of its scale) and a disagreement is said on stderr. --batches=1,8 runs those batches only.
 
 Eager: per round every method runs once in a rotated order, CUDA events around each call, nothing
 waiting between calls; the median of 30 rounds after 5 warm-up rounds (bench/interleaved.py). An
@@ -44,10 +46,11 @@ from interleaved import interleaved_ms
 H_Q, H_KV, D = 32, 8, 128
 BATCHES = (1, 8, 64)
 SEQS = (4096, 16384, 32768)
+CAPACITY = 32768  # kv-cap32k's positions a sequence
 WARMUP, RUNS = 5, 30
 RATIOS = [("attention/cudnn", "attention", "torch-cudnn"), ("kv-dense/cudnn", "kv-dense", "torch-cudnn"),
           ("paged16/dense", "kv-paged16", "kv-dense"), ("paged64/dense", "kv-paged64", "kv-dense"),
-          ("fdpp/exact", "kv-paged16-fdpp", "kv-paged16")]
+          ("fdpp/exact", "kv-paged16-fdpp", "kv-paged16"), ("cap32k/dense", "kv-cap32k", "kv-dense")]
 
 
 def block_table(B, S, block, gen, in_order):
@@ -95,6 +98,10 @@ def methods(B, S, gen, dtype, blocks_in_order):
                                                    policy=policy)
 
     fns["kv-dense"] = kvcache(k_cache, v_cache)
+    roomy = [torch.zeros((B, CAPACITY, H_KV, D), dtype=dtype, device="cuda") for _ in range(2)]
+    for cache, x in zip(roomy, (k_cache, v_cache)):
+        cache[:, :S] = x
+    fns["kv-cap32k"] = kvcache(*roomy)
     for block in (16, 64):
         table = block_table(B, S, block, gen, blocks_in_order)
         k_pool, v_pool = paged(k_cache, table), paged(v_cache, table)
@@ -144,12 +151,12 @@ def fits(B, S):
     """Whether a point's tensors fit: K and V dense, as a dense cache and as two paged ones."""
     kv_bytes = 2 * B * S * H_KV * D * 2
     free, _ = torch.cuda.mem_get_info()
-    return 4 * kv_bytes + (1 << 30) < free
+    return 4 * kv_bytes + kv_bytes * CAPACITY // S + (1 << 30) < free
 
 
-def bench(dtype, blocks_in_order):
+def bench(dtype, blocks_in_order, batches):
     rows = []
-    for B in BATCHES:
+    for B in batches:
         for S in SEQS:
             torch.cuda.empty_cache()
             if not fits(B, S):
@@ -194,8 +201,17 @@ def main():
         sys.exit("python_decode.py needs a CUDA GPU and a pasa build with the CUDA kernels")
     flags = ("--fp16", "--blocks-in-order")
     fp16, in_order = (f in sys.argv[1:] for f in flags)
-    paths = [a for a in sys.argv[1:] if a not in flags]
-    rows = bench(torch.float16 if fp16 else torch.bfloat16, in_order)
+    batches = BATCHES
+    for a in sys.argv[1:]:
+        if a.startswith("--batches="):
+            try:
+                batches = tuple(int(b) for b in a.split("=", 1)[1].split(","))
+            except ValueError:
+                sys.exit(f"{a}: want --batches=B[,B...] with whole numbers")
+            if not batches or min(batches) < 1:
+                sys.exit(f"{a}: every batch must be at least 1")
+    paths = [a for a in sys.argv[1:] if a not in flags and not a.startswith("--batches=")]
+    rows = bench(torch.float16 if fp16 else torch.bfloat16, in_order, batches)
     if not rows:
         sys.exit("no point ran")
     print_tables(rows, "fp16" if fp16 else "bf16", "in order" if in_order else "shuffled")

@@ -408,6 +408,31 @@ TEST(CudaKVCacheDecode, DenseCacheWithAppendMatchesTheEmulator) {
   }
 }
 
+// A dense cache far longer than its sequences (a server's cache sized for its longest request): the
+// plan's many splits (chosen for the capacity) cut each sequence's own length, the full capacity, a
+// length that is no multiple of a tile, one shorter than the splits' tiles and none at all.
+TEST(CudaKVCacheDecode, DenseCacheFarLongerThanItsSequencesMatchesTheEmulator) {
+  REQUIRE_GPU();
+  for (const std::int64_t S_q : {1, 4}) {
+    for (const bool causal : {false, true}) {
+      for (const DType in : {DType::f16, DType::bf16}) {
+        for (const bool fdpp : {false, true}) {
+          if (fdpp && (S_q != 1 || causal)) continue;
+          const auto seed = test::fresh_seed();
+          std::mt19937_64 rng(seed);
+          KVProblem p = make_kv(4, S_q, 128, 4, 8192, 0, in, DType::f32, false, rng);
+          p.seqlens = {8192, 4100, 65, 0};
+          p.options.policy = fdpp ? preset_policy("fdpp") : exact_policy(in);
+          p.options.causal = causal;
+          SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(p));
+          const Outcome gpu = expect_matches_emulator(p);
+          expect_fully_masked(gpu, rows_of(p, 3), 128);  // sequence 3 has no key
+        }
+      }
+    }
+  }
+}
+
 // FlashDecoding++'s unified maximum on a paged cache, with and without an append, short and long.
 TEST(CudaKVCacheDecode, FdppOnAPagedCacheMatchesTheEmulator) {
   REQUIRE_GPU();

@@ -53,99 +53,137 @@ __device__ __forceinline__ void store_final(const DecodeParams& p, int b, int h_
 }
 
 constexpr int kMergeThreads = DecodeTile::kWarps * 32;  // the split kernel's threads, and the merge kernel's
+// Each item's splits are folded in this many interleaved ways (split s in way s % kMergeWays), whose
+// results are then folded in way order: the arithmetic of an item, whether one thread takes all its
+// ways or kMergeWays threads take one each.
+constexpr int kMergeWays = 4;
 // Shared memory merge_rows may use: a (m, l, O~ piece) of 6 floats for each of kMergeThreads threads.
 constexpr int kMergeScratchFloats = kMergeThreads * 6;
 
+namespace merge_detail {
+
+// A running (m, l, O~ piece) of the merge, m in base-2 units (-inf: nothing seen yet).
+struct Partial {
+  float m = -INFINITY, l = 0.0f;
+  float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+};
+
+// Folds kCount terms (m, l, O~ piece) into `run`: entries first, first + kStride, ... of ml and x, in
+// that order, each weighed 2^(m - ref) against ref, the max of run's m and theirs (the online softmax's
+// step; an absent term, m = -inf, weighs 0).
+template <int kCount, int kStride, int kN>
+__device__ __forceinline__ void fold(Partial& run, const float2 (&ml)[kN], const float4 (&x)[kN], int first) {
+  float m = run.m;
+#pragma unroll
+  for (int u = 0; u < kCount; ++u) m = fmaxf(m, ml[first + kStride * u].x);
+  const float ref = m == -INFINITY ? 0.0f : m;
+  const float c = exp2f(run.m - ref);
+  run.m = m;
+  run.l *= c;
+  run.o = make_float4(run.o.x * c, run.o.y * c, run.o.z * c, run.o.w * c);
+#pragma unroll
+  for (int u = 0; u < kCount; ++u) {
+    const float2 t = ml[first + kStride * u];
+    const float4 o = x[first + kStride * u];
+    const float w = exp2f(t.x - ref);
+    run.l += w * t.y;
+    run.o = make_float4(run.o.x + w * o.x, run.o.y + w * o.y, run.o.z + w * o.z, run.o.w + w * o.w);
+  }
+}
+
+// One term, for folding the ways' results.
+__device__ __forceinline__ void fold_one(Partial& run, const Partial& way) {
+  const float2 ml[1] = {make_float2(way.m, way.l)};
+  const float4 x[1] = {way.o};
+  fold<1, 1>(run, ml, x, 0);
+}
+
+}  // namespace merge_detail
+
 // Exact merge of a group's splits (algorithms.md section 1): rows [first, first + count) of the group's
 // `rows` packed rows from r0 of K/V head h_kv of sequence b (the last split CTA takes all of them, the
-// merge kernel a row a CTA). The merge's time is its chain of dependent reads, so every thread takes
-// an item, a (row, 4-column piece), and reads the m, l and O~ of up to kUnroll splits at once (past the
-// end: nothing), folded into a running max as the online softmax does; where the group has fewer
-// items than a CTA has threads, `ways` threads share an item's splits (split s to way s % ways) and
-// fold their results through `scratch` (shared memory) in way order. An item's arithmetic depends on
-// the group alone, not on which rows a CTA takes, so both merges give the same bits. Partials of the
-// unified max (m = phi) and of the synchronized fallback (their own m) are weighed alike; with a
-// counter, the rows some split flagged are counted.
+// merge kernel a row a CTA). The merge's time is its chain of dependent reads, so each item, a (row,
+// 4-column piece), reads the m, l and O~ of many splits at once: kUnroll a batch, kUnroll /
+// kMergeWays of each way. Where a CTA has kMergeWays threads for each of its items, each thread takes
+// a way and the ways fold through `scratch` (shared memory), else a thread takes all the ways of an
+// item. An item's arithmetic is the same either way and does not depend on which rows a CTA takes, so
+// both merges give the same bits. Partials of the unified max (m = phi) and of the synchronized
+// fallback (their own m) are weighed alike; with a counter, the rows some split flagged are counted.
 template <int kHeadDim>
 __device__ __forceinline__ void merge_rows(const DecodeParams& p, int b, int h_kv, int r0, int rows, int first,
                                            int count, float* scratch) {
+  using merge_detail::Partial;
   constexpr int kQuads = kHeadDim / 4;
-  // (32: one round of loads for the 22-27 splits of B 1 at d 128; 16 at d 256, whose kernel is at
-  // the register limit already)
+  // (32: one batch of loads for the 22-33 splits of B 1 at d 128; 16 at d 256, whose split kernel is
+  // at the register limit already)
   constexpr int kUnroll = kHeadDim <= 128 ? 32 : 16;
+  constexpr int kWayUnroll = kUnroll / kMergeWays;
+  static_assert(kUnroll % kMergeWays == 0, "a batch holds whole ways: split s is in way s % kMergeWays");
   const std::int64_t R = static_cast<std::int64_t>(gridDim.z) * p.heads_kv * p.rows;  // (both kernels: grid z = B)
   const std::int64_t row0 = (static_cast<std::int64_t>(b) * p.heads_kv + h_kv) * p.rows + r0;
-  const int ways = max(1, kMergeThreads / (rows * kQuads));
   const int items = count * kQuads, item0 = first * kQuads;  // this CTA's
   const int t = static_cast<int>(threadIdx.x);
-  struct Partial {
-    float m, l;
-    float4 o;
+  // Split s's (m, l) and O~ piece of an item ((-inf, 0) and 0 past the last split).
+  const auto load = [&](int s, int item, float2& ml, float4& x) {
+    ml = make_float2(-INFINITY, 0.0f);
+    x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (s < p.splits) {
+      const std::int64_t i = s * R + row0 + item / kQuads;
+      ml = __ldcg(reinterpret_cast<const float2*>(p.part_ml + i * 2));
+      x = __ldcg(reinterpret_cast<const float4*>(p.part_o + i * kHeadDim + (item % kQuads) * 4));
+    }
   };
-  // Rescales the running partial to the max of its m and m (base-2; -inf: nothing seen, weight 0),
-  // then add(ref) adds the new terms, each weighted against that max, ref.
-  const auto fold = [](Partial& run, float m, const auto& add) {
-    const float m_new = fmaxf(run.m, m);
-    const float ref = m_new == -INFINITY ? 0.0f : m_new;
-    const float c = exp2f(run.m - ref);
-    run.l *= c;
-    run.o = make_float4(run.o.x * c, run.o.y * c, run.o.z * c, run.o.w * c);
-    run.m = m_new;
-    add(ref);
-  };
-  const auto add_weighted = [](Partial& run, float w, float l, float4 o) {
-    run.l += w * l;
-    run.o = make_float4(run.o.x + w * o.x, run.o.y + w * o.y, run.o.z + w * o.z, run.o.w + w * o.w);
+  const auto store = [&](int item, const Partial& run) {
+    store_final(p, b, h_kv, r0 + item / kQuads, (item % kQuads) * 4, run.m, run.l, run.o);
   };
 
-  for (int slot = t; slot < items * ways; slot += kMergeThreads) {  // (one pass when ways > 1)
-    const int item = item0 + slot % items, way = slot / items;
-    const std::int64_t row = row0 + item / kQuads;
-    const int col = (item % kQuads) * 4;
-    Partial run{-INFINITY, 0.0f, make_float4(0.0f, 0.0f, 0.0f, 0.0f)};
-    for (int s0 = way; s0 < p.splits; s0 += ways * kUnroll) {
-      float2 ml[kUnroll];
-      float4 x[kUnroll];
+  if (items * kMergeWays <= kMergeThreads) {
+    // A thread a way (slot = way items + item): the ways' results meet in scratch.
+    Partial run;
+    const int item = item0 + t % items, way = t / items;
+    if (t < items * kMergeWays) {
+      for (int s0 = 0; s0 < p.splits; s0 += kUnroll) {
+        float2 ml[kWayUnroll];
+        float4 x[kWayUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int s = s0 + ways * u;
-        ml[u] = make_float2(-INFINITY, 0.0f);
-        x[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (s < p.splits) {
-          ml[u] = __ldcg(reinterpret_cast<const float2*>(p.part_ml + (s * R + row) * 2));
-          x[u] = __ldcg(reinterpret_cast<const float4*>(p.part_o + (s * R + row) * kHeadDim + col));
-        }
+        for (int u = 0; u < kWayUnroll; ++u) load(s0 + way + kMergeWays * u, item, ml[u], x[u]);
+        merge_detail::fold<kWayUnroll, 1>(run, ml, x, 0);
       }
-      float m = -INFINITY;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) m = fmaxf(m, ml[u].x);
-      fold(run, m, [&](float ref) {
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) add_weighted(run, exp2f(ml[u].x - ref), ml[u].y, x[u]);
-      });
+      scratch[t * 2] = run.m;
+      scratch[t * 2 + 1] = run.l;
+      reinterpret_cast<float4*>(scratch + 2 * kMergeThreads)[t] = run.o;
     }
-    if (ways == 1) {
-      store_final(p, b, h_kv, r0 + item / kQuads, col, run.m, run.l, run.o);
-    } else {
-      scratch[slot * 2] = run.m;
-      scratch[slot * 2 + 1] = run.l;
-      reinterpret_cast<float4*>(scratch + 2 * items * ways)[slot] = run.o;
-    }
-  }
-  if (ways > 1) {
     __syncthreads();
     if (t < items) {
-      Partial run{-INFINITY, 0.0f, make_float4(0.0f, 0.0f, 0.0f, 0.0f)};
-      for (int way = 0; way < ways; ++way) {
-        const int slot = way * items + t;
-        const float m = scratch[slot * 2];
-        fold(run, m, [&](float ref) {
-          add_weighted(run, exp2f(m - ref), scratch[slot * 2 + 1],
-                       reinterpret_cast<const float4*>(scratch + 2 * items * ways)[slot]);
-        });
+      Partial total;
+#pragma unroll
+      for (int w = 0; w < kMergeWays; ++w) {
+        const int slot = w * items + t;
+        Partial part;
+        part.m = scratch[slot * 2];
+        part.l = scratch[slot * 2 + 1];
+        part.o = reinterpret_cast<const float4*>(scratch + 2 * kMergeThreads)[slot];
+        merge_detail::fold_one(total, part);
       }
-      const int item = item0 + t;
-      store_final(p, b, h_kv, r0 + item / kQuads, (item % kQuads) * 4, run.m, run.l, run.o);
+      store(item0 + t, total);
+    }
+  } else {
+    // A thread an item, its ways side by side.
+    for (int i = t; i < items; i += kMergeThreads) {
+      const int item = item0 + i;
+      Partial run[kMergeWays];
+      for (int s0 = 0; s0 < p.splits; s0 += kUnroll) {
+        float2 ml[kUnroll];
+        float4 x[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) load(s0 + u, item, ml[u], x[u]);
+#pragma unroll
+        for (int w = 0; w < kMergeWays; ++w) merge_detail::fold<kWayUnroll, kMergeWays>(run[w], ml, x, w);
+      }
+      Partial total;
+#pragma unroll
+      for (int w = 0; w < kMergeWays; ++w) merge_detail::fold_one(total, run[w]);
+      store(item, total);
     }
   }
   if (p.counter != nullptr && t < count) {

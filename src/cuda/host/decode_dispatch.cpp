@@ -48,10 +48,10 @@ DecodePlan plan_decode(const DecodeShape& shape, int sm_count) {
                    ? shape.policy_splits
                    : choose_decode_splits(static_cast<long long>(shape.batch) * shape.heads_kv * plan.row_chunks,
                                           shape.seq_kv, tile.block_n, sm_count, tile.ctas_per_sm);
-  // Split boundaries on whole key tiles; no empty split.
-  const int per_split = (shape.seq_kv + splits - 1) / splits;
-  plan.split_keys = (per_split + tile.block_n - 1) / tile.block_n * tile.block_n;
-  plan.splits = (shape.seq_kv + plan.split_keys - 1) / plan.split_keys;
+  // Split boundaries on whole key tiles; no empty split at the full length (the kernel cuts this many
+  // splits again with the same keys a split).
+  const int split_keys = decode_split_keys(shape.seq_kv, splits, tile.block_n);
+  plan.splits = (shape.seq_kv + split_keys - 1) / split_keys;
   plan.direct = plan.splits == 1;
   // Workspace: the splits' partials, flags and the groups' arrival counters (none when the CTAs write
   // O directly), then the counter of flagged rows (the unified max only).
@@ -78,7 +78,6 @@ long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* works
   p.heads_kv = r.heads_kv;
   p.rows = plan.rows;
   p.row_chunks = plan.row_chunks;
-  p.split_keys = plan.split_keys;
   p.splits = plan.splits;
   p.direct = plan.direct;
   p.chunk_rows = 16 * plan.m_tiles;

@@ -117,8 +117,7 @@ struct DecodeParams {
   int heads_kv;
   int rows;          // packed rows of one K/V head: group * seq_q
   int row_chunks;    // CTAs along the packed rows: ceil(rows / (16 m_tiles))
-  int splits;        // key ranges: split z covers [z split_keys, min((z + 1) split_keys, S_kv))
-  int split_keys;    // a multiple of the tile's block_n
+  int splits;        // key ranges of each sequence (decode_split_keys)
   bool direct;       // one split: the CTA writes O and the LSE itself
   bool merge_in_last_split;  // (several splits) the group's last split merges it, else the merge kernel
   int chunk_rows;    // packed rows a CTA takes: 16 m_tiles
@@ -154,7 +153,7 @@ constexpr int decode_m_tiles(int head_dim, long long rows) {
 // The host decisions of one decode shape (decode_dispatch.cpp), taken once: the packed rows, the
 // split count and the workspace layout.
 struct DecodePlan {
-  int rows, m_tiles, row_chunks, splits, split_keys;
+  int rows, m_tiles, row_chunks, splits;
   bool direct;  // one split: the CTAs write O and the LSE; the workspace holds the counter only
   std::size_t o_bytes, ml_bytes, flag_bytes, arrival_bytes;  // the workspace's arrays, 256-aligned (none when direct)
   std::size_t workspace_bytes;
@@ -175,6 +174,16 @@ struct DecodeRequest : KernelRequest {
 // the count lives on the device), else 0 with no synchronization, allocation or device query.
 long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* workspace,
                      bool count_recomputed, void* stream);
+
+// The keys of one split of a sequence of `seq_kv` keys cut into `splits` ranges of whole tiles: split z
+// covers [z k, min((z + 1) k, seq_kv)) for k = decode_split_keys(seq_kv, splits, block_n). The kernel
+// cuts each sequence's own length (a KV cache's lengths are read on the device): a cache longer than
+// its sequences spreads their keys over every split, as flash-attn's split-KV kernel does, instead of
+// leaving the splits past the lengths idle.
+constexpr int decode_split_keys(int seq_kv, int splits, int block_n) {
+  const int per_split = (seq_kv + splits - 1) / splits;
+  return (per_split + block_n - 1) / block_n * block_n;
+}
 
 // Splits of the key axis for `base_ctas` CTAs per split: enough CTAs to fill sm_count SMs at
 // ctas_per_sm each, in whole waves where possible, each split at least two key tiles.

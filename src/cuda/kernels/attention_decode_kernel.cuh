@@ -174,8 +174,9 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
   const int r_last = min(r0 + kBlockM, p.rows) - 1;      // ... and its last valid one
   const std::int64_t head_row0 = (static_cast<std::int64_t>(b) * p.heads_kv + h_kv) * p.rows;  // row index base
   const SequenceKeys keys = sequence_keys(p, b);
-  const int k_begin = split * p.split_keys;
-  const int k_end = min(keys.seq_kv, k_begin + p.split_keys);
+  const int split_keys = decode_split_keys(keys.seq_kv, p.splits, kBlockN);  // (0 for no key)
+  const int k_begin = split * split_keys;
+  const int k_end = min(keys.seq_kv, k_begin + split_keys);
 
   // This thread's rows (r = 2 mt + i: packed row r0 + 16 mt + 8 i + lane / 4) and their visible key
   // ends within the split; padding rows (past p.rows) compute on Q = 0 and are never written.
