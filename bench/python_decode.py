@@ -11,6 +11,8 @@ inputs, no mask (S_q = 1). A point whose tensors do not fit in the GPU's free me
 (said on stderr). Methods:
   torch-cudnn, torch-flash  SDPA's backends on q [B, 32, 1, 128], k, v [B, 8, S_kv, 128]
                             (enable_gqa=True, else the backend's own head broadcast)
+  torch-cudnn-bshd          torch-cudnn on the dense cache's memory ([B, S_kv, 8, 128], flash-attn's KV
+                            cache layout) seen as [B, 8, S_kv, 128]
   attention                 pasa.attention, exact, on the same dense tensors
   kv-dense                  pasa.attention_with_kvcache, exact, dense cache [B, S_kv, 8, 128]
   kv-paged16, kv-paged64    the same on a paged cache of 16- / 64-position blocks, each sequence's
@@ -25,7 +27,9 @@ but kv-cap32k's, so every method computes the same attention; each output is che
 method's (2e-2 of its scale) and a disagreement is said on stderr. --batches=1,8 runs those batches only.
 
 Eager: per round every method runs once in a rotated order, CUDA events around each call, nothing
-waiting between calls; the median of 30 rounds after 5 warm-up rounds (bench/interleaved.py). An
+waiting between calls, L2 flushed before each (a decode step's keys and values are not in L2 when a
+layer runs; without the flush, B 1 4k's 17 MB stay there and methods on shared tensors gain from
+following each other); the median of 30 rounds after 5 warm-up rounds (bench/interleaved.py). An
 eager attention_with_kvcache copies cache_seqlens and block_table to the host to check them, waiting
 for the stream: its eager time includes that wait and the check, and the call after it starts on an
 idle GPU (its host time shows in its time). Graphs: each method captured once with torch.cuda.graph,
@@ -49,6 +53,7 @@ SEQS = (4096, 16384, 32768)
 CAPACITY = 32768  # kv-cap32k's positions a sequence
 WARMUP, RUNS = 5, 30
 RATIOS = [("attention/cudnn", "attention", "torch-cudnn"), ("kv-dense/cudnn", "kv-dense", "torch-cudnn"),
+          ("kv-dense/cudnn-bshd", "kv-dense", "torch-cudnn-bshd"),
           ("paged16/dense", "kv-paged16", "kv-dense"), ("paged64/dense", "kv-paged64", "kv-dense"),
           ("fdpp/exact", "kv-paged16-fdpp", "kv-paged16"), ("cap32k/dense", "kv-cap32k", "kv-dense")]
 
@@ -91,6 +96,12 @@ def methods(B, S, gen, dtype, blocks_in_order):
                 continue
             fns[name] = sdpa
             break
+    k_bshd, v_bshd = (x.transpose(1, 2) for x in (k_cache, v_cache))
+
+    def sdpa_bshd():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(q, k_bshd, v_bshd, enable_gqa=True)
+    fns["torch-cudnn-bshd"] = sdpa_bshd
     fns["attention"] = lambda: pasa.attention(q, k, v)
 
     def kvcache(kc, vc, table=None, policy="exact"):
@@ -166,7 +177,7 @@ def bench(dtype, blocks_in_order, batches):
             run_once_and_check(fns, B, S)
             kv_bytes = 2.0 * B * S * H_KV * D * 2
             for mode, calls in (("eager", fns), ("graph", graphs(fns, B, S))):
-                for name, ms in interleaved_ms(calls, WARMUP, RUNS).items():
+                for name, ms in interleaved_ms(calls, WARMUP, RUNS, flush_l2=True).items():
                     rows.append({"B": B, "S_kv": S, "method": name, "mode": mode, "us": f"{ms * 1e3:.2f}",
                                  "tbps": f"{kv_bytes / (ms * 1e-3) / 1e12:.3f}"})
                 print(f"# B {B} S_kv {S} {mode} done", file=sys.stderr, flush=True)
@@ -184,16 +195,16 @@ def print_tables(rows, dtype_name, blocks):
           f"pasa {pasa.__version__})")
     for title, column, digits in (("microseconds", 0, 2), ("TB/s of K and V read", 1, 3)):
         print(f"\n{title}")
-        print(f"{'B':>3}{'S_kv':>7} {'mode':<6}" + "".join(f"{n:>16}" for n in names))
+        print(f"{'B':>3}{'S_kv':>7} {'mode':<6}" + "".join(f"{n:>18}" for n in names))
         for (B, S, mode), t in table.items():
             cells = (t[n][column] if n in t else float("nan") for n in names)
-            print(f"{B:>3}{S:>7} {mode:<6}" + "".join(f"{c:16.{digits}f}" for c in cells))
+            print(f"{B:>3}{S:>7} {mode:<6}" + "".join(f"{c:18.{digits}f}" for c in cells))
     print("\nratios of TB/s under CUDA graphs (above 1: the first is faster)")
-    print(f"{'B':>3}{'S_kv':>7}" + "".join(f"{r[0]:>17}" for r in RATIOS))
+    print(f"{'B':>3}{'S_kv':>7}" + "".join(f"{r[0]:>20}" for r in RATIOS))
     for (B, S, mode), t in table.items():
         if mode == "graph":
             cells = [t[a][1] / t[b][1] if a in t and b in t else float("nan") for _, a, b in RATIOS]
-            print(f"{B:>3}{S:>7}" + "".join(f"{c:17.3f}" for c in cells))
+            print(f"{B:>3}{S:>7}" + "".join(f"{c:20.3f}" for c in cells))
 
 
 def main():

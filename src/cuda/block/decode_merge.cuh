@@ -79,15 +79,18 @@ __device__ __forceinline__ void fold(Partial& run, const float2 (&ml)[kN], const
   const float ref = m == -INFINITY ? 0.0f : m;
   const float c = exp2f(run.m - ref);
   run.m = m;
-  run.l *= c;
-  run.o = make_float4(run.o.x * c, run.o.y * c, run.o.z * c, run.o.w * c);
+  // (explicit roundings: where the compiler fuses a multiply into an add depends on the code around
+  // it, and the two ways of running an item must round alike)
+  run.l = __fmul_rn(run.l, c);
+  run.o = make_float4(__fmul_rn(run.o.x, c), __fmul_rn(run.o.y, c), __fmul_rn(run.o.z, c), __fmul_rn(run.o.w, c));
 #pragma unroll
   for (int u = 0; u < kCount; ++u) {
     const float2 t = ml[first + kStride * u];
     const float4 o = x[first + kStride * u];
     const float w = exp2f(t.x - ref);
-    run.l += w * t.y;
-    run.o = make_float4(run.o.x + w * o.x, run.o.y + w * o.y, run.o.z + w * o.z, run.o.w + w * o.w);
+    run.l = __fmaf_rn(w, t.y, run.l);
+    run.o = make_float4(__fmaf_rn(w, o.x, run.o.x), __fmaf_rn(w, o.y, run.o.y), __fmaf_rn(w, o.z, run.o.z),
+                        __fmaf_rn(w, o.w, run.o.w));
   }
 }
 
