@@ -265,7 +265,7 @@ def _check_tensor_arguments(q: Tensor, k: Tensor, v: Tensor, out: Optional[Tenso
         _check_dtype(x, name)
     for name, x in named[1:]:  # (a meta k beside CPU q reached the op's fake: uninitialized output)
         if x.device != q.device:
-            raise PasaError(f"{name}: on {x.device}, q on {q.device}; {name} must be on q's device")
+            raise PasaError(f"{name}: on {x.device} but q is on {q.device} ({name} must be on q's device)")
     if out is not None:
         if torch.is_grad_enabled() and any(t.requires_grad for _, t in named):
             raise PasaError("out: pasa.attention with out= does not record autograd (an input or out "
@@ -350,8 +350,8 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, policy: str, causal: bool,
     if (out is None and attn_mask is None and type(q) is Tensor and type(k) is Tensor and type(v) is Tensor
             and q.is_cuda and k.is_cuda and v.is_cuda  # (the plans' key holds device indices, not types)
             and not (q.requires_grad or k.requires_grad or v.requires_grad)
-            and not (q.is_neg() or k.is_neg() or v.is_neg())  # (refused by the checks below)
-            and _untraced()):
+            and _untraced()  # (before is_neg, which torch.compile cannot trace: it returns a bool)
+            and not (q.is_neg() or k.is_neg() or v.is_neg())):  # (refused by the checks below)
         o, lse = _planned_attention(q, k, v, policy, causal, causal_alignment, scale, layout,
                                     return_lse, window_size[0], window_size[1], softcap)
         return (o, lse) if return_lse else o

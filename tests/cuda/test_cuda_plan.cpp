@@ -110,11 +110,11 @@ struct DeviceProblem {
   DeviceTensor dq, dk, dv, d_o;
   AttentionArgs args;
   DeviceProblem(std::int64_t B, std::int64_t Hq, std::int64_t Hkv, std::int64_t Sq, std::int64_t Skv,
-                const char* policy, std::mt19937_64& rng)
-      : q(test::random_tensor(B, Hq, Sq, 128, rng, DType::f16)),
-        k(test::random_tensor(B, Hkv, Skv, 128, rng, DType::f16)),
-        v(test::random_tensor(B, Hkv, Skv, 128, rng, DType::f16)),
-        o(test::make_tensor(B, Hq, Sq, 128, DType::f16)),
+                const char* policy, std::mt19937_64& rng, std::int64_t D = 128)
+      : q(test::random_tensor(B, Hq, Sq, D, rng, DType::f16)),
+        k(test::random_tensor(B, Hkv, Skv, D, rng, DType::f16)),
+        v(test::random_tensor(B, Hkv, Skv, D, rng, DType::f16)),
+        o(test::make_tensor(B, Hq, Sq, D, DType::f16)),
         dq(q), dk(k), dv(v), d_o(o),
         args(device_args(dq, dk, dv, d_o)) {
     args.policy = parse_policy(policy);
@@ -214,25 +214,44 @@ TEST(CudaPlan, DecodeWorkspaceNeedsNoInitialization) {
 }
 
 // A split decode merges in its last split when called eagerly and in a merge kernel when captured into
-// a CUDA graph: the two give the same bits, with many splits (more than a thread's 32 loads at once),
-// with fewer (row, piece) items than threads (MHA at one query: threads share a piece's splits), and
-// with a short last row chunk (33 packed rows: 32 and 1).
+// a CUDA graph: the two give the same O and LSE bits. The shapes cross the merge's two ways of running
+// a (row, piece) item (decode_merge.cuh): GQA rows, where the last split gives a thread all four
+// ways of an item and the merge kernel a way each, at every head dim (d 256: both a thread an item);
+// many splits (more than one batch of loads; 140 requested: 140 in the plan, 40: 35); MHA at one
+// query (a way a thread in both); a short last row chunk (33 packed rows: 32 and 1).
 TEST(CudaPlan, CapturedDecodeMergesAsTheEagerCall) {
   REQUIRE_GPU();
-  const Shape shapes[] = {{1, 4, 4, 1, 8960, 20}, {1, 4, 4, 1, 8960, 140}, {2, 32, 8, 1, 8960, 40},
-                          {1, 32, 1, 1, 8960, 20}, {1, 33, 1, 1, 8960, 20}};
-  for (const Shape& s : shapes) {
+  struct MergeShape {
+    Shape shape;
+    std::int64_t D;
+  };
+  const MergeShape shapes[] = {{{1, 4, 4, 1, 8960, 20}, 128},  {{1, 4, 4, 1, 8960, 140}, 128},
+                               {{2, 32, 8, 1, 8960, 40}, 128}, {{2, 32, 8, 1, 8960, 40}, 64},
+                               {{2, 32, 8, 1, 8960, 40}, 96},  {{1, 32, 8, 1, 8960, 40}, 256},
+                               {{1, 32, 1, 1, 8960, 20}, 128}, {{1, 33, 1, 1, 8960, 20}, 128}};
+  for (const MergeShape& m : shapes) {
+    const Shape& s = m.shape;
     const auto seed = test::fresh_seed();
     SCOPED_TRACE(::testing::Message() << "seed " << seed << " B" << s.B << " Hq" << s.Hq << " Hkv" << s.Hkv
-                                      << " splits " << s.splits);
+                                      << " D" << m.D << " splits " << s.splits);
     std::mt19937_64 rng(seed);
-    DeviceProblem problem(s.B, s.Hq, s.Hkv, s.Sq, s.Skv, "exact", rng);
+    DeviceProblem problem(s.B, s.Hq, s.Hkv, s.Sq, s.Skv, "exact", rng, m.D);
+    DeviceBuffer lse(static_cast<std::size_t>(s.B * s.Hq * s.Sq) * sizeof(float));
+    problem.args.lse = lse_view(static_cast<float*>(lse.ptr), s.B, s.Hq, s.Sq, Device::cuda);
     problem.args.policy.splits = s.splits;
     problem.args.causal = s.Hkv == 1;
     cudaStream_t stream = nullptr;
     cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
     problem.args.stream = stream;
+    const auto lse_bytes = [&] {
+      std::vector<std::uint8_t> bytes(lse.bytes);
+      cudaMemcpy(bytes.data(), lse.ptr, lse.bytes, cudaMemcpyDeviceToHost);
+      cudaMemset(lse.ptr, 0xff, lse.bytes);  // (poisoned for the next call)
+      return bytes;
+    };
+    cudaMemset(lse.ptr, 0xff, lse.bytes);
     const auto eager = eager_result(problem.args, problem.d_o);
+    const auto eager_lse = lse_bytes();
     const AttentionPlan plan(problem.args);
     DeviceBuffer workspace(plan.workspace_bytes());
     cudaGraph_t graph = nullptr;
@@ -240,7 +259,8 @@ TEST(CudaPlan, CapturedDecodeMergesAsTheEagerCall) {
     problem.d_o.poison();
     cuda_ok(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
     cuda_ok(cudaStreamSynchronize(stream), "graph replay");
-    EXPECT_EQ(problem.d_o.download(), eager) << "the merge kernel differs from the merge in the last split";
+    EXPECT_EQ(problem.d_o.download(), eager) << "the merge kernel's O differs from the merge in the last split";
+    EXPECT_EQ(lse_bytes(), eager_lse) << "the merge kernel's LSE differs from the merge in the last split";
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     cudaStreamDestroy(stream);

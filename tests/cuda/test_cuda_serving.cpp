@@ -6,6 +6,7 @@
 // of each sequence bit for bit, so it is the oracle here. Without a GPU of compute capability 8.0 or
 // newer every test is skipped.
 #include <algorithm>
+#include <cstring>
 #include <initializer_list>
 #include <limits>
 #include <memory>
@@ -429,6 +430,55 @@ TEST(CudaKVCacheDecode, DenseCacheFarLongerThanItsSequencesMatchesTheEmulator) {
           expect_fully_masked(gpu, rows_of(p, 3), 128);  // sequence 3 has no key
         }
       }
+    }
+  }
+}
+
+// An eager call on a cache far longer than its sequences merges in its last splits, its capture into
+// a CUDA graph in the merge kernel: the same bits of O and LSE, with the many splits that hold no key
+// of the short sequences (m = -inf partials) and a sequence without keys.
+TEST(CudaKVCacheGraph, ACapturedCallGivesTheEagerBitsWithEmptySplits) {
+  REQUIRE_GPU();
+  for (const std::int64_t D : {64, 128}) {
+    for (const char* policy : {"exact", "fdpp"}) {
+      const auto seed = test::fresh_seed();
+      std::mt19937_64 rng(seed);
+      KVProblem p = make_kv(4, 1, D, 4, 4096, 0, DType::f16, DType::f16, false, rng);
+      p.seqlens = {4096, 300, 0, 1000};
+      p.options.policy = std::string(policy) == "exact" ? exact_policy(DType::f16) : preset_policy(policy);
+      SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(p));
+      DeviceKV d(p);
+      Stream stream;
+      const KVCacheArgs args = d.args(p, stream.s);
+      attention_with_kvcache(args);
+      cuda_ok(cudaStreamSynchronize(stream.s), "eager call");
+      const Outcome eager = d.download();
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      cuda_ok(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+      try {
+        attention_with_kvcache(args);
+      } catch (const Error& e) {
+        cudaStreamEndCapture(stream.s, &graph);
+        if (graph != nullptr) cudaGraphDestroy(graph);
+        FAIL() << "capturing the call threw: " << e.what();
+      }
+      cuda_ok(cudaStreamEndCapture(stream.s, &graph), "cudaStreamEndCapture");
+      cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+      d.poison();
+      cuda_ok(cudaGraphLaunch(exec, stream.s), "cudaGraphLaunch");
+      cuda_ok(cudaStreamSynchronize(stream.s), "graph replay");
+      const Outcome replayed = d.download();
+      const auto bits = [](const std::vector<double>& x) {
+        std::vector<std::uint64_t> b(x.size());
+        std::memcpy(b.data(), x.data(), x.size() * sizeof(double));
+        return b;
+      };
+      EXPECT_EQ(bits(replayed.o), bits(eager.o)) << "O of the replay differs from the eager call's";
+      EXPECT_EQ(std::memcmp(replayed.lse.data(), eager.lse.data(), eager.lse.size() * sizeof(float)), 0)
+          << "LSE of the replay differs from the eager call's";
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
     }
   }
 }

@@ -257,12 +257,12 @@ def test_tensors_with_a_lazy_sign_are_refused_by_name(gen, tmp_path):
 
 def test_tensor_kinds_and_devices(gen):
     q, k, v = (randn(gen, 1, 2, 5, 16) for _ in range(3))
-    with pytest.raises(pasa.PasaError, match=r"^out: on meta, q on cpu"):
+    with pytest.raises(pasa.PasaError, match=r"^out: on meta but q is on cpu"):
         pasa.attention(q, k, v, out=torch.empty_like(q, device="meta"))
     # (a meta k or mask beside CPU q reached the op's fake: uninitialized memory returned as O)
-    with pytest.raises(pasa.PasaError, match=r"^k: on meta, q on cpu"):
+    with pytest.raises(pasa.PasaError, match=r"^k: on meta but q is on cpu"):
         pasa.attention(q, k.to("meta"), v)
-    with pytest.raises(pasa.PasaError, match=r"^attn_mask: on meta, q on cpu"):
+    with pytest.raises(pasa.PasaError, match=r"^attn_mask: on meta but q is on cpu"):
         pasa.sdpa(q, k, v, attn_mask=torch.ones(5, 5, dtype=torch.bool, device="meta"))
     meta = torch.empty(1, 2, 5, 16, device="meta")
     got = pasa.attention(meta, meta, meta)  # the op's fake: shapes without data

@@ -141,7 +141,7 @@ __device__ __forceinline__ void merge_rows(const DecodeParams& p, int b, int h_k
   };
 
   if (items * kMergeWays <= kMergeThreads) {
-    // A thread a way (slot = way items + item): the ways' results meet in scratch.
+    // A thread a way (thread t = way items + (item - item0)): the ways' results meet in scratch.
     Partial run;
     const int item = item0 + t % items, way = t / items;
     if (t < items * kMergeWays) {

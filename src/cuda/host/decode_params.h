@@ -9,8 +9,8 @@
 // between them (FlashDecoding inside the CTA) and combine their partial results through shared memory
 // at the end. Each split writes O~ (unnormalised, fp32), m and l to a workspace, and the partials of
 // a group are combined exactly (algorithms.md section 1): O = sum_p w_p O~_p / sum_p w_p l_p with
-// w_p = 2^(m_p - M), by one of two launches that give the same bits (one merge function, the same
-// pieces a thread):
+// w_p = 2^(m_p - M), by one of two launches that give the same bits (one merge function whose
+// arithmetic an item's splits fix, however its threads share them: decode_merge.cuh):
 // - eager calls: the group's last split to finish merges it (each split takes a ticket from its
 //   group's counter in the workspace, launch_counter.cuh): one launch a call, where the host's launch
 //   time (3.4-4.8 us on the H200's host) is more than the 1.9-2.1 us of GPU time the tail costs at B 1;

@@ -423,12 +423,11 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
     for (int w = 0; w < kWarps; ++w) {
       const float m = sML[(w * kBlockM + rr) * 2];
       const float wt = m == -INFINITY ? 0.0f : exp2f(m - M);  // exactly 1 for the unified max
-      L += wt * sML[(w * kBlockM + rr) * 2 + 1];
+      // (fused explicitly: the kernels with and without the merge must round the partials alike)
+      L = __fmaf_rn(wt, sML[(w * kBlockM + rr) * 2 + 1], L);
       const float4 x = *reinterpret_cast<const float4*>(sO + (w * kBlockM + rr) * kOStride + col);
-      o.x += wt * x.x;
-      o.y += wt * x.y;
-      o.z += wt * x.z;
-      o.w += wt * x.w;
+      o = make_float4(__fmaf_rn(wt, x.x, o.x), __fmaf_rn(wt, x.y, o.y), __fmaf_rn(wt, x.z, o.z),
+                      __fmaf_rn(wt, x.w, o.w));
     }
     if (p.direct) {
       store_final(p, b, h_kv, row, col, M, L, o);
