@@ -295,6 +295,27 @@ Outcome run_on_device(const KVProblem& p) {
   return d.download();
 }
 
+// fn() captured on `stream` into a CUDA graph (returned in `graph`) and instantiated; nullptr, with the
+// test failed, where fn threw while capturing (the capture ended and its graph dropped).
+template <typename Fn>
+cudaGraphExec_t capture_graph(cudaStream_t stream, cudaGraph_t& graph, Fn&& fn) {
+  graph = nullptr;
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  try {
+    fn();
+  } catch (const Error& e) {
+    cudaStreamEndCapture(stream, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    graph = nullptr;
+    ADD_FAILURE() << "capturing the call threw: " << e.what();
+    return nullptr;
+  }
+  cudaGraphExec_t exec = nullptr;
+  cuda_ok(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  return exec;
+}
+
 // The GPU's O and LSE within tolerance of the emulator's, and the caches after the call (the append
 // included) equal to the emulator's bit for bit. Returns the GPU's outcome.
 Outcome expect_matches_emulator(const KVProblem& p) {
@@ -454,17 +475,8 @@ TEST(CudaKVCacheGraph, ACapturedCallGivesTheEagerBitsWithEmptySplits) {
       cuda_ok(cudaStreamSynchronize(stream.s), "eager call");
       const Outcome eager = d.download();
       cudaGraph_t graph = nullptr;
-      cudaGraphExec_t exec = nullptr;
-      cuda_ok(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
-      try {
-        attention_with_kvcache(args);
-      } catch (const Error& e) {
-        cudaStreamEndCapture(stream.s, &graph);
-        if (graph != nullptr) cudaGraphDestroy(graph);
-        FAIL() << "capturing the call threw: " << e.what();
-      }
-      cuda_ok(cudaStreamEndCapture(stream.s, &graph), "cudaStreamEndCapture");
-      cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+      cudaGraphExec_t exec = capture_graph(stream.s, graph, [&] { attention_with_kvcache(args); });
+      ASSERT_NE(exec, nullptr);
       d.poison();
       cuda_ok(cudaGraphLaunch(exec, stream.s), "cudaGraphLaunch");
       cuda_ok(cudaStreamSynchronize(stream.s), "graph replay");
@@ -597,17 +609,8 @@ TEST(CudaKVCacheGraph, ACapturedCallReplaysWithNewLengthsAndBlockIds) {
   ASSERT_TRUE(gpu.k_cache == emu.k_cache && gpu.v_cache == emu.v_cache) << "direct call's append";
 
   cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  cuda_ok(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
-  try {
-    attention_with_kvcache(args);
-  } catch (const Error& e) {
-    cudaStreamEndCapture(stream.s, &graph);
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    FAIL() << "capturing the call threw: " << e.what();
-  }
-  cuda_ok(cudaStreamEndCapture(stream.s, &graph), "cudaStreamEndCapture");
-  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  cudaGraphExec_t exec = capture_graph(stream.s, graph, [&] { attention_with_kvcache(args); });
+  ASSERT_NE(exec, nullptr);
   for (const std::vector<std::int32_t>& lengths : {std::vector<std::int32_t>{100, 7}, {31, 220}}) {
     SCOPED_TRACE(::testing::Message() << "replay with lengths " << lengths[0] << ", " << lengths[1]);
     p.k_cache.bytes = gpu.k_cache;  // the host copies follow the device's caches
@@ -644,11 +647,8 @@ TEST(CudaKVCacheGraph, APlanRunCapturedReplaysWithNewLengthsAndBlockIds) {
   void* workspace = nullptr;
   cuda_ok(cudaMalloc(&workspace, std::max<std::size_t>(plan.workspace_bytes(), 1)), "cudaMalloc (workspace)");
   cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  cuda_ok(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
-  plan.run(args, workspace);
-  cuda_ok(cudaStreamEndCapture(stream.s, &graph), "cudaStreamEndCapture");
-  cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  cudaGraphExec_t exec = capture_graph(stream.s, graph, [&] { plan.run(args, workspace); });
+  ASSERT_NE(exec, nullptr);
   Outcome gpu = d.download();
   for (const std::vector<std::int32_t>& lengths : {std::vector<std::int32_t>{5, 40, 0}, {300, 1, 77}}) {
     SCOPED_TRACE(::testing::Message() << "replay with lengths " << lengths[0] << ", " << lengths[1] << ", "
