@@ -201,7 +201,7 @@ def _attention_via_float32(q: Any, k: Any, v: Any, out: Optional[Any], **options
         mask = options["attn_mask"]
         for name, x in (("q", q), ("k", k), ("v", v), ("attn_mask", mask)):
             if isinstance(x, np.ndarray) and np.may_share_memory(out, x):
-                raise PasaError(f"o: its memory overlaps {name}'s; pass an output that does not alias the inputs")
+                raise PasaError(f"out: its memory overlaps {name}'s; pass an output that does not alias the inputs")
         result = attention(q32, k32, v32, out=np.empty(out.shape, np.float32), **options)
     else:
         result = attention(q32, k32, v32, **options)

@@ -26,11 +26,13 @@ std::vector<double> column_means(const std::vector<float>& a, std::int64_t rows,
   return mean;
 }
 
-// Subtracts the column means in fp32 (what a smoothing prepass on the GPU produces).
-void subtract_means(std::vector<float>& a, std::int64_t rows, int cols, const std::vector<double>& mean) {
+// Subtracts the column means in fp32 (what a smoothing prepass on the GPU produces), the differences
+// times `factor` (1, or 1/2 where they may pass fp32's range: prepare_kv).
+void subtract_means(std::vector<float>& a, std::int64_t rows, int cols, const std::vector<double>& mean,
+                    double factor = 1.0) {
   for (std::int64_t r = 0; r < rows; ++r) {
     if (r % kRowsPerPoll == 0) poll_interrupt();
-    for (int c = 0; c < cols; ++c) a[r * cols + c] = static_cast<float>(a[r * cols + c] - mean[c]);
+    for (int c = 0; c < cols; ++c) a[r * cols + c] = static_cast<float>((a[r * cols + c] - mean[c]) * factor);
   }
 }
 
@@ -91,9 +93,14 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
   std::vector<float> k = gather_head<float>(args.k, b, h_kv, R.input);
   poll_interrupt();
   out.k_mean.assign(D, 0.0);
+  // Smooth K's K - mean reaches twice fp32's largest value where keys of both signs are near it. Where
+  // K is then quantized, whose scales absorb a power of two exactly, the differences are stored halved
+  // (the same bits as K - mean halved wherever that is a normal fp32 number) and the scales doubled,
+  // as the GPU prepass does (sage8_quantize.cuh).
+  const bool halved = pol.smooth_k && pol.k_quant.has_value();
   if (pol.smooth_k) {
     out.k_mean = column_means(k, S, D);
-    subtract_means(k, S, D, out.k_mean);
+    subtract_means(k, S, D, out.k_mean, halved ? 0.5 : 1.0);
     poll_interrupt();
   }
   if (pol.shift != Shift::pasa && pol.scale == ScalePlacement::key) {
@@ -157,6 +164,10 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
                         k.begin() + static_cast<std::ptrdiff_t>(std::min(k.size(), i + chunk)));
     }
     out.k_scale = quantize_rows(k, static_cast<int>(S), D, *pol.k_quant, pol.k_gran, OperandRole::key, s2);
+    if (halved) {
+      for (double& scale : out.k_scale) scale *= 2.0;
+      out.k_used_scale = 2.0;
+    }
     poll_interrupt();
   }
   if (pol.shift != Shift::pasa) {
@@ -175,13 +186,19 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
   out.v = gather_head<float>(args.v, b, h_kv, R.input);
   poll_interrupt();
   out.v_mean.assign(D, 0.0);
+  const bool v_halved = pol.smooth_v && pol.v_quant.has_value();  // (as K's above)
   if (pol.smooth_v) {
     out.v_mean = column_means(out.v, S, D);
-    subtract_means(out.v, S, D, out.v_mean);
+    subtract_means(out.v, S, D, out.v_mean, v_halved ? 0.5 : 1.0);
     poll_interrupt();
   }
   out.v_scale.assign(D, 1.0);
-  if (pol.v_quant) out.v_scale = quantize_columns(out.v, static_cast<int>(S), D, *pol.v_quant);
+  if (pol.v_quant) {
+    out.v_scale = quantize_columns(out.v, static_cast<int>(S), D, *pol.v_quant);
+    if (v_halved) {
+      for (double& scale : out.v_scale) scale *= 2.0;
+    }
+  }
   return out;
 }
 
@@ -213,22 +230,26 @@ PreparedQ prepare_q(const AttentionArgs& args, const ProblemShape& ps, std::int6
       out.lse_offset[r] = factor * dot;
     }
   }
+  const bool q_halved = pol.smooth_q && pol.q_quant.has_value();  // (as K's in prepare_kv)
   if (pol.smooth_q) {
     const std::vector<double> q_mean = column_means(out.q, S, D);
-    subtract_means(out.q, S, D, q_mean);
+    subtract_means(out.q, S, D, q_mean, q_halved ? 0.5 : 1.0);
     // dS = q_m K^T: one value per key, added to every row of S (a GEMV next to the kernel).
     out.ds.assign(static_cast<std::size_t>(ps.seq_kv), 0.0);
     for (std::int64_t c = 0; c < ps.seq_kv; ++c) {
       if (c % kRowsPerPoll == 0) poll_interrupt();
       double dot = 0;
       for (int d = 0; d < D; ++d) dot += q_mean[d] * kv.k_used[c * D + d];
-      out.ds[c] = static_cast<float>(dot);  // computed in fp32 on the GPU
+      out.ds[c] = static_cast<float>(dot * kv.k_used_scale);  // computed in fp32 on the GPU
     }
   }
   out.q_scale.assign(static_cast<std::size_t>(S), 1.0);
   if (pol.q_quant) {
     out.q_scale = quantize_rows(out.q, static_cast<int>(S), D, *pol.q_quant, pol.q_gran, OperandRole::query,
                                 pol.block_q);
+    if (q_halved) {
+      for (double& scale : out.q_scale) scale *= 2.0;
+    }
   }
   return out;
 }

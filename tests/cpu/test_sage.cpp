@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include "pasa/attention.h"
 #include "pasa/generators.h"
@@ -293,6 +294,36 @@ TEST(Decode, RowsWhoseUnifiedSumsOverflowAreRecomputed) {
   EXPECT_EQ(unified.stats.recomputed_rows, 2);
   EXPECT_EQ(unified.o, run(data, "fdpp,p=fp32,shift=none", false, 1.0).o);
   for (double x : unified.o) EXPECT_TRUE(std::isfinite(x));
+}
+
+// Rows of a [B, H, S, D] f32 tensor of values in [-1, 1] moved near fp32's largest value: three in four
+// near +3e38, the rest near -3e38 (their mean near 1.5e38, so x - mean reaches 4.5e38).
+void move_near_fp32_max(HostTensor& t) {
+  auto* x = reinterpret_cast<float*>(t.bytes.data());
+  const std::int64_t D = t.shape[3];
+  for (std::int64_t i = 0; i < t.numel(); ++i) x[i] = ((i / D) % 4 == 3 ? -3e38f : 3e38f) + 1e37f * x[i];
+}
+void scale_values(HostTensor& t, float factor) {
+  auto* x = reinterpret_cast<float*>(t.bytes.data());
+  for (std::int64_t i = 0; i < t.numel(); ++i) x[i] *= factor;
+}
+
+TEST(Sage, SmoothedOperandsNearFp32sLargestStayFinite) {
+  // Smoothing's x - mean passes fp32's range on such rows where the scores (the other operand tiny)
+  // and exact attention are finite: quantized policies store the differences halved (operands.cpp).
+  for (const bool huge_k : {true, false}) {
+    QKV data = uniform_qkv({1, 2, 64, 64}, 0.0, 1.0, test::kFixedSeeds[0], DType::f32);
+    move_near_fp32_max(huge_k ? data.k : data.q);
+    scale_values(huge_k ? data.q : data.k, 1e-37f);
+    const Result ref = reference(data);
+    for (const char* policy : {"sage8", "sage4"}) {
+      if (!huge_k && std::string(policy) == "sage8") continue;  // (sage8 does not smooth Q)
+      SCOPED_TRACE(::testing::Message() << policy << (huge_k ? ", K" : ", Q") << " near +-3e38");
+      const Result got = run(data, policy);
+      for (std::size_t i = 0; i < got.o.size(); ++i) ASSERT_TRUE(std::isfinite(got.o[i])) << "output " << i;
+      if (std::string(policy) == "sage8") EXPECT_LT(test::relative_rmse(got.o, ref.o), 0.1);
+    }
+  }
 }
 
 TEST(Sage, BadInput) {

@@ -571,8 +571,9 @@ TEST(CudaSage8, PrepassClusteredAndInPasses) {
 // bf16 values whose quantization scales have no finite reciprocal in fp32 (a group's or channel's max
 // below 127 / FLT_MAX or 448 / FLT_MAX): huge Q over tiny K and tiny V with exact zeros (the prepass's
 // quantizers, clustered and in passes: with an infinite reciprocal a value keeps only its sign, and a
-// zero becomes NaN); then small Q over huge K, whose column sums overflow fp32 unless scaled. (Q rows
-// that small are the kernel's known limit: docs/numerics.md.)
+// zero becomes NaN); then small Q over huge K, whose column sums overflow fp32 unless scaled, and over
+// keys of both signs near bf16's largest, whose K - mean passes fp32's. (Q rows that small are the
+// kernel's known limit: docs/numerics.md.)
 TEST(CudaSage8, ScalesWithoutAFiniteReciprocal) {
   REQUIRE_HOPPER_PATH();
   const auto br = CausalAlignment::bottom_right;
@@ -595,6 +596,19 @@ TEST(CudaSage8, ScalesWithoutAFiniteReciprocal) {
                         normal_tensor(c, c.Hkv, c.Skv, rng, m.v, 0.1)};
       check_case(c, pol, pol, std::nullopt, nullptr, seed, -1.0, 1.0, &given, m.what);
     }
+    // Keys near bf16's ends, three in four near +2.5e38 and the rest near -2.5e38: K - mean reaches
+    // 3.75e38, past fp32, where smooth K's difference must not overflow (the prepass halves it).
+    const std::uint64_t seed = test::fresh_seed();
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::vector<float> k(static_cast<std::size_t>(c.B * c.Hkv * c.Skv * c.D));
+    for (std::size_t i = 0; i < k.size(); ++i) {
+      const std::size_t key = i / static_cast<std::size_t>(c.D);
+      k[i] = static_cast<float>((key % 4 == 3 ? -2.5e38 : 2.5e38) + 1e36 * normal(rng));
+    }
+    GivenInputs given{normal_tensor(c, c.Hq, c.Sq, rng, 1e-36), from_float(k, {c.B, c.Hkv, c.Skv, c.D}, c.in),
+                      normal_tensor(c, c.Hkv, c.Skv, rng)};
+    check_case(c, pol, pol, std::nullopt, nullptr, seed, -1.0, 1.0, &given, "Q 1e-36, K near +-2.5e38");
   }
 }
 

@@ -92,7 +92,10 @@ __device__ __forceinline__ std::uint32_t quant_i8(const float (&x)[kN], float in
 }
 
 // One warp: the group of key block kb whose rows are w, w + 8, ..., w + 120 (one scale), after
-// subtracting K's mean (`mean`: this lane's D / 32 channels). Padding keys (>= seq_kv) are zeros.
+// subtracting K's mean (`mean`: this lane's D / 32 channels). Padding keys (>= seq_kv) are zeros. The
+// differences are taken halved, k / 2 - mean / 2 (one rounding, as K - mean halved wherever that is a
+// normal number), and the scale doubled: K - mean reaches twice fp32's largest value where keys of
+// both signs are near it, and the bytes, ratios to the group's max, are the same either way.
 template <int D, class Rows>
 __device__ __forceinline__ void sage_quantize_k_group(const Rows& rows, int kb, int w, const float (&mean)[D / 32],
                                                       std::int64_t bh, int seq_kv, const Sage8Scratch& s) {
@@ -103,7 +106,7 @@ __device__ __forceinline__ void sage_quantize_k_group(const Rows& rows, int kb, 
   const int lane = threadIdx.x % 32;
   auto value = [&](int i, int j) {
     const int key = kb * kBlockKv + w + 8 * i;
-    return key < seq_kv ? rows.at(key, lane * kCols + j) - mean[j] : 0.0f;
+    return key < seq_kv ? fmaf(rows.at(key, lane * kCols + j), 0.5f, -0.5f * mean[j]) : 0.0f;
   };
   float held[kHold ? kGroupRows : 1][kCols];
   float amax = 0.0f;
@@ -117,7 +120,7 @@ __device__ __forceinline__ void sage_quantize_k_group(const Rows& rows, int kb, 
     }
   }
   amax = warp_max(amax);
-  if (lane == 0) s.k_scale[(bh * s.n_kb + kb) * 8 + w] = amax / 127.0f;
+  if (lane == 0) s.k_scale[(bh * s.n_kb + kb) * 8 + w] = amax / 127.0f * 2.0f;  // (amax of the halves)
   const Divisor div = divisor_of(127.0f, amax);  // (warp-uniform, as amax)
   const auto quantize_rows = [&](float pre) {
 #pragma unroll
