@@ -9,6 +9,7 @@
 #include <span>
 
 #include "commands.h"
+#include "capture_index.h"
 #include "host_attention.h"
 #include "pasa/attention.h"
 #include "pasa/error.h"
@@ -29,13 +30,16 @@ struct CalibrateOptions {
   bool phi = false;
 };
 
-// One captured (layer, timestep): its name, the key parsed from it, and its files (one .safetensors
-// with q, k, v, or three .npy files), loaded only when it is processed.
+// One captured (layer, timestep): its name, the key parsed from it, its files (one .safetensors
+// with q, k, v, or three .npy files), loaded only when it is processed, and the call's options (from
+// the capture's index.json; defaults without one).
 struct EntryFiles {
   std::string name;
   std::pair<int, int> key;
   std::string safetensors;
   std::string npy[3];  // q, k, v
+  CallOptions call;
+  bool masked = false;  // the captured call had an attn_mask, which the capture did not keep
 
   std::vector<std::string> paths() const {
     if (!safetensors.empty()) return {safetensors};
@@ -44,8 +48,47 @@ struct EntryFiles {
 };
 
 
+// The calls a capture's index.json lists (pasa.capture's directories), each NAME.safetensors with its
+// causal flag, alignment and scale; the directory's other tensor files (an earlier capture's, left by
+// overwrite=True) are not scored, and said so.
+std::vector<EntryFiles> indexed_entries(const std::string& dir, const std::vector<CapturedCall>& calls,
+                                        std::size_t files_found) {
+  std::vector<EntryFiles> out;
+  std::map<std::pair<int, int>, std::string> names_of_keys;
+  for (const CapturedCall& c : calls) {
+    if (c.file != c.name + ".safetensors") {
+      throw Error("--inputs: " + dir + "/index.json: entry " + c.name + " names the file '" + c.file +
+                  "', not " + c.name + ".safetensors");
+    }
+    EntryFiles e;
+    e.name = c.name;
+    e.safetensors = (std::filesystem::path(dir) / c.file).string();
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(e.safetensors, ec)) {
+      throw Error("--inputs: " + dir + "/index.json lists " + c.file + ", which is missing");
+    }
+    try {
+      e.key = parse_entry_name(c.name);
+    } catch (const Error& err) {
+      throw Error("--inputs: " + std::string(err.what()));
+    }
+    if (const auto [it, fresh] = names_of_keys.emplace(e.key, c.name); !fresh) {
+      throw Error("--inputs: " + it->second + " and " + c.name + " name the same layer and timestep");
+    }
+    e.call = {c.causal, c.alignment, c.scale};
+    e.masked = c.masked;
+    out.push_back(std::move(e));
+  }
+  if (files_found > out.size()) {
+    text::print(stderr, "note: {} holds {} captured inputs that its index.json does not list (an earlier "
+                "capture's?): not scored\n", dir, files_found - out.size());
+  }
+  return out;
+}
+
 // NAME.safetensors with tensors q, k, v, or NAME_q.npy, NAME_k.npy, NAME_v.npy; NAME is
-// layer<L>[_t<T>]. Two names for one (layer, timestep) ("layer1" and "layer01") are refused.
+// layer<L>[_t<T>]. Two names for one (layer, timestep) ("layer1" and "layer01") are refused. With an
+// index.json, its calls (indexed_entries).
 std::vector<EntryFiles> find_entries(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -69,6 +112,7 @@ std::vector<EntryFiles> find_entries(const std::string& dir) {
     }
     found[name].name = name;
   }
+  if (const auto calls = read_capture_index(dir)) return indexed_entries(dir, *calls, found.size());
   if (found.empty()) {
     throw Error("--inputs: " + dir + " holds no NAME.safetensors (q, k, v) or NAME_{q,k,v}.npy files");
   }
@@ -104,6 +148,13 @@ QKV load_entry(const EntryFiles& e) {
   return {std::move(tensors["q"]), std::move(tensors["k"]), std::move(tensors["v"])};
 }
 
+void say_if_masked(const EntryFiles& e) {
+  if (e.masked) {
+    text::print(stderr, "note: {} was captured with an attn_mask, which a capture does not keep: scored "
+                "without it\n", e.name);
+  }
+}
+
 // The plan must not overwrite a capture it is computed from.
 void check_plan_output(const std::string& out, const std::vector<EntryFiles>& entries) {
   std::vector<NamedPath> inputs;
@@ -125,9 +176,10 @@ void calibrate_plan(const CalibrateOptions& opt) {
   std::map<std::pair<int, int>, double> scores;
   for (const EntryFiles& e : entries) {
     ErrorMetrics m;
+    say_if_masked(e);
     try {
       QKV data = load_entry(e);
-      m = compare(attention_output(data, fast), reference_output(data));
+      m = compare(attention_output(data, fast, nullptr, e.call), reference_output(data, e.call));
     } catch (const ResourceError&) {
       throw;
     } catch (const Error& err) {
@@ -146,18 +198,27 @@ void calibrate_plan(const CalibrateOptions& opt) {
     plan.entries[ranked[i].second] = i < n_accurate ? opt.accurate : opt.fast;
   }
   write_checked_outputs([&] { save_plan(opt.out, plan, scores); });
-  text::print("{} entries: {} use {} (the worst {}%), {} use {}; wrote {}\n", ranked.size(), n_accurate,
-              opt.accurate, xi, ranked.size() - n_accurate, opt.fast, opt.out);
+  text::print("{} entries: {} use {} (the worst {}%, rounded up to whole entries), {} use {}; wrote {}\n",
+              ranked.size(), n_accurate, opt.accurate, xi, ranked.size() - n_accurate, opt.fast, opt.out);
 }
 
 // One entry in memory at a time, its scores one row at a time into a fixed-size histogram.
 void calibrate_phi_command(const CalibrateOptions& opt) {
   const std::vector<EntryFiles> entries = find_entries(opt.inputs);
   ScoreHistogram histogram;
+  std::vector<double> scaled;
   for (const EntryFiles& e : entries) {
+    say_if_masked(e);
     try {
       const QKV data = load_entry(e);
-      for_each_score_row(data.q, data.k, 0.0, 128, [&](std::span<const double> row) { histogram.add(row); });
+      // (for_each_score_row scales by 1 / sqrt(D); a captured scale replaces it)
+      const double factor = e.call.scale ? *e.call.scale * std::sqrt(static_cast<double>(data.q.shape[3])) : 1.0;
+      for_each_score_row(data.q, data.k, 0.0, 128, [&](std::span<const double> row) {
+        if (factor == 1.0) return histogram.add(row);
+        scaled.assign(row.begin(), row.end());
+        for (double& x : scaled) x *= factor;
+        histogram.add(scaled);
+      });
     } catch (const ResourceError&) {
       throw;
     } catch (const Error& err) {

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import os
 import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
@@ -160,7 +161,12 @@ class Capture:
         if os.path.exists(index) and not self._overwrite:
             raise PasaError(f"directory: {self.directory} already holds a capture (index.json); "
                             f"pass overwrite=True or choose another directory")
-        os.makedirs(self.directory, exist_ok=True)
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as e:
+            raise PasaError(f"directory: cannot create {self.directory}: {e.strerror or e}") from None
+        if os.path.exists(index):
+            self._remove_previous_capture(index)
         self._tracker = _LayerTracker(self._model) if self._model is not None else None
         self._functional = torch.nn.functional
         self._original = self._functional.scaled_dot_product_attention
@@ -175,6 +181,33 @@ class Capture:
         self._functional.scaled_dot_product_attention = recording_sdpa
         return self
 
+    def _remove_previous_capture(self, index: str) -> None:
+        """overwrite=True: the files the directory's index lists, then the index (a new capture with
+        fewer calls would otherwise leave the old one's later files beside it)."""
+        try:
+            with open(index) as f:
+                entries = json.load(f).get("entries", [])
+            files = [e["file"] for e in entries if isinstance(e, dict) and isinstance(e.get("file"), str)
+                     and e["file"].endswith(".safetensors")]
+        except (OSError, ValueError, AttributeError):
+            files = []  # (an unreadable index: only it is replaced)
+        for name in files:
+            path = os.path.normpath(os.path.join(self.directory, name))
+            if os.path.dirname(os.path.relpath(path, self.directory)).startswith(".."):
+                continue  # (never outside the directory)
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise PasaError(f"directory: cannot remove the previous capture's {name}: "
+                                f"{e.strerror or e}") from None
+        try:
+            os.remove(index)
+        except OSError as e:
+            raise PasaError(f"directory: cannot remove the previous capture's index.json: "
+                            f"{e.strerror or e}") from None
+
     def __exit__(self, *exc: Any) -> None:
         if self._functional is None:
             return
@@ -187,15 +220,33 @@ class Capture:
         if self._tracker is not None:
             self._tracker.remove()
             self._tracker = None
-        self.write_index()
+        try:
+            self.write_index()
+        except PasaError:
+            if exc[0] is None:
+                raise
+            # (the error that ended the block is the one to see; the index of the calls it recorded
+            # could not be written either)
 
     def write_index(self) -> None:
-        """Writes ``index.json`` (done on exit): one entry per call, in call order."""
+        """Writes ``index.json`` (done on exit): one entry per call, in call order. The file is
+        replaced whole or not at all (a temporary file next to it, then renamed over it)."""
         with self._lock:
             text = json.dumps({"format": "pasa-capture-1", "pasa_version": _core.__version__,
-                               "entries": self.entries}, indent=1)
-        with open(os.path.join(self.directory, "index.json"), "w") as f:
-            f.write(text + "\n")
+                               "entries": self.entries}, indent=1, allow_nan=False)
+        path = os.path.join(self.directory, "index.json")
+        temporary = f"{path}.tmp-{os.getpid()}"
+        try:
+            with open(temporary, "w") as f:
+                f.write(text + "\n")
+            os.replace(temporary, path)
+        except OSError as e:
+            try:
+                os.remove(temporary)
+            except OSError:
+                pass
+            raise PasaError(f"{path}: not written: {e.strerror or e} (the capture's tensor files "
+                            f"are in place)") from None
 
     def _record(self, bound: Dict[str, Any]) -> None:
         with self._lock:
@@ -216,6 +267,7 @@ class Capture:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             save(path, tensors)
             scale = bound.get("scale")
+            scale = None if scale is None else float(scale)
             self.entries.append({
                 "name": name,
                 "file": name + ".safetensors",
@@ -227,7 +279,8 @@ class Capture:
                 "converted_from": converted,
                 "is_causal": bool(bound.get("is_causal", False)),
                 "causal_alignment": "top_left",
-                "scale": None if scale is None else float(scale),
+                # (a NaN or infinite scale as its text: strict JSON has no such numbers)
+                "scale": scale if scale is None or math.isfinite(scale) else str(scale),
                 "enable_gqa": bool(bound.get("enable_gqa", False)),
                 "dropout_p": float(bound.get("dropout_p", 0.0)),
                 "attn_mask": bound.get("attn_mask") is not None,
@@ -262,7 +315,9 @@ def capture(directory: Union[str, "os.PathLike[str]"], *, model: Any = None,
     ``[B, H, S, D]``; 3-D operands get H = 1) to ``directory/NAME.safetensors`` under the names
     ``q``, ``k``, ``v`` (what ``pasa run --qkv`` and ``pasa calibrate`` read). On exit the original
     function is restored and ``directory/index.json`` lists every call with its name, layer,
-    timestep, shapes, dtype and arguments (is_causal is top-left aligned, torch's convention).
+    timestep, shapes, dtype and arguments (is_causal is top-left aligned, torch's convention),
+    written whole or not at all (a failure to write it is a PasaError, unless another error
+    ended the block: that one propagates).
 
     Args:
         directory: created if needed; refused if it already holds an index.json, unless
@@ -271,7 +326,8 @@ def capture(directory: Union[str, "os.PathLike[str]"], *, model: Any = None,
             running submodule (e.g. ``"blocks.3.attn"``).
         name_fn: ``CallInfo -> str`` naming each file (may contain ``/`` for subdirectories);
             default :func:`default_name` (``layer0``, ``layer1``, ...). Names must be unique.
-        overwrite: allow a directory that holds an earlier capture.
+        overwrite: allow a directory that holds an earlier capture; its files (those its
+            index.json lists) and its index are removed first.
 
     The returned :class:`Capture` has a settable ``timestep`` (e.g. a diffusion step) recorded with
     each call, and ``entries`` (the index). Example::

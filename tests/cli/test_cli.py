@@ -179,6 +179,57 @@ def check_calibrate(tmp):
     assert "layer3_t5 has 2 of its" in r.stderr, r.stderr
 
 
+def write_safetensors(path, tensors):
+    """A .safetensors file of float32 arrays (the format's JSON header, then the bytes)."""
+    header, offset, blobs = {}, 0, []
+    for name, a in tensors.items():
+        data = np.ascontiguousarray(a, np.float32).tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(blobs))
+
+
+def check_calibrate_reads_the_capture_index(tmp):
+    # pasa.capture's directory: index.json lists the calls with their options; a file it does not list
+    # (an earlier capture's) is not scored; a call captured with a mask is scored without it, said so.
+    rng = np.random.default_rng()
+    inputs = os.path.join(tmp, "capture")
+    os.makedirs(inputs)
+    for layer in range(4):
+        write_safetensors(os.path.join(inputs, f"layer{layer}.safetensors"),
+                          {n: rng.standard_normal((1, 2, 64, 32)) for n in "qkv"})
+
+    def call(layer, causal=False, scale=None, mask=False):
+        return {"name": f"layer{layer}", "file": f"layer{layer}.safetensors", "is_causal": causal,
+                "causal_alignment": "top_left", "scale": scale, "attn_mask": mask}
+
+    def scores(entries):
+        with open(os.path.join(inputs, "index.json"), "w") as f:
+            json.dump({"format": "pasa-capture-1", "entries": entries}, f)
+        r = pasa("calibrate", "--inputs", inputs, "--out", os.path.join(tmp, "plan.json"))
+        return r.stderr, {e["layer"] for e in json.load(open(os.path.join(tmp, "plan.json")))["entries"]}
+
+    plain, layers = scores([call(0), call(1), call(2, mask=True)])
+    assert layers == {0, 1, 2}, layers
+    assert "holds 1 captured inputs that its index.json does not list" in plain, plain
+    assert "layer2 was captured with an attn_mask" in plain, plain
+    causal, _ = scores([call(0), call(1, causal=True, scale=0.5), call(2, mask=True)])
+    line = lambda text, name: next(x for x in text.splitlines() if x.startswith(name + ":"))
+    assert line(plain, "layer0") == line(causal, "layer0"), (plain, causal)
+    assert line(plain, "layer1") != line(causal, "layer1"), (plain, causal)
+    with open(os.path.join(inputs, "index.json"), "w") as f:
+        json.dump({"format": "pasa-capture-1", "entries": [call(0), dict(call(5), file="layer5.safetensors")]}, f)
+    r = pasa("calibrate", "--inputs", inputs, "--out", os.path.join(tmp, "plan.json"), ok=False)
+    assert "index.json lists layer5.safetensors, which is missing" in r.stderr, r.stderr
+    with open(os.path.join(inputs, "index.json"), "w") as f:
+        json.dump({"format": "pasa-capture-1", "entries": [dict(call(0), scale="nan")]}, f)
+    r = pasa("calibrate", "--inputs", inputs, "--out", os.path.join(tmp, "plan.json"), ok=False)
+    assert 'entries[0].scale: "nan" is not a finite number or null' in r.stderr, r.stderr
+
+
 def check_arguments():
     # The CLI's own argument parser: help for every command, and usage errors (exit code 2) that name
     # the option and never run the command.
@@ -642,6 +693,7 @@ def main():
         check_study(tmp)
         check_sage_and_decode_studies(tmp)
         check_calibrate(tmp)
+        check_calibrate_reads_the_capture_index(tmp)
     check_arguments()
     check_cli_reference()
     check_bench()

@@ -133,6 +133,50 @@ def test_capture_restores_on_error_and_rejects_duplicates(tmp_path, model, x):
     assert F.scaled_dot_product_attention is original
 
 
+def test_capture_overwrite_removes_the_earlier_capture(tmp_path, model, x):
+    # Four calls, then two into the same directory: the first capture's layer2 and layer3 would
+    # otherwise stay beside the new index (and `pasa calibrate` would not know them for stale).
+    with torch.no_grad():
+        with pasa.capture(tmp_path, model=model):
+            model(x)
+            F.scaled_dot_product_attention(x[:, None], x[:, None], x[:, None])
+        files = sorted(p.name for p in tmp_path.glob("*.safetensors"))
+        assert files == [f"layer{i}.safetensors" for i in range(4)]
+        (tmp_path / "notes.safetensors").write_bytes(b"not the capture's")  # not in the index: kept
+        with pasa.capture(tmp_path, overwrite=True):
+            F.scaled_dot_product_attention(x[:, None], x[:, None], x[:, None])
+            F.scaled_dot_product_attention(x[:, None], x[:, None], x[:, None], is_causal=True)
+    assert sorted(p.name for p in tmp_path.glob("*.safetensors")) == [
+        "layer0.safetensors", "layer1.safetensors", "notes.safetensors"]
+    index = json.loads((tmp_path / "index.json").read_text())
+    assert [e["name"] for e in index["entries"]] == ["layer0", "layer1"]
+    assert [e["is_causal"] for e in index["entries"]] == [False, True]
+
+
+def test_capture_index_is_strict_json_and_its_errors_are_pasa_errors(tmp_path):
+    q = torch.randn(1, 1, 4, 8)
+    with pasa.capture(tmp_path / "a"):
+        F.scaled_dot_product_attention(q, q, q, scale=float("nan"))
+    text = (tmp_path / "a" / "index.json").read_text()
+    strict = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON {c}"))
+    assert strict["entries"][0]["scale"] == "nan"
+    (tmp_path / "file").write_text("")
+    with pytest.raises(pasa.PasaError, match=r"^directory: cannot create .*file"):
+        with pasa.capture(tmp_path / "file"):
+            pass
+    # An error inside the block is the one raised, even when the index cannot be written either.
+    target = tmp_path / "b"
+    with pytest.raises(RuntimeError, match="the model failed"):
+        with pasa.capture(target):
+            F.scaled_dot_product_attention(q, q, q)
+            (target / "index.json").mkdir()  # (the index's rename then fails)
+            raise RuntimeError("the model failed")
+    assert not list(target.glob("index.json.tmp-*"))
+    with pytest.raises(pasa.PasaError, match=r"index.json: not written"):
+        with pasa.capture(tmp_path / "c"):
+            (tmp_path / "c" / "index.json").mkdir()
+
+
 def test_capture_3d_bf16_and_float64(tmp_path):
     q = torch.randn(3, 5, 16, dtype=torch.bfloat16)
     q64 = torch.randn(1, 2, 5, 16, dtype=torch.float64)
