@@ -2,6 +2,7 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,12 +35,16 @@ struct PendingSlot {
 };
 std::array<PendingSlot, kSlots> g_pending;
 
-// SIGINT and SIGTERM handlers, installed while at least one write runs and only over default actions.
+// While at least one write runs, and only over default actions: the signals that end a process
+// (Ctrl-C, kill, a closed terminal, Ctrl-\) remove the temporaries first, and SIGXFSZ (a file past
+// `ulimit -f`) is ignored, so that the write fails with EFBIG and says so instead of killing the
+// process with its temporary left behind.
 std::mutex g_handler_mutex;
 int g_writers = 0;
-constexpr int kSignals[] = {SIGINT, SIGTERM};
-struct sigaction g_previous[2];
-bool g_installed[2] = {false, false};
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGXFSZ};
+constexpr int kSignalCount = sizeof(kSignals) / sizeof(kSignals[0]);
+struct sigaction g_previous[kSignalCount];
+bool g_installed[kSignalCount] = {};
 
 extern "C" void remove_temporaries_and_die(int sig) {
   remove_pending_temporaries();
@@ -50,7 +55,7 @@ extern "C" void remove_temporaries_and_die(int sig) {
 void install_handlers() {
   const std::lock_guard<std::mutex> lock(g_handler_mutex);
   if (g_writers++ > 0) return;
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < kSignalCount; ++i) {
     struct sigaction current {};
     sigaction(kSignals[i], nullptr, &current);
     // A handler someone else installed (Python's KeyboardInterrupt, an application's) is left alone:
@@ -58,7 +63,7 @@ void install_handlers() {
     g_installed[i] = current.sa_handler == SIG_DFL;
     if (!g_installed[i]) continue;
     struct sigaction ours {};
-    ours.sa_handler = remove_temporaries_and_die;
+    ours.sa_handler = kSignals[i] == SIGXFSZ ? SIG_IGN : remove_temporaries_and_die;
     sigemptyset(&ours.sa_mask);
     sigaction(kSignals[i], &ours, &g_previous[i]);
   }
@@ -67,7 +72,7 @@ void install_handlers() {
 void restore_handlers() {
   const std::lock_guard<std::mutex> lock(g_handler_mutex);
   if (--g_writers > 0) return;
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < kSignalCount; ++i) {
     if (g_installed[i]) sigaction(kSignals[i], &g_previous[i], nullptr);
     g_installed[i] = false;
   }
@@ -303,10 +308,29 @@ void FileBatch::add(const std::string& path, FileBytes bytes) {
   entries_.push_back(std::move(entry));
 }
 
+// Holds the signals that end a process for its lifetime (delivered when it ends), so that the
+// renames of a batch all happen or none do.
+class SignalsHeld {
+ public:
+  SignalsHeld() {
+    sigset_t held;
+    sigemptyset(&held);
+    for (const int sig : kSignals) sigaddset(&held, sig);
+    pthread_sigmask(SIG_BLOCK, &held, &previous_);
+  }
+  ~SignalsHeld() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+  SignalsHeld(const SignalsHeld&) = delete;
+  SignalsHeld& operator=(const SignalsHeld&) = delete;
+
+ private:
+  sigset_t previous_;
+};
+
 void FileBatch::commit() {
   for (const auto& e : entries_) {
     if (!e->temp) write_in_place(e->path, e->in_place);
   }
+  const SignalsHeld held;
   for (const auto& e : entries_) {
     if (!e->temp) continue;
     if (::rename(e->temp->path().c_str(), e->target.c_str()) != 0) {

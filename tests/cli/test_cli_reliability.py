@@ -22,14 +22,15 @@ RNG = np.random.default_rng(SEED)
 RUNTIME_FAILURE, BAD_INPUT = 1, 2
 
 
-def limits(address_space=None, file_size=None):
+def limits(address_space=None, file_size=None, xfsz_default=False):
     """A preexec_fn applying an address-space limit (ulimit -v) and/or a file-size limit; with the
-    latter SIGXFSZ is ignored, so an oversized write fails with EFBIG as on a full disk."""
+    latter SIGXFSZ is ignored, so an oversized write fails with EFBIG as on a full disk, unless
+    xfsz_default (a shell's `ulimit -f`: the signal would kill the process)."""
     def apply():
         if address_space is not None:
             resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
         if file_size is not None:
-            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            signal.signal(signal.SIGXFSZ, signal.SIG_DFL if xfsz_default else signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
     return apply
 
@@ -101,6 +102,10 @@ def check_full_disk(tmp):
         f.write("old plan")
     pasa("calibrate", "--inputs", inputs, "--out", plan, code=RUNTIME_FAILURE, file_size=16)
     assert open(plan).read() == "old plan"
+    # The same under a shell's `ulimit -f`, where SIGXFSZ would kill the process mid-write.
+    r = pasa("run", "--q", q, "--k", k, "--v", v, "--out", out, code=RUNTIME_FAILURE,
+             file_size=64 * 1024, xfsz_default=True)
+    assert "write failed (File too large)" in r.stderr and open(out).read() == "old output", r.stderr
     assert leftovers(tmp) == [] and leftovers(inputs) == []
 
 
@@ -253,20 +258,21 @@ def check_phi_in_bounded_memory(tmp):
 
 
 def check_sigint_during_write(tmp):
-    # `pasa run` writing a large output: SIGINT as soon as its temporary file appears must leave the
-    # old output intact and remove the temporary.
+    # `pasa run` writing a large output: SIGINT (or SIGTERM, SIGHUP, SIGQUIT) as soon as its temporary
+    # file appears must leave the old output intact and remove the temporary.
     k, v = save_qkv(tmp, shape=(1, 1, 1, 16), prefix="w")[1:]
     q = os.path.join(tmp, "wq.npy")  # (after save_qkv, which writes a small wq.npy of its own)
     np.save(q, RNG.standard_normal((1, 1, 1 << 21, 16)).astype(np.float32))  # 128 MiB
     out = os.path.join(tmp, "wo.npy")
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    no_core = lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # (SIGQUIT dumps one)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         # On a fast machine the write can end between seeing its temporary and the signal landing:
         # then the new output is complete and nothing is left behind; try again, a few times.
         for attempt in range(5):
             with open(out, "w") as f:
                 f.write("old output")
             p = subprocess.Popen([PASA, "run", "--q", q, "--k", k, "--v", v, "--out", out],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=no_core)
             deadline = time.monotonic() + 240
             while not leftovers(tmp) and p.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.0005)
