@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "commands.h"
+#include "ctrl_c.h"
 #include "paper_study.h"
 #include "decode_study.h"
 #include "io/atomic_file.h"
@@ -91,13 +92,14 @@ std::string cell(const StudyRow& r) {
 
 std::string number(double x) { return text::format("{:g}", x); }
 
+// The tables of the rows there are; a case a stopped study did not reach reads "not run".
 void print_tables(const std::vector<CaseGroup>& groups, const std::vector<StudyRow>& rows,
                   const std::vector<std::string>& policies, const std::string& v_law) {
-  auto find = [&](const StudyCase& c, const std::string& policy) -> const StudyRow& {
+  auto find = [&](const StudyCase& c, const std::string& policy) -> const StudyRow* {
     for (const StudyRow& r : rows) {
-      if (r.c.dist == c.dist && r.c.x0 == c.x0 && r.c.am == c.am && r.policy == policy && r.v == v_law) return r;
+      if (r.c.dist == c.dist && r.c.x0 == c.x0 && r.c.am == c.am && r.policy == policy && r.v == v_law) return &r;
     }
-    throw Error("study: missing result");
+    return nullptr;
   };
   for (const CaseGroup& g : groups) {
     text::print("\n### {}\n\n", g.title);
@@ -112,9 +114,10 @@ void print_tables(const std::vector<CaseGroup>& groups, const std::vector<StudyR
         std::string line = text::format("| {} | {} | {} | {:.2f}% |", c.dist, number(c.x0), number(c.am),
                                         100.0 * paper_nan_share(c).value_or(0.0));
         for (const auto& p : policies) {
-          const StudyRow& r = find(c, p);
-          line += text::format(" {:.2f}% | {} |", 100.0 * r.nan_share,
-                               r.rmse ? text::format("{:.3e}", *r.rmse) : "-");
+          const StudyRow* r = find(c, p);
+          line += r == nullptr ? std::string(" not run | not run |")
+                               : text::format(" {:.2f}% | {} |", 100.0 * r->nan_share,
+                                              r->rmse ? text::format("{:.3e}", *r->rmse) : "-");
         }
         text::print("{}\n", line);
       }
@@ -129,7 +132,10 @@ void print_tables(const std::vector<CaseGroup>& groups, const std::vector<StudyR
                 head, rule);
     for (const StudyCase& c : g.cases) {
       std::string line = text::format("| {} |", number(g.axis == "x0" ? c.x0 : c.am));
-      for (const auto& p : policies) line += text::format(" {} |", cell(find(c, p)));
+      for (const auto& p : policies) {
+        const StudyRow* r = find(c, p);
+        line += text::format(" {} |", r == nullptr ? std::string("not run") : cell(*r));
+      }
       text::print("{}\n", line);
     }
   }
@@ -191,10 +197,21 @@ void run(const StudyOptions& opt) {
               text::join(config.policies, ", "));
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  const auto rows = run_study(cases, config, [&](int done, int total, const StudyCase& c) {
-    text::print(stderr, "[{:2}/{}] {} x0={:g} Am={:g}  ({:.1f} s)\n", done, total, c.dist, c.x0, c.am,
-                elapsed());
-  });
+  std::vector<StudyRow> rows;
+  int cases_done = 0;
+  bool stopped = false;
+  {
+    const CtrlCStops ctrl_c;  // (a first Ctrl-C prints what finished; a second ends the process)
+    try {
+      run_study(cases, config, [&](int done, int total, const StudyCase& c) {
+        cases_done = done;
+        text::print(stderr, "[{:2}/{}] {} x0={:g} Am={:g}  ({:.1f} s)\n", done, total, c.dist, c.x0, c.am,
+                    elapsed());
+      }, rows);
+    } catch (const Interrupted&) {
+      stopped = true;
+    }
+  }
   text::print("\n## V drawn like Q and K (the paper's Eq. 17 / 18)\n");
   print_tables(groups, rows, config.policies, "eq17");
   text::print("\n## Weight-sensitive: the same Q and K, V ~ N(0, 1)\n\n"
@@ -202,6 +219,14 @@ void run(const StudyOptions& opt) {
              "with V ~ N(0, 1) the output moves with them, so these tables show the weights' errors.\n");
   print_tables(groups, rows, config.policies, "normal");
   text::print("\nstudy time {:.1f} s\n", elapsed());
+  if (stopped) {
+    std::vector<std::string> unwritten;
+    if (!opt.json.empty()) unwritten.push_back("--json");
+    if (!opt.plot.empty()) unwritten.push_back("--plot");
+    throw StoppedByCtrlC(text::format("interrupted (Ctrl-C) after {} of {} cases: their rows are above{}",
+                                      cases_done, cases.size(),
+                                      unwritten.empty() ? "" : "; " + text::join(unwritten, ", ") + " not written"));
+  }
 
   const Shape4& sh = config.shape;
   const text::Json shape =

@@ -2,7 +2,8 @@
 // pasa — robust low-precision attention: run it, study its numerics, solve PASA's beta.
 //
 // Exit codes (docs/api.md): 0 success; 1 a runtime failure (out of memory, a failed write, a device
-// error, anything unexpected); 2 bad input or usage (a bad option, file, shape or policy). Every
+// error, anything unexpected); 2 bad input or usage (a bad option, file, shape or policy); 130 a
+// `pasa study` stopped by Ctrl-C after printing what it finished. Every
 // exception ends here as one "pasa: error: ..." line: none escapes main to abort the process.
 
 #include <cerrno>
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "commands.h"
+#include "ctrl_c.h"
 #include "pasa/error.h"
 #include "text/format.h"
 #include "pasa/version.h"
@@ -21,6 +23,7 @@ namespace {
 
 constexpr int kRuntimeFailure = 1;
 constexpr int kBadInput = 2;
+constexpr int kStoppedByCtrlC = 130;  // (128 + SIGINT, as a shell reports a process Ctrl-C ended)
 
 int report(const char* what, int code) {
   pasa::text::print(stderr, "pasa: error: {}\n", what);
@@ -55,6 +58,8 @@ int main(int argc, char** argv) {
       return report(("writing to standard output failed" + why).c_str(), kRuntimeFailure);
     }
     return code;
+  } catch (const pasa::cli::StoppedByCtrlC& e) {
+    return report(e.what(), kStoppedByCtrlC);
   } catch (const pasa::ResourceError& e) {
     return report(e.what(), kRuntimeFailure);
   } catch (const pasa::Error& e) {

@@ -48,12 +48,12 @@ QKV generate_case(const StudyCase& c, const Shape4& shape, std::uint64_t seed) {
   throw Error("study: unknown distribution '" + c.dist + "'");
 }
 
-std::vector<StudyRow> run_study(const std::vector<StudyCase>& cases, const StudyConfig& config,
-                                const std::function<void(int, int, const StudyCase&)>& progress) {
+void run_study(const std::vector<StudyCase>& cases, const StudyConfig& config,
+               const std::function<void(int, int, const StudyCase&)>& progress, std::vector<StudyRow>& rows) {
   std::vector<Policy> policies;
   for (const auto& text : config.policies) policies.push_back(parse_policy(text));
-  std::vector<StudyRow> rows;
   for (std::size_t i = 0; i < cases.size(); ++i) {
+    std::vector<StudyRow> case_rows;
     const StudyCase& c = cases[i];
     // Each case gets its own seed so adding a case does not change the others' inputs.
     const std::uint64_t seed = config.seed + 1000003ull * i;
@@ -65,12 +65,12 @@ std::vector<StudyRow> run_study(const std::vector<StudyCase>& cases, const Study
         const ErrorMetrics m = compare(attention_output(data, policies[p]), ref);
         StudyRow row{c, law, config.policies[p], m.nan_share, std::nullopt};
         if (m.nan_share == 0.0) row.rmse = m.rel_rmse;
-        rows.push_back(row);
+        case_rows.push_back(row);
       }
     }
+    rows.insert(rows.end(), case_rows.begin(), case_rows.end());
     if (progress) progress(static_cast<int>(i + 1), static_cast<int>(cases.size()), c);
   }
-  return rows;
 }
 
 }  // namespace pasa::cli

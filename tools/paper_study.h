@@ -54,8 +54,10 @@ QKV generate_case(const StudyCase& c, const Shape4& shape, std::uint64_t seed);
 std::optional<double> paper_nan_share(const StudyCase& c);
 
 // Runs every distinct case under every policy, once for each law of V (one fp64 reference per case
-// and law); `progress` is called after each case with (done, total, case).
-std::vector<StudyRow> run_study(const std::vector<StudyCase>& cases, const StudyConfig& config,
-                                const std::function<void(int, int, const StudyCase&)>& progress);
+// and law), appending each case's rows to `rows` once the case is done; `progress` is called after
+// each case with (done, total, case). An exception (pasa::Interrupted: Ctrl-C) leaves `rows` with the
+// cases finished before it.
+void run_study(const std::vector<StudyCase>& cases, const StudyConfig& config,
+               const std::function<void(int, int, const StudyCase&)>& progress, std::vector<StudyRow>& rows);
 
 }  // namespace pasa::cli

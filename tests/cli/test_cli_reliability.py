@@ -289,11 +289,26 @@ def check_sigint_during_write(tmp):
             raise AssertionError(f"{sig!r}: the write finished before the signal in 5 attempts")
 
 
+def check_study_stops_on_ctrl_c(tmp):
+    # The first Ctrl-C stops `pasa study` at the emulator's next poll: the cases it finished are
+    # printed (the rest "not run"), one error line says so, the exit status is 130, --json is not
+    # written. (SIGINT reset to its default: a background job of a shell inherits it ignored.)
+    out = os.path.join(tmp, "s.json")
+    p = subprocess.Popen([PASA, "study", "--json", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(3)  # (the whole study takes 15-30 s on a 2-core machine)
+    p.send_signal(signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=60)
+    assert p.returncode == 130, f"exit {p.returncode}\n{stderr}"
+    assert "pasa: error: interrupted (Ctrl-C) after" in stderr and "--json not written" in stderr, stderr
+    assert "not run" in stdout and not os.path.exists(out) and leftovers(tmp) == [], stdout
+
+
 def main():
     checks = (check_exit_codes, check_memory_limits, check_full_disk, check_aliases,
               check_outputs_before_work, check_inspect, check_huge_files, check_scale,
               check_calibrate_inputs, check_phi_quantiles, check_phi_in_bounded_memory,
-              check_sigint_during_write)
+              check_sigint_during_write, check_study_stops_on_ctrl_c)
     for check in checks:
         with tempfile.TemporaryDirectory() as tmp:
             start = time.monotonic()

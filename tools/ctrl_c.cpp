@@ -1,0 +1,36 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "ctrl_c.h"
+
+#include <atomic>
+
+namespace pasa::cli {
+namespace {
+
+std::atomic<bool> g_pressed{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+
+extern "C" void on_ctrl_c(int) {
+  g_pressed.store(true);
+  std::signal(SIGINT, SIG_DFL);  // the second Ctrl-C ends the process
+}
+
+bool ctrl_c_pressed() { return g_pressed.load(); }
+
+}  // namespace
+
+CtrlCStops::CtrlCStops() : check_(&ctrl_c_pressed) {
+  g_pressed.store(false);
+  struct sigaction current {};
+  sigaction(SIGINT, nullptr, &current);
+  if (current.sa_handler != SIG_DFL) return;
+  struct sigaction ours {};
+  ours.sa_handler = on_ctrl_c;
+  sigemptyset(&ours.sa_mask);
+  installed_ = sigaction(SIGINT, &ours, &previous_) == 0;
+}
+
+CtrlCStops::~CtrlCStops() {
+  if (installed_) sigaction(SIGINT, &previous_, nullptr);
+}
+
+}  // namespace pasa::cli
