@@ -61,22 +61,29 @@ void run(const BetaOptions& opt) {
               opt.scale ? text::format(", scale {:g} folded into M", *opt.scale) : ", scale kept out of M");
   text::print("| initial beta | optimal beta | beta/(1-beta) ideal | beta/(1-beta) in {} |\n", format.name());
   text::print("|---|---|---|---|\n");
+  // (an initial value below a millionth in full, not as 0.000000)
+  const auto initial_text = [](double b0) { return b0 >= 1e-6 ? text::format("{:.6f}", b0) : text::format("{:g}", b0); };
   int solved = 0;
   for (const double b0 : opt.init) {
     std::string reason = unsolvable_reason(b0, format, opt);
     if (reason.empty()) {
       try {
         const BetaSolution s = solve_beta(b0, format, opt.block, opt.scale);
-        text::print("| {:.6f} | {:.6f} | {:.4f} | {:g} |\n", s.initial, s.beta, s.invariance, s.invariance_rounded);
-        ++solved;
-        continue;
+        if (s.beta > 0.0) {
+          text::print("| {} | {:.6f} | {:.4f} | {:g} |\n", initial_text(s.initial), s.beta, s.invariance,
+                      s.invariance_rounded);
+          ++solved;
+          continue;
+        }
+        // (the fixed point beta = 0: M's off-diagonal rounds to 0, so M shifts nothing)
+        reason = "M's off-diagonal entries round to 0 in " + format.name() + ": no shift is left";
       } catch (const ResourceError&) {
         throw;
       } catch (const Error&) {  // the inputs were checked above: only the iteration itself fails here
         reason = "the iteration from it reaches a beta that " + format.name() + " cannot hold";
       }
     }
-    text::print("| {:.6f} | none: {} | - | - |\n", b0, reason);
+    text::print("| {} | none: {} | - | - |\n", initial_text(b0), reason);
   }
   if (solved == 0) {
     const std::string where = format.name() + " at s2 = " + std::to_string(opt.block);

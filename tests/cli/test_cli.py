@@ -102,6 +102,12 @@ def check_beta_and_inspect():
     r = pasa("beta")
     assert "| 0.984375 | 0.984497 |" in r.stdout, r.stdout
     assert "| 0.900000 | 0.899708 |" in r.stdout, r.stdout
+    # A format whose M cannot hold beta / s2 has no optimal beta (not "0.000000"); a tiny initial value
+    # prints in full.
+    r = pasa("beta", "--format", "e2m0", ok=False)
+    assert "| 0.900000 | none: M's off-diagonal entries round to 0 in e2m0" in r.stdout, r.stdout
+    r = pasa("beta", "--init", "1e-300", ok=False)
+    assert "| 1e-300 | none:" in r.stdout, r.stdout
     r = pasa("inspect", "--preset", "svd", "--seq", "256")
     assert "before yes, after no" in r.stdout, r.stdout
 
