@@ -296,13 +296,15 @@ def _as_bhsd_host(t: Any, name: str) -> Tuple[Any, Optional[str]]:
     if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
         converted = str(t.dtype).replace("torch.", "")
         t = t.float()
-    if t.dim() == 3:
+    if t.dim() == 2:  # (L, E): one sequence, one head
+        t = t[None, None]
+    elif t.dim() == 3:
         t = t.unsqueeze(1)
     elif t.dim() > 4:
         t = t.reshape(-1, *t.shape[-3:])
-    elif t.dim() < 3:
+    elif t.dim() < 2:
         raise PasaError(f"{name}: {t.dim()}-D tensor in scaled_dot_product_attention; capture "
-                        f"records [N, ..., L, E] operands of rank 3 or more")
+                        f"records [..., L, E] operands of rank 2 or more")
     return t.cpu().contiguous(), converted
 
 
@@ -312,9 +314,9 @@ def capture(directory: Union[str, "os.PathLike[str]"], *, model: Any = None,
 
     While active, ``torch.nn.functional.scaled_dot_product_attention`` is replaced by a wrapper that
     runs the original and saves its ``query``, ``key`` and ``value`` (detached, on the host, as
-    ``[B, H, S, D]``; 3-D operands get H = 1) to ``directory/NAME.safetensors`` under the names
-    ``q``, ``k``, ``v`` (what ``pasa run --qkv`` and ``pasa calibrate`` read). On exit the original
-    function is restored and ``directory/index.json`` lists every call with its name, layer,
+    ``[B, H, S, D]``; 3-D operands get H = 1, 2-D ones B = H = 1) to ``directory/NAME.safetensors``
+    under the names ``q``, ``k``, ``v`` (what ``pasa run --qkv`` and ``pasa calibrate`` read). On exit
+    the original function is restored and ``directory/index.json`` lists every call with its name, layer,
     timestep, shapes, dtype and arguments (is_causal is top-left aligned, torch's convention),
     written whole or not at all (a failure to write it is a PasaError, unless another error
     ended the block: that one propagates).

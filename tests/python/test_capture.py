@@ -180,9 +180,12 @@ def test_capture_index_is_strict_json_and_its_errors_are_pasa_errors(tmp_path):
 def test_capture_3d_bf16_and_float64(tmp_path):
     q = torch.randn(3, 5, 16, dtype=torch.bfloat16)
     q64 = torch.randn(1, 2, 5, 16, dtype=torch.float64)
+    q2 = torch.randn(5, 16)  # (L, E): torch takes it; recorded as [1, 1, L, E]
     with pasa.capture(tmp_path) as cap:
         F.scaled_dot_product_attention(q, q, q)
         F.scaled_dot_product_attention(q64, q64, q64, scale=0.5)
+        F.scaled_dot_product_attention(q2, q2, q2)
+    assert cap.entries[2]["shape"]["q"] == [1, 1, 5, 16]
     assert cap.entries[0]["shape"]["q"] == [3, 1, 5, 16] and cap.entries[0]["dtype"] == "bfloat16"
     t = pasa.load(tmp_path / "layer0.safetensors")
     assert t["q"].dtype == np.float32  # bf16 loads as float32, exactly
