@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-# The CLI test and `pasa study --plot` run Python: the project's .venv, not the system's.
+# The CLI tests run the project's .venv Python, not the system's. (`pasa study --plot` runs the first
+# python3 on PATH: README.md says how to make that the venv's.)
 cmake --preset default -DPython3_EXECUTABLE="$PWD/.venv/bin/python"
 cmake --build --preset default -j "$(nproc)"
