@@ -78,6 +78,7 @@ std::optional<std::vector<CapturedCall>> read_capture_index(const std::string& d
   }
   const Json& entries = field(index, "entries", path);
   if (!entries.is_array()) throw Error(path + ".entries: " + std::string(entries.type_name()) + ", not an array");
+  if (entries.as_array().empty()) throw Error(path + ": lists no calls (the captured code ran no attention)");
   std::vector<CapturedCall> calls;
   for (std::size_t i = 0; i < entries.as_array().size(); ++i) {
     calls.push_back(parse_call(entries.as_array()[i], path + ": entries[" + std::to_string(i) + "]"));

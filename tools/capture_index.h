@@ -21,7 +21,7 @@ struct CapturedCall {
 };
 
 // The calls DIR/index.json lists, or none when DIR has no index.json. Throws pasa::Error naming the
-// file and the field where the index is not one `pasa.capture` writes.
+// file and the field where the index is not one `pasa.capture` writes, or lists no call.
 std::optional<std::vector<CapturedCall>> read_capture_index(const std::string& dir);
 
 }  // namespace pasa::cli

@@ -211,6 +211,7 @@ void run(const StudyOptions& opt) {
     } catch (const Interrupted&) {
       stopped = true;
     }
+    stopped = stopped || ctrl_c.pressed();  // (a press after the last poll stops it too)
   }
   text::print("\n## V drawn like Q and K (the paper's Eq. 17 / 18)\n");
   print_tables(groups, rows, config.policies, "eq17");

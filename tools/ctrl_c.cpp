@@ -9,10 +9,7 @@ namespace {
 std::atomic<bool> g_pressed{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
 
-extern "C" void on_ctrl_c(int) {
-  g_pressed.store(true);
-  std::signal(SIGINT, SIG_DFL);  // the second Ctrl-C ends the process
-}
+extern "C" void on_ctrl_c(int) { g_pressed.store(true); }
 
 bool ctrl_c_pressed() { return g_pressed.load(); }
 
@@ -25,9 +22,14 @@ CtrlCStops::CtrlCStops() : check_(&ctrl_c_pressed) {
   if (current.sa_handler != SIG_DFL) return;
   struct sigaction ours {};
   ours.sa_handler = on_ctrl_c;
+  // SA_RESETHAND: the second Ctrl-C ends the process; SA_RESTART: the first interrupts no system call
+  // (a write to stderr would otherwise fail with EINTR).
+  ours.sa_flags = SA_RESETHAND | SA_RESTART;
   sigemptyset(&ours.sa_mask);
   installed_ = sigaction(SIGINT, &ours, &previous_) == 0;
 }
+
+bool CtrlCStops::pressed() const { return g_pressed.load(); }
 
 CtrlCStops::~CtrlCStops() {
   if (installed_) sigaction(SIGINT, &previous_, nullptr);

@@ -17,6 +17,8 @@ class CtrlCStops {
  public:
   CtrlCStops();
   ~CtrlCStops();
+  // Whether Ctrl-C was pressed while this object lived (also after the emulator's last poll).
+  bool pressed() const;
   CtrlCStops(const CtrlCStops&) = delete;
   CtrlCStops& operator=(const CtrlCStops&) = delete;
 

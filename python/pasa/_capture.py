@@ -186,11 +186,13 @@ class Capture:
         fewer calls would otherwise leave the old one's later files beside it)."""
         try:
             with open(index) as f:
-                entries = json.load(f).get("entries", [])
+                document = json.load(f)
+            ours = document.get("format") == "pasa-capture-1"
+            entries = document.get("entries", []) if ours else []
             files = [e["file"] for e in entries if isinstance(e, dict) and isinstance(e.get("file"), str)
                      and e["file"].endswith(".safetensors")]
         except (OSError, ValueError, AttributeError):
-            files = []  # (an unreadable index: only it is replaced)
+            files = []  # (an unreadable index, or another tool's: only it is replaced)
         for name in files:
             path = os.path.normpath(os.path.join(self.directory, name))
             if os.path.dirname(os.path.relpath(path, self.directory)).startswith(".."):

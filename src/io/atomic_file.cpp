@@ -2,7 +2,6 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,10 +45,26 @@ constexpr int kSignalCount = sizeof(kSignals) / sizeof(kSignals[0]);
 struct sigaction g_previous[kSignalCount];
 bool g_installed[kSignalCount] = {};
 
-extern "C" void remove_temporaries_and_die(int sig) {
+// While a batch renames its files (FileBatch::commit), a signal is only recorded, and acted on once
+// the renames are done: a batch's outputs change together. (A per-thread signal mask would not do:
+// the signal goes to any thread that does not block it, and OpenMP's and torch's threads don't.)
+std::atomic<int> g_committing{0};
+std::atomic<int> g_deferred_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "used in a signal handler");
+
+void die_of(int sig) {
   remove_pending_temporaries();
   std::signal(sig, SIG_DFL);  // the default action was in place before the write: die as it would
   std::raise(sig);
+}
+
+extern "C" void remove_temporaries_and_die(int sig) {
+  if (g_committing.load() > 0) {
+    int none = 0;
+    g_deferred_signal.compare_exchange_strong(none, sig);
+    return;
+  }
+  die_of(sig);
 }
 
 void install_handlers() {
@@ -308,29 +323,25 @@ void FileBatch::add(const std::string& path, FileBytes bytes) {
   entries_.push_back(std::move(entry));
 }
 
-// Holds the signals that end a process for its lifetime (delivered when it ends), so that the
-// renames of a batch all happen or none do.
-class SignalsHeld {
+// The renames of a commit, during which the handler defers signals; the one deferred, if any, is
+// acted on when they are done (or failed).
+class RenamesInProgress {
  public:
-  SignalsHeld() {
-    sigset_t held;
-    sigemptyset(&held);
-    for (const int sig : kSignals) sigaddset(&held, sig);
-    pthread_sigmask(SIG_BLOCK, &held, &previous_);
+  RenamesInProgress() { g_committing.fetch_add(1); }
+  ~RenamesInProgress() {
+    if (g_committing.fetch_sub(1) == 1) {
+      if (const int sig = g_deferred_signal.exchange(0); sig != 0) die_of(sig);
+    }
   }
-  ~SignalsHeld() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
-  SignalsHeld(const SignalsHeld&) = delete;
-  SignalsHeld& operator=(const SignalsHeld&) = delete;
-
- private:
-  sigset_t previous_;
+  RenamesInProgress(const RenamesInProgress&) = delete;
+  RenamesInProgress& operator=(const RenamesInProgress&) = delete;
 };
 
 void FileBatch::commit() {
   for (const auto& e : entries_) {
     if (!e->temp) write_in_place(e->path, e->in_place);
   }
-  const SignalsHeld held;
+  const RenamesInProgress renames;
   for (const auto& e : entries_) {
     if (!e->temp) continue;
     if (::rename(e->temp->path().c_str(), e->target.c_str()) != 0) {

@@ -222,10 +222,22 @@ def check_calibrate_reads_the_capture_index(tmp):
     assert layers == {0, 1, 2}, layers
     assert "holds 1 captured inputs that its index.json does not list" in plain, plain
     assert "layer2 was captured with an attn_mask" in plain, plain
-    causal, _ = scores([call(0), call(1, causal=True, scale=0.5), call(2, mask=True)])
     line = lambda text, name: next(x for x in text.splitlines() if x.startswith(name + ":"))
-    assert line(plain, "layer0") == line(causal, "layer0"), (plain, causal)
-    assert line(plain, "layer1") != line(causal, "layer1"), (plain, causal)
+    for changed in ({"causal": True}, {"scale": 0.5}):  # each of the call's options alone
+        other, _ = scores([call(0), call(1, **changed), call(2, mask=True)])
+        assert line(plain, "layer0") == line(other, "layer0"), (changed, plain, other)
+        assert line(plain, "layer1") != line(other, "layer1"), (changed, plain, other)
+    # --phi scales the scores by the index's scale: a doubled scale moves phi's range.
+    ranges = []
+    for scale in (None, 2 / 32 ** 0.5):  # (1 / sqrt(D) doubled, D = 32)
+        scores([call(0, scale=scale), call(1, scale=scale)])
+        r = pasa("calibrate", "--inputs", inputs, "--phi")
+        ranges.append(r.stdout.split("within [")[1].split("]")[0])
+    assert ranges[0] != ranges[1], ranges
+    with open(os.path.join(inputs, "index.json"), "w") as f:
+        json.dump({"format": "pasa-capture-1", "entries": []}, f)
+    r = pasa("calibrate", "--inputs", inputs, "--out", os.path.join(tmp, "plan.json"), ok=False)
+    assert "lists no calls" in r.stderr, r.stderr
     with open(os.path.join(inputs, "index.json"), "w") as f:
         json.dump({"format": "pasa-capture-1", "entries": [call(0), dict(call(5), file="layer5.safetensors")]}, f)
     r = pasa("calibrate", "--inputs", inputs, "--out", os.path.join(tmp, "plan.json"), ok=False)

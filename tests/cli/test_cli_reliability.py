@@ -264,15 +264,20 @@ def check_sigint_during_write(tmp):
     q = os.path.join(tmp, "wq.npy")  # (after save_qkv, which writes a small wq.npy of its own)
     np.save(q, RNG.standard_normal((1, 1, 1 << 21, 16)).astype(np.float32))  # 128 MiB
     out = os.path.join(tmp, "wo.npy")
-    no_core = lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # (SIGQUIT dumps one)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+    def defaults():  # (a background job inherits SIGINT and SIGQUIT ignored, nohup SIGHUP)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # (SIGQUIT dumps one)
+        for s in signals:
+            signal.signal(s, signal.SIG_DFL)
+    for sig in signals:
         # On a fast machine the write can end between seeing its temporary and the signal landing:
         # then the new output is complete and nothing is left behind; try again, a few times.
         for attempt in range(5):
             with open(out, "w") as f:
                 f.write("old output")
             p = subprocess.Popen([PASA, "run", "--q", q, "--k", k, "--v", v, "--out", out],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=no_core)
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=defaults)
             deadline = time.monotonic() + 240
             while not leftovers(tmp) and p.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.0005)
@@ -296,12 +301,16 @@ def check_study_stops_on_ctrl_c(tmp):
     out = os.path.join(tmp, "s.json")
     p = subprocess.Popen([PASA, "study", "--json", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    time.sleep(3)  # (the whole study takes 15-30 s on a 2-core machine)
+    first = p.stderr.readline()  # the first case's progress line: at least one case has finished
+    assert first.startswith("[ 1/22]"), first
     p.send_signal(signal.SIGINT)
     stdout, stderr = p.communicate(timeout=60)
     assert p.returncode == 130, f"exit {p.returncode}\n{stderr}"
     assert "pasa: error: interrupted (Ctrl-C) after" in stderr and "--json not written" in stderr, stderr
     assert "not run" in stdout and not os.path.exists(out) and leftovers(tmp) == [], stdout
+    # The finished cases' rows hold numbers: Table 4's first case, uniform x0 = 30 Am = 0.5, ran first.
+    assert any(line.startswith("| uniform | 30 | 0.5 |") and "not run" not in line
+               for line in stdout.splitlines()), stdout
 
 
 def main():

@@ -151,6 +151,14 @@ def test_capture_overwrite_removes_the_earlier_capture(tmp_path, model, x):
     index = json.loads((tmp_path / "index.json").read_text())
     assert [e["name"] for e in index["entries"]] == ["layer0", "layer1"]
     assert [e["is_causal"] for e in index["entries"]] == [False, True]
+    # Another tool's index.json: only the index is replaced, the files it names stay.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "weights.safetensors").write_bytes(b"someone else's")
+    (other / "index.json").write_text(json.dumps({"entries": [{"file": "weights.safetensors"}]}))
+    with pasa.capture(other, overwrite=True):
+        pass
+    assert (other / "weights.safetensors").exists()
 
 
 def test_capture_index_is_strict_json_and_its_errors_are_pasa_errors(tmp_path):

@@ -103,9 +103,9 @@ __device__ __forceinline__ void fold_one(Partial& run, const Partial& way) {
 
 }  // namespace merge_detail
 
-// Exact merge of a group's splits (algorithms.md section 1): rows [first, first + count) of the group's
-// `rows` packed rows from r0 of K/V head h_kv of sequence b (the last split CTA takes all of them, the
-// merge kernel a row a CTA). The merge's time is its chain of dependent reads, so each item, a (row,
+// Exact merge of a group's splits (algorithms.md section 1): rows [first, first + count) of the group
+// whose packed rows start at r0, of K/V head h_kv of sequence b (the last split CTA takes all of the
+// group's rows, the merge kernel a row a CTA). The merge's time is its chain of dependent reads, so each item, a (row,
 // 4-column piece), reads the m, l and O~ of many splits at once: kUnroll a batch, kUnroll /
 // kMergeWays of each way. Where a CTA has kMergeWays threads for each of its items, each thread takes
 // a way and the ways fold through `scratch` (shared memory), else a thread takes all the ways of an
@@ -113,8 +113,8 @@ __device__ __forceinline__ void fold_one(Partial& run, const Partial& way) {
 // both merges give the same bits. Partials of the unified max (m = phi) and of the synchronized
 // fallback (their own m) are weighed alike; with a counter, the rows some split flagged are counted.
 template <int kHeadDim>
-__device__ __forceinline__ void merge_rows(const DecodeParams& p, int b, int h_kv, int r0, int rows, int first,
-                                           int count, float* scratch) {
+__device__ __forceinline__ void merge_rows(const DecodeParams& p, int b, int h_kv, int r0, int first, int count,
+                                           float* scratch) {
   using merge_detail::Partial;
   constexpr int kQuads = kHeadDim / 4;
   // (32: one batch of loads for the 22-33 splits of B 1 at d 128; 16 at d 256, whose split kernel is

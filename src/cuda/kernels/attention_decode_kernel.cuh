@@ -456,7 +456,7 @@ __global__ void __launch_bounds__(DecodeTile::kWarps * 32, TileOf::value.ctas_pe
     static_assert(kThreads == kMergeThreads, "merge_rows's pieces a thread");
     static_assert(kMergeScratchFloats * 4 <= kT.smem_bytes(kMTiles), "merge_rows's scratch in the stages");
     const int rows = min(kBlockM, p.rows - r0);
-    merge_rows<kHeadDim>(p, b, h_kv, r0, rows, 0, rows, reinterpret_cast<float*>(smem_raw));
+    merge_rows<kHeadDim>(p, b, h_kv, r0, 0, rows, reinterpret_cast<float*>(smem_raw));
   }
 }
 
@@ -490,7 +490,7 @@ __global__ void __launch_bounds__(kMergeThreads) attention_decode_merge_kernel(c
   const int r0 = static_cast<int>(blockIdx.y) / p.heads_kv * p.chunk_rows;
   const int rows = min(p.chunk_rows, p.rows - r0), row = static_cast<int>(blockIdx.x);
   if (row >= rows) return;
-  merge_rows<kHeadDim>(p, static_cast<int>(blockIdx.z), h_kv, r0, rows, row, 1, reinterpret_cast<float*>(scratch));
+  merge_rows<kHeadDim>(p, static_cast<int>(blockIdx.z), h_kv, r0, row, 1, reinterpret_cast<float*>(scratch));
 }
 
 }  // namespace pasa::cuda
