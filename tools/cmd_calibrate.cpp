@@ -213,7 +213,17 @@ void calibrate_phi_command(const CalibrateOptions& opt) {
       const QKV data = load_entry(e);
       // (for_each_score_row scales by 1 / sqrt(D); a captured scale replaces it)
       const double factor = e.call.scale ? *e.call.scale * std::sqrt(static_cast<double>(data.q.shape[3])) : 1.0;
+      // A causal call's rows see their keys up to the diagonal: the rows come in (batch, head, query)
+      // order, query r seeing keys <= r (top-left) or r + S_kv - S_q (bottom-right).
+      const std::int64_t seq_q = data.q.shape[2], seq_kv = data.k.shape[2];
+      const std::int64_t offset = e.call.alignment == CausalAlignment::bottom_right ? seq_kv - seq_q : 0;
+      std::int64_t rows_seen = 0;
       for_each_score_row(data.q, data.k, 0.0, 128, [&](std::span<const double> row) {
+        const std::int64_t r = rows_seen++ % seq_q;
+        if (e.call.causal) {
+          row = row.first(static_cast<std::size_t>(std::clamp<std::int64_t>(r + offset + 1, 0, seq_kv)));
+        }
+        if (row.empty()) return;
         if (factor == 1.0) return histogram.add(row);
         scaled.assign(row.begin(), row.end());
         for (double& x : scaled) x *= factor;

@@ -234,6 +234,10 @@ def check_calibrate_reads_the_capture_index(tmp):
         r = pasa("calibrate", "--inputs", inputs, "--phi")
         ranges.append(r.stdout.split("within [")[1].split("]")[0])
     assert ranges[0] != ranges[1], ranges
+    # ... and takes a causal call's visible scores only (the first query sees one key).
+    scores([call(0, causal=True), call(1, causal=True)])
+    r = pasa("calibrate", "--inputs", inputs, "--phi")
+    assert r.stdout.split("within [")[1].split("]")[0] != ranges[0], (r.stdout, ranges)
     with open(os.path.join(inputs, "index.json"), "w") as f:
         json.dump({"format": "pasa-capture-1", "entries": []}, f)
     r = pasa("calibrate", "--inputs", inputs, "--out", os.path.join(tmp, "plan.json"), ok=False)
