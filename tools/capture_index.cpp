@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "io/byte_io.h"
+#include "io/json_fields.h"
 #include "pasa/error.h"
 #include "text/json.h"
 
@@ -12,26 +13,11 @@ namespace pasa::cli {
 namespace {
 
 using text::Json;
+using io::detail::bool_field;
+using io::detail::member;
+using io::detail::string_field;
 
 constexpr std::uint64_t kMaxIndexBytes = std::uint64_t{1} << 30;  // (a capture of millions of calls)
-
-const Json& field(const Json& entry, const char* key, const std::string& where) {
-  const Json* value = entry.find(key);
-  if (value == nullptr) throw Error(where + ": no field '" + key + "'");
-  return *value;
-}
-
-bool bool_field(const Json& entry, const char* key, const std::string& where) {
-  const Json& value = field(entry, key, where);
-  if (!value.is_bool()) throw Error(where + "." + key + ": " + value.dump() + " is not true or false");
-  return value.as_bool();
-}
-
-std::string string_field(const Json& entry, const char* key, const std::string& where) {
-  const Json& value = field(entry, key, where);
-  if (!value.is_string()) throw Error(where + "." + key + ": " + value.dump() + " is not a string");
-  return value.as_string();
-}
 
 CapturedCall parse_call(const Json& entry, const std::string& where) {
   if (!entry.is_object()) throw Error(where + ": " + entry.dump() + " is not an object");
@@ -44,7 +30,7 @@ CapturedCall parse_call(const Json& entry, const std::string& where) {
     throw Error(where + ".causal_alignment: '" + alignment + "' is not top_left or bottom_right");
   }
   call.alignment = alignment == "top_left" ? CausalAlignment::top_left : CausalAlignment::bottom_right;
-  const Json& scale = field(entry, "scale", where);
+  const Json& scale = member(entry, "scale", where);
   if (!scale.is_null()) {
     if (!scale.is_number() || !std::isfinite(scale.as_double())) {
       throw Error(where + ".scale: " + scale.dump() + " is not a finite number or null");
@@ -76,8 +62,8 @@ std::optional<std::vector<CapturedCall>> read_capture_index(const std::string& d
   if (format == nullptr || !format->is_string() || format->as_string() != "pasa-capture-1") {
     throw Error(path + ": not a pasa.capture index (format pasa-capture-1)");
   }
-  const Json& entries = field(index, "entries", path);
-  if (!entries.is_array()) throw Error(path + ".entries: " + std::string(entries.type_name()) + ", not an array");
+  const Json& entries = member(index, "entries", path);
+  if (!entries.is_array()) throw Error(path + ".entries: " + io::detail::kind_of(entries) + ", not an array");
   if (entries.as_array().empty()) throw Error(path + ": lists no calls (the captured code ran no attention)");
   std::vector<CapturedCall> calls;
   for (std::size_t i = 0; i < entries.as_array().size(); ++i) {

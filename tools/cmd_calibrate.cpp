@@ -48,13 +48,34 @@ struct EntryFiles {
 };
 
 
+// The (layer, timestep) keys of a directory's entries, each named once: parse_entry_name's, with two
+// names for one key ("layer1" and "layer01") refused.
+class EntryKeys {
+ public:
+  std::pair<int, int> add(const std::string& name) {
+    std::pair<int, int> key;
+    try {
+      key = parse_entry_name(name);
+    } catch (const Error& err) {
+      throw Error("--inputs: " + std::string(err.what()));
+    }
+    if (const auto [it, fresh] = names_.emplace(key, name); !fresh) {
+      throw Error("--inputs: " + it->second + " and " + name + " name the same layer and timestep");
+    }
+    return key;
+  }
+
+ private:
+  std::map<std::pair<int, int>, std::string> names_;
+};
+
 // The calls a capture's index.json lists (pasa.capture's directories), each NAME.safetensors with its
 // causal flag, alignment and scale; the directory's other tensor files (an earlier capture's, left by
 // overwrite=True) are not scored, and said so.
 std::vector<EntryFiles> indexed_entries(const std::string& dir, const std::vector<CapturedCall>& calls,
                                         std::size_t files_found) {
   std::vector<EntryFiles> out;
-  std::map<std::pair<int, int>, std::string> names_of_keys;
+  EntryKeys keys;
   for (const CapturedCall& c : calls) {
     if (c.file != c.name + ".safetensors") {
       throw Error("--inputs: " + dir + "/index.json: entry " + c.name + " names the file '" + c.file +
@@ -67,14 +88,7 @@ std::vector<EntryFiles> indexed_entries(const std::string& dir, const std::vecto
     if (!std::filesystem::is_regular_file(e.safetensors, ec)) {
       throw Error("--inputs: " + dir + "/index.json lists " + c.file + ", which is missing");
     }
-    try {
-      e.key = parse_entry_name(c.name);
-    } catch (const Error& err) {
-      throw Error("--inputs: " + std::string(err.what()));
-    }
-    if (const auto [it, fresh] = names_of_keys.emplace(e.key, c.name); !fresh) {
-      throw Error("--inputs: " + it->second + " and " + c.name + " name the same layer and timestep");
-    }
+    e.key = keys.add(c.name);
     e.call = {c.causal, c.alignment, c.scale};
     e.masked = c.masked;
     out.push_back(std::move(e));
@@ -117,7 +131,7 @@ std::vector<EntryFiles> find_entries(const std::string& dir) {
     throw Error("--inputs: " + dir + " holds no NAME.safetensors (q, k, v) or NAME_{q,k,v}.npy files");
   }
   std::vector<EntryFiles> out;
-  std::map<std::pair<int, int>, std::string> names_of_keys;
+  EntryKeys keys;
   for (auto& [name, e] : found) {
     const int npy_parts = !e.npy[0].empty() + !e.npy[1].empty() + !e.npy[2].empty();
     if (!e.safetensors.empty() && npy_parts > 0) {
@@ -126,14 +140,7 @@ std::vector<EntryFiles> find_entries(const std::string& dir) {
     if (e.safetensors.empty() && npy_parts != 3) {
       throw Error("--inputs: " + name + " has " + std::to_string(npy_parts) + " of its _q/_k/_v.npy files");
     }
-    try {
-      e.key = parse_entry_name(name);
-    } catch (const Error& err) {
-      throw Error("--inputs: " + std::string(err.what()));
-    }
-    if (const auto [it, fresh] = names_of_keys.emplace(e.key, name); !fresh) {
-      throw Error("--inputs: " + it->second + " and " + name + " name the same layer and timestep");
-    }
+    e.key = keys.add(name);
     out.push_back(std::move(e));
   }
   return out;
@@ -206,29 +213,12 @@ void calibrate_plan(const CalibrateOptions& opt) {
 void calibrate_phi_command(const CalibrateOptions& opt) {
   const std::vector<EntryFiles> entries = find_entries(opt.inputs);
   ScoreHistogram histogram;
-  std::vector<double> scaled;
   for (const EntryFiles& e : entries) {
     say_if_masked(e);
     try {
       const QKV data = load_entry(e);
-      // (for_each_score_row scales by 1 / sqrt(D); a captured scale replaces it)
-      const double factor = e.call.scale ? *e.call.scale * std::sqrt(static_cast<double>(data.q.shape[3])) : 1.0;
-      // A causal call's rows see their keys up to the diagonal: the rows come in (batch, head, query)
-      // order, query r seeing keys <= r (top-left) or r + S_kv - S_q (bottom-right).
-      const std::int64_t seq_q = data.q.shape[2], seq_kv = data.k.shape[2];
-      const std::int64_t offset = e.call.alignment == CausalAlignment::bottom_right ? seq_kv - seq_q : 0;
-      std::int64_t rows_seen = 0;
-      for_each_score_row(data.q, data.k, 0.0, 128, [&](std::span<const double> row) {
-        const std::int64_t r = rows_seen++ % seq_q;
-        if (e.call.causal) {
-          row = row.first(static_cast<std::size_t>(std::clamp<std::int64_t>(r + offset + 1, 0, seq_kv)));
-        }
-        if (row.empty()) return;
-        if (factor == 1.0) return histogram.add(row);
-        scaled.assign(row.begin(), row.end());
-        for (double& x : scaled) x *= factor;
-        histogram.add(scaled);
-      });
+      for_each_score_row(data.q, data.k, 0.0, 128, [&](std::span<const double> row) { histogram.add(row); },
+                         e.call);
     } catch (const ResourceError&) {
       throw;
     } catch (const Error& err) {

@@ -41,7 +41,7 @@ void check_finite(const HostTensor& t, const char* name) {
 }  // namespace
 
 void for_each_score_row(const HostTensor& q, const HostTensor& k, double pasa_beta, int block,
-                        const std::function<void(std::span<const double>)>& emit) {
+                        const std::function<void(std::span<const double>)>& emit, const CallOptions& call) {
   if (q.shape.size() != 4 || k.shape.size() != 4 || q.shape[0] != k.shape[0] || q.shape[3] != k.shape[3] ||
       k.shape[1] == 0 || q.shape[1] % k.shape[1] != 0) {
     throw Error("scores: q and k do not form an attention problem ([B, H, S, D], H_q a multiple of H_kv)");
@@ -51,7 +51,8 @@ void for_each_score_row(const HostTensor& q, const HostTensor& k, double pasa_be
   const std::vector<float> qf = to_float(q), kf = to_float(k);
   const std::int64_t B = q.shape[0], Hq = q.shape[1], Hkv = k.shape[1], Sq = q.shape[2], Skv = k.shape[2],
                      D = q.shape[3];
-  const double alpha = 1.0 / std::sqrt(static_cast<double>(D));
+  const double alpha = call.scale.value_or(1.0 / std::sqrt(static_cast<double>(D)));
+  const std::int64_t diagonal = call.alignment == CausalAlignment::bottom_right ? Skv - Sq : 0;
   std::vector<double> row(static_cast<std::size_t>(Skv));
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t h = 0; h < Hq; ++h) {
@@ -72,7 +73,8 @@ void for_each_score_row(const HostTensor& q, const HostTensor& k, double pasa_be
             for (std::int64_t c = k0; c < k1; ++c) row[c] -= pasa_beta * mean;
           }
         }
-        emit(row);
+        const std::int64_t seen = call.causal ? std::clamp<std::int64_t>(r + diagonal + 1, 0, Skv) : Skv;
+        if (seen > 0) emit(std::span<const double>(row).first(static_cast<std::size_t>(seen)));
       }
     }
 }

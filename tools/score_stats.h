@@ -7,15 +7,18 @@
 #include <span>
 #include <vector>
 
+#include "host_attention.h"
 #include "pasa/tensor.h"
 
 namespace pasa::cli {
 
-// Calls `row` with each query row's scaled scores alpha q . k (GQA by head counts), non-causal, in fp64;
-// one row of S_kv scores is held at a time. With pasa_beta > 0 the scores are PASA's shifted ones:
-// x - beta * (mean of x over the key's block of s2). Throws pasa::Error when q or k holds a non-finite value.
+// Calls `row` with each query row's scaled scores alpha q . k (GQA by head counts) in fp64, alpha the
+// call's scale (1 / sqrt(D) without one); one row of S_kv scores is held at a time. A causal call's
+// row holds the keys its query sees (those up to its diagonal; none: no call). With pasa_beta > 0 the
+// scores are PASA's shifted ones: x - beta * (mean of x over the key's block of s2). Throws
+// pasa::Error when q or k holds a non-finite value.
 void for_each_score_row(const HostTensor& q, const HostTensor& k, double pasa_beta, int block,
-                        const std::function<void(std::span<const double>)>& row);
+                        const std::function<void(std::span<const double>)>& row, const CallOptions& call = {});
 
 // Every score of for_each_score_row, in one vector (for problems that fit in memory).
 std::vector<double> scaled_scores(const HostTensor& q, const HostTensor& k, double pasa_beta = 0.0,

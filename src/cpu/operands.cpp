@@ -26,14 +26,25 @@ std::vector<double> column_means(const std::vector<float>& a, std::int64_t rows,
   return mean;
 }
 
+// What smoothing an operand keeps its differences divided by. x - mean reaches twice fp32's largest
+// value where values of both signs are near it; where the operand is then quantized, whose scales
+// absorb a power of two exactly, the differences are stored halved (the same bits as x - mean halved
+// wherever that is a normal fp32 number) and the scales doubled, as the GPU prepass does for K
+// (sage8_quantize.cuh). Unquantized, x - mean is the policy's fp32 rounding point, overflow included.
+double smoothed_divisor(bool smooth, bool quantized) { return smooth && quantized ? 2.0 : 1.0; }
+
 // Subtracts the column means in fp32 (what a smoothing prepass on the GPU produces), the differences
-// times `factor` (1, or 1/2 where they may pass fp32's range: prepare_kv).
+// divided by `divisor` (smoothed_divisor).
 void subtract_means(std::vector<float>& a, std::int64_t rows, int cols, const std::vector<double>& mean,
-                    double factor = 1.0) {
+                    double divisor) {
   for (std::int64_t r = 0; r < rows; ++r) {
     if (r % kRowsPerPoll == 0) poll_interrupt();
-    for (int c = 0; c < cols; ++c) a[r * cols + c] = static_cast<float>((a[r * cols + c] - mean[c]) * factor);
+    for (int c = 0; c < cols; ++c) a[r * cols + c] = static_cast<float>((a[r * cols + c] - mean[c]) / divisor);
   }
+}
+
+void multiply(std::vector<double>& scales, double factor) {
+  for (double& s : scales) s *= factor;
 }
 
 // K' = M K for one block of n keys (row-major [n][D]) into `out`, as the kernels' prepass forms it
@@ -93,14 +104,10 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
   std::vector<float> k = gather_head<float>(args.k, b, h_kv, R.input);
   poll_interrupt();
   out.k_mean.assign(D, 0.0);
-  // Smooth K's K - mean reaches twice fp32's largest value where keys of both signs are near it. Where
-  // K is then quantized, whose scales absorb a power of two exactly, the differences are stored halved
-  // (the same bits as K - mean halved wherever that is a normal fp32 number) and the scales doubled,
-  // as the GPU prepass does (sage8_quantize.cuh).
-  const bool halved = pol.smooth_k && pol.k_quant.has_value();
+  out.k_used_scale = smoothed_divisor(pol.smooth_k, pol.k_quant.has_value());
   if (pol.smooth_k) {
     out.k_mean = column_means(k, S, D);
-    subtract_means(k, S, D, out.k_mean, halved ? 0.5 : 1.0);
+    subtract_means(k, S, D, out.k_mean, out.k_used_scale);
     poll_interrupt();
   }
   if (pol.shift != Shift::pasa && pol.scale == ScalePlacement::key) {
@@ -164,10 +171,7 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
                         k.begin() + static_cast<std::ptrdiff_t>(std::min(k.size(), i + chunk)));
     }
     out.k_scale = quantize_rows(k, static_cast<int>(S), D, *pol.k_quant, pol.k_gran, OperandRole::key, s2);
-    if (halved) {
-      for (double& scale : out.k_scale) scale *= 2.0;
-      out.k_used_scale = 2.0;
-    }
+    multiply(out.k_scale, out.k_used_scale);
     poll_interrupt();
   }
   if (pol.shift != Shift::pasa) {
@@ -186,18 +190,16 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
   out.v = gather_head<float>(args.v, b, h_kv, R.input);
   poll_interrupt();
   out.v_mean.assign(D, 0.0);
-  const bool v_halved = pol.smooth_v && pol.v_quant.has_value();  // (as K's above)
+  const double v_divisor = smoothed_divisor(pol.smooth_v, pol.v_quant.has_value());
   if (pol.smooth_v) {
     out.v_mean = column_means(out.v, S, D);
-    subtract_means(out.v, S, D, out.v_mean, v_halved ? 0.5 : 1.0);
+    subtract_means(out.v, S, D, out.v_mean, v_divisor);
     poll_interrupt();
   }
   out.v_scale.assign(D, 1.0);
   if (pol.v_quant) {
     out.v_scale = quantize_columns(out.v, static_cast<int>(S), D, *pol.v_quant);
-    if (v_halved) {
-      for (double& scale : out.v_scale) scale *= 2.0;
-    }
+    multiply(out.v_scale, v_divisor);
   }
   return out;
 }
@@ -230,10 +232,10 @@ PreparedQ prepare_q(const AttentionArgs& args, const ProblemShape& ps, std::int6
       out.lse_offset[r] = factor * dot;
     }
   }
-  const bool q_halved = pol.smooth_q && pol.q_quant.has_value();  // (as K's in prepare_kv)
+  const double q_divisor = smoothed_divisor(pol.smooth_q, pol.q_quant.has_value());
   if (pol.smooth_q) {
     const std::vector<double> q_mean = column_means(out.q, S, D);
-    subtract_means(out.q, S, D, q_mean, q_halved ? 0.5 : 1.0);
+    subtract_means(out.q, S, D, q_mean, q_divisor);
     // dS = q_m K^T: one value per key, added to every row of S (a GEMV next to the kernel).
     out.ds.assign(static_cast<std::size_t>(ps.seq_kv), 0.0);
     for (std::int64_t c = 0; c < ps.seq_kv; ++c) {
@@ -247,9 +249,7 @@ PreparedQ prepare_q(const AttentionArgs& args, const ProblemShape& ps, std::int6
   if (pol.q_quant) {
     out.q_scale = quantize_rows(out.q, static_cast<int>(S), D, *pol.q_quant, pol.q_gran, OperandRole::query,
                                 pol.block_q);
-    if (q_halved) {
-      for (double& scale : out.q_scale) scale *= 2.0;
-    }
+    multiply(out.q_scale, q_divisor);
   }
   return out;
 }

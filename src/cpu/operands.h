@@ -30,7 +30,7 @@ struct PreparedKV {
   std::vector<double> k_scale;    // per key: dequantization scale (1 when not quantized)
   std::vector<float> k_used;      // [S_kv][D]: K as the GEMM sees it, before quantization (for dS),
                                   // times k_used_scale
-  double k_used_scale = 1.0;      // 2 where smooth K's difference is stored halved (prepare_kv)
+  double k_used_scale = 1.0;      // 2 where smooth K's differences are stored halved (smoothed_divisor)
   std::vector<double> k_mean;     // [D]: subtracted by smooth K (zeros otherwise)
   std::vector<float> v;           // [S_kv][D], smoothed and quantized when asked
   std::vector<double> v_scale;    // [D]: per-channel dequantization scale (1 when not quantized)

@@ -5,6 +5,7 @@
 
 #include "io/atomic_file.h"
 #include "io/byte_io.h"
+#include "io/json_fields.h"
 #include "pasa/error.h"
 #include "text/json.h"
 #include "pasa/version.h"
@@ -13,16 +14,13 @@ namespace pasa {
 namespace {
 
 using text::Json;
+using io::detail::kind_of;
+using io::detail::member;
+using io::detail::string_field;
 
 // The largest layer and timestep an entry name can spell (6 and 9 digits).
 constexpr std::int64_t kMaxLayer = 999999;
 constexpr std::int64_t kMaxTimestep = 999999999;
-
-// "an array", "a number", ...: a JSON value's kind for a message.
-std::string kind_of(const Json& value) {
-  const std::string name = value.type_name();
-  return (name == "array" || name == "object" ? "an " : "a ") + name;
-}
 
 // An integer field in [0, max]: a JSON integer, not a float that happens to be whole.
 int integer_field(const Json& value, std::int64_t max, const std::string& where) {
@@ -33,18 +31,6 @@ int integer_field(const Json& value, std::int64_t max, const std::string& where)
     throw Error(where + ": " + value.dump() + " is outside 0.." + std::to_string(max));
   }
   return static_cast<int>(value.as_int64());
-}
-
-const Json& member(const Json& object, const char* key, const std::string& where) {
-  const Json* value = object.find(key);
-  if (value == nullptr) throw Error(where + ": missing \"" + key + "\"");
-  return *value;
-}
-
-std::string string_field(const Json& object, const char* key, const std::string& where) {
-  const Json& value = member(object, key, where);
-  if (!value.is_string()) throw Error(where + "." + key + ": " + kind_of(value) + ", not a string");
-  return value.as_string();
 }
 
 // A policy field checked now, naming the file and the field, rather than at the first call.
