@@ -326,6 +326,34 @@ TEST(Sage, SmoothedOperandsNearFp32sLargestStayFinite) {
   }
 }
 
+// Exact attention's O cannot pass V's largest magnitude, but a quantized V (and so O) can, by its
+// quantization error: at the output dtype's largest value that must saturate, not round to inf.
+TEST(Sage, OutputsAtTheOutputDtypesLargestValueSaturate) {
+  for (const DType out : {DType::f16, DType::bf16}) {
+    const double top = out == DType::f16 ? 65504.0 : 3.3895313892515355e38;
+    QKV data = uniform_qkv({1, 2, 200, 64}, -1.0, 1.0, test::kFixedSeeds[0], DType::f32);
+    auto* v = reinterpret_cast<float*>(data.v.bytes.data());
+    for (std::int64_t i = 0; i < data.v.numel(); ++i) {
+      const std::int64_t ch = i % data.v.shape[3];
+      v[i] = static_cast<float>(ch % 3 == 0 ? top : (ch % 3 == 1 ? -top : top * 0.5 * v[i]));
+    }
+    for (const char* policy : {"sage8", "sage4"}) {
+      SCOPED_TRACE(::testing::Message() << policy << " out " << dtype_name(out));
+      HostTensor o{out, data.q.shape, std::vector<std::uint8_t>(static_cast<std::size_t>(data.q.numel()) * 2)};
+      AttentionArgs args{data.q.view("q"), data.k.view("k"), data.v.view("v"), o.view("o")};
+      args.policy = parse_policy(policy);
+      attention(args);
+      const std::vector<double> got = test::read_bhsd(args.o);
+      std::size_t at_top = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(got[i])) << "output " << i;
+        at_top += std::fabs(got[i]) == top;
+      }
+      EXPECT_GT(at_top, 0u);  // (the case reaches the edge: two thirds of V's channels are +-top)
+    }
+  }
+}
+
 TEST(Sage, BadInput) {
   test::expect_error([] { parse_policy("sage8,q_gran=lane"); }, "policy field 'q_gran'");
   test::expect_error([] { parse_policy("sage8,s1=24"); }, "'s1': 24 must be a multiple of 16");

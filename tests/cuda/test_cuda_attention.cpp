@@ -673,6 +673,38 @@ TEST(CudaSage8, RowSumsAreThoseOfRoundedP) {
   }
 }
 
+// A quantized V can carry O past V's largest magnitude by its quantization error, where exact
+// attention's cannot: at the output type's largest value O saturates (as the emulator's does) instead
+// of rounding to inf. V's channels: two thirds constant at +-the largest value, the rest spread.
+TEST(CudaSage8, OutputsAtTheOutputTypesLargestValueSaturate) {
+  REQUIRE_HOPPER_PATH();
+  for (const int D : {64, 128}) {
+    for (const DType type : {DType::f16, DType::bf16}) {
+      const double top = type == DType::f16 ? 65504.0 : 3.3895313892515355e38;
+      const Case c{1, 2, 2, 300, 700, D, false, CausalAlignment::bottom_right, false, type, type};
+      const std::uint64_t seed = test::fresh_seed();
+      std::mt19937_64 rng(seed);
+      std::uniform_real_distribution<double> spread(-0.5, 0.5);
+      std::vector<float> v(static_cast<std::size_t>(c.B * c.Hkv * c.Skv * c.D));
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const int ch = static_cast<int>(i % static_cast<std::size_t>(c.D));
+        v[i] = static_cast<float>(ch % 3 == 0 ? top : (ch % 3 == 1 ? -top : top * spread(rng)));
+      }
+      GivenInputs given{normal_tensor(c, c.Hq, c.Sq, rng), normal_tensor(c, c.Hkv, c.Skv, rng),
+                        from_float(v, {c.B, c.Hkv, c.Skv, c.D}, c.in)};
+      Extra extra;
+      const Policy pol = preset_policy("sage8");
+      check_case(c, pol, pol, std::nullopt, &extra, seed, -1.0, 1.0, &given, "V at +-the largest value");
+      std::size_t at_top = 0;
+      for (const double o : extra.kernel_o) {
+        ASSERT_TRUE(std::isfinite(o));
+        at_top += std::fabs(o) == top;
+      }
+      EXPECT_GT(at_top, 0u);  // (the case reaches the edge)
+    }
+  }
+}
+
 TEST(CudaBadInput, Sage8OtherBlockOrFields) {
   REQUIRE_GPU();
   DeviceProblem p(64, 32);

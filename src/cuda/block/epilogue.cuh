@@ -15,6 +15,25 @@
 
 namespace pasa::cuda {
 
+// How an epilogue takes a value of O to the output type, whose store rounds it once more.
+enum class OutRounding {
+  direct,    // as it is
+  via_fp16,  // rounded to fp16 first (pasa: O is an fp16 value)
+  // saturated at the output type's largest finite value, NaN kept (a quantized V: its values, and so
+  // their convex combination O, can pass V's largest magnitude by the quantization error, where exact
+  // attention's cannot, and rounding would give inf; the emulator saturates alike)
+  saturate,
+};
+
+__device__ __forceinline__ float output_value(float x, OutRounding rounding, ElemType type) {
+  if (rounding == OutRounding::via_fp16) return round_fp16(x);
+  if (rounding == OutRounding::saturate && type != ElemType::f32) {
+    const float top = type == ElemType::f16 ? 65504.0f : 3.38953139e38f;
+    return x > top ? top : (x < -top ? -top : x);  // (selects: fminf / fmaxf would turn NaN into +-top)
+  }
+  return x;
+}
+
 // Two adjacent elements of one output row (the pointer is aligned to two elements).
 __device__ __forceinline__ void store_pair(void* row, ElemType type, int col, float a, float b) {
   switch (type) {

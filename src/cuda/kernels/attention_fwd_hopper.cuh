@@ -193,15 +193,14 @@ struct HopperConsumer {
   __device__ __forceinline__ std::uint32_t extra() const { return base + Tile::kExtraOffset; }
 
   // The epilogue of the thread's two rows (g, g + 8 of its warp): the LSE, and the output row
-  // O = pair(n8, i) / l in the output type (0 for a row that saw no key: its LSE is -inf). pair(n8, i)
-  // gives the thread's two adjacent O~ values of n8 tile n8 of row i. With round_to_fp16, O is rounded
-  // to fp16 first (then to the output type).
+  // O = pair(n8, i) / l in the output type (0 for a row that saw no key: its LSE is -inf), taken there
+  // as `rounding` says. pair(n8, i) gives the thread's two adjacent O~ values of n8 tile n8 of row i.
   template <class Pair>
   __device__ __forceinline__ void store_rows(const float (&row_l)[2], const float (&lse)[2], Pair pair,
-                                             bool round_to_fp16 = false) const {
+                                             OutRounding rounding = OutRounding::direct) const {
     if constexpr (Tile::kOStaged) {
       if (m.o_by_tma) {
-        store_rows_staged(row_l, lse, pair, round_to_fp16);
+        store_rows_staged(row_l, lse, pair, rounding);
         return;
       }
     }
@@ -215,9 +214,8 @@ struct HopperConsumer {
 #pragma unroll
       for (int n8 = 0; n8 < Tile::kHeadDim / 8; ++n8) {
         const float2 x = pair(n8, i);
-        const float a = x.x * inv, b = x.y * inv;
-        store_pair(out, p.o_type, 8 * n8 + 2 * t, round_to_fp16 ? round_fp16(a) : a,
-                   round_to_fp16 ? round_fp16(b) : b);
+        store_pair(out, p.o_type, 8 * n8 + 2 * t, output_value(x.x * inv, rounding, p.o_type),
+                   output_value(x.y * inv, rounding, p.o_type));
       }
     }
   }
@@ -225,7 +223,7 @@ struct HopperConsumer {
   // store_rows through the warpgroup's output stage (a 16-bit O that the launch could map).
   template <class Pair>
   __device__ __forceinline__ void store_rows_staged(const float (&row_l)[2], const float (&lse)[2], Pair pair,
-                                                    bool round_to_fp16) const {
+                                                    OutRounding rounding) const {
     float inv[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -234,8 +232,7 @@ struct HopperConsumer {
     }
     auto value = [&](int n8, int i) {
       const float2 x = pair(n8, i);
-      const float a = x.x * inv[i], b = x.y * inv[i];
-      return round_to_fp16 ? make_float2(round_fp16(a), round_fp16(b)) : make_float2(a, b);
+      return make_float2(output_value(x.x * inv[i], rounding, p.o_type), output_value(x.y * inv[i], rounding, p.o_type));
     };
     // The warpgroup's rows into its output stage, then one thread copies the stage's boxes to O (rows
     // past the sequence are not written) while the warpgroup goes on to its next tile. The stage is

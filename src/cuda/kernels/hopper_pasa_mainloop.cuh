@@ -230,7 +230,8 @@ struct PasaHopperVariant : HopperVariantDefaults {
       // differ by one fp16 ulp), the LSE.
       float row_l[2], lse[2];
       softmax.finish(p.pasa_g, row_l, lse);
-      ctx.store_rows(row_l, lse, [&](int n8, int i) { return __half22float2(o[n8][i]); }, true);
+      ctx.store_rows(row_l, lse, [&](int n8, int i) { return __half22float2(o[n8][i]); },
+                     OutRounding::via_fp16);
     }
   };
 };

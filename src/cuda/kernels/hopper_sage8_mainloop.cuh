@@ -18,8 +18,8 @@
 //     sums of P~ as rounded (the policy's rowsum=p), off the CUDA cores;
 //   the next block's Q8 K8^T issued, and O = O exp(m_old - m_new) + (P~ V8) exp(m_blk - m_new) while it
 //     runs (two-level accumulation, as the emulator models it).
-// Epilogue: O = O / l * v_scale (O and l both carry P~'s factor 448), LSE = m + log l - log 448 +
-// alpha q . mean(K).
+// Epilogue: O = O / l * v_scale (O and l both carry P~'s factor 448), saturated at the output type's
+// largest finite value (epilogue.cuh's OutRounding), LSE = m + log l - log 448 + alpha q . mean(K).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -397,9 +397,10 @@ struct Sage8HopperVariant : HopperVariantDefaults {
       for (int j = 0; j < 2; ++j) {
         lse[j] = l_run[j] > 0.0f ? m_run[j] * kLn2 + logf(l_run[j]) - sage8::kLnFp8Max + lse_off[j] : -INFINITY;
       }
-      ctx.store_rows(l_run, lse, [&](int n8, int i) {
-        return make_float2(o[n8][2 * i] * vs[n8].x, o[n8][2 * i + 1] * vs[n8].y);
-      });
+      ctx.store_rows(
+          l_run, lse,
+          [&](int n8, int i) { return make_float2(o[n8][2 * i] * vs[n8].x, o[n8][2 * i + 1] * vs[n8].y); },
+          OutRounding::saturate);
       // Every warp's part of this tile's last Q8 K8^T has completed before any warp writes the next
       // tile's Q8 (a warp's wgmma_wait covers its own part only).
       named_barrier_sync(2 + ctx.c, 128);
