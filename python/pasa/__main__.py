@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """The `pasa` command: runs the C++ CLI that ships inside the package (`pasa --help`).
 
-Both the `pasa` console script and `python -m pasa` land here. The interpreter's own directory goes
-first on PATH, so `pasa study --plot` draws its figures with this environment's Python (matplotlib).
+Both the `pasa` console script and `python -m pasa` land here and become the C++ tool (exec), so that
+signals (Ctrl-C, a scheduler's SIGTERM) and the exit code are the tool's own, as docs/api.md says. The
+interpreter's own directory goes first on PATH, so `pasa study --plot` draws its figures with this
+environment's Python (matplotlib).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ def executable() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs the tool: in place of this process for the command line (argv None; returns only if it is
+    missing), as a child whose exit code is returned for a caller that passes argv."""
     args = sys.argv[1:] if argv is None else argv
     binary = executable()
     if not binary.is_file():
@@ -39,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    if argv is None and hasattr(os, "execve"):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(binary, [str(binary), *args], env)
     return subprocess.run([str(binary), *args], env=env).returncode
 
 

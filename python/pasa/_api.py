@@ -249,10 +249,15 @@ def sdpa(
         )
     if not isinstance(enable_gqa, (bool, np.bool_)):
         raise PasaError(f"enable_gqa: expected True or False, got {enable_gqa!r}")
+    # (torch.compile traces a computed flag as a SymBool)
+    if not isinstance(is_causal, (bool, np.bool_)) and type(is_causal).__name__ != "SymBool":
+        raise PasaError(f"is_causal: expected True or False, got {is_causal!r}")
     if attn_mask is not None and is_causal:  # torch refuses the pair too
         raise PasaError("attn_mask: given with is_causal=True; torch takes one or the other (fold the "
                         "causal mask into attn_mask)")
     for name, x in (("query", query), ("key", key), ("value", value)):
+        if getattr(x, "is_nested", False) is True:  # (whose shape torch cannot even give)
+            raise PasaError(f"{name}: a nested tensor; pasa takes dense (strided) tensors")
         if not hasattr(x, "shape") or len(x.shape) not in (3, 4):
             shape = tuple(x.shape) if hasattr(x, "shape") else type(x).__name__
             raise PasaError(f"{name}: expected a 4-D [N, H, L, E] or 3-D [N, L, E] array, "

@@ -54,6 +54,9 @@ def check_array(x: Any, name: str, any_byte_order: bool = False) -> None:
     extension's calls in native byte order (DLPack has no other), for the file writers any
     (any_byte_order); a torch tensor without a lazy sign (check_sign_bits)."""
     if isinstance(x, np.ndarray):
+        # (what DLPack cannot carry, which the extension's binding would refuse with a TypeError)
+        if not any_byte_order and not _dlpack_dtype(x.dtype) and not is_ml_dtypes_bfloat16_dtype(x.dtype):
+            raise PasaError(f"{name}: unsupported dtype {x.dtype} (pasa takes float32, float16 or bfloat16)")
         if not any_byte_order and not x.dtype.isnative:
             raise PasaError(f"{name}: a {x.dtype.str} array is not in this machine's byte order; pass "
                             f"{name}.astype({name}.dtype.newbyteorder('='))")
@@ -65,6 +68,13 @@ def check_array(x: Any, name: str, any_byte_order: bool = False) -> None:
         f"{name}: expected an array (numpy.ndarray, torch.Tensor, cupy/jax array or any DLPack "
         f"producer), got {type(x).__name__}"
     )
+
+
+def _dlpack_dtype(dtype: np.dtype) -> bool:
+    """Whether DLPack has a code for ``dtype``: bool, integers, floats of up to 8 bytes, complex of
+    up to 16 (not longdouble, object, strings, datetimes or structured types)."""
+    return dtype.kind in "biu" or (dtype.kind == "f" and dtype.itemsize <= 8) or (
+        dtype.kind == "c" and dtype.itemsize <= 16)
 
 
 def check_sign_bits(x: Any, name: str) -> None:

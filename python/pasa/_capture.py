@@ -21,6 +21,7 @@ import functools
 import json
 import math
 import os
+import re
 import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -53,6 +54,8 @@ def default_name(call: CallInfo) -> str:
     return f"layer{call.index}_t{call.timestep}"
 
 
+# A name's timestep suffix (default_name's "_t<timestep>"), which a plan's timestep-free entry drops.
+_TIMESTEP_SUFFIX = re.compile(r"_t-?[0-9]+$")
 _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
                 "enable_gqa")
 
@@ -489,8 +492,9 @@ class Patch:
         name = _check_name(self._name_fn(call), call)
         # A (layer, timestep) entry, else the layer's timestep-free entry, else the default.
         policy = self.plan.get(name)
-        if policy is None and "_t" in name:
-            policy = self.plan.get(name.rsplit("_t", 1)[0])
+        timestep_free = _TIMESTEP_SUFFIX.sub("", name)
+        if policy is None and timestep_free != name:
+            policy = self.plan.get(timestep_free)
         if policy is None:
             policy = self.plan_default
         if policy is None:

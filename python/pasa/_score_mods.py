@@ -14,6 +14,9 @@ from ._arrays import check_rank4
 from ._errors import PasaError, real_argument
 
 _INT32_MAX = 2**31 - 1
+# A float64 additive mask is taken in float32, its finite values past float32's range saturating at
+# its largest (a key hidden by -1e300 stays hidden, and a row of such keys averages them, as in fp64).
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 #: The extension's defaults: no window, no softcap.
 NO_WINDOW = (-1, -1)
@@ -78,8 +81,9 @@ def numpy_mask(mask: Any, target: Tuple[int, ...]) -> Tuple[Optional[np.ndarray]
     shape = broadcast_shape(mask.shape, target)
     if mask.dtype == np.bool_:
         return np.broadcast_to(mask.reshape(_dims4(mask.shape)), shape).view(np.uint8), "boolean"
-    if mask.dtype == np.float64:
-        mask = mask.astype(np.float32)
+    if mask.dtype.kind == "f" and mask.dtype.itemsize > 4:  # float64, longdouble
+        finite = np.isfinite(mask)
+        mask = np.where(finite, np.clip(mask, -FLOAT32_MAX, FLOAT32_MAX), mask).astype(np.float32)
     elif mask.dtype.kind != "f" and mask.dtype.name != "bfloat16":
         raise PasaError(f"attn_mask: unsupported dtype {mask.dtype} (bool, or a float dtype for an "
                         f"additive mask)")

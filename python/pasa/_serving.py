@@ -17,7 +17,7 @@ import numpy as np
 from . import _core
 from ._arrays import (_DL_CPU, _host_empty, check_array, check_given_out, check_sign_bits, dlpack_device,
                       is_ml_dtypes_bfloat16, is_torch_tensor)
-from ._errors import PasaError, real_argument
+from ._errors import PasaError, allocation_error, real_argument
 from ._policy import PolicyLike, core_policy
 
 __all__ = ["attention_varlen", "attention_with_kvcache"]
@@ -146,10 +146,8 @@ def _new_output(x: Any, shape: Tuple[int, ...], name: str, fill: Optional[float]
         if fill is None:
             return torch.empty(shape, dtype=torch_dtype, device=x.device)
         return torch.full(shape, fill, dtype=torch_dtype, device=x.device)
-    except RuntimeError as e:  # (torch's out-of-memory error is a RuntimeError)
-        if "out of memory" not in str(e).lower():
-            raise
-        raise PasaError(f"{name}: cannot allocate an array of shape {tuple(shape)}: out of memory") from None
+    except RuntimeError as e:  # (torch's out-of-memory errors are RuntimeErrors)
+        raise allocation_error(e, name, shape) from None
 
 
 def _run(function: Callable[..., None], device: Optional[Any], arrays: Tuple[Any, ...],

@@ -19,9 +19,9 @@ from torch.utils.dlpack import to_dlpack as _to_dlpack
 
 from . import _arrays, _core
 from ._arrays import check_given_out, check_rank4, check_sign_bits
-from ._errors import PasaError
+from ._errors import PasaError, allocation_error
 from ._policy import core_policy
-from ._score_mods import broadcast_shape, mask_shape
+from ._score_mods import FLOAT32_MAX, broadcast_shape, mask_shape
 
 __all__ = ["attention"]
 
@@ -59,8 +59,9 @@ def _mask_argument(q: Tensor, k: Tensor, layout: str,
     kind = "boolean" if attn_mask.dtype == torch.bool else "additive"
     if attn_mask.dtype == torch.bool:
         attn_mask = attn_mask.view(torch.uint8)
-    elif attn_mask.dtype == torch.float64:
-        attn_mask = attn_mask.to(torch.float32)
+    elif attn_mask.dtype == torch.float64:  # (finite values past float32's range saturate: _score_mods)
+        attn_mask = torch.where(torch.isfinite(attn_mask), attn_mask.clamp(-FLOAT32_MAX, FLOAT32_MAX),
+                                attn_mask).to(torch.float32)
     return attn_mask.reshape((1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape)).expand(shape), kind
 
 
@@ -135,11 +136,17 @@ def _attention_new_outputs(q: Tensor, k: Tensor, v: Tensor, policy: str, causal:
                            placeholder_lse: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
     """The output and the LSE (without return_lse: an empty placeholder, as the op must return a
     tensor, or None with placeholder_lse=False)."""
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    try:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    except RuntimeError as e:
+        raise allocation_error(e, "out", q.shape) from None
     lse = None
     if return_lse or placeholder_lse:
         lse_shape = _lse_shape(q, layout) if return_lse else (0,)
-        lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+        try:
+            lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+        except RuntimeError as e:
+            raise allocation_error(e, "lse", lse_shape) from None
     _launch(q, k, v, out, lse if return_lse else None, policy, causal, causal_alignment, scale,
             layout, attn_mask, window_left, window_right, softcap)
     return out, lse
@@ -172,8 +179,16 @@ def _planned_attention(q: Tensor, k: Tensor, v: Tensor, policy: str, causal: boo
     except RuntimeError:  # a sparse or nested tensor, which has no strides: say which
         _check_tensor_arguments(q, k, v, None, None)
         raise
-    out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = torch.empty(_lse_shape(q, layout), dtype=torch.float32, device=q.device) if return_lse else None
+    try:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    except RuntimeError as e:
+        raise allocation_error(e, "out", q.shape) from None
+    lse = None
+    if return_lse:
+        try:
+            lse = torch.empty(_lse_shape(q, layout), dtype=torch.float32, device=q.device)
+        except RuntimeError as e:
+            raise allocation_error(e, "lse", _lse_shape(q, layout)) from None
     plan = _plans.get(key)
     if plan is None:  # the first call of this problem: every check, with messages naming arguments
         _check_tensor_arguments(q, k, v, None, None)

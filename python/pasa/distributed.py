@@ -111,7 +111,8 @@ def merge_partial(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> Non
 
     Both are attention over disjoint key sets for the same queries; the merge is their
     normalizer-weighted average, ``exp(lse_i - lse_new)``. Rows with ``lse = -inf`` (no visible key
-    yet) carry no weight; a row where both are -inf stays ``O = 0, LSE = -inf``.
+    yet) carry no weight, whatever their O holds (an accumulator from ``torch.empty``); a row where
+    both are -inf stays ``O = 0, LSE = -inf``.
     """
     lse = lse.to(torch.float32)
     lse_new = torch.logaddexp(lse_acc, lse)
@@ -119,7 +120,10 @@ def merge_partial(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> Non
     safe = torch.where(empty, torch.zeros_like(lse_new), lse_new)
     w_acc = torch.exp(lse_acc - safe).unsqueeze(-1)
     w_new = torch.exp(lse - safe).unsqueeze(-1)
-    o_acc.mul_(w_acc).add_(w_new * o.to(torch.float32))
+    # (selected, not multiplied by a zero weight: 0 times an inf or NaN in a weightless O is NaN)
+    part_acc = torch.where(torch.isneginf(lse_acc).unsqueeze(-1), 0.0, o_acc * w_acc)
+    part_new = torch.where(torch.isneginf(lse).unsqueeze(-1), 0.0, w_new * o.to(torch.float32))
+    o_acc.copy_(part_acc + part_new)
     lse_acc.copy_(lse_new)
 
 

@@ -3,7 +3,8 @@
 // OpenMP region (the runtime calls std::terminate), so each iteration catches what it throws, the
 // first exception is kept, the remaining iterations are skipped, and it is rethrown after the region.
 // The calling thread runs its interrupt check, if it installed one, between iterations and while the
-// other threads finish theirs; an iteration may poll from inside (poll_interrupt, interrupt.h).
+// other threads finish theirs; an iteration may poll from inside (poll_interrupt, interrupt.h). In a
+// child forked after a parallel region the loop runs on the calling thread alone (after_fork.h).
 #pragma once
 
 #include <atomic>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "cpu/after_fork.h"
 #include "interrupt.h"
 
 namespace pasa {
@@ -33,7 +35,9 @@ void parallel_for(std::int64_t count, Body&& body) {
     failed.store(true, std::memory_order_relaxed);
     interrupt.stop();  // (long iterations on other threads end at their next poll)
   };
-#pragma omp parallel
+  const bool threads = !forked_after_parallel_region();
+  note_parallel_region();
+#pragma omp parallel if (threads)
   {
     const ScopedLoopPoll scope(&interrupt);
 #pragma omp for schedule(dynamic) nowait

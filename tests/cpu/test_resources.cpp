@@ -4,7 +4,10 @@
 // too large for the machine's memory is refused up front with a ResourceError saying what it needs.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <atomic>
 #include <cmath>
@@ -31,6 +34,36 @@ TEST(ParallelFor, RunsEveryIterationOnce) {
   std::vector<std::atomic<int>> hits(1000);
   parallel_for(1000, [&](std::int64_t i) { hits[i].fetch_add(1); });
   for (const auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+// libgomp's thread pool does not survive fork(): a child forked after a parallel region ran hung in its
+// next one. It now runs its loops on one thread (after_fork.h); the parent waits for it at most 20 s.
+TEST(ParallelFor, AChildForkedAfterAParallelRegionFinishesItsLoops) {
+  std::atomic<int> hits{0};
+  parallel_for(1000, [&](std::int64_t) { hits.fetch_add(1); });  // (the pool exists now)
+  ASSERT_EQ(hits.load(), 1000);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::atomic<int> child_hits{0};
+    parallel_for(1000, [&](std::int64_t) { child_hits.fetch_add(1); });
+    _exit(child_hits.load() == 1000 ? 0 : 1);
+  }
+  int status = 0;
+  pid_t done = 0;
+  for (int tries = 0; tries < 2000 && done == 0; ++tries) {
+    done = waitpid(child, &status, WNOHANG);
+    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (done == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    FAIL() << "the forked child's parallel_for did not finish in 20 s";
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  // The parent keeps its threads.
+  EXPECT_FALSE(forked_after_parallel_region());
 }
 
 TEST(ParallelFor, AnExceptionInAnIterationReachesTheCaller) {

@@ -251,6 +251,18 @@ def test_patch_with_plan(tmp_path, model, x, monkeypatch):
     assert seen == ["exact", "pasa,s2=64", "exact"]
 
 
+def test_a_plan_drops_only_a_timestep_suffix(model):
+    # "<name>_t<timestep>" falls back to "<name>"'s entry; a name that merely contains "_t" does not.
+    plan = {"attn": "fa16", "layer2": "pasa", "default": "exact"}
+    with pasa.patch(model, plan=plan, name_fn=lambda c: c.layer) as handle:
+        assert handle.policy_for(pasa.CallInfo(1, "attn_text", None)) == "exact"
+        assert handle.policy_for(pasa.CallInfo(1, "attn_t7", 7)) == "fa16"
+        assert handle.policy_for(pasa.CallInfo(1, "attn_t-1", -1)) == "fa16"
+        assert handle.policy_for(pasa.CallInfo(1, "attn_tx", None)) == "exact"
+    with pasa.patch(model, plan=plan) as handle:
+        assert handle.policy_for(pasa.CallInfo(2, "blocks.2.attn", 30)) == "pasa"  # (layer2_t30)
+
+
 def test_patch_with_a_calibrate_plan(tmp_path, model, x, monkeypatch):
     # The JSON `pasa calibrate` writes: (layer, timestep) entries, the fast policy as the default.
     seen = []

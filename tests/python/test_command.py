@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -48,6 +49,30 @@ def test_console_script_is_installed():
         pytest.skip(f"no `pasa` script beside {sys.executable} (package not installed by pip here)")
     r = subprocess.run([script, "beta", "--init", "0.9"], capture_output=True, text=True)
     assert r.returncode == 0 and "| 0.900000 | 0.899708 |" in r.stdout, r.stderr
+
+
+@needs_cli
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_the_command_becomes_the_cli_process():
+    # exec, not a child process: a SIGTERM (a scheduler's, `timeout`'s) or Ctrl-C sent to `pasa` reaches
+    # the tool itself, which cleans up and exits with its own code; nothing is left running.
+    binary = os.path.realpath(command.executable())
+    p = subprocess.Popen([sys.executable, "-m", "pasa", "study", "--seq", "4096"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    exe = ""
+    try:
+        deadline = time.monotonic() + 30
+        while exe != binary and p.poll() is None and time.monotonic() < deadline:
+            try:
+                exe = os.readlink(f"/proc/{p.pid}/exe")
+            except OSError:
+                pass
+            time.sleep(0.02)
+    finally:
+        p.terminate()
+        p.wait(timeout=60)
+    assert exe == binary
+    assert p.returncode != 0
 
 
 @needs_cli

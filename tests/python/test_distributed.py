@@ -188,6 +188,17 @@ def test_merge_partial_of_masked_rows():
     assert o_acc[0, 0, 1].tolist() == [0.0] * 4 and lse_acc[0, 0, 1].item() == float("-inf")
 
 
+def test_merge_partial_ignores_what_a_weightless_partial_holds():
+    """An O with inf or NaN where its LSE is -inf (an accumulator from torch.empty) weighs nothing."""
+    o_acc = torch.tensor([[[[float("nan")] * 4, [1.0, 2.0, 3.0, 4.0]]]])
+    lse_acc = torch.tensor([[[float("-inf"), 0.0]]])
+    o = torch.tensor([[[[2.0] * 4, [float("inf"), float("nan"), 0.0, 0.0]]]])
+    lse = torch.tensor([[[1.0, float("-inf")]]])
+    pd.merge_partial(o_acc, lse_acc, o, lse)
+    assert o_acc[0, 0, 0].tolist() == [2.0] * 4 and lse_acc[0, 0, 0].item() == 1.0
+    assert o_acc[0, 0, 1].tolist() == [1.0, 2.0, 3.0, 4.0] and lse_acc[0, 0, 1].item() == 0.0
+
+
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 @pytest.mark.parametrize("zigzag", [False, True])
 def test_shard_unshard_round_trip(world, zigzag):

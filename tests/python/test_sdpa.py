@@ -56,3 +56,9 @@ def test_sdpa_errors(rng):
         pasa.sdpa(q, k[0], v, enable_gqa=True)
     with pytest.raises(pasa.PasaError, match=r"^v: shape .* differs from k's"):
         pasa.sdpa(q, k, v[..., :32], enable_gqa=True)
+    with pytest.raises(pasa.PasaError, match=r"^is_causal: expected True or False, got 'False'"):
+        pasa.sdpa(q, k, v, is_causal="False", enable_gqa=True)
+    with pytest.raises(pasa.PasaError, match=r"^q: unsupported dtype float128"):
+        pasa.sdpa(q.astype(np.longdouble), k, v, enable_gqa=True)
+    with pytest.raises(pasa.PasaError, match=r"^q: unsupported dtype object"):
+        pasa.attention(q.astype(object), k, v)

@@ -53,6 +53,34 @@ def test_sdpa_masks_match_torch(gen, kind):
     torch.testing.assert_close(got.double(), want, atol=2e-5, rtol=0)
 
 
+def test_float64_masks_past_float32_saturate(gen):
+    # A float64 mask is taken in float32: a finite value below its range hides a key as in fp64 (and a
+    # row of such keys averages them), one above it is large, not inf; -inf still hides.
+    q, k, v = randn(gen, 1, 2, 3, 16), randn(gen, 1, 2, 5, 16), randn(gen, 1, 2, 5, 16)
+    mask = torch.zeros(3, 5, dtype=torch.float64)
+    mask[0, 1:] = -1e300  # row 0 sees key 0 only
+    mask[1, :] = -1e300  # row 1: every key alike
+    mask[2, 0], mask[2, 1:] = 1e300, float("-inf")  # row 2: key 0 only
+    for mask_arg, qkv in ((mask, (q, k, v)), (mask.numpy(), tuple(t.numpy() for t in (q, k, v)))):
+        got = torch.as_tensor(pasa.sdpa(*qkv, attn_mask=mask_arg))
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got[0, :, 0].double(), v[0, :, 0].double(), atol=1e-6, rtol=0)
+        torch.testing.assert_close(got[0, :, 1].double(), v[0].double().mean(dim=1), atol=1e-5, rtol=0)
+        torch.testing.assert_close(got[0, :, 2].double(), v[0, :, 0].double(), atol=1e-6, rtol=0)
+
+
+def test_running_out_of_host_memory_is_a_pasa_error():
+    q = torch.zeros(1, 1, 1, 64).expand(2**16, 2**14, 1, 64)  # (an output of 256 GiB)
+    with pytest.raises(pasa.PasaError, match=r"^out: cannot allocate an array of shape .*: out of memory"):
+        pasa.attention(q, q, q)
+
+
+def test_sdpa_names_a_nested_tensor():
+    nt = torch.nested.nested_tensor([torch.randn(1, 3, 4), torch.randn(1, 5, 4)])
+    with pytest.raises(pasa.PasaError, match=r"^query: a nested tensor"):
+        pasa.sdpa(nt, nt, nt)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_dtypes(gen, dtype):
     q, k, v = (randn(gen, 1, 4, 33, 64, dtype=dtype) for _ in range(3))

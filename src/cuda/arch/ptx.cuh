@@ -112,6 +112,19 @@ __device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
   }
 }
 
+// pack2 with values past Elem's largest finite value saturated to it (NaN stays NaN): the conversion's
+// .satfinite, the same one instruction.
+template <typename Elem>
+__device__ __forceinline__ std::uint32_t pack2_satfinite(float lo, float hi) {
+  std::uint32_t d;  // (the first source goes to the upper half)
+  if constexpr (MmaType<Elem>::is_bf16) {
+    asm("cvt.rn.satfinite.bf16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;\n" : "=r"(d) : "f"(hi), "f"(lo));
+  }
+  return d;
+}
+
 // 2^x by the special-function unit (ex2.approx.ftz: about 2 ulp; results below 2^-126 flush to 0,
 // far under anything fp16 / bf16 P or an fp32 row sum can hold next to its maximum term, 1).
 __device__ __forceinline__ float fast_exp2(float x) {

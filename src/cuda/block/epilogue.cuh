@@ -15,37 +15,35 @@
 
 namespace pasa::cuda {
 
-// How an epilogue takes a value of O to the output type, whose store rounds it once more.
+// How an epilogue takes a value of O to the output type.
 enum class OutRounding {
-  direct,    // as it is
+  direct,    // rounded once, to the output type
   via_fp16,  // rounded to fp16 first (pasa: O is an fp16 value)
-  // saturated at the output type's largest finite value, NaN kept (a quantized V: its values, and so
-  // their convex combination O, can pass V's largest magnitude by the quantization error, where exact
-  // attention's cannot, and rounding would give inf; the emulator saturates alike)
+  // rounded once, and saturated at a 16-bit output type's largest finite value, NaN kept (a quantized
+  // V: its values, and so their convex combination O, can pass V's largest magnitude by the
+  // quantization error, where exact attention's cannot, and rounding would give inf; the emulator
+  // saturates alike)
   saturate,
 };
 
-__device__ __forceinline__ float output_value(float x, OutRounding rounding, ElemType type) {
-  if (rounding == OutRounding::via_fp16) return round_fp16(x);
-  if (rounding == OutRounding::saturate && type != ElemType::f32) {
-    const float top = type == ElemType::f16 ? 65504.0f : 3.38953139e38f;
-    return x > top ? top : (x < -top ? -top : x);  // (selects: fminf / fmaxf would turn NaN into +-top)
-  }
-  return x;
+__device__ __forceinline__ float output_value(float x, OutRounding rounding) {
+  return rounding == OutRounding::via_fp16 ? round_fp16(x) : x;
 }
 
-// Two adjacent elements of one output row (the pointer is aligned to two elements).
-__device__ __forceinline__ void store_pair(void* row, ElemType type, int col, float a, float b) {
+// Two adjacent elements of one output row (the pointer is aligned to two elements); `saturate`: as
+// OutRounding::saturate says.
+__device__ __forceinline__ void store_pair(void* row, ElemType type, int col, float a, float b, bool saturate = false) {
   switch (type) {
     case ElemType::f32:
       *reinterpret_cast<float2*>(static_cast<float*>(row) + col) = make_float2(a, b);
       break;
     case ElemType::f16:
-      *reinterpret_cast<__half2*>(static_cast<__half*>(row) + col) = __floats2half2_rn(a, b);
+      *reinterpret_cast<std::uint32_t*>(static_cast<__half*>(row) + col) =
+          saturate ? pack2_satfinite<__half>(a, b) : pack2<__half>(a, b);
       break;
     case ElemType::bf16:
-      *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(row) + col) =
-          __floats2bfloat162_rn(a, b);
+      *reinterpret_cast<std::uint32_t*>(static_cast<__nv_bfloat16*>(row) + col) =
+          saturate ? pack2_satfinite<__nv_bfloat16>(a, b) : pack2<__nv_bfloat16>(a, b);
       break;
   }
 }

@@ -214,8 +214,8 @@ struct HopperConsumer {
 #pragma unroll
       for (int n8 = 0; n8 < Tile::kHeadDim / 8; ++n8) {
         const float2 x = pair(n8, i);
-        store_pair(out, p.o_type, 8 * n8 + 2 * t, output_value(x.x * inv, rounding, p.o_type),
-                   output_value(x.y * inv, rounding, p.o_type));
+        store_pair(out, p.o_type, 8 * n8 + 2 * t, output_value(x.x * inv, rounding),
+                   output_value(x.y * inv, rounding), rounding == OutRounding::saturate);
       }
     }
   }
@@ -232,7 +232,7 @@ struct HopperConsumer {
     }
     auto value = [&](int n8, int i) {
       const float2 x = pair(n8, i);
-      return make_float2(output_value(x.x * inv[i], rounding, p.o_type), output_value(x.y * inv[i], rounding, p.o_type));
+      return make_float2(output_value(x.x * inv[i], rounding), output_value(x.y * inv[i], rounding));
     };
     // The warpgroup's rows into its output stage, then one thread copies the stage's boxes to O (rows
     // past the sequence are not written) while the warpgroup goes on to its next tile. The stage is
@@ -254,10 +254,13 @@ struct HopperConsumer {
         }
       }
     };
+    const bool saturate = rounding == OutRounding::saturate;
     if (p.o_type == ElemType::bf16) {
-      put_pairs([](float2 v) { return pack2<__nv_bfloat16>(v.x, v.y); });
+      put_pairs([&](float2 v) {
+        return saturate ? pack2_satfinite<__nv_bfloat16>(v.x, v.y) : pack2<__nv_bfloat16>(v.x, v.y);
+      });
     } else {
-      put_pairs([](float2 v) { return pack2<__half>(v.x, v.y); });
+      put_pairs([&](float2 v) { return saturate ? pack2_satfinite<__half>(v.x, v.y) : pack2<__half>(v.x, v.y); });
     }
     fence_proxy_async_shared();
     named_barrier_sync(2 + c, 128);
