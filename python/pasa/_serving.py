@@ -47,9 +47,10 @@ def _mixed(name: str, x: Any, device: Any) -> PasaError:
                      f"arrays too, must be on q's device)")
 
 
-def _host(x: Any, name: str) -> Any:
-    """x, checked to be a host array (NumPy, torch CPU tensor, any DLPack host array)."""
-    check_array(x, name)
+def _host(x: Any, name: str, index: bool = False) -> Any:
+    """x, checked to be a host array (NumPy, torch CPU tensor, any DLPack host array; an index array:
+    check_array)."""
+    check_array(x, name, index=index)
     if is_ml_dtypes_bfloat16(x):  # (no DLPack for them; the caches are written in place, so no copy)
         raise PasaError(f"{name}: NumPy arrays of ml_dtypes' bfloat16 are taken by the dense "
                         "pasa.attention only; give packed and KV-cache calls float32 (x.astype(np.float32) "
@@ -77,7 +78,7 @@ def _placer(device: Optional[Any]) -> Callable[[Any, str], Any]:
 def _int32(x: Any, name: str) -> np.ndarray:
     """A host int32 array of integers (what cu_seqlens, cache_seqlens and block_table hold)."""
     if hasattr(x, "__dlpack_device__"):  # an array: it must be on the host, like q
-        _host(x, name)
+        _host(x, name, index=True)
     if is_torch_tensor(x):
         x = x.detach().numpy()
     try:

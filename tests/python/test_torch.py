@@ -70,8 +70,11 @@ def test_float64_masks_past_float32_saturate(gen):
 
 
 def test_running_out_of_host_memory_is_a_pasa_error():
-    q = torch.zeros(1, 1, 1, 64).expand(2**16, 2**14, 1, 64)  # (an output of 256 GiB)
-    with pytest.raises(pasa.PasaError, match=r"^out: cannot allocate an array of shape .*: out of memory"):
+    # An output of 256 GiB: torch's allocator refuses it (named), or, where the OS overcommits, the
+    # library's own check refuses the call before any work.
+    q = torch.zeros(1, 1, 1, 64).expand(2**16, 2**14, 1, 64)
+    with pytest.raises(pasa.PasaError, match=r"^out: cannot allocate an array of shape .*: out of memory"
+                                             r"|needs .* of memory, only .* is available"):
         pasa.attention(q, q, q)
 
 
