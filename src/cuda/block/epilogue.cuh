@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/host/kernel_params.h"
 #include "cuda/arch/ptx.cuh"
@@ -25,6 +26,20 @@ enum class OutRounding {
   // saturates alike)
   saturate,
 };
+
+// The columns' factors of an output without any (store_rows' default).
+struct UnitColumns {};
+
+// x / l as x inv, then times the columns' factors scale(n8) (none for UnitColumns).
+template <class Scale>
+__device__ __forceinline__ float2 scaled(float2 x, float inv, const Scale& scale, int n8) {
+  if constexpr (std::is_same_v<Scale, UnitColumns>) {
+    return make_float2(x.x * inv, x.y * inv);
+  } else {
+    const float2 s = scale(n8);
+    return make_float2(x.x * inv * s.x, x.y * inv * s.y);
+  }
+}
 
 __device__ __forceinline__ float output_value(float x, OutRounding rounding) {
   return rounding == OutRounding::via_fp16 ? round_fp16(x) : x;

@@ -193,14 +193,16 @@ struct HopperConsumer {
   __device__ __forceinline__ std::uint32_t extra() const { return base + Tile::kExtraOffset; }
 
   // The epilogue of the thread's two rows (g, g + 8 of its warp): the LSE, and the output row
-  // O = pair(n8, i) / l in the output type (0 for a row that saw no key: its LSE is -inf), taken there
-  // as `rounding` says. pair(n8, i) gives the thread's two adjacent O~ values of n8 tile n8 of row i.
-  template <class Pair>
+  // O = pair(n8, i) / l * scale(n8) in the output type (0 for a row that saw no key: its LSE is -inf),
+  // taken there as `rounding` says. pair(n8, i) gives the thread's two adjacent O~ values of n8 tile n8
+  // of row i, scale(n8) their columns' factors (sage8's V scales: applied after the division, which
+  // keeps O~ / l within V's range where O~ times the scale could pass fp32's).
+  template <class Pair, class Scale = UnitColumns>
   __device__ __forceinline__ void store_rows(const float (&row_l)[2], const float (&lse)[2], Pair pair,
-                                             OutRounding rounding = OutRounding::direct) const {
+                                             OutRounding rounding = OutRounding::direct, Scale scale = {}) const {
     if constexpr (Tile::kOStaged) {
       if (m.o_by_tma) {
-        store_rows_staged(row_l, lse, pair, rounding);
+        store_rows_staged(row_l, lse, pair, rounding, scale);
         return;
       }
     }
@@ -213,17 +215,17 @@ struct HopperConsumer {
       char* out = output_row(p, tile.b, tile.h, row);
 #pragma unroll
       for (int n8 = 0; n8 < Tile::kHeadDim / 8; ++n8) {
-        const float2 x = pair(n8, i);
-        store_pair(out, p.o_type, 8 * n8 + 2 * t, output_value(x.x * inv, rounding),
-                   output_value(x.y * inv, rounding), rounding == OutRounding::saturate);
+        const float2 x = scaled(pair(n8, i), inv, scale, n8);
+        store_pair(out, p.o_type, 8 * n8 + 2 * t, output_value(x.x, rounding), output_value(x.y, rounding),
+                   rounding == OutRounding::saturate);
       }
     }
   }
 
   // store_rows through the warpgroup's output stage (a 16-bit O that the launch could map).
-  template <class Pair>
+  template <class Pair, class Scale>
   __device__ __forceinline__ void store_rows_staged(const float (&row_l)[2], const float (&lse)[2], Pair pair,
-                                                    OutRounding rounding) const {
+                                                    OutRounding rounding, Scale scale) const {
     float inv[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -231,8 +233,8 @@ struct HopperConsumer {
       inv[i] = lse[i] == -INFINITY ? 0.0f : 1.0f / row_l[i];
     }
     auto value = [&](int n8, int i) {
-      const float2 x = pair(n8, i);
-      return make_float2(output_value(x.x * inv[i], rounding), output_value(x.y * inv[i], rounding));
+      const float2 x = scaled(pair(n8, i), inv[i], scale, n8);
+      return make_float2(output_value(x.x, rounding), output_value(x.y, rounding));
     };
     // The warpgroup's rows into its output stage, then one thread copies the stage's boxes to O (rows
     // past the sequence are not written) while the warpgroup goes on to its next tile. The stage is

@@ -18,9 +18,9 @@
 //     sums of P~ as rounded (the policy's rowsum=p), off the CUDA cores;
 //   the next block's Q8 K8^T issued, and O = O exp(m_old - m_new) + (P~ V8) exp(m_blk - m_new) while it
 //     runs (two-level accumulation, as the emulator models it).
-// Epilogue: O = O / l * v_scale (O and l both carry P~'s factor 448; l divided out first), saturated
-// at the output type's largest finite value (epilogue.cuh's OutRounding), LSE = m + log l - log 448 +
-// alpha q . mean(K).
+// Epilogue: O = O / l * v_scale (O and l both carry P~'s factor 448; l divided out first, as the
+// emulator does), saturated at the output type's largest finite value (epilogue.cuh's OutRounding),
+// LSE = m + log l - log 448 + alpha q . mean(K).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -398,18 +398,9 @@ struct Sage8HopperVariant : HopperVariantDefaults {
       for (int j = 0; j < 2; ++j) {
         lse[j] = l_run[j] > 0.0f ? m_run[j] * kLn2 + logf(l_run[j]) - sage8::kLnFp8Max + lse_off[j] : -INFINITY;
       }
-      // O is divided by l here, before V's scale, as the emulator does: V's scale first could take O
-      // past fp32's range where V is near it (bf16 V near its largest, times l of up to 448 per key).
-      float inv_l[2];
-#pragma unroll
-      for (int j = 0; j < 2; ++j) inv_l[j] = l_run[j] > 0.0f ? 1.0f / l_run[j] : 0.0f;
-      const float divided[2] = {1.0f, 1.0f};
       ctx.store_rows(
-          divided, lse,
-          [&](int n8, int i) {
-            return make_float2(o[n8][2 * i] * inv_l[i] * vs[n8].x, o[n8][2 * i + 1] * inv_l[i] * vs[n8].y);
-          },
-          OutRounding::saturate);
+          l_run, lse, [&](int n8, int i) { return make_float2(o[n8][2 * i], o[n8][2 * i + 1]); },
+          OutRounding::saturate, [&](int n8) { return vs[n8]; });
       // Every warp's part of this tile's last Q8 K8^T has completed before any warp writes the next
       // tile's Q8 (a warp's wgmma_wait covers its own part only).
       named_barrier_sync(2 + ctx.c, 128);
