@@ -6,5 +6,8 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 # The CLI tests run the project's .venv Python, not the system's. (`pasa study --plot` runs the first
 # python3 on PATH: README.md says how to make that the venv's.)
-cmake --preset default -DPython3_EXECUTABLE="$PWD/.venv/bin/python"
+# PASA_ENABLE_CUDA=OFF leaves the CUDA kernels out where nvcc is installed (they take 10-15 min to
+# compile on 2 cores; the CPU build about 2).
+cmake --preset default -DPython3_EXECUTABLE="$PWD/.venv/bin/python" \
+  ${PASA_ENABLE_CUDA:+-DPASA_ENABLE_CUDA="$PASA_ENABLE_CUDA"}
 cmake --build --preset default -j "$(nproc)"

@@ -22,7 +22,10 @@ T0=$(date +%s)
 phase() { echo; echo "=== $1 ($(( $(date +%s) - T0 )) s)"; }
 
 phase "machine"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+if ! nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv; then
+  echo "device_run.sh: no NVIDIA GPU on this machine (nvidia-smi found none); the CPU tests are scripts/test.sh"
+  exit 1
+fi
 nvcc --version | tail -2
 cmake --version | head -1
 
@@ -41,7 +44,7 @@ cmake -S . -B "$BUILD" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHI
 grep "pasa: CUDA" "$OUT/build.log"
 
 phase "build"
-cmake --build "$BUILD" -j16 --target pasa_core pasa_cuda_tests pasa_cli >>"$OUT/build.log" 2>&1 \
+cmake --build "$BUILD" -j "$(nproc)" --target pasa_core pasa_cuda_tests pasa_cli >>"$OUT/build.log" 2>&1 \
   || { grep -E "error|Error" "$OUT/build.log" | head -40; tail -20 "$OUT/build.log"; exit 1; }
 grep -E "spill|warning" "$OUT/build.log" | sort -u | head -20
 

@@ -31,5 +31,5 @@ if ! .venv/bin/python -c "import numpy, pytest, matplotlib, scikit_build_core, n
   echo "install-deps: installing Python packages ${python_packages[*]} into .venv"
   .venv/bin/python -m pip install -q "${python_packages[@]}"
 fi
-command -v nvcc >/dev/null && echo "install-deps: nvcc found: the CUDA kernels will be built" ||
+command -v nvcc >/dev/null && echo "install-deps: nvcc found: the CUDA kernels will be built (10-15 min on 2 cores; PASA_ENABLE_CUDA=OFF leaves them out)" ||
   echo "install-deps: no nvcc: building the CPU library, CLI and tests only"
