@@ -36,7 +36,7 @@ struct Events {
 
 void require_gpu() {
   if (!cuda_backend_available()) {
-    throw Error("pasa bench needs a GPU of compute capability 8.0 or newer; none was found");
+    throw Error("timing the kernels needs a GPU of compute capability 8.0 or newer; none was found");
   }
 }
 
