@@ -50,9 +50,6 @@ struct PasaPrepass {
   std::uint32_t* ready;    // [stages]: the stage's chunks written so far (in-kernel prepass; null: none)
   std::uint32_t* tickets;  // the next chunk to draw (in-kernel prepass)
   int section_pairs = 1;   // chunks go key block by key block across this many (batch, K/V head) pairs
-  // bf16 inputs without the in-kernel prepass: the attention kernel reads V as given and rounds it to
-  // fp16 in shared memory (so v_fp16 is null: the prepass kernel leaves V alone)
-  bool round_v_on_chip = false;
 
   // The stage of chunk number `c / kKAtoms` in the order the chunks are drawn: sections of
   // section_pairs pairs, each key block by key block (the first block of every pair of the section,

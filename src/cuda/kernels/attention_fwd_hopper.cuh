@@ -35,9 +35,6 @@
 //   spare_producer_warp(...)  what the producer warpgroup's three other warps do, with the extra
 //                      shared memory at hand (default: nothing; pasa: its prepass, whose stages
 //                      load_k then waits for);
-//   kMayConvertV, converts_v(m), convert_v_slot(...)  whether the spare warps rewrite each V slot in
-//                      place once it has landed, before the consumers read it (SlotConversion; pasa:
-//                      bf16 V rounded to fp16 where no prepass runs in the kernel);
 //   Mainloop<Tile>     one tile's key blocks (GEMM order, softmax and its rounding points, the
 //                      epilogue with the LSE), on the context's rings.
 // The exact policy's are in hopper_exact_mainloop.cuh, pasa's in hopper_pasa_mainloop.cuh, sage8's
@@ -66,7 +63,6 @@
 #include "cuda/host/tma.h"
 #include "cuda/pipeline/tile_ring.cuh"
 #include "cuda/pipeline/launch_counter.cuh"
-#include "cuda/pipeline/slot_conversion.cuh"
 #include "cuda/pipeline/tile_scheduler.cuh"
 #include "pasa/error.h"
 
@@ -79,10 +75,6 @@ namespace pasa::cuda {
 // rows of its own to each K box; an 8-bit variant brings its own tiles. kExtraBytes: a variant's own
 // shared memory; kStages: the depth of the K and V rings; kOStage: where the epilogue's output stages
 // (store_rows) live, if anywhere.
-// The producer warpgroup's warps beside the one whose thread issues the copies: the variant's (its
-// spare_producer_warp, or its V slots' conversion).
-constexpr int kSpareProducerWarps = 3;
-
 enum class OStage {
   none,      // O stored directly by each thread
   own,       // stages of their own after the V ring, where the shared memory has room
@@ -181,17 +173,6 @@ struct HopperConsumer {
   TileRing<1>& q_ring;
   TileRing<Tile::kStages>& k_ring;
   TileRing<Tile::kStages>& v_ring;
-  SlotConversion<Tile::kStages>& v_conversion;
-  bool v_converted;  // the variant converts the V slots (Variant::converts_v): wait_v waits for that
-
-  // Waits until V's ring fill f can be read: landed, and converted where the variant converts it.
-  __device__ __forceinline__ void wait_v(int f) const {
-    if (v_converted) {
-      v_conversion.wait(f);
-    } else {
-      v_ring.wait(f);
-    }
-  }
 
   // Shared addresses: the K and V slots of ring fill f.
   __device__ __forceinline__ std::uint32_t k_slot(int f) const { return base + Tile::kKOffset + k_ring.slot(f) * Tile::kKBytes; }
@@ -298,11 +279,6 @@ struct HopperConsumer {
 // What a variant inherits unless it brings its own: V by TMA from V as given, and no shared memory of
 // its own to prepare.
 struct HopperVariantDefaults {
-  // Whether the variant may convert its V slots in place (on the producer warpgroup's spare warps, the
-  // consumers waiting for that: HopperConsumer::wait_v); converts_v says whether a launch does, and
-  // convert_v_slot(slot, bytes, thread, threads) is the conversion.
-  static constexpr bool kMayConvertV = false;
-  __device__ __forceinline__ static bool converts_v(const HopperParams&) { return false; }
   template <class Tile>
   __device__ __forceinline__ static void load_v(const HopperParams& m, std::uint32_t slot, std::uint32_t bar, int b,
                                                 int h_kv, int j, int /*n_kb_all*/) {
@@ -342,15 +318,12 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
   __shared__ TileRing<1> q_ring;
   __shared__ int tile_of_q;  // the tile whose Q the Q slot holds (-1: none left), written with each Q fill
   __shared__ TileRing<Tile::kStages> k_ring, v_ring;
-  __shared__ SlotConversion<Tile::kStages> v_conversion;  // (used where Variant::converts_v(m))
   const FwdParams& p = m.p;
   const int tid = static_cast<int>(threadIdx.x);
-  const bool v_converted = Variant::converts_v(m);
   if (tid == 0) {
     q_ring.init(Tile::kConsumerWarps);
     k_ring.init(Tile::kConsumerWarps);
     v_ring.init(Tile::kConsumerWarps);
-    if constexpr (Variant::kMayConvertV) v_conversion.init(kSpareProducerWarps);
     mbar_fence_init();
   }
   __syncthreads();
@@ -363,16 +336,6 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
     // Producer: one thread; the warpgroup's other warps do the variant's work beside it, if any.
     warpgroup_release_registers<Tile::kProducerRegs>();
     if (tid >= 32) {
-      if constexpr (Variant::kMayConvertV) {
-        if (v_converted) {  // each V fill in turn, once landed, rewritten by the three spare warps
-          for (int i = 0; v_conversion.wait_fill(v_ring, i); ++i) {
-            Variant::convert_v_slot(base + Tile::kVOffset + v_ring.slot(i) * Tile::kVBytes, Tile::kVBytes, tid - 32,
-                                    32 * kSpareProducerWarps);
-            v_conversion.converted_by_warp(i);
-          }
-          return;
-        }
-      }
       std::uint8_t* extra = hopper_smem + (base - smem_addr(hopper_smem)) + Tile::kExtraOffset;
       Variant::template spare_producer_warp<Tile>(m, extra, tid / 32 - 1, tid % 32);
       return;
@@ -408,9 +371,6 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
     q_ring.wait_free(n);  // no tiles left: an empty Q fill that says so
     tile_of_q = -1;
     q_ring.announce(n, 0);
-    if constexpr (Variant::kMayConvertV) {
-      if (v_converted) v_conversion.end(v_ring, fill);  // (and an empty V fill, for the converters)
-    }
     return;
   }
 
@@ -435,7 +395,7 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
     const int kb_first = first_key_block(p, r0, kBlockN);
     const int n_kb = max(0, visited_key_blocks(p, r0, kBlockM, kBlockN, n_kb_all) - kb_first);
     HopperConsumer<Tile> ctx{m, p, tile, c, warp, lane / 4, lane % 4, r0 + 64 * c + 16 * warp, kb_first, n_kb, fill, n,
-                             base, q_ring, k_ring, v_ring, v_conversion, v_converted};
+                             base, q_ring, k_ring, v_ring};
     mainloop.run_tile(ctx);  // releases the Q slot after its last Q K^T
     fill += n_kb;
   }

@@ -3,8 +3,7 @@
 // producer warpgroup also runs the prepass (pasa_prepass.cuh: K' = M K in fp16 as the kernel's K
 // slots; for bf16 inputs V rounded to fp16) where each stage serves enough tiles: scratch from
 // pasa's stream-ordered pool for the stages, fp16 V and the prepass's readiness words and counter
-// (zeroed), then the kernel, on the caller's stream; elsewhere the prepass kernel (K' only: the
-// attention kernel's spare warps round bf16 V in its slots), then the kernel.
+// (zeroed), then the kernel, on the caller's stream; elsewhere the prepass kernel, then the kernel.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -56,19 +55,16 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
   const int n_kb = (p.seq_kv + Tile::kBlockN - 1) / Tile::kBlockN;
   const std::size_t tile_bytes = pasa_tile_bytes(c.batch, c.heads_kv, n_kb, D);
   const bool bf16 = std::is_same_v<QElem, __nv_bfloat16>;  // V needs rounding to fp16 first
+  const std::size_t v_bytes = bf16 ? static_cast<std::size_t>(c.batch) * c.heads_kv * p.seq_kv * D * 2 : 0;
   const bool in_kernel = prepass_in_kernel(c, Tile::kBlockM);
-  // (the in-kernel prepass writes bf16 V in fp16; elsewhere the kernel rounds it in its slots)
-  const bool v_copy = bf16 && in_kernel;
-  const std::size_t v_bytes = v_copy ? static_cast<std::size_t>(c.batch) * c.heads_kv * p.seq_kv * D * 2 : 0;
   PasaPrepass prepass = pasa_prepass(r, nullptr, nullptr, n_kb);
   // (in the kernel: a readiness word per stage, then the chunk counter)
   const std::size_t sync_bytes = in_kernel ? (static_cast<std::size_t>(prepass.stages) + 1) * sizeof(std::uint32_t) : 0;
   StreamBuffer scratch(tile_bytes + v_bytes + sync_bytes, c.device, stream);
   auto* tiles = static_cast<std::uint8_t*>(scratch.get());
-  void* v_fp16 = v_copy ? tiles + tile_bytes : nullptr;
+  void* v_fp16 = bf16 ? tiles + tile_bytes : nullptr;
   prepass.tiles = tiles;
   prepass.v_fp16 = static_cast<__half*>(v_fp16);
-  prepass.round_v_on_chip = bf16 && !in_kernel;
   const TileScheduler schedule = hopper_schedule<Tile>(c);
   if (in_kernel) {
     prepass.ready = reinterpret_cast<std::uint32_t*>(tiles + tile_bytes + v_bytes);
@@ -76,7 +72,7 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
     prepass.section_pairs = prepass_section_pairs(c, schedule);
   }
   const std::int64_t sh = static_cast<std::int64_t>(p.seq_kv) * D;
-  const Operand v = v_copy ? Operand{v_fp16, c.heads_kv * sh, sh, D} : p.v;  // (bf16 V: 2-byte rows alike)
+  const Operand v = bf16 ? Operand{v_fp16, c.heads_kv * sh, sh, D} : p.v;
   // (the maps first: what the driver refuses is an error before anything is launched)
   const HopperParams m{fp16_row_tile_map(p.q, c.batch, p.heads_q, p.seq_q, D, Tile::kBlockM, "q"),
                        CUtensorMap{},  // K' comes by bulk copies of the prepass's tiles

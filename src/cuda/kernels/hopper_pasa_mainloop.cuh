@@ -64,7 +64,7 @@ __device__ __forceinline__ void round_q_rows_to_fp16(const HopperConsumer<Tile>&
 template <typename QElem, bool kAccurate, bool kMayPrepass = true>
 struct PasaHopperVariant : HopperVariantDefaults {
   static constexpr int kOnesBytes = 1024;  // the all-ones fp16 B tile of the P row sums
-  static constexpr int kSpareWarps = kSpareProducerWarps;  // the producer warpgroup's warps that run the prepass
+  static constexpr int kSpareWarps = 3;    // the producer warpgroup's warps that run the prepass
   static constexpr int kStagingBytes = kSpareWarps * kPasaChunkStagingBytes;
   // The extra shared memory: the ones, then each spare warp's staging buffer.
   static constexpr int kExtraBytes = kOnesBytes + kStagingBytes;
@@ -91,25 +91,6 @@ struct PasaHopperVariant : HopperVariantDefaults {
                                                              int lane) {
     if (!kMayPrepass || m.pasa.ready == nullptr) return;
     run_pasa_prepass<Tile::kHeadDim, QElem>(m.pasa, lane, extra + kOnesBytes + spare_warp * kPasaChunkStagingBytes);
-  }
-
-  // bf16 V rounded to fp16 in its slots by the spare warps where no prepass runs in the kernel (the
-  // prepass kernel before it then leaves V as it is: one pass over V fewer), as the prepass rounds it.
-  static constexpr bool kMayConvertV = std::is_same_v<QElem, __nv_bfloat16>;
-  __device__ __forceinline__ static bool converts_v(const HopperParams& m) {
-    return kMayConvertV && m.pasa.round_v_on_chip;
-  }
-  // Bytes [0, bytes) of the slot at `slot`, 16 a thread at a time (an element-wise map, so the
-  // swizzle does not matter).
-  __device__ __forceinline__ static void convert_v_slot(std::uint32_t slot, int bytes, int thread, int threads) {
-    for (int i = 16 * thread; i < bytes; i += 16 * threads) {
-      std::uint32_t w[4];
-      asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "r"(slot + i));
-#pragma unroll
-      for (int e = 0; e < 4; ++e) w[e] = bf16x2_to_half2(w[e]);
-      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(slot + i), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
-                   : "memory");
-    }
   }
 
   // The matrix of ones (fp16 1.0 = 0x3C00). (The staging buffers are the spare warps', or the output
@@ -181,7 +162,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
           Softmax::block_max(pa, m_blk, m_use);
         }
 
-        ctx.wait_v(f);
+        ctx.v_ring.wait(f);
         // PASA's state update (F, m, the two rescale factors) beside the exponentials, which do not
         // need it (P is taken against the block's own max).
         float ep[2], ec[2];
