@@ -58,16 +58,18 @@ void check_view(const TensorView& t, const char* name, bool is_output, ViewForm 
   if (!empty) check_reach(memory_of(t), name);
 }
 
-// The scale multiplies in the softmax format (scale=s) or the input format (scale=q|k), and every kernel
-// holds it in fp32: a scale beyond those formats' range becomes inf there and turns every output into
-// NaN while the fp64 reference is finite, so it is refused.
+// The scale multiplies in the softmax format (scale=s) or the input format (scale=q|k), in the scores'
+// units (times log2 e with exp_base=2), and every kernel holds it in fp32: a scale beyond those
+// formats' range becomes inf there and turns every output into NaN while the fp64 reference is finite,
+// so it is refused.
 void check_scale(double scale, const Policy& policy, const char* name) {
   if (!std::isfinite(scale)) throw Error(text::format("{}: {} is not finite", name, scale));
   const Format& applied = policy.scale == ScalePlacement::scores ? policy.softmax : policy.input;
-  const double limit = std::min(Format::fp32().max_finite(), applied.max_finite());
+  const double limit = std::min(Format::fp32().max_finite(), applied.max_finite()) / score_unit(policy);
   if (std::fabs(scale) > limit) {
     throw Error(text::format("{}: {:g} is outside [-{:g}, {:g}], the range of fp32 and of the {} format "
-                            "the policy applies it in", name, scale, limit, limit, applied.name()));
+                            "the policy applies it in{}", name, scale, limit, limit, applied.name(),
+                            policy.exp_base == ExpBase::two ? " (in base-2 units: times log2 e)" : ""));
   }
 }
 

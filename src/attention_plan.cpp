@@ -49,12 +49,18 @@ AttentionPlan::AttentionPlan(const AttentionArgs& args) {
   state_ = std::move(state);
 }
 
+// A plan moved from holds no state: using it is an error, not a null dereference.
+const AttentionPlan::State& AttentionPlan::state() const {
+  if (!state_) throw Error("AttentionPlan: a moved-from plan has no problem; make a new one");
+  return *state_;
+}
+
 std::size_t AttentionPlan::workspace_bytes() const {
-  return state_->on_gpu ? cuda_plan_workspace_bytes(*state_->cuda) : 0;
+  return state().on_gpu ? cuda_plan_workspace_bytes(*state().cuda) : 0;
 }
 
 void AttentionPlan::run(const AttentionArgs& args, void* workspace) const {
-  const State& s = *state_;
+  const State& s = state();
   check_same_problem(differing_field(args, s.problem));
   check_data_pointers({{&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.o, "o"}});
   if (args.mask.kind != MaskKind::none && args.mask.data == nullptr) throw Error("mask: data pointer is null");

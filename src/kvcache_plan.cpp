@@ -3,6 +3,7 @@
 // the call's problem with the plan's and launches (GPU) or calls attention_with_kvcache (CPU).
 #include "cpu/backends.h"
 #include "kvcache_checks.h"
+#include "pasa/error.h"
 #include "pasa/serving.h"
 #include "plan_compare.h"
 
@@ -56,12 +57,18 @@ KVCachePlan::KVCachePlan(const KVCacheArgs& args) {
   state_ = std::move(state);
 }
 
+// A plan moved from holds no state: using it is an error, not a null dereference.
+const KVCachePlan::State& KVCachePlan::state() const {
+  if (!state_) throw Error("KVCachePlan: a moved-from plan has no problem; make a new one");
+  return *state_;
+}
+
 std::size_t KVCachePlan::workspace_bytes() const {
-  return state_->on_gpu ? cuda_kvcache_workspace_bytes(*state_->cuda) : 0;
+  return state().on_gpu ? cuda_kvcache_workspace_bytes(*state().cuda) : 0;
 }
 
 void KVCachePlan::run(const KVCacheArgs& args, void* workspace) const {
-  const State& s = *state_;
+  const State& s = state();
   check_same_problem(differing_kv_field(args, s.problem));
   if (!s.on_gpu) {
     attention_with_kvcache(args);

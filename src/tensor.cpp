@@ -2,7 +2,9 @@
 // Tensor views, host tensors and dtype conversions.
 #include "pasa/tensor.h"
 
+#include <algorithm>
 #include <array>
+#include <limits>
 #include <cstring>
 #include <string>
 
@@ -39,8 +41,15 @@ LseView lse_view(float* data, std::int64_t B, std::int64_t H, std::int64_t S, De
 }
 
 std::int64_t HostTensor::numel() const {
+  for (std::int64_t d : shape) {
+    if (d < 0) throw Error("HostTensor: dimension " + std::to_string(d) + " is negative");
+  }
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   std::int64_t n = 1;
-  for (std::int64_t d : shape) n *= d;
+  for (std::int64_t d : shape) {
+    if (n > std::numeric_limits<std::int64_t>::max() / d) throw Error("HostTensor: the shape's element count passes 2^63");
+    n *= d;
+  }
   return n;
 }
 

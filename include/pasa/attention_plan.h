@@ -37,6 +37,7 @@ class AttentionPlan {
 
  private:
   struct State;
+  const State& state() const;  // (a moved-from plan: pasa::Error)
   std::shared_ptr<const State> state_;
 };
 

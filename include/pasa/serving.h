@@ -108,6 +108,7 @@ class KVCachePlan {
 
  private:
   struct State;
+  const State& state() const;  // (a moved-from plan: pasa::Error)
   std::shared_ptr<const State> state_;
 };
 

@@ -57,7 +57,7 @@ struct HostTensor {
   std::vector<std::int64_t> shape;
   std::vector<std::uint8_t> bytes;  // numel * dtype_size, little-endian, C order
 
-  std::int64_t numel() const;
+  std::int64_t numel() const;  // (pasa::Error for a negative dimension or a count past 2^63)
   // A [B, H, S, D] view of this tensor; throws pasa::Error (naming `what`) unless it has rank 4 and
   // its bytes fill its shape exactly.
   TensorView view(const std::string& what);

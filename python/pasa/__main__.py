@@ -10,6 +10,7 @@ environment's Python (matplotlib).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -32,23 +33,48 @@ def executable() -> Path:
     return next((path for path in paths if path.is_file()), paths[0])
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Runs the tool: in place of this process for the command line (argv None; returns only if it is
-    missing), as a child whose exit code is returned for a caller that passes argv."""
-    args = sys.argv[1:] if argv is None else argv
+def _prepare(args: list[str]) -> tuple[Path, list[str], dict[str, str]] | None:
+    """(binary, argv, environment) of the tool, or None (said on stderr) where it is missing."""
     binary = executable()
     if not binary.is_file():
         where = ", ".join(str(path) for path in candidates())
         sys.stderr.write(f"pasa: the command-line tool is missing from this installation ({where})\n")
-        return 2
+        return None
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    if argv is None and hasattr(os, "execve"):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.execve(binary, [str(binary), *args], env)
-    return subprocess.run([str(binary), *args], env=env).returncode
+    return binary, [str(binary), *args], env
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the tool as a child process and returns its exit code (2 where it is missing)."""
+    prepared = _prepare(sys.argv[1:] if argv is None else argv)
+    if prepared is None:
+        return 2
+    _, command, env = prepared
+    return subprocess.run(command, env=env).returncode
+
+
+def run_command() -> int:
+    """The command line: becomes the tool (exec; returns 2 only where it is missing)."""
+    prepared = _prepare(sys.argv[1:])
+    if prepared is None:
+        return 2
+    binary, command, env = prepared
+    if not hasattr(os, "execve"):
+        return subprocess.run(command, env=env).returncode
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # (a closed stream: the tool reports its own writes)
+                pass
+    # Python starts with SIGPIPE and SIGXFSZ ignored, and exec keeps that: the tool's own defaults back.
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    os.execve(binary, command, env)
+    return 2  # (not reached)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command())

@@ -249,8 +249,8 @@ def sdpa(
         )
     if not isinstance(enable_gqa, (bool, np.bool_)):
         raise PasaError(f"enable_gqa: expected True or False, got {enable_gqa!r}")
-    # (torch.compile traces a computed flag as a SymBool)
-    if not isinstance(is_causal, (bool, np.bool_)) and type(is_causal).__name__ != "SymBool":
+    # (what is plainly no flag; torch.compile traces a computed or NumPy flag as its own objects)
+    if is_causal is None or isinstance(is_causal, (str, bytes, float)):
         raise PasaError(f"is_causal: expected True or False, got {is_causal!r}")
     if attn_mask is not None and is_causal:  # torch refuses the pair too
         raise PasaError("attn_mask: given with is_causal=True; torch takes one or the other (fold the "

@@ -54,8 +54,9 @@ def default_name(call: CallInfo) -> str:
     return f"layer{call.index}_t{call.timestep}"
 
 
-# A name's timestep suffix (default_name's "_t<timestep>"), which a plan's timestep-free entry drops.
-_TIMESTEP_SUFFIX = re.compile(r"_t-?[0-9]+$")
+# A name's timestep suffix (default_name's "_t<timestep>", the timestep a number: 7, -1, 999.0, 1e-05),
+# which a plan's timestep-free entry drops.
+_TIMESTEP_SUFFIX = re.compile(r"_t[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?$")
 _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
                 "enable_gqa")
 

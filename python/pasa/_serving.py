@@ -134,7 +134,7 @@ def _is_int(value: Any) -> bool:
 def _new_output(x: Any, shape: Tuple[int, ...], name: str, fill: Optional[float] = None,
                 dtype: Any = None) -> Any:
     """A new array of x's kind (torch, on x's device, or NumPy; x's dtype, or float32 with a dtype),
-    filled with ``fill`` where given; running out of memory is a PasaError naming the output."""
+    filled with ``fill`` where given; running out of host memory is a PasaError naming the output."""
     if not is_torch_tensor(x):
         a = _host_empty(shape, x.dtype if dtype is None else dtype, name)
         if fill is not None:
@@ -147,8 +147,8 @@ def _new_output(x: Any, shape: Tuple[int, ...], name: str, fill: Optional[float]
         if fill is None:
             return torch.empty(shape, dtype=torch_dtype, device=x.device)
         return torch.full(shape, fill, dtype=torch_dtype, device=x.device)
-    except RuntimeError as e:  # (torch's out-of-memory errors are RuntimeErrors)
-        raise allocation_error(e, name, shape) from None
+    except RuntimeError as e:  # (a CUDA tensor's torch.OutOfMemoryError stays what torch code expects)
+        raise allocation_error(e, name, shape) if x.device.type == "cpu" else e
 
 
 def _run(function: Callable[..., None], device: Optional[Any], arrays: Tuple[Any, ...],

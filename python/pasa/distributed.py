@@ -111,8 +111,8 @@ def merge_partial(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> Non
 
     Both are attention over disjoint key sets for the same queries; the merge is their
     normalizer-weighted average, ``exp(lse_i - lse_new)``. Rows with ``lse = -inf`` (no visible key
-    yet) carry no weight, whatever their O holds (an accumulator from ``torch.empty``); a row where
-    both are -inf stays ``O = 0, LSE = -inf``.
+    yet), and parts whose weight underflows to 0, carry none, whatever their O holds (an accumulator
+    from ``torch.empty``); a row where both are -inf stays ``O = 0, LSE = -inf``.
     """
     lse = lse.to(torch.float32)
     lse_new = torch.logaddexp(lse_acc, lse)
@@ -120,10 +120,10 @@ def merge_partial(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> Non
     safe = torch.where(empty, torch.zeros_like(lse_new), lse_new)
     w_acc = torch.exp(lse_acc - safe).unsqueeze(-1)
     w_new = torch.exp(lse - safe).unsqueeze(-1)
-    # (selected, not multiplied by a zero weight: 0 times an inf or NaN in a weightless O is NaN)
-    part_acc = torch.where(torch.isneginf(lse_acc).unsqueeze(-1), 0.0, o_acc * w_acc)
-    part_new = torch.where(torch.isneginf(lse).unsqueeze(-1), 0.0, w_new * o.to(torch.float32))
-    o_acc.copy_(part_acc + part_new)
+    # A part of weight 0 adds nothing whatever its O holds (0 times an inf or NaN there would be NaN),
+    # as merge_partials weighs parts in C++.
+    o_acc.mul_(w_acc).masked_fill_(w_acc == 0, 0.0)
+    o_acc.add_((w_new * o.to(torch.float32)).masked_fill_(w_new == 0, 0.0))
     lse_acc.copy_(lse_new)
 
 

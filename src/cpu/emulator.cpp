@@ -349,9 +349,9 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
       value = R.o(R.o(R.o(value / pol.p_scale) * kv.v_scale[d]) + kv.v_mean[d]);
     }
     // Exact attention's O, a convex combination of V's rows, cannot pass V's largest magnitude, but a
-    // quantized V's values can, by its quantization error: O saturates at the output's largest finite
-    // value (the value nearest exact attention's) where rounding would give inf.
-    if (pol.v_quant) value = saturate_to(args.o.dtype, value);
+    // quantized V's values can, by its quantization error: O saturates at a 16-bit output's largest
+    // finite value (the value nearest exact attention's) where rounding would give inf.
+    if (pol.v_quant && args.o.dtype != DType::f32) value = saturate_to(args.o.dtype, value);
     store_from_double(args.o.data, args.o.dtype, args.o.offset(t.b, t.h, r, d), value);
   }
   if (args.lse.data != nullptr) {

@@ -66,11 +66,16 @@ ReferenceResult reference_attention(const AttentionArgs& args) {
     const std::int64_t r_end = std::min(p.seq_q, r_begin + kRowsPerTask);
     const std::int64_t b = head / p.heads_q, h = head % p.heads_q;
     HeadInputs& in = per_thread_inputs[static_cast<std::size_t>(omp_get_thread_num())];
+    // (the previous head's buffers freed first: the estimate above counts one head's a thread)
     if (in.head != head) {
+      std::vector<double>().swap(in.q);
       in.q = gather_head<double>(args.q, b, h, to_input);
       in.head = head;
     }
     if (const std::int64_t kv_head = b * p.heads_kv + h / p.group(); in.kv_head != kv_head) {
+      std::vector<double>().swap(in.k);
+      std::vector<double>().swap(in.v);
+      in.kv_head = -1;  // (until both are gathered again)
       in.k = gather_head<double>(args.k, b, h / p.group(), to_input);
       in.v = gather_head<double>(args.v, b, h / p.group(), to_input);
       in.kv_head = kv_head;

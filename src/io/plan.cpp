@@ -123,8 +123,14 @@ void save_plan(const std::string& path, const MixPlan& plan, const std::map<std:
     entries.push_back(e);
   }
   j["entries"] = entries;
-  // A plan that load_plan would refuse (a bad policy, xi or layer) is refused before it is written.
-  const std::string text = j.dump(1) + "\n";
+  // A plan that load_plan would refuse (a bad policy, xi or layer; text that is not UTF-8) is refused
+  // before it is written.
+  std::string text;
+  try {
+    text = j.dump(1) + "\n";
+  } catch (const text::JsonError& e) {
+    throw Error(path + ": " + e.what());
+  }
   parse_plan(text, path);
   io::detail::write_text_atomically(path, text);
 }

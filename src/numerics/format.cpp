@@ -155,8 +155,11 @@ Format parse_format(std::string_view text) {
     } else if (suffix == "inf" && !f.is_integer() && !f.fn) {
       f.overflow = Overflow::to_inf;
     } else {
-      throw Error("number format '" + std::string(text) + "': overflow rule '" + suffix +
-                  "' is not one of sat, nan, inf (inf needs a format that has inf)");
+      const bool known = suffix == "sat" || suffix == "nan" || suffix == "inf";
+      throw Error("number format '" + std::string(text) + "': overflow rule '" + suffix + "' " +
+                  (!known ? std::string("is not one of sat, nan, inf")
+                   : f.is_integer() ? std::string("is not an integer format's: integers saturate (sat)")
+                                    : std::string("needs a format that has inf")));
     }
   }
   return f;
@@ -173,6 +176,8 @@ void check_format(const Format& f, const std::string& what) {
       fail("integer format of " + std::to_string(f.int_bits) + " bits (int8 and int4 exist)");
     }
     if (f.overflow != Overflow::saturate || f.fn) fail("an integer format saturates and has no fn flag");
+    // (fields its text cannot spell: a format that printed alike would compare unequal)
+    if (f.exp_bits != 0 || f.man_bits != 0) fail("an integer format has no exponent or mantissa bits");
     return;
   }
   if (f.kind != Format::Kind::floating) {
@@ -184,6 +189,7 @@ void check_format(const Format& f, const std::string& what) {
   }
   if (f.fn && (f.exp_bits != 4 || f.man_bits != 3)) fail("only e4m3 has an fn (no infinity) variant");
   if (f.fn && f.overflow == Overflow::to_inf) fail("e4m3 (fn) has no infinity to overflow to");
+  if (f.int_bits != 0) fail("a floating format has no integer bits (int_bits " + std::to_string(f.int_bits) + ")");
 }
 
 double round_to(const Format& f, double x) {

@@ -8,6 +8,8 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
+#include <locale.h>  // newlocale, strtod_l (POSIX / glibc)
+#include <stdlib.h>
 #include <functional>
 #include <limits>
 #include <string>
@@ -52,11 +54,14 @@ Format parse_field_format(const char* key, const std::string& value) {
 // stod called a subnormal, a valid value, out of range). A magnitude below the smallest subnormal rounds
 // to 0 as strtod rounds it; one past a double's is out of range, named with `range` (an integer field's
 // own range: "must be in 1..1024").
+// A field's number, in the "C" locale's syntax whatever the process's LC_NUMERIC (to_string prints
+// it so: a program that set a locale with a decimal comma reads back what it wrote).
 double parse_number(const char* key, const std::string& value,
                     const std::string& range = "a double's largest magnitude is 1.79769e+308") {
+  static const locale_t c_numbers = newlocale(LC_NUMERIC_MASK, "C", static_cast<locale_t>(nullptr));
   errno = 0;
   char* end = nullptr;
-  const double x = std::strtod(value.c_str(), &end);
+  const double x = strtod_l(value.c_str(), &end, c_numbers);
   if (value.empty() || end != value.c_str() + value.size()) {
     throw Error(std::string("policy field '") + key + "': '" + value + "' is not a number");
   }
@@ -623,6 +628,17 @@ void validate(const Policy& p) {
                                  key, f.name(), p.p_scale, p.v_quant->max_finite(), p.v_quant->name(), term,
                                  f.max_finite(), key, f.max_finite() / p.v_quant->max_finite()));
       }
+    }
+  }
+  // Likewise with Q and K both quantized (each group's largest |x| becomes the quantizer's largest
+  // value): the scores GEMM has terms up to the product of the two largest values, which qk_acc carries
+  // (sage8,k_quant=bf16: 127 x 3.4e38 overflows fp32 on every input).
+  if (p.q_quant && p.k_quant && !p.qk_acc.is_integer()) {
+    const double term = p.q_quant->max_finite() * p.k_quant->max_finite();
+    if (term > p.qk_acc.max_finite()) {
+      throw Error(text::format("policy field 'q_quant'/'k_quant': {} x {} quantize Q and K to largest values whose "
+                               "product {:g} is past qk_acc = {}'s {:g}: every score would overflow",
+                               p.q_quant->name(), p.k_quant->name(), term, p.qk_acc.name(), p.qk_acc.max_finite()));
     }
   }
   if (p.shift == Shift::unified) check_unified_window(p);

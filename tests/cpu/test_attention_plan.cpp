@@ -60,6 +60,16 @@ TEST(AttentionPlan, RunEqualsAttentionForEveryPresetAndNewTensors) {
   }
 }
 
+// A plan moved from holds nothing: using it is a pasa::Error, the moved-to plan runs.
+TEST(AttentionPlan, AMovedFromPlanIsAnErrorToUse) {
+  Problem p(test::kFixedSeeds[0]);
+  AttentionPlan plan(p.args);
+  const AttentionPlan moved = std::move(plan);
+  test::expect_error([&] { plan.run(p.args); }, "AttentionPlan: a moved-from plan has no problem");
+  test::expect_error([&] { (void)plan.workspace_bytes(); }, "a moved-from plan");
+  EXPECT_NO_THROW(moved.run(p.args));
+}
+
 TEST(AttentionPlan, ACallOfAnotherProblemIsRefusedBeforeWriting) {
   const auto seed = test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);

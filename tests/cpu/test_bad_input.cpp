@@ -101,6 +101,12 @@ TEST(BadInput, ScaleBeyondTheFormatThatAppliesIt) {
   expect_error([&] { attention(p.args); }, "the fp16 format the policy applies it in");
   p.args.scale = -1e5;
   expect_error([&] { attention(p.args); }, "scale: -100000 is outside [-65504, 65504]");
+  // Base-2 scores: the scale applied is times log2 e, so the limit is 65504 / log2 e (pasa's preset).
+  p.args.policy = parse_policy("pasa");
+  p.args.scale = 50000.0;
+  expect_error([&] { attention(p.args); }, "scale: 50000 is outside [-45403.");
+  p.args.scale = 45000.0;
+  EXPECT_NO_THROW(attention(p.args));
   p.args.policy = parse_policy("exact");
   p.args.scale = 1e30;  // representable in fp32: accepted
   EXPECT_NO_THROW(attention(p.args));

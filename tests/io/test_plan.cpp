@@ -51,6 +51,8 @@ TEST(Plan, SaveRefusesAPlanItsReaderWouldRefuse) {
                      path + ": entries[0].layer: -3 is outside 0..999999");
   test::expect_error([&] { save_plan(path, MixPlan{"sage4", "sage8", 30, {{{1, -7}, "sage8"}}}, {}); },
                      path + ": entry layer1: timestep -7 is neither -1");
+  test::expect_error([&] { save_plan(path, MixPlan{"sage4", "sage8", 30, {{{1, -1}, "exa\xc3"}}}, {}); },
+                     path + ": string is not valid UTF-8");  // (a pasa::Error, as every refusal)
   EXPECT_FALSE(std::filesystem::exists(path));
 }
 

@@ -2,6 +2,8 @@
 // Policies: presets, the text form (print, parse, round trip) and validation errors naming the field.
 #include <gtest/gtest.h>
 
+#include <clocale>
+#include <cstdlib>
 #include <functional>
 #include <set>
 #include <string>
@@ -44,6 +46,30 @@ TEST(Policy, TextRoundTrip) {
   }
   EXPECT_EQ(to_string(parse_policy(" pasa , s2 = 64 , beta=0.968994 ")), "pasa,beta=0.968994,s2=64");
   EXPECT_EQ(to_string(parse_policy("pasa,beta=0.984497")), "pasa");
+}
+
+// A program that set a locale with a decimal comma still reads the numbers to_string wrote (a locale
+// built for the test from glibc's sources; skipped where they are not installed).
+TEST(Policy, NumbersParseWhateverTheLocale) {
+  char dir[] = "/tmp/pasa-locale-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string build = std::string("localedef -i de_DE -f UTF-8 ") + dir + "/de_DE.UTF-8 > /dev/null 2>&1";
+  if (std::system(build.c_str()) != 0) GTEST_SKIP() << "no de_DE locale source to build a test locale from";
+  setenv("LOCPATH", dir, 1);
+  const bool set = setlocale(LC_NUMERIC, "de_DE.UTF-8") != nullptr;
+  Policy parsed;
+  std::string error;
+  try {
+    parsed = parse_policy("pasa,beta=0.968994");
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  setlocale(LC_NUMERIC, "C");
+  unsetenv("LOCPATH");
+  std::system((std::string("rm -rf ") + dir).c_str());
+  if (!set) GTEST_SKIP() << "the test locale did not load";
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(parsed.beta, 0.968994);
 }
 
 TEST(Policy, EqualityCoversEveryTextField) {
@@ -91,6 +117,16 @@ TEST(Policy, PVsLargestTermMustFitItsAccumulators) {
                            "sage8,p=e5m2,p_scale=57344,v_quant=e5m2", "sage8,p=fp16,p_scale=1,v_quant=none,pv_acc=fp32"}) {
     EXPECT_NO_THROW(parse_policy(text)) << text;
   }
+}
+
+// Q and K quantized to formats whose largest values multiply past the scores' accumulator overflow on
+// every input: refused like sage8,o=fp16.
+TEST(Policy, QuantizersWhoseLargestProductOverflowsAreRefused) {
+  for (const char* text : {"sage8,k_quant=bf16", "sage8,q_quant=fp32", "sage4,k_quant=fp22"}) {
+    expect_error([&] { parse_policy(text); }, "policy field 'q_quant'/'k_quant'");
+  }
+  EXPECT_NO_THROW(parse_policy("sage8,q_quant=e4m3,k_quant=e4m3"));
+  EXPECT_NO_THROW(parse_policy("sage8,k_quant=fp16"));  // 127 x 65504
 }
 
 TEST(Policy, ErrorsNameTheField) {
@@ -173,6 +209,9 @@ TEST(Policy, FieldsSetInCodeAreValidated) {
   refused([](Policy& p) { p.input.kind = static_cast<Format::Kind>(7); }, "policy field 'input': format kind (code 7)");
   refused([](Policy& p) { p.q_quant->int_bits = 1; }, "policy field 'q_quant': integer format of 1 bits");
   refused([](Policy& p) { p.k_quant->overflow = Overflow::to_nan; }, "policy field 'k_quant': an integer format saturates");
+  // Fields the text form cannot spell (it would print as fp16 or int8 and parse back unequal).
+  refused([](Policy& p) { p.o.int_bits = 8; }, "policy field 'o': a floating format has no integer bits");
+  refused([](Policy& p) { p.k_quant->exp_bits = 5; }, "policy field 'k_quant': an integer format has no exponent");
   refused([](Policy& p) { p.shift = static_cast<Shift>(9); }, "policy field 'shift': not one of its choices");
   refused([](Policy& p) { p.scale = static_cast<ScalePlacement>(3); }, "policy field 'scale'");
   refused([](Policy& p) { p.exp_base = static_cast<ExpBase>(2); }, "policy field 'exp_base'");

@@ -259,6 +259,7 @@ def test_a_plan_drops_only_a_timestep_suffix(model):
         assert handle.policy_for(pasa.CallInfo(1, "attn_t7", 7)) == "fa16"
         assert handle.policy_for(pasa.CallInfo(1, "attn_t-1", -1)) == "fa16"
         assert handle.policy_for(pasa.CallInfo(1, "attn_tx", None)) == "exact"
+        assert handle.policy_for(pasa.CallInfo(1, "attn_t999.0", 999.0)) == "fa16"  # (a float scheduler's)
     with pasa.patch(model, plan=plan) as handle:
         assert handle.policy_for(pasa.CallInfo(2, "blocks.2.attn", 30)) == "pasa"  # (layer2_t30)
 
