@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "cpu/host_inputs.h"
+#include "cpu/score_mods.h"
 #include "interrupt.h"
 #include "memory_budget.h"
 #include "numerics/pasa_shift.h"
@@ -45,6 +46,58 @@ void subtract_means(std::vector<float>& a, std::int64_t rows, int cols, const st
 
 void multiply(std::vector<double>& scales, double factor) {
   for (double& s : scales) s *= factor;
+}
+
+// The keys of K/V head (b, h_kv) that the attention mask hides from every row of every query head
+// reading them (padding, say); empty without a mask.
+std::vector<char> keys_masked_from_every_row(const AttentionArgs& args, const ProblemShape& ps, std::int64_t b,
+                                             std::int64_t h_kv) {
+  if (args.mask.kind == MaskKind::none) return {};
+  const ScoreMods mods(args, ps);
+  const std::int64_t group = ps.group();
+  std::vector<char> hidden(static_cast<std::size_t>(ps.seq_kv), 1);
+  for (std::int64_t c = 0; c < ps.seq_kv; ++c) {
+    if (c % kRowsPerPoll == 0) poll_interrupt();
+    for (std::int64_t h = h_kv * group; h < (h_kv + 1) * group && hidden[c]; ++h)
+      for (std::int64_t r = 0; r < ps.seq_q && hidden[c]; ++r) hidden[c] = mods.mask_hides(b, h, r, c);
+  }
+  return hidden;
+}
+
+// Keys that every row's mask hides take no part in the statistics a policy takes over the keys
+// (smooth K's and V's means, the quantizers' scales, PASA's block pseudo-averages), which garbage
+// there (a padded batch's) would otherwise skew for the visible keys: each such row of K becomes its
+// key block's mean visible key (the head's where the block has none), as a short last block's padding
+// does, and its row of V 0. Their scores are masked, so only those statistics could see the values.
+void neutralize_masked_keys(std::vector<float>& k, std::vector<float>& v, const std::vector<char>& hidden,
+                            int D, int s2, const Rounder& input) {
+  if (std::find(hidden.begin(), hidden.end(), 0) == hidden.end()) return;  // (none visible: nothing to keep)
+  const auto S = static_cast<std::int64_t>(hidden.size());
+  const auto mean_of_visible = [&](std::int64_t k0, std::int64_t k1) {
+    std::vector<double> mean(static_cast<std::size_t>(D), 0.0);
+    std::int64_t n = 0;
+    for (std::int64_t c = k0; c < k1; ++c) {
+      if (hidden[c]) continue;
+      ++n;
+      for (int d = 0; d < D; ++d) mean[d] += k[static_cast<std::size_t>(c * D + d)];
+    }
+    for (double& m : mean) m = n > 0 ? input(m / static_cast<double>(n)) : 0.0;
+    return std::pair{mean, n};
+  };
+  const std::vector<double> head_mean = mean_of_visible(0, S).first;
+  for (std::int64_t k0 = 0; k0 < S; k0 += s2) {
+    poll_interrupt();
+    const std::int64_t k1 = std::min(S, k0 + s2);
+    const auto [block_mean, n] = mean_of_visible(k0, k1);
+    const std::vector<double>& mean = n > 0 ? block_mean : head_mean;
+    for (std::int64_t c = k0; c < k1; ++c) {
+      if (!hidden[c]) continue;
+      for (int d = 0; d < D; ++d) {
+        k[static_cast<std::size_t>(c * D + d)] = static_cast<float>(mean[d]);
+        v[static_cast<std::size_t>(c * D + d)] = 0.0f;
+      }
+    }
+  }
 }
 
 // K' = M K for one block of n keys (row-major [n][D]) into `out`, as the kernels' prepass forms it
@@ -103,6 +156,11 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
   // a long decode row's keys are one task.
   std::vector<float> k = gather_head<float>(args.k, b, h_kv, R.input);
   poll_interrupt();
+  out.v = gather_head<float>(args.v, b, h_kv, R.input);
+  poll_interrupt();
+  const bool key_statistics =
+      pol.smooth_k || pol.smooth_v || pol.k_quant || pol.v_quant || pol.shift == Shift::pasa;
+  if (key_statistics) neutralize_masked_keys(k, out.v, keys_masked_from_every_row(args, ps, b, h_kv), D, s2, R.input);
   out.k_mean.assign(D, 0.0);
   out.k_used_scale = smoothed_divisor(pol.smooth_k, pol.k_quant.has_value());
   if (pol.smooth_k) {
@@ -187,8 +245,6 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
   }
   if (!pol.k_quant) out.k_used = std::move(k);  // (no copy: k is not needed past here)
 
-  out.v = gather_head<float>(args.v, b, h_kv, R.input);
-  poll_interrupt();
   out.v_mean.assign(D, 0.0);
   const double v_divisor = smoothed_divisor(pol.smooth_v, pol.v_quant.has_value());
   if (pol.smooth_v) {

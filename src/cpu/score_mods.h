@@ -34,14 +34,20 @@ class ScoreMods {
       if (window_left_ >= 0 && key < origin - window_left_) return false;
       if (window_right_ >= 0 && key > origin + window_right_) return false;
     }
+    return !mask_hides(b, h, row, key);
+  }
+
+  // Whether the attention mask alone (a boolean false, an additive -inf) hides key `key` from query
+  // `row` of (b, h).
+  bool mask_hides(std::int64_t b, std::int64_t h, std::int64_t row, std::int64_t key) const {
     switch (args_.mask.kind) {
-      case MaskKind::none: return true;
+      case MaskKind::none: return false;
       case MaskKind::boolean:
-        return static_cast<const std::uint8_t*>(args_.mask.data)[offset(b, h, row, key)] != 0;
+        return static_cast<const std::uint8_t*>(args_.mask.data)[offset(b, h, row, key)] == 0;
       case MaskKind::additive:
-        return mask_value(b, h, row, key) != -std::numeric_limits<double>::infinity();
+        return mask_value(b, h, row, key) == -std::numeric_limits<double>::infinity();
     }
-    return true;
+    return false;
   }
 
   bool has_bias() const { return args_.mask.kind == MaskKind::additive; }
