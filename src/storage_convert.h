@@ -44,25 +44,6 @@ inline float load_as_float(const void* base, DType dtype, std::int64_t i) {
   return 0.0f;
 }
 
-// The largest finite value of a storage dtype.
-inline double largest_finite(DType dtype) {
-  switch (dtype) {
-    case DType::f16:
-      return 65504.0;
-    case DType::bf16:
-      return 3.3895313892515355e38;  // 0x7F7F
-    case DType::f32:
-      break;
-  }
-  return 3.4028234663852886e38;
-}
-
-// x clamped to [-largest_finite(dtype), largest_finite(dtype)]; NaN stays NaN.
-inline double saturate_to(DType dtype, double x) {
-  const double top = largest_finite(dtype);
-  return x > top ? top : (x < -top ? -top : x);
-}
-
 inline void store_from_double(void* base, DType dtype, std::int64_t i, double x) {
   char* p = static_cast<char*>(base);
   switch (dtype) {

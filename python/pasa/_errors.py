@@ -44,9 +44,9 @@ def int_argument(value: Any, name: str, low: int, high: int) -> int:
 
 
 def allocation_error(error: RuntimeError, name: str, shape: Any) -> BaseException:
-    """What to raise for ``error`` from a torch CPU allocation of output ``name``: a PasaError naming
-    it where the allocator ran out of memory ("can't allocate memory"), else ``error`` itself."""
-    text = str(error).lower()
-    if "out of memory" in text or "can't allocate memory" in text:
+    """What to raise for ``error`` from a torch allocation of output ``name``: a PasaError naming it
+    where torch's CPU allocator ran out of memory (its bare RuntimeError says "can't allocate
+    memory"), else ``error`` itself (a CUDA tensor's torch.OutOfMemoryError, what torch code expects)."""
+    if "can't allocate memory" in str(error):
         return PasaError(f"{name}: cannot allocate an array of shape {tuple(shape)}: out of memory")
     return error

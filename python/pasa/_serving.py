@@ -147,8 +147,8 @@ def _new_output(x: Any, shape: Tuple[int, ...], name: str, fill: Optional[float]
         if fill is None:
             return torch.empty(shape, dtype=torch_dtype, device=x.device)
         return torch.full(shape, fill, dtype=torch_dtype, device=x.device)
-    except RuntimeError as e:  # (a CUDA tensor's torch.OutOfMemoryError stays what torch code expects)
-        raise allocation_error(e, name, shape) if x.device.type == "cpu" else e
+    except RuntimeError as e:
+        raise allocation_error(e, name, shape)
 
 
 def _run(function: Callable[..., None], device: Optional[Any], arrays: Tuple[Any, ...],

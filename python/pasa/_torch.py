@@ -136,19 +136,17 @@ def _attention_new_outputs(q: Tensor, k: Tensor, v: Tensor, policy: str, causal:
                            placeholder_lse: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
     """The output and the LSE (without return_lse: an empty placeholder, as the op must return a
     tensor, or None with placeholder_lse=False)."""
-    # (torch's CPU allocator fails with a bare RuntimeError: named as PasaError; a CUDA tensor's
-    # torch.OutOfMemoryError stays what torch code expects)
     try:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     except RuntimeError as e:
-        raise allocation_error(e, "out", q.shape) if q.device.type == "cpu" else e
+        raise allocation_error(e, "out", q.shape)
     lse = None
     if return_lse or placeholder_lse:
         lse_shape = _lse_shape(q, layout) if return_lse else (0,)
         try:
             lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
         except RuntimeError as e:
-            raise allocation_error(e, "lse", lse_shape) if q.device.type == "cpu" else e
+            raise allocation_error(e, "lse", lse_shape)
     _launch(q, k, v, out, lse if return_lse else None, policy, causal, causal_alignment, scale,
             layout, attn_mask, window_left, window_right, softcap)
     return out, lse

@@ -35,6 +35,7 @@
 #include "interrupt.h"
 #include "numerics/pasa_headroom.h"
 #include "numerics/pasa_shift.h"
+#include "pasa/format.h"
 #include "storage_convert.h"
 
 namespace pasa {
@@ -351,7 +352,11 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
     // Exact attention's O, a convex combination of V's rows, cannot pass V's largest magnitude, but a
     // quantized V's values can, by its quantization error: O saturates at a 16-bit output's largest
     // finite value (the value nearest exact attention's) where rounding would give inf.
-    if (pol.v_quant && args.o.dtype != DType::f32) value = saturate_to(args.o.dtype, value);
+    if (pol.v_quant && args.o.dtype != DType::f32) {
+      Format out = args.o.dtype == DType::f16 ? Format::fp16() : Format::bf16();
+      out.overflow = Overflow::saturate;  // (NaN stays NaN)
+      value = round_to(out, value);
+    }
     store_from_double(args.o.data, args.o.dtype, args.o.offset(t.b, t.h, r, d), value);
   }
   if (args.lse.data != nullptr) {

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Policies: presets, the text form (print, parse, round trip) and validation errors naming the field.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <clocale>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <set>
 #include <string>
@@ -51,12 +53,13 @@ TEST(Policy, TextRoundTrip) {
 // A program that set a locale with a decimal comma still reads the numbers to_string wrote (a locale
 // built for the test from glibc's sources; skipped where they are not installed).
 TEST(Policy, NumbersParseWhateverTheLocale) {
-  char dir[] = "/tmp/pasa-locale-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string build = std::string("localedef -i de_DE -f UTF-8 ") + dir + "/de_DE.UTF-8 > /dev/null 2>&1";
-  if (std::system(build.c_str()) != 0) GTEST_SKIP() << "no de_DE locale source to build a test locale from";
-  setenv("LOCPATH", dir, 1);
-  const bool set = setlocale(LC_NUMERIC, "de_DE.UTF-8") != nullptr;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("pasa-locale-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string build = "localedef -i de_DE -f UTF-8 " + (dir / "de_DE.UTF-8").string() + " > /dev/null 2>&1";
+  const bool built = std::system(build.c_str()) == 0;
+  setenv("LOCPATH", dir.c_str(), 1);
+  const bool set = built && setlocale(LC_NUMERIC, "de_DE.UTF-8") != nullptr;
   Policy parsed;
   std::string error;
   try {
@@ -66,8 +69,8 @@ TEST(Policy, NumbersParseWhateverTheLocale) {
   }
   setlocale(LC_NUMERIC, "C");
   unsetenv("LOCPATH");
-  std::system((std::string("rm -rf ") + dir).c_str());
-  if (!set) GTEST_SKIP() << "the test locale did not load";
+  std::filesystem::remove_all(dir);
+  if (!set) GTEST_SKIP() << "no de_DE locale could be built from glibc's sources here";
   EXPECT_EQ(error, "");
   EXPECT_EQ(parsed.beta, 0.968994);
 }

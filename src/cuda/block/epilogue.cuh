@@ -41,6 +41,13 @@ __device__ __forceinline__ float2 scaled(float2 x, float inv, const Scale& scale
   }
 }
 
+// Two values of O as one 16-bit pair of the output type, saturated where `saturate`
+// (OutRounding::saturate).
+template <typename Elem>
+__device__ __forceinline__ std::uint32_t pack_output(float lo, float hi, bool saturate) {
+  return saturate ? pack2_satfinite<Elem>(lo, hi) : pack2<Elem>(lo, hi);
+}
+
 __device__ __forceinline__ float output_value(float x, OutRounding rounding) {
   return rounding == OutRounding::via_fp16 ? round_fp16(x) : x;
 }
@@ -53,12 +60,11 @@ __device__ __forceinline__ void store_pair(void* row, ElemType type, int col, fl
       *reinterpret_cast<float2*>(static_cast<float*>(row) + col) = make_float2(a, b);
       break;
     case ElemType::f16:
-      *reinterpret_cast<std::uint32_t*>(static_cast<__half*>(row) + col) =
-          saturate ? pack2_satfinite<__half>(a, b) : pack2<__half>(a, b);
+      *reinterpret_cast<std::uint32_t*>(static_cast<__half*>(row) + col) = pack_output<__half>(a, b, saturate);
       break;
     case ElemType::bf16:
       *reinterpret_cast<std::uint32_t*>(static_cast<__nv_bfloat16*>(row) + col) =
-          saturate ? pack2_satfinite<__nv_bfloat16>(a, b) : pack2<__nv_bfloat16>(a, b);
+          pack_output<__nv_bfloat16>(a, b, saturate);
       break;
   }
 }

@@ -258,11 +258,9 @@ struct HopperConsumer {
     };
     const bool saturate = rounding == OutRounding::saturate;
     if (p.o_type == ElemType::bf16) {
-      put_pairs([&](float2 v) {
-        return saturate ? pack2_satfinite<__nv_bfloat16>(v.x, v.y) : pack2<__nv_bfloat16>(v.x, v.y);
-      });
+      put_pairs([&](float2 v) { return pack_output<__nv_bfloat16>(v.x, v.y, saturate); });
     } else {
-      put_pairs([&](float2 v) { return saturate ? pack2_satfinite<__half>(v.x, v.y) : pack2<__half>(v.x, v.y); });
+      put_pairs([&](float2 v) { return pack_output<__half>(v.x, v.y, saturate); });
     }
     fence_proxy_async_shared();
     named_barrier_sync(2 + c, 128);
