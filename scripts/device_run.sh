@@ -69,14 +69,14 @@ cat "$OUT/tests_portable.log" >>"$OUT/tests.log" && rm "$OUT/tests_portable.log"
 echo "sage8 cases (kernel vs emulator):"; awk '/RUN .*CudaSage8/{on=1} /OK .*CudaSage8|FAILED .*CudaSage8/{on=0} on && /O err/' "$OUT/tests.log" | sed 's/  */ /g' | head -50
 
 if command -v compute-sanitizer >/dev/null; then
-  FILTER='*CudaExact.DefaultPolicy*:*CudaPasa.BetaZero*:CudaBadInput.*:CudaDecode.PolicySplits*:CudaDecode.FdppLarge*:CudaGraph.*:CudaSage8.Small:CudaSage8.PrepassClusteredAndInPasses:WgmmaLayout.*:CudaKVCache*:CudaVarlen.ExactMatchesTheEmulator:*CudaPasaNumerics.HeadDims96And256/portable'
+  FILTER='*CudaExact.DefaultPolicy*:*CudaPasa.BetaZero*:CudaBadInput.*:CudaDecode.PolicySplits*:CudaDecode.FdppLarge*:CudaGraph.*:*CudaSage8.Small/*:*CudaSage8.PrepassClusteredAndInPasses/*:WgmmaLayout.*:CudaKVCache*:CudaVarlen.ExactMatchesTheEmulator:*CudaPasaNumerics.HeadDims96And256/portable'
   phase "compute-sanitizer memcheck ($FILTER)"
   compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/pasa_cuda_tests" \
     --gtest_filter="$FILTER" >"$OUT/sanitizer.log" 2>&1
   echo "memcheck rc=$?"
   phase "compute-sanitizer racecheck"
   compute-sanitizer --tool racecheck --error-exitcode 9 "$BUILD/tests/pasa_cuda_tests" \
-    --gtest_filter='*CudaPasa.BetaZero*:*CudaExact.DefaultPolicy*:CudaDecode.PolicySplits*:CudaSage8.Small:CudaKVCacheDecode.PagedShuffled*:CudaKVCacheDecode.FdppOnAPagedCache*:*CudaPasaNumerics.HeadDims96And256/portable' >>"$OUT/sanitizer.log" 2>&1
+    --gtest_filter='*CudaPasa.BetaZero*:*CudaExact.DefaultPolicy*:CudaDecode.PolicySplits*:*CudaSage8.Small/*:CudaKVCacheDecode.PagedShuffled*:CudaKVCacheDecode.FdppOnAPagedCache*:*CudaPasaNumerics.HeadDims96And256/portable' >>"$OUT/sanitizer.log" 2>&1
   echo "racecheck rc=$?"
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log"
 fi

@@ -287,7 +287,7 @@ bool Policy::operator==(const Policy& o) const {
 }
 
 std::vector<std::string> preset_names() {
-  return {"exact", "fa16_fp32", "fa16", "pasa", "pasa_accurate", "sage8", "sage4", "fdpp"};
+  return {"exact", "fa16_fp32", "fa16", "pasa", "pasa_accurate", "sage8", "sage_fp8", "sage4", "fdpp"};
 }
 
 namespace {
@@ -359,7 +359,7 @@ Policy preset_policy(std::string_view name) {
   Policy p;  // "exact": fp32 at every rounding point
   p.preset = std::string(name);
   if (name == "exact") return p;
-  if (name == "sage8" || name == "sage4") {
+  if (name == "sage8" || name == "sage_fp8" || name == "sage4") {
     // SageAttention2: inputs as given (fp16/bf16 are exact in fp32), quantized on the way into the
     // GEMMs; S, softmax and O in fp32; FP8 P with the static factor 448 and per-channel FP8 V; the FP8
     // MMA's accumulator modelled as FP22 (e8m13), added block by block into fp32 O.
@@ -373,11 +373,18 @@ Policy preset_policy(std::string_view name) {
     p.block_q = 128;
     // Key blocks of 128 as SageAttention2's Hopper kernel uses (CTA_K = 128), so the CUDA kernel's
     // softmax, K scales and two-level accumulation work on whole 128-key tiles; sage4 keeps 64.
-    p.block_kv = name == "sage8" ? 128 : 64;
+    p.block_kv = name == "sage4" ? 64 : 128;
     // sage8's row sums are those of P~ as rounded, which the CUDA kernel takes from the P~ V GEMM (a
     // column of ones) instead of summing the exponentials on the CUDA cores: O~ and l then weigh every
     // key alike (docs/numerics.md measures it against rowsum=e).
-    if (name == "sage8") p.rowsum = RowSum::p;
+    if (name != "sage4") p.rowsum = RowSum::p;
+    if (name == "sage_fp8") {
+      // sage8 with e4m3 Q and K (same groups, scale max / 448): the Q K^T GEMM is an FP8 one, whose
+      // accumulator is modelled as FP22 like P V's, and the scores leave it as floats.
+      p.q_quant = Format::e4m3();
+      p.k_quant = Format::e4m3();
+      p.qk_acc = Format::fp22();
+    }
     if (name == "sage4") {
       p.q_quant = Format::int4();
       p.k_quant = Format::int4();

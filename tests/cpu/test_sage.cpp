@@ -128,6 +128,31 @@ TEST(Sage, Sage8OnNormalInputsMatchesTheReportedAccuracy) {
   EXPECT_GT(m4.rel_rmse, m8.rel_rmse);  // 4-bit Q, K cost accuracy
 }
 
+TEST(Sage, SageFp8IsSage8WithE4m3QueriesAndKeys) {
+  Policy expected = preset_policy("sage8");
+  expected.q_quant = Format::e4m3();
+  expected.k_quant = Format::e4m3();
+  expected.qk_acc = Format::fp22();
+  expected.preset = "sage_fp8";
+  EXPECT_EQ(preset_policy("sage_fp8"), expected);
+  EXPECT_EQ(to_string(parse_policy("sage8,q_quant=e4m3,k_quant=e4m3,qk_acc=fp22")),
+            "sage8,qk_acc=fp22,q_quant=e4m3,k_quant=e4m3");
+  // On N(0, 1) inputs its error lies between sage8's (e4m3 keeps 3 bits below a value's leading one,
+  // INT8 about 7 below the group's largest) and per-tensor FP8 attention's (cuDNN measured a relative
+  // RMSE of 5.8e-2 on these inputs; docs/performance.md); 4-bit Q, K (sage4) cost more.
+  const std::uint64_t seed = test::kFixedSeeds[1];
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  QKV data = hybrid_qkv({1, 2, 512, 128}, 0.0, 0.0, seed, DType::f16);
+  const Result ref = reference(data);
+  const ErrorMetrics m8 = compare(run(data, "sage8").o, ref.o);
+  const ErrorMetrics mf = compare(run(data, "sage_fp8").o, ref.o);
+  const ErrorMetrics m4 = compare(run(data, "sage4").o, ref.o);
+  EXPECT_GT(mf.rel_rmse, 1.1 * m8.rel_rmse);
+  EXPECT_LT(mf.rel_rmse, 5.8e-2);
+  EXPECT_LT(mf.rel_rmse, m4.rel_rmse);
+  EXPECT_GT(mf.cos_sim, 0.998);
+}
+
 TEST(Sage, LseOfQuantizedPoliciesStaysNearTheExactOne) {
   // The LSE is 1-Lipschitz in the scores (max norm), and P, V and their formats do not enter it, so
   // its error is the score error of INT8 Q and K: |q^ k^ - q k| <= |q| dk + |k| dq + dq dk per

@@ -504,24 +504,29 @@ TEST(CudaBadInput, FdppOutsideDecodeOrWithOtherFormats) {
 }
 
 // ----------------------------------------------------------------------------------------------
-// sage8 (SageAttention2's INT8 Q, K / FP8 P, V kernel): against the emulator running the preset.
+// The sage8 kernel (SageAttention2's 8-bit Q, K / FP8 P, V) with each of its Q K^T codes: the sage8
+// preset (INT8) and sage_fp8 (e4m3), against the emulator running the preset.
+class CudaSage8 : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override { REQUIRE_HOPPER_PATH(); }
+  Policy policy() const { return preset_policy(GetParam()); }
+};
+INSTANTIATE_TEST_SUITE_P(Presets, CudaSage8, ::testing::Values("sage8", "sage_fp8"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
-TEST(CudaSage8, MatchesReferenceFp16) {
-  REQUIRE_HOPPER_PATH();
-  for (const Case& c : awkward_cases(DType::f16)) check_case(c, preset_policy("sage8"));
+TEST_P(CudaSage8, MatchesReferenceFp16) {
+  for (const Case& c : awkward_cases(DType::f16)) check_case(c, policy());
 }
 
-TEST(CudaSage8, MatchesReferenceBf16) {
-  REQUIRE_HOPPER_PATH();
-  for (const Case& c : awkward_cases(DType::bf16)) check_case(c, preset_policy("sage8"));
+TEST_P(CudaSage8, MatchesReferenceBf16) {
+  for (const Case& c : awkward_cases(DType::bf16)) check_case(c, policy());
 }
 
 // A small case for the sanitizers (scripts/device_run.sh).
-TEST(CudaSage8, Small) {
-  REQUIRE_HOPPER_PATH();
+TEST_P(CudaSage8, Small) {
   const auto br = CausalAlignment::bottom_right;
-  check_case({1, 2, 1, 130, 200, 64, true, br, false, DType::f16, DType::f16}, preset_policy("sage8"));
-  check_case({1, 2, 2, 70, 65, 128, false, br, false, DType::bf16, DType::f32}, preset_policy("sage8"));
+  check_case({1, 2, 1, 130, 200, 64, true, br, false, DType::f16, DType::f16}, policy());
+  check_case({1, 2, 2, 70, 65, 128, false, br, false, DType::bf16, DType::f32}, policy());
 }
 
 // A [B, H, S, D] tensor of c's input type: normal(0, 1) draws times `magnitude`, a share `zeros` of
@@ -544,8 +549,7 @@ HostTensor normal_tensor(const Case& c, std::int64_t H, std::int64_t S, std::mt1
 // at D 64: 8 CTAs of 2). Inputs on which both statistics matter: Q and K with SageAttention2's channel outliers (a
 // K mean taken over one CTA's keys alone would shift its blocks' scores against the others'), and V
 // growing along the keys (1x to 4x: a scale taken from one CTA's keys alone would misquantize them).
-TEST(CudaSage8, PrepassClusteredAndInPasses) {
-  REQUIRE_HOPPER_PATH();
+TEST_P(CudaSage8, PrepassClusteredAndInPasses) {
   const auto br = CausalAlignment::bottom_right;
   const Case cases[] = {
       {1, 2, 1, 64, 5120, 128, false, br, false, DType::f16, DType::f32},
@@ -556,7 +560,7 @@ TEST(CudaSage8, PrepassClusteredAndInPasses) {
       {2, 4, 2, 100, 900, 128, false, br, false, DType::f16, DType::f16},
       {1, 2, 1, 70, 1900, 64, true, br, false, DType::bf16, DType::f32},
   };
-  const Policy pol = preset_policy("sage8");
+  const Policy pol = policy();
   for (const Case& c : cases) {
     const std::uint64_t seed = test::fresh_seed();
     const QKV qs = outlier_qkv({c.B, c.Hq, c.Sq, c.D}, 4, 20.0, seed, c.in);
@@ -577,8 +581,7 @@ TEST(CudaSage8, PrepassClusteredAndInPasses) {
 // zero becomes NaN); then small Q over huge K, whose column sums overflow fp32 unless scaled, and over
 // keys of both signs near bf16's largest, whose K - mean passes fp32's. (Q rows that small are the
 // kernel's known limit: docs/numerics.md.)
-TEST(CudaSage8, ScalesWithoutAFiniteReciprocal) {
-  REQUIRE_HOPPER_PATH();
+TEST_P(CudaSage8, ScalesWithoutAFiniteReciprocal) {
   const auto br = CausalAlignment::bottom_right;
   const Case cases[] = {
       {1, 2, 1, 64, 300, 64, false, br, false, DType::bf16, DType::f32},
@@ -590,7 +593,7 @@ TEST(CudaSage8, ScalesWithoutAFiniteReciprocal) {
   };
   const Magnitudes magnitudes[] = {{1e37, 2e-38, 1e-37, "Q 1e37, K 2e-38, V 1e-37 with zeros"},
                                    {1e-36, 1e37, 1.0, "Q 1e-36, K 1e37, V with zeros"}};
-  const Policy pol = preset_policy("sage8");
+  const Policy pol = policy();
   for (const Case& c : cases) {
     for (const Magnitudes& m : magnitudes) {
       const std::uint64_t seed = test::fresh_seed();
@@ -618,18 +621,16 @@ TEST(CudaSage8, ScalesWithoutAFiniteReciprocal) {
 // More tiles than SMs for the persistent sage8 variant: its four-stage K and V rings and the Q slot
 // (freed once each warpgroup has quantized its rows) carry their phases across tiles of mixed
 // lengths, causal rows that see no key, GQA, BSHD, LSE.
-TEST(CudaSage8, PersistentTilesOfMixedLengths) {
-  REQUIRE_HOPPER_PATH();
+TEST_P(CudaSage8, PersistentTilesOfMixedLengths) {
   const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
-  check_case({2, 36, 12, 260, 200, 64, true, br, false, DType::bf16, DType::f16}, preset_policy("sage8"));
-  check_case({1, 140, 4, 70, 390, 128, false, br, true, DType::f16, DType::f32}, preset_policy("sage8"));
-  check_case({2, 40, 8, 300, 700, 128, true, tl, true, DType::f16, DType::bf16}, preset_policy("sage8"));
+  check_case({2, 36, 12, 260, 200, 64, true, br, false, DType::bf16, DType::f16}, policy());
+  check_case({1, 140, 4, 70, 390, 128, false, br, true, DType::f16, DType::f32}, policy());
+  check_case({2, 40, 8, 300, 700, 128, true, tl, true, DType::f16, DType::bf16}, policy());
 }
 
 // normal(0, 1) inputs and SageAttention2's channel outliers (pasa::outlier_qkv: a large same-signed
 // offset in a few channels of Q and K, which smooth K removes), GQA, causal both alignments.
-TEST(CudaSage8, NormalAndOutlierInputs) {
-  REQUIRE_HOPPER_PATH();
+TEST_P(CudaSage8, NormalAndOutlierInputs) {
   const auto br = CausalAlignment::bottom_right, tl = CausalAlignment::top_left;
   const Case cases[] = {
       {1, 4, 2, 1000, 1000, 128, false, br, false, DType::f16, DType::f32},
@@ -637,7 +638,7 @@ TEST(CudaSage8, NormalAndOutlierInputs) {
       {2, 2, 2, 600, 300, 128, true, tl, false, DType::bf16, DType::bf16},
       {1, 2, 1, 513, 513, 64, false, br, false, DType::bf16, DType::f32},
   };
-  const Policy pol = preset_policy("sage8");
+  const Policy pol = policy();
   for (const Case& c : cases) {
     const std::uint64_t seed = test::fresh_seed();
     std::mt19937_64 rng(seed);
@@ -655,8 +656,7 @@ TEST(CudaSage8, NormalAndOutlierInputs) {
 // With V constant every output equals it when P V and l weigh each key by the same numbers: the
 // kernel's row sums are those of P~ as rounded (rowsum=p, a column of ones in the P~ V GEMM). Row sums
 // of the exponentials before their rounding to e4m3 miss V by up to about a percent here.
-TEST(CudaSage8, RowSumsAreThoseOfRoundedP) {
-  REQUIRE_HOPPER_PATH();
+TEST_P(CudaSage8, RowSumsAreThoseOfRoundedP) {
   for (const int D : {64, 128}) {
     SCOPED_TRACE(::testing::Message() << "D " << D);
     const Case c{1, 2, 2, 300, 700, D, false, CausalAlignment::bottom_right, false, DType::f16, DType::f32};
@@ -668,7 +668,7 @@ TEST(CudaSage8, RowSumsAreThoseOfRoundedP) {
     GivenInputs given{data.q, kv.k, from_float(constant, {c.B, c.Hkv, c.Skv, c.D}, c.in)};
     std::mt19937_64 rng(seed);
     Extra extra;
-    const Policy pol = preset_policy("sage8");
+    const Policy pol = policy();
     run_case(c, pol, pol, rng, -1.0, 1.0, std::nullopt, &extra, &given);
     double worst = 0.0;
     for (const double o : extra.kernel_o) worst = std::max(worst, std::fabs(o / 0.75 - 1.0));
@@ -679,8 +679,7 @@ TEST(CudaSage8, RowSumsAreThoseOfRoundedP) {
 // A quantized V can carry O past V's largest magnitude by its quantization error, where exact
 // attention's cannot: at the output type's largest value O saturates (as the emulator's does) instead
 // of rounding to inf. V's channels: two thirds constant at +-the largest value, the rest spread.
-TEST(CudaSage8, OutputsAtTheOutputTypesLargestValueSaturate) {
-  REQUIRE_HOPPER_PATH();
+TEST_P(CudaSage8, OutputsAtTheOutputTypesLargestValueSaturate) {
   for (const int D : {64, 128}) {
     for (const DType type : {DType::f16, DType::bf16}) {
       const double top = type == DType::f16 ? 65504.0 : 3.3895313892515355e38;
@@ -696,7 +695,7 @@ TEST(CudaSage8, OutputsAtTheOutputTypesLargestValueSaturate) {
       GivenInputs given{normal_tensor(c, c.Hq, c.Sq, rng), normal_tensor(c, c.Hkv, c.Skv, rng),
                         from_float(v, {c.B, c.Hkv, c.Skv, c.D}, c.in)};
       Extra extra;
-      const Policy pol = preset_policy("sage8");
+      const Policy pol = policy();
       check_case(c, pol, pol, std::nullopt, &extra, seed, -1.0, 1.0, &given, "V at +-the largest value");
       std::size_t at_top = 0;
       for (const double o : extra.kernel_o) {
@@ -721,8 +720,8 @@ TEST(CudaBadInput, Sage8OtherBlockOrFields) {
   test::expect_error([&] { attention(p.args); }, "'rowsum=e' are not supported by the CUDA sage8 kernel");
 }
 
-// A negative softmax scale is an error naming it (the emulator runs it; the kernel's integer maxima
-// assume a positive scale), not a silently uniform average.
+// A negative softmax scale is an error naming it (the emulator runs it; the kernel takes the score maxima
+// before the scale, which must be positive), not a silently uniform average.
 TEST(CudaBadInput, Sage8NegativeScale) {
   REQUIRE_HOPPER_PATH();
   DeviceProblem p(64, 32);

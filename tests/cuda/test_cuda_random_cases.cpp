@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Drawn cases for every prefill policy with a GPU kernel (exact, pasa, pasa_accurate, sage8) and the
+// Drawn cases for every prefill policy with a GPU kernel (exact, pasa, pasa_accurate, sage8, sage_fp8) and the
 // decode one (fdpp), on each CUDA path, against the emulator by cuda_case_harness.h's rule. The
 // curated tests hold the shapes someone thought of; these draw the rest from the places where the
 // kernels change behaviour: lengths at the edges of their tiles (64-, 128- and 192-row query tiles,
@@ -23,7 +23,7 @@ namespace {
 struct PolicyScope {
   const char* name;
   std::vector<std::int64_t> head_dims;
-  bool hopper_only = false;   // sage8: the sm_90a kernel only
+  bool hopper_only = false;   // sage8, sage_fp8: the sm_90a kernel only
   bool decode_only = false;   // fdpp: S_q <= 16
   bool score_mods = false;    // windows, softcaps, attention masks
   bool decode_kernel = false; // exact, fdpp: S_q <= 16 runs on the split-KV decode kernel
@@ -114,6 +114,9 @@ TEST_P(CudaRandomCases, PasaAccurate) {
   run_drawn_cases({.name = "pasa_accurate", .head_dims = {64, 96, 128, 256}}, 20);
 }
 TEST_P(CudaRandomCases, Sage8) { run_drawn_cases({.name = "sage8", .head_dims = {64, 128}, .hopper_only = true}, 30); }
+TEST_P(CudaRandomCases, SageFp8) {
+  run_drawn_cases({.name = "sage_fp8", .head_dims = {64, 128}, .hopper_only = true}, 20);
+}
 TEST_P(CudaRandomCases, FdppDecode) {
   run_drawn_cases({.name = "fdpp", .head_dims = {64, 128}, .decode_only = true, .decode_kernel = true}, 20);
 }

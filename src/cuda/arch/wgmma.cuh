@@ -125,6 +125,16 @@ __device__ __forceinline__ void wgmma_e4m3_m64n128k32(float (&d)[64], const std:
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(accumulate)));
 }
 
+// A from shared memory too (K-major, desc_a): the sage_fp8 policy's Q8 K8^T.
+__device__ __forceinline__ void wgmma_e4m3_m64n128k32_ss(float (&d)[64], std::uint64_t desc_a, std::uint64_t desc_b,
+                                                         bool accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" PASA_WGMMA_ACC_TEXT_64 "}, "
+               "%64, %65, p, 1, 1;\n}\n"
+               : PASA_WGMMA_F32_64(d)
+               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(accumulate)));
+}
+
 // e4m3 A and B, fp32 accumulators: D (+)= A B for one 64 x 8 x 32 step (the sage8 mainloop's row sums
 // of P~ against a tile of ones). B is K-major.
 __device__ __forceinline__ void wgmma_e4m3_m64n8k32(float (&d)[4], const std::uint32_t (&a)[4], std::uint64_t desc_b,

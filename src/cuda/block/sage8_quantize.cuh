@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The sage8 prepass's quantizers and statistics (sage8_prepare.cu runs them in both of its forms): a
-// warp's INT8 group of K - mean, a thread's FP8 quad of V / scale in the transposed, key-permuted
+// warp's INT8 or e4m3 group of K - mean, a thread's FP8 quad of V / scale in the transposed, key-permuted
 // stage layout (sage8_stage.cuh), from rows in global memory (the caller's K or V) or in shared memory
 // (a clustered CTA's copy), and the statistics they take (smooth K's mean, V's per-channel scale).
 #pragma once
@@ -13,6 +13,7 @@
 
 #include "cuda/arch/wgmma.cuh"
 #include "cuda/block/quant_divisor.cuh"
+#include "cuda/block/sage8_qk_codes.cuh"
 #include "cuda/block/sage8_stage.cuh"
 #include "cuda/host/kernel_params.h"
 
@@ -75,28 +76,13 @@ __device__ __forceinline__ float warp_max(float x) {
   return x;
 }
 
-// The INT8 bytes of x * inv (x already times the divisor's pre), packed from byte 0 up. With inv = 127 /
-// max |x|, |x inv| <= 127 (1 + 2^-22) rounds to at most 127, so the conversion's saturation to
-// -128..127 gives the clamp to -127..127 SageAttention2 asks for. (cvt.pack: byte 1 from its first
-// operand, byte 0 from its second, the third shifted up by 16.)
-template <int kN>
-__device__ __forceinline__ std::uint32_t quant_i8(const float (&x)[kN], float inv) {
-  static_assert(kN == 2 || kN == 4);
-  int q[kN];
-#pragma unroll
-  for (int j = 0; j < kN; ++j) q[j] = __float2int_rn(x[j] * inv);
-  std::uint32_t high = 0, packed;
-  if constexpr (kN == 4) asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, 0;" : "=r"(high) : "r"(q[3]), "r"(q[2]));
-  asm("cvt.pack.sat.s8.s32.b32 %0, %1, %2, %3;" : "=r"(packed) : "r"(q[1]), "r"(q[0]), "r"(high));
-  return packed;
-}
-
-// One warp: the group of key block kb whose rows are w, w + 8, ..., w + 120 (one scale), after
+// One warp: the group of key block kb whose rows are w, w + 8, ..., w + 120 (one scale), in Codes
+// (sage8_qk_codes.cuh), after
 // subtracting K's mean (`mean`: this lane's D / 32 channels). Padding keys (>= seq_kv) are zeros. The
 // differences are taken halved, k / 2 - mean / 2 (one rounding, as K - mean halved wherever that is a
 // normal number), and the scale doubled: K - mean reaches twice fp32's largest value where keys of
 // both signs are near it, and the bytes, ratios to the group's max, are the same either way.
-template <int D, class Rows>
+template <class Codes, int D, class Rows>
 __device__ __forceinline__ void sage_quantize_k_group(const Rows& rows, int kb, int w, const float (&mean)[D / 32],
                                                       std::int64_t bh, int seq_kv, const Sage8Scratch& s) {
   constexpr int kCols = D / 32;
@@ -120,8 +106,8 @@ __device__ __forceinline__ void sage_quantize_k_group(const Rows& rows, int kb, 
     }
   }
   amax = warp_max(amax);
-  if (lane == 0) s.k_scale[(bh * s.n_kb + kb) * 8 + w] = amax / 127.0f * 2.0f;  // (amax of the halves)
-  const Divisor div = divisor_of(127.0f, amax);  // (warp-uniform, as amax)
+  if (lane == 0) s.k_scale[(bh * s.n_kb + kb) * 8 + w] = amax / Codes::kMax * 2.0f;  // (amax of the halves)
+  const Divisor div = divisor_of(Codes::kMax, amax);  // (warp-uniform, as amax)
   const auto quantize_rows = [&](float pre) {
 #pragma unroll
     for (int i = 0; i < kGroupRows; ++i) {
@@ -134,7 +120,7 @@ __device__ __forceinline__ void sage_quantize_k_group(const Rows& rows, int kb, 
           x[j] = value(i, j) * pre;
         }
       }
-      const std::uint32_t packed = quant_i8(x, div.inv);
+      const std::uint32_t packed = Codes::pack(x, div.inv);
       std::uint8_t* dst = s.tiles + (bh * s.n_kb + kb) * SageStage<D>::kBytes +
                           swizzled_offset<D>((w + 8 * i) * D + lane * kCols);
       if constexpr (kCols == 4) {

@@ -227,9 +227,9 @@ std::string accepts_pasa_hopper(const Candidate& c) {
 }
 std::string accepts_sage8_hopper(const Candidate& c) {
   if (c.family == Family::sage8 && c.alpha < 0.0) {
-    return "a negative softmax scale (its integer score maxima assume a positive one)";
+    return "a negative softmax scale (it takes the score maxima before the scale, which must be positive)";
   }
-  return accepts_hopper(c, Family::sage8, "the sage8 policy");
+  return accepts_hopper(c, Family::sage8, "the sage8 and sage_fp8 policies");
 }
 
 std::string accepts_exact_portable(const Candidate& c) {
@@ -270,7 +270,7 @@ constexpr KernelSpec kKernelSpecs[] = {
     {Kernel::decode, "decode (split-KV)", Arch::sm80, accepts_decode, false},
     {Kernel::exact_hopper, "exact (sm_90a)", Arch::sm90a, accepts_exact_hopper, true},
     {Kernel::pasa_hopper, "pasa (sm_90a)", Arch::sm90a, accepts_pasa_hopper, false},
-    {Kernel::sage8_hopper, "sage8 (sm_90a)", Arch::sm90a, accepts_sage8_hopper, false},
+    {Kernel::sage8_hopper, "sage8, sage_fp8 (sm_90a)", Arch::sm90a, accepts_sage8_hopper, false},
     {Kernel::exact_portable, "exact (portable)", Arch::sm80, accepts_exact_portable, true},
     {Kernel::pasa_portable, "pasa (portable)", Arch::sm80, accepts_pasa_portable, false},
 };
@@ -491,9 +491,13 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace,
     case Kernel::exact_hopper:
       cuda::launch_exact_fwd(call, args.stream);
       break;
-    case Kernel::sage8_hopper:
-      cuda::launch_sage8(call, args.stream);
+    case Kernel::sage8_hopper: {
+      cuda::Sage8Request r{};
+      static_cast<cuda::KernelRequest&>(r) = call;
+      r.qk_codes = args.policy.q_quant == Format::e4m3() ? cuda::QkCodes::e4m3 : cuda::QkCodes::int8;
+      cuda::launch_sage8(r, args.stream);
       break;
+    }
     case Kernel::pasa_hopper:
     case Kernel::pasa_portable: {
       cuda::PasaRequest r{};

@@ -100,8 +100,12 @@ struct KernelRequest {
 // granule of every workspace.
 constexpr std::size_t kTileTicketBytes = 256;
 
-// launch_sage8 needs nothing beyond it.
-using Sage8Request = KernelRequest;
+// The 8-bit codes of Q and K in the sage8 engine's Q K^T (sage8_qk_codes.cuh): INT8 for the sage8
+// preset, e4m3 for sage_fp8.
+enum class QkCodes { int8, e4m3 };
+struct Sage8Request : KernelRequest {
+  QkCodes qk_codes = QkCodes::int8;
+};
 
 // The pasa kernel's key block: PASA's s2 (the policy's block_kv must equal it).
 constexpr int kPasaBlockKv = 128;
@@ -167,8 +171,9 @@ void launch_pasa(const PasaRequest& r, void* stream);
 // portable pasa kernel (batch x heads x ceil(seq_q / 128) CTAs); both on `stream`. Head dims
 // kPortableHeadDims.
 void launch_pasa_portable(const PasaRequest& r, void* stream);
-// sage8 (sm_90a): the quantization prepass (smooth K, INT8 Q and K per thread group, FP8 V per channel) into
-// scratch from pasa's pool, then the INT8 / FP8 attention kernel; all on `stream`.
+// sage8 and sage_fp8 (sm_90a): the quantization prepass (smooth K, K to r.qk_codes per thread group,
+// FP8 V per channel) into scratch from pasa's pool, then the attention kernel (Q to r.qk_codes in it);
+// all on `stream`.
 void launch_sage8(const Sage8Request& r, void* stream);
 
 }  // namespace pasa::cuda

@@ -55,20 +55,26 @@ bool is_fdpp_family(const Policy& pol) {
   return true;
 }
 
-// `pol` with the fields the sage8 kernel lets vary (s1; s2, checked apart) set back to the preset's.
-Policy sage8_normalized(const Policy& pol) {
-  const Policy preset = preset_policy("sage8");
+// The presets the sage8 kernel runs: sage8 (INT8 Q and K) and sage_fp8 (e4m3 Q and K).
+constexpr const char* kSage8Presets[] = {"sage8", "sage_fp8"};
+
+// `pol` with the fields the sage8 kernel lets vary (s1; s2, checked apart) set back to `name`'s.
+Policy sage8_normalized(const Policy& pol, const char* name) {
+  const Policy preset = preset_policy(name);
   Policy normalized = pol;
   normalized.block_q = preset.block_q;
   normalized.block_kv = preset.block_kv;
   return normalized;
 }
 
-// The sage8 preset (SageAttention2's 8-bit kernel): every field as the preset has it, any s1 (each
-// row's state is its own); s2 must be the kernel's kSage8BlockKv = 128 (it sets K's quantization
-// groups and the two-level PV accumulation). Returns false for any other policy (judged by the other families).
+// The sage8 and sage_fp8 presets (SageAttention2's 8-bit kernel, INT8 or e4m3 Q and K): every field
+// as a preset has it, any s1 (each row's state is its own); s2 must be the kernel's kSage8BlockKv = 128
+// (it sets K's quantization groups and the two-level PV accumulation). Returns false for any other
+// policy (judged by the other families).
 bool is_sage8(const Policy& pol) {
-  if (sage8_normalized(pol) != preset_policy("sage8")) return false;
+  bool preset_fields = false;
+  for (const char* name : kSage8Presets) preset_fields |= sage8_normalized(pol, name) == preset_policy(name);
+  if (!preset_fields) return false;
   if (pol.block_kv != cuda::kSage8BlockKv) {
     throw Error("policy field 's2': " + std::to_string(pol.block_kv) + " is not supported by the CUDA "
                 "sage8 kernel (it quantizes K and accumulates P V in key blocks of s2 = " +
@@ -151,7 +157,7 @@ Family classify_exact_or_pasa(const Policy& pol, DType in) {
 
 // The kernels implement four policy families: exact (fp32 scores and softmax; P rounded to the input
 // dtype for the tensor cores; input and p may name that dtype or fp32; any s1, s2, splits), the pasa
-// preset (any beta and s1; s2 = 128), the sage8 preset (is_sage8) and the fdpp preset
+// preset (any beta and s1; s2 = 128), the sage8 and sage_fp8 presets (is_sage8) and the fdpp preset
 // (is_fdpp_family; decode shapes only).
 // Everything else is an error naming the field.
 Family classify_policy(const Policy& pol, DType in) {
@@ -160,9 +166,11 @@ Family classify_policy(const Policy& pol, DType in) {
   try {
     return classify_exact_or_pasa(pol, in);
   } catch (const Error&) {
-    // A policy derived from sage8 that no kernel runs (sage8,rowsum=e; sage8,two_level=0): the fields
-    // that differ from the sage8 preset say more than the exact family's refusal of p = e4m3.
-    if (pol.preset == "sage8") reject_other_fields(sage8_normalized(pol), "sage8", "sage8");
+    // A policy derived from sage8 or sage_fp8 that no kernel runs (sage8,rowsum=e; sage8,two_level=0):
+    // the fields that differ from its preset say more than the exact family's refusal of p = e4m3.
+    for (const char* name : kSage8Presets) {
+      if (pol.preset == name) reject_other_fields(sage8_normalized(pol, name), name, "sage8");
+    }
     throw;
   }
 }

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// The sage8 policy's launch on the Hopper engine (hopper_sage8_mainloop.cuh): the quantization prepass
-// (sage8_prepare.cu: smooth K and K8, V8^T as stages, the scales) into scratch from pasa's
-// stream-ordered pool, then the kernel, both on the caller's stream.
+// The sage8 and sage_fp8 policies' launch on the Hopper engine (hopper_sage8_mainloop.cuh): the
+// quantization prepass (sage8_prepare.cu: smooth K and K8, V8^T as stages, the scales) into scratch
+// from pasa's stream-ordered pool, then the kernel, both on the caller's stream.
+#include <type_traits>
+
+#include "cuda/block/sage8_qk_codes.cuh"
 #include "cuda/block/sage8_stage.cuh"
 #include "cuda/host/device_pool.h"
 #include "cuda/host/kernel_params.h"
@@ -12,9 +15,9 @@
 namespace pasa::cuda {
 namespace {
 
-template <typename Elem, int D>
+template <class Codes, typename Elem, int D>
 void launch_typed(const Sage8Request& r, cudaStream_t stream) {
-  using Variant = Sage8HopperVariant<Elem>;
+  using Variant = Sage8HopperVariant<Elem, Codes>;
   using Tile = typename Variant::template Tile<D>;
   const FwdParams& p = r.fwd;
   // (the map first: what the driver refuses is an error before anything is launched)
@@ -23,15 +26,19 @@ void launch_typed(const Sage8Request& r, cudaStream_t stream) {
   const Sage8Scratch s = launch_sage8_prepass(r, scratch.get(), stream);
   HopperParams m{q_map, CUtensorMap{}, CUtensorMap{}, p, hopper_schedule<Tile>(r), s.tiles, r.heads_kv};
   m.quant = QuantScales{s.k_scale, s.k_mean, s.v_scale, static_cast<float>(r.alpha)};
-  launch_hopper<Variant, D>(m, r, stream, "attention_fwd_hopper_kernel (sage8)");
+  launch_hopper<Variant, D>(m, r, stream,
+                            std::is_same_v<Codes, E4m3QkCodes> ? "attention_fwd_hopper_kernel (sage_fp8)"
+                                                               : "attention_fwd_hopper_kernel (sage8)");
 }
 
 }  // namespace
 
 void launch_sage8(const Sage8Request& r, void* stream) {
-  dispatch_16bit(r.in_type, "sage8 kernel", [&]<typename Elem>() {
-    dispatch_head_dim<64, 128>(r.head_dim, "sage8 kernel", [&]<int D>() {
-      launch_typed<Elem, D>(r, static_cast<cudaStream_t>(stream));
+  dispatch_qk_codes(r.qk_codes, [&]<class Codes>() {
+    dispatch_16bit(r.in_type, "sage8 kernel", [&]<typename Elem>() {
+      dispatch_head_dim<64, 128>(r.head_dim, "sage8 kernel", [&]<int D>() {
+        launch_typed<Codes, Elem, D>(r, static_cast<cudaStream_t>(stream));
+      });
     });
   });
 }

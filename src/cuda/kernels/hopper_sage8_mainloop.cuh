@@ -1,18 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
-// The sage8 policy (SageAttention2's 8-bit attention, docs/algorithms.md section 4) on the Hopper
-// engine (attention_fwd_hopper.cuh). Its K and V slots hold the prepass's K8 and V8^T tiles
-// (sage8_stage.cuh), each filled by one bulk copy; Q comes by TMA in the input dtype.
+// The sage8 and sage_fp8 policies (SageAttention2's 8-bit attention, docs/algorithms.md section 4) on
+// the Hopper engine (attention_fwd_hopper.cuh); they differ only in the codes of Q and K, the Codes
+// parameter (sage8_qk_codes.cuh: INT8 or e4m3; "Q8" and "K8" below are either). The K and V slots hold
+// the prepass's K8 and V8^T tiles (sage8_stage.cuh), each filled by one bulk copy; Q comes by TMA in the
+// input dtype.
 //
-// Per tile, each consumer warpgroup quantizes its 64 rows of Q to INT8 from the shared-memory tile,
+// Per tile, each consumer warpgroup quantizes its 64 rows of Q to Codes from the shared-memory tile,
 // one scale per thread group of quant_group(thread, query) (rows r and r + 8 of each 16-row slab: the
 // rows of one thread group's A fragments), into a K-major Q8 tile of its own (the extra shared memory,
 // after a tile of e4m3 ones), and frees the Q slot at once; with an LSE it also takes alpha q .
 // mean(K), smooth K's correction.
 // Then per key block of 128:
-//   S = (Q8 K8^T, s8 -> s32) dq dk, by wgmma from shared memory;
-//   the online softmax in fp32 (base 2) against the block maximum, taken on the integers (one scale
+//   S = (Q8 K8^T, s8 -> s32 or e4m3 -> f32) dq dk, by wgmma from shared memory;
+//   the online softmax in fp32 (base 2) against the block maximum, taken on the raw scores (one scale
 //     per key column parity, both positive) and dequantized once a row; each exponent is one FFMA of
-//     the score's magic float (an integer add) with the block shift folded into the bias;
+//     the score as a float (Codes::as_float: for INT8 an integer add) with the block shift folded into
+//     the bias;
 //   P~ = exp(S - m_blk) * 448 rounded to e4m3, each k32 step of P~ V8 issued as soon as its 32 keys'
 //     exponentials are packed, into a fresh fp32 accumulator, and with it P~ times the ones: the row
 //     sums of P~ as rounded (the policy's rowsum=p), off the CUDA cores;
@@ -34,24 +37,13 @@
 #include "cuda/arch/warpgroup.cuh"
 #include "cuda/arch/wgmma.cuh"
 #include "cuda/block/online_softmax.cuh"
+#include "cuda/block/sage8_qk_codes.cuh"
 #include "cuda/block/sage8_stage.cuh"
 #include "cuda/kernels/attention_fwd_hopper.cuh"
 
 namespace pasa::cuda {
 namespace sage8 {
 
-// An int32 accumulator x with |x| < 2^22 (|x| <= 127 * 127 * D here) as a float in one integer add:
-// x + 1.5 * 2^23 read as a float is exact and equals 1.5 * 2^23 + x, so x * scale + c is one FFMA of
-// it with the bias c - 1.5 * 2^23 * scale (I2F, a quarter-rate instruction, and FMUL would take two).
-// Rounding the bias to fp32 leaves an absolute error of at most half a unit of the bias's last place,
-// far below the INT8 quantization error of the dot product.
-constexpr float kIntToFloatMagic = 12582912.0f;  // 1.5 * 2^23, bit pattern 0x4B400000
-__device__ __forceinline__ float magic_float(int x) {
-  return __int_as_float(static_cast<int>(static_cast<std::uint32_t>(x) + 0x4B400000u));
-}
-// A score masked out of the softmax: below every INT8 dot product, so integer maxima skip it, and
-// its magic float is -inf (bits 0xFF800000), so its exponential comes out 0 with no test.
-constexpr int kMaskedScore = static_cast<int>(0xFF800000u - 0x4B400000u);
 // The least dequantization scale: -inf times it stays -inf where a zero scale (an all-zero Q row
 // group or K group, whose dot products are all 0 anyway) would make NaN.
 constexpr float kMinScale = 1e-30f;
@@ -88,7 +80,7 @@ __device__ __forceinline__ float2 unpack2(std::uint32_t w) {
 
 }  // namespace sage8
 
-template <typename Elem>
+template <typename Elem, class Codes>
 struct Sage8HopperVariant : HopperVariantDefaults {
   // The all-ones e4m3 B tile of the P~ row sums (256 bytes read; 1024 keep the Q8 tiles after it
   // aligned for their swizzle).
@@ -193,15 +185,9 @@ struct Sage8HopperVariant : HopperVariantDefaults {
         lse_off[0] = lse_off[1] = 0.0f;
       }
       amax = quad_max(amax);
-      // x * inv: x / scale without a division each. (The softmax scale alpha is >= 0: the integer
-      // maxima below assume a positive dequantization scale; the dispatch refuses a negative one.)
-      const float inv = amax == 0.0f ? 0.0f : 127.0f / amax;
-      auto pack = [&](const float (&v4)[4]) {
-        std::uint32_t word = 0;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) word |= (static_cast<std::uint32_t>(__float2int_rn(v4[i] * inv)) & 0xffu) << (8 * i);
-        return word;
-      };
+      // x * inv: x / scale without a division each. (The softmax scale alpha is >= 0: the maxima of
+      // the raw scores below assume a positive dequantization scale; the dispatch refuses a negative one.)
+      const float inv = amax == 0.0f ? 0.0f : Codes::kMax / amax;
       // The words where the A fragments of the register form would be: rows g, g + 8 of the warp's
       // slab, bytes kk 32 + 16 half + 4 t.
 #pragma unroll
@@ -212,12 +198,12 @@ struct Sage8HopperVariant : HopperVariantDefaults {
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const std::uint32_t addr = q8 + swizzled_offset<D>(row * D + kk * 32 + 16 * half + 4 * t);
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pack(x[j][kk][half])) : "memory");
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(Codes::pack(x[j][kk][half], inv)) : "memory");
           }
       }
       fence_proxy_async_shared();
       named_barrier_sync(2 + ctx.c, 128);  // the warpgroup's Q8 tile is whole (barrier 1: start-up)
-      return amax / 127.0f * alpha * kLog2e;
+      return amax / Codes::kMax * alpha * kLog2e;
     }
 
     __device__ __forceinline__ void run_tile(HopperConsumer<Tile>& ctx) const {
@@ -238,7 +224,7 @@ struct Sage8HopperVariant : HopperVariantDefaults {
       float m_run[2] = {-INFINITY, -INFINITY};
       float l_run[2] = {0.0f, 0.0f};  // each row's sum (times 448), the same in the thread group's four threads
       // S of one block: 64 values a thread, column 8 (i / 4) + 2 t + i % 2 of row g + 8 ((i % 4) / 2).
-      int acc[kKeys / 2];
+      typename Codes::Acc acc[kKeys / 2];
       // The K scales of the block whose S is in acc, for this thread's two key columns (key mod 8 = 2t,
       // 2t + 1); loaded when its Q K^T is issued, so that the load is covered by the MMAs.
       float dk[2] = {0.0f, 0.0f};
@@ -254,7 +240,7 @@ struct Sage8HopperVariant : HopperVariantDefaults {
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kKT; ++kk) {
-          wgmma_s8_m64n128k32_ss(acc, kmajor_desc<D>(q8) + 2 * kk, kmajor_desc<D>(k8) + 2 * kk, kk > 0);
+          Codes::mma_ss(acc, kmajor_desc<D>(q8) + 2 * kk, kmajor_desc<D>(k8) + 2 * kk, kk > 0);
         }
         wgmma_commit();
       };
@@ -270,30 +256,30 @@ struct Sage8HopperVariant : HopperVariantDefaults {
           const int hi[2] = {visible_limit(p, rows[0]) - key0 - 2 * t, visible_limit(p, rows[1]) - key0 - 2 * t};
 #pragma unroll
           for (int i = 0; i < kKeys / 2; ++i) {
-            if ((i / 4) * 8 + (i & 1) >= hi[(i >> 1) & 1]) acc[i] = sage8::kMaskedScore;
+            if ((i / 4) * 8 + (i & 1) >= hi[(i >> 1) & 1]) acc[i] = Codes::kMasked;
           }
         }
         const float scale[2] = {fmaxf(dq * dk[0], sage8::kMinScale), fmaxf(dq * dk[1], sage8::kMinScale)};
-        const float magic_bias[2] = {-sage8::kIntToFloatMagic * scale[0], -sage8::kIntToFloatMagic * scale[1]};
-        float bias[2][2];  // [row][parity]: magic_bias less the row's block shift
+        const float offset[2] = {Codes::offset(scale[0]), Codes::offset(scale[1])};
+        float bias[2][2];  // [row][parity]: offset less the row's block shift
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          int part[2][kNT / 2];  // [parity]: a tree, not a chain, keeps the pipes busy
+          typename Codes::Acc part[2][kNT / 2];  // [parity]: a tree, not a chain, keeps the pipes busy
 #pragma unroll
           for (int par = 0; par < 2; ++par)
 #pragma unroll
             for (int nt = 0; nt < kNT / 2; ++nt)
-              part[par][nt] = max(acc[4 * nt + 2 * j + par], acc[4 * (nt + kNT / 2) + 2 * j + par]);
+              part[par][nt] = Codes::max(acc[4 * nt + 2 * j + par], acc[4 * (nt + kNT / 2) + 2 * j + par]);
 #pragma unroll
           for (int w = kNT / 4; w > 0; w /= 2)
 #pragma unroll
             for (int par = 0; par < 2; ++par)
 #pragma unroll
-              for (int i = 0; i < w; ++i) part[par][i] = max(part[par][i], part[par][i + w]);
+              for (int i = 0; i < w; ++i) part[par][i] = Codes::max(part[par][i], part[par][i + w]);
           float mb = -INFINITY;
 #pragma unroll
           for (int par = 0; par < 2; ++par)
-            mb = fmaxf(mb, fmaf(sage8::magic_float(part[par][0]), scale[par], magic_bias[par]));
+            mb = fmaxf(mb, fmaf(Codes::as_float(part[par][0]), scale[par], offset[par]));
           mb = quad_max(mb);
           float shift = 0.0f;
           if (mb == -INFINITY) {  // every key of the block masked for this row: it adds nothing
@@ -307,7 +293,7 @@ struct Sage8HopperVariant : HopperVariantDefaults {
             m_run[j] = mn;
           }
 #pragma unroll
-          for (int par = 0; par < 2; ++par) bias[j][par] = magic_bias[par] - shift;
+          for (int par = 0; par < 2; ++par) bias[j][par] = offset[par] - shift;
         }
         const int f = fill + kb;
         ctx.v_ring.wait(f);
@@ -318,7 +304,7 @@ struct Sage8HopperVariant : HopperVariantDefaults {
 #pragma unroll
           for (int x = 0; x < 16; ++x) {
             const int i = 16 * kc + x, j = (i >> 1) & 1, par = i & 1;
-            e[x] = fast_exp2(fmaf(sage8::magic_float(acc[i]), scale[par], bias[j][par]));
+            e[x] = fast_exp2(fmaf(Codes::as_float(acc[i]), scale[par], bias[j][par]));
           }
           // The A fragment (the key permutation of the prepass's V8^T).
           pa[kc][0] = sage8::pack_e4m3(e[0], e[1], e[4], e[5]);

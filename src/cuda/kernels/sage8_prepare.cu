@@ -2,7 +2,7 @@
 // SageAttention2's quantization (the sage8 preset, docs/algorithms.md section 4): the prepass of the
 // sage8 kernel (hopper_sage8_mainloop.cuh), into scratch from pasa's stream-ordered pool:
 //   1. per (b, h_kv): K's column means (smooth K) and V's per-channel FP8 scales max |V| / 448;
-//   2. K - mean quantized to INT8, one scale per thread group of quant_group(thread, key, s2 = 128):
+//   2. K - mean quantized to INT8 (sage8) or e4m3 (sage_fp8), one scale per thread group of quant_group(thread, key, s2 = 128):
 //      within each key block the 16 rows with the same key mod 8 (the accumulator columns a thread holds);
 //   3. V / scale rounded to FP8 e4m3, transposed ([D][keys]) with the keys of every 16-key chunk
 //      permuted so that the softmax's C fragments are the PV MMA's A fragments as they are.
@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(D) sage_kv_finalize(int heads_kv, int seq_kv, 
 
 // grid (n_kb, Hkv, B), block 256: warp w quantizes the group of key block blockIdx.x whose rows are
 // w, w + 8, ..., w + 120.
-template <typename Elem, int D>
+template <class Codes, typename Elem, int D>
 __global__ void __launch_bounds__(kThreads) sage_quant_k(Operand k, int heads_kv, int seq_kv, Sage8Scratch s) {
   constexpr int kCols = D / 32;
   const int kb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kThreads) sage_quant_k(Operand k, int heads_kv
   float mean[kCols];
 #pragma unroll
   for (int j = 0; j < kCols; ++j) mean[j] = s.k_mean[bh * D + lane * kCols + j];
-  sage_quantize_k_group<D>(GlobalRows<Elem>{k, b, h}, kb, threadIdx.x / 32, mean, bh, seq_kv, s);
+  sage_quantize_k_group<Codes, D>(GlobalRows<Elem>{k, b, h}, kb, threadIdx.x / 32, mean, bh, seq_kv, s);
 }
 
 // grid (n_kb, Hkv, B), block kQuads (D / 8) threads: thread (m, chunk, 8-channel group) quantizes
@@ -187,7 +187,7 @@ __device__ __forceinline__ void column_stat(const SharedRows<Elem, D>& rows, int
 // every CTA adds the cluster's sums (in rank order, so all agree on the mean) and quantizes its K
 // blocks; then the same for V with maxima. With v_apart V's rows have their own place after K's, so
 // V's copies are issued with K's and land while K is summed and quantized; without, they reuse K's.
-template <typename Elem, int D>
+template <class Codes, typename Elem, int D>
 __global__ void __launch_bounds__(kThreads, 3) sage_kv_prepare_clustered(Operand k, Operand v, int heads_kv, int seq_kv,
                                                                       int blocks_per_cta, bool v_apart, Sage8Scratch s) {
   constexpr int kCols = D / 32;
@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(kThreads, 3) sage_kv_prepare_clustered(Operand
   float mean[kCols];
 #pragma unroll
   for (int j = 0; j < kCols; ++j) mean[j] = mean_sh[lane * kCols + j];
-  for (int kb = kb0; kb < kb1; ++kb) sage_quantize_k_group<D>(rows, kb, w, mean, bh, seq_kv, s);
+  for (int kb = kb0; kb < kb1; ++kb) sage_quantize_k_group<Codes, D>(rows, kb, w, mean, bh, seq_kv, s);
 
   if (!v_apart) {
     __syncthreads();  // (every K row read before V's copies overwrite them)
@@ -320,12 +320,12 @@ cudaLaunchConfig_t clustered_config(const Sage8Request& r, const ClusterShape& s
 // cluster of kClusterCtas such CTAs can be resident, fewer where it cannot (a device or MPS client with
 // fewer SMs a GPC, or less shared memory), 0 where not even one block's can. Asked once per device
 // (the occupancy queries are driver calls), and the shared-memory limit set then too.
-template <typename Elem, int D>
+template <class Codes, typename Elem, int D>
 int clustered_block_limit(const Sage8Request& r) {
   static OncePerDevice configured;
   static int limit[OncePerDevice::kMaxDevices];
   const int device = configured([&] {
-    auto* kernel = sage_kv_prepare_clustered<Elem, D>;
+    auto* kernel = sage_kv_prepare_clustered<Codes, Elem, D>;
     set_shared_memory(kernel, kClusterRowBytes, true, "cudaFuncSetAttribute(sage_kv_prepare_clustered)");
     int fits = 0;
     for (int blocks = kClusterRowBytes / kBlockRowBytes<D>; blocks > 0 && fits == 0; --blocks) {
@@ -344,18 +344,18 @@ int clustered_block_limit(const Sage8Request& r) {
   return limit[device];
 }
 
-template <typename Elem, int D>
+template <class Codes, typename Elem, int D>
 void launch_clustered(const Sage8Request& r, const Sage8Scratch& s, const ClusterShape& shape, cudaStream_t stream) {
   const FwdParams& p = r.fwd;
   cudaLaunchAttribute cluster{};
   const cudaLaunchConfig_t config = clustered_config<Elem, D>(r, shape, cluster, stream);
-  const cudaError_t status = cudaLaunchKernelEx(&config, sage_kv_prepare_clustered<Elem, D>, p.k, p.v, r.heads_kv,
+  const cudaError_t status = cudaLaunchKernelEx(&config, sage_kv_prepare_clustered<Codes, Elem, D>, p.k, p.v, r.heads_kv,
                                                 p.seq_kv, shape.blocks_per_cta, shape.v_apart, s);
   if (status != cudaSuccess) cudaGetLastError();  // (a launch error is not the next launch's to report)
   check_cuda(status, "sage_kv_prepare_clustered");
 }
 
-template <typename Elem, int D>
+template <class Codes, typename Elem, int D>
 void launch_in_passes(const Sage8Request& r, const Sage8Scratch& s, cudaStream_t stream) {
   const FwdParams& p = r.fwd;
   const int B = r.batch, Hkv = r.heads_kv;
@@ -363,21 +363,21 @@ void launch_in_passes(const Sage8Request& r, const Sage8Scratch& s, cudaStream_t
   check_launch("sage_kv_partials");
   sage_kv_finalize<D><<<dim3(Hkv, B), D, 0, stream>>>(Hkv, p.seq_kv, s);
   check_launch("sage_kv_finalize");
-  sage_quant_k<Elem, D><<<dim3(s.n_kb, Hkv, B), kThreads, 0, stream>>>(p.k, Hkv, p.seq_kv, s);
+  sage_quant_k<Codes, Elem, D><<<dim3(s.n_kb, Hkv, B), kThreads, 0, stream>>>(p.k, Hkv, p.seq_kv, s);
   check_launch("sage_quant_k");
   sage_quant_v<Elem, D><<<dim3(s.n_kb, Hkv, B), kQuantVThreads<D>, 0, stream>>>(p.v, Hkv, p.seq_kv, s);
   check_launch("sage_quant_v");
 }
 
-template <typename Elem, int D>
+template <class Codes, typename Elem, int D>
 void launch_typed(const Sage8Request& r, const Sage8Scratch& s, cudaStream_t stream) {
   static_assert(sizeof(Elem) == kElemBytes);
   // (n_kb <= kClusterCtas * the limit, compared without forming a byte count that could overflow)
-  const int block_limit = clustered_block_limit<Elem, D>(r);
+  const int block_limit = clustered_block_limit<Codes, Elem, D>(r);
   if (s.n_kb >= 1 && (s.n_kb - 1) / kClusterCtas < block_limit) {
-    launch_clustered<Elem, D>(r, s, cluster_shape<D>(s.n_kb, block_limit), stream);
+    launch_clustered<Codes, Elem, D>(r, s, cluster_shape<D>(s.n_kb, block_limit), stream);
   } else {
-    launch_in_passes<Elem, D>(r, s, stream);
+    launch_in_passes<Codes, Elem, D>(r, s, stream);
   }
 }
 
@@ -400,9 +400,11 @@ Sage8Scratch launch_sage8_prepass(const Sage8Request& r, void* scratch, void* st
   const Sage8Scratch s{static_cast<std::uint8_t*>(ptrs[0]), static_cast<float*>(ptrs[1]), static_cast<float*>(ptrs[2]),
                        static_cast<float*>(ptrs[3]),        static_cast<float*>(ptrs[4]), static_cast<float*>(ptrs[5]),
                        plan.n_kb,                           plan.n_chunk};
-  dispatch_16bit(r.in_type, "sage8 kernel", [&]<typename Elem>() {
-    dispatch_head_dim<64, 128>(r.head_dim, "sage8 kernel", [&]<int D>() {
-      launch_typed<Elem, D>(r, s, static_cast<cudaStream_t>(stream));
+  dispatch_qk_codes(r.qk_codes, [&]<class Codes>() {
+    dispatch_16bit(r.in_type, "sage8 kernel", [&]<typename Elem>() {
+      dispatch_head_dim<64, 128>(r.head_dim, "sage8 kernel", [&]<int D>() {
+        launch_typed<Codes, Elem, D>(r, s, static_cast<cudaStream_t>(stream));
+      });
     });
   });
   return s;
