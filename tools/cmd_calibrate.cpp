@@ -19,6 +19,7 @@
 #include "output_paths.h"
 #include "policy_options.h"
 #include "score_stats.h"
+#include "stage.h"
 #include "text/format.h"
 
 namespace pasa::cli {
@@ -162,12 +163,16 @@ void say_if_masked(const EntryFiles& e) {
   }
 }
 
-// The plan must not overwrite a capture it is computed from.
-void check_plan_output(const std::string& out, const std::vector<EntryFiles>& entries) {
+// The plan must not overwrite a capture it is computed from: its tensors, or the index.json that holds
+// its calls.
+void check_plan_output(const std::string& out, const std::string& dir, const std::vector<EntryFiles>& entries) {
   std::vector<NamedPath> inputs;
   for (const EntryFiles& e : entries) {
     for (const std::string& path : e.paths()) inputs.push_back({"--inputs", path});
   }
+  const std::string index = (std::filesystem::path(dir) / "index.json").string();
+  std::error_code ec;
+  if (std::filesystem::exists(index, ec)) inputs.push_back({"--inputs", index});
   check_output_files(inputs, {{"--out", out}});
 }
 
@@ -178,15 +183,17 @@ void calibrate_plan(const CalibrateOptions& opt) {
   const Policy fast = parse_policy_option("--fast", opt.fast);
   parse_policy_option("--accurate", opt.accurate);
   const std::vector<EntryFiles> entries = find_entries(opt.inputs);
-  check_plan_output(opt.out, entries);
+  check_plan_output(opt.out, opt.inputs, entries);
   std::vector<std::pair<double, std::pair<int, int>>> ranked;
   std::map<std::pair<int, int>, double> scores;
   for (const EntryFiles& e : entries) {
     ErrorMetrics m;
     say_if_masked(e);
     try {
-      QKV data = load_entry(e);
-      m = compare(attention_output(data, fast, nullptr, e.call), reference_output(data, e.call));
+      m = run_stage("scoring " + e.name, [&] {
+        QKV data = load_entry(e);
+        return compare(attention_output(data, fast, nullptr, e.call), reference_output(data, e.call));
+      });
     } catch (const ResourceError&) {
       throw;
     } catch (const Error& err) {
@@ -216,9 +223,11 @@ void calibrate_phi_command(const CalibrateOptions& opt) {
   for (const EntryFiles& e : entries) {
     say_if_masked(e);
     try {
-      const QKV data = load_entry(e);
-      for_each_score_row(data.q, data.k, 0.0, 128, [&](std::span<const double> row) { histogram.add(row); },
-                         e.call);
+      run_stage("reading the scores of " + e.name, [&] {
+        const QKV data = load_entry(e);
+        for_each_score_row(data.q, data.k, 0.0, 128, [&](std::span<const double> row) { histogram.add(row); },
+                           e.call);
+      });
     } catch (const ResourceError&) {
       throw;
     } catch (const Error& err) {

@@ -78,6 +78,14 @@ class MadeFolder {
 // folder made is handed back, to be removed if the command fails.
 [[nodiscard]] MadeFolder check_study_outputs(const std::string& json, const std::string& plot, PlotKind kind) {
   std::error_code ec;
+  // The figures are the .png files the plot script writes in the --plot directory.
+  if (!plot.empty() && !json.empty() && std::filesystem::path(json).extension() == ".png") {
+    const auto json_dir = std::filesystem::weakly_canonical(std::filesystem::absolute(json).parent_path(), ec);
+    if (!ec && json_dir == std::filesystem::weakly_canonical(std::filesystem::absolute(plot), ec) && !ec) {
+      throw UsageError("--json: " + json + " is in the --plot directory, where the figures (.png files) are "
+                       "written; give the results another name");
+    }
+  }
   const bool made = !plot.empty() && !std::filesystem::exists(plot, ec);
   if (!plot.empty()) prepare_plot_directory(plot);
   MadeFolder folder(made ? plot : std::string());

@@ -1,18 +1,30 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "stage.h"
 
-#include <system_error>
+#include <pthread.h>
 
 #include "text/format.h"
 
 namespace pasa::cli {
 
+// The heartbeat's stack: it only formats a line now and then. The default (8 MiB) would take address
+// space that OpenMP's worker threads need under a tight ulimit -v, and libgomp ends the process when
+// it cannot start them.
+constexpr std::size_t kStackBytes = 256 * 1024;
+
 StageHeartbeat::StageHeartbeat(std::string what) : what_(std::move(what)) {
-  try {
-    thread_ = std::thread([this] { beat(); });
-  } catch (const std::system_error&) {
-    // No thread to spare (a tight ulimit -v has no room for its stack): the step runs without the lines.
-  }
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) return;
+  pthread_attr_setstacksize(&attr, kStackBytes);
+  // (No thread to spare, under a tight ulimit -v: the step runs without the lines.)
+  started_ = pthread_create(
+                 &thread_, &attr,
+                 [](void* self) -> void* {
+                   static_cast<StageHeartbeat*>(self)->beat();
+                   return nullptr;
+                 },
+                 this) == 0;
+  pthread_attr_destroy(&attr);
 }
 
 void StageHeartbeat::beat() {
@@ -32,7 +44,7 @@ StageHeartbeat::~StageHeartbeat() {
     done_ = true;
   }
   wake_.notify_one();
-  if (thread_.joinable()) thread_.join();
+  if (started_) pthread_join(thread_, nullptr);
 }
 
 }  // namespace pasa::cli

@@ -8,7 +8,8 @@
 #include <mutex>
 #include <new>
 #include <string>
-#include <thread>
+
+#include <pthread.h>
 
 #include "pasa/error.h"
 
@@ -30,7 +31,8 @@ class StageHeartbeat {
   std::mutex mutex_;
   std::condition_variable wake_;
   bool done_ = false;
-  std::thread thread_;
+  pthread_t thread_{};
+  bool started_ = false;
 };
 
 // Runs `step` under a StageHeartbeat. A std::bad_alloc from it (an allocation the library's own memory

@@ -70,6 +70,13 @@ void check_format(const Format& format, const std::string& what);
 // nearest integer (ties to even) and saturate.
 double round_to(const Format& format, double x);
 
+// x rounded toward +inf to a floating format: the least value of the format at or above x (then
+// overflow per format.overflow). NaN stays NaN. For integer formats, as round_to.
+double round_up_to(const Format& format, double x);
+
+// The format with overflow saturating at +-its largest finite value (the text form's ":sat").
+Format saturating(Format format);
+
 // Bit patterns (formats of at most 32 bits): encode rounds x first. Used for file I/O and tests.
 std::uint32_t encode_bits(const Format& format, double x);
 double decode_bits(const Format& format, std::uint32_t bits);

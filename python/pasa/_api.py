@@ -15,9 +15,9 @@ from typing import Any, Optional, Tuple, Union
 import numpy as np
 
 from . import _core, _serving
-from ._arrays import (allocate_outputs, as_kernel_argument, check_array, check_distinct_elements, check_sign_bits,
-                      check_writable, is_cupy_array, is_ml_dtypes_bfloat16, is_ml_dtypes_bfloat16_dtype,
-                      is_torch_tensor)
+from ._arrays import (allocate_outputs, as_kernel_argument, check_array, check_distinct_elements, check_not_meta,
+                      check_sign_bits, check_writable, is_cupy_array, is_ml_dtypes_bfloat16,
+                      is_ml_dtypes_bfloat16_dtype, is_torch_tensor)
 from ._errors import PasaError, real_argument
 from ._policy import PolicyLike, core_policy, policy_text
 from ._score_mods import check_softcap, check_window, mask_shape, numpy_mask
@@ -308,6 +308,8 @@ def reference(
     """
     scale_value = _check_options(causal, causal_alignment, scale, layout, return_lse)
     window, cap = check_window(window_size), check_softcap(softcap)
+    for name, x in (("q", q), ("k", k), ("v", v), ("attn_mask", attn_mask)):
+        check_not_meta(x, name)
     if is_torch_tensor(attn_mask):  # to NumPy, which has no bfloat16 (widening is exact)
         check_sign_bits(attn_mask, "attn_mask")
         host = attn_mask.detach().cpu()

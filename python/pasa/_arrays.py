@@ -23,6 +23,12 @@ def _imported_torch() -> Any:
     return _torch_module
 
 
+def check_not_meta(x: Any, name: str) -> None:
+    """A torch meta tensor is a PasaError naming it where a call reads values."""
+    if is_torch_tensor(x) and x.device.type == "meta":
+        raise PasaError(f"{name}: a meta tensor (a shape without values); this call reads its values")
+
+
 def is_torch_tensor(x: Any) -> bool:
     """True for a torch.Tensor (torch is only looked at if the caller already imported it).
 
@@ -131,10 +137,15 @@ def check_given_out(out: Any, q_shape: Tuple[int, ...]) -> None:
         raise PasaError(f"out: shape {out_shape} differs from q's {tuple(q_shape)}")
 
 
+_NO_DLPACK_DEVICE = -1  # a torch meta tensor: a shape without values, on no device DLPack knows
+
+
 def dlpack_device(x: Any) -> Tuple[int, int]:
-    """(DLPack device type, index); (1, 0) is the host."""
+    """(DLPack device type, index); (1, 0) is the host, (-1, 0) a torch meta tensor."""
     if isinstance(x, np.ndarray):
         return (_DL_CPU, 0)
+    if is_torch_tensor(x) and x.device.type == "meta":
+        return (_NO_DLPACK_DEVICE, 0)
     device = getattr(x, "__dlpack_device__", None)
     if device is None:
         return (_DL_CPU, 0)

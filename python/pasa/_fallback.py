@@ -131,7 +131,9 @@ def sdpa_precheck(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: A
         return "rank: pasa takes [N, H, L, E] or [N, L, E] operands"
     if dropout_p != 0.0:
         return "dropout_p: pasa has no dropout"
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+    # (a mask that requires grad too: a learned additive bias, ALiBi-style)
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                       for t in (*tensors, attn_mask)):
         return "autograd: pasa has no backward"
     if attn_mask is not None and attn_mask.device != query.device:
         return "attn_mask: on another device than the query"

@@ -16,7 +16,7 @@ from typing import Any, Dict, Mapping, Union
 import numpy as np
 
 from . import _core
-from ._arrays import check_array, is_ml_dtypes_bfloat16, is_torch_tensor
+from ._arrays import check_array, check_not_meta, is_ml_dtypes_bfloat16, is_torch_tensor
 from ._errors import PasaError
 
 __all__ = ["load", "save"]
@@ -64,6 +64,7 @@ _FILE_DTYPES = ("float32", "float16", "bfloat16")
 
 
 def _host_array(x: Any, name: str) -> Any:
+    check_not_meta(x, name)
     if is_torch_tensor(x):
         # (a lazy sign resolved: the file holds the tensor's values, not its memory)
         return x.detach().cpu().resolve_conj().resolve_neg().contiguous()

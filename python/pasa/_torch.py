@@ -43,6 +43,15 @@ def _check_traceable(q: Tensor, k: Tensor, v: Tensor, policy: str, layout: str) 
         _check_dtype(x, name)
 
 
+def _check_one_device(q: Tensor, **others: Optional[Tensor]) -> None:
+    """Every tensor on q's device. The fakes run for real calls too, whenever one argument is a meta
+    tensor (the dispatcher then picks the Meta kernel): a meta mask or k beside CPU q would come back
+    as uninitialized output."""
+    for name, x in others.items():
+        if x is not None and x.device != q.device:
+            raise PasaError(f"{name}: on {x.device} but q is on {q.device} ({name} must be on q's device)")
+
+
 def _check_dtype(x: Tensor, name: str) -> None:
     if x.dtype not in _DTYPES:
         raise PasaError(f"{name}: unsupported dtype {str(x.dtype).replace('torch.', '')} "
@@ -270,9 +279,7 @@ def _check_tensor_arguments(q: Tensor, k: Tensor, v: Tensor, out: Optional[Tenso
             raise PasaError(f"{name}: a dual tensor (forward-mode AD); pasa.attention has no forward derivative")
     for name, x in named[:3]:
         _check_dtype(x, name)
-    for name, x in named[1:]:  # (a meta k beside CPU q reached the op's fake: uninitialized output)
-        if x.device != q.device:
-            raise PasaError(f"{name}: on {x.device} but q is on {q.device} ({name} must be on q's device)")
+    _check_one_device(q, **dict(named[1:]))
     if out is not None:
         if torch.is_grad_enabled() and any(t.requires_grad for _, t in named):
             raise PasaError("out: pasa.attention with out= does not record autograd (an input or out "
@@ -295,6 +302,7 @@ def _attention_fake(q: Tensor, k: Tensor, v: Tensor, policy: str, causal: bool,
                     return_lse: bool, attn_mask: Optional[Tensor] = None, window_left: int = -1,
                     window_right: int = -1, softcap: float = 0.0) -> Tuple[Tensor, Tensor]:
     _check_traceable(q, k, v, policy, layout)
+    _check_one_device(q, k=k, v=v, attn_mask=attn_mask)
     out = q.new_empty(q.shape)
     lse = q.new_empty(_lse_shape(q, layout) if return_lse else (0,), dtype=torch.float32)
     return out, lse
@@ -347,6 +355,7 @@ def _attention_out_fake(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optio
                         layout: str, attn_mask: Optional[Tensor] = None, window_left: int = -1,
                         window_right: int = -1, softcap: float = 0.0) -> None:
     _check_traceable(q, k, v, policy, layout)
+    _check_one_device(q, k=k, v=v, out=out, lse=lse, attn_mask=attn_mask)
 
 
 def attention(q: Tensor, k: Tensor, v: Tensor, *, policy: str, causal: bool,

@@ -88,6 +88,12 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
   const bool unified = pol.shift == Shift::unified;
   const auto& sm = R.sm;
   const double alpha_sm = sm(alpha);
+  // PASA's reference moves by G times a difference of pseudo-averages: past the softmax format's
+  // range where key blocks' means differ by more than its largest value over G (about 1085 in fp16).
+  // Those terms saturate (pasa_headroom.h): the state stays finite, and a block that far below the
+  // others weighs 0, as it does exactly.
+  const Format state_sat = saturating(pol.softmax);
+  const auto ss = [&](double x) { return round_to(state_sat, x); };
   // A score (or a mean of scores) into the softmax format, times the scale where the policy applies
   // it to the scores (scale=q and scale=k applied it before the GEMM).
   const auto scaled = [&](double v) { return pol.scale == ScalePlacement::scores ? sm(v * alpha_sm) : sm(v); };
@@ -218,21 +224,22 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         // Eq. 15's ((j - 1) F + s') / j, written as F + (s' - F) / j: the same average, but without
         // the running sum (j - 1) F, which leaves fp16 once j F > 65504 (a long row of high scores).
         F_new = sm(st.F + sm(sm(mean - st.F) / j));
-        d_prev = sm(g * sm(st.F - F_new));
-        d_cur = sm(g * sm(mean - F_new));
+        d_prev = ss(g * sm(st.F - F_new));
+        d_cur = ss(g * sm(mean - F_new));
       }
       double m_new, ep = 0.0, ec = 1.0;
       if (unified) {
         m_new = phi;
         ep = st.blocks == 0 ? 0.0 : 1.0;
       } else if (st.blocks == 0) {
-        m_new = sm(m_blk + d_cur);
+        m_new = pasa ? ss(m_blk + d_cur) : sm(m_blk + d_cur);
       } else {
-        const double a = sm(st.m + d_prev), b = sm(m_blk + d_cur);
+        const double a = pasa ? ss(st.m + d_prev) : sm(st.m + d_prev);
+        const double b = pasa ? ss(m_blk + d_cur) : sm(m_blk + d_cur);
         m_new = std::max(a, b);
-        if (pasa) {  // headroom for l and O~ (pasa_headroom.h)
+        if (pasa) {  // headroom for l and O~ (pasa_headroom.h), rounded up so that no rounding loses it
           const float h = pasa_headroom(static_cast<float>(st.l), pol.exp_base == ExpBase::two);
-          if (h != 0.0f) m_new = sm(m_new + h);
+          if (h != 0.0f) m_new = round_up_to(state_sat, m_new + h);
         }
         ep = sm(power(pol, sm(a - m_new)));
         ec = sm(power(pol, sm(b - m_new)));

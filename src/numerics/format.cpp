@@ -211,6 +211,22 @@ double round_to(const Format& f, double x) {
   return std::fabs(r) > f.max_finite() ? overflowed(f, r) : r;
 }
 
+double round_up_to(const Format& f, double x) {
+  const double r = round_to(f, x);
+  if (f.is_integer() || !(r < x)) return r;  // (NaN, and a value that rounded up already or is exact)
+  // Rounded down to nearest: x lies in the binade of r (or, for a negative power of two r, in the
+  // one below it), so the next value up is r plus the spacing of x's binade, exactly representable.
+  int e2 = 0;
+  std::frexp(x, &e2);
+  const int exponent = std::max(e2 - 1, f.min_exponent());
+  return round_to(f, r + std::ldexp(1.0, exponent - f.man_bits));
+}
+
+Format saturating(Format f) {
+  f.overflow = Overflow::saturate;
+  return f;
+}
+
 int bit_width(const Format& f) { return f.is_integer() ? f.int_bits : 1 + f.exp_bits + f.man_bits; }
 
 std::uint32_t encode_bits(const Format& f, double x) {

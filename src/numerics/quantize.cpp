@@ -29,11 +29,6 @@ std::size_t at(int r, int cols, int c) {
   return static_cast<std::size_t>(r) * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c);
 }
 
-Format saturating(Format f) {
-  f.overflow = Overflow::saturate;
-  return f;
-}
-
 }  // namespace
 
 std::string granularity_name(Granularity g) {

@@ -250,6 +250,12 @@ def check_calibrate_reads_the_capture_index(tmp):
         json.dump({"format": "pasa-capture-1", "entries": [dict(call(0), scale="nan")]}, f)
     r = pasa("calibrate", "--inputs", inputs, "--out", os.path.join(tmp, "plan.json"), ok=False)
     assert 'entries[0].scale: "nan" is not a finite number or null' in r.stderr, r.stderr
+    # The plan never replaces the index it is computed from.
+    with open(os.path.join(inputs, "index.json"), "w") as f:
+        json.dump({"format": "pasa-capture-1", "entries": [call(0)]}, f)
+    r = pasa("calibrate", "--inputs", inputs, "--out", os.path.join(inputs, "index.json"), code=BAD_INPUT)
+    assert "index.json" in r.stderr.splitlines()[-1], r.stderr
+    assert json.load(open(os.path.join(inputs, "index.json")))["format"] == "pasa-capture-1"
 
 
 def check_arguments():
@@ -544,6 +550,15 @@ def check_output_rules(tmp):
         assert "/dev/full: write failed" in r.stderr and "wrote" not in r.stdout, r.stderr
         assert open(keep).read() == "keep"
     assert not [f for f in os.listdir(tmp) if ".tmp-" in f]
+    # A name near the file system's limit (255 bytes) is written: its temporary's name is cut short.
+    long_name = os.path.join(tmp, "a" * 250 + ".npy")
+    pasa("run", *qkv, "--out", long_name)
+    assert np.load(long_name).shape == (1, 2, 16, 16)
+    assert not [f for f in os.listdir(tmp) if ".tmp-" in f]
+    # --json may not take a figure's place in the --plot directory (checked before matplotlib is).
+    r = pasa("study", "--seq", "8", "--plot", os.path.join(tmp, "figs"), "--json",
+             os.path.join(tmp, "figs", "figure9a_uniform_mean.png"), code=BAD_INPUT)
+    assert "where the figures (.png files) are written" in r.stderr, r.stderr
 
 
 def fake_python(tmp, name, status):
@@ -624,6 +639,16 @@ def check_stdout_and_cpu_overhead_errors(tmp):
     with open("/dev/full", "w") as full:
         r = subprocess.run([PASA, "beta"], stdout=full, stderr=subprocess.PIPE, text=True)
     assert r.returncode == 1 and "writing to standard output failed" in r.stderr, r.stderr
+    # Past `ulimit -f` too: a failed write (exit 1), not death by SIGXFSZ.
+    out_file = os.path.join(tmp, "beta.txt")
+    r = subprocess.run(["bash", "-c", f'ulimit -f 0; exec "{PASA}" beta > "{out_file}"'], stderr=subprocess.PIPE,
+                       text=True)
+    assert r.returncode == 1 and "writing to standard output failed" in r.stderr, (r.returncode, r.stderr)
+    # Sizes whose tensors cannot exist are a memory error before anything is allocated.
+    big = ("--batch", "2147483647", "--heads-q", "2147483647", "--heads-kv", "2147483647", "--seq-kv",
+           "2147483647", "--calls", "1")
+    r = pasa("overhead", "--device", "cpu", *big, code=RUNTIME_FAILURE)
+    assert "the overhead benchmark's tensors: needs" in r.stderr, r.stderr
     # On the CPU a bad shape is bad input (exit 2) whether or not the machine has a GPU.
     r = pasa("overhead", "--device", "cpu", "--heads-q", "3", "--heads-kv", "2", "--calls", "1", code=BAD_INPUT)
     assert "heads" in r.stderr, r.stderr

@@ -11,6 +11,7 @@
 #include "pasa/attention.h"
 #include "pasa/beta.h"
 #include "pasa/generators.h"
+#include "pasa/metrics.h"
 #include "pasa/policy.h"
 #include "storage_convert.h"
 #include "test_util.h"
@@ -220,6 +221,39 @@ TEST(Pasa, DiffuseLongRowsKeepLAndOInFp16Range) {
       for (double o : run.o) ASSERT_NEAR(o, c.v, 1e-2 * c.v);
       for (float l : run.lse) ASSERT_NEAR(l, std::log(static_cast<double>(c.keys)), 1e-2);
     }
+  }
+}
+
+TEST(Pasa, HeadroomSurvivesTheRoundingOfALargeReference) {
+  // Q = K = 281 everywhere (D 128): every shifted score is about 20000 in base-2 units, where fp16's
+  // step is 16, so the headroom (5) added to the reference rounded back to it: O~ overflowed and O
+  // came out inf where the exact answer is V = 16. The headroom is rounded up now.
+  const std::int64_t D = 128, keys = 8192;
+  QKV data{from_float(std::vector<float>(static_cast<std::size_t>(D), 281.0f), {1, 1, 1, D}, DType::f16),
+           from_float(std::vector<float>(static_cast<std::size_t>(keys * D), 281.0f), {1, 1, keys, D}, DType::f16),
+           from_float(std::vector<float>(static_cast<std::size_t>(keys * D), 16.0f), {1, 1, keys, D}, DType::f16)};
+  const PolicyRun run = run_policy(data, preset_policy("pasa"));
+  for (double o : run.o) ASSERT_NEAR(o, 16.0, 0.16);
+}
+
+TEST(Pasa, KeyBlocksFarApartAreFinite) {
+  // The second key block's scores about 1e5 above the first's (K + 800 there, Q = 16, D 64): the
+  // reference's moves, G times the pseudo-averages' difference, passed fp16's range and made
+  // e^(inf - inf) = NaN in every row. They saturate now, and the first block, 1e5 base-2 units below
+  // the second, weighs 0 as it does exactly.
+  const std::int64_t D = 64, keys = 256;
+  std::vector<float> k = to_float(hybrid_qkv({1, 1, keys, D}, 0.0, 0.0, 11, DType::f32).k);
+  for (std::size_t i = static_cast<std::size_t>(128 * D); i < k.size(); ++i) k[i] += 800.0f;
+  QKV data = hybrid_qkv({1, 1, 4, D}, 0.0, 0.0, 12, DType::f16);
+  data.q = from_float(std::vector<float>(static_cast<std::size_t>(4 * D), 16.0f), {1, 1, 4, D}, DType::f16);
+  data.k = from_float(k, {1, 1, keys, D}, DType::f16);
+  data.v = hybrid_qkv({1, 1, keys, D}, 0.0, 0.0, 13, DType::f16).v;
+  const ReferenceResult ref = reference_of(data);
+  for (const char* name : {"pasa", "pasa,exp_base=e"}) {
+    SCOPED_TRACE(name);
+    const PolicyRun run = run_policy(data, parse_policy(name));
+    EXPECT_EQ(non_finite_share(run.o), 0.0);
+    EXPECT_LT(compare(run.o, ref.o).rel_rmse, 1e-2);
   }
 }
 

@@ -67,6 +67,35 @@ TEST_P(CudaPasaNumerics, DiffuseLongRowsAgreeWithTheEmulator) {
   }
 }
 
+// The state update at its edges, as the emulator takes them: a reference so large (Q = K = 281, D 128:
+// shifted scores near 20000 base-2 units, fp16's step 16 there) that the headroom must be rounded up
+// to survive; and key blocks whose pseudo-averages lie about 1e5 apart (K + 800 in the second, Q =
+// 16), whose moves of the reference saturate. Both were inf or NaN before; O must be finite and the
+// kernel's error the emulator's.
+TEST_P(CudaPasaNumerics, StateUpdateAtTheEdgesOfFp16) {
+  {
+    const std::int64_t D = 128, keys = 8192;
+    const Case c{1, 1, 1, 64, keys, D, false, kBr, false, DType::f16, DType::f32};
+    GivenInputs in{from_float(std::vector<float>(static_cast<std::size_t>(64 * D), 281.0f), {1, 1, 64, D}, DType::f16),
+                   from_float(std::vector<float>(static_cast<std::size_t>(keys * D), 281.0f), {1, 1, keys, D}, DType::f16),
+                   from_float(std::vector<float>(static_cast<std::size_t>(keys * D), 16.0f), {1, 1, keys, D}, DType::f16)};
+    Extra extra;
+    check_case(c, preset_policy("pasa"), preset_policy("pasa"), std::nullopt, &extra, 1, -1.0, 1.0, &in,
+               "Q = K = 281, V = 16");
+    EXPECT_EQ(non_finite(extra.kernel_o), 0u);
+  }
+  const std::int64_t D = 64, keys = 256;
+  std::vector<float> k = to_float(hybrid_qkv({1, 1, keys, D}, 0.0, 0.0, 11, DType::f32).k);
+  for (std::size_t i = static_cast<std::size_t>(128 * D); i < k.size(); ++i) k[i] += 800.0f;
+  const Case c{1, 1, 1, 64, keys, D, false, kBr, false, DType::f16, DType::f32};
+  GivenInputs in{from_float(std::vector<float>(static_cast<std::size_t>(64 * D), 16.0f), {1, 1, 64, D}, DType::f16),
+                 from_float(k, {1, 1, keys, D}, DType::f16), hybrid_qkv({1, 1, keys, D}, 0.0, 0.0, 13, DType::f16).v};
+  Extra extra;
+  check_case(c, preset_policy("pasa"), preset_policy("pasa"), std::nullopt, &extra, 1, -1.0, 1.0, &in,
+             "key blocks 1e5 apart");
+  EXPECT_EQ(non_finite(extra.kernel_o), 0u);
+}
+
 // Head dims 96 and 256 (the portable kernel on either path): 96's rows of 12 16-byte chunks, which
 // do not divide the CTA's threads, and 256's K' and V in two slices of 128 channels each. Short last
 // blocks (S 300, 17), causal both alignments, GQA, bf16 V over six key blocks (its slot refilled and

@@ -224,7 +224,7 @@ TEST(Policy, FieldsSetInCodeAreValidated) {
   // the known names, not when the policy is first printed.
   refused([](Policy& p) { p.preset = "flash"; },
           "policy field 'preset': 'flash' is not a preset (presets: exact, fa16_fp32, fa16, pasa, pasa_accurate, "
-          "sage8, sage4, fdpp)");
+          "sage8, sage_fp8, sage4, fdpp)");
   refused([](Policy& p) { p.preset = "Exact"; }, "policy field 'preset': 'Exact' is not a preset");
   // Every preset, and a format at each end of the ranges, passes.
   for (const std::string& name : preset_names()) EXPECT_NO_THROW(validate(preset_policy(name))) << name;

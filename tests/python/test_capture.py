@@ -428,6 +428,17 @@ def test_a_patched_model_compiles_with_fullgraph_once(model, x):
     torch._dynamo.reset()
 
 
+class BiasedAttention(torch.nn.Module):
+    """Self-attention of one head whose additive mask is a learned bias."""
+
+    def __init__(self, seq: int):
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.zeros(seq, seq))
+
+    def forward(self, t):
+        return F.scaled_dot_product_attention(t[:, None], t[:, None], t[:, None], attn_mask=self.bias)
+
+
 def test_patch_falls_back_for_autograd_and_pasa_errors(model, x):
     pasa.stats(reset=True)  # warnings come once per reason since the last reset
     x = x.clone().requires_grad_(True)
@@ -435,6 +446,11 @@ def test_patch_falls_back_for_autograd_and_pasa_errors(model, x):
         with pasa.patch(model) as handle:
             model(x).sum().backward()  # torch's SDPA, so the gradient exists
     assert handle.fallbacks == 3 and x.grad is not None
+    # A learned additive bias (the mask) requiring grad, the inputs not: torch too, or backward fails.
+    layer = BiasedAttention(x.shape[1])
+    with pasa.patch(layer) as handle:
+        layer(x.detach()).sum().backward()
+    assert handle.fallbacks == 1 and layer.bias.grad is not None
     # What only pasa's own checks find (here: non-finite values, which the CPU backends reject)
     # also falls back; torch then computes what it computes (NaN here).
     bad = x.detach().clone()

@@ -286,7 +286,7 @@ def test_tensors_with_a_lazy_sign_are_refused_by_name(gen, tmp_path):
                                         cache_seqlens=3, block_table=torch.tensor([[0, 1]], dtype=torch.int32))
 
 
-def test_tensor_kinds_and_devices(gen):
+def test_tensor_kinds_and_devices(gen, tmp_path):
     q, k, v = (randn(gen, 1, 2, 5, 16) for _ in range(3))
     with pytest.raises(pasa.PasaError, match=r"^out: on meta but q is on cpu"):
         pasa.attention(q, k, v, out=torch.empty_like(q, device="meta"))
@@ -298,6 +298,26 @@ def test_tensor_kinds_and_devices(gen):
     meta = torch.empty(1, 2, 5, 16, device="meta")
     got = pasa.attention(meta, meta, meta)  # the op's fake: shapes without data
     assert got.device.type == "meta" and got.shape == meta.shape
+    # The registered ops called directly: one meta argument makes the dispatcher run the fake, which
+    # returned uninitialized memory (attention) or left out unwritten (attention_out).
+    with pytest.raises(pasa.PasaError, match=r"^attn_mask: on meta but q is on cpu"):
+        torch.ops.pasa.attention(q, k, v, "exact", False, "top_left", None, "bhsd", False,
+                                 torch.zeros(5, 5, device="meta"))
+    with pytest.raises(pasa.PasaError, match=r"^k: on meta but q is on cpu"):
+        torch.ops.pasa.attention_out(q, k.to("meta"), v, torch.empty_like(q), None, "exact", False,
+                                     "top_left", None, "bhsd")
+    # The paths that read values name a meta tensor instead of failing in DLPack or .cpu().
+    q3 = q[0].transpose(0, 1).contiguous()  # [total tokens, H, D]
+    packed = dict(cu_seqlens_q=[0, 5], cu_seqlens_k=[0, 5], max_seqlen_q=5, max_seqlen_k=5)
+    with pytest.raises(pasa.PasaError, match=r"^k: on meta but q is on cpu"):
+        pasa.attention(q3, q3.to("meta"), q3, **packed)
+    with pytest.raises(pasa.PasaError, match=r"^q: on meta"):
+        pasa.attention_with_kvcache(q3[None].to("meta"), q3[None], q3[None], cache_seqlens=5)
+    with pytest.raises(pasa.PasaError, match=r"^q: a meta tensor"):
+        pasa.reference(q.to("meta"), k, v)
+    with pytest.raises(pasa.PasaError, match=r"a meta tensor"):
+        pasa.save(tmp_path / "q.npy", q.to("meta"))
+    assert not (tmp_path / "q.npy").exists()
     with pytest.raises(pasa.PasaError, match=r"^q: a sparse_coo tensor"):
         pasa.attention(q.to_sparse(), k, v)
     if hasattr(torch, "float8_e4m3fn"):

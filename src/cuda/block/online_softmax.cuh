@@ -146,6 +146,13 @@ struct PasaSoftmax {
   __device__ __forceinline__ static float power(float x) { return kBase2 ? exp2f(x) : expf(x); }
   // A value of the per-row state at its rounding point: fp16 for pasa, fp32 for pasa_accurate.
   __device__ __forceinline__ static float stat(float x) { return kFp16State ? round_fp16(x) : x; }
+  // The reference's moves, saturating at the state format's largest value (the emulator's state_sat:
+  // G times a difference of pseudo-averages can pass fp16's range; a block that far below weighs 0).
+  __device__ __forceinline__ static float stat_sat(float x) { return kFp16State ? saturate_fp16(round_fp16(x)) : x; }
+  // a + b rounded up in the state format (the headroom, which a rounding to nearest could lose).
+  __device__ __forceinline__ static float stat_up(float a, float b) {
+    return kFp16State ? round_fp16_up_satfinite(__fadd_ru(a, b)) : __fadd_ru(a, b);
+  }
   static_assert(kRows <= 4, "one row of the thread's fragments per lane of its quad");
   // The scalar state of one row: lane t of each quad keeps row t of the quad's kRows rows (rows g,
   // g + 8 of m-tile 0, then of m-tile 1), so each row's update runs once, not in all four lanes;
@@ -252,17 +259,17 @@ struct PasaSoftmax {
     const float j = static_cast<float>(block + 1);
     // (a quotient to 2 fp32 ulp, __fdividef, before its fp16 rounding: no division slow path)
     const float F_new = stat(F + stat(__fdividef(stat(mn - F), j)));  // Eq. 15 without (j - 1) F
-    const float d_prev = stat(g * stat(F - F_new));
-    const float d_cur = stat(g * stat(mn - F_new));
+    const float d_prev = stat_sat(g * stat(F - F_new));
+    const float d_cur = stat_sat(g * stat(mn - F_new));
     // The candidates as stored, and the factors taken from them (each <= 1, the larger exactly 1):
     // a rounding of m + d_prev can then never make O~ or l grow from block to block. The row's first
     // block (m = -inf) takes cur as it is, with factors 0 and 1.
-    const float cur = stat(mb + d_cur);
+    const float cur = stat_sat(mb + d_cur);
     const bool first = m == -INFINITY;
-    const float prev = stat(m + d_prev);
+    const float prev = stat_sat(m + d_prev);
     float m_new = fmaxf(prev, cur);
     const float h = pasa_headroom(l, kBase2);  // (l and O~)
-    m_new = h != 0.0f ? stat(m_new + h) : m_new;
+    m_new = h != 0.0f ? stat_up(m_new, h) : m_new;
     // (The arguments are selected, not the exponentials, so that each is one unconditional MUFU:
     // e^-inf = 0 and e^0 = 1 are the first block's factors.)
     const float e_prev_next = stat(power(first ? -INFINITY : stat(prev - m_new)));
