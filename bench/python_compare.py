@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """pasa's prefill policies against torch SDPA (cuDNN, flash), SageAttention2 and cuDNN's FP8 attention,
-interleaved in one process on the same tensors, through the public Python API, then the sage8
-accuracy check.
+interleaved in one process on the same tensors, through the public Python API, then the sage8 and
+sage_fp8 accuracy check.
 
 Usage: python3 bench/python_compare.py [out_csv] [--quick] [--head-dims 96,256]
 
@@ -17,7 +17,7 @@ reference numbers were taken; cudnn_fp8.py). SageAttention2
 (`sageattention`) and cuDNN FP8 (`cudnn`, the nvidia-cudnn-frontend package) are timed where they
 are importable; they are peers, never dependencies.
 
-Accuracy: relative RMSE and cosine similarity against an fp64 reference, sage8, SageAttention2 and
+Accuracy: relative RMSE and cosine similarity against an fp64 reference, sage8, sage_fp8, SageAttention2 and
 cuDNN FP8 (its O scaled by a first call's amax, so that e4m3 O uses its range) on normal(0, 1)
 inputs and on SageAttention2's channel-outlier inputs (a same-signed offset of 20 in 4 channels of Q
 and K), B 1, H 8, S 4096, both head dims, fp16.
@@ -37,7 +37,7 @@ from interleaved import interleaved_ms
 
 TOKENS, HIDDEN = 32768, 2048
 WARMUP, RUNS = 5, 30
-POLICIES = ("exact", "pasa", "sage8")
+POLICIES = ("exact", "pasa", "sage8", "sage_fp8")
 
 try:
     from sageattention import sageattn
@@ -116,7 +116,8 @@ def print_tables(rows):
               + f"{clocks[key]:>8}")
     ratios = [("exact/cudnn", "pasa-exact", "torch-cudnn"), ("pasa/exact", "pasa-pasa", "pasa-exact"),
               ("sage8/cudnn", "pasa-sage8", "torch-cudnn"), ("sage8/sage2", "pasa-sage8", "sage2"),
-              ("sage8/cudnn8", "pasa-sage8", "cudnn-fp8")]
+              ("sage8/cudnn8", "pasa-sage8", "cudnn-fp8"), ("fp8/cudnn8", "pasa-sage_fp8", "cudnn-fp8"),
+              ("fp8/sage8", "pasa-sage_fp8", "pasa-sage8")]
     print("\nratios")
     print(f"{'dtype':<6}{'D':>4}{'S':>7} {'mask':<7}" + "".join(f"{r[0]:>13}" for r in ratios))
     for key, t in table.items():
@@ -136,7 +137,7 @@ def accuracy():
                 k[..., channels] += 20.0
             q16, k16, v16 = (x.half() for x in (q, k, v))
             ref = F.scaled_dot_product_attention(q16.double(), k16.double(), v16.double())
-            outs = {"pasa-sage8": pasa.attention(q16, k16, v16, policy="sage8")}
+            outs = {f"pasa-{p}": pasa.attention(q16, k16, v16, policy=p) for p in ("sage8", "sage_fp8")}
             if sageattn is not None:
                 outs["sage2"] = sageattn(q16, k16, v16, tensor_layout="HND", is_causal=False)
             if cudnn_fp8.available():
