@@ -7,8 +7,10 @@
 // the old state and of the new block then carry 2^-k, which brings l back to [32, 64) and O~ with it;
 // the LSE (m + log l) does not move. So l stays below 2^10 + 128 and O~ below 1152 |V| (in range for
 // |V| < 56 whatever the length), and a new block's factor, about 2^-k in all over the row, stays a
-// normal fp16 number up to about 2^14 * 48 keys. Below the threshold nothing changes. The emulator
-// and the pasa kernels (online_softmax.cuh) both call pasa_headroom.
+// normal fp16 number up to about 2^14 * 48 keys. Below the threshold nothing changes. The new
+// reference is rounded up in the state's format, so that at least k is kept where its step is
+// coarser than k (a reference past 2048 in fp16). The emulator and the pasa kernels
+// (online_softmax.cuh) both call pasa_headroom.
 #pragma once
 
 #include <climits>
