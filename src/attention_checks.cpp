@@ -61,7 +61,8 @@ void check_view(const TensorView& t, const char* name, bool is_output, ViewForm 
 // The scale multiplies in the softmax format (scale=s) or the input format (scale=q|k), in the scores'
 // units (times log2 e with exp_base=2), and every kernel holds it in fp32: a scale beyond those
 // formats' range becomes inf there and turns every output into NaN while the fp64 reference is finite,
-// so it is refused.
+// so it is refused; so is a nonzero scale below their smallest normal value, which rounds to 0 there
+// (every key then weighs the same) or keeps only a few bits.
 void check_scale(double scale, const Policy& policy, const char* name) {
   if (!std::isfinite(scale)) throw Error(text::format("{}: {} is not finite", name, scale));
   const Format& applied = policy.scale == ScalePlacement::scores ? policy.softmax : policy.input;
@@ -69,6 +70,13 @@ void check_scale(double scale, const Policy& policy, const char* name) {
   if (std::fabs(scale) > limit) {
     throw Error(text::format("{}: {:g} is outside [-{:g}, {:g}], the range of fp32 and of the {} format "
                             "the policy applies it in{}", name, scale, limit, limit, applied.name(),
+                            policy.exp_base == ExpBase::two ? " (in base-2 units: times log2 e)" : ""));
+  }
+  const double floor = std::max(Format::fp32().min_normal(), applied.min_normal()) / score_unit(policy);
+  if (scale != 0.0 && std::fabs(scale) < floor) {
+    throw Error(text::format("{}: {:g} is below {:g} in magnitude, the smallest normal value of fp32 and of the "
+                            "{} format the policy applies it in{}: it would round to 0 or keep only a few "
+                            "bits there", name, scale, floor, applied.name(),
                             policy.exp_base == ExpBase::two ? " (in base-2 units: times log2 e)" : ""));
   }
 }

@@ -112,6 +112,27 @@ TEST(BadInput, ScaleBeyondTheFormatThatAppliesIt) {
   EXPECT_NO_THROW(attention(p.args));
 }
 
+// A nonzero scale below the smallest normal value of the format that applies it rounds to 0 there
+// (fa16,scale=q with fp16 inputs: every key weighed the same, silently) or keeps a few bits: refused.
+// Zero itself is a scale (every key weighs the same, on purpose), and fp32's range takes 1e-30.
+TEST(BadInput, ScaleBelowTheFormatThatAppliesIt) {
+  Problem p;
+  for (const char* policy : {"fa16,scale=q", "fa16_fp32,scale=k", "fdpp,scale=q", "fa16"}) {
+    p.args.policy = parse_policy(policy);
+    p.args.scale = 2e-9;
+    expect_error([&] { attention(p.args); }, "scale: 2e-09 is below 6.1035");
+    p.args.scale = 1e-3;
+    EXPECT_NO_THROW(attention(p.args)) << policy;
+  }
+  p.args.policy = parse_policy("exact");
+  p.args.scale = 1e-39;
+  expect_error([&] { attention(p.args); }, "the fp32 format the policy applies it in");
+  for (const double ok : {0.0, 1e-30}) {
+    p.args.scale = ok;
+    EXPECT_NO_THROW(attention(p.args)) << ok;
+  }
+}
+
 // An empty tensor reports its empty dimension, not the null data pointer empty storage has.
 TEST(BadInput, EmptyTensorReportsItsSizeNotItsPointer) {
   Problem p;
