@@ -76,8 +76,9 @@ def test_the_command_becomes_the_cli_process():
         p.wait(timeout=60)
     assert exe == binary
     assert p.returncode != 0
-    # Python ignores SIGPIPE and SIGXFSZ, which exec would hand on: the tool has its own defaults back.
-    assert ignored is not None and not ignored & (1 << (13 - 1) | 1 << (25 - 1))
+    # Python ignores SIGPIPE, which exec would hand on: the tool has its default back. (SIGXFSZ too is
+    # restored, but the tool ignores it itself as it starts, to report a write past `ulimit -f`.)
+    assert ignored is not None and not ignored & (1 << (13 - 1))
 
 
 @needs_cli
