@@ -113,7 +113,8 @@ void add_overhead_command(Command& app) {
   Command* cmd = app.add_subcommand(
       "overhead", "Host time per call of pasa::attention and AttentionPlan::run: on the GPU a decode step "
                   "(calls queued without waiting), on the CPU the emulator's fixed cost (by default one "
-                  "query, one key, head dim 8: well under a second); given sizes apply on either device.");
+                  "query, one key, head dim 8: well under a second on idle cores; each call wakes the emulator's "
+                  "threads, so busy cores slow it many times); given sizes apply on either device.");
   cmd->add_option("--device", opt->device, "auto (the GPU when there is one), cuda or cpu")->capture_default_str();
   cmd->add_option("--policy", opt->policy, "policy text")->capture_default_str();
   cmd->add_option("--dtype", opt->dtype, "GPU input dtype: bf16 (default) or fp16; the CPU emulator takes fp32");
