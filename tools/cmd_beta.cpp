@@ -70,8 +70,11 @@ void run(const BetaOptions& opt) {
       try {
         const BetaSolution s = solve_beta(b0, format, opt.block, opt.scale);
         if (s.beta > 0.0) {
-          text::print("| {} | {:.6f} | {:.4f} | {:g} |\n", initial_text(s.initial), s.beta, s.invariance,
-                      s.invariance_rounded);
+          // (beta / (1 - beta) past the format's largest value: its rounding is NaN or inf, said in words)
+          const std::string stored = std::isfinite(s.invariance_rounded)
+                                         ? text::format("{:g}", s.invariance_rounded)
+                                         : "beyond " + format.name() + "'s largest value";
+          text::print("| {} | {:.6f} | {:.4f} | {} |\n", initial_text(s.initial), s.beta, s.invariance, stored);
           ++solved;
           continue;
         }

@@ -108,6 +108,9 @@ def check_beta_and_inspect():
     assert "| 0.900000 | none: M's off-diagonal entries round to 0 in e2m0" in r.stdout, r.stdout
     r = pasa("beta", "--init", "1e-300", ok=False)
     assert "| 1e-300 | none:" in r.stdout, r.stdout
+    # beta / (1 - beta) past the format's range is said, not printed as its rounding (nan in e4m3).
+    r = pasa("beta", "--format", "e4m3", "--block", "1", "--init", "0.999")
+    assert "| 511.0000 | beyond e4m3's largest value |" in r.stdout, r.stdout
     r = pasa("inspect", "--preset", "svd", "--seq", "256")
     assert "before yes, after no" in r.stdout, r.stdout
 
