@@ -80,8 +80,10 @@ class MadeFolder {
   std::error_code ec;
   // The figures are the .png files the plot script writes in the --plot directory.
   if (!plot.empty() && !json.empty() && std::filesystem::path(json).extension() == ".png") {
+    std::filesystem::path plot_dir = std::filesystem::absolute(plot);
+    if (!plot_dir.has_filename()) plot_dir = plot_dir.parent_path();  // ("figures/")
     const auto json_dir = std::filesystem::weakly_canonical(std::filesystem::absolute(json).parent_path(), ec);
-    if (!ec && json_dir == std::filesystem::weakly_canonical(std::filesystem::absolute(plot), ec) && !ec) {
+    if (!ec && json_dir == std::filesystem::weakly_canonical(plot_dir, ec) && !ec) {
       throw UsageError("--json: " + json + " is in the --plot directory, where the figures (.png files) are "
                        "written; give the results another name");
     }

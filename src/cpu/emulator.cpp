@@ -89,7 +89,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
   const auto& sm = R.sm;
   const double alpha_sm = sm(alpha);
   // PASA's reference moves by G times a difference of pseudo-averages: past the softmax format's
-  // range where key blocks' means differ by more than its largest value over G (about 1085 in fp16).
+  // range where key blocks' means differ by more than its largest value over G (about 1000 in fp16).
   // Those terms saturate (pasa_headroom.h): the state stays finite, and a block that far below the
   // others weighs 0, as it does exactly.
   const Format state_sat = saturating(pol.softmax);
@@ -237,9 +237,14 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         const double a = pasa ? ss(st.m + d_prev) : sm(st.m + d_prev);
         const double b = pasa ? ss(m_blk + d_cur) : sm(m_blk + d_cur);
         m_new = std::max(a, b);
-        if (pasa) {  // headroom for l and O~ (pasa_headroom.h), rounded up so that no rounding loses it
-          const float h = pasa_headroom(static_cast<float>(st.l), pol.exp_base == ExpBase::two);
-          if (h != 0.0f) m_new = round_up_to(state_sat, m_new + h);
+        if (pasa) {  // headroom for l and O~ (pasa_headroom.h): rounded up, unless that moves too far
+          const bool base2 = pol.exp_base == ExpBase::two;
+          const float h = pasa_headroom(static_cast<float>(st.l), base2);
+          if (h != 0.0f) {
+            const double up = round_up_to(state_sat, m_new + h);
+            const float max_move = pasa_max_move(pol.softmax.man_bits, pol.softmax.min_exponent(), base2);
+            m_new = up - m_new <= max_move ? up : ss(m_new + h);
+          }
         }
         ep = sm(power(pol, sm(a - m_new)));
         ec = sm(power(pol, sm(b - m_new)));

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -183,22 +184,28 @@ bool is_resource_errno(int err) {
   return err == ENOSPC || err == EDQUOT || err == EIO || err == ENOMEM || err == EMFILE || err == ENFILE;
 }
 
+// The temporary's name keeps at most this many bytes of the target's (cut on a UTF-8 character's
+// first byte): a name near the file system's limit, 255 bytes, is legal for the target but not with
+// the temporary's 16 more.
+constexpr std::size_t kTempNameStem = 200;
+std::string temp_name_stem(const std::string& name) {
+  std::size_t n = std::min(name.size(), kTempNameStem);
+  while (n > 0 && n < name.size() && (static_cast<unsigned char>(name[n]) & 0xC0u) == 0x80u) --n;
+  return name.substr(0, n);
+}
+
 // Creates "<dir>/.<name>.tmp-<random>" next to `target` exclusively, with the mode a new file would get
 // (umask applied), and returns its descriptor; `temp` holds its registration. The name is registered
 // before the file is created, so a signal at any moment after the creation finds it. `path` (what the
 // caller named) is the one the messages name.
-constexpr std::size_t kTempNameStem = 200;
-
 int create_temporary(const std::filesystem::path& target, const std::string& path, std::unique_ptr<Temporary>& temp) {
   static std::atomic<std::uint64_t> counter{0};
   std::random_device entropy;
   for (int attempt = 0; attempt < 100; ++attempt) {
     const std::uint64_t tag = (std::uint64_t{entropy()} << 32) ^ (counter++ * 0x9e3779b97f4a7c15ULL) ^
                               static_cast<std::uint64_t>(::getpid());
-    // (The target's name cut to kTempNameStem bytes: a name near the file system's limit, 255 bytes,
-    // is legal for the target but not with the temporary's 16 more.)
     std::string name(1, '.');
-    name += target.filename().string().substr(0, kTempNameStem);
+    name += temp_name_stem(target.filename().string());
     name += ".tmp-";
     name += std::to_string(tag % 1000000007);
     std::filesystem::path candidate = target;

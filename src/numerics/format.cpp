@@ -213,6 +213,8 @@ double round_to(const Format& f, double x) {
 
 double round_up_to(const Format& f, double x) {
   const double r = round_to(f, x);
+  // A finite x below -max overflowed to -inf (or NaN in a format without inf): up from it is -max.
+  if (!f.is_integer() && std::isfinite(x) && x < 0.0 && !std::isfinite(r)) return -f.max_finite();
   if (f.is_integer() || !(r < x)) return r;  // (NaN, and a value that rounded up already or is exact)
   // Rounded down to nearest: x lies in the binade of r (or, for a negative power of two r, in the
   // one below it), so the next value up is r plus the spacing of x's binade, exactly representable.

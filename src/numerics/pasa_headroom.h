@@ -9,8 +9,9 @@
 // |V| < 56 whatever the length), and a new block's factor, about 2^-k in all over the row, stays a
 // normal fp16 number up to about 2^14 * 48 keys. Below the threshold nothing changes. The new
 // reference is rounded up in the state's format, so that at least k is kept where its step is
-// coarser than k (a reference past 2048 in fp16). The emulator and the pasa kernels
-// (online_softmax.cuh) both call pasa_headroom.
+// coarser than k (a reference past 2048 in fp16), unless that moves it further than pasa_max_move:
+// then it is rounded to nearest, and where that loses k (fp16's step is 32 past 32768) the row keeps
+// no headroom. The emulator and the pasa kernels (online_softmax.cuh) both call these.
 #pragma once
 
 #include <climits>
@@ -43,6 +44,15 @@ PASA_HOST_DEVICE inline float pasa_headroom(float l, bool base2) {
   const int k = (biased == 0xff ? INT_MAX : biased - 127) - kPasaHeadroomDrop;
   const float h = base2 ? static_cast<float>(k) : static_cast<float>(k) * 0.6931471805599453f;
   return l >= kPasaHeadroomThreshold ? h : 0.0f;
+}
+
+// The largest move of the reference whose rescale factor, 2^-move (e^-move in natural units), the
+// state format still holds as a nonzero number: 2^(min_exponent - man_bits) is its smallest
+// subnormal. A move by more, fp16's step of 32 where |m| >= 32768, would make both factors 0 and
+// wipe l and O~.
+PASA_HOST_DEVICE constexpr float pasa_max_move(int man_bits, int min_exponent, bool base2) {
+  return base2 ? static_cast<float>(man_bits - min_exponent)
+               : static_cast<float>(man_bits - min_exponent) * 0.6931471805599453f;
 }
 
 }  // namespace pasa

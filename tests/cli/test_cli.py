@@ -553,15 +553,18 @@ def check_output_rules(tmp):
         assert "/dev/full: write failed" in r.stderr and "wrote" not in r.stdout, r.stderr
         assert open(keep).read() == "keep"
     assert not [f for f in os.listdir(tmp) if ".tmp-" in f]
-    # A name near the file system's limit (255 bytes) is written: its temporary's name is cut short.
-    long_name = os.path.join(tmp, "a" * 250 + ".npy")
-    pasa("run", *qkv, "--out", long_name)
-    assert np.load(long_name).shape == (1, 2, 16, 16)
+    # A name near the file system's limit (255 bytes) is written: its temporary's name is cut short
+    # (on a character's first byte).
+    for long_name in ("a" * 250 + ".npy", "a" * 199 + "\u00e9" * 26 + ".npy"):
+        long_name = os.path.join(tmp, long_name)
+        pasa("run", *qkv, "--out", long_name)
+        assert np.load(long_name).shape == (1, 2, 16, 16)
     assert not [f for f in os.listdir(tmp) if ".tmp-" in f]
     # --json may not take a figure's place in the --plot directory (checked before matplotlib is).
-    r = pasa("study", "--seq", "8", "--plot", os.path.join(tmp, "figs"), "--json",
-             os.path.join(tmp, "figs", "figure9a_uniform_mean.png"), code=BAD_INPUT)
-    assert "where the figures (.png files) are written" in r.stderr, r.stderr
+    for plot in (os.path.join(tmp, "figs"), os.path.join(tmp, "figs") + "/"):
+        r = pasa("study", "--seq", "8", "--plot", plot, "--json",
+                 os.path.join(tmp, "figs", "figure9a_uniform_mean.png"), code=BAD_INPUT)
+        assert "where the figures (.png files) are written" in r.stderr, r.stderr
 
 
 def fake_python(tmp, name, status):

@@ -224,16 +224,28 @@ TEST(Pasa, DiffuseLongRowsKeepLAndOInFp16Range) {
   }
 }
 
+// Q = q and K = k in every element (D 128) over `keys` keys, V = 16: O = 16 exactly.
+QKV constant_qkv(float q, float k, std::int64_t keys) {
+  const std::int64_t D = 128;
+  return {from_float(std::vector<float>(static_cast<std::size_t>(D), q), {1, 1, 1, D}, DType::f16),
+          from_float(std::vector<float>(static_cast<std::size_t>(keys * D), k), {1, 1, keys, D}, DType::f16),
+          from_float(std::vector<float>(static_cast<std::size_t>(keys * D), 16.0f), {1, 1, keys, D}, DType::f16)};
+}
+
 TEST(Pasa, HeadroomSurvivesTheRoundingOfALargeReference) {
-  // Q = K = 281 everywhere (D 128): every shifted score is about 20000 in base-2 units, where fp16's
-  // step is 16, so the headroom (5) added to the reference rounded back to it: O~ overflowed and O
-  // came out inf where the exact answer is V = 16. The headroom is rounded up now.
-  const std::int64_t D = 128, keys = 8192;
-  QKV data{from_float(std::vector<float>(static_cast<std::size_t>(D), 281.0f), {1, 1, 1, D}, DType::f16),
-           from_float(std::vector<float>(static_cast<std::size_t>(keys * D), 281.0f), {1, 1, keys, D}, DType::f16),
-           from_float(std::vector<float>(static_cast<std::size_t>(keys * D), 16.0f), {1, 1, keys, D}, DType::f16)};
-  const PolicyRun run = run_policy(data, preset_policy("pasa"));
-  for (double o : run.o) ASSERT_NEAR(o, 16.0, 0.16);
+  // Q = K = 281: every shifted score is about 20000 in base-2 units, where fp16's step is 16, so the
+  // headroom (5) added to the reference rounded back to it: O~ overflowed and O came out inf where
+  // the exact answer is V = 16. The headroom is rounded up now (a move of 16).
+  QKV large = constant_qkv(281.0f, 281.0f, 8192);
+  for (double o : run_policy(large, preset_policy("pasa")).o) ASSERT_NEAR(o, 16.0, 0.16);
+  // Past 32768 (Q = K = 400, and Q = -K = 400 for a negative reference) the step is 32: rounded up,
+  // the move would make both factors 2^-32 = 0 in fp16 and wipe l and O~ (O = NaN). It is rounded to
+  // nearest there instead.
+  for (const float k : {400.0f, -400.0f}) {
+    SCOPED_TRACE(::testing::Message() << "K " << k);
+    QKV data = constant_qkv(400.0f, k, 2048);
+    for (double o : run_policy(data, preset_policy("pasa")).o) ASSERT_NEAR(o, 16.0, 0.16);
+  }
 }
 
 TEST(Pasa, KeyBlocksFarApartAreFinite) {

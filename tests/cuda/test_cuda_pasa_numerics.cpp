@@ -73,15 +73,23 @@ TEST_P(CudaPasaNumerics, DiffuseLongRowsAgreeWithTheEmulator) {
 // 16), whose moves of the reference saturate. Both were inf or NaN before; O must be finite and the
 // kernel's error the emulator's.
 TEST_P(CudaPasaNumerics, StateUpdateAtTheEdgesOfFp16) {
-  {
-    const std::int64_t D = 128, keys = 8192;
-    const Case c{1, 1, 1, 64, keys, D, false, kBr, false, DType::f16, DType::f32};
-    GivenInputs in{from_float(std::vector<float>(static_cast<std::size_t>(64 * D), 281.0f), {1, 1, 64, D}, DType::f16),
-                   from_float(std::vector<float>(static_cast<std::size_t>(keys * D), 281.0f), {1, 1, keys, D}, DType::f16),
-                   from_float(std::vector<float>(static_cast<std::size_t>(keys * D), 16.0f), {1, 1, keys, D}, DType::f16)};
+  // (281: a reference near 20000, fp16's step 16, the headroom rounded up; 400 and -400: past 32768,
+  // step 32, where rounding up would move it too far and it is rounded to nearest)
+  struct Constant {
+    float q, k;
+    std::int64_t keys;
+    const char* what;
+  };
+  for (const Constant& v : {Constant{281.0f, 281.0f, 8192, "Q = K = 281, V = 16"},
+                            Constant{400.0f, 400.0f, 2048, "Q = K = 400, V = 16"},
+                            Constant{400.0f, -400.0f, 2048, "Q = -K = 400, V = 16"}}) {
+    const std::int64_t D = 128;
+    const Case c{1, 1, 1, 64, v.keys, D, false, kBr, false, DType::f16, DType::f32};
+    GivenInputs in{from_float(std::vector<float>(static_cast<std::size_t>(64 * D), v.q), {1, 1, 64, D}, DType::f16),
+                   from_float(std::vector<float>(static_cast<std::size_t>(v.keys * D), v.k), {1, 1, v.keys, D}, DType::f16),
+                   from_float(std::vector<float>(static_cast<std::size_t>(v.keys * D), 16.0f), {1, 1, v.keys, D}, DType::f16)};
     Extra extra;
-    check_case(c, preset_policy("pasa"), preset_policy("pasa"), std::nullopt, &extra, 1, -1.0, 1.0, &in,
-               "Q = K = 281, V = 16");
+    check_case(c, preset_policy("pasa"), preset_policy("pasa"), std::nullopt, &extra, 1, -1.0, 1.0, &in, v.what);
     EXPECT_EQ(non_finite(extra.kernel_o), 0u);
   }
   const std::int64_t D = 64, keys = 256;

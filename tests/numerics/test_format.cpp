@@ -328,6 +328,47 @@ TEST(FormatRoundTo, Fp16SubnormalsAndTies) {
   EXPECT_EQ(round_to(f, 1e-300), 0.0);  // far below fp16 and float range
 }
 
+// round_up_to against the sorted finite values of fp16 and e4m3 (every bit pattern decoded): the least
+// value at or above x; beyond the largest, the overflow rule's (inf, NaN, or the largest value when
+// saturating); below -max, -max.
+TEST(FormatRoundTo, RoundUpIsTheLeastValueAtOrAbove) {
+  std::mt19937_64 rng(17);
+  for (const Format& f : {Format::fp16(), Format::e4m3(), saturating(Format::fp16())}) {
+    SCOPED_TRACE(f.name());
+    std::vector<double> values;
+    for (std::uint32_t bits = 0; bits < (1u << bit_width(f)); ++bits) {
+      const double v = decode_bits(f, bits);
+      if (std::isfinite(v)) values.push_back(v == 0.0 ? 0.0 : v);
+    }
+    std::sort(values.begin(), values.end());
+    values.erase(std::unique(values.begin(), values.end()), values.end());
+    const double top = f.max_finite();
+    std::uniform_real_distribution<double> unit(-1.0, 1.0);
+    for (int i = 0; i < 200000; ++i) {
+      // magnitudes from far below the smallest subnormal to past the largest value, and the values
+      // themselves (exact: they stay)
+      const double x = i % 4 == 0 ? values[static_cast<std::size_t>(rng() % values.size())]
+                                  : unit(rng) * std::ldexp(1.0, static_cast<int>(rng() % 48) - 30);
+      const double got = round_up_to(f, x);
+      const auto at = std::lower_bound(values.begin(), values.end(), x);
+      if (x < -top) {
+        ASSERT_EQ(got, -top) << x;
+      } else if (at == values.end()) {  // above the largest value
+        if (f.overflow == Overflow::saturate) {
+          ASSERT_EQ(got, top) << x;
+        } else {
+          ASSERT_FALSE(std::isfinite(got)) << x;
+        }
+      } else {
+        ASSERT_EQ(got, *at) << x;
+      }
+    }
+  }
+  EXPECT_TRUE(std::isnan(round_up_to(Format::fp16(), std::nan(""))));
+  EXPECT_EQ(saturating(Format::fp16()).overflow, Overflow::saturate);
+  EXPECT_EQ(saturating(Format::fp16()).name(), "fp16:sat");
+}
+
 TEST(FormatRoundTo, IntegersRoundToNearestEvenAndSaturateSymmetrically) {
   const Format i8 = Format::int8(), i4 = Format::int4();
   EXPECT_EQ(round_to(i8, 2.5), 2.0);

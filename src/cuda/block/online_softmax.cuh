@@ -149,6 +149,8 @@ struct PasaSoftmax {
   // The reference's moves, saturating at the state format's largest value (the emulator's state_sat:
   // G times a difference of pseudo-averages can pass fp16's range; a block that far below weighs 0).
   __device__ __forceinline__ static float stat_sat(float x) { return kFp16State ? saturate_fp16(round_fp16(x)) : x; }
+  // The headroom's largest move (pasa_headroom.h), in the state format and the scores' units.
+  static constexpr float kMaxMove = kFp16State ? pasa_max_move(10, -14, kBase2) : pasa_max_move(23, -126, kBase2);
   // a + b rounded up in the state format (the headroom, which a rounding to nearest could lose).
   __device__ __forceinline__ static float stat_up(float a, float b) {
     return kFp16State ? round_fp16_up_satfinite(__fadd_ru(a, b)) : __fadd_ru(a, b);
@@ -268,8 +270,9 @@ struct PasaSoftmax {
     const bool first = m == -INFINITY;
     const float prev = stat_sat(m + d_prev);
     float m_new = fmaxf(prev, cur);
-    const float h = pasa_headroom(l, kBase2);  // (l and O~)
-    m_new = h != 0.0f ? stat_up(m_new, h) : m_new;
+    const float h = pasa_headroom(l, kBase2);  // (l and O~; rounded up unless that moves too far)
+    const float up = stat_up(m_new, h);
+    m_new = h == 0.0f ? m_new : (up - m_new <= kMaxMove ? up : stat_sat(m_new + h));
     // (The arguments are selected, not the exponentials, so that each is one unconditional MUFU:
     // e^-inf = 0 and e^0 = 1 are the first block's factors.)
     const float e_prev_next = stat(power(first ? -INFINITY : stat(prev - m_new)));
