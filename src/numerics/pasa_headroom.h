@@ -46,13 +46,15 @@ PASA_HOST_DEVICE inline float pasa_headroom(float l, bool base2) {
   return l >= kPasaHeadroomThreshold ? h : 0.0f;
 }
 
-// The largest move of the reference whose rescale factor, 2^-move (e^-move in natural units), the
-// state format still holds as a nonzero number: 2^(min_exponent - man_bits) is its smallest
-// subnormal. A move by more, fp16's step of 32 where |m| >= 32768, would make both factors 0 and
-// wipe l and O~.
+// The largest move of the reference whose rescale factor, 2^-move (e^-move in natural units), keeps
+// kPasaMoveBits significant bits in the state format, whose smallest subnormal is
+// 2^(min_exponent - man_bits): fp16 2^-16, fp32 2^-141. Every later P of the row carries that factor,
+// so a move by more leaves them a few bits (e^-16 in natural units: one) or none (fp16's step of 32
+// where |m| >= 32768 made both factors 0 and wiped l and O~).
+constexpr int kPasaMoveBits = 8;
 PASA_HOST_DEVICE constexpr float pasa_max_move(int man_bits, int min_exponent, bool base2) {
-  return base2 ? static_cast<float>(man_bits - min_exponent)
-               : static_cast<float>(man_bits - min_exponent) * 0.6931471805599453f;
+  const int bits = man_bits - min_exponent - kPasaMoveBits;
+  return base2 ? static_cast<float>(bits) : static_cast<float>(bits) * 0.6931471805599453f;
 }
 
 }  // namespace pasa

@@ -259,6 +259,9 @@ def check_calibrate_reads_the_capture_index(tmp):
     r = pasa("calibrate", "--inputs", inputs, "--out", os.path.join(inputs, "index.json"), code=BAD_INPUT)
     assert "index.json" in r.stderr.splitlines()[-1], r.stderr
     assert json.load(open(os.path.join(inputs, "index.json")))["format"] == "pasa-capture-1"
+    os.remove(os.path.join(inputs, "index.json"))  # ... nor writes one where the capture has none
+    pasa("calibrate", "--inputs", inputs, "--out", os.path.join(inputs, "index.json"), code=BAD_INPUT)
+    assert not os.path.exists(os.path.join(inputs, "index.json"))
 
 
 def check_arguments():

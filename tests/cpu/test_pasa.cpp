@@ -248,6 +248,18 @@ TEST(Pasa, HeadroomSurvivesTheRoundingOfALargeReference) {
   }
 }
 
+TEST(Pasa, NaturalUnitsKeepTheirPrecisionAtALargeReference) {
+  // Q = K = 360 (D 128) in natural units: a reference between 16384 and 32768, where fp16's step is
+  // 16, so the headroom's move rounded up is 16 and its factor e^-16 (about 2^-23) a subnormal of one
+  // bit: every later P with it. The move is rounded up only while its factor keeps 8 bits; here
+  // O = mean(V) to what fp16 P and O~ hold (the base-2 preset: 6e-4).
+  const std::int64_t D = 128, keys = 2048;
+  QKV data = constant_qkv(360.0f, 360.0f, keys);
+  data.v = hybrid_qkv({1, 1, keys, D}, 0.0, 0.0, 10, DType::f16).v;
+  const ReferenceResult ref = reference_of(data);
+  EXPECT_LT(compare(run_policy(data, parse_policy("pasa,exp_base=e")).o, ref.o).rel_rmse, 2e-3);
+}
+
 TEST(Pasa, KeyBlocksFarApartAreFinite) {
   // The second key block's scores about 1e5 above the first's (K + 800 there, Q = 16, D 64): the
   // reference's moves, G times the pseudo-averages' difference, passed fp16's range and made
