@@ -66,18 +66,17 @@ void check_view(const TensorView& t, const char* name, bool is_output, ViewForm 
 void check_scale(double scale, const Policy& policy, const char* name) {
   if (!std::isfinite(scale)) throw Error(text::format("{}: {} is not finite", name, scale));
   const Format& applied = policy.scale == ScalePlacement::scores ? policy.softmax : policy.input;
+  const char* units = policy.exp_base == ExpBase::two ? " (in base-2 units: times log2 e)" : "";
   const double limit = std::min(Format::fp32().max_finite(), applied.max_finite()) / score_unit(policy);
   if (std::fabs(scale) > limit) {
     throw Error(text::format("{}: {:g} is outside [-{:g}, {:g}], the range of fp32 and of the {} format "
-                            "the policy applies it in{}", name, scale, limit, limit, applied.name(),
-                            policy.exp_base == ExpBase::two ? " (in base-2 units: times log2 e)" : ""));
+                            "the policy applies it in{}", name, scale, limit, limit, applied.name(), units));
   }
   const double floor = std::max(Format::fp32().min_normal(), applied.min_normal()) / score_unit(policy);
   if (scale != 0.0 && std::fabs(scale) < floor) {
     throw Error(text::format("{}: {:g} is below {:g} in magnitude, the smallest normal value of fp32 and of the "
                             "{} format the policy applies it in{}: it would round to 0 or keep only a few "
-                            "bits there", name, scale, floor, applied.name(),
-                            policy.exp_base == ExpBase::two ? " (in base-2 units: times log2 e)" : ""));
+                            "bits there", name, scale, floor, applied.name(), units));
   }
 }
 

@@ -24,7 +24,7 @@ HostOverhead bench_host_overhead(const BenchPoint& pt, Device device, int calls)
   const auto q_elems = static_cast<std::size_t>(q_count);
   const auto kv_elems = static_cast<std::size_t>(kv_count);
   std::vector<float> q(q_elems, 0.25f), k(kv_elems, 0.5f), v(kv_elems, 0.75f), o(q_elems);
-  std::vector<float> lse(static_cast<std::size_t>(pt.batch) * pt.heads_q * pt.seq_q);
+  std::vector<float> lse(static_cast<std::size_t>(lse_count));
   AttentionArgs args;
   args.q = bhsd_view(q.data(), DType::f32, pt.batch, pt.heads_q, pt.seq_q, pt.head_dim);
   args.k = bhsd_view(k.data(), DType::f32, pt.batch, pt.heads_kv, pt.seq_kv, pt.head_dim);

@@ -88,12 +88,12 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
   const bool unified = pol.shift == Shift::unified;
   const auto& sm = R.sm;
   const double alpha_sm = sm(alpha);
-  // PASA's reference moves by G times a difference of pseudo-averages: past the softmax format's
-  // range where key blocks' means differ by more than its largest value over G (about 1000 in fp16).
-  // Those terms saturate (pasa_headroom.h): the state stays finite, and a block that far below the
-  // others weighs 0, as it does exactly.
-  const Format state_sat = saturating(pol.softmax);
-  const auto ss = [&](double x) { return round_to(state_sat, x); };
+  // The reference and its moves, in the softmax format. PASA's moves by G times a difference of
+  // pseudo-averages, past the format's range where key blocks' means differ by more than its largest
+  // value over G (about 1000 in fp16): there they saturate (pasa_headroom.h), so the state stays
+  // finite, and a block that far below the others weighs 0, as it does exactly.
+  const Format state_format = pasa ? saturating(pol.softmax) : pol.softmax;
+  const auto state_round = [&](double x) { return round_to(state_format, x); };
   // A score (or a mean of scores) into the softmax format, times the scale where the policy applies
   // it to the scores (scale=q and scale=k applied it before the GEMM).
   const auto scaled = [&](double v) { return pol.scale == ScalePlacement::scores ? sm(v * alpha_sm) : sm(v); };
@@ -224,26 +224,25 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         // Eq. 15's ((j - 1) F + s') / j, written as F + (s' - F) / j: the same average, but without
         // the running sum (j - 1) F, which leaves fp16 once j F > 65504 (a long row of high scores).
         F_new = sm(st.F + sm(sm(mean - st.F) / j));
-        d_prev = ss(g * sm(st.F - F_new));
-        d_cur = ss(g * sm(mean - F_new));
+        d_prev = state_round(g * sm(st.F - F_new));
+        d_cur = state_round(g * sm(mean - F_new));
       }
       double m_new, ep = 0.0, ec = 1.0;
       if (unified) {
         m_new = phi;
         ep = st.blocks == 0 ? 0.0 : 1.0;
       } else if (st.blocks == 0) {
-        m_new = pasa ? ss(m_blk + d_cur) : sm(m_blk + d_cur);
+        m_new = state_round(m_blk + d_cur);
       } else {
-        const double a = pasa ? ss(st.m + d_prev) : sm(st.m + d_prev);
-        const double b = pasa ? ss(m_blk + d_cur) : sm(m_blk + d_cur);
+        const double a = state_round(st.m + d_prev), b = state_round(m_blk + d_cur);
         m_new = std::max(a, b);
         if (pasa) {  // headroom for l and O~ (pasa_headroom.h): rounded up, unless that moves too far
           const bool base2 = pol.exp_base == ExpBase::two;
           const float h = pasa_headroom(static_cast<float>(st.l), base2);
           if (h != 0.0f) {
-            const double up = round_up_to(state_sat, m_new + h);
+            const double up = round_up_to(state_format, m_new + h);
             const float max_move = pasa_max_move(pol.softmax.man_bits, pol.softmax.min_exponent(), base2);
-            m_new = up - m_new <= max_move ? up : ss(m_new + h);
+            m_new = up - m_new <= max_move ? up : state_round(m_new + h);
           }
         }
         ep = sm(power(pol, sm(a - m_new)));
@@ -364,10 +363,8 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
     // Exact attention's O, a convex combination of V's rows, cannot pass V's largest magnitude, but a
     // quantized V's values can, by its quantization error: O saturates at a 16-bit output's largest
     // finite value (the value nearest exact attention's) where rounding would give inf.
-    if (pol.v_quant && args.o.dtype != DType::f32) {
-      Format out = args.o.dtype == DType::f16 ? Format::fp16() : Format::bf16();
-      out.overflow = Overflow::saturate;  // (NaN stays NaN)
-      value = round_to(out, value);
+    if (pol.v_quant && args.o.dtype != DType::f32) {  // (NaN stays NaN)
+      value = round_to(saturating(args.o.dtype == DType::f16 ? Format::fp16() : Format::bf16()), value);
     }
     store_from_double(args.o.data, args.o.dtype, args.o.offset(t.b, t.h, r, d), value);
   }

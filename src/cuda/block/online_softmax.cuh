@@ -146,7 +146,7 @@ struct PasaSoftmax {
   __device__ __forceinline__ static float power(float x) { return kBase2 ? exp2f(x) : expf(x); }
   // A value of the per-row state at its rounding point: fp16 for pasa, fp32 for pasa_accurate.
   __device__ __forceinline__ static float stat(float x) { return kFp16State ? round_fp16(x) : x; }
-  // The reference's moves, saturating at the state format's largest value (the emulator's state_sat:
+  // The reference's moves, saturating at the state format's largest value (the emulator's state_format:
   // G times a difference of pseudo-averages can pass fp16's range; a block that far below weighs 0).
   __device__ __forceinline__ static float stat_sat(float x) { return kFp16State ? saturate_fp16(round_fp16(x)) : x; }
   // The headroom's largest move (pasa_headroom.h), in the state format and the scores' units.

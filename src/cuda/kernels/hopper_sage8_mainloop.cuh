@@ -51,13 +51,6 @@ constexpr float kLog2Fp8Max = 8.807354922057604f;  // log2(448): P~ comes out of
 constexpr float kLnFp8Max = 6.104793232414985f;    // ln(448)
 constexpr std::uint32_t kOnesE4m3x4 = 0x38383838u;  // four e4m3 ones (1.0 = 0x38)
 
-// Four floats to e4m3, first in the lowest byte.
-__device__ __forceinline__ std::uint32_t pack_e4m3(float a, float b, float c, float d) {
-  const std::uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-  const std::uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
-  return lo | (hi << 16);
-}
-
 // One k32 step of a key block's P~ V8 into the fresh accumulator c.
 template <int D>
 __device__ __forceinline__ void mma_pv(float (&c)[D / 2], const std::uint32_t (&a)[4], std::uint64_t desc, bool acc) {
@@ -307,10 +300,10 @@ struct Sage8HopperVariant : HopperVariantDefaults {
             e[x] = fast_exp2(fmaf(Codes::as_float(acc[i]), scale[par], bias[j][par]));
           }
           // The A fragment (the key permutation of the prepass's V8^T).
-          pa[kc][0] = sage8::pack_e4m3(e[0], e[1], e[4], e[5]);
-          pa[kc][1] = sage8::pack_e4m3(e[2], e[3], e[6], e[7]);
-          pa[kc][2] = sage8::pack_e4m3(e[8], e[9], e[12], e[13]);
-          pa[kc][3] = sage8::pack_e4m3(e[10], e[11], e[14], e[15]);
+          pa[kc][0] = pack_e4m3(e[0], e[1], e[4], e[5]);
+          pa[kc][1] = pack_e4m3(e[2], e[3], e[6], e[7]);
+          pa[kc][2] = pack_e4m3(e[8], e[9], e[12], e[13]);
+          pa[kc][3] = pack_e4m3(e[10], e[11], e[14], e[15]);
           wgmma_fence();
           sage8::mma_pv<D>(c, pa[kc], kmajor_desc<kKeys>(v8) + 2 * kc, kc > 0);
           wgmma_e4m3_m64n8k32(lsum, pa[kc], ones_desc, kc > 0);
