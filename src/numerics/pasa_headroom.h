@@ -46,6 +46,12 @@ PASA_HOST_DEVICE inline float pasa_headroom(float l, bool base2) {
   return l >= kPasaHeadroomThreshold ? h : 0.0f;
 }
 
+// The largest row sum l the headroom lets a row reach: below the threshold before a block, plus that
+// block's at most block_kv weights of at most 1 each (O~ likewise stays below it times max |V|).
+PASA_HOST_DEVICE constexpr float pasa_largest_row_sum(int block_kv) {
+  return kPasaHeadroomThreshold + static_cast<float>(block_kv);
+}
+
 // The largest move of the reference whose rescale factor, 2^-move (e^-move in natural units), keeps
 // kPasaMoveBits significant bits in the state format, whose smallest subnormal is
 // 2^(min_exponent - man_bits): fp16 2^-16, fp32 2^-141. Every later P of the row carries that factor,

@@ -13,8 +13,10 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "numerics/pasa_headroom.h"
 #include "pasa/error.h"
 #include "text/format.h"
 
@@ -622,18 +624,38 @@ void validate(const Policy& p) {
     }
   }
   // With V quantized (one scale per channel, so every channel's largest |v| becomes v_quant's largest
-  // value), the scaled P~ V has terms up to p_scale times that value, which pv_acc and o carry: past
-  // their largest finite value a row whose largest weight falls on such a key overflows, and on real
-  // inputs nearly every row has one (sage8,o=fp16: 448 x 448 in fp16).
+  // value), the scaled P~ V has terms up to p_scale times that value, and pv_acc and o carry their sums:
+  // pv_acc one block's (two-level) or the row's, o the row's, before O~ is divided by l. The row's
+  // weights add up to l, which grows with the row's length, except under PASA's headroom
+  // (pasa_headroom.h); so past their largest value such rows overflow, and a diffuse row of a few
+  // hundred keys is one (fa16,v_quant=e4m3: 448 a key in fp16). Without a bound on l the format
+  // needs fp32's exponent range (8 bits), which no row's length can exhaust.
   if (p.v_quant) {
     const double term = round_to(Format::fp32(), p.p_scale) * p.v_quant->max_finite();
-    for (auto [key, f] : {std::pair{"pv_acc", p.pv_acc}, {"o", p.o}}) {
-      if (!f.is_integer() && term > f.max_finite()) {
-        throw Error(text::format("policy field '{}': {} cannot hold P~ V's largest term, p_scale {} times {:g} "
-                                 "(v_quant = {}'s largest value, which every channel of V reaches) = {:g}, past "
-                                 "{:g}: rows would overflow on nearly any input; use a wider {} or p_scale <= {:g}",
-                                 key, f.name(), p.p_scale, p.v_quant->max_finite(), p.v_quant->name(), term,
-                                 f.max_finite(), key, f.max_finite() / p.v_quant->max_finite()));
+    const bool headroom = p.shift == Shift::pasa;
+    const double row_sum = headroom ? pasa_largest_row_sum(p.block_kv) : 0.0;  // 0: unbounded
+    for (auto [key, f, keys] : {std::tuple{"pv_acc", p.pv_acc, p.two_level ? double(p.block_kv) : row_sum},
+                                std::tuple{"o", p.o, row_sum}}) {
+      if (f.is_integer()) continue;
+      const std::string each = text::format("p_scale {} times {:g} (v_quant = {}'s largest value, which every channel "
+                                            "of V reaches) = {:g}", p.p_scale, p.v_quant->max_finite(),
+                                            p.v_quant->name(), term);
+      if (keys == 0.0 && f.exp_bits < 8) {
+        const double n = std::max(1.0, std::ceil(f.max_finite() / term));
+        throw Error(text::format("policy field '{}': {} cannot hold the sum over a row's keys of P~ V's terms, each "
+                                 "up to {}: it passes {:g} after {:g} {} of weight 1, which a long or diffuse row "
+                                 "has; use {}=fp32 or bf16 (8 exponent bits)", key, f.name(), each, f.max_finite(), n,
+                                 n == 1.0 ? "key" : "keys", key));
+      }
+      const double count = keys == 0.0 ? 1.0 : keys;
+      if (count * term > f.max_finite()) {
+        const std::string span = keys == 0.0 ? "one"
+                                 : key == std::string("o") ? text::format("{:g} (PASA's largest row sum)", keys)
+                                                           : text::format("{:g} (a key block, s2)", keys);
+        throw Error(text::format("policy field '{}': {} cannot hold {} P~ V {} of up to {}: {:g} is past {:g}, and "
+                                 "rows would overflow on nearly any input; use a wider {} or p_scale <= {:g}",
+                                 key, f.name(), span, keys == 0.0 ? "term" : "terms", each, count * term,
+                                 f.max_finite(), key, f.max_finite() / (count * p.v_quant->max_finite())));
       }
     }
   }
