@@ -68,6 +68,8 @@ def _host_array(x: Any, name: str) -> Any:
     if is_torch_tensor(x):
         # (a lazy sign resolved: the file holds the tensor's values, not its memory)
         return x.detach().cpu().resolve_conj().resolve_neg().contiguous()
+    if isinstance(x, np.generic):  # a NumPy scalar (np.float32(1.5)): the 0-d array of its value
+        x = np.asarray(x)
     check_array(x, name, any_byte_order=True)
     if is_ml_dtypes_bfloat16(x):  # (NumPy exports no DLPack for them)
         raise PasaError(f"{name}: NumPy arrays of ml_dtypes' bfloat16 cannot be saved; save "
@@ -102,9 +104,9 @@ def save(path: PathLike, data: Union[Any, Mapping[str, Any]]) -> None:
     """Writes one array to a ``.npy`` file, or a dict of name -> array to a ``.safetensors`` file.
 
     Arrays may be NumPy arrays or host DLPack arrays (torch tensors on any device are copied to
-    the host) of float32, float16 or bfloat16, of any shape (0-d and zero-size included); other
-    dtypes raise PasaError rather than being converted silently (big-endian arrays are stored in
-    the files' little-endian order, values unchanged). Tensor names must be non-empty text without
+    the host), or NumPy scalars (0-d), of float32, float16 or bfloat16, of rank up to 8 (0-d and
+    zero-size included); other dtypes raise PasaError rather than being converted silently
+    (big-endian arrays are stored in the files' little-endian order, values unchanged). Tensor names must be non-empty text without
     NUL characters. The file is replaced whole or not at all: it is written to a temporary file
     next to it, then renamed over it.
     """

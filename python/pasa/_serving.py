@@ -15,8 +15,8 @@ from typing import Any, Callable, Optional, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._arrays import (_DL_CPU, _host_empty, check_array, check_given_out, check_sign_bits, dlpack_device,
-                      is_ml_dtypes_bfloat16, is_torch_tensor)
+from ._arrays import (_DL_CPU, _host_empty, _imported_torch, check_array, check_given_out, check_sign_bits,
+                      dlpack_device, is_ml_dtypes_bfloat16, is_torch_tensor)
 from ._errors import PasaError, allocation_error, real_argument
 from ._policy import PolicyLike, core_policy
 
@@ -47,6 +47,14 @@ def _mixed(name: str, x: Any, device: Any) -> PasaError:
                      f"arrays too, must be on q's device)")
 
 
+def _check_no_grad(x: Any, name: str) -> None:
+    """PasaError for a torch tensor that requires grad where autograd records: these calls write
+    their outputs (and the caches) directly, so nothing would carry a gradient back."""
+    if is_torch_tensor(x) and x.requires_grad and _imported_torch().is_grad_enabled():
+        raise PasaError(f"{name}: requires grad; packed and KV-cache calls record no autograd (inference "
+                        f"only): call them under torch.no_grad() or torch.inference_mode()")
+
+
 def _host(x: Any, name: str, index: bool = False) -> Any:
     """x, checked to be a host array (NumPy, torch CPU tensor, any DLPack host array; an index array:
     check_array)."""
@@ -57,6 +65,7 @@ def _host(x: Any, name: str, index: bool = False) -> Any:
                         "is exact) or torch bfloat16 tensors")
     if dlpack_device(x)[0] != _DL_CPU:
         raise _mixed(name, x, None)
+    _check_no_grad(x, name)
     return x.detach() if is_torch_tensor(x) else x
 
 
@@ -65,6 +74,7 @@ def _on_device(x: Any, name: str, device: Any) -> Any:
     if not (is_torch_tensor(x) and x.device == device):
         raise _mixed(name, x, device)
     check_sign_bits(x, name)
+    _check_no_grad(x, name)
     return x
 
 

@@ -29,6 +29,7 @@ same for every policy and adds only float32 roundings. Importing this module imp
 
 from __future__ import annotations
 
+import numbers
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -85,6 +86,15 @@ def shard(x: Tensor, rank: int, world_size: int, *, zigzag: bool = False) -> Ten
     Contiguous: :func:`numpy.array_split`'s rule over ``world_size`` slices. Zig-zag: chunks
     ``rank`` and ``2 * world_size - 1 - rank`` of ``2 * world_size``, concatenated.
     """
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise PasaError("x: expected a 4-D torch.Tensor [B, H, S, D] (the full sequence on dim 2)")
+    for name, value in (("world_size", world_size), ("rank", rank)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise PasaError(f"{name}: expected an int, got {value!r}")
+    if world_size < 1:
+        raise PasaError(f"world_size: {world_size} is below 1")
+    if not 0 <= rank < world_size:
+        raise PasaError(f"rank: {rank} is outside 0..{world_size - 1}")
     if not zigzag:
         start, stop = _chunk_bounds(x.shape[2], world_size)[rank]
         return x[:, :, start:stop]
@@ -99,6 +109,8 @@ def unshard(shards: Sequence[Tensor], *, zigzag: bool = False) -> Tensor:
     Works on any per-rank tensors whose dim 2 is the sequence (outputs ``[B, H, S, D]``) or whose
     last dim is (LSEs ``[B, H, S]``).
     """
+    if len(shards) == 0 or not all(isinstance(s, torch.Tensor) for s in shards):
+        raise PasaError("shards: expected a non-empty sequence of torch.Tensor, one per rank in rank order")
     dim = 2 if shards[0].dim() == 4 else shards[0].dim() - 1
     chunks = _rank_chunks([s.shape[dim] for s in shards], zigzag)
     pieces = [(g, s.narrow(dim, local, n)) for s, rank in zip(shards, chunks)

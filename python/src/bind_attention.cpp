@@ -109,8 +109,14 @@ AttentionArgs call_args(const InputArray& q, const InputArray& k, const InputArr
   const char* input_names[] = {"q", "k", "v"};
   const ArrayInfo oi = array_info(o);
   args.o = attention_view(oi, "out", parse_layout(layout));
-  // The C++ API checks its output `o` the same way; here the message names the Python argument. (An
+  // The C++ API checks its output `o` the same way; here the messages name the Python argument. (An
   // empty array's strides mean nothing: the C++ API then names its zero size.)
+  const auto& os = args.o.shape;
+  const auto& qs = args.q.shape;
+  if (os != qs) {
+    throw Error(text::format("out: shape [{}, {}, {}, {}] differs from q's [{}, {}, {}, {}]", os[0], os[1], os[2],
+                             os[3], qs[0], qs[1], qs[2], qs[3]));
+  }
   static const char* dims[] = {"batch", "heads", "sequence", "head dim"};
   const bool empty = args.o.shape[0] == 0 || args.o.shape[1] == 0 || args.o.shape[2] == 0 || args.o.shape[3] == 0;
   for (int i = 0; i < 4 && !empty; ++i) {
@@ -121,12 +127,14 @@ AttentionArgs call_args(const InputArray& q, const InputArray& k, const InputArr
   check_same_device(inputs[0], oi, "out");
   check_output_elements(oi, "out");
   for (int i = 0; i < 3; ++i) check_no_overlap(oi, "out", inputs[i], input_names[i]);
+  if (mods.mask) check_no_overlap(oi, "out", array_info(*mods.mask), "attn_mask");
   if (lse) {
     const ArrayInfo li = array_info(*lse);
     args.lse = lse_output_view(li);
     check_same_device(inputs[0], li, "lse");
     check_output_elements(li, "lse");
     for (int i = 0; i < 3; ++i) check_no_overlap(li, "lse", inputs[i], input_names[i]);
+    if (mods.mask) check_no_overlap(li, "lse", array_info(*mods.mask), "attn_mask");
     check_no_overlap(li, "lse", oi, "out");
   }
   args.stream = reinterpret_cast<void*>(stream);

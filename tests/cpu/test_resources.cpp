@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "cpu/operands.h"
 #include "cpu/parallel_for.h"
 #include "interrupt.h"
 #include "memory_budget.h"
@@ -212,6 +213,17 @@ TEST(MemoryBudget, TheEstimateCountsTheRowsAndSplitsThereAre) {
   args.policy = parse_policy("exact,s1=1024,s2=1024,splits=1024");
   attention(args);
   EXPECT_TRUE(std::isfinite(test::read_bhsd(o.view)[0]));
+}
+
+// Only PASA pads K's last key block (its pseudo-averages need whole blocks): the estimate adds that
+// block for it alone. It added s2 keys a head for every policy, so 2^19 one-key heads of exact at
+// s2 = 1024 needed 56 GB and were refused on machines where they take under 100 MB.
+TEST(MemoryBudget, OnlyPasaCountsAPaddedKeyBlock) {
+  const ProblemShape one_key_heads{1, 1 << 19, 1 << 19, 1, 1, 8};
+  const std::uint64_t exact = emulator_memory_bytes(one_key_heads, parse_policy("exact,s2=1024"));
+  const std::uint64_t pasa = emulator_memory_bytes(one_key_heads, parse_policy("pasa,s2=1024"));
+  EXPECT_LT(exact, std::uint64_t{1} << 28);  // 2^19 heads of (1 key + 1 query) x ~100 bytes, and the threads'
+  EXPECT_GT(pasa, std::uint64_t{1024} * (std::uint64_t{1} << 19) * 96);  // a block of keys a head
 }
 
 // Batch and heads broadcast to 2^33 x 2^31 = 2^64 heads: their product wraps to 0 in 64 bits, which

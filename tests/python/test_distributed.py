@@ -217,6 +217,20 @@ def test_zigzag_shards_hold_balanced_chunks():
     assert pd.shard(x, 1, 2, zigzag=True).flatten().tolist() == [2, 3, 4, 5]
 
 
+@pytest.mark.parametrize("rank, world, match", [(-1, 2, r"^rank: -1 is outside 0\.\.1"),
+                                                (2, 2, r"^rank: 2 is outside 0\.\.1"),
+                                                (0, 0, r"^world_size: 0 is below 1"),
+                                                (0.0, 2, r"^rank: expected an int")])
+def test_shard_refuses_ranks_outside_the_world(rank, world, match):
+    x = torch.arange(10.0).view(1, 1, 10, 1)
+    with pytest.raises(pasa.PasaError, match=match):
+        pd.shard(x, rank, world)
+    with pytest.raises(pasa.PasaError, match=r"^x: expected a 4-D torch.Tensor"):
+        pd.shard(x[0], 0, 2)
+    with pytest.raises(pasa.PasaError, match=r"^shards: expected a non-empty sequence"):
+        pd.unshard([])
+
+
 def test_lengths_that_are_not_zigzag_raise():
     with pytest.raises(pasa.PasaError, match="zig-zag"):
         pd.unshard([torch.zeros(1, 1, 3, 1), torch.zeros(1, 1, 5, 1)], zigzag=True)

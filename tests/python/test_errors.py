@@ -185,6 +185,13 @@ def test_bad_out(rng):
         pasa.attention(q, k, v, out=[0.0])
 
 
+def test_an_out_overlapping_the_mask_is_named_out(rng):
+    q = rng.standard_normal((1, 1, 8, 8)).astype(np.float32)
+    buffer = np.zeros((1, 1, 8, 8), np.float32)
+    with raises(r"^out: its memory overlaps attn_mask's"):
+        pasa.attention(q, q, q, attn_mask=buffer[0, 0], out=buffer)
+
+
 def test_head_dim_too_large_for_cpu(rng):
     q, k, v = qkv(rng, 1, 1, 1, 2, 2, 1040)
     with raises(r"^q: head dim 1040 is larger than the CPU backends' 1024"):

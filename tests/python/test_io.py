@@ -80,6 +80,15 @@ def test_loaded_arrays_run_attention(tmp_path, rng):
     np.testing.assert_array_equal(pasa.attention(t["q"], t["k"], t["v"]), pasa.attention(q, k, v))
 
 
+def test_numpy_scalars_save_as_0d_arrays_and_rank_9_raises(tmp_path):
+    pasa.save(tmp_path / "s.npy", np.float32(1.5))
+    loaded = pasa.load(tmp_path / "s.npy")
+    assert loaded.shape == () and loaded.dtype == np.float32 and loaded == 1.5
+    pasa.save(tmp_path / "r8.npy", np.ones((1,) * 8, np.float16))
+    with pytest.raises(pasa.PasaError, match=r"rank 9 exceeds the maximum of 8"):
+        pasa.save(tmp_path / "r9.npy", np.ones((1,) * 9, np.float32))
+
+
 def test_save_errors(tmp_path, rng):
     x = rng.standard_normal((2, 3))
     with pytest.raises(pasa.PasaError, match=r"x\.npy: unsupported dtype float64"):

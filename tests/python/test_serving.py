@@ -234,6 +234,16 @@ def test_varlen_errors_name_the_packed_arrays(rng):
         pasa.attention(big, k, k, policy="fa16", **options)
 
 
+def test_index_arrays_in_either_byte_order(rng):
+    q, k = randn(rng, (8, 4, 16)), randn(rng, (8, 2, 16))
+    options = dict(max_seqlen_q=5, max_seqlen_k=5)
+    native = np.array([0, 3, 8], np.int32)
+    swapped = native.astype(">i4" if np.little_endian else "<i4")  # the same values, other byte order
+    want = pasa.attention(q, k, k, cu_seqlens_q=native, cu_seqlens_k=native, **options)
+    got = pasa.attention(q, k, k, cu_seqlens_q=swapped, cu_seqlens_k=swapped, **options)
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("total_q, total_k", [(0, 0), (5, 0), (0, 5)])
 def test_empty_varlen_batches_give_empty_outputs(rng, total_q, total_k):
     # No token, or no key, in the whole batch (flash-attn takes these): an output of q's shape, whose
@@ -321,6 +331,26 @@ def test_torch_cpu_tensors_run_on_the_emulator(rng):
     assert isinstance(got, torch.Tensor) and got.device.type == "cpu"
     np.testing.assert_array_equal(got.numpy(), want)
 
+
+
+def test_inputs_that_require_grad_raise(rng):
+    """These calls write their outputs directly, so a gradient would be silently lost: refused, as
+    pasa.attention refuses out= then; under torch.no_grad() they run."""
+    x = torch.from_numpy(randn(rng, (8, 4, 16)))
+    w = torch.nn.Parameter(torch.eye(16))
+    cu = torch.tensor([0, 3, 8], dtype=torch.int32)
+    packed = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=5, max_seqlen_k=5)
+    with pytest.raises(pasa.PasaError, match=r"^q: requires grad; packed and KV-cache calls record no autograd"):
+        pasa.attention(x @ w, x, x, **packed)
+    k_cache = torch.from_numpy(randn(rng, (2, 13, 2, 32)))
+    q = torch.from_numpy(randn(rng, (2, 3, 4, 32))).requires_grad_()
+    with pytest.raises(pasa.PasaError, match=r"^q: requires grad"):
+        pasa.attention_with_kvcache(q, k_cache, k_cache.clone(), cache_seqlens=torch.tensor([11, 4]))
+    with torch.no_grad():
+        o = pasa.attention(x @ w, x, x, **packed)
+        want = pasa.attention((x @ w).numpy(), x.numpy(), x.numpy(), cu_seqlens_q=cu.numpy(),
+                              cu_seqlens_k=cu.numpy(), max_seqlen_q=5, max_seqlen_k=5)
+    np.testing.assert_array_equal(o.numpy(), want)
 
 # --- torch CUDA tensors: the GPU against the CPU emulator on copies of the same inputs ---------------
 

@@ -306,6 +306,9 @@ def test_tensor_kinds_and_devices(gen, tmp_path):
     with pytest.raises(pasa.PasaError, match=r"^k: on meta but q is on cpu"):
         torch.ops.pasa.attention_out(q, k.to("meta"), v, torch.empty_like(q), None, "exact", False,
                                      "top_left", None, "bhsd")
+    with pytest.raises(pasa.PasaError, match=r"^out: shape \[1, 2, 5, 15\] differs from q's \[1, 2, 5, 16\]"):
+        torch.ops.pasa.attention_out(q, k, v, torch.empty(1, 2, 5, 15), None, "exact", False, "top_left",
+                                     None, "bhsd")
     # The paths that read values name a meta tensor instead of failing in DLPack or .cpu().
     q3 = q[0].transpose(0, 1).contiguous()  # [total tokens, H, D]
     packed = dict(cu_seqlens_q=[0, 5], cu_seqlens_k=[0, 5], max_seqlen_q=5, max_seqlen_k=5)
