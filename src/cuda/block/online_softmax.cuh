@@ -271,8 +271,11 @@ struct PasaSoftmax {
     const float prev = stat_sat(m + d_prev);
     float m_new = fmaxf(prev, cur);
     const float h = pasa_headroom(l, kBase2);  // (l and O~; rounded up unless that moves too far)
-    const float up = stat_up(m_new, h);
-    m_new = h == 0.0f ? m_new : (up - m_new <= kMaxMove ? up : stat_sat(m_new + h));
+    // (Both candidates are taken unconditionally and selected: written as a conditional, ptxas put
+    // the second behind a branch, which split this update's basic block off the exponentials.)
+    const float up = stat_up(m_new, h), nearest = stat_sat(m_new + h);
+    const float moved = up - m_new <= kMaxMove ? up : nearest;
+    m_new = h == 0.0f ? m_new : moved;
     // (The arguments are selected, not the exponentials, so that each is one unconditional MUFU:
     // e^-inf = 0 and e^0 = 1 are the first block's factors.)
     const float e_prev_next = stat(power(first ? -INFINITY : stat(prev - m_new)));
