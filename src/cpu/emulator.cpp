@@ -50,6 +50,7 @@ struct RowState {
   double F = 0.0;              // PASA's global pseudo-average (Eq. 15)
   int blocks = 0;              // key blocks with a visible key so far (the j of Eq. 15)
   bool left_window = false;    // unified max: some x - phi left (window_lo, window_hi)
+  bool overflowed = false;     // a block whose visible scores all overflowed to -inf (it added nothing)
 };
 
 // The result of one query block over one key range: per-row state and the unnormalised O~.
@@ -186,8 +187,12 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
           x[c] = std::isfinite(biased) || !std::isfinite(x[c]) ? biased : std::copysign(top, sum);
         }
       }
-      // Masking is tracked apart from the values: a score that overflowed to -inf is not a masked
-      // key, and a row whose visible scores all overflowed must turn into NaN as it would on hardware.
+      // Masking is tracked apart from the values: a score that overflowed to -inf is not a masked key.
+      // Without a shift, a block whose visible scores all overflowed adds nothing (their weights are 0
+      // beside any finite score, as a kernel that skips a block of maximum -inf gives), but a row whose
+      // visible scores all overflowed turns into NaN (write_row): its softmax is finite, and 0 would
+      // hide the loss. PASA's S' overflows relative to its block's shift, not to the row's other blocks,
+      // so there the block's NaN stands (numerics.md: the limits of S').
       double m_blk = kNegInf;
       int n_visible = 0;
       RowState& st = out.state[rr];
@@ -200,8 +205,10 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         }
         ++n_visible;
       }
-      active[rr] = n_visible > 0;
-      if (!active[rr]) {  // every key of this block masked for this row: it adds nothing
+      const bool block_overflowed = n_visible > 0 && m_blk == kNegInf && pol.shift == Shift::none;
+      st.overflowed = st.overflowed || block_overflowed;
+      active[rr] = n_visible > 0 && !block_overflowed;
+      if (!active[rr]) {  // every key of this block masked (or overflowed) for this row: it adds nothing
         std::fill(p_op.begin() + static_cast<std::ptrdiff_t>(rr) * n,
                   p_op.begin() + static_cast<std::ptrdiff_t>(rr + 1) * n, 0.0f);
         continue;
@@ -318,8 +325,15 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
   std::vector<double> o(static_cast<std::size_t>(D), 0.0);
   double lse = kNegInf;
   int with_keys = 0;
-  for (const Partial& p : parts) with_keys += p.state[rr].blocks > 0;
-  if (with_keys == 0) {
+  bool overflowed = false;
+  for (const Partial& p : parts) {
+    with_keys += p.state[rr].blocks > 0;
+    overflowed = overflowed || p.state[rr].overflowed;
+  }
+  if (with_keys == 0 && overflowed) {  // visible keys, every score of them overflowed to -inf
+    std::fill(o.begin(), o.end(), std::numeric_limits<double>::quiet_NaN());
+    lse = std::numeric_limits<double>::quiet_NaN();
+  } else if (with_keys == 0) {
     // no visible key: O = 0, LSE = -inf
   } else if (parts.size() == 1 || pol.shift == Shift::unified) {
     // One part, or FlashDecoding++'s unified max: partials share one reference and simply add up.

@@ -121,6 +121,37 @@ TEST(ExactAttention, FullyMaskedRowsGiveZeroAndMinusInfinity) {
   check_against_reference({1, 2, 1, Sq, Skv, D, true, CausalAlignment::bottom_right, false, 4, 2}, seed);
 }
 
+// Scores that overflow the policy's S format to -inf are not masked keys, but a key block whose visible
+// scores all did adds nothing (its exact weights, e^-81920 beside finite scores, are 0): it made every row
+// NaN (e^(-inf - (-inf))), by s2 (one block of 256 keys was finite). A row whose visible scores all
+// overflowed is NaN: its exact softmax is finite, and 0 would hide that the policy lost it.
+TEST(Attention, AKeyBlockWhoseScoresAllOverflowAddsNothing) {
+  std::mt19937_64 rng(test::kFixedSeeds[0]);
+  const std::int64_t S = 256, D = 64;
+  Tensor4 q = test::make_tensor(1, 1, 4, D, DType::f16), k = test::random_tensor(1, 1, S, D, rng, DType::f16),
+          v = test::random_tensor(1, 1, S, D, rng, DType::f16), o = test::make_tensor(1, 1, 4, D, DType::f32);
+  for (std::int64_t i = 0; i < 4 * D; ++i) store_from_double(q.bytes.data(), DType::f16, i, 32.0);
+  for (std::int64_t i = 128 * D; i < S * D; ++i) store_from_double(k.bytes.data(), DType::f16, i, -40.0);
+  std::vector<float> lse(4);
+  AttentionArgs args{q.view, k.view, v.view, o.view, lse_view(lse.data(), 1, 1, 4)};
+  for (const char* policy : {"fa16_fp32", "fa16", "fa16_fp32,splits=2"}) {
+    SCOPED_TRACE(policy);
+    args.policy = parse_policy(policy);
+    test::poison(o);
+    attention(args);
+    const ReferenceResult ref = reference_attention(args);
+    const std::vector<double> out = test::read_bhsd(o.view);
+    for (std::size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref.o[i], 2e-2) << i;
+    for (int r = 0; r < 4; ++r) EXPECT_NEAR(lse[r], ref.lse[r], 0.1) << r;
+  }
+  // Every key overflowing: the rows are NaN, not 0.
+  for (std::int64_t i = 0; i < S * D; ++i) store_from_double(k.bytes.data(), DType::f16, i, -40.0);
+  args.policy = parse_policy("fa16_fp32");
+  attention(args);
+  EXPECT_TRUE(std::isnan(test::read_bhsd(o.view)[0]));
+  EXPECT_TRUE(std::isnan(lse[0]));
+}
+
 TEST(ExactAttention, Seed004WorkedExample) {
   // One query, scores x = [1..6] (D = 1, q = 1, k = x, scale 1) and v = [1..6]: o = 5.4329, printed
   // to four decimals, hence the tolerance of half a unit in the last printed place.
