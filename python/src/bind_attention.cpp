@@ -111,11 +111,8 @@ AttentionArgs call_args(const InputArray& q, const InputArray& k, const InputArr
   args.o = attention_view(oi, "out", parse_layout(layout));
   // The C++ API checks its output `o` the same way; here the messages name the Python argument. (An
   // empty array's strides mean nothing: the C++ API then names its zero size.)
-  const auto& os = args.o.shape;
-  const auto& qs = args.q.shape;
-  if (os != qs) {
-    throw Error(text::format("out: shape [{}, {}, {}, {}] differs from q's [{}, {}, {}, {}]", os[0], os[1], os[2],
-                             os[3], qs[0], qs[1], qs[2], qs[3]));
+  if (args.o.shape != args.q.shape) {  // (named in the arrays' own layout, as the caller gave them)
+    throw Error("out: shape " + shape_text(oi) + " differs from q's " + shape_text(inputs[0]));
   }
   static const char* dims[] = {"batch", "heads", "sequence", "head dim"};
   const bool empty = args.o.shape[0] == 0 || args.o.shape[1] == 0 || args.o.shape[2] == 0 || args.o.shape[3] == 0;

@@ -194,18 +194,19 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       // hide the loss. PASA's S' overflows relative to its block's shift, not to the row's other blocks,
       // so there the block's NaN stands (numerics.md: the limits of S').
       double m_blk = kNegInf;
-      int n_visible = 0;
+      int n_visible = 0, n_overflowed = 0;  // (a NaN score is neither: std::max would skip it)
       RowState& st = out.state[rr];
       for (int c = 0; c < n; ++c) {
         if (!visible(rr, k0 + c)) continue;
         m_blk = std::max(m_blk, x[c]);
+        n_overflowed += x[c] == kNegInf;
         if (unified) {  // the difference as the exponential below takes it (rounded to the softmax format)
           const double d = sm(x[c] - phi);
           if (!(d > pol.window_lo && d < pol.window_hi)) st.left_window = true;
         }
         ++n_visible;
       }
-      const bool block_overflowed = n_visible > 0 && m_blk == kNegInf && pol.shift == Shift::none;
+      const bool block_overflowed = n_visible > 0 && n_overflowed == n_visible && pol.shift == Shift::none;
       st.overflowed = st.overflowed || block_overflowed;
       active[rr] = n_visible > 0 && !block_overflowed;
       if (!active[rr]) {  // every key of this block masked (or overflowed) for this row: it adds nothing

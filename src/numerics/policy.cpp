@@ -626,37 +626,33 @@ void validate(const Policy& p) {
   // With V quantized (one scale per channel, so every channel's largest |v| becomes v_quant's largest
   // value), the scaled P~ V has terms up to p_scale times that value, and pv_acc and o carry their sums:
   // pv_acc one block's (two-level) or the row's, o the row's, before O~ is divided by l. The row's
-  // weights add up to l, which grows with the row's length, except under PASA's headroom
-  // (pasa_headroom.h); so past their largest value such rows overflow, and a diffuse row of a few
-  // hundred keys is one (fa16,v_quant=e4m3: 448 a key in fp16). Without a bound on l the format
-  // needs fp32's exponent range (8 bits), which no row's length can exhaust.
+  // weights add up to l, which grows with the row's length (bounded here by kMaxRowKeys), except under
+  // PASA's headroom (pasa_headroom.h): where that many terms pass the format's largest value, rows where
+  // many keys of weight about 1 meet V's largest values overflow (fa16,v_quant=e5m2 gave 30% of its
+  // N(0, 1) outputs at fp16's largest value or NaN at 256 keys).
   if (p.v_quant) {
+    constexpr double kMaxRowKeys = 2147483648.0;  // 2^31 keys: any row a call can have
     const double term = round_to(Format::fp32(), p.p_scale) * p.v_quant->max_finite();
     const bool headroom = p.shift == Shift::pasa;
-    const double row_sum = headroom ? pasa_largest_row_sum(p.block_kv) : 0.0;  // 0: unbounded
+    const double row_sum = headroom ? pasa_largest_row_sum(p.block_kv) : kMaxRowKeys;
     for (auto [key, f, keys] : {std::tuple{"pv_acc", p.pv_acc, p.two_level ? double(p.block_kv) : row_sum},
                                 std::tuple{"o", p.o, row_sum}}) {
-      if (f.is_integer()) continue;
+      if (f.is_integer() || keys * term <= f.max_finite()) continue;
       const std::string each = text::format("p_scale {} times {:g} (v_quant = {}'s largest value, which every channel "
                                             "of V reaches) = {:g}", p.p_scale, p.v_quant->max_finite(),
                                             p.v_quant->name(), term);
-      if (keys == 0.0 && f.exp_bits < 8) {
-        const double n = std::max(1.0, std::ceil(f.max_finite() / term));
-        throw Error(text::format("policy field '{}': {} cannot hold the sum over a row's keys of P~ V's terms, each "
-                                 "up to {}: it passes {:g} after {:g} {} of weight 1, which a long or diffuse row "
-                                 "has; use {}=fp32 or bf16 (8 exponent bits)", key, f.name(), each, f.max_finite(), n,
-                                 n == 1.0 ? "key" : "keys", key));
-      }
-      const double count = keys == 0.0 ? 1.0 : keys;
-      if (count * term > f.max_finite()) {
-        const std::string span = keys == 0.0 ? "one"
-                                 : key == std::string("o") ? text::format("{:g} (PASA's largest row sum)", keys)
-                                                           : text::format("{:g} (a key block, s2)", keys);
-        throw Error(text::format("policy field '{}': {} cannot hold {} P~ V {} of up to {}: {:g} is past {:g}, and "
-                                 "rows would overflow on nearly any input; use a wider {} or p_scale <= {:g}",
-                                 key, f.name(), span, keys == 0.0 ? "term" : "terms", each, count * term,
-                                 f.max_finite(), key, f.max_finite() / (count * p.v_quant->max_finite())));
-      }
+      const std::string span = keys == kMaxRowKeys ? "a row's (up to 2^31 keys)"
+                               : key == std::string("o")
+                                   ? text::format("{:g} keys' (PASA's largest row sum)", keys)
+                                   : text::format("{:g} keys' (a key block, s2)", keys);
+      const double after = std::floor(f.max_finite() / term) + 1.0;  // keys of weight 1 that pass it
+      const double p_scale_max = f.max_finite() / (keys * p.v_quant->max_finite());
+      const std::string remedy = f.exp_bits < 8
+                                     ? text::format("{}=fp32 or bf16, or p_scale <= {:g}", key, p_scale_max)
+                                     : text::format("p_scale <= {:g}, or a v_quant of smaller values", p_scale_max);
+      throw Error(text::format("policy field '{}': {} cannot hold the sum of {} P~ V terms, each up to {}: it "
+                               "passes {:g} after {:g} {} of weight 1 at V's largest values; use {}", key, f.name(),
+                               span, each, f.max_finite(), after, after == 1.0 ? "key" : "keys", remedy));
     }
   }
   // Likewise with Q and K both quantized (each group's largest |x| becomes the quantizer's largest

@@ -208,8 +208,13 @@ def check_calibrate_reads_the_capture_index(tmp):
     inputs = os.path.join(tmp, "capture")
     os.makedirs(inputs)
     for layer in range(4):
-        write_safetensors(os.path.join(inputs, f"layer{layer}.safetensors"),
-                          {n: rng.standard_normal((1, 2, 64, 32)) for n in "qkv"})
+        qkv = {n: rng.standard_normal((1, 2, 64, 32)) for n in "qkv"}
+        # The last key ten times larger, and the last query (the only one that sees it when causal) 0:
+        # its scores, 2% of the call's, set the ends of the range of all scores and none of the
+        # visible ones (with draws alone, the two ranges could end on the same scores).
+        qkv["k"][:, :, 63] *= 10
+        qkv["q"][:, :, 63] = 0
+        write_safetensors(os.path.join(inputs, f"layer{layer}.safetensors"), qkv)
 
     def call(layer, causal=False, scale=None, mask=False):
         return {"name": f"layer{layer}", "file": f"layer{layer}.safetensors", "is_causal": causal,

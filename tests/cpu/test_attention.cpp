@@ -152,6 +152,39 @@ TEST(Attention, AKeyBlockWhoseScoresAllOverflowAddsNothing) {
   EXPECT_TRUE(std::isnan(lse[0]));
 }
 
+// What that rule leaves alone. A NaN score (q . k = inf - inf in fp32, exactly 0) is no overflow: alone
+// in its key block (s2 = 64, key 64) it makes the row NaN, as in a block of 128. And PASA's S' of -inf
+// is relative to its block's shift: causal row 128 sees keys 0-128, and key 128 (score 0) sits in a
+// block of hidden keys at 50000, whose mean pushes its S' past -65504: its weight is about 1/129, not
+// 0, so the row stays NaN (docs/numerics.md, the limits of S').
+TEST(Attention, NanScoresAndPasaShiftsAreNotOverflowedBlocks) {
+  std::mt19937_64 rng(test::kFixedSeeds[1]);
+  for (const char* policy : {"exact,s2=64", "exact,s2=128"}) {
+    SCOPED_TRACE(policy);
+    Tensor4 q = test::make_tensor(1, 1, 1, 2, DType::f32), k = test::make_tensor(1, 1, 65, 2, DType::f32),
+            v = test::random_tensor(1, 1, 65, 2, rng), o = test::make_tensor(1, 1, 1, 2, DType::f32);
+    for (std::int64_t i = 0; i < 2; ++i) store_from_double(q.bytes.data(), DType::f32, i, 1e30);
+    store_from_double(k.bytes.data(), DType::f32, 64 * 2, 1e30);
+    store_from_double(k.bytes.data(), DType::f32, 64 * 2 + 1, -1e30);
+    AttentionArgs args{q.view, k.view, v.view, o.view};
+    args.policy = parse_policy(policy);
+    attention(args);
+    EXPECT_TRUE(std::isnan(test::read_bhsd(o.view)[0]));
+  }
+  const std::int64_t S = 256, D = 64;
+  Tensor4 q = test::make_tensor(1, 1, S, D, DType::f16), k = test::random_tensor(1, 1, S, D, rng, DType::f16),
+          v = test::random_tensor(1, 1, S, D, rng, DType::f16), o = test::make_tensor(1, 1, S, D, DType::f32);
+  for (std::int64_t i = 0; i < S * D; ++i) store_from_double(q.bytes.data(), DType::f16, i, 1.0);
+  for (std::int64_t i = 128 * D; i < S * D; ++i) store_from_double(k.bytes.data(), DType::f16, i, i < 129 * D ? 0.0 : 6250.0);
+  AttentionArgs args{q.view, k.view, v.view, o.view};
+  args.policy = parse_policy("pasa");
+  args.causal = true;
+  attention(args);
+  const std::vector<double> out = test::read_bhsd(o.view);
+  EXPECT_TRUE(std::isnan(out[128 * D]));
+  for (std::int64_t r = 0; r < 128; ++r) ASSERT_TRUE(std::isfinite(out[r * D])) << "row " << r;
+}
+
 TEST(ExactAttention, Seed004WorkedExample) {
   // One query, scores x = [1..6] (D = 1, q = 1, k = x, scale 1) and v = [1..6]: o = 5.4329, printed
   // to four decimals, hence the tolerance of half a unit in the last printed place.

@@ -109,19 +109,23 @@ TEST(Policy, EqualityCoversEveryTextField) {
 }
 
 // A quantized V reaches v_quant's largest value in every channel, so P~ V's terms are up to p_scale times
-// it, and pv_acc and o carry their sums: one block's (two-level pv_acc), or the row's, which grows with
-// its length, so that o needs 8 exponent bits unless PASA's headroom bounds the row sum (1024 + s2).
-// Otherwise nearly every row of real inputs overflows (fa16,v_quant=e4m3: 30% of N(0, 1) outputs at
-// fp16's largest value after 256 keys). The presets and the study's P and V variants pass.
+// it, and pv_acc and o carry their sums: one block's (two-level pv_acc), or the row's, up to 2^31 keys,
+// unless PASA's headroom bounds the row sum (1024 + s2). Otherwise rows where many keys of weight about 1
+// meet V's largest values overflow (fa16,v_quant=e5m2: 30% of N(0, 1) outputs at fp16's largest value or
+// NaN at 256 keys). The presets and the study's P and V variants pass.
 TEST(Policy, PVsSumsMustFitTheirAccumulators) {
-  expect_error([] { parse_policy("sage8,o=fp16"); }, "policy field 'o': fp16 cannot hold the sum over a row's keys of P~ V's terms");
+  expect_error([] { parse_policy("sage8,o=fp16"); }, "policy field 'o': fp16 cannot hold the sum of a row's (up to 2^31 keys) P~ V terms");
+  expect_error([] { parse_policy("sage8,o=fp16"); }, "passes 65504 after 1 key of weight 1");
   expect_error([] { parse_policy("fa16,v_quant=e4m3"); }, "passes 65504 after 147 keys of weight 1");
   expect_error([] { parse_policy("fa16,v_quant=e5m2,o=fp32,pv_acc=fp16"); }, "policy field 'pv_acc'");
-  expect_error([] { parse_policy("sage8,pv_acc=fp16"); }, "policy field 'pv_acc': fp16 cannot hold 128 (a key block, s2) P~ V terms");
-  expect_error([] { parse_policy("sage8,two_level=0,pv_acc=fp16"); }, "policy field 'pv_acc': fp16 cannot hold the sum over a row's keys");
+  expect_error([] { parse_policy("sage8,pv_acc=fp16"); }, "policy field 'pv_acc': fp16 cannot hold the sum of 128 keys' (a key block, s2)");
+  expect_error([] { parse_policy("sage8,two_level=0,pv_acc=fp16"); }, "policy field 'pv_acc': fp16 cannot hold the sum of a row's");
+  // Two keys at bf16's largest value pass fp32's.
+  expect_error([] { parse_policy("sage8,p=fp16,p_scale=1,v_quant=bf16,pv_acc=fp32"); },
+               "policy field 'pv_acc': fp32 cannot hold the sum of 128 keys' (a key block, s2) P~ V terms");
   // PASA's headroom keeps the row sum below 1024 + s2: 1152 x 7 (int4) fits fp16, 1152 x 448 does not.
   EXPECT_NO_THROW(parse_policy("pasa,v_quant=int4"));
-  expect_error([] { parse_policy("pasa,v_quant=e4m3"); }, "1152 (PASA's largest row sum)");
+  expect_error([] { parse_policy("pasa,v_quant=e4m3"); }, "1152 keys' (PASA's largest row sum)");
   EXPECT_NO_THROW(parse_policy("fa16,v_quant=e4m3,o=fp32"));
   EXPECT_NO_THROW(parse_policy("fa16,v_quant=e4m3,o=bf16"));
   for (const char* text : {"sage8", "sage_fp8", "sage4", "sage8,p=int8,p_scale=127,v_quant=int8",

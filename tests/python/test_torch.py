@@ -306,7 +306,7 @@ def test_tensor_kinds_and_devices(gen, tmp_path):
     with pytest.raises(pasa.PasaError, match=r"^k: on meta but q is on cpu"):
         torch.ops.pasa.attention_out(q, k.to("meta"), v, torch.empty_like(q), None, "exact", False,
                                      "top_left", None, "bhsd")
-    with pytest.raises(pasa.PasaError, match=r"^out: shape \[1, 2, 5, 15\] differs from q's \[1, 2, 5, 16\]"):
+    with pytest.raises(pasa.PasaError, match=r"^out: shape \(1, 2, 5, 15\) differs from q's \(1, 2, 5, 16\)"):
         torch.ops.pasa.attention_out(q, k, v, torch.empty(1, 2, 5, 15), None, "exact", False, "top_left",
                                      None, "bhsd")
     # The paths that read values name a meta tensor instead of failing in DLPack or .cpu().
