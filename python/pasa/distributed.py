@@ -122,16 +122,22 @@ def merge_partial(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> Non
     """Merges a partial result ``(o, lse)`` into the float32 ``(o_acc, lse_acc)``, in place.
 
     Both are attention over disjoint key sets for the same queries; the merge is their
-    normalizer-weighted average, ``exp(lse_i - lse_new)``. Rows with ``lse = -inf`` (no visible key
+    normalizer-weighted average, weights ``exp(lse_i - lse_new)`` (taken against the larger of the two,
+    so that they stay exact at any LSE). Rows with ``lse = -inf`` (no visible key
     yet), and parts whose weight underflows to 0, carry none, whatever their O holds (an accumulator
     from ``torch.empty``); a row where both are -inf stays ``O = 0, LSE = -inf``.
     """
     lse = lse.to(torch.float32)
-    lse_new = torch.logaddexp(lse_acc, lse)
-    empty = torch.isneginf(lse_new)
-    safe = torch.where(empty, torch.zeros_like(lse_new), lse_new)
-    w_acc = torch.exp(lse_acc - safe).unsqueeze(-1)
-    w_new = torch.exp(lse - safe).unsqueeze(-1)
+    # The weights come from the terms shifted by the larger LSE, not from exp(lse - lse_new): in float32
+    # log(2) added to an LSE past about 1e7 is lost to rounding, which made two equal parts weigh 1 each.
+    hi = torch.maximum(lse_acc, lse)
+    empty = torch.isneginf(hi)
+    safe = torch.where(empty, torch.zeros_like(hi), hi)
+    e_acc, e_new = torch.exp(lse_acc - safe), torch.exp(lse - safe)
+    total = torch.where(empty, torch.ones_like(hi), e_acc + e_new)  # (>= 1 elsewhere: the larger term is 1)
+    lse_new = torch.where(empty, hi, safe + torch.log(total))
+    w_acc = (e_acc / total).unsqueeze(-1)
+    w_new = (e_new / total).unsqueeze(-1)
     # A part of weight 0 adds nothing whatever its O holds (0 times an inf or NaN there would be NaN),
     # as merge_partials weighs parts in C++.
     o_acc.mul_(w_acc).masked_fill_(w_acc == 0, 0.0)

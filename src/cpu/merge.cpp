@@ -89,9 +89,12 @@ void merge_partials(const TensorView& o_a, const LseView& lse_a, const TensorVie
           lse_at(lse, b, h, s) = static_cast<float>(hi);
           continue;
         }
-        // Stable log-sum-exp: factor out the larger term so neither exponential overflows.
-        const double merged = hi + std::log(std::exp(la - hi) + std::exp(lb - hi));
-        const double wa = std::exp(la - merged), wb = std::exp(lb - merged);
+        // Stable log-sum-exp: factor out the larger term so neither exponential overflows. The weights
+        // come from the shifted terms, not from exp(lse - merged): at |LSE| past about 1e9, adding
+        // log(1 + ...) to hi is lost to the double's rounding, which made equal parts weigh 1 and 1.
+        const double ea = std::exp(la - hi), eb = std::exp(lb - hi);
+        const double merged = hi + std::log(ea + eb);
+        const double wa = ea / (ea + eb), wb = eb / (ea + eb);
         for (std::int64_t d = 0; d < D; ++d) {
           const double va = load_as_float(o_a.data, o_a.dtype, o_a.offset(b, h, s, d));
           const double vb = load_as_float(o_b.data, o_b.dtype, o_b.offset(b, h, s, d));

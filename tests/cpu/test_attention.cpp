@@ -248,6 +248,21 @@ TEST(Merge, BothPartsEmptyGiveZeroAndMinusInfinity) {
   EXPECT_TRUE(std::isinf(lm) && lm < 0);
 }
 
+// Equal parts weigh half each whatever their LSE: weights taken as exp(lse - merged) were 1 and 1 once
+// |LSE| passed about 1e9 (log 2 added to 1e17 is lost to the double's rounding): O came out 3, not 1.5.
+// Such LSEs are a scale of 1e15-1e20 on two equal keys, which pasa::attention runs.
+TEST(Merge, EqualPartsWeighHalfAtAnyLse) {
+  for (const float big : {0.0f, 1e8f, 1e15f, 1e17f, -1e17f, 3e38f}) {
+    SCOPED_TRACE(big);
+    float oa = 1, ob = 2, om = 0, la = big, lb = big, lm = 0;
+    merge_partials(bhsd_view(&oa, DType::f32, 1, 1, 1, 1), lse_view(&la, 1, 1, 1),
+                   bhsd_view(&ob, DType::f32, 1, 1, 1, 1), lse_view(&lb, 1, 1, 1),
+                   bhsd_view(&om, DType::f32, 1, 1, 1, 1), lse_view(&lm, 1, 1, 1));
+    EXPECT_EQ(om, 1.5f);
+    EXPECT_EQ(lm, static_cast<float>(static_cast<double>(big) + std::log(2.0)));
+  }
+}
+
 // The merge checks its tensors as pasa::attention does, naming each, before writing: a null LSE was
 // reported as its output's, a negative input stride was read before the buffer, and an empty shape
 // or an output stride of 0 went through.

@@ -188,6 +188,15 @@ def test_merge_partial_of_masked_rows():
     assert o_acc[0, 0, 1].tolist() == [0.0] * 4 and lse_acc[0, 0, 1].item() == float("-inf")
 
 
+@pytest.mark.parametrize("big", [0.0, 1e8, -1e8, 3e38])
+def test_merge_partial_weighs_equal_parts_half_at_any_lse(big):
+    """Weights taken as exp(lse - lse_new) were 1 and 1 once float32 lost log(2) beside the LSE."""
+    o_acc, lse_acc = torch.ones(1, 1, 1, 4), torch.full((1, 1, 1), big)
+    pd.merge_partial(o_acc, lse_acc, torch.full((1, 1, 1, 4), 2.0), torch.full((1, 1, 1), big))
+    assert o_acc.flatten().tolist() == [1.5] * 4
+    assert lse_acc.item() == torch.tensor(big + np.log(2.0), dtype=torch.float32).item()
+
+
 def test_merge_partial_ignores_what_a_weightless_partial_holds():
     """An O with inf or NaN where its LSE is -inf (an accumulator from torch.empty) weighs nothing."""
     o_acc = torch.tensor([[[[float("nan")] * 4, [1.0, 2.0, 3.0, 4.0]]]])

@@ -333,6 +333,7 @@ def test_torch_cpu_tensors_run_on_the_emulator(rng):
 
 
 
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
 def test_inputs_that_require_grad_raise(rng):
     """These calls write their outputs directly, so a gradient would be silently lost: refused, as
     pasa.attention refuses out= then; under torch.no_grad() they run."""
