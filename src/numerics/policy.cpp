@@ -646,10 +646,13 @@ void validate(const Policy& p) {
                                    ? text::format("{:g} keys' (PASA's largest row sum)", keys)
                                    : text::format("{:g} keys' (a key block, s2)", keys);
       const double after = std::floor(f.max_finite() / term) + 1.0;  // keys of weight 1 that pass it
-      const double p_scale_max = f.max_finite() / (keys * p.v_quant->max_finite());
-      const std::string remedy = f.exp_bits < 8
-                                     ? text::format("{}=fp32 or bf16, or p_scale <= {:g}", key, p_scale_max)
-                                     : text::format("p_scale <= {:g}, or a v_quant of smaller values", p_scale_max);
+      // (Against a row of 2^31 keys a p_scale small enough would underflow P = 1: no remedy there.)
+      const std::string scaled = keys == kMaxRowKeys
+                                     ? std::string()
+                                     : text::format("p_scale <= {:g}", f.max_finite() / (keys * p.v_quant->max_finite()));
+      const std::string remedy = f.exp_bits < 8 ? text::format("{}=fp32 or bf16{}{}", key, scaled.empty() ? "" : ", or ",
+                                                               scaled)
+                                                : (scaled.empty() ? "a v_quant of smaller values" : scaled);
       throw Error(text::format("policy field '{}': {} cannot hold the sum of {} P~ V terms, each up to {}: it "
                                "passes {:g} after {:g} {} of weight 1 at V's largest values; use {}", key, f.name(),
                                span, each, f.max_finite(), after, after == 1.0 ? "key" : "keys", remedy));
