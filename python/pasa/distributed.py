@@ -30,15 +30,18 @@ same for every policy and adds only float32 roundings. Importing this module imp
 from __future__ import annotations
 
 import numbers
+import zlib
 from typing import List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from ._api import attention
+from ._arrays import check_not_meta
 from ._errors import PasaError
-from ._policy import PolicyLike
+from ._policy import PolicyLike, core_policy
 
 __all__ = ["ring_attention", "allgather_attention", "shard", "unshard", "merge_partial"]
 
@@ -67,6 +70,9 @@ def _rank_chunks(lengths: Sequence[int], zigzag: bool) -> List[List[_Chunk]]:
     if not zigzag:
         starts = [sum(lengths[:r]) for r in range(world)]
         return [[(starts[r], 0, lengths[r])] for r in range(world)]
+    if total < 2 * world:
+        raise PasaError(f"q: the zig-zag layout needs at least 2 * world_size = {2 * world} tokens (two chunks "
+                        f"a rank), got {total}; use the contiguous layout (zigzag=False)")
     bounds = _chunk_bounds(total, 2 * world)
     chunks = []
     for r in range(world):
@@ -95,6 +101,11 @@ def shard(x: Tensor, rank: int, world_size: int, *, zigzag: bool = False) -> Ten
         raise PasaError(f"world_size: {world_size} is below 1")
     if not 0 <= rank < world_size:
         raise PasaError(f"rank: {rank} is outside 0..{world_size - 1}")
+    _check_flag(zigzag, "zigzag")
+    if zigzag and x.shape[2] < 2 * world_size:
+        raise PasaError(f"x: the zig-zag layout gives every rank two chunks of the sequence, so it needs "
+                        f"at least 2 * world_size = {2 * world_size} tokens, got {x.shape[2]}; use the "
+                        f"contiguous layout (zigzag=False)")
     if not zigzag:
         start, stop = _chunk_bounds(x.shape[2], world_size)[rank]
         return x[:, :, start:stop]
@@ -109,6 +120,7 @@ def unshard(shards: Sequence[Tensor], *, zigzag: bool = False) -> Tensor:
     Works on any per-rank tensors whose dim 2 is the sequence (outputs ``[B, H, S, D]``) or whose
     last dim is (LSEs ``[B, H, S]``).
     """
+    _check_flag(zigzag, "zigzag")
     if len(shards) == 0 or not all(isinstance(s, torch.Tensor) for s in shards):
         raise PasaError("shards: expected a non-empty sequence of torch.Tensor, one per rank in rank order")
     dim = 2 if shards[0].dim() == 4 else shards[0].dim() - 1
@@ -145,17 +157,26 @@ def merge_partial(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> Non
     lse_acc.copy_(lse_new)
 
 
+def _check_flag(value, name: str) -> None:
+    if not isinstance(value, (bool, np.bool_)):  # ("False" is truthy: taken as a flag it would mean True)
+        raise PasaError(f"{name}: expected True or False, got {value!r}")
+
+
 def _group_info(group) -> Tuple[int, int]:
     if not dist.is_available() or not dist.is_initialized():
         raise PasaError("group: torch.distributed is not initialized; call "
                         "torch.distributed.init_process_group first (e.g. under torchrun)")
-    return dist.get_rank(group), dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    if rank < 0:
+        raise PasaError("group: this process is not a member of the group; call it on the group's ranks only")
+    return rank, dist.get_world_size(group)
 
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor) or x.dim() != 4:
             raise PasaError(f"{name}: expected a 4-D torch.Tensor [B, H, S, D] (layout 'bhsd')")
+        check_not_meta(x, name)
         if x.requires_grad and torch.is_grad_enabled():  # (the merged output records no autograd)
             raise PasaError(f"{name}: requires grad; context-parallel attention is inference only "
                             f"(no backward): call it under torch.no_grad() or torch.inference_mode()")
@@ -172,12 +193,58 @@ def _global_rank(group, group_rank: int) -> int:
     return group_rank if group is None else dist.get_global_rank(group, group_rank)
 
 
-def _all_lengths(local: int, device: torch.device, group) -> List[int]:
-    world = dist.get_world_size(group)
-    mine = torch.tensor([local], dtype=torch.int64, device=device)
-    every = [torch.empty_like(mine) for _ in range(world)]
-    dist.all_gather(every, mine, group=group)
-    return [int(t.item()) for t in every]
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# What every rank must give alike, after its local length (entry 0) and whether its own checks passed.
+_AGREED = ("q's batch", "K/V's batch", "query heads", "K/V heads", "q's head dim", "K/V's head dim", "dtypes",
+           "zigzag", "causal", "return_lse", "policy and scale")
+
+
+def _agree(q, k, v, group, policy: PolicyLike, causal, zigzag, scale, return_lse) -> Tuple[int, int, List[int]]:
+    """(rank, world size, every rank's local length), once every rank has checked its own arguments
+    and all agree on the problem's shape and options (one all_gather): a rank whose checks failed
+    raises its error, and every other rank a PasaError naming it, instead of waiting for it in a later
+    collective or reading a peer's K/V as another shape or dtype. (Without a process group, bad
+    arguments are named first.)"""
+    error = None
+    try:
+        _check_inputs(q, k, v)
+        for name, flag in (("causal", causal), ("zigzag", zigzag), ("return_lse", return_lse)):
+            _check_flag(flag, name)
+        options = zlib.crc32(f"{core_policy(policy).to_string()}|{scale!r}".encode())
+    except PasaError as e:
+        error = e
+    try:
+        rank, world = _group_info(group)
+    except PasaError:
+        if error is not None:
+            raise error from None
+        raise
+    device = q.device if error is None else torch.device("cpu")
+    if error is None:
+        code = [_DTYPES.index(x.dtype) if x.dtype in _DTYPES else len(_DTYPES) for x in (q, k, v)]
+        mine = [q.shape[2], 1, q.shape[0], k.shape[0], q.shape[1], k.shape[1], q.shape[3], k.shape[3],
+                16 * code[0] + 4 * code[1] + code[2], int(zigzag), int(causal), int(return_lse), options]
+    else:
+        mine = [0] * (2 + len(_AGREED))
+    if error is not None and isinstance(q, torch.Tensor) and q.device.type == "cuda":
+        device = q.device  # (NCCL gathers CUDA tensors only)
+    mine_t = torch.tensor(mine, dtype=torch.int64, device=device)
+    every = [torch.empty_like(mine_t) for _ in range(world)]
+    dist.all_gather(every, mine_t, group=group)
+    rows = [t.tolist() for t in every]
+    if error is not None:
+        raise error
+    refused = [r for r, row in enumerate(rows) if row[1] == 0]
+    if refused:
+        raise PasaError(f"group: rank {refused[0]} refused its arguments (its own error says why); no rank "
+                        f"computes")
+    for i, what in enumerate(_AGREED):
+        values = [row[2 + i] for row in rows]
+        if len(set(values)) > 1:
+            r = next(r for r, x in enumerate(values) if x != values[0])
+            raise PasaError(f"group: the ranks' {what} differ (rank 0's and rank {r}'s); every rank must give the "
+                            f"same problem, only its slice of the sequence differs")
+    return rank, world, [row[0] for row in rows]
 
 
 def _partial(q: Tensor, k: Tensor, v: Tensor, diagonal: bool, policy: PolicyLike,
@@ -240,9 +307,8 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, *, group=None, policy: Polic
         This rank's output in ``q``'s dtype (and the LSE), equal to single-device attention on the
         whole sequence within the policy's tolerance.
     """
-    _check_inputs(q, k, v)
-    rank, world = _group_info(group)
-    chunks = _rank_chunks(_all_lengths(q.shape[2], q.device, group), zigzag)
+    rank, world, lengths = _agree(q, k, v, group, policy, causal, zigzag, scale, return_lse)
+    chunks = _rank_chunks(lengths, zigzag)
     accumulators = _accumulators(q, chunks[rank])
     current = torch.stack([k, v]).contiguous()
     send_to, recv_from = _global_rank(group, rank + 1), _global_rank(group, rank - 1)
@@ -276,9 +342,7 @@ def allgather_attention(q: Tensor, k: Tensor, v: Tensor, *, group=None,
     query chunk attends once to the keys it sees (causal: the prefix that ends with its own chunk,
     bottom-right aligned). Needs memory for the whole sequence's K/V on every rank.
     """
-    _check_inputs(q, k, v)
-    rank, world = _group_info(group)
-    lengths = _all_lengths(q.shape[2], q.device, group)
+    rank, world, lengths = _agree(q, k, v, group, policy, causal, zigzag, scale, return_lse)
     chunks = _rank_chunks(lengths, zigzag)
     local = torch.stack([k, v])
     # all_gather needs equal sizes: pad every rank's K/V to the longest shard.

@@ -12,6 +12,7 @@ merge adds: each partial rounded to the policy's output format and the float32 m
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -107,6 +108,51 @@ def run_world(world: int, tmp_path_factory):
         gathered[key] = tuple(pd.unshard([per_rank[r][key][i] for r in range(world)],
                                          zigzag=zigzag).numpy() for i in (0, 1))
     return gathered
+
+
+def misuse_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
+    """Calls where the ranks disagree, or one rank's arguments are bad: each rank records its error."""
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        q = torch.randn(1, 2, 8, 16)
+        errors = {}
+        scenarios = {
+            "dtype": lambda: pd.ring_attention(*((q.half(),) * 3 if rank == 1 else (q,) * 3)),
+            "policy": lambda: pd.allgather_attention(q, q, q, policy="exact" if rank == 0 else "fa16"),
+            "one rank's flag": lambda: pd.ring_attention(q, q, q, causal="False" if rank == 1 else False),
+            "head dim": lambda: pd.ring_attention(*((q[..., :8],) * 3 if rank == 1 else (q,) * 3)),
+        }
+        for name, call in scenarios.items():
+            try:
+                call()
+                errors[name] = "no error"
+            except Exception as e:  # noqa: BLE001 (the test compares what each rank raised)
+                errors[name] = f"{type(e).__name__}: {e}"
+        with open(os.path.join(out_dir, f"misuse{rank}.json"), "w") as f:
+            json.dump(errors, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ranks_that_disagree_or_refuse_raise_on_every_rank(tmp_path):
+    """A peer's K/V read as another dtype or shape gave wrong results (or a gloo abort), and one rank's
+    bad argument left the others waiting in a collective: every rank now raises PasaError."""
+    init_file = os.path.join(str(tmp_path), "rendezvous")
+    torch.multiprocessing.spawn(misuse_worker, args=(2, init_file, str(tmp_path)), nprocs=2, join=True)
+    errors = [json.load(open(os.path.join(str(tmp_path), f"misuse{r}.json"))) for r in range(2)]
+    for r in range(2):
+        assert errors[r]["dtype"].startswith("PasaError: group: the ranks' dtypes differ"), errors[r]
+        assert errors[r]["policy"].startswith("PasaError: group: the ranks' policy and scale differ"), errors[r]
+        assert errors[r]["head dim"].startswith("PasaError: group: the ranks' q's head dim differ"), errors[r]
+    assert errors[1]["one rank's flag"].startswith("PasaError: causal: expected True or False"), errors[1]
+    assert errors[0]["one rank's flag"].startswith("PasaError: group: rank 1 refused its arguments"), errors[0]
+
+
+def test_zigzag_needs_two_tokens_a_rank():
+    with pytest.raises(pasa.PasaError, match=r"^x: the zig-zag layout gives every rank two chunks"):
+        pd.shard(torch.zeros(1, 1, 3, 1), 0, 2, zigzag=True)
+    with pytest.raises(pasa.PasaError, match=r"^zigzag: expected True or False, got 'no'"):
+        pd.shard(torch.zeros(1, 1, 8, 1), 0, 2, zigzag="no")
 
 
 @pytest.fixture(scope="module")
