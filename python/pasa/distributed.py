@@ -193,6 +193,14 @@ def _global_rank(group, group_rank: int) -> int:
     return group_rank if group is None else dist.get_global_rank(group, group_rank)
 
 
+def _scale_text(scale) -> str:
+    """The scale as the ranks compare it: the same number whether given as a Python or NumPy float."""
+    try:
+        return repr(None if scale is None else float(scale))
+    except (TypeError, ValueError):  # (pasa.attention names what it is; the ranks compare its text)
+        return repr(scale)
+
+
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # What every rank must give alike, after its local length (entry 0) and whether its own checks passed.
 _AGREED = ("q's batch", "K/V's batch", "query heads", "K/V heads", "q's head dim", "K/V's head dim", "dtypes",
@@ -210,7 +218,7 @@ def _agree(q, k, v, group, policy: PolicyLike, causal, zigzag, scale, return_lse
         _check_inputs(q, k, v)
         for name, flag in (("causal", causal), ("zigzag", zigzag), ("return_lse", return_lse)):
             _check_flag(flag, name)
-        options = zlib.crc32(f"{core_policy(policy).to_string()}|{scale!r}".encode())
+        options = zlib.crc32(f"{core_policy(policy).to_string()}|{_scale_text(scale)}".encode())
     except PasaError as e:
         error = e
     try:

@@ -121,6 +121,8 @@ def misuse_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
             "policy": lambda: pd.allgather_attention(q, q, q, policy="exact" if rank == 0 else "fa16"),
             "one rank's flag": lambda: pd.ring_attention(q, q, q, causal="False" if rank == 1 else False),
             "head dim": lambda: pd.ring_attention(*((q[..., :8],) * 3 if rank == 1 else (q,) * 3)),
+            # (the same scale as a Python and as a NumPy float: the ranks agree)
+            "scale kinds": lambda: pd.ring_attention(q, q, q, scale=0.25 if rank == 0 else np.float32(0.25)),
         }
         for name, call in scenarios.items():
             try:
@@ -144,6 +146,7 @@ def test_ranks_that_disagree_or_refuse_raise_on_every_rank(tmp_path):
         assert errors[r]["dtype"].startswith("PasaError: group: the ranks' dtypes differ"), errors[r]
         assert errors[r]["policy"].startswith("PasaError: group: the ranks' policy and scale differ"), errors[r]
         assert errors[r]["head dim"].startswith("PasaError: group: the ranks' q's head dim differ"), errors[r]
+    assert errors[0]["scale kinds"] == errors[1]["scale kinds"] == "no error", errors
     assert errors[1]["one rank's flag"].startswith("PasaError: causal: expected True or False"), errors[1]
     assert errors[0]["one rank's flag"].startswith("PasaError: group: rank 1 refused its arguments"), errors[0]
 
