@@ -18,7 +18,7 @@ from . import _core, _serving
 from ._arrays import (allocate_outputs, as_kernel_argument, check_array, check_distinct_elements, check_not_meta,
                       check_sign_bits, check_writable, is_cupy_array, is_ml_dtypes_bfloat16,
                       is_ml_dtypes_bfloat16_dtype, is_torch_tensor)
-from ._errors import PasaError, real_argument
+from ._errors import PasaError, flag_argument, real_argument
 from ._policy import PolicyLike, core_policy, policy_text
 from ._score_mods import check_softcap, check_window, mask_shape, numpy_mask
 
@@ -30,8 +30,7 @@ _ALIGNMENTS = ("bottom_right", "top_left")
 
 def _check_options(causal: Any, causal_alignment: Any, scale: Any, layout: Any,
                    return_lse: Any) -> Optional[float]:
-    if not isinstance(causal, (bool, np.bool_)):
-        raise PasaError(f"causal: expected True or False, got {causal!r}")
+    flag_argument(causal, "causal")
     if causal_alignment not in _ALIGNMENTS:
         raise PasaError(
             f"causal_alignment: {causal_alignment!r} is not 'bottom_right' (query i sees keys "
@@ -39,8 +38,7 @@ def _check_options(causal: Any, causal_alignment: Any, scale: Any, layout: Any,
         )
     if layout not in _LAYOUTS:
         raise PasaError(f"layout: {layout!r} is not 'bhsd' ([B, H, S, D]) or 'bshd' ([B, S, H, D])")
-    if not isinstance(return_lse, (bool, np.bool_)):
-        raise PasaError(f"return_lse: expected True or False, got {return_lse!r}")
+    flag_argument(return_lse, "return_lse")
     if scale is None:
         return None
     if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real):
@@ -247,8 +245,7 @@ def sdpa(
             f"dropout_p: pasa.sdpa has no dropout (got {dropout_p}); pass dropout_p=0.0 "
             f"(inference) or use torch's scaled_dot_product_attention for training"
         )
-    if not isinstance(enable_gqa, (bool, np.bool_)):
-        raise PasaError(f"enable_gqa: expected True or False, got {enable_gqa!r}")
+    flag_argument(enable_gqa, "enable_gqa")
     # (what is plainly no flag; torch.compile traces a computed or NumPy flag as its own objects)
     if is_causal is None or isinstance(is_causal, (str, bytes, float)):
         raise PasaError(f"is_causal: expected True or False, got {is_causal!r}")

@@ -59,8 +59,8 @@ def check_array(x: Any, name: str, any_byte_order: bool = False, index: bool = F
     """Raises PasaError unless x is an array pasa can read (NumPy or any DLPack producer): for the
     extension's calls in native byte order and of a dtype DLPack carries (DLPack has no other), for
     the file writers any (any_byte_order); an index array (index: cu_seqlens and the like, which pasa
-    converts itself) may also be in either byte order and hold Python ints in an object array; a torch tensor without a lazy sign
-    (check_sign_bits)."""
+    converts itself) may also be in either byte order and hold Python ints in an object array; a torch
+    tensor without a lazy sign (check_sign_bits)."""
     if isinstance(x, np.ndarray):
         # (what DLPack cannot carry, which the extension's binding would refuse with a TypeError)
         if not (any_byte_order or index or _dlpack_dtype(x.dtype) or is_ml_dtypes_bfloat16_dtype(x.dtype)):

@@ -7,6 +7,8 @@ import math
 import numbers
 from typing import Any
 
+import numpy as np
+
 from . import _core
 
 #: Raised for bad input (shapes, dtypes, devices, files, policy text) and unsupported requests.
@@ -41,6 +43,14 @@ def int_argument(value: Any, name: str, low: int, high: int) -> int:
     if not low <= int(value) <= high:
         raise PasaError(f"{name}: {int(value)} is outside {low}..{high}")
     return int(value)
+
+
+def flag_argument(value: Any, name: str) -> bool:
+    """``value`` as a bool (a NumPy bool too), or PasaError naming ``name``: "False" is truthy, so a
+    flag taken by its truth would read it as True."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise PasaError(f"{name}: expected True or False, got {value!r}")
+    return bool(value)
 
 
 def allocation_error(error: RuntimeError, name: str, shape: Any) -> BaseException:

@@ -106,9 +106,9 @@ def save(path: PathLike, data: Union[Any, Mapping[str, Any]]) -> None:
     Arrays may be NumPy arrays or host DLPack arrays (torch tensors on any device are copied to
     the host), or NumPy scalars (0-d), of float32, float16 or bfloat16, of rank up to 8 (0-d and
     zero-size included); other dtypes raise PasaError rather than being converted silently
-    (big-endian arrays are stored in the files' little-endian order, values unchanged). Tensor names must be non-empty text without
-    NUL characters. The file is replaced whole or not at all: it is written to a temporary file
-    next to it, then renamed over it.
+    (big-endian arrays are stored in the files' little-endian order, values unchanged). Tensor names
+    must be non-empty text without NUL characters. The file is replaced whole or not at all: it is
+    written to a temporary file next to it, then renamed over it.
     """
     raw = file_path(path)
     text = os.fsdecode(raw)  # (for messages)

@@ -17,7 +17,7 @@ import numpy as np
 from . import _core
 from ._arrays import (_DL_CPU, _host_empty, _imported_torch, check_array, check_given_out, check_sign_bits,
                       dlpack_device, is_ml_dtypes_bfloat16, is_torch_tensor)
-from ._errors import PasaError, allocation_error, real_argument
+from ._errors import PasaError, allocation_error, flag_argument, real_argument
 from ._policy import PolicyLike, core_policy
 
 __all__ = ["attention_varlen", "attention_with_kvcache"]
@@ -194,12 +194,6 @@ def _run(function: Callable[..., None], device: Optional[Any], arrays: Tuple[Any
     function(*capsules, *options, stream, workspace=workspace)
 
 
-def _check_flag(value: Any, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise PasaError(f"{name}: expected True or False, got {value!r}")
-    return bool(value)
-
-
 def _check_scale(scale: Any, name: str) -> Optional[float]:
     """None, or scale as a finite float (PasaError naming ``name`` otherwise)."""
     return None if scale is None else real_argument(scale, name)
@@ -298,8 +292,8 @@ def attention_with_kvcache(
             arrays on different devices, on the GPU ``S_q > 16`` or a policy other than ``exact``
             and ``fdpp``, and every check of :func:`pasa.attention`.
     """
-    causal = _check_flag(causal, "causal")
-    return_softmax_lse = _check_flag(return_softmax_lse, "return_softmax_lse")
+    causal = flag_argument(causal, "causal")
+    return_softmax_lse = flag_argument(return_softmax_lse, "return_softmax_lse")
     scale = _check_scale(softmax_scale, "softmax_scale")
     device = _cuda_device(q)
     place = _placer(device)

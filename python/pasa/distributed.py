@@ -33,14 +33,13 @@ import numbers
 import zlib
 from typing import List, Optional, Sequence, Tuple, Union
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from ._api import attention
 from ._arrays import check_not_meta
-from ._errors import PasaError
+from ._errors import PasaError, flag_argument
 from ._policy import PolicyLike, core_policy
 
 __all__ = ["ring_attention", "allgather_attention", "shard", "unshard", "merge_partial"]
@@ -61,6 +60,13 @@ def _chunk_bounds(total: int, parts: int) -> List[Tuple[int, int]]:
     return bounds
 
 
+def _check_zigzag_tokens(total: int, world: int, name: str) -> None:
+    if total < 2 * world:
+        raise PasaError(f"{name}: the zig-zag layout gives every rank two chunks of the sequence, so it needs "
+                        f"at least 2 * world_size = {2 * world} tokens, got {total}; use the contiguous layout "
+                        f"(zigzag=False)")
+
+
 def _rank_chunks(lengths: Sequence[int], zigzag: bool) -> List[List[_Chunk]]:
     """Each rank's chunks from every rank's local length; raises if they fit no layout."""
     world, total = len(lengths), sum(lengths)
@@ -70,9 +76,7 @@ def _rank_chunks(lengths: Sequence[int], zigzag: bool) -> List[List[_Chunk]]:
     if not zigzag:
         starts = [sum(lengths[:r]) for r in range(world)]
         return [[(starts[r], 0, lengths[r])] for r in range(world)]
-    if total < 2 * world:
-        raise PasaError(f"q: the zig-zag layout needs at least 2 * world_size = {2 * world} tokens (two chunks "
-                        f"a rank), got {total}; use the contiguous layout (zigzag=False)")
+    _check_zigzag_tokens(total, world, "q")
     bounds = _chunk_bounds(total, 2 * world)
     chunks = []
     for r in range(world):
@@ -101,11 +105,9 @@ def shard(x: Tensor, rank: int, world_size: int, *, zigzag: bool = False) -> Ten
         raise PasaError(f"world_size: {world_size} is below 1")
     if not 0 <= rank < world_size:
         raise PasaError(f"rank: {rank} is outside 0..{world_size - 1}")
-    _check_flag(zigzag, "zigzag")
-    if zigzag and x.shape[2] < 2 * world_size:
-        raise PasaError(f"x: the zig-zag layout gives every rank two chunks of the sequence, so it needs "
-                        f"at least 2 * world_size = {2 * world_size} tokens, got {x.shape[2]}; use the "
-                        f"contiguous layout (zigzag=False)")
+    flag_argument(zigzag, "zigzag")
+    if zigzag:
+        _check_zigzag_tokens(x.shape[2], world_size, "x")
     if not zigzag:
         start, stop = _chunk_bounds(x.shape[2], world_size)[rank]
         return x[:, :, start:stop]
@@ -120,7 +122,7 @@ def unshard(shards: Sequence[Tensor], *, zigzag: bool = False) -> Tensor:
     Works on any per-rank tensors whose dim 2 is the sequence (outputs ``[B, H, S, D]``) or whose
     last dim is (LSEs ``[B, H, S]``).
     """
-    _check_flag(zigzag, "zigzag")
+    flag_argument(zigzag, "zigzag")
     if len(shards) == 0 or not all(isinstance(s, torch.Tensor) for s in shards):
         raise PasaError("shards: expected a non-empty sequence of torch.Tensor, one per rank in rank order")
     dim = 2 if shards[0].dim() == 4 else shards[0].dim() - 1
@@ -155,11 +157,6 @@ def merge_partial(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> Non
     o_acc.mul_(w_acc).masked_fill_(w_acc == 0, 0.0)
     o_acc.add_((w_new * o.to(torch.float32)).masked_fill_(w_new == 0, 0.0))
     lse_acc.copy_(lse_new)
-
-
-def _check_flag(value, name: str) -> None:
-    if not isinstance(value, (bool, np.bool_)):  # ("False" is truthy: taken as a flag it would mean True)
-        raise PasaError(f"{name}: expected True or False, got {value!r}")
 
 
 def _group_info(group) -> Tuple[int, int]:
@@ -217,7 +214,7 @@ def _agree(q, k, v, group, policy: PolicyLike, causal, zigzag, scale, return_lse
     try:
         _check_inputs(q, k, v)
         for name, flag in (("causal", causal), ("zigzag", zigzag), ("return_lse", return_lse)):
-            _check_flag(flag, name)
+            flag_argument(flag, name)
         options = zlib.crc32(f"{core_policy(policy).to_string()}|{_scale_text(scale)}".encode())
     except PasaError as e:
         error = e
@@ -227,15 +224,14 @@ def _agree(q, k, v, group, policy: PolicyLike, causal, zigzag, scale, return_lse
         if error is not None:
             raise error from None
         raise
-    device = q.device if error is None else torch.device("cpu")
+    # (NCCL gathers CUDA tensors only; gloo takes CPU ones)
+    device = q.device if isinstance(q, torch.Tensor) and q.device.type == "cuda" else torch.device("cpu")
     if error is None:
         code = [_DTYPES.index(x.dtype) if x.dtype in _DTYPES else len(_DTYPES) for x in (q, k, v)]
         mine = [q.shape[2], 1, q.shape[0], k.shape[0], q.shape[1], k.shape[1], q.shape[3], k.shape[3],
                 16 * code[0] + 4 * code[1] + code[2], int(zigzag), int(causal), int(return_lse), options]
     else:
         mine = [0] * (2 + len(_AGREED))
-    if error is not None and isinstance(q, torch.Tensor) and q.device.type == "cuda":
-        device = q.device  # (NCCL gathers CUDA tensors only)
     mine_t = torch.tensor(mine, dtype=torch.int64, device=device)
     every = [torch.empty_like(mine_t) for _ in range(world)]
     dist.all_gather(every, mine_t, group=group)

@@ -633,29 +633,27 @@ void validate(const Policy& p) {
   if (p.v_quant) {
     constexpr double kMaxRowKeys = 2147483648.0;  // 2^31 keys: any row a call can have
     const double term = round_to(Format::fp32(), p.p_scale) * p.v_quant->max_finite();
-    const bool headroom = p.shift == Shift::pasa;
-    const double row_sum = headroom ? pasa_largest_row_sum(p.block_kv) : kMaxRowKeys;
-    for (auto [key, f, keys] : {std::tuple{"pv_acc", p.pv_acc, p.two_level ? double(p.block_kv) : row_sum},
-                                std::tuple{"o", p.o, row_sum}}) {
+    // A row's sum: bounded by PASA's headroom, else by its length. (Against a row of 2^31 keys, a p_scale
+    // small enough would underflow P = 1: no p_scale is offered there.)
+    const bool pasa = p.shift == Shift::pasa;
+    const double row_keys = pasa ? pasa_largest_row_sum(p.block_kv) : kMaxRowKeys;
+    const std::string row = pasa ? text::format("{:g} keys' (PASA's largest row sum)", row_keys) : "a row's (up to 2^31 keys)";
+    const std::string block = text::format("{:g} keys' (a key block, s2)", double(p.block_kv));
+    for (auto [key, f, keys, span] : {std::tuple{"pv_acc", p.pv_acc, p.two_level ? double(p.block_kv) : row_keys,
+                                                 p.two_level ? block : row},
+                                      std::tuple{"o", p.o, row_keys, row}}) {
       if (f.is_integer() || keys * term <= f.max_finite()) continue;
-      const std::string each = text::format("p_scale {} times {:g} (v_quant = {}'s largest value, which every channel "
-                                            "of V reaches) = {:g}", p.p_scale, p.v_quant->max_finite(),
-                                            p.v_quant->name(), term);
-      const std::string span = keys == kMaxRowKeys ? "a row's (up to 2^31 keys)"
-                               : key == std::string("o")
-                                   ? text::format("{:g} keys' (PASA's largest row sum)", keys)
-                                   : text::format("{:g} keys' (a key block, s2)", keys);
       const double after = std::floor(f.max_finite() / term) + 1.0;  // keys of weight 1 that pass it
-      // (Against a row of 2^31 keys a p_scale small enough would underflow P = 1: no remedy there.)
-      const std::string scaled = keys == kMaxRowKeys
-                                     ? std::string()
-                                     : text::format("p_scale <= {:g}", f.max_finite() / (keys * p.v_quant->max_finite()));
+      const std::string scaled = keys == kMaxRowKeys ? std::string()
+                                 : text::format("p_scale <= {:g}", f.max_finite() / (keys * p.v_quant->max_finite()));
       const std::string remedy = f.exp_bits < 8 ? text::format("{}=fp32 or bf16{}{}", key, scaled.empty() ? "" : ", or ",
                                                                scaled)
                                                 : (scaled.empty() ? "a v_quant of smaller values" : scaled);
-      throw Error(text::format("policy field '{}': {} cannot hold the sum of {} P~ V terms, each up to {}: it "
+      throw Error(text::format("policy field '{}': {} cannot hold the sum of {} P~ V terms, each up to p_scale {} times "
+                               "{:g} (v_quant = {}'s largest value, which every channel of V reaches) = {:g}: it "
                                "passes {:g} after {:g} {} of weight 1 at V's largest values; use {}", key, f.name(),
-                               span, each, f.max_finite(), after, after == 1.0 ? "key" : "keys", remedy));
+                               span, p.p_scale, p.v_quant->max_finite(), p.v_quant->name(), term, f.max_finite(),
+                               after, after == 1.0 ? "key" : "keys", remedy));
     }
   }
   // Likewise with Q and K both quantized (each group's largest |x| becomes the quantizer's largest

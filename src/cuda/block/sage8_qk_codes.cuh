@@ -18,12 +18,13 @@
 
 namespace pasa::cuda {
 
-// Four floats to e4m3 (rounded to nearest, saturated at 448), first in the lowest byte: Q and K's
-// codes under sage_fp8, and the mainloop's P~.
+// Two or four floats to e4m3 (rounded to nearest, saturated at 448), first in the lowest byte: Q and
+// K's codes under sage_fp8, and the mainloop's P~.
+__device__ __forceinline__ std::uint32_t pack_e4m3(float a, float b) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+}
 __device__ __forceinline__ std::uint32_t pack_e4m3(float a, float b, float c, float d) {
-  const std::uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-  const std::uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
-  return lo | (hi << 16);
+  return pack_e4m3(a, b) | (pack_e4m3(c, d) << 16);
 }
 
 struct Int8QkCodes {
@@ -71,12 +72,12 @@ struct E4m3QkCodes {
   static constexpr float kMax = 448.0f;
   using Acc = float;
 
-  // The e4m3 bytes of x * inv, packed from byte 0 up (pack_e4m3; two values: one conversion).
+  // The e4m3 bytes of x * inv, packed from byte 0 up.
   template <int kN>
   __device__ __forceinline__ static std::uint32_t pack(const float (&x)[kN], float inv) {
     static_assert(kN == 2 || kN == 4);
     if constexpr (kN == 2) {
-      return __nv_cvt_float2_to_fp8x2(make_float2(x[0] * inv, x[1] * inv), __NV_SATFINITE, __NV_E4M3);
+      return pack_e4m3(x[0] * inv, x[1] * inv);
     } else {
       return pack_e4m3(x[0] * inv, x[1] * inv, x[2] * inv, x[3] * inv);
     }
