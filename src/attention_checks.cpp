@@ -163,6 +163,15 @@ void check_mask_values(const MaskView& m) {
       }
 }
 
+std::array<std::int64_t, 4> canonical_strides(const TensorView& t) {
+  std::array<std::int64_t, 4> s = t.stride;
+  if (t.shape[3] == 1) s[3] = 1;
+  for (int i = 2; i >= 0; --i) {
+    if (t.shape[i] == 1) s[i] = s[i + 1] * t.shape[i + 1];
+  }
+  return s;
+}
+
 ProblemShape check_attention_args(const AttentionArgs& a, ViewForm form) {
   const ProblemShape p = check_attention_problem(a, form);
   check_output_memory(a, form);

@@ -3,6 +3,8 @@
 // argument, raised before any output is touched.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <string>
 
 #include "pasa/attention.h"
@@ -24,6 +26,13 @@ enum class ViewForm { bhsd, packed };
 // size >= 1 (a packed token count >= 0), strides >= 0 (>= 1 for an output, which is written), a data
 // pointer unless the view is empty.
 void check_view(const TensorView& t, const char* name, bool is_output, ViewForm form = ViewForm::bhsd);
+
+// t's strides with each size-1 dimension's replaced by the one a dense layout would give it (the next
+// inner stride times that dimension's extent): its index is always 0, so its stride addresses
+// nothing, and exporters give it any value (DLPack from torch before 2.9 gives 1, which is no
+// multiple of the 16 bytes the CUDA kernels need). Plans compare views by these, and the CUDA kernels
+// and their tensor maps are handed them.
+std::array<std::int64_t, 4> canonical_strides(const TensorView& t);
 
 // Checks pointers, shapes, GQA head counts, strides, devices, the LSE view and the scale, then
 // check_output_memory.

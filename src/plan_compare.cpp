@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "plan_compare.h"
 
+#include "attention_checks.h"
+
 #include "pasa/error.h"
 #include "text/format.h"
 
@@ -17,7 +19,8 @@ bool same_mask(const MaskView& a, const MaskView& b) {  // (not the pointer: run
 }  // namespace
 
 bool same_view(const TensorView& a, const TensorView& b) {
-  return a.dtype == b.dtype && a.shape == b.shape && a.stride == b.stride && a.device == b.device;
+  return a.dtype == b.dtype && a.shape == b.shape && canonical_strides(a) == canonical_strides(b) &&
+         a.device == b.device;
 }
 
 bool same_lse(const LseView& a, const LseView& b) {

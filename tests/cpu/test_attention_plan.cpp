@@ -60,6 +60,23 @@ TEST(AttentionPlan, RunEqualsAttentionForEveryPresetAndNewTensors) {
   }
 }
 
+// A size-1 dimension's stride addresses nothing (DLPack from torch before 2.9 exports it as 1): a call
+// that differs from the planned one only there runs on the plan, with the eager call's bits.
+TEST(AttentionPlan, StridesOfSizeOneDimensionsMayDiffer) {
+  const auto seed = test::fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  Problem planned(seed, 1, 70), by_plan(seed, 1, 70), eager(seed, 1, 70);  // one query a sequence
+  const AttentionPlan plan(planned.args);
+  for (TensorView* t : {&by_plan.args.q, &by_plan.args.o}) t->stride[2] = 1;
+  ASSERT_NE(by_plan.args.q.stride, planned.args.q.stride);
+  plan.run(by_plan.args);
+  attention(eager.args);
+  EXPECT_EQ(by_plan.o.bytes, eager.o.bytes);
+  Problem wider(seed, 1, 70);
+  wider.args.q.stride[1] += 32;  // a size-4 dimension's stride is the problem's
+  test::expect_error([&] { plan.run(wider.args); }, "q: differs from the problem the plan was made for");
+}
+
 // A plan moved from holds nothing: using it is a pasa::Error, the moved-to plan runs.
 TEST(AttentionPlan, AMovedFromPlanIsAnErrorToUse) {
   Problem p(test::kFixedSeeds[0]);

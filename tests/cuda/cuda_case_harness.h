@@ -111,6 +111,15 @@ struct DeviceTensor {
   }
 };
 
+// v with each size-1 dimension's stride set to 1, as DLPack from torch before 2.9 exports it (a stride
+// that addresses nothing, and no multiple of 16 bytes).
+TensorView with_size_one_strides_of_one(TensorView v) {
+  for (int i = 0; i < 4; ++i) {
+    if (v.shape[i] == 1) v.stride[i] = 1;
+  }
+  return v;
+}
+
 Format format_of(DType d) { return d == DType::bf16 ? Format::bf16() : Format::fp16(); }
 
 // The exact policy as the kernel runs it: P rounded to the input dtype.

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "cuda_case_harness.h"
@@ -136,6 +137,33 @@ void expect_run_gives(const AttentionPlan& plan, const AttentionArgs& args, void
   plan.run(args, workspace);
   cuda_ok(cudaDeviceSynchronize(), what);
   EXPECT_EQ(d_o.download(), expected) << what;
+}
+
+// A size-1 dimension's stride addresses nothing, and DLPack from torch before 2.9 exports it as 1: a
+// call whose size-1 dimensions have stride 1 runs, gives the bits of the call on dense strides, and
+// runs on that call's plan. Batch 1, one K/V head (MQA), one query (the decode kernel) and a prefill,
+// on the prefill kernels of each family.
+TEST(CudaPlan, SizeOneDimensionsRunWithAnyStride) {
+  REQUIRE_GPU();
+  const Shape shapes[] = {{1, 8, 1, 1, 1000, 1}, {1, 4, 1, 300, 300, 1}};
+  for (const char* policy : {"exact", "pasa", "sage8"}) {
+    if (std::string(policy) == "sage8" && !have_hopper_path()) continue;  // (sage8 runs on sm_90a only)
+    for (const Shape& s : shapes) {
+      if (std::string(policy) != "exact" && s.Sq == 1) continue;  // (decode runs exact and fdpp)
+      const auto seed = test::fresh_seed();
+      SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << policy << " Sq " << s.Sq);
+      std::mt19937_64 rng(seed);
+      DeviceProblem problem(s.B, s.Hq, s.Hkv, s.Sq, s.Skv, policy, rng);
+      const auto dense = eager_result(problem.args, problem.d_o);
+      AttentionArgs unit = problem.args;
+      for (TensorView* t : {&unit.q, &unit.k, &unit.v, &unit.o}) *t = with_size_one_strides_of_one(*t);
+      ASSERT_NE(unit.q.stride, problem.args.q.stride);
+      EXPECT_EQ(eager_result(unit, problem.d_o), dense) << "size-1 dimensions of stride 1";
+      const AttentionPlan plan(problem.args);
+      DeviceBuffer workspace(std::max<std::size_t>(plan.workspace_bytes(), 1));
+      expect_run_gives(plan, unit, workspace.ptr, problem.d_o, dense, "the dense call's plan");
+    }
+  }
 }
 
 // Every run of `plan` into `workspace` gives `eager`, bit for bit, however the workspace was left:

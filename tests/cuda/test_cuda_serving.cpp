@@ -430,6 +430,37 @@ TEST(CudaKVCacheDecode, DenseCacheWithAppendMatchesTheEmulator) {
   }
 }
 
+// A cache call whose size-1 dimensions have stride 1 (DLPack from torch before 2.9 exports them so:
+// CudaPlan.SizeOneDimensionsRunWithAnyStride) gives the bits of the call on dense strides: batch 1, one
+// query, one appended position, on a dense cache and on a paged cache of one block.
+TEST(CudaKVCacheDecode, SizeOneDimensionsRunWithAnyStride) {
+  REQUIRE_GPU();
+  for (const bool paged : {false, true}) {
+    const auto seed = test::fresh_seed();
+    std::mt19937_64 rng(seed);
+    KVProblem p = make_kv(1, 1, 128, 1, 64, 1, DType::f16, DType::f16, false, rng);
+    if (paged) {
+      set_paged(p, {40}, 1, 0, rng);
+    } else {
+      p.seqlens = {40};
+    }
+    p.options.policy = exact_policy(DType::f16);
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(p));
+    const Outcome dense = run_on_device(p);
+    DeviceKV d(p);
+    Stream stream;
+    KVCacheArgs a = d.args(p, stream.s);
+    for (TensorView* t : {&a.q, &a.k_cache, &a.v_cache, &a.k, &a.v, &a.o}) *t = with_size_one_strides_of_one(*t);
+    ASSERT_NE(a.k_cache.stride, d.k_cache.view.stride);
+    attention_with_kvcache(a);
+    ASSERT_EQ(cudaStreamSynchronize(stream.s), cudaSuccess);
+    const Outcome unit = d.download();
+    EXPECT_TRUE(unit.o == dense.o) << "O differs from the call on dense strides";
+    EXPECT_TRUE(unit.lse == dense.lse) << "the LSE differs";
+    EXPECT_TRUE(unit.k_cache == dense.k_cache && unit.v_cache == dense.v_cache) << "the caches differ";
+  }
+}
+
 // A dense cache far longer than its sequences (a server's cache sized for its longest request): the
 // plan's many splits (chosen for the capacity) cut each sequence's own length, the full capacity, a
 // length that is no multiple of a tile, one shorter than the splits' tiles and none at all.

@@ -155,7 +155,10 @@ void set_mask(cuda::FwdParams& p, const MaskView& m, double scale, float softmax
   p.mask_floor = std::max(-0x1p20f / softmax_scale_log2, -std::numeric_limits<float>::max());
 }
 
-cuda::Operand operand(const TensorView& t) { return {t.data, t.stride[0], t.stride[1], t.stride[2]}; }
+cuda::Operand operand(const TensorView& t) {
+  const std::array<std::int64_t, 4> s = canonical_strides(t);
+  return {t.data, s[0], s[1], s[2]};
+}
 
 void fill_stats(AttentionStats* stats, const ProblemShape& ps, long long recomputed) {
   if (stats == nullptr) return;
@@ -345,8 +348,7 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps) {
   check_layout(args.k, "k");
   check_layout(args.v, "v");
   check_layout(args.o, "o");
-  constexpr std::int64_t kMaxSeq = std::int64_t{1} << 30;
-  if (ps.seq_q > kMaxSeq || ps.seq_kv > kMaxSeq) {
+  if (ps.seq_q > cuda::kMaxSeq || ps.seq_kv > cuda::kMaxSeq) {
     throw Error("q/k: sequence lengths above 2^30 are not supported by the CUDA kernels");
   }
   if (ps.batch > 65535 || ps.heads_q > 65535) {
@@ -416,10 +418,11 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace,
   p.q = operand(args.q);
   p.k = operand(args.k);
   p.v = operand(args.v);
+  const cuda::Operand o = operand(args.o);
   p.o = args.o.data;
-  p.o_stride_b = args.o.stride[0];
-  p.o_stride_h = args.o.stride[1];
-  p.o_stride_s = args.o.stride[2];
+  p.o_stride_b = o.stride_b;
+  p.o_stride_h = o.stride_h;
+  p.o_stride_s = o.stride_s;
   p.o_type = elem_type(args.o.dtype);
   p.lse = args.lse.data;
   p.lse_stride_b = args.lse.stride[0];
@@ -432,10 +435,15 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace,
   p.causal = args.causal;
   p.causal_offset =
       args.alignment == CausalAlignment::bottom_right ? static_cast<int>(ps.seq_kv - ps.seq_q) : 0;
-  // (window sides beyond the sequences are unbounded: the int fields cannot hold every int64)
-  auto window_side = [&](std::int64_t w) { return w < 0 || w > ps.seq_kv + ps.seq_q ? -1 : static_cast<int>(w); };
-  p.window_left = window_side(args.window_left);
-  p.window_right = window_side(args.window_right);
+  // A window side that reaches past every key of every row is unbounded (-1): the left one from
+  // the last row's diagonal, the right one from the first row's. The kernels' row bounds
+  // (fwd_mask.cuh: row + offset + window + 1) then stay below S_q + S_kv <= 2^31 in their ints.
+  const std::int64_t offset = p.causal_offset;
+  auto window_side = [&](std::int64_t w, std::int64_t unbounded_from) {
+    return w < 0 || w >= unbounded_from ? -1 : static_cast<int>(w);
+  };
+  p.window_left = window_side(args.window_left, ps.seq_q - 1 + offset);
+  p.window_right = window_side(args.window_right, ps.seq_kv - 1 - offset);
   // The exact kernels scale by |alpha| > 0 (the row max is taken on raw scores) and flip Q's sign
   // for a negative alpha; a zero alpha runs as 1e-30 (every visible key weighs the same either way).
   constexpr double kLog2e = 1.4426950408889634;

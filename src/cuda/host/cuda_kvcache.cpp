@@ -12,6 +12,7 @@
 
 #include "cuda/arch/cuda_check.h"
 #include "cuda/host/device_pool.h"
+#include "cuda/host/kernel_params.h"
 #include "cuda/host/kvcache_append.h"
 #include "cuda/host/operand_checks.h"
 #include "cuda/host/plan_on_cache.h"
@@ -47,6 +48,13 @@ std::array<std::pair<const TensorView*, const char*>, 6> named_tensors(const Att
            {&c.v_new, "v"}}};
 }
 
+// The cache with each view's strides canonical (operand_checks.h), before over_capacity widens the
+// batch and sequence dimensions that a cache of one sequence or one-position blocks has as size 1.
+CudaKvCache with_canonical_strides(CudaKvCache c) {
+  for (TensorView* t : {&c.k_cache, &c.v_cache, &c.k_new, &c.v_new}) t->stride = canonical_strides(*t);
+  return c;
+}
+
 // The decode plan's K and V: `capacity` keys per sequence over the cache's memory (a paged cache's
 // batch stride steps a block, which the kernel follows through the block table).
 AttentionArgs over_capacity(const AttentionArgs& args, const CudaKvCache& c, std::int64_t capacity) {
@@ -60,7 +68,8 @@ AttentionArgs over_capacity(const AttentionArgs& args, const CudaKvCache& c, std
 
 }  // namespace
 
-std::shared_ptr<const CudaKvPlan> plan_cuda_kvcache(const AttentionArgs& args, const CudaKvCache& c) {
+std::shared_ptr<const CudaKvPlan> plan_cuda_kvcache(const AttentionArgs& args, const CudaKvCache& cache) {
+  const CudaKvCache c = with_canonical_strides(cache);
   const bool paged = c.block_table != nullptr;
   const std::int64_t block_size = c.k_cache.shape[2];
   if (paged && (block_size & (block_size - 1)) != 0) {
@@ -72,6 +81,10 @@ std::shared_ptr<const CudaKvPlan> plan_cuda_kvcache(const AttentionArgs& args, c
   }
   auto plan = std::make_shared<CudaKvPlan>();
   plan->capacity = paged ? c.max_blocks * block_size : block_size;
+  if (paged && plan->capacity > cuda::kMaxSeq) {
+    throw Error(text::format("block_table: {} blocks of {} positions a sequence ({}); the GPU kernels take up to "
+                             "2^30 positions", c.max_blocks, block_size, plan->capacity));
+  }
   const AttentionArgs dense = over_capacity(args, c, plan->capacity);
   // The caller checked the caches' real memory: these views span a capacity, not an allocation.
   const ProblemShape shape = check_attention_problem(dense);
@@ -99,7 +112,8 @@ std::shared_ptr<const CudaKvPlan> plan_cuda_kvcache(const AttentionArgs& args, c
 
 std::size_t cuda_kvcache_workspace_bytes(const CudaKvPlan& plan) { return cuda_plan_workspace_bytes(*plan.decode); }
 
-void run_cuda_kvcache(const CudaKvPlan& plan, const AttentionArgs& args, const CudaKvCache& c, void* workspace) {
+void run_cuda_kvcache(const CudaKvPlan& plan, const AttentionArgs& args, const CudaKvCache& cache, void* workspace) {
+  const CudaKvCache c = with_canonical_strides(cache);
   if (c.seqlens == nullptr) throw Error("cache_seqlens: pointer is null");
   if ((plan.layout.max_blocks > 0) != (c.block_table != nullptr)) {
     throw Error("block_table: null in a paged plan, or set in a dense one");

@@ -10,6 +10,10 @@
 
 namespace pasa::cuda {
 
+// The longest query or key sequence the kernels take (their rows and keys are ints, and S_q + S_kv
+// stays within one).
+constexpr std::int64_t kMaxSeq = std::int64_t{1} << 30;
+
 // The element types the kernels read and write.
 enum class ElemType : int { f32 = 0, f16 = 1, bf16 = 2 };
 

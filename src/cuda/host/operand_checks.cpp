@@ -3,9 +3,11 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
 
+#include "attention_checks.h"
 #include "pasa/error.h"
 
 namespace pasa {
@@ -30,17 +32,17 @@ void check_device_pointer(const void* ptr, const char* name, int device) {
 }
 
 void check_layout(const TensorView& t, const char* name) {
-  if (t.stride[3] != 1) {
-    throw Error(std::string(name) + ": head-dim stride is " + std::to_string(t.stride[3]) +
+  const std::array<std::int64_t, 4> stride = canonical_strides(t);
+  if (stride[3] != 1) {
+    throw Error(std::string(name) + ": head-dim stride is " + std::to_string(stride[3]) +
                 " (the CUDA kernels need stride[3] == 1, i.e. contiguous rows)");
   }
   const auto elem = static_cast<std::int64_t>(dtype_size(t.dtype));
   static const char* dims[] = {"batch", "heads", "sequence"};
   for (int i = 0; i < 3; ++i) {
-    if ((t.stride[i] * elem) % 16 != 0) {
-      throw Error(std::string(name) + ": stride of the " + dims[i] + " dimension (" +
-                  std::to_string(t.stride[i]) + " elements) is not a multiple of 16 bytes (the CUDA "
-                  "kernels need 16-byte aligned rows)");
+    if ((stride[i] * elem) % 16 != 0) {
+      throw Error(std::string(name) + ": stride of the " + dims[i] + " dimension (" + std::to_string(stride[i]) +
+                  " elements) is not a multiple of 16 bytes (the CUDA kernels need 16-byte aligned rows)");
     }
   }
 }

@@ -11,7 +11,7 @@ namespace pasa {
 void check_device_pointer(const void* ptr, const char* name, int device);
 
 // The kernels read and write whole 16-byte rows: head-dim stride 1, strides in whole 16 bytes (the
-// plan checks), and 16-byte aligned data pointers (each call checks).
+// plan checks, on canonical_strides), and 16-byte aligned data pointers (each call checks).
 void check_layout(const TensorView& t, const char* name);
 void check_aligned(const void* data, const char* name);
 void check_lse_aligned(const float* lse);  // (null, or 4-byte aligned)

@@ -410,7 +410,9 @@ TileScheduler hopper_schedule(const KernelRequest& r) {
   const FwdParams& p = r.fwd;
   const int m_blocks = (p.seq_q + Tile::kBlockM - 1) / Tile::kBlockM;
   const long long kv_bytes = static_cast<long long>(Tile::kKvBytesPerKey) * p.seq_kv;
-  const auto section = std::clamp<long long>(r.l2_bytes / 2 / std::max(kv_bytes, 1LL), 1, 1 << 20);
+  // (at most every (batch, head) pair: section_heads x m_blocks is then at most the tile count, an int)
+  const long long pairs = std::min(static_cast<long long>(p.heads_q) * r.batch, 1LL << 20);
+  const auto section = std::clamp<long long>(r.l2_bytes / 2 / std::max(kv_bytes, 1LL), 1, std::max(pairs, 1LL));
   return {m_blocks, p.heads_q, r.batch, p.causal, static_cast<int>(section)};
 }
 
