@@ -171,6 +171,9 @@ class Capture:
             raise PasaError(f"directory: cannot create {self.directory}: {e.strerror or e}") from None
         if os.path.exists(index):
             self._remove_previous_capture(index)
+        with self._lock:  # (each block is a capture of its own: this object's earlier one was removed)
+            self.entries = []
+            self._names = set()
         self._tracker = _LayerTracker(self._model) if self._model is not None else None
         self._functional = torch.nn.functional
         self._original = self._functional.scaled_dot_product_attention
@@ -335,7 +338,9 @@ def capture(directory: Union[str, "os.PathLike[str]"], *, model: Any = None,
         name_fn: ``CallInfo -> str`` naming each file (may contain ``/`` for subdirectories);
             default :func:`default_name` (``layer0``, ``layer1``, ...). Names must be unique.
         overwrite: allow a directory that holds an earlier capture; its files (those its
-            index.json lists) and its index are removed first.
+            index.json lists) and its index are removed first. Each ``with`` block of the
+            returned object is a capture of its own (a second one, with ``overwrite=True``,
+            replaces the first).
 
     The returned :class:`Capture` has a settable ``timestep`` (e.g. a diffusion step) recorded with
     each call, and ``entries`` (the index). Example::

@@ -161,14 +161,33 @@ def _new_output(x: Any, shape: Tuple[int, ...], name: str, fill: Optional[float]
         raise allocation_error(e, name, shape)
 
 
+def _count_writes(written: Tuple[Any, ...]) -> None:
+    """Bumps the version counter of each torch tensor in ``written``, which the call wrote through
+    DLPack where torch does not see it, as torch's own in-place writes do: autograd then refuses a
+    graph that saved the old contents. (An inference tensor keeps no counter.)"""
+    for x in written:
+        if is_torch_tensor(x) and not x.is_inference():
+            import torch
+
+            torch.autograd.graph.increment_version(x)
+
+
 def _run(function: Callable[..., None], device: Optional[Any], arrays: Tuple[Any, ...],
-         options: Tuple[Any, ...], captured_workspace: bool = False) -> None:
+         options: Tuple[Any, ...], written: Tuple[Any, ...], captured_workspace: bool = False) -> None:
     """function(*arrays, *options, stream): on the host with stream 0, or on q's CUDA device (the
     kernels launch on the current device) with torch's current stream of that device (the capturing
     one inside torch.cuda.graph), the tensors handed over as DLPack capsules made without stream
-    synchronization (pasa._torch says why). captured_workspace: inside CUDA-graph capture, function
-    also takes workspace=(bytes -> pointer), served from torch's allocator (the graph's pool), so that
-    the graph holds no allocation nodes of its own."""
+    synchronization (pasa._torch says why); then the version counters of ``written`` (the arrays the
+    call writes) are bumped. captured_workspace: inside CUDA-graph capture, function also takes
+    workspace=(bytes -> pointer), served from torch's allocator (the graph's pool), so that the graph
+    holds no allocation nodes of its own."""
+    _launch(function, device, arrays, options, captured_workspace)
+    _count_writes(written)
+
+
+def _launch(function: Callable[..., None], device: Optional[Any], arrays: Tuple[Any, ...],
+            options: Tuple[Any, ...], captured_workspace: bool) -> None:
+    """_run's call of function, on the host or on q's CUDA device."""
     if device is None:
         function(*arrays, *options, 0)
         return
@@ -178,7 +197,7 @@ def _run(function: Callable[..., None], device: Optional[Any], arrays: Tuple[Any
 
     if device.index != _torch._current_device():
         with torch.cuda.device(device):
-            _run(function, device, arrays, options, captured_workspace)
+            _launch(function, device, arrays, options, captured_workspace)
         return
     capsules = tuple(None if a is None else _torch._capsule(a) for a in arrays)
     stream = _torch._current_raw_stream(device.index)
@@ -228,7 +247,8 @@ def attention_varlen(q: Any, k: Any, v: Any, *, cu_seqlens_q: Any, cu_seqlens_k:
         cu_k = _device_int32(cu_seqlens_k, "cu_seqlens_k", device)
     lse = _new_output(q, (heads_q, total_q), "lse", fill=-np.inf, dtype=np.float32) if return_lse else None
     _run(_core.attention_varlen, device, (q, k, v, out, lse, cu_q, cu_k),
-         (int(max_seqlen_q), int(max_seqlen_k), core_policy(policy), causal, causal_alignment, scale))
+         (int(max_seqlen_q), int(max_seqlen_k), core_policy(policy), causal, causal_alignment, scale),
+         written=(out,))
     return (out, lse) if return_lse else out
 
 
@@ -325,5 +345,6 @@ def attention_with_kvcache(
         check_given_out(out, tuple(q.shape))
     lse = _new_output(q, (batch, heads_q, s_q), "lse", dtype=np.float32) if return_softmax_lse else None
     _run(_core.attention_with_kvcache, device, (q, k_cache, v_cache, k, v, out, lse, seqlens, table),
-         (core_policy(policy), causal, causal_alignment, scale), captured_workspace=True)
+         (core_policy(policy), causal, causal_alignment, scale),
+         written=(out, k_cache, v_cache) if k is not None else (out,), captured_workspace=True)
     return (out, lse) if return_softmax_lse else out

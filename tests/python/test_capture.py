@@ -159,6 +159,17 @@ def test_capture_overwrite_removes_the_earlier_capture(tmp_path, model, x):
     with pasa.capture(other, overwrite=True):
         pass
     assert (other / "weights.safetensors").exists()
+    # One handle, two blocks: the second replaces the first, its index lists only its own files.
+    again = tmp_path / "again"
+    handle = pasa.capture(again, overwrite=True)
+    with torch.no_grad():
+        for calls in (2, 1):
+            with handle:
+                for _ in range(calls):
+                    F.scaled_dot_product_attention(x[:, None], x[:, None], x[:, None])
+    index = json.loads((again / "index.json").read_text())
+    assert [e["file"] for e in index["entries"]] == ["layer0.safetensors"]
+    assert sorted(p.name for p in again.glob("*.safetensors")) == ["layer0.safetensors"]
 
 
 def test_capture_index_is_strict_json_and_its_errors_are_pasa_errors(tmp_path):

@@ -353,6 +353,35 @@ def test_inputs_that_require_grad_raise(rng):
                               cu_seqlens_k=cu.numpy(), max_seqlen_q=5, max_seqlen_k=5)
     np.testing.assert_array_equal(o.numpy(), want)
 
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_written_tensors_count_the_write_for_autograd(rng):
+    """The caches an append writes and a given out= are written through DLPack: their version
+    counters move as torch's own in-place writes move them, so that a graph which saved their old
+    contents refuses its backward instead of using the new ones."""
+    w = torch.ones(1, requires_grad=True)
+    k_cache, v_cache = torch.zeros(1, 4, 1, 8), torch.zeros(1, 4, 1, 8)
+    saved = (k_cache * w).sum()  # saves k_cache for the backward
+    with torch.no_grad():
+        pasa.attention_with_kvcache(torch.randn(1, 1, 1, 8), k_cache, v_cache, torch.ones(1, 1, 1, 8),
+                                    torch.ones(1, 1, 1, 8), cache_seqlens=0)
+    assert k_cache[0, 0].eq(1).all()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        saved.backward()
+    x = torch.from_numpy(randn(rng, (8, 4, 16)))
+    cu = torch.tensor([0, 3, 8], dtype=torch.int32)
+    out = torch.zeros(8, 4, 16)
+    before = out._version
+    pasa.attention(x, x, x, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=5, max_seqlen_k=5, out=out)
+    assert out._version > before
+    before = k_cache._version  # no append: the caches are only read
+    pasa.attention_with_kvcache(torch.randn(1, 1, 1, 8), k_cache, v_cache, cache_seqlens=1)
+    assert k_cache._version == before
+    with torch.inference_mode():  # inference tensors keep no counter
+        k_cache, v_cache = torch.zeros(1, 4, 1, 8), torch.zeros(1, 4, 1, 8)
+        pasa.attention_with_kvcache(torch.randn(1, 1, 1, 8), k_cache, v_cache, torch.ones(1, 1, 1, 8),
+                                    torch.ones(1, 1, 1, 8), cache_seqlens=0)
+
+
 # --- torch CUDA tensors: the GPU against the CPU emulator on copies of the same inputs ---------------
 
 def host_tensor(rng, shape, dtype):

@@ -6,6 +6,7 @@ models built from configs (no downloads): logits against transformers' "sdpa" im
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 
@@ -87,6 +88,110 @@ def test_logits_and_generation_match_sdpa(rng, make_config):
                                     do_sample=False, pad_token_id=0)
     assert torch.equal(got_tokens, want_tokens)
     assert pasa.stats()["fallbacks"] == 0
+
+
+def test_static_cache_prefill_and_generation_match_sdpa(rng):
+    # A prefill into an empty static cache comes with no mask and keys as long as the cache: torch's
+    # top-left causal mask is meant (the empty slots hidden), not pasa's bottom-right one.
+    seed = int(rng.integers(2**31))
+    print(f"model seed {seed}")
+    config = llama_config()
+    reference, model = build(config, "sdpa", seed), build(config, "pasa", seed)
+    ids = torch.from_numpy(rng.integers(1, config.vocab_size, (1, 6)))
+    pasa.stats(reset=True)
+    with torch.no_grad():
+        want, got = (m.generate(input_ids=ids, max_new_tokens=10, do_sample=False,
+                                cache_implementation="static", pad_token_id=0, output_scores=True,
+                                return_dict_in_generate=True) for m in (reference, model))
+    assert pasa.stats()["calls"] > 0 and pasa.stats()["fallbacks"] == 0, pasa.stats()
+    first = want.scores[0]  # the prefill's logits of the last prompt token
+    assert (got.scores[0] - first).abs().max() <= EXACT_TOLERANCE * first.abs().max()
+    assert torch.equal(got.sequences, want.sequences)
+
+
+def test_position_bias_reaches_pasa(rng):
+    # T5's relative position bias comes as position_bias: added to the scores as transformers' sdpa
+    # adds it (it was dropped: logits off by 0.17).
+    seed = int(rng.integers(2**31))
+    print(f"model seed {seed}")
+    config = transformers.T5Config(vocab_size=97, d_model=32, d_kv=8, d_ff=64, num_layers=1,
+                                   num_decoder_layers=1, num_heads=4, decoder_start_token_id=0)
+    models = []
+    for implementation in ("sdpa", "pasa"):
+        torch.manual_seed(seed)
+        models.append(transformers.T5ForConditionalGeneration._from_config(
+            copy.deepcopy(config), attn_implementation=implementation).eval())
+    ids = torch.from_numpy(rng.integers(1, config.vocab_size, (2, 9)))
+    labels = torch.from_numpy(rng.integers(1, config.vocab_size, (2, 7)))
+    pasa.stats(reset=True)
+    with torch.no_grad():
+        want, got = (m(input_ids=ids, labels=labels).logits for m in models)
+    assert pasa.stats()["calls"] == 3 and pasa.stats()["fallbacks"] == 0, pasa.stats()
+    assert (got - want).abs().max() <= EXACT_TOLERANCE * want.abs().max()
+
+
+def gpt_oss_config():
+    return transformers.GptOssConfig(
+        vocab_size=97, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_local_experts=4,
+        num_experts_per_tok=2, max_position_embeddings=128, sliding_window=8,
+        layer_types=["sliding_attention", "full_attention"])
+
+
+def test_attention_sinks_match_eager(rng):
+    # GPT-OSS passes its per-head sink logits as s_aux: each row's softmax sums them too (they were
+    # dropped: logits off by 0.5).
+    if not hasattr(transformers, "GptOssConfig"):
+        pytest.skip(f"transformers {transformers.__version__} has no GPT-OSS")
+    seed = int(rng.integers(2**31))
+    print(f"model seed {seed}")
+    config = gpt_oss_config()
+    models = []
+    for implementation in ("eager", "pasa"):
+        torch.manual_seed(seed)
+        model = transformers.AutoModelForCausalLM.from_config(copy.deepcopy(config),
+                                                              attn_implementation=implementation)
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.sinks.normal_(0.0, 2.0)
+        models.append(model.eval())
+    ids = torch.from_numpy(rng.integers(1, config.vocab_size, (2, 12)))
+    pasa.stats(reset=True)
+    with torch.no_grad():
+        want, got = (m(input_ids=ids).logits for m in models)
+        want_tokens, got_tokens = (m.generate(input_ids=ids, max_new_tokens=8, do_sample=False,
+                                              pad_token_id=0) for m in models)
+    assert pasa.stats()["calls"] > 0 and pasa.stats()["fallbacks"] == 0, pasa.stats()
+    assert (got - want).abs().max() <= EXACT_TOLERANCE * want.abs().max()
+    assert torch.equal(got_tokens, want_tokens)
+
+
+def test_sinks_on_pasa_and_on_its_fallback(rng):
+    torch.manual_seed(int(rng.integers(2**31)))
+    forward = pasa_hf.make_attention_forward("exact")
+    module = torch.nn.Module().eval()
+    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
+    mask = torch.ones(2, 1, 5, 5, dtype=torch.bool).tril()
+    mask[1, ..., 0, :] = False  # a row that sees no key: O = 0, the sink takes all its weight
+    kk, vv = (t.repeat_interleave(2, dim=1).double() for t in (k, v))
+    for sink in (torch.randn(4) * 2, torch.randn(2, 4, 5, 1) * 2):
+        scores = (q.double() @ kk.transpose(-1, -2) * 0.5).masked_fill(~mask, float("-inf"))
+        column = (sink.double().reshape(1, 4, 1, 1) if sink.dim() == 1 else sink.double()).expand(2, 4, 5, 1)
+        want = (torch.softmax(torch.cat([scores, column], -1), -1)[..., :-1] @ vv).transpose(1, 2)
+        got, _ = forward(module, q, k, v, mask, scaling=0.5, s_aux=sink if sink.dim() == 1 else None,
+                         sinks=sink if sink.dim() == 4 else None)
+        torch.testing.assert_close(got.double(), want, atol=1e-6, rtol=1e-6)
+        pasa.stats(reset=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", pasa.PasaFallbackWarning)
+            fallback, _ = forward(module, q.double(), k.double(), v.double(), mask, scaling=0.5,
+                                  s_aux=sink if sink.dim() == 1 else None,
+                                  sinks=sink if sink.dim() == 4 else None)
+        assert pasa.stats()["fallbacks"] == 1
+        # (the fallback's softmax runs in float32, as it does without a sink)
+        torch.testing.assert_close(fallback, want, atol=1e-6, rtol=1e-6)
+    with pytest.raises(pasa.PasaError, match="attention sinks of shape"):
+        forward(module, q, k, v, mask, s_aux=torch.zeros(4, 5))
 
 
 def test_a_low_precision_policy_runs_and_differs(rng):

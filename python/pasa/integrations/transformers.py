@@ -11,8 +11,13 @@ so a model loads with ``attn_implementation="pasa"``::
 Names: ``"pasa"`` runs the ``exact`` policy (pasa's default everywhere); ``"pasa_<preset>"`` runs a
 preset (``"pasa_pasa"``, ``"pasa_sage8"``, ``"pasa_fa16"``, ...); ``register(policies={name:
 policy})`` adds names of your own. The backend takes what transformers passes: causal attention
-(bottom-right aligned, as a KV cache needs), grouped-query heads (no repeat), sliding windows and
-padding masks (as the boolean or float mask transformers builds), logit softcaps, the scaling. What
+(bottom-right aligned, as a KV cache needs; where transformers gives no mask it means torch's
+top-left one, so a prefill into an empty static cache drops the keys past its last query, as
+transformers' sdpa does), grouped-query heads (no repeat), sliding windows and padding masks (as the
+boolean or float mask transformers builds), logit softcaps, the scaling, position biases (T5's,
+added to the mask as transformers' sdpa adds them) and attention sinks (GPT-OSS's ``s_aux``, one
+logit a head, or ``sinks`` [B, H_q, S_q, 1]: each row's O scaled by its keys' share of the
+softmax, from the LSE). What
 pasa cannot run (dropout while training, autograd, a head dim the GPU kernels lack, a policy without a
 GPU kernel or without the window, softcap or mask the call needs, ...) goes to torch with a warning once per reason and is counted in
 ``pasa.stats()``; ``register(strict=True)`` raises instead.
@@ -25,6 +30,7 @@ import math
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .._api import attention
+from .._errors import PasaError
 from .._fallback import run_or_fallback, sdpa_precheck
 from .._policy import Policy, PolicyLike
 
@@ -104,7 +110,9 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
                                attention_mask: Optional[Any], dropout: float = 0.0,
                                scaling: Optional[float] = None, is_causal: Optional[bool] = None,
                                sliding_window: Optional[int] = None,
-                               softcap: Optional[float] = None, **kwargs: Any) -> Tuple[Any, None]:
+                               softcap: Optional[float] = None, position_bias: Optional[Any] = None,
+                               s_aux: Optional[Any] = None, sinks: Optional[Any] = None,
+                               **kwargs: Any) -> Tuple[Any, None]:
         # query [B, H_q, S_q, D], key/value [B, H_kv, S_kv, D]; returns ([B, S_q, H_q, D], None).
         s_q, s_kv = query.shape[2], key.shape[2]
         mask = attention_mask
@@ -114,6 +122,15 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
             is_causal = getattr(module, "is_causal", True)
         # With a mask, the mask says everything (causal, window, padding); else causal and window.
         causal = bool(is_causal) and mask is None and s_q > 1
+        if causal and s_kv > s_q:
+            # A prefill into an empty static cache: transformers gives no mask and means torch's
+            # top-left causal one, under which no query sees the keys past the last query (empty
+            # cache slots); without them both alignments agree.
+            key, value, s_kv = key[:, :, :s_q], value[:, :, :s_q], s_q
+        if position_bias is not None:  # (T5's relative bias and its kin: added to the scores)
+            mask = _with_position_bias(position_bias[..., :s_kv], mask, causal)
+            causal = False
+        sink = _sink_logits(s_aux if s_aux is not None else sinks)
         window = None
         if mask is None and sliding_window is not None:
             window = (int(sliding_window) - 1, -1 if causal else int(sliding_window) - 1)
@@ -122,15 +139,18 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
             dropout = 0.0
 
         def run() -> Any:
-            return attention(query, key, value, policy=policy_text, causal=causal,
-                             causal_alignment="bottom_right", scale=scaling, window_size=window,
-                             softcap=cap, attn_mask=mask)
+            result = attention(query, key, value, policy=policy_text, causal=causal,
+                               causal_alignment="bottom_right", scale=scaling, window_size=window,
+                               softcap=cap, attn_mask=mask, return_lse=sink is not None)
+            return result if sink is None else _without_sink_share(*result, sink)
 
         def fallback() -> Any:
             return _torch_attention(query, key, value, mask, causal, window, cap, scaling,
-                                    dropout)
+                                    dropout, sink)
 
         precheck = sdpa_precheck(query, key, value, mask, dropout, True)
+        if precheck is None and sink is not None and sink.requires_grad and _grad_enabled():
+            precheck = "autograd: pasa has no backward"
         out = run_or_fallback(run, fallback, precheck, strict)
         return out.transpose(1, 2).contiguous(), None
 
@@ -138,11 +158,57 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
     return pasa_attention_forward
 
 
+def _grad_enabled() -> bool:
+    import torch
+
+    return torch.is_grad_enabled()
+
+
+def _with_position_bias(bias: Any, mask: Optional[Any], causal: bool) -> Any:
+    """The additive mask of a call with a position bias, as transformers' sdpa forms it: the bias
+    where the boolean mask (or the top-left causal mask) keeps a key, the dtype's lowest value
+    elsewhere; a float mask added to it."""
+    import torch
+
+    lowest = torch.finfo(bias.dtype).min
+    if mask is None and causal:
+        rows = torch.arange(bias.shape[-2], device=bias.device)[:, None]
+        mask = rows >= torch.arange(bias.shape[-1], device=bias.device)[None, :]
+    if mask is None:
+        return bias
+    if mask.dtype == torch.bool:
+        return torch.where(mask, bias, lowest)
+    return bias + mask
+
+
+def _sink_logits(sink: Optional[Any]) -> Optional[Any]:
+    """An attention sink's logits (``s_aux``: one a head, [H_q], as GPT-OSS passes them; ``sinks``:
+    [B, H_q, S_q, 1], one a row) as fp32 that broadcasts against the LSE [B, H_q, S_q]."""
+    if sink is None:
+        return None
+    if sink.dim() == 1:
+        return sink.float().reshape(1, -1, 1)
+    if sink.dim() == 4 and sink.shape[-1] == 1:
+        return sink.float()[..., 0]
+    raise PasaError(f"s_aux: attention sinks of shape {tuple(sink.shape)} (pasa takes [H_q] or "
+                    f"[B, H_q, S_q, 1])")
+
+
+def _without_sink_share(out: Any, lse: Any, sink: Any) -> Any:
+    """O of a softmax whose denominator also holds e^sink: each row's O times its keys' share of the
+    sum, e^LSE / (e^LSE + e^sink) = sigmoid(LSE - sink) (0 for a row that sees no key)."""
+    import torch
+
+    share = torch.sigmoid(lse - sink)
+    return (out.float() * share[..., None]).to(out.dtype)
+
+
 def _torch_attention(query: Any, key: Any, value: Any, mask: Optional[Any], causal: bool,
                      window: Optional[Tuple[int, int]], softcap: Optional[float],
-                     scaling: Optional[float], dropout: float) -> Any:
+                     scaling: Optional[float], dropout: float, sink: Optional[Any]) -> Any:
     """The fallback: torch's SDPA (with the causal and window limits as a boolean mask, bottom-right
-    aligned), or plain torch math when there is a softcap, which SDPA lacks."""
+    aligned), or plain torch math when there is a softcap or a sink (_sink_logits), which SDPA
+    lacks."""
     import torch
     import torch.nn.functional as F
 
@@ -161,19 +227,25 @@ def _torch_attention(query: Any, key: Any, value: Any, mask: Optional[Any], caus
         mask = keep if mask is None else (
             mask & keep if mask.dtype == torch.bool else mask.masked_fill(~keep, -math.inf))
     groups = query.shape[1] // key.shape[1]
-    if softcap is None:
+    if softcap is None and sink is None:
         return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
                                               scale=scaling, enable_gqa=groups > 1)
     key, value = (t.repeat_interleave(groups, dim=1) for t in (key, value))
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    scores = softcap * torch.tanh(torch.matmul(query, key.transpose(-1, -2)) * scale / softcap)
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scale
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
     if mask is not None:
         scores = (scores.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool
                   else scores + mask)
-    # A row whose every key is masked (left padding) is 0, as pasa's kernels and torch's SDPA give it,
-    # not the NaN of a softmax over -inf, which the next layers would spread to every row.
     scores = scores.float()
-    dead = scores.amax(dim=-1, keepdim=True) == -math.inf
-    weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0).to(query.dtype)
+    if sink is not None:  # a column of the sink's logit in the softmax, dropped after it
+        column = sink[..., None].expand(*scores.shape[:-1], 1)
+        weights = torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1].to(query.dtype)
+    else:
+        # A row whose every key is masked (left padding) is 0, as pasa's kernels and torch's SDPA
+        # give it, not the NaN of a softmax over -inf, which the next layers would spread to every row.
+        dead = scores.amax(dim=-1, keepdim=True) == -math.inf
+        weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0).to(query.dtype)
     weights = F.dropout(weights, p=dropout, training=dropout > 0)
     return torch.matmul(weights, value)
