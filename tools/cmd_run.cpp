@@ -87,6 +87,12 @@ void run(const RunOptions& opt) {
   args.q = q.view("--q");
   args.k = k.view("--k");
   args.v = v.view("--v");
+  {  // the problem before its outputs are allocated (a file's header may claim any shape, a size 0 too)
+    AttentionArgs problem = args;
+    problem.o = args.q;  // (o's shape and dtype: check_attention_problem reads no memory)
+    problem.lse = LseView{};
+    check_attention_problem(problem);
+  }
   HostTensor o{q.dtype, q.shape, std::vector<std::uint8_t>(q.bytes.size())};
   args.o = o.view("output");
   std::vector<float> lse(static_cast<std::size_t>(q.shape[0] * q.shape[1] * q.shape[2]));

@@ -55,24 +55,29 @@ void check_writable(const NamedPath& out) {
   if (!fs::is_directory(dir, ec)) {
     throw Error(where + ": " + dir.string() + (fs::exists(dir, ec) ? " is not a directory" : " does not exist"));
   }
+  // What access() cannot tell (it says yes to root everywhere, and knows nothing of /proc or /sys):
+  // whether the write's temporary file can really be created there, where a symbolic link leads, and
+  // whether a descriptor of this process (/dev/fd/N) was opened for writing.
+  const auto check_the_write = [&] {
+    try {
+      io::detail::check_output_path(out.path);
+    } catch (const Error& e) {
+      throw Error(out.option + ": " + e.what());
+    }
+  };
   if (fs::exists(p, ec)) {
     if (::access(out.path.c_str(), W_OK) != 0) {
       throw Error(where + ": cannot be written (" + std::strerror(errno) + ")");
     }
     struct stat st {};
-    // A regular file is replaced through a temporary in its directory, which must be writable too.
-    if (::stat(out.path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+    // A regular file is replaced through a temporary in its directory, which must be writable too;
+    // anything else is written in place.
+    if (::stat(out.path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return check_the_write();
   }
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
     throw Error(where + ": the directory " + dir.string() + " is not writable (" + std::strerror(errno) + ")");
   }
-  // What access() cannot tell (it says yes to root everywhere, and knows nothing of /proc or /sys):
-  // whether the write's temporary file can really be created there, and where a symbolic link leads.
-  try {
-    io::detail::check_output_path(out.path);
-  } catch (const Error& e) {
-    throw Error(out.option + ": " + e.what());
-  }
+  check_the_write();
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "pasa/error.h"
 #include "text/format.h"
@@ -45,6 +46,14 @@ void for_each_score_row(const HostTensor& q, const HostTensor& k, double pasa_be
   if (q.shape.size() != 4 || k.shape.size() != 4 || q.shape[0] != k.shape[0] || q.shape[3] != k.shape[3] ||
       k.shape[1] == 0 || q.shape[1] % k.shape[1] != 0) {
     throw Error("scores: q and k do not form an attention problem ([B, H, S, D], H_q a multiple of H_kv)");
+  }
+  for (const auto& [t, name] : {std::pair{&q, "q"}, {&k, "k"}}) {
+    for (int i = 0; i < 4; ++i) {
+      if (t->shape[i] < 1) {  // (no scores: a phi of none, or rows of no keys)
+        throw Error(text::format("scores: {} has shape [{}, {}, {}, {}]: every size must be at least 1", name,
+                                 t->shape[0], t->shape[1], t->shape[2], t->shape[3]));
+      }
+    }
   }
   check_finite(q, "q");
   check_finite(k, "k");

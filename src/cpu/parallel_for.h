@@ -4,7 +4,8 @@
 // first exception is kept, the remaining iterations are skipped, and it is rethrown after the region.
 // The calling thread runs its interrupt check, if it installed one, between iterations and while the
 // other threads finish theirs; an iteration may poll from inside (poll_interrupt, interrupt.h). In a
-// child forked after a parallel region the loop runs on the calling thread alone (after_fork.h).
+// child forked after a parallel region the loop runs on the calling thread alone (after_fork.h), and
+// under an address-space limit on as many threads as their stacks leave room for (thread_budget.h).
 #pragma once
 
 #include <atomic>
@@ -16,6 +17,7 @@
 #include <utility>
 
 #include "cpu/after_fork.h"
+#include "cpu/thread_budget.h"
 #include "interrupt.h"
 
 namespace pasa {
@@ -36,8 +38,9 @@ void parallel_for(std::int64_t count, Body&& body) {
     interrupt.stop();  // (long iterations on other threads end at their next poll)
   };
   const bool threads = !forked_after_parallel_region();
+  const int team = threads ? parallel_team_size() : 1;
   note_parallel_region();
-#pragma omp parallel if (threads)
+#pragma omp parallel if (threads) num_threads(team)
   {
     const ScopedLoopPoll scope(&interrupt);
 #pragma omp for schedule(dynamic) nowait

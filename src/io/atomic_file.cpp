@@ -17,6 +17,7 @@
 #include <mutex>
 #include <random>
 #include <string_view>
+#include <vector>
 
 #include "io/byte_io.h"
 #include "pasa/error.h"
@@ -194,11 +195,12 @@ std::string temp_name_stem(const std::string& name) {
   return name.substr(0, n);
 }
 
-// Creates "<dir>/.<name>.tmp-<random>" next to `target` exclusively, with the mode a new file would get
-// (umask applied), and returns its descriptor; `temp` holds its registration. The name is registered
-// before the file is created, so a signal at any moment after the creation finds it. `path` (what the
-// caller named) is the one the messages name.
-int create_temporary(const std::filesystem::path& target, const std::string& path, std::unique_ptr<Temporary>& temp) {
+// Claims a fresh name "<dir>/.<name>.tmp-<random>" next to `target` with make(name), which creates
+// a file there exclusively and returns false with errno set where it could not (EEXIST: another name
+// is tried); `temp` holds the name's registration, made before the file is, so that a signal at any
+// moment after the creation finds it. Returns 0, or the errno of the failure (EEXIST: no free name).
+template <class Make>
+int claim_temporary(const std::filesystem::path& target, std::unique_ptr<Temporary>& temp, Make make) {
   static std::atomic<std::uint64_t> counter{0};
   std::random_device entropy;
   for (int attempt = 0; attempt < 100; ++attempt) {
@@ -211,29 +213,45 @@ int create_temporary(const std::filesystem::path& target, const std::string& pat
     std::filesystem::path candidate = target;
     candidate.replace_filename(name);
     temp = std::make_unique<Temporary>(candidate.string());
-    const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0) return fd;
+    if (make(candidate)) return 0;
     const int err = errno;
     temp->release();  // the name is taken or nothing was created: never remove that file
     temp.reset();
-    if (err != EEXIST) {
-      const std::string dir = target.has_parent_path() ? target.parent_path().string() : std::string(".");
-      const std::string what = path + ": cannot open for writing (creating a temporary file in " + dir + ": " +
-                               std::strerror(err) + ")";
-      if (is_resource_errno(err)) throw ResourceError(what);
-      throw Error(what);
-    }
+    if (err != EEXIST) return err;
   }
-  throw Error(path + ": cannot create a temporary file next to it");
+  return EEXIST;
+}
+
+// Creates a temporary file next to `target` (claim_temporary) with the mode a new file would get
+// (umask applied), and returns its descriptor. `path` (what the caller named) is the one the
+// messages name.
+int create_temporary(const std::filesystem::path& target, const std::string& path, std::unique_ptr<Temporary>& temp) {
+  int fd = -1;
+  const int err = claim_temporary(target, temp, [&](const std::filesystem::path& name) {
+    fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    return fd >= 0;
+  });
+  if (err == EEXIST) throw Error(path + ": cannot create a temporary file next to it");
+  if (err != 0) {
+    const std::string dir = target.has_parent_path() ? target.parent_path().string() : std::string(".");
+    const std::string what = path + ": cannot open for writing (creating a temporary file in " + dir + ": " +
+                             std::strerror(err) + ")";
+    if (is_resource_errno(err)) throw ResourceError(what);
+    throw Error(what);
+  }
+  return fd;
 }
 
 }  // namespace
 
 struct FileBatch::Entry {
-  std::string path;                 // as the caller named it, for messages
-  std::string target;               // where its links lead
-  std::unique_ptr<Temporary> temp;  // the new contents; null for a destination written in place
-  FileBytes in_place;               // the bytes of a destination written in place
+  std::string path;                   // as the caller named it, for messages
+  std::string target;                 // where its links lead
+  std::unique_ptr<Temporary> temp;    // the new contents; null for a destination written in place
+  FileBytes in_place;                 // the bytes of a destination written in place
+  bool existed = false;               // commit: whether the target existed before the renames
+  std::unique_ptr<Temporary> backup;  // commit: a hard link to the file being replaced, if one was made
+  bool undoable() const { return !existed || backup != nullptr; }
 };
 
 void remove_pending_temporaries() noexcept {
@@ -300,6 +318,13 @@ void check_output_path(const std::string& path) {
       return;
     }
   }
+  // (The temporary's name is cut short, so it would pass where the file's own name is too long.)
+  const std::filesystem::path file(target);
+  const std::string dir = file.has_parent_path() ? file.parent_path().string() : std::string(".");
+  const long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  if (name_max > 0 && file.filename().string().size() > static_cast<std::size_t>(name_max)) {
+    throw Error(path + ": cannot open for writing" + errno_text(ENAMETOOLONG));
+  }
   const SignalCleanup cleanup;
   std::unique_ptr<Temporary> temp;
   ::close(create_temporary(target, path, temp));  // temp's destructor removes the file
@@ -353,14 +378,42 @@ void FileBatch::commit() {
     if (!e->temp) write_in_place(e->path, e->in_place);
   }
   const RenamesInProgress renames;
+  // Each file being replaced stays reachable under a hard link until every rename is done, so that a
+  // rename that fails puts back those before it (and removes the files that did not exist). A file
+  // that takes no link (a file system without hard links, an append-only file, a bind mount) is
+  // renamed after the rest, so that a failure there is still undone everywhere else.
+  std::vector<Entry*> order;
   for (const auto& e : entries_) {
     if (!e->temp) continue;
-    if (::rename(e->temp->path().c_str(), e->target.c_str()) != 0) {
-      throw ResourceError(e->path + ": cannot replace the file" + errno_text(errno) + "; it was not changed");
+    struct stat existing {};
+    e->existed = ::lstat(e->target.c_str(), &existing) == 0;
+    if (e->existed) {
+      claim_temporary(e->target, e->backup, [&](const std::filesystem::path& name) {
+        return ::link(e->target.c_str(), name.c_str()) == 0;
+      });
     }
-    e->temp->release();
+    order.push_back(e.get());
   }
-  entries_.clear();
+  std::stable_partition(order.begin(), order.end(), [](const Entry* e) { return e->undoable(); });
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    Entry& e = *order[i];
+    if (::rename(e.temp->path().c_str(), e.target.c_str()) == 0) {
+      e.temp->release();
+      continue;
+    }
+    const int err = errno;
+    std::string kept;  // the outputs already replaced that could not be put back
+    for (std::size_t j = i; j-- > 0;) {
+      Entry& done = *order[j];
+      const bool undone = done.backup ? ::rename(done.backup->path().c_str(), done.target.c_str()) == 0
+                                      : !done.existed && ::unlink(done.target.c_str()) == 0;
+      if (undone && done.backup) done.backup->release();
+      if (!undone) kept += (kept.empty() ? "" : ", ") + done.path;
+    }
+    throw ResourceError(e.path + ": cannot replace the file" + errno_text(err) + "; it was not changed" +
+                        (i == 0 ? "" : kept.empty() ? ", nor were the other outputs" : "; replaced: " + kept));
+  }
+  entries_.clear();  // (the backups' links removed)
 }
 
 void write_file_atomically(const std::string& path, FileBytes bytes) {

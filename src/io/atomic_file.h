@@ -56,8 +56,10 @@ void write_text_atomically(const std::string& path, std::string_view text);
 // temporary at once; commit() then writes the destinations that are not regular files in place and
 // renames every temporary over its destination. A failure before commit's renames (a full disk, a
 // device that refuses the bytes) leaves every regular destination as it was; a batch destroyed without
-// commit() removes its temporaries. Only a rename failing after another succeeded (an I/O error on
-// the filesystem) can leave some files replaced; the error names the one that was not.
+// commit() removes its temporaries. A rename that fails (an append-only file, a bind mount, an I/O
+// error) puts back the files renamed before it, which commit kept under hard links; only a file that
+// takes no link and is not the last renamed (two such files in one batch) can stay replaced, and the
+// error names it.
 class FileBatch {
  public:
   FileBatch();

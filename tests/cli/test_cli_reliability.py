@@ -35,8 +35,9 @@ def limits(address_space=None, file_size=None, xfsz_default=False):
     return apply
 
 
-def pasa(*args, code=0, timeout=120, **limit):
-    r = subprocess.run([PASA, *args], capture_output=True, text=True, timeout=timeout,
+def pasa(*args, code=0, timeout=120, env=None, stdin=None, **limit):
+    r = subprocess.run([PASA, *args], capture_output=True, text=True, timeout=timeout, stdin=stdin,
+                       env=None if env is None else {**os.environ, **env},
                        preexec_fn=limits(**limit) if limit else None)
     assert r.returncode == code, (f"pasa {' '.join(args)}: exit {r.returncode}, expected {code}\n"
                                   f"{r.stdout}\n{r.stderr}")
@@ -79,6 +80,24 @@ def check_memory_limits():
                  ("study", "decode", "--seq-kv", "10000000000")):
         r = pasa(*args, code=RUNTIME_FAILURE, address_space=2 * GIB)
         assert "of memory, only" in r.stderr, r.stderr
+
+
+def check_memory_before_outputs(tmp):
+    # A header may claim any shape: a head dim of 0 with 2^40 queries is refused as bad input before
+    # the outputs (o, and an LSE of 2^40 floats) are allocated, not as out of memory.
+    q = os.path.join(tmp, "zq.npy")
+    np.save(q, np.zeros((1, 1, 2**40, 0), np.float32))
+    _, k, v = save_qkv(tmp, shape=(1, 1, 4, 8))
+    r = pasa("run", "--q", q, "--k", k, "--v", v, code=BAD_INPUT, address_space=2 * GIB)
+    assert "head dim size is 0" in r.stderr, r.stderr
+
+
+def check_many_threads_in_a_small_address_space(tmp):
+    # A machine of many cores under `ulimit -v` (a login node): 64 OpenMP threads' stacks (8 MiB
+    # each) do not fit in 400 MB, and libgomp ended the process when it could not create one. The
+    # team is cut to what fits; the run completes.
+    q, k, v = save_qkv(tmp, shape=(1, 2, 64, 16))
+    pasa("run", "--q", q, "--k", k, "--v", v, env={"OMP_NUM_THREADS": "64"}, address_space=400 * 10**6)
 
 
 def check_full_disk(tmp):
@@ -152,6 +171,14 @@ def check_outputs_before_work(tmp):
     r = pasa("study", "decode", "--json", os.path.join(q, "d.json"), code=BAD_INPUT)
     assert "q.npy is not a directory" in r.stderr, r.stderr
     assert time.monotonic() - start < 10, "the outputs were checked only after the studies ran"
+    # A name longer than the file system takes (its temporary's is cut short, and passed), and a
+    # descriptor of this process opened for reading only: refused before the work.
+    long_name = os.path.join(tmp, "a" * 252 + ".npy")
+    r = pasa("run", "--q", q, "--k", k, "--v", v, "--out", long_name, code=BAD_INPUT)
+    assert "File name too long" in r.stderr and "time" not in r.stdout, r.stdout + r.stderr
+    with open(os.devnull, "rb") as read_only:  # (a shell's `< /dev/null`)
+        r = pasa("run", "--q", q, "--k", k, "--v", v, "--out", "/dev/fd/0", code=BAD_INPUT, stdin=read_only)
+    assert "/dev/fd/0: cannot open for writing" in r.stderr and "time" not in r.stdout, r.stderr
 
 
 def check_inspect(tmp):
@@ -246,6 +273,18 @@ def check_phi_quantiles(tmp):
         assert abs(g - e) <= (2.0 ** -9 + 5e-4) * abs(e), (got, expected)
 
 
+def check_phi_of_empty_scores(tmp):
+    # A head dim of 0 has no scores to calibrate (phi came out of none), and a query length of 0 no
+    # rows: refused as bad input, naming the capture.
+    for shape in ((1, 1, 4, 0), (1, 1, 0, 8)):
+        inputs = os.path.join(tmp, f"cal_{shape[2]}_{shape[3]}")
+        os.makedirs(inputs)
+        for n in "qkv":
+            np.save(os.path.join(inputs, f"layer0_{n}.npy"), np.zeros(shape, np.float16))
+        r = pasa("calibrate", "--inputs", inputs, "--phi", code=BAD_INPUT)
+        assert "layer0" in r.stderr and "every size must be at least 1" in r.stderr, r.stderr
+
+
 def check_phi_in_bounded_memory(tmp):
     # Twelve captures whose scores (12 x 4 x 2048 x 2048 doubles = 1.5 GiB) exceed a 1 GiB address
     # space, while each capture alone is small: --phi must stream them.
@@ -314,9 +353,11 @@ def check_study_stops_on_ctrl_c(tmp):
 
 
 def main():
-    checks = (check_exit_codes, check_memory_limits, check_full_disk, check_aliases,
+    checks = (check_exit_codes, check_memory_limits, check_memory_before_outputs,
+              check_many_threads_in_a_small_address_space, check_full_disk, check_aliases,
               check_outputs_before_work, check_inspect, check_huge_files, check_scale,
-              check_calibrate_inputs, check_phi_quantiles, check_phi_in_bounded_memory,
+              check_calibrate_inputs, check_phi_quantiles, check_phi_of_empty_scores,
+              check_phi_in_bounded_memory,
               check_sigint_during_write, check_study_stops_on_ctrl_c)
     for check in checks:
         with tempfile.TemporaryDirectory() as tmp:

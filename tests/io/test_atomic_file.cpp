@@ -2,7 +2,8 @@
 // Writers replace a file whole or leave it untouched: a failed write (full disk, file-size limit)
 // keeps the old contents and leaves no temporary behind; devices are written in place and their
 // failures reported; links are followed, dangling ones too; the output check really creates the
-// temporary; a batch of files changes all together or not at all; the signal handler's cleanup
+// temporary; a batch of files changes all together or not at all, a rename that fails at commit
+// included; the signal handler's cleanup
 // removes the temporaries of writes in progress.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -187,6 +188,28 @@ TEST(FileBatch, NothingChangesUntilEveryFileIsWritten) {
   EXPECT_EQ(contents(first), "new first");
   EXPECT_EQ(contents(second), "second+data");
   EXPECT_EQ(entries_in(dir.path()), 2u);
+}
+
+// A rename that fails at commit (here: the third destination became a directory after add(), as an
+// append-only file or a bind mount refuses it) puts back the files renamed before it: the replaced
+// one's old contents, and no file where none was.
+TEST(FileBatch, ARenameThatFailsPutsBackTheFilesRenamedBeforeIt) {
+  test::TempDir dir;
+  const std::string kept = dir.file("kept.txt"), created = dir.file("created.txt"), blocked = dir.file("blocked.txt");
+  std::ofstream(kept) << "old kept";
+  std::ofstream(blocked) << "old blocked";
+  {
+    detail::FileBatch batch;
+    batch.add(kept, {"new kept", {}});
+    batch.add(created, {"new created", {}});
+    batch.add(blocked, {"new blocked", {}});
+    std::filesystem::remove(blocked);
+    std::filesystem::create_directories(blocked + "/inside");  // (a non-empty directory: no rename over it)
+    pasa::test::expect_error([&] { batch.commit(); }, "blocked.txt: cannot replace the file");
+  }
+  EXPECT_EQ(contents(kept), "old kept");
+  EXPECT_FALSE(std::filesystem::exists(created));
+  EXPECT_EQ(entries_in(dir.path()), 2u) << "a temporary or a backup link was left behind";
 }
 
 TEST(AtomicFile, SignalCleanupWithNoWriteInProgressRemovesNothing) {

@@ -1,0 +1,14 @@
+// SPDX-License-Identifier: Apache-2.0
+// The OpenMP team a parallel region may start. libgomp ends the process ("Thread creation failed",
+// exit 1, no pasa error) when it cannot create a thread, and each new thread reserves a stack
+// (OMP_STACKSIZE, else the stack rlimit): under an address-space limit (ulimit -v) a machine of many
+// cores ran out of it before any data was allocated.
+#pragma once
+
+namespace pasa {
+
+// OpenMP's own team size, cut under a finite RLIMIT_AS so that the new threads' stacks take at most
+// half of the address space still free; at least 1 (the calling thread needs no new stack).
+int parallel_team_size();
+
+}  // namespace pasa
