@@ -52,6 +52,14 @@ def build(config, implementation, seed):
     return model
 
 
+def seeded_models(rng, config, implementation):
+    """transformers' "sdpa" model and `implementation`'s, with the same weights drawn from a seed of
+    rng's (printed)."""
+    seed = int(rng.integers(2**31))
+    print(f"model seed {seed}")
+    return build(config, "sdpa", seed), build(config, implementation, seed)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def registered():
     return pasa_hf.register()
@@ -66,10 +74,8 @@ def test_register_names_every_preset(registered):
 
 @pytest.mark.parametrize("make_config", [llama_config, qwen2_config], ids=["llama", "qwen2"])
 def test_logits_and_generation_match_sdpa(rng, make_config):
-    seed = int(rng.integers(2**31))
-    print(f"model seed {seed}")
     config = make_config()
-    reference, model = build(config, "sdpa", seed), build(config, "pasa", seed)
+    reference, model = seeded_models(rng, config, "pasa")
     ids = torch.from_numpy(rng.integers(0, config.vocab_size, (2, 12)))
     mask = torch.ones_like(ids)
     mask[1, :3] = 0  # left padding of the second prompt
@@ -93,10 +99,8 @@ def test_logits_and_generation_match_sdpa(rng, make_config):
 def test_static_cache_prefill_and_generation_match_sdpa(rng):
     # A prefill into an empty static cache comes with no mask and keys as long as the cache: torch's
     # top-left causal mask is meant (the empty slots hidden), not pasa's bottom-right one.
-    seed = int(rng.integers(2**31))
-    print(f"model seed {seed}")
     config = llama_config()
-    reference, model = build(config, "sdpa", seed), build(config, "pasa", seed)
+    reference, model = seeded_models(rng, config, "pasa")
     ids = torch.from_numpy(rng.integers(1, config.vocab_size, (1, 6)))
     pasa.stats(reset=True)
     with torch.no_grad():
@@ -195,10 +199,8 @@ def test_sinks_on_pasa_and_on_its_fallback(rng):
 
 
 def test_a_low_precision_policy_runs_and_differs(rng):
-    seed = int(rng.integers(2**31))
-    print(f"model seed {seed}")
     config = llama_config()
-    reference, model = build(config, "sdpa", seed), build(config, "pasa_fa16", seed)
+    reference, model = seeded_models(rng, config, "pasa_fa16")
     ids = torch.from_numpy(rng.integers(0, config.vocab_size, (1, 16)))
     with torch.no_grad():
         want, got = reference(input_ids=ids).logits, model(input_ids=ids).logits
