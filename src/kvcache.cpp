@@ -134,7 +134,7 @@ std::int64_t check_cache_tensors(const KVCacheArgs& a, std::int64_t B, std::int6
       if (t->device != a.q.device) throw Error(text::format("{}: on a different device than q", name));
     }
     // One tensor passed as both caches: the append would write the new values over the new keys.
-    if (a.k_cache.data == a.v_cache.data && a.k_cache.stride == a.v_cache.stride) {
+    if (a.k_cache.data == a.v_cache.data && canonical_strides(a.k_cache) == canonical_strides(a.v_cache)) {
       throw Error("v_cache: is k_cache (the same memory); an append would overwrite the new keys with the "
                   "new values: give the caches their own memory");
     }

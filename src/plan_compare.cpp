@@ -1,19 +1,33 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "plan_compare.h"
 
-#include "attention_checks.h"
+#include <array>
+#include <cstddef>
+#include <cstdint>
 
+#include "attention_checks.h"
 #include "pasa/error.h"
 #include "text/format.h"
 
 namespace pasa {
 namespace {
 
+// Strides compared where they address something: a size-1 dimension's index is always 0 (the
+// canonical strides of attention_checks.h; a mask's size-1 dimensions broadcast).
+template <std::size_t N>
+bool same_strides(const std::array<std::int64_t, N>& shape, const std::array<std::int64_t, N>& a,
+                  const std::array<std::int64_t, N>& b) {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (shape[i] != 1 && a[i] != b[i]) return false;
+  }
+  return true;
+}
+
 bool same_mask(const MaskView& a, const MaskView& b) {  // (not the pointer: run checks a null one)
   if (a.kind != b.kind) return false;
   if (a.kind == MaskKind::none) return true;
-  return (a.kind != MaskKind::additive || a.dtype == b.dtype) && a.shape == b.shape && a.stride == b.stride &&
-         a.device == b.device;
+  return (a.kind != MaskKind::additive || a.dtype == b.dtype) && a.shape == b.shape &&
+         same_strides(a.shape, a.stride, b.stride) && a.device == b.device;
 }
 
 }  // namespace
@@ -25,7 +39,7 @@ bool same_view(const TensorView& a, const TensorView& b) {
 
 bool same_lse(const LseView& a, const LseView& b) {
   if ((a.data == nullptr) != (b.data == nullptr)) return false;
-  return a.data == nullptr || (a.shape == b.shape && a.stride == b.stride && a.device == b.device);
+  return a.data == nullptr || (a.shape == b.shape && same_strides(a.shape, a.stride, b.stride) && a.device == b.device);
 }
 
 const char* differing_field(const AttentionArgs& call, const AttentionArgs& plan) {

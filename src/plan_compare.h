@@ -16,7 +16,7 @@ bool same_lse(const LseView& a, const LseView& b);
 
 // The first field of AttentionArgs in which a call's problem differs from the plan's, or null.
 // Compared: every field but the data pointers (the mask's too, once both are set or both null), the
-// stream and the stats; views by their canonical strides (attention_checks.h).
+// stream and the stats; strides where they address something (a size-1 dimension's do not).
 const char* differing_field(const AttentionArgs& call, const AttentionArgs& plan);
 
 // What every plan's run() checks of a call: pasa::Error naming `field` unless it is null (the first

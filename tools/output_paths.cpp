@@ -65,6 +65,9 @@ void check_writable(const NamedPath& out) {
       throw Error(out.option + ": " + e.what());
     }
   };
+  // One of this process's descriptors (/dev/stdout, /dev/fd/N) is written through the descriptor,
+  // whatever file it holds: neither the file nor its directory is opened.
+  if (io::detail::own_descriptor(out.path) >= 0) return check_the_write();
   if (fs::exists(p, ec)) {
     if (::access(out.path.c_str(), W_OK) != 0) {
       throw Error(where + ": cannot be written (" + std::strerror(errno) + ")");

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
@@ -14,10 +15,13 @@
 namespace pasa {
 namespace {
 
-// The stack libgomp gives a thread it creates: OMP_STACKSIZE (a size, kilobytes unless it ends in
-// B, K, M or G), else glibc's default, the stack rlimit (8 MiB where it is unlimited).
+// The stack libgomp gives a thread it creates: OMP_STACKSIZE or GOMP_STACKSIZE (a size, kilobytes
+// unless it ends in B, K, M or G), else glibc's default, the stack rlimit (8 MiB where it is
+// unlimited).
 std::uint64_t thread_stack_bytes() {
-  if (const char* text = std::getenv("OMP_STACKSIZE")) {
+  for (const char* name : {"OMP_STACKSIZE", "GOMP_STACKSIZE"}) {
+    const char* text = std::getenv(name);
+    if (text == nullptr) continue;
     char* end = nullptr;
     const unsigned long long n = std::strtoull(text, &end, 10);
     if (end != text) {
@@ -45,14 +49,20 @@ std::uint64_t mapped_bytes() {
 }  // namespace
 
 int parallel_team_size() {
+  // The largest team started so far: libgomp keeps its threads, whose stacks need no new room.
+  static std::atomic<int> pooled{1};
   const int wanted = std::max(1, omp_get_max_threads());
   rlimit space{};
   if (getrlimit(RLIMIT_AS, &space) != 0 || space.rlim_cur == RLIM_INFINITY) return wanted;
   const std::uint64_t limit = space.rlim_cur, used = mapped_bytes();
-  if (used >= limit) return 1;
   const std::uint64_t per_thread = thread_stack_bytes() + (std::uint64_t{64} << 10);  // (+ guard, TLS)
-  const std::uint64_t fit = (limit - used) / 2 / per_thread;
-  return static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(wanted), 1 + fit));
+  const std::uint64_t fit = used >= limit ? 0 : (limit - used) / 2 / per_thread;
+  const int have = pooled.load();
+  const int team = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(wanted), have + fit));
+  int seen = have;
+  while (team > seen && !pooled.compare_exchange_weak(seen, team)) {
+  }
+  return std::max(team, 1);
 }
 
 }  // namespace pasa

@@ -7,8 +7,9 @@
 
 namespace pasa {
 
-// OpenMP's own team size, cut under a finite RLIMIT_AS so that the new threads' stacks take at most
-// half of the address space still free; at least 1 (the calling thread needs no new stack).
+// OpenMP's own team size, cut under a finite RLIMIT_AS so that the threads it must create (those
+// beyond the largest team started before) take at most half of the address space still free with
+// their stacks; at least 1 (the calling thread needs no new stack).
 int parallel_team_size();
 
 }  // namespace pasa

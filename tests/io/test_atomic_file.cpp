@@ -190,7 +190,7 @@ TEST(FileBatch, NothingChangesUntilEveryFileIsWritten) {
   EXPECT_EQ(entries_in(dir.path()), 2u);
 }
 
-// A rename that fails at commit (here: the third destination became a directory after add(), as an
+// A rename that fails at commit (here: a destination became a directory after add(), as an
 // append-only file or a bind mount refuses it) puts back the files renamed before it: the replaced
 // one's old contents, and no file where none was.
 TEST(FileBatch, ARenameThatFailsPutsBackTheFilesRenamedBeforeIt) {
@@ -199,10 +199,10 @@ TEST(FileBatch, ARenameThatFailsPutsBackTheFilesRenamedBeforeIt) {
   std::ofstream(kept) << "old kept";
   std::ofstream(blocked) << "old blocked";
   {
-    detail::FileBatch batch;
+    detail::FileBatch batch;  // (the one that takes no link added first: it is renamed last)
+    batch.add(blocked, {"new blocked", {}});
     batch.add(kept, {"new kept", {}});
     batch.add(created, {"new created", {}});
-    batch.add(blocked, {"new blocked", {}});
     std::filesystem::remove(blocked);
     std::filesystem::create_directories(blocked + "/inside");  // (a non-empty directory: no rename over it)
     pasa::test::expect_error([&] { batch.commit(); }, "blocked.txt: cannot replace the file");

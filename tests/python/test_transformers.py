@@ -134,6 +134,26 @@ def test_position_bias_reaches_pasa(rng):
     assert (got - want).abs().max() <= EXACT_TOLERANCE * want.abs().max()
 
 
+def test_no_mask_means_top_left_causal_and_a_bias_may_broadcast(rng):
+    # Without a mask transformers means torch's is_causal (top-left), whatever the lengths; a position
+    # bias broadcast over the queries ([1, H, 1, S_kv], ALiBi-style) is masked causally all the same.
+    torch.manual_seed(int(rng.integers(2**31)))
+    forward = pasa_hf.make_attention_forward("exact")
+    module = torch.nn.Module().eval()
+    for s_q, s_kv in ((7, 5), (5, 5), (4, 9)):
+        q, k, v = torch.randn(1, 4, s_q, 8), torch.randn(1, 2, s_kv, 8), torch.randn(1, 2, s_kv, 8)
+        bias = torch.randn(1, 4, 1, s_kv)
+        for position_bias in (None, bias):
+            got, _ = forward(module, q, k, v, None, is_causal=True, position_bias=position_bias)
+            kk, vv = (t.repeat_interleave(2, dim=1).double() for t in (k, v))
+            scores = q.double() @ kk.transpose(-1, -2) / 8**0.5
+            if position_bias is not None:
+                scores = scores + position_bias.double()
+            keep = torch.arange(s_q)[:, None] >= torch.arange(s_kv)[None, :]
+            want = (torch.softmax(scores.masked_fill(~keep, float("-inf")), -1) @ vv).transpose(1, 2)
+            torch.testing.assert_close(got.double(), want, atol=1e-6, rtol=1e-6)
+
+
 def gpt_oss_config():
     return transformers.GptOssConfig(
         vocab_size=97, hidden_size=64, intermediate_size=64, num_hidden_layers=2,

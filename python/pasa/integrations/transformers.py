@@ -11,9 +11,9 @@ so a model loads with ``attn_implementation="pasa"``::
 Names: ``"pasa"`` runs the ``exact`` policy (pasa's default everywhere); ``"pasa_<preset>"`` runs a
 preset (``"pasa_pasa"``, ``"pasa_sage8"``, ``"pasa_fa16"``, ...); ``register(policies={name:
 policy})`` adds names of your own. The backend takes what transformers passes: causal attention
-(bottom-right aligned, as a KV cache needs; where transformers gives no mask it means torch's
-top-left one, so a prefill into an empty static cache drops the keys past its last query, as
-transformers' sdpa does), grouped-query heads (no repeat), sliding windows and padding masks (as the
+(a KV cache's comes as a mask; where transformers gives none it means torch's top-left ``is_causal``,
+so a prefill into an empty static cache drops the keys past its last query, as transformers' sdpa
+does), grouped-query heads (no repeat), sliding windows and padding masks (as the
 boolean or float mask transformers builds), logit softcaps, the scaling, position biases (T5's,
 added to the mask as transformers' sdpa adds them) and attention sinks (GPT-OSS's ``s_aux``, one
 logit a head, or ``sinks`` [B, H_q, S_q, 1]: each row's O scaled by its keys' share of the
@@ -120,15 +120,15 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
             mask = mask[:, :, :, :s_kv]
         if is_causal is None:
             is_causal = getattr(module, "is_causal", True)
-        # With a mask, the mask says everything (causal, window, padding); else causal and window.
+        # With a mask, the mask says everything (causal, window, padding); else causal and window,
+        # top-left aligned as torch's is_causal is (transformers gives no mask only where that is
+        # meant: one query, as many queries as keys, or a prefill into an empty static cache, whose
+        # keys past the last query are empty slots, left out here as transformers' sdpa leaves them).
         causal = bool(is_causal) and mask is None and s_q > 1
         if causal and s_kv > s_q:
-            # A prefill into an empty static cache: transformers gives no mask and means torch's
-            # top-left causal one, under which no query sees the keys past the last query (empty
-            # cache slots); without them both alignments agree.
             key, value, s_kv = key[:, :, :s_q], value[:, :, :s_q], s_q
         if position_bias is not None:  # (T5's relative bias and its kin: added to the scores)
-            mask = _with_position_bias(position_bias[..., :s_kv], mask, causal)
+            mask = _with_position_bias(position_bias[..., :s_kv], mask, causal, s_q, s_kv)
             causal = False
         sink = _sink_logits(s_aux if s_aux is not None else sinks)
         window = None
@@ -140,7 +140,7 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
 
         def run() -> Any:
             result = attention(query, key, value, policy=policy_text, causal=causal,
-                               causal_alignment="bottom_right", scale=scaling, window_size=window,
+                               causal_alignment="top_left", scale=scaling, window_size=window,
                                softcap=cap, attn_mask=mask, return_lse=sink is not None)
             return result if sink is None else _without_sink_share(*result, sink)
 
@@ -164,16 +164,16 @@ def _grad_enabled() -> bool:
     return torch.is_grad_enabled()
 
 
-def _with_position_bias(bias: Any, mask: Optional[Any], causal: bool) -> Any:
-    """The additive mask of a call with a position bias, as transformers' sdpa forms it: the bias
-    where the boolean mask (or the top-left causal mask) keeps a key, the dtype's lowest value
-    elsewhere; a float mask added to it."""
+def _with_position_bias(bias: Any, mask: Optional[Any], causal: bool, s_q: int, s_kv: int) -> Any:
+    """The additive mask of a call with a position bias (which may broadcast), as transformers' sdpa
+    forms it: the bias where the boolean mask (or the top-left causal mask of s_q queries and s_kv
+    keys) keeps a key, the dtype's lowest value elsewhere; a float mask added to it."""
     import torch
 
     lowest = torch.finfo(bias.dtype).min
     if mask is None and causal:
-        rows = torch.arange(bias.shape[-2], device=bias.device)[:, None]
-        mask = rows >= torch.arange(bias.shape[-1], device=bias.device)[None, :]
+        rows = torch.arange(s_q, device=bias.device)[:, None]
+        mask = rows >= torch.arange(s_kv, device=bias.device)[None, :]
     if mask is None:
         return bias
     if mask.dtype == torch.bool:
@@ -206,7 +206,7 @@ def _without_sink_share(out: Any, lse: Any, sink: Any) -> Any:
 def _torch_attention(query: Any, key: Any, value: Any, mask: Optional[Any], causal: bool,
                      window: Optional[Tuple[int, int]], softcap: Optional[float],
                      scaling: Optional[float], dropout: float, sink: Optional[Any]) -> Any:
-    """The fallback: torch's SDPA (with the causal and window limits as a boolean mask, bottom-right
+    """The fallback: torch's SDPA (with the causal and window limits as a boolean mask, top-left
     aligned), or plain torch math when there is a softcap or a sink (_sink_logits), which SDPA
     lacks."""
     import torch
@@ -214,7 +214,7 @@ def _torch_attention(query: Any, key: Any, value: Any, mask: Optional[Any], caus
 
     s_q, s_kv = query.shape[2], key.shape[2]
     if causal or window is not None:
-        rows = torch.arange(s_q, device=query.device)[:, None] + (s_kv - s_q)
+        rows = torch.arange(s_q, device=query.device)[:, None]
         cols = torch.arange(s_kv, device=query.device)[None, :]
         keep = torch.ones(s_q, s_kv, dtype=torch.bool, device=query.device)
         if causal:
