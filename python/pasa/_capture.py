@@ -61,8 +61,12 @@ _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", 
                 "enable_gqa")
 
 
-def _bind(args: Tuple[Any, ...], kwargs: Mapping[str, Any]) -> Dict[str, Any]:
-    """scaled_dot_product_attention's arguments by name (torch validates them itself)."""
+def _bind(args: Tuple[Any, ...], kwargs: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+    """scaled_dot_product_attention's arguments by name; None where torch would refuse the call's
+    (too many, an unknown name, one given twice: torch's own call then raises its TypeError)."""
+    if len(args) > len(_SDPA_PARAMS) or any(
+            name not in _SDPA_PARAMS or name in _SDPA_PARAMS[:len(args)] for name in kwargs):
+        return None
     bound = dict(zip(_SDPA_PARAMS, args))
     bound.update(kwargs)
     return bound
@@ -382,13 +386,26 @@ def _router(*args: Any, **kwargs: Any) -> Any:
     return stack[-1]._call(args, kwargs)
 
 
+def _routes(function: Any) -> bool:
+    """Whether ``function`` is the router or wraps it (a capture entered while a patch was alive
+    records through it: functools.wraps leaves ``__wrapped__``)."""
+    for _ in range(100):
+        if function is _router:
+            return True
+        function = getattr(function, "__wrapped__", None)
+        if function is None:
+            return False
+    return False
+
+
 def _router_acquire(functional: Any) -> None:
     global _router_users, _router_original
     with _router_lock:
-        if functional.scaled_dot_product_attention is not _router:
+        current = functional.scaled_dot_product_attention
+        if not _routes(current):  # (a recorder around the router keeps recording, and routing)
             if _router_users == 0 or _router_original is None:
-                _router_original = functional.scaled_dot_product_attention
-                functional.scaled_dot_product_attention = _router
+                _router_original = current
+            functional.scaled_dot_product_attention = _router
         _router_users += 1
 
 
@@ -476,12 +493,20 @@ class Patch:
         self._removed = False
 
     def _enter(self, module: Any, args: Any) -> None:
-        _active_patches().append(self)
+        stack = _active_patches()
+        # Already on the stack: left there by this module's forward that a KeyboardInterrupt stopped
+        # (torch runs always_call hooks on Exception only), with what was entered after it.
+        if self in stack:
+            del stack[stack.index(self):]
+        stack.append(self)
 
     def _exit(self, module: Any, args: Any, output: Any) -> None:
+        # (Its own entry, wherever it is: two patches of one module exit in the order they entered.)
         stack = _active_patches()
-        if stack and stack[-1] is self:
-            stack.pop()
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i] is self:
+                del stack[i]
+                break
 
     def reset(self) -> None:
         """Restarts call numbering at 0 (e.g. before each generation, to match a capture's)."""
@@ -510,15 +535,21 @@ class Patch:
 
     def _call(self, args: Tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         bound = _bind(args, kwargs)
-        call = CallInfo(index=self._index,
-                        layer=self._tracker.current() if self._tracker else None,
-                        timestep=self.timestep)
-        # (Under torch.compile a patch keeps no counts, and without a plan no numbering: it names no
-        # call, and a traced update of a count would make every call recompile, see compiling().)
+        if bound is None:
+            return _router_original(*args, **kwargs)
+        # A policy that names no call (one policy, or a plan of only a default) reads neither the
+        # numbering nor the timestep: under torch.compile a read of either is a guard on its value,
+        # and every step would recompile. (Nor does a traced call count: see compiling().)
         tracing = compiling()
-        if self.plan is not None or not tracing:
+        fixed = self.policy if self.plan is None else None if self.plan else self.plan_default
+        if fixed is None or not tracing:
             self._index += 1
-        policy = self.policy_for(call)
+        if fixed is None:
+            policy = self.policy_for(CallInfo(index=self._index - 1,
+                                              layer=self._tracker.current() if self._tracker else None,
+                                              timestep=self.timestep))
+        else:
+            policy = fixed
         routed = []
 
         def run() -> Any:
@@ -531,7 +562,7 @@ class Patch:
 
         precheck = sdpa_precheck(bound.get("query"), bound.get("key"), bound.get("value"),
                                  bound.get("attn_mask"), bound.get("dropout_p", 0.0),
-                                 bound.get("enable_gqa", False))
+                                 bound.get("enable_gqa", False), bound.get("scale"))
         fell_back = []
 
         def fallback() -> Any:

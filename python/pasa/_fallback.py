@@ -7,6 +7,7 @@ backend) does with a call pasa cannot run. It runs torch's own SDPA instead, war
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -116,8 +117,11 @@ def run_or_fallback(run: Callable[[], T], fallback: Callable[[], T], precheck: O
     return fallback()
 
 
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
 def sdpa_precheck(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: Any,
-                  enable_gqa: Any) -> Optional[str]:
+                  enable_gqa: Any, scale: Any = None) -> Optional[str]:
     """Why pasa cannot run this scaled_dot_product_attention call, from metadata alone (None when
     it may: everything else is found by pasa's own checks)."""
     import torch
@@ -129,6 +133,16 @@ def sdpa_precheck(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: A
         return f"dtype: {query.dtype} (pasa takes float32, float16 and bfloat16)"
     if not all(t.dim() in (3, 4) for t in tensors) or len({t.dim() for t in tensors}) != 1:
         return "rank: pasa takes [N, H, L, E] or [N, L, E] operands"
+    # What pasa's own checks refuse and the metadata tells too: told here, so that a call under
+    # torch.compile (whose traced op runs those checks only when the graph runs) falls back as an
+    # eager one does.
+    for name, t in zip("qkv", tensors):
+        if any(n == 0 for n in t.shape):
+            return f"{name}: shape {tuple(t.shape)} has a size 0"
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            return f"{name}: the head dim is not contiguous (stride {t.stride(-1)})"
+    if isinstance(scale, (int, float)) and not (math.isfinite(scale) and abs(scale) <= _FLOAT32_MAX):
+        return f"scale: {scale} is not a finite float32"
     if dropout_p != 0.0:
         return "dropout_p: pasa has no dropout"
     # (a mask that requires grad too: a learned additive bias, ALiBi-style)

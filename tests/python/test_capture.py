@@ -393,14 +393,36 @@ def test_a_compiled_patched_call_falls_back_on_what_its_shapes_tell():
             return F.scaled_dot_product_attention(q, k, v)
 
     module = Attend()
+    wide = torch.randn(1, 2, 5, 16)
     cases = [(torch.randn(1, 2, 5, 16), torch.randn(1, 2, 6, 16), torch.randn(1, 2, 6, 8)),
-             (torch.randn(3, 2, 5, 16), torch.randn(1, 2, 6, 16), torch.randn(1, 2, 6, 16))]
+             (torch.randn(3, 2, 5, 16), torch.randn(1, 2, 6, 16), torch.randn(1, 2, 6, 16)),
+             # what pasa's own checks refuse only when the graph runs: a size 0, a head dim that
+             # is not contiguous
+             (torch.randn(1, 2, 0, 16), torch.randn(1, 2, 6, 16), torch.randn(1, 2, 6, 16)),
+             (wide.transpose(-1, -2).contiguous().transpose(-1, -2), wide, wide)]
     with torch.no_grad(), pasa.patch(module), warnings.catch_warnings():
         warnings.simplefilter("ignore", pasa.PasaFallbackWarning)
         for q, k, v in cases:
             torch._dynamo.reset()
             got = torch.compile(module, fullgraph=True)(q, k, v)
             torch.testing.assert_close(got, torch._C._nn.scaled_dot_product_attention(q, k, v))
+
+
+def test_a_timestep_set_each_step_does_not_recompile_one_policy(model, x):
+    # A patch of one policy (or a plan of only a default) reads neither the numbering nor the
+    # timestep: set each denoising step, they recompiled every step until Dynamo's limit.
+    for options in ({"policy": "exact"}, {"plan": {"default": "exact"}}):
+        torch._dynamo.reset()
+        with torch.no_grad(), pasa.patch(model, **options) as handle:
+            compiled = torch.compile(model, fullgraph=True)
+            for step in range(3):
+                handle.timestep = step
+                compiled(x)
+            with torch._dynamo.config.patch(error_on_recompile=True):
+                for step in range(3, 12):
+                    handle.timestep = step
+                    compiled(x)
+    torch._dynamo.reset()
 
 
 def test_a_patched_model_with_name_fn_and_a_policy_compiles_once(model, x):
@@ -545,6 +567,69 @@ def test_a_model_copied_inside_a_patch_is_routed_by_it(model, x):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(twin(x), want, atol=1e-5, rtol=1e-5)  # (the patch removed: torch's)
     assert handle.calls == 3
+
+
+def test_patches_leave_nothing_routed_after_the_forward(model, x):
+    q = torch.randn(1, 2, 5, 16)
+    outside = lambda: F.scaled_dot_product_attention(q, q, q)  # noqa: E731
+    with torch.no_grad():
+        # Two patches of one module: the first's exit ran while the second was on top and left it
+        # routing every later call of the thread.
+        first, second = pasa.patch(model), pasa.patch(model, policy="fa16")
+        for _ in range(3):
+            model(x)
+        counts = (first.calls, second.calls)
+        outside()
+        assert (first.calls, second.calls) == counts and second.calls == 9 and first.calls == 0
+        first.remove()
+        second.remove()
+
+        # A forward stopped by a KeyboardInterrupt (which torch's hooks do not see) routes no more
+        # once the module runs again.
+        class Interrupted(torch.nn.Module):
+            stop = True
+
+            def forward(self, y):
+                F.scaled_dot_product_attention(y, y, y)
+                if self.stop:
+                    raise KeyboardInterrupt
+                return y
+
+        module = Interrupted()
+        with pasa.patch(module) as handle:
+            with pytest.raises(KeyboardInterrupt):
+                module(q)
+            module.stop = False
+            module(q)
+            calls = handle.calls
+            outside()
+            assert handle.calls == calls == 2
+        # Arguments torch refuses go to torch, which raises.
+        with pasa.patch(module) as handle:
+            for bad in (lambda: F.scaled_dot_product_attention(q, q, q, foo=1),
+                        lambda: F.scaled_dot_product_attention(q, q, q, None, 0.0, False, 0.5, False, "x"),
+                        lambda: F.scaled_dot_product_attention(q, q, q, None, attn_mask=None)):
+                module.forward = lambda y, bad=bad: bad()
+                with pytest.raises(TypeError):
+                    module(q)
+            assert handle.calls == 0
+
+
+def test_a_patch_replaced_inside_a_capture_keeps_both_working(tmp_path, model, x):
+    # The capture records through the router; a patch made while it records kept it as "torch's
+    # SDPA" and the two called each other forever.
+    with torch.no_grad():
+        handle = pasa.patch(model)
+        with pasa.capture(tmp_path) as cap:
+            model(x)
+            handle.remove()
+            handle = pasa.patch(model, policy="fa16")
+            model(x)
+        handle.remove()
+        assert len(cap.entries) == 6 and handle.calls == 3
+        q = torch.randn(1, 2, 5, 16)
+        torch.testing.assert_close(F.scaled_dot_product_attention(q, q, q),
+                                   torch._C._nn.scaled_dot_product_attention(q, q, q))
 
 
 def test_patch_is_per_thread(model, x):

@@ -225,8 +225,9 @@ def test_a_low_precision_policy_runs_and_differs(rng):
     with torch.no_grad():
         want, got = reference(input_ids=ids).logits, model(input_ids=ids).logits
     err = (got - want).abs().max() / want.abs().max()
-    # fa16 rounds S, P and O to fp16: more than exact's float32 error, within fp16's roundoff scale.
-    assert EXACT_TOLERANCE < err < 2.0**-11 * 64
+    # fa16 rounds S, P and O to fp16: far more than exact's float32 error (about 1e-7 here; EXACT_TOLERANCE
+    # bounds it, and fa16's error fell below that bound on 2 of 40 draws), within fp16's roundoff scale.
+    assert 2.0**-16 < err < 2.0**-11 * 64
 
 
 def test_softcap_and_window_reach_pasa(rng):

@@ -99,7 +99,7 @@ class PasaAttnProcessor:
             return _torch_attention(query, key, value, mask, scale)
 
         precheck = sdpa_precheck(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                                 mask, 0.0, True)
+                                 mask, 0.0, True, scale)
         out = run_or_fallback(run, fallback, precheck, self.strict)  # [B, S_q, H, D]
 
         hidden_states = out.reshape(batch, -1, attn.heads * head_dim).to(query.dtype)

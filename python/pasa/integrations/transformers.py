@@ -148,7 +148,7 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
             return _torch_attention(query, key, value, mask, causal, window, cap, scaling,
                                     dropout, sink)
 
-        precheck = sdpa_precheck(query, key, value, mask, dropout, True)
+        precheck = sdpa_precheck(query, key, value, mask, dropout, True, scaling)
         if precheck is None and sink is not None and sink.requires_grad and _grad_enabled():
             precheck = "autograd: pasa has no backward"
         out = run_or_fallback(run, fallback, precheck, strict)
