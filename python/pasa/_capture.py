@@ -398,6 +398,15 @@ def _routes(function: Any) -> bool:
     return False
 
 
+def unrouted_sdpa() -> Callable[..., Any]:
+    """torch's scaled_dot_product_attention past the router: what the integrations' fallbacks call
+    (through a patch's router they would be routed, and counted, a second time)."""
+    import torch.nn.functional as F
+
+    current, original = F.scaled_dot_product_attention, _router_original  # (no lock: Dynamo traces this)
+    return original if original is not None and _routes(current) else current
+
+
 def _router_acquire(functional: Any) -> None:
     global _router_users, _router_original
     with _router_lock:

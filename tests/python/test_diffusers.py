@@ -165,6 +165,10 @@ def test_fallback_and_strict(rng):
         got = model(**given).sample
     assert pasa.stats()["reasons"] == {"autograd": 1}
     torch.testing.assert_close(got.detach(), want)
+    with pasa.patch(model):  # (the fallback is torch's own call, not routed, and counted, again)
+        pasa.stats(reset=True)
+        model(**given)
+        assert pasa.stats()["reasons"] == {"autograd": 1}
     pasa_diffusers.register(model, strict=True)  # (replaces the processors it set)
     assert all(p.strict for p in processors(model))
     with pytest.raises(pasa.PasaError, match="autograd"):

@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any, List, Optional
 
 from .._api import attention
+from .._capture import unrouted_sdpa
 from .._fallback import run_or_fallback, sdpa_precheck
 from .._policy import Policy, PolicyLike
 
@@ -115,14 +116,12 @@ class PasaAttnProcessor:
 def _torch_attention(query: Any, key: Any, value: Any, mask: Optional[Any],
                      scale: Optional[float]) -> Any:
     """The fallback: torch's SDPA on [B, S, H, D] operands (K and V repeated for grouped heads)."""
-    import torch.nn.functional as F
-
     groups = query.shape[2] // key.shape[2]
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
     if groups > 1:
         k, v = (t.repeat_interleave(groups, dim=1) for t in (k, v))
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=False,
-                                          scale=scale).transpose(1, 2)
+    return unrouted_sdpa()(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=False,
+                           scale=scale).transpose(1, 2)
 
 
 def register(model: Any, policy: PolicyLike = "exact", *, strict: bool = False) -> List[str]:

@@ -30,6 +30,7 @@ import math
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .._api import attention
+from .._capture import unrouted_sdpa
 from .._errors import PasaError
 from .._fallback import run_or_fallback, sdpa_precheck
 from .._policy import Policy, PolicyLike
@@ -210,7 +211,6 @@ def _torch_attention(query: Any, key: Any, value: Any, mask: Optional[Any], caus
     aligned), or plain torch math when there is a softcap or a sink (_sink_logits), which SDPA
     lacks."""
     import torch
-    import torch.nn.functional as F
 
     s_q, s_kv = query.shape[2], key.shape[2]
     if causal or window is not None:
@@ -228,8 +228,8 @@ def _torch_attention(query: Any, key: Any, value: Any, mask: Optional[Any], caus
             mask & keep if mask.dtype == torch.bool else mask.masked_fill(~keep, -math.inf))
     groups = query.shape[1] // key.shape[1]
     if softcap is None and sink is None:
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
-                                              scale=scaling, enable_gqa=groups > 1)
+        return unrouted_sdpa()(query, key, value, attn_mask=mask, dropout_p=dropout,
+                               scale=scaling, enable_gqa=groups > 1)
     key, value = (t.repeat_interleave(groups, dim=1) for t in (key, value))
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     scores = torch.matmul(query, key.transpose(-1, -2)) * scale
@@ -247,5 +247,5 @@ def _torch_attention(query: Any, key: Any, value: Any, mask: Optional[Any], caus
         # give it, not the NaN of a softmax over -inf, which the next layers would spread to every row.
         dead = scores.amax(dim=-1, keepdim=True) == -math.inf
         weights = torch.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0).to(query.dtype)
-    weights = F.dropout(weights, p=dropout, training=dropout > 0)
+    weights = torch.nn.functional.dropout(weights, p=dropout, training=dropout > 0)
     return torch.matmul(weights, value)
