@@ -48,7 +48,7 @@ std::array<std::pair<const TensorView*, const char*>, 6> named_tensors(const Att
            {&c.v_new, "v"}}};
 }
 
-// The cache with each view's strides canonical (operand_checks.h), before over_capacity widens the
+// The cache with each view's strides canonical (attention_checks.h), before over_capacity widens the
 // batch and sequence dimensions that a cache of one sequence or one-position blocks has as size 1.
 CudaKvCache with_canonical_strides(CudaKvCache c) {
   for (TensorView* t : {&c.k_cache, &c.v_cache, &c.k_new, &c.v_new}) t->stride = canonical_strides(*t);
