@@ -18,24 +18,19 @@ from . import _core, _serving
 from ._arrays import (allocate_outputs, as_kernel_argument, check_array, check_distinct_elements, check_not_meta,
                       check_sign_bits, check_writable, is_cupy_array, is_ml_dtypes_bfloat16,
                       is_ml_dtypes_bfloat16_dtype, is_torch_tensor)
-from ._errors import PasaError, flag_argument, real_argument
+from ._errors import PasaError, alignment_argument, flag_argument, real_argument
 from ._policy import PolicyLike, core_policy, policy_text
 from ._score_mods import check_softcap, check_window, mask_shape, numpy_mask
 
 __all__ = ["attention", "sdpa", "reference"]
 
 _LAYOUTS = ("bhsd", "bshd")
-_ALIGNMENTS = ("bottom_right", "top_left")
 
 
 def _check_options(causal: Any, causal_alignment: Any, scale: Any, layout: Any,
                    return_lse: Any) -> Optional[float]:
     flag_argument(causal, "causal")
-    if causal_alignment not in _ALIGNMENTS:
-        raise PasaError(
-            f"causal_alignment: {causal_alignment!r} is not 'bottom_right' (query i sees keys "
-            f"up to i + S_kv - S_q) or 'top_left' (keys up to i, torch's is_causal)"
-        )
+    alignment_argument(causal_alignment)
     if layout not in _LAYOUTS:
         raise PasaError(f"layout: {layout!r} is not 'bhsd' ([B, H, S, D]) or 'bshd' ([B, S, H, D])")
     flag_argument(return_lse, "return_lse")
@@ -187,7 +182,14 @@ def _torch_backend() -> Any:
 def _attention_via_float32(q: Any, k: Any, v: Any, out: Optional[Any], **options: Any) -> Any:
     """pasa.attention on NumPy arrays where some hold ml_dtypes' bfloat16: those are widened to
     float32 (exact), and a bfloat16 output is rounded from the float32 result to nearest even."""
-    q32, k32, v32 = (x.astype(np.float32) if is_ml_dtypes_bfloat16(x) else x for x in (q, k, v))
+    # (the call checks out= against the float32 copies: against the bfloat16 arrays they replace here)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if out is not None and is_ml_dtypes_bfloat16(x) and np.may_share_memory(out, x):
+            raise PasaError(f"out: its memory overlaps {name}'s; pass an output that does not alias the inputs")
+    try:
+        q32, k32, v32 = (x.astype(np.float32) if is_ml_dtypes_bfloat16(x) else x for x in (q, k, v))
+    except MemoryError:
+        raise PasaError("q/k/v: out of memory widening the bfloat16 inputs to float32") from None
     wanted = q.dtype if out is None else out.dtype
     if out is not None and not is_ml_dtypes_bfloat16(out):
         result = attention(q32, k32, v32, out=out, **options)
@@ -247,7 +249,8 @@ def sdpa(
         )
     flag_argument(enable_gqa, "enable_gqa")
     # (what is plainly no flag; torch.compile traces a computed or NumPy flag as its own objects)
-    if is_causal is None or isinstance(is_causal, (str, bytes, float)):
+    if (is_causal is None or isinstance(is_causal, (str, bytes, float, list, tuple, dict, set))
+            or tuple(getattr(is_causal, "shape", ())) != ()):
         raise PasaError(f"is_causal: expected True or False, got {is_causal!r}")
     if attn_mask is not None and is_causal:  # torch refuses the pair too
         raise PasaError("attn_mask: given with is_causal=True; torch takes one or the other (fold the "
@@ -267,7 +270,7 @@ def sdpa(
     three_d = len(query.shape) == 3
     if three_d:
         query, key, value = query[:, None], key[:, None], value[:, None]
-        if attn_mask is not None and len(attn_mask.shape) == 3:  # [N, L, S]: per batch, not head
+        if attn_mask is not None and len(getattr(attn_mask, "shape", ())) == 3:  # [N, L, S]: per batch
             attn_mask = attn_mask[:, None]
     heads_q, heads_kv = query.shape[1], key.shape[1]
     if heads_q != heads_kv and not enable_gqa:

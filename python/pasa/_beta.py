@@ -7,7 +7,7 @@ import dataclasses
 from typing import Optional
 
 from . import _core
-from ._errors import PasaError, int_argument, real_argument
+from ._errors import PasaError, int_argument, real_argument, text_argument
 
 __all__ = ["BetaSolution", "beta"]
 
@@ -41,5 +41,5 @@ def beta(initial: float = 1.0 - 2.0 ** -6, *, format: str = "fp16", block: int =
         raise PasaError(f"format: expected a format name such as 'fp16', got "
                         f"{type(format).__name__}")
     scale_value = None if scale is None else real_argument(scale, "scale")
-    result = _core.solve_beta(initial_value, format, block_value, scale_value)
+    result = _core.solve_beta(initial_value, text_argument(format, "format"), block_value, scale_value)
     return BetaSolution(*result)

@@ -72,6 +72,15 @@ def _bind(args: Tuple[Any, ...], kwargs: Mapping[str, Any]) -> Optional[Dict[str
     return bound
 
 
+def _plain_timestep(value: Any) -> Any:
+    """A timestep as a capture records it: a NumPy or one-element torch scalar (an item of a
+    scheduler's timesteps) as the Python number it holds, which the index can store."""
+    if hasattr(value, "item") and getattr(value, "size", None) in (1, None) or (
+            hasattr(value, "numel") and value.numel() == 1):
+        return value.item()
+    return value
+
+
 def _require_torch(what: str) -> Any:
     try:
         import torch
@@ -245,8 +254,12 @@ class Capture:
         """Writes ``index.json`` (done on exit): one entry per call, in call order. The file is
         replaced whole or not at all (a temporary file next to it, then renamed over it)."""
         with self._lock:
-            text = json.dumps({"format": "pasa-capture-1", "pasa_version": _core.__version__,
-                               "entries": self.entries}, indent=1, allow_nan=False)
+            try:
+                text = json.dumps({"format": "pasa-capture-1", "pasa_version": _core.__version__,
+                                   "entries": self.entries}, indent=1, allow_nan=False)
+            except (TypeError, ValueError) as error:  # (a timestep set to what JSON cannot hold)
+                raise PasaError(f"{self.directory}/index.json: not written: {error} (set timestep to "
+                                f"a number or a string)") from None
         path = os.path.join(self.directory, "index.json")
         temporary = f"{path}.tmp-{os.getpid()}"
         try:
@@ -265,7 +278,7 @@ class Capture:
         with self._lock:
             call = CallInfo(index=len(self.entries),
                             layer=self._tracker.current() if self._tracker else None,
-                            timestep=self.timestep)
+                            timestep=_plain_timestep(self.timestep))
             name = _check_name(self._name_fn(call), call)
             if name in self._names:
                 raise PasaError(f"name_fn: name {name!r} of call {call.index} was already used in "

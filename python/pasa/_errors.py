@@ -53,6 +53,24 @@ def flag_argument(value: Any, name: str) -> bool:
     return bool(value)
 
 
+def alignment_argument(value: Any, name: str = "causal_alignment") -> str:
+    """``value`` as one of the two causal alignments, or PasaError naming ``name``."""
+    if not isinstance(value, str) or value not in ("bottom_right", "top_left"):
+        raise PasaError(f"{name}: {value!r} is not 'bottom_right' (query i sees keys up to "
+                        f"i + S_kv - S_q) or 'top_left' (keys up to i, torch's is_causal)")
+    return value
+
+
+def text_argument(value: str, name: str) -> str:
+    """``value`` (a str) as the C++ side takes it, UTF-8, or PasaError naming ``name`` (a lone
+    surrogate, from a file name or os.fsdecode, has no UTF-8)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise PasaError(f"{name}: {value!r} is not valid text ({error.reason} at {error.start})") from None
+    return value
+
+
 def allocation_error(error: RuntimeError, name: str, shape: Any) -> BaseException:
     """What to raise for ``error`` from a torch allocation of output ``name``: a PasaError naming it
     where torch's CPU allocator ran out of memory (its bare RuntimeError says "can't allocate

@@ -66,6 +66,9 @@ _FILE_DTYPES = ("float32", "float16", "bfloat16")
 def _host_array(x: Any, name: str) -> Any:
     check_not_meta(x, name)
     if is_torch_tensor(x):
+        if x.is_quantized or str(x.layout) != "torch.strided":  # (sparse layouts)
+            raise PasaError(f"{name}: a {'quantized' if x.is_quantized else str(x.layout)} tensor; pasa files "
+                            f"hold dense float32, float16 or bfloat16 values")
         # (a lazy sign resolved: the file holds the tensor's values, not its memory)
         return x.detach().cpu().resolve_conj().resolve_neg().contiguous()
     if isinstance(x, np.generic):  # a NumPy scalar (np.float32(1.5)): the 0-d array of its value
@@ -78,10 +81,14 @@ def _host_array(x: Any, name: str) -> Any:
         if x.dtype.name not in _FILE_DTYPES:
             raise PasaError(f"{name}: unsupported dtype {x.dtype} (pasa files hold float32, float16 "
                             f"or bfloat16)")
-        if not x.dtype.isnative:  # the same values in the byte order the files use
-            x = x.astype(x.dtype.newbyteorder("="))
-        # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
-        return x if x.flags.c_contiguous else x.copy(order="C")
+        try:
+            if not x.dtype.isnative:  # the same values in the byte order the files use
+                x = x.astype(x.dtype.newbyteorder("="))
+            # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
+            return x if x.flags.c_contiguous else x.copy(order="C")
+        except MemoryError:
+            raise PasaError(f"{name}: out of memory making a contiguous copy of shape {x.shape} to "
+                            f"write") from None
     return x
 
 

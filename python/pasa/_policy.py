@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._errors import PasaError
+from ._errors import PasaError, text_argument
 
 __all__ = ["Policy", "PolicyLike", "PolicyField"]
 
@@ -101,7 +101,7 @@ class Policy:
         if not isinstance(name, str):
             raise PasaError(f"name: expected a preset name, got {type(name).__name__}")
         policy = cls.__new__(cls)
-        policy._impl = _core.Policy.from_preset(name)
+        policy._impl = _core.Policy.from_preset(text_argument(name, "name"))
         policy._text = policy._impl.to_string()
         return policy
 
@@ -195,7 +195,7 @@ PolicyLike = Union[str, Policy]
 
 @functools.lru_cache(maxsize=512)
 def _parse(text: str) -> Any:
-    return _core.Policy.parse(text)
+    return _core.Policy.parse(text_argument(text, "policy"))
 
 
 def core_policy(policy: PolicyLike) -> Any:

@@ -81,6 +81,8 @@ def numpy_mask(mask: Any, target: Tuple[int, ...]) -> Tuple[Optional[np.ndarray]
     shape = broadcast_shape(mask.shape, target)
     if mask.dtype == np.bool_:
         return np.broadcast_to(mask.reshape(_dims4(mask.shape)), shape).view(np.uint8), "boolean"
+    if mask.dtype.kind == "f" and not mask.dtype.isnative:  # the same values in the machine's order
+        mask = mask.astype(mask.dtype.newbyteorder("="))
     if mask.dtype.kind == "f" and mask.dtype.itemsize > 4:  # float64, longdouble
         finite = np.isfinite(mask)
         mask = np.where(finite, np.clip(mask, -FLOAT32_MAX, FLOAT32_MAX), mask).astype(np.float32)

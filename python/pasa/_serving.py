@@ -17,7 +17,7 @@ import numpy as np
 from . import _core
 from ._arrays import (_DL_CPU, _host_empty, _imported_torch, check_array, check_given_out, check_sign_bits,
                       dlpack_device, is_ml_dtypes_bfloat16, is_torch_tensor)
-from ._errors import PasaError, allocation_error, flag_argument, real_argument
+from ._errors import PasaError, alignment_argument, allocation_error, flag_argument, real_argument
 from ._policy import PolicyLike, core_policy
 
 __all__ = ["attention_varlen", "attention_with_kvcache"]
@@ -313,6 +313,7 @@ def attention_with_kvcache(
             and ``fdpp``, and every check of :func:`pasa.attention`.
     """
     causal = flag_argument(causal, "causal")
+    alignment_argument(causal_alignment)
     return_softmax_lse = flag_argument(return_softmax_lse, "return_softmax_lse")
     scale = _check_scale(softmax_scale, "softmax_scale")
     device = _cuda_device(q)

@@ -108,6 +108,9 @@ def shard(x: Tensor, rank: int, world_size: int, *, zigzag: bool = False) -> Ten
     flag_argument(zigzag, "zigzag")
     if zigzag:
         _check_zigzag_tokens(x.shape[2], world_size, "x")
+    elif x.shape[2] < world_size:  # (an empty shard is refused by every other call of the module)
+        raise PasaError(f"x: {x.shape[2]} tokens leave a rank of the {world_size} without one; every rank "
+                        f"needs at least one")
     if not zigzag:
         start, stop = _chunk_bounds(x.shape[2], world_size)[rank]
         return x[:, :, start:stop]

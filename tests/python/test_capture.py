@@ -114,6 +114,18 @@ def test_capture_names_by_layer_and_timestep(tmp_path, model, x):
         f"t{t:02d}/blocks.{i}.attn" for t in range(2) for i in range(3)]
     assert [e["layer"] for e in cap.entries[:3]] == [f"blocks.{i}.attn" for i in range(3)]
     assert (tmp_path / "t01" / "blocks.2.attn.safetensors").is_file()
+    # A scheduler's timesteps are NumPy or torch scalars: recorded as the numbers they hold (the
+    # index was not written, and `pasa calibrate` then read the calls without their settings).
+    steps = tmp_path / "steps"
+    with torch.no_grad(), pasa.capture(steps) as cap:
+        for cap.timestep in (np.int64(5), torch.tensor(999), np.float32(0.5)):
+            F.scaled_dot_product_attention(x[:, None], x[:, None], x[:, None])
+    index = json.loads((steps / "index.json").read_text())
+    assert [e["timestep"] for e in index["entries"]] == [5, 999, 0.5]
+    with pytest.raises(pasa.PasaError, match=r"index\.json: not written"):
+        with pasa.capture(tmp_path / "odd") as cap:
+            cap.timestep = object()
+            F.scaled_dot_product_attention(x[:, None], x[:, None], x[:, None])
 
 
 def test_capture_restores_on_error_and_rejects_duplicates(tmp_path, model, x):

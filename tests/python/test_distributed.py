@@ -287,6 +287,8 @@ def test_shard_refuses_ranks_outside_the_world(rank, world, match):
         pd.shard(x[0], 0, 2)
     with pytest.raises(pasa.PasaError, match=r"^shards: expected a non-empty sequence"):
         pd.unshard([])
+    with pytest.raises(pasa.PasaError, match=r"^x: 2 tokens leave a rank of the 3 without one"):
+        pd.shard(x[:, :, :2], 0, 3)
 
 
 def test_lengths_that_are_not_zigzag_raise():

@@ -136,6 +136,16 @@ def test_bad_policy_text(rng, text, match):
         pasa.Policy(text)
 
 
+def test_text_without_utf8_is_a_pasa_error(rng):
+    # A lone surrogate (os.fsdecode of a file name's bytes) has no UTF-8: the binding raised TypeError.
+    q, k, v = qkv(rng, 1, 1, 1, 4, 4, 64)
+    for call in (lambda: pasa.Policy("exact\udcff"), lambda: pasa.attention(q, k, v, policy="\udcff"),
+                 lambda: pasa.Policy.preset("\udcff"), lambda: pasa.beta(format="\udcff"),
+                 lambda: pasa.Policy("exact").replace(p="\udcff")):
+        with raises(r"is not valid text \(surrogates not allowed"):
+            call()
+
+
 def test_bad_policy_type(rng):
     q, k, v = qkv(rng, 1, 1, 1, 4, 4, 64)
     with raises(r"^policy: expected policy text .* got int"):
@@ -169,6 +179,23 @@ def test_bad_options(rng, kwargs, match):
     q, k, v = qkv(rng, 1, 2, 2, 8, 8, 64)
     with raises(match):
         pasa.attention(q, k, v, **kwargs)
+
+
+def test_kvcache_options_are_checked_like_attention_s(rng):
+    q = rng.standard_normal((1, 1, 1, 8)).astype(np.float32)
+    cache = rng.standard_normal((1, 4, 1, 8)).astype(np.float32)
+    for alignment in (None, 5, "top-left"):
+        with raises(r"^causal_alignment: .* is not 'bottom_right'"):
+            pasa.attention_with_kvcache(q, cache, cache.copy(), cache_seqlens=1, causal_alignment=alignment)
+
+
+def test_sdpa_flags_and_masks_of_no_array_type(rng):
+    q, k, v = qkv(rng, 1, 2, 2, 4, 4, 8)
+    for flag in (np.array([True, False]), [], {}):
+        with raises(r"^is_causal: expected True or False"):
+            pasa.sdpa(q, k, v, is_causal=flag)
+    with raises(r"^attn_mask: expected a NumPy array"):
+        pasa.sdpa(q[:, 0], k[:, 0], v[:, 0], attn_mask=[[[True]]])
 
 
 def test_bad_out(rng):

@@ -107,6 +107,15 @@ def test_save_errors(tmp_path, rng):
         pasa.save(3, x.astype(np.float32))
 
 
+def test_torch_tensors_without_dense_values_are_refused_by_save(tmp_path):
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    for x, kind in ((torch.eye(3).to_sparse(), "torch.sparse_coo"),
+                    (torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8), "quantized")):
+        with pytest.raises(pasa.PasaError, match=rf"x\.npy: a {kind} tensor"):
+            pasa.save(tmp_path / "x.npy", x)
+        assert not (tmp_path / "x.npy").exists()
+
+
 def test_ml_dtypes_bfloat16_arrays_are_refused_by_save(tmp_path, rng):
     ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
     x = rng.standard_normal((2, 3)).astype(ml_dtypes.bfloat16)

@@ -130,6 +130,30 @@ def test_ml_dtypes_bfloat16_arrays(rng):
     np.testing.assert_array_equal(pasa.reference(qb, kb, vb), pasa.reference(q32, k32, v32))
 
 
+def test_big_endian_float_masks_are_their_values(rng):
+    q, k, v = qkv(rng, b=1, h_q=2, s_q=4, d=8)
+    mask = rng.standard_normal((4, 4)).astype(np.float32)
+    want = pasa.attention(q, k, v, attn_mask=mask)
+    for dtype in (">f4", ">f2", ">f8"):
+        got = pasa.attention(q, k, v, attn_mask=mask.astype(dtype))
+        np.testing.assert_array_equal(got, pasa.attention(q, k, v, attn_mask=mask.astype(dtype).astype(
+            np.dtype(dtype).newbyteorder("="))))
+    np.testing.assert_array_equal(pasa.attention(q, k, v, attn_mask=mask.astype(">f4")), want)
+
+
+def test_ml_dtypes_bfloat16_inputs_under_an_overlapping_out(rng):
+    # The call checks out= against the float32 copies it is given: an out over a bfloat16 input was
+    # accepted and wrote over it.
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
+    buf = np.zeros(256, np.uint8)
+    k = buf[:64].view(ml_dtypes.bfloat16).reshape(1, 1, 4, 8)
+    k[...] = 1
+    q = np.ones((1, 1, 4, 8), ml_dtypes.bfloat16)
+    with pytest.raises(pasa.PasaError, match=r"^out: its memory overlaps k's"):
+        pasa.attention(q, k, q, out=buf[:128].view(np.float32).reshape(1, 1, 4, 8))
+    assert (k.astype(np.float32) == 1).all()
+
+
 def test_ml_dtypes_bfloat16_out_is_checked_before_the_work(rng):
     ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
     q, k, v = (x.astype(ml_dtypes.bfloat16) for x in qkv(rng, b=1, h_q=2, s_q=4, d=8))
