@@ -108,6 +108,12 @@ std::int64_t check_cache_tensors(const KVCacheArgs& a, std::int64_t B, std::int6
   if (a.block_table != nullptr && a.max_blocks < 1) {
     throw Error(text::format("max_blocks: {} (block_table's row length must be at least 1)", a.max_blocks));
   }
+  // (int32 block ids index at most 2^31 blocks; a longer row's [B, max_blocks] table could pass the
+  // address space, which the table's pointer arithmetic would wrap)
+  if (a.block_table != nullptr && a.max_blocks > std::numeric_limits<std::int32_t>::max()) {
+    throw Error(text::format("max_blocks: {}; block tables of int32 ids take rows of at most 2^31 - 1",
+                             a.max_blocks));
+  }
   std::int64_t s_new = 0;
   if ((a.k.data == nullptr) != (a.v.data == nullptr)) {
     throw Error("k/v: give both new keys and new values, or neither");
@@ -336,9 +342,6 @@ KVCacheProblem check_kvcache_tensors(const KVCacheArgs& args) {
   check_kvcache_memory(args, problem.s_new > 0);
   if (problem.on_gpu && args.k_cache.shape[0] > std::numeric_limits<std::int32_t>::max()) {
     throw Error(text::format("k_cache: {} blocks; the GPU kernels take at most 2^31 - 1", args.k_cache.shape[0]));
-  }
-  if (problem.on_gpu && args.block_table != nullptr && args.max_blocks > std::numeric_limits<std::int32_t>::max()) {
-    throw Error(text::format("max_blocks: {}; the GPU kernels take at most 2^31 - 1", args.max_blocks));
   }
   if (!problem.on_gpu && problem.shape.dim > 1024) {
     throw Error(text::format("q: head dim {} is larger than the CPU backends' 1024", problem.shape.dim));

@@ -57,7 +57,8 @@ const char* differing_field(const AttentionArgs& call, const AttentionArgs& plan
   if (!same_mask(call.mask, plan.mask)) return "mask";
   if (call.backend != plan.backend) return "backend";
   if (call.cuda_path != plan.cuda_path) return "cuda_path";
-  if (call.policy != plan.policy) return "policy";
+  // (the preset's name too, which policies' equality leaves out: validate() refuses an unknown one)
+  if (call.policy != plan.policy || call.policy.preset != plan.policy.preset) return "policy";
   return nullptr;
 }
 

@@ -126,10 +126,11 @@ void shift_block(const PasaShift& shift, const std::vector<float>& block, int n,
 std::uint64_t emulator_memory_bytes(const ProblemShape& ps, const Policy& pol) {
   const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
   const std::uint64_t D = u(ps.dim), s1 = u(pol.block_q), s2 = u(pol.block_kv);
-  // kt, k_used, v in fp32 and k_scale in fp64 per key, and for PASA one block more (its padded last
-  // block, whose per-block shift means are counted with it); the per-channel vectors are negligible.
+  // K as gathered, kt, k_used (a quantizer's copy) and v in fp32 and k_scale in fp64 per key, and for
+  // PASA one block more (its padded last block, whose per-block shift means are counted with it); the
+  // per-channel vectors are negligible.
   const std::uint64_t padding = pol.shift == Shift::pasa ? s2 : 0;
-  const std::uint64_t per_kv_head = saturating_product({u(ps.seq_kv) + padding, 3 * 4 * D + 8});
+  const std::uint64_t per_kv_head = saturating_product({u(ps.seq_kv) + padding, 4 * 4 * D + 8});
   // q in fp32 and q_scale, lse_offset in fp64 per query; ds in fp64 per key.
   const std::uint64_t per_q_head =
       saturating_sum({saturating_product({u(ps.seq_q), 4 * D + 16}), saturating_product({u(ps.seq_kv), 8})});

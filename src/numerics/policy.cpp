@@ -667,6 +667,21 @@ void validate(const Policy& p) {
                                p.q_quant->name(), p.k_quant->name(), term, p.qk_acc.name(), p.qk_acc.max_finite()));
     }
   }
+  // One side quantized: its terms reach the quantizer's largest value times the other side's values,
+  // which a quantizer of a wide range (fp32, bf16) makes overflow at ordinary magnitudes. Refused where
+  // values of up to 2^10 over 2^10 channels would (exact,k_quant=fp32 gave NaN on all-ones inputs).
+  if ((p.q_quant != std::nullopt) != (p.k_quant != std::nullopt) && !p.qk_acc.is_integer()) {
+    const Format& quant = p.q_quant ? *p.q_quant : *p.k_quant;
+    const char* key = p.q_quant ? "q_quant" : "k_quant";
+    const double term = quant.max_finite() * 0x1p20;
+    if (term > p.qk_acc.max_finite()) {
+      throw Error(text::format("policy field '{}': {} quantizes {} to groups whose largest value is {:g}, the other "
+                               "operand stays unquantized, and qk_acc = {} ({:g}) cannot hold the scores of values up "
+                               "to 2^10 over 2^10 channels (2^20 times {:g}); quantize both, or use a quantizer of "
+                               "a smaller range (int8, e4m3)", key, quant.name(), p.q_quant ? "Q" : "K",
+                               quant.max_finite(), p.qk_acc.name(), p.qk_acc.max_finite(), quant.max_finite()));
+    }
+  }
   if (p.shift == Shift::unified) check_unified_window(p);
   // Per-warp and per-thread query groups are 16-row slabs of a query block; per-thread key groups
   // repeat every 8 keys of a key block.

@@ -127,6 +127,9 @@ TEST(AttentionPlan, ACallOfAnotherProblemIsRefusedBeforeWriting) {
   masked.args.mask.shape = {1, 1, 1, masked.args.k.shape[2]};
   masked.args.mask.stride = {0, 0, 0, 1};
   expect_refused(masked, "mask: differs");
+  Problem unknown_preset(seed);  // (equal fields: policies' equality leaves the preset's name out)
+  unknown_preset.args.policy.preset = "flash";
+  expect_refused(unknown_preset, "policy: differs");
   Problem nan_input(seed);
   store_from_double(nan_input.v.bytes.data(), DType::f16, 5, NAN);
   expect_refused(nan_input, "v: non-finite value");

@@ -227,8 +227,9 @@ TEST(MemoryBudget, OnlyPasaCountsAPaddedKeyBlock) {
 }
 
 // Batch and heads broadcast to 2^33 x 2^31 = 2^64 heads: their product wraps to 0 in 64 bits, which
-// once passed the budget and computed nothing at all. The emulator, its plan and the fp64 reference
-// refuse it: the output, which needs an element for each of them, reaches past 2^63 bytes.
+// once passed the budget and computed nothing at all. The emulator and its plan refuse it: the
+// output, which needs an element for each of them, reaches past 2^63 bytes; the fp64 reference, which
+// makes its own output, for the memory that needs.
 TEST(MemoryBudget, BatchTimesHeadsBeyond64BitsIsRefused) {
   if (!available_memory_bytes()) GTEST_SKIP() << "no /proc: available memory unknown";
   // The output above the input in memory, with strides that give each index its own element.
@@ -238,11 +239,18 @@ TEST(MemoryBudget, BatchTimesHeadsBeyond64BitsIsRefused) {
   o.data = &memory[1];
   o.stride = {std::int64_t{1} << 31, 1, 1, 1};
   const AttentionArgs args{broadcast, broadcast, broadcast, o};
-  for (const auto& call : std::initializer_list<std::function<void()>>{
-           [&] { attention(args); }, [&] { AttentionPlan{args}; }, [&] { reference_attention(args); }}) {
+  for (const auto& call : std::initializer_list<std::function<void()>>{[&] { attention(args); },
+                                                                       [&] { AttentionPlan{args}; }}) {
     test::expect_error(call, "o: sizes [8589934592, 2147483648, 1, 1] with strides [2147483648, 1, 1, 1] "
                              "reach past 2^63 bytes");
   }
+  EXPECT_THROW(reference_attention(args), ResourceError);
+  test::expect_error([&] { reference_attention(args); }, "reference attention (fp64) on q [8589934592, 2147483648");
+  // 2^58 broadcast query rows: the reference's stand-in output once had strides that wrapped to 0 in
+  // int64, and the error named o, which it does not take.
+  const TensorView rows{&memory[0], DType::f32, {1, 16, std::int64_t{1} << 58, 16}, {0, 0, 0, 0}};
+  const TensorView keys{&memory[0], DType::f32, {1, 16, 4, 16}, {0, 0, 0, 0}};
+  EXPECT_THROW(reference_attention(AttentionArgs{rows, keys, keys, o}), ResourceError);
   EXPECT_EQ(memory[1], 7.0f);
 }
 

@@ -405,13 +405,18 @@ TEST(KVCache, BadInputIsRejectedBeforeAnythingIsWritten) {
 
 // max_blocks is only the table's row length: one so large that max_blocks * block_size passes 2^63
 // once wrapped negative and refused every sequence ("more than the cache's -4 per sequence").
-TEST(KVCache, AHugeTableRowLengthDoesNotOverflowTheCapacity) {
+TEST(KVCache, AHugeTableRowLengthIsRefusedBeforeAnythingIsWritten) {
+  // A row of more than 2^31 int32 ids: at batch 2 the second row's address passed 2^63 bytes (a
+  // crash, or at 2^62 the first row read again).
   const auto seed = test::fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
-  Cache c(1, 1, kBlocks, kBlockSize, 2, seed);
-  c.set_table({3}, {4, 7}, std::numeric_limits<std::int64_t>::max() / 2);
-  attention_with_kvcache(c.args);
-  c.expect_equal_to_dense();
+  for (const std::int64_t max_blocks : {std::int64_t{1} << 31, std::numeric_limits<std::int64_t>::max() / 2}) {
+    Cache c(1, 1, kBlocks, kBlockSize, 2, seed);
+    c.set_table({3}, {4, 7}, max_blocks);
+    const auto before = c.k_cache.bytes;
+    expect_error([&] { attention_with_kvcache(c.args); }, "block tables of int32 ids take rows of at most 2^31 - 1");
+    EXPECT_TRUE(before == c.k_cache.bytes);
+  }
 }
 
 // One mask cannot follow the sequences' lengths: refused before anything is written. (Each sequence
@@ -523,7 +528,7 @@ TEST(Serving, HugeIndexArraysOfTheGpuPathAreErrors) {
   c.cache_seqlens = lens.data();
   c.block_table = lens.data();
   c.max_blocks = std::int64_t{1} << 60;
-  expect_error([&] { attention_with_kvcache(c); }, "max_blocks: 1152921504606846976; the GPU kernels take at most");
+  expect_error([&] { attention_with_kvcache(c); }, "max_blocks: 1152921504606846976; block tables of int32 ids");
 }
 
 TEST(Varlen, BadInputIsRejectedBeforeAnythingIsWritten) {

@@ -144,6 +144,19 @@ TEST(Policy, QuantizersWhoseLargestProductOverflowsAreRefused) {
   EXPECT_NO_THROW(parse_policy("sage8,k_quant=fp16"));  // 127 x 65504
 }
 
+// One side quantized to a wide range (its groups' largest values become 3.4e38) overflowed the scores
+// at ordinary magnitudes: exact,k_quant=fp32 gave NaN on all-ones inputs. Refused; narrow quantizers
+// of one side run.
+TEST(Policy, AOneSidedQuantizerOfAWideRangeIsRefused) {
+  for (const char* text : {"exact,k_quant=fp32", "exact,q_quant=bf16", "fa16_fp32,k_quant=fp22",
+                           "sage8,q_quant=none,k_quant=bf16,smooth_k=0"}) {
+    SCOPED_TRACE(text);
+    expect_error([&] { parse_policy(text); }, "the other operand stays unquantized");
+  }
+  EXPECT_NO_THROW(parse_policy("exact,k_quant=int8"));
+  EXPECT_NO_THROW(parse_policy("sage8,q_quant=none"));
+}
+
 TEST(Policy, ErrorsNameTheField) {
   expect_error([] { parse_policy("flash"); }, "unknown policy 'flash'");
   expect_error([] { parse_policy(""); }, "empty");
