@@ -47,7 +47,7 @@ void check_view(const TensorView& t, const char* name, bool is_output, ViewForm 
       throw Error(text::format("{}: {} size is {} (every dimension must be at least 1; zero-length "
                                "sequences are not attention problems)", name, dim, t.shape[i]));
     }
-    if (!empty && t.stride[i] < (is_output ? 1 : 0)) {
+    if (!empty && t.shape[i] != 1 && t.stride[i] < (is_output ? 1 : 0)) {  // (a size-1 one's is never read)
       throw Error(text::format("{}: stride of the {} dimension is {} (must be {})", name, dim,
                                t.stride[i], is_output ? "positive" : "non-negative"));
     }

@@ -23,8 +23,8 @@ struct ProblemShape {
 enum class ViewForm { bhsd, packed };
 
 // One view as every entry point checks it, naming it `name`: a supported dtype, batch 1 if packed, every
-// size >= 1 (a packed token count >= 0), strides >= 0 (>= 1 for an output, which is written), a data
-// pointer unless the view is empty.
+// size >= 1 (a packed token count >= 0), strides >= 0 (>= 1 for an output, which is written; any for a
+// size-1 dimension, whose stride is never read), a data pointer unless the view is empty.
 void check_view(const TensorView& t, const char* name, bool is_output, ViewForm form = ViewForm::bhsd);
 
 // t's strides with each size-1 dimension's replaced by the one a dense layout would give it (the next

@@ -60,7 +60,7 @@ void check_cache_view(const TensorView& t, const char* name, bool written, bool 
   static const char* dims[] = {"block (or batch)", "heads", "block size (or S_max)", "head dim"};
   for (int i = 0; i < 4; ++i) {
     if (t.shape[i] < 1) throw Error(text::format("{}: {} size is {}", name, dims[i], t.shape[i]));
-    if (t.stride[i] < (written || on_gpu ? 1 : 0)) {
+    if (t.shape[i] != 1 && t.stride[i] < (written || on_gpu ? 1 : 0)) {  // (a size-1 one's is never read)
       throw Error(text::format("{}: stride of the {} dimension is {} ({})", name, dims[i], t.stride[i],
                                written  ? "the cache is written: strides must be positive"
                                : on_gpu ? "the GPU path takes caches with positive strides"

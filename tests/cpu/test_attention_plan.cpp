@@ -72,6 +72,11 @@ TEST(AttentionPlan, StridesOfSizeOneDimensionsMayDiffer) {
   plan.run(by_plan.args);
   attention(eager.args);
   EXPECT_EQ(by_plan.o.bytes, eager.o.bytes);
+  Problem negative(seed, 1, 70);  // (any stride, a negative one too: never read)
+  negative.args.q.stride[2] = -5;
+  negative.args.o.stride[2] = 0;
+  plan.run(negative.args);
+  EXPECT_EQ(negative.o.bytes, eager.o.bytes);
   Problem wider(seed, 1, 70);
   wider.args.q.stride[1] += 32;  // a size-4 dimension's stride is the problem's
   test::expect_error([&] { plan.run(wider.args); }, "q: differs from the problem the plan was made for");
