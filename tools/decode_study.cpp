@@ -20,6 +20,19 @@
 namespace pasa::cli {
 namespace {
 
+// t [B, H, S, D] (C order) cut to the first `keys` rows of each head.
+HostTensor first_keys(const HostTensor& t, std::int64_t keys) {
+  const auto heads = static_cast<std::size_t>(t.shape[0] * t.shape[1]);
+  const std::size_t row = static_cast<std::size_t>(t.shape[3]) * dtype_size(t.dtype);
+  const auto from = static_cast<std::size_t>(t.shape[2]), to = static_cast<std::size_t>(keys);
+  HostTensor out{t.dtype, {t.shape[0], t.shape[1], keys, t.shape[3]}, std::vector<std::uint8_t>(heads * to * row)};
+  for (std::size_t h = 0; h < heads; ++h) {
+    std::copy_n(t.bytes.begin() + static_cast<std::ptrdiff_t>(h * from * row), to * row,
+                out.bytes.begin() + static_cast<std::ptrdiff_t>(h * to * row));
+  }
+  return out;
+}
+
 // A decode problem: one query per sequence against a long KV cache.
 QKV decode_inputs(const std::string& kind, const DecodeStudyConfig& c, std::uint64_t seed) {
   auto make = [&](const Shape4& s) -> QKV {
@@ -30,9 +43,14 @@ QKV decode_inputs(const std::string& kind, const DecodeStudyConfig& c, std::uint
     if (kind == "resonance (qwen2)") return resonance_qkv(s, resonance_preset("qwen2"), seed);
     return resonance_qkv(s, resonance_preset("svd"), seed);
   };
+  // A generator draws its q, k and v in turn from one stream, so K's draws begin where a q of the K/V
+  // shape ends: with fewer keys than query heads a K/V head they would begin among Q's own draws (a
+  // key equal to a query: scores of 11 sigma). So at least that many keys are drawn, the first kept.
+  const std::int64_t drawn = std::max(c.seq_kv, (c.heads_q + c.heads_kv - 1) / c.heads_kv);
   QKV q = make({c.batch, c.heads_q, 1, 128});
-  QKV kv = make({c.batch, c.heads_kv, c.seq_kv, 128});
-  return QKV{std::move(q.q), std::move(kv.k), std::move(kv.v)};
+  QKV kv = make({c.batch, c.heads_kv, drawn, 128});
+  if (drawn == c.seq_kv) return QKV{std::move(q.q), std::move(kv.k), std::move(kv.v)};
+  return QKV{std::move(q.q), first_keys(kv.k, c.seq_kv), first_keys(kv.v, c.seq_kv)};
 }
 
 }  // namespace

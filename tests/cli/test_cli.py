@@ -155,6 +155,11 @@ def check_sage_and_decode_studies(tmp):
     rows = document["rows"]
     normal = next(r for r in rows if r["input"] == "normal")
     assert normal["recompute_calibrated"] == 0 and normal["unified_vs_sync"] < 1e-2, normal
+    # One key per K/V head, fewer than the 4 query heads a K/V head: K's draws once began among Q's own,
+    # a key equal to a query (a score of 11 sigma) that sent 12.5% of the normal rows to recompute.
+    pasa("study", "decode", "--seq-kv", "1", "--batch", "1", "--json", path)
+    normal = next(r for r in json.load(open(path))["rows"] if r["input"] == "normal")
+    assert normal["recompute_calibrated"] == 0 and normal["recompute_phi0"] == 0, normal
 
 
 def check_calibrate(tmp):
