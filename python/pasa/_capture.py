@@ -101,6 +101,22 @@ def _check_name(name: Any, call: CallInfo) -> str:
     return name
 
 
+class _SavedHooks:
+    """What a patch's or a layer tracker's hooks load as from a model saved whole while they were on it
+    (pickle, torch.save): hooks that do nothing. The process that loads the model routes nothing
+    until it patches the model itself."""
+
+    def _enter(self, *args: Any) -> None:
+        return None
+
+    def _exit(self, *args: Any) -> None:
+        return None
+
+
+def _saved_hooks() -> _SavedHooks:
+    return _SavedHooks()
+
+
 class _LayerTracker:
     """Which submodule of a model runs right now, per thread (forward hooks on every submodule)."""
 
@@ -138,6 +154,9 @@ class _LayerTracker:
 
     def __deepcopy__(self, memo: Any) -> "_LayerTracker":
         return self  # (a model copied with its hooks, an EMA copy say: the copy's calls are tracked too)
+
+    def __reduce__(self) -> Any:
+        return (_saved_hooks, ())  # (a model saved whole: see _SavedHooks)
 
     def remove(self) -> None:
         for handle in self._handles:
@@ -536,6 +555,9 @@ class Patch:
 
     def __deepcopy__(self, memo: Any) -> Patch:
         return self  # (a model copied with its hooks, an EMA copy say, is routed by this patch too)
+
+    def __reduce__(self) -> Any:
+        return (_saved_hooks, ())  # (a model saved whole: see _SavedHooks)
 
     def policy_for(self, call: CallInfo) -> str:
         """The policy text for a call: the fixed policy, or the plan's entry for its name."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import threading
 import warnings
 
@@ -625,6 +626,21 @@ def test_patches_leave_nothing_routed_after_the_forward(model, x):
                 with pytest.raises(TypeError):
                     module(q)
             assert handle.calls == 0
+
+
+def test_a_patched_model_saved_whole_loads_unpatched(tmp_path, model, x):
+    # The hooks held the patch, whose torch.nn.functional module pickle refused: a model could not be
+    # saved while patched. It loads with hooks that route nothing; the original stays patched.
+    with torch.no_grad(), pasa.patch(model, plan={"default": "exact"}) as handle:
+        torch.save(model, tmp_path / "model.pt")
+        copy = pickle.loads(pickle.dumps(model))
+        want = model(x)
+        assert handle.calls == 3
+        pasa.stats(reset=True)
+        loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+        for other in (copy, loaded):
+            torch.testing.assert_close(other(x), want)
+        assert handle.calls == 3 and pasa.stats()["calls"] == 0
 
 
 def test_a_patch_replaced_inside_a_capture_keeps_both_working(tmp_path, model, x):
