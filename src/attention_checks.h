@@ -30,8 +30,8 @@ void check_view(const TensorView& t, const char* name, bool is_output, ViewForm 
 // t's strides with each size-1 dimension's replaced by the one a dense layout would give it (the next
 // inner stride times that dimension's extent): its index is always 0, so its stride addresses
 // nothing, and exporters give it any value (DLPack from torch before 2.9 gives 1, which is no
-// multiple of the 16 bytes the CUDA kernels need). Plans compare views by these, and the CUDA kernels
-// and their tensor maps are handed them.
+// multiple of the 16 bytes the CUDA kernels need). The CUDA kernels and their tensor maps are handed
+// these.
 std::array<std::int64_t, 4> canonical_strides(const TensorView& t);
 
 // Checks pointers, shapes, GQA head counts, strides, devices, the LSE view and the scale, then

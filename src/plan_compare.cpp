@@ -5,15 +5,13 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "attention_checks.h"
 #include "pasa/error.h"
 #include "text/format.h"
 
 namespace pasa {
 namespace {
 
-// Strides compared where they address something: a size-1 dimension's index is always 0 (the
-// canonical strides of attention_checks.h; a mask's size-1 dimensions broadcast).
+// Strides compared where they address something: a size-1 dimension's index is always 0.
 template <std::size_t N>
 bool same_strides(const std::array<std::int64_t, N>& shape, const std::array<std::int64_t, N>& a,
                   const std::array<std::int64_t, N>& b) {
@@ -33,7 +31,7 @@ bool same_mask(const MaskView& a, const MaskView& b) {  // (not the pointer: run
 }  // namespace
 
 bool same_view(const TensorView& a, const TensorView& b) {
-  return a.dtype == b.dtype && a.shape == b.shape && canonical_strides(a) == canonical_strides(b) &&
+  return a.dtype == b.dtype && a.shape == b.shape && same_strides(a.shape, a.stride, b.stride) &&
          a.device == b.device;
 }
 

@@ -179,13 +179,19 @@ def _torch_backend() -> Any:
     return _torch_module
 
 
+def _refuse_overlaps(out: Any, named: Any) -> None:
+    """PasaError where ``out`` shares memory with one of the (name, array) pairs ``named``, arrays the
+    call does not see beside it (it gets float32 copies of them, or a float32 stand-in for out)."""
+    for name, x in named:
+        if isinstance(x, np.ndarray) and np.may_share_memory(out, x):
+            raise PasaError(f"out: its memory overlaps {name}'s; pass an output that does not alias the inputs")
+
+
 def _attention_via_float32(q: Any, k: Any, v: Any, out: Optional[Any], **options: Any) -> Any:
     """pasa.attention on NumPy arrays where some hold ml_dtypes' bfloat16: those are widened to
     float32 (exact), and a bfloat16 output is rounded from the float32 result to nearest even."""
-    # (the call checks out= against the float32 copies: against the bfloat16 arrays they replace here)
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if out is not None and is_ml_dtypes_bfloat16(x) and np.may_share_memory(out, x):
-            raise PasaError(f"out: its memory overlaps {name}'s; pass an output that does not alias the inputs")
+    if out is not None:  # (the call checks out= against the float32 copies of the bfloat16 inputs)
+        _refuse_overlaps(out, [(name, x) for name, x in (("q", q), ("k", k), ("v", v)) if is_ml_dtypes_bfloat16(x)])
     try:
         q32, k32, v32 = (x.astype(np.float32) if is_ml_dtypes_bfloat16(x) else x for x in (q, k, v))
     except MemoryError:
@@ -198,10 +204,7 @@ def _attention_via_float32(q: Any, k: Any, v: Any, out: Optional[Any], **options
         # array of its shape (whose shape the call checks), then written once the result is in.
         check_writable(out, "out")
         check_distinct_elements(out, "out")
-        mask = options["attn_mask"]
-        for name, x in (("q", q), ("k", k), ("v", v), ("attn_mask", mask)):
-            if isinstance(x, np.ndarray) and np.may_share_memory(out, x):
-                raise PasaError(f"out: its memory overlaps {name}'s; pass an output that does not alias the inputs")
+        _refuse_overlaps(out, (("q", q), ("k", k), ("v", v), ("attn_mask", options["attn_mask"])))
         result = attention(q32, k32, v32, out=np.empty(out.shape, np.float32), **options)
     else:
         result = attention(q32, k32, v32, **options)

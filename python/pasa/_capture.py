@@ -75,10 +75,8 @@ def _bind(args: Tuple[Any, ...], kwargs: Mapping[str, Any]) -> Optional[Dict[str
 def _plain_timestep(value: Any) -> Any:
     """A timestep as a capture records it: a NumPy or one-element torch scalar (an item of a
     scheduler's timesteps) as the Python number it holds, which the index can store."""
-    if hasattr(value, "item") and getattr(value, "size", None) in (1, None) or (
-            hasattr(value, "numel") and value.numel() == 1):
-        return value.item()
-    return value
+    size = value.numel() if hasattr(value, "numel") else getattr(value, "size", None)
+    return value.item() if size == 1 and hasattr(value, "item") else value
 
 
 def _require_torch(what: str) -> Any:
@@ -585,7 +583,7 @@ class Patch:
         # numbering nor the timestep: under torch.compile a read of either is a guard on its value,
         # and every step would recompile. (Nor does a traced call count: see compiling().)
         tracing = compiling()
-        fixed = self.policy if self.plan is None else None if self.plan else self.plan_default
+        fixed = self.policy if self.plan is None else (None if self.plan else self.plan_default)
         if fixed is None or not tracing:
             self._index += 1
         if fixed is None:

@@ -60,6 +60,13 @@ def seeded_models(rng, config, implementation):
     return build(config, "sdpa", seed), build(config, implementation, seed)
 
 
+def exact_forward(rng):
+    """The exact policy's attention function and an eval-mode module to call it with, torch's
+    generator seeded from rng."""
+    torch.manual_seed(int(rng.integers(2**31)))
+    return pasa_hf.make_attention_forward("exact"), torch.nn.Module().eval()
+
+
 @pytest.fixture(scope="module", autouse=True)
 def registered():
     return pasa_hf.register()
@@ -137,9 +144,7 @@ def test_position_bias_reaches_pasa(rng):
 def test_no_mask_means_top_left_causal_and_a_bias_may_broadcast(rng):
     # Without a mask transformers means torch's is_causal (top-left), whatever the lengths; a position
     # bias broadcast over the queries ([1, H, 1, S_kv], ALiBi-style) is masked causally all the same.
-    torch.manual_seed(int(rng.integers(2**31)))
-    forward = pasa_hf.make_attention_forward("exact")
-    module = torch.nn.Module().eval()
+    forward, module = exact_forward(rng)
     for s_q, s_kv in ((7, 5), (5, 5), (4, 9)):
         q, k, v = torch.randn(1, 4, s_q, 8), torch.randn(1, 2, s_kv, 8), torch.randn(1, 2, s_kv, 8)
         bias = torch.randn(1, 4, 1, s_kv)
@@ -191,9 +196,7 @@ def test_attention_sinks_match_eager(rng):
 
 
 def test_sinks_on_pasa_and_on_its_fallback(rng):
-    torch.manual_seed(int(rng.integers(2**31)))
-    forward = pasa_hf.make_attention_forward("exact")
-    module = torch.nn.Module().eval()
+    forward, module = exact_forward(rng)
     q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
     mask = torch.ones(2, 1, 5, 5, dtype=torch.bool).tril()
     mask[1, ..., 0, :] = False  # a row that sees no key: O = 0, the sink takes all its weight
@@ -260,9 +263,7 @@ def test_softcap_and_window_reach_pasa(rng):
 def test_softcap_fallback_gives_fully_masked_rows_zero(rng):
     # A left-padded row masks every key. pasa gives it 0; the fallback (float64 here) gave NaN, which
     # the next layers spread to every row (a softcapped model's loss was NaN).
-    torch.manual_seed(int(rng.integers(2**31)))
-    forward = pasa_hf.make_attention_forward("exact")
-    module = torch.nn.Module().eval()
+    forward, module = exact_forward(rng)
     q, k, v = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
     mask = torch.ones(1, 1, 4, 4, dtype=torch.bool).tril()
     mask[..., 0, :] = False

@@ -115,6 +115,8 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
                                s_aux: Optional[Any] = None, sinks: Optional[Any] = None,
                                **kwargs: Any) -> Tuple[Any, None]:
         # query [B, H_q, S_q, D], key/value [B, H_kv, S_kv, D]; returns ([B, S_q, H_q, D], None).
+        import torch
+
         s_q, s_kv = query.shape[2], key.shape[2]
         mask = attention_mask
         if mask is not None and mask.dim() == 4 and mask.shape[-1] > s_kv:
@@ -150,19 +152,13 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
                                     dropout, sink)
 
         precheck = sdpa_precheck(query, key, value, mask, dropout, True, scaling)
-        if precheck is None and sink is not None and sink.requires_grad and _grad_enabled():
+        if precheck is None and sink is not None and sink.requires_grad and torch.is_grad_enabled():
             precheck = "autograd: pasa has no backward"
         out = run_or_fallback(run, fallback, precheck, strict)
         return out.transpose(1, 2).contiguous(), None
 
     pasa_attention_forward.__name__ = f"pasa_attention_forward[{policy_text}]"
     return pasa_attention_forward
-
-
-def _grad_enabled() -> bool:
-    import torch
-
-    return torch.is_grad_enabled()
 
 
 def _with_position_bias(bias: Any, mask: Optional[Any], causal: bool, s_q: int, s_kv: int) -> Any:
