@@ -67,8 +67,15 @@ void check_same_problem(const char* field) {
 }
 
 void check_workspace(std::size_t needed, const void* workspace) {
-  if (needed > 0 && workspace == nullptr) {
+  if (needed == 0) return;
+  if (workspace == nullptr) {
     throw Error(text::format("workspace: null, but the plan needs {} bytes (workspace_bytes())", needed));
+  }
+  // (the kernels store float4 partials and 64-bit counters there: a misaligned one would stop the
+  // context with a misaligned address instead)
+  if (reinterpret_cast<std::uintptr_t>(workspace) % 256 != 0) {
+    throw Error(text::format("workspace: 0x{:x} is not 256-byte aligned (cudaMalloc's pointers are)",
+                             reinterpret_cast<std::uintptr_t>(workspace)));
   }
 }
 

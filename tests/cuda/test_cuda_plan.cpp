@@ -321,7 +321,7 @@ TEST(CudaPlan, PrefillWorkspaceNeedsNoInitialization) {
   }
 }
 
-TEST(CudaPlan, RunRefusesAnotherProblemAndAMissingWorkspace) {
+TEST(CudaPlan, RunRefusesAnotherProblemAndAMissingOrMisalignedWorkspace) {
   REQUIRE_GPU();
   std::mt19937_64 rng(test::fresh_seed());
   Tensor4 q = test::random_tensor(1, 32, 1, 128, rng, DType::f16);
@@ -333,9 +333,88 @@ TEST(CudaPlan, RunRefusesAnotherProblemAndAMissingWorkspace) {
   const AttentionPlan plan(args);
   ASSERT_GT(plan.workspace_bytes(), 0u);
   test::expect_error([&] { plan.run(args, nullptr); }, "workspace: null, but the plan needs");
+  DeviceBuffer workspace(plan.workspace_bytes() + 256);
+  test::expect_error([&] { plan.run(args, static_cast<char*>(workspace.ptr) + 16); }, "is not 256-byte aligned");
   AttentionArgs shorter = args;
   shorter.k.shape[2] = shorter.v.shape[2] = 1999;
   test::expect_error([&] { plan.run(shorter, nullptr); }, "k: differs from the problem the plan was made for");
+}
+
+// A CUDA error the caller's own earlier call left pending (a failed cudaMalloc) is not reported as a
+// failure of pasa's launches, on the dense call's and a plan's path.
+TEST(CudaPlan, ACallersPendingErrorIsNotReportedAsPasas) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test::fresh_seed());
+  DeviceProblem problem(1, 4, 4, 200, 200, "exact", rng);
+  const auto eager = eager_result(problem.args, problem.d_o);
+  const AttentionPlan plan(problem.args);
+  DeviceBuffer workspace(std::max<std::size_t>(plan.workspace_bytes(), 1));
+  for (int path = 0; path < 2; ++path) {
+    void* huge = nullptr;
+    ASSERT_NE(cudaMalloc(&huge, std::size_t{1} << 60), cudaSuccess) << "an allocation of 2^60 bytes succeeded";
+    problem.d_o.poison();
+    if (path == 0) {
+      attention(problem.args);
+    } else {
+      plan.run(problem.args, workspace.ptr);
+    }
+    cuda_ok(cudaDeviceSynchronize(), "the call after a failed cudaMalloc");
+    EXPECT_EQ(problem.d_o.download(), eager) << (path == 0 ? "pasa::attention" : "plan.run");
+  }
+}
+
+// An fdpp call's stats read its recompute count back, which waits for the stream: on a stream being
+// captured that is refused before anything is launched, and the capture stays valid.
+TEST(CudaPlan, FdppStatsAreRefusedOnACapturingStream) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test::fresh_seed());
+  DeviceProblem problem(1, 32, 8, 1, 4096, "fdpp", rng);
+  cudaStream_t stream = nullptr;
+  cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
+  problem.args.stream = stream;
+  AttentionStats stats;
+  problem.args.stats = &stats;
+  const AttentionPlan plan(problem.args);
+  DeviceBuffer workspace(std::max<std::size_t>(plan.workspace_bytes(), 1));
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "cudaStreamBeginCapture");
+  test::expect_error([&] { plan.run(problem.args, workspace.ptr); }, "stats: an fdpp call");
+  test::expect_error([&] { attention(problem.args); }, "stats: an fdpp call");
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess) << "the refused calls broke the capture";
+  if (graph != nullptr) {
+    std::size_t nodes = 1;
+    cuda_ok(cudaGraphGetNodes(graph, nullptr, &nodes), "cudaGraphGetNodes");
+    EXPECT_EQ(nodes, 0u) << "a refused call left work in the graph";
+    cudaGraphDestroy(graph);
+  }
+  // Without stats the same plan captures.
+  problem.args.stats = nullptr;
+  cudaGraphExec_t exec = capture_run(plan, problem.args, workspace.ptr, graph);
+  EXPECT_NE(exec, nullptr);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// A plan launches on the calling thread's current device: run from a thread whose current device is
+// another (a new thread's is 0) is refused, naming both devices, before any launch.
+TEST(CudaPlan, RunOnAnotherCurrentDeviceIsRefused) {
+  REQUIRE_GPU();
+  int devices = 0;
+  cuda_ok(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+  if (devices < 2) GTEST_SKIP() << "needs two CUDA devices; this machine has " << devices;
+  std::mt19937_64 rng(test::fresh_seed());
+  cuda_ok(cudaSetDevice(1), "cudaSetDevice(1)");
+  {
+    DeviceProblem problem(1, 4, 4, 64, 64, "exact", rng);
+    const AttentionPlan plan(problem.args);
+    DeviceBuffer workspace(std::max<std::size_t>(plan.workspace_bytes(), 1));
+    cuda_ok(cudaSetDevice(0), "cudaSetDevice(0)");
+    test::expect_error([&] { plan.run(problem.args, workspace.ptr); },
+                       "the plan was made on CUDA device 1, but the calling thread's current device is 0");
+    cuda_ok(cudaSetDevice(1), "cudaSetDevice(1)");
+  }
+  cuda_ok(cudaSetDevice(0), "cudaSetDevice(0)");
 }
 
 }  // namespace

@@ -44,6 +44,7 @@
 #include "pasa/error.h"
 #include "pasa/format.h"
 #include "pasa/policy.h"
+#include "text/format.h"
 
 // 1 when the build compiled the sm_90a kernels (a 90a entry in its CUDA architectures), else 0.
 #ifndef PASA_HOPPER_KERNELS
@@ -321,6 +322,29 @@ struct CudaPlan {
   bool pasa_accurate;                 // pasa_accurate: S' and the softmax state in fp32
 };
 
+void check_cuda_plan_launchable(const CudaPlan& plan, const AttentionArgs& args) {
+  int current = -1;
+  cuda::check_cuda(cudaGetDevice(&current), "cudaGetDevice");
+  if (current != plan.device) {
+    throw Error(text::format("device: the plan was made on CUDA device {}, but the calling thread's current "
+                             "device is {} (cudaSetDevice({}) first: kernels launch on the current device)",
+                             plan.device, current, plan.device));
+  }
+  // (an error the caller's own earlier CUDA call left pending would otherwise be read by the launch
+  // checks as a failure of pasa's kernels, after they were queued)
+  static_cast<void>(cudaGetLastError());
+  if (args.stats != nullptr && plan.family == Family::fdpp && args.policy.shift == Shift::unified) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    const cudaError_t status = cudaStreamIsCapturing(static_cast<cudaStream_t>(args.stream), &capture);
+    if (status != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+      static_cast<void>(cudaGetLastError());
+      throw Error("stats: an fdpp call with shift=unified reads its recompute count back, which waits for "
+                  "the stream, and a stream being captured into a CUDA graph cannot wait (pass no stats "
+                  "while capturing)");
+    }
+  }
+}
+
 namespace {
 
 CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps) {
@@ -407,6 +431,7 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps) {
 // `cache` (default: args.k and args.v as they are).
 void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace,
               const cuda::KvCacheRead& cache = {}) {
+  check_cuda_plan_launchable(plan, args);
   for (const auto& [t, name] : {std::pair{&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.o, "o"}}) {
     check_aligned(t->data, name);
   }

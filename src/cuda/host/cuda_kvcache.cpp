@@ -123,6 +123,7 @@ void run_cuda_kvcache(const CudaKvPlan& plan, const AttentionArgs& args, const C
     if (t->data != nullptr) check_aligned(t->data, name);
   }
   check_lse_aligned(args.lse.data);
+  check_cuda_plan_launchable(*plan.decode, args);
   cuda::KvCacheRead read = plan.layout;
   read.seqlens = c.seqlens;
   read.block_table = c.block_table;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the KV-cache entry point (cuda_kvcache.cpp) needs of a plan beyond cuda_backend.h: whether it
-// chose the decode kernel, its device, and running it on a cache's lengths and block table.
+// chose the decode kernel, its device, whether it can launch, and running it on a cache's lengths and block table.
 #pragma once
 
 #include "cuda/host/decode_params.h"
@@ -10,6 +10,10 @@ namespace pasa {
 
 bool cuda_plan_is_decode(const CudaPlan& plan);
 int cuda_plan_device(const CudaPlan& plan);
+// Before a plan's first launch: the calling thread's current device is the plan's; a CUDA error
+// the caller left pending is cleared; stats that read an fdpp recompute count back are refused on a
+// stream being captured. Throws pasa::Error, nothing launched.
+void check_cuda_plan_launchable(const CudaPlan& plan, const AttentionArgs& args);
 // run_cuda_plan for a decode plan whose keys are `cache`'s (args.k, args.v: the cache tensors).
 void run_cuda_decode_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace,
                           const cuda::KvCacheRead& cache);
