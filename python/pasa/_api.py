@@ -210,6 +210,14 @@ def _attention_via_float32(q: Any, k: Any, v: Any, out: Optional[Any], **options
         result = attention(q32, k32, v32, **options)
     o, lse = result if options["return_lse"] else (result, None)
     if is_ml_dtypes_bfloat16_dtype(wanted):
+        if core_policy(options["policy"]).get("v_quant") != "none":
+            # Where V is quantized the core saturates a 16-bit O at its largest finite value (docs/api.md).
+            # Its output here was float32, so bfloat16's saturation comes before the rounding, which
+            # alone would take values near 2^128 to inf. NaN stays NaN.
+            import ml_dtypes
+
+            top = float(ml_dtypes.finfo(wanted).max)
+            o = np.clip(o, -top, top)
         if out is not None:
             out[...] = o.astype(wanted)
             o = out

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "numerics/pasa_shift.h"
 
+#include <cmath>
 #include <string>
 
 #include "pasa/error.h"
@@ -21,6 +22,14 @@ PasaShift check_pasa_shift(double beta, int n, double factor, const Format& form
   const PasaShift s = pasa_shift(beta, n, factor, format);
   const double row_sum = s.diag + (n - 1) * s.off;
   if (row_sum / factor > 0.0) return s;  // r has the sign of the factor (a negative scale flips both)
+  // A scale folded in so small that M's rows cannot sum to a normal number is the cause, not beta or s2.
+  if (beta < 1.0 && std::abs((1.0 - beta) * factor) < format.min_normal()) {
+    throw Error(text::format("scale: folded into the shifting matrix M (the policy's scale=k) as {:g} (in score "
+                             "units: times log2 e with exp_base=2), it is too small for {}: M's rows sum to {:g}; "
+                             "at least {:g} in those units keeps the sum a normal {} number at beta {}, or apply "
+                             "the scale elsewhere (scale=q or scale=s)",
+                             factor, format.name(), row_sum, format.min_normal() / (1.0 - beta), format.name(), beta));
+  }
   const std::string folded = factor == 1.0 ? "" : text::format(" with the scale {:g} folded in", factor);
   throw Error(text::format("beta: {} with s2 = {}: the shifting matrix M rounded to {}{} has rows summing to {:g} "
                            "({}); PASA needs rows summing to a multiple of the scale between 0 and 1: use a "

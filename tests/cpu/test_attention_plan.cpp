@@ -170,6 +170,14 @@ TEST(AttentionPlan, PlanningChecksLikeAttention) {
   singular.args.policy = parse_policy("pasa,s2=2,beta=0.99999");
   test::expect_error([&] { attention(singular.args); }, "beta");
   test::expect_error([&] { AttentionPlan plan(singular.args); }, "beta");
+  // A scale of 0 folded into M (pasa's scale=k) makes M zero whatever beta and s2 are: the error
+  // names the scale, not beta; scale=q takes it.
+  Problem zero_scale(test::fresh_seed());
+  zero_scale.args.policy = preset_policy("pasa");
+  zero_scale.args.scale = 0.0;
+  test::expect_error([&] { attention(zero_scale.args); }, "scale: folded into the shifting matrix M");
+  zero_scale.args.policy = parse_policy("pasa,scale=q");
+  attention(zero_scale.args);
 }
 
 }  // namespace

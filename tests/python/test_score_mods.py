@@ -130,6 +130,27 @@ def test_ml_dtypes_bfloat16_arrays(rng):
     np.testing.assert_array_equal(pasa.reference(qb, kb, vb), pasa.reference(q32, k32, v32))
 
 
+def test_ml_dtypes_bfloat16_output_saturates_where_v_is_quantized(rng):
+    # A quantized V saturates a 16-bit O at its largest finite value (docs/api.md): the bfloat16 arrays'
+    # float32 detour must not round values near bfloat16's top to inf. The torch path writes bfloat16
+    # in the core; both give the same bits.
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
+    q, k, _ = qkv(rng, b=1, h_q=2, s_q=70, d=64)
+    v = np.full(k.shape, 3.38e38, np.float32)
+    qb, kb, vb = (x.astype(ml_dtypes.bfloat16) for x in (q, k, v))
+    for policy in ("sage4", "sage8", "exact,v_quant=e4m3"):
+        got = pasa.attention(qb, kb, vb, policy=policy).astype(np.float32)
+        assert np.isfinite(got).all(), policy
+        assert np.abs(got).max() > 3.3e38, policy  # (saturated, not flushed)
+        try:
+            import torch
+        except ImportError:
+            continue
+        via_torch = pasa.attention(*(torch.from_numpy(x.astype(np.float32)).bfloat16() for x in (qb, kb, vb)),
+                                   policy=policy)
+        np.testing.assert_array_equal(got, via_torch.float().numpy(), err_msg=policy)
+
+
 def test_big_endian_float_masks_are_their_values(rng):
     q, k, v = qkv(rng, b=1, h_q=2, s_q=4, d=8)
     mask = rng.standard_normal((4, 4)).astype(np.float32)
