@@ -143,7 +143,45 @@ def merge_partial(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> Non
     so that they stay exact at any LSE). Rows with ``lse = -inf`` (no visible key
     yet), and parts whose weight underflows to 0, carry none, whatever their O holds (an accumulator
     from ``torch.empty``); a row where both are -inf stays ``O = 0, LSE = -inf``.
+
+    ``o`` has ``o_acc``'s shape and ``lse`` ``lse_acc``'s, which is ``o_acc``'s without its last
+    dimension, on one device; an LSE of NaN or +inf is not a log-sum-exp. Anything else raises
+    PasaError before ``o_acc`` or ``lse_acc`` changes (reading the LSEs' values waits for their device).
     """
+    _check_partials(o_acc, lse_acc, o, lse)
+    _merge(o_acc, lse_acc, o, lse)
+
+
+def _check_partials(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> None:
+    named = (("o_acc", o_acc), ("lse_acc", lse_acc), ("o", o), ("lse", lse))
+    for name, x in named:
+        if not isinstance(x, torch.Tensor):
+            raise PasaError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+        check_not_meta(x, name)
+        if not x.is_floating_point():
+            raise PasaError(f"{name}: dtype {x.dtype} is not a floating-point type")
+        if x.device != o_acc.device:
+            raise PasaError(f"{name}: on {x.device}, o_acc on {o_acc.device}; the four must be on one device")
+    for name, x in (("o_acc", o_acc), ("lse_acc", lse_acc)):
+        if x.dtype != torch.float32:
+            raise PasaError(f"{name}: dtype {x.dtype}; the accumulators are float32 (an LSE past 65504 "
+                            f"or O's weighted sums need its range and precision)")
+    if o_acc.dim() < 1 or tuple(lse_acc.shape) != tuple(o_acc.shape[:-1]):
+        raise PasaError(f"lse_acc: shape {tuple(lse_acc.shape)}; expected o_acc's {tuple(o_acc.shape)} "
+                        f"without its last dimension")
+    if o.shape != o_acc.shape:
+        raise PasaError(f"o: shape {tuple(o.shape)} differs from o_acc's {tuple(o_acc.shape)}")
+    if lse.shape != lse_acc.shape:
+        raise PasaError(f"lse: shape {tuple(lse.shape)} differs from lse_acc's {tuple(lse_acc.shape)}")
+    for name, x in (("lse_acc", lse_acc), ("lse", lse)):
+        bad = torch.isnan(x) | torch.isposinf(x)
+        if bool(bad.any()):
+            where = [int(i) for i in torch.nonzero(bad)[0]]
+            raise PasaError(f"{name}: {float(x[tuple(where)])} at {where} is not a log-sum-exp")
+
+
+def _merge(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> None:
+    """merge_partial without its checks: the ring's own partials, which pasa.attention made."""
     lse = lse.to(torch.float32)
     # The weights come from the terms shifted by the larger LSE, not from exp(lse - lse_new): in float32
     # log(2) added to an LSE past about 1e7 is lost to rounding, which made two equal parts weigh 1 each.
@@ -275,7 +313,7 @@ def _attend_block(q: Tensor, q_chunks: List[_Chunk], kv: Tensor, kv_chunks: List
             k_part = kv[0, :, :, kv_local:kv_local + kv_len]
             v_part = kv[1, :, :, kv_local:kv_local + kv_len]
             o, lse = _partial(q_part, k_part, v_part, diagonal, policy, scale)
-            merge_partial(o_acc, lse_acc, o, lse)
+            _merge(o_acc, lse_acc, o, lse)
 
 
 def _finish(q: Tensor, accumulators: List[Tuple[Tensor, Tensor]],
@@ -319,6 +357,7 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, *, group=None, policy: Polic
     accumulators = _accumulators(q, chunks[rank])
     current = torch.stack([k, v]).contiguous()
     send_to, recv_from = _global_rank(group, rank + 1), _global_rank(group, rank - 1)
+    error: Optional[BaseException] = None
     for step in range(world):
         source = (rank - step) % world
         requests, incoming = [], None
@@ -330,13 +369,31 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, *, group=None, policy: Polic
             requests = dist.batch_isend_irecv([
                 dist.P2POp(dist.isend, current, send_to, group),
                 dist.P2POp(dist.irecv, incoming, recv_from, group)])
-        _attend_block(q, chunks[rank], current, chunks[source], accumulators, causal, policy,
-                      scale)
+        if error is None:
+            try:
+                _attend_block(q, chunks[rank], current, chunks[source], accumulators, causal, policy,
+                              scale)
+            except Exception as e:  # (a value the agreement does not see: a NaN, an overflow, memory)
+                error = e  # the ring's transfers go on, or the peers would wait for them
         for request in requests:
             request.wait()
         if incoming is not None:
             current = incoming
+    _agree_on_failure(error, rank, group, q.device)
     return _finish(q, accumulators, return_lse)
+
+
+def _agree_on_failure(error: Optional[BaseException], rank: int, group, device: torch.device) -> None:
+    """Raises on every rank where one rank's computation failed (one all_reduce): that rank its own
+    error, the others a PasaError naming it, so that no rank returns a result the others do not."""
+    failed = torch.tensor([rank + 1 if error is not None else 0], dtype=torch.int64,
+                          device=device if device.type == "cuda" else torch.device("cpu"))
+    dist.all_reduce(failed, op=dist.ReduceOp.MAX, group=group)
+    if error is not None:
+        raise error
+    if failed.item() > 0:
+        raise PasaError(f"group: rank {failed.item() - 1} failed while computing (its own error says why); "
+                        f"no rank returns a result")
 
 
 def allgather_attention(q: Tensor, k: Tensor, v: Tensor, *, group=None,
@@ -361,13 +418,18 @@ def allgather_attention(q: Tensor, k: Tensor, v: Tensor, *, group=None,
                      for g, loc, n in rank_chunks), key=lambda gp: gp[0])
     kv = torch.cat([p for _, p in pieces], dim=3)
     outputs, lses = [], []
-    for q_start, q_local, q_len in chunks[rank]:
-        stop = q_start + q_len if causal else kv.shape[3]
-        out = torch.empty(q[:, :, q_local:q_local + q_len].shape, dtype=q.dtype, device=q.device)
-        o, lse = attention(q[:, :, q_local:q_local + q_len], kv[0, :, :, :stop],
-                           kv[1, :, :, :stop], policy=policy, causal=causal, scale=scale,
-                           return_lse=True, out=out)
-        outputs.append(o)
-        lses.append(lse)
+    error: Optional[BaseException] = None
+    try:
+        for q_start, q_local, q_len in chunks[rank]:
+            stop = q_start + q_len if causal else kv.shape[3]
+            out = torch.empty(q[:, :, q_local:q_local + q_len].shape, dtype=q.dtype, device=q.device)
+            o, lse = attention(q[:, :, q_local:q_local + q_len], kv[0, :, :, :stop],
+                               kv[1, :, :, :stop], policy=policy, causal=causal, scale=scale,
+                               return_lse=True, out=out)
+            outputs.append(o)
+            lses.append(lse)
+    except Exception as e:
+        error = e
+    _agree_on_failure(error, rank, group, q.device)
     o, lse = torch.cat(outputs, dim=2), torch.cat(lses, dim=2)
     return (o, lse) if return_lse else o

@@ -12,6 +12,7 @@ merge adds: each partial rounded to the policy's output format and the float32 m
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -111,10 +112,15 @@ def run_world(world: int, tmp_path_factory):
 
 
 def misuse_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
-    """Calls where the ranks disagree, or one rank's arguments are bad: each rank records its error."""
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    """Calls where the ranks disagree, or one rank's arguments or values are bad: each rank records its
+    error (a rank left waiting would fail the test at the collectives' timeout instead)."""
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
     try:
         q = torch.randn(1, 2, 8, 16)
+        nan_on_rank_1 = q.clone()
+        if rank == 1:
+            nan_on_rank_1[0, 0, 3, 5] = float("nan")
         errors = {}
         scenarios = {
             "dtype": lambda: pd.ring_attention(*((q.half(),) * 3 if rank == 1 else (q,) * 3)),
@@ -123,6 +129,9 @@ def misuse_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
             "head dim": lambda: pd.ring_attention(*((q[..., :8],) * 3 if rank == 1 else (q,) * 3)),
             # (the same scale as a Python and as a NumPy float: the ranks agree)
             "scale kinds": lambda: pd.ring_attention(q, q, q, scale=0.25 if rank == 0 else np.float32(0.25)),
+            # (a value the agreement does not see, in rank 1's own queries: it fails in its first step)
+            "NaN in a ring": lambda: pd.ring_attention(nan_on_rank_1, q, q),
+            "NaN in an all-gather": lambda: pd.allgather_attention(nan_on_rank_1, q, q),
         }
         for name, call in scenarios.items():
             try:
@@ -137,18 +146,24 @@ def misuse_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
 
 
 def test_ranks_that_disagree_or_refuse_raise_on_every_rank(tmp_path):
-    """A peer's K/V read as another dtype or shape gave wrong results (or a gloo abort), and one rank's
-    bad argument left the others waiting in a collective: every rank now raises PasaError."""
+    """A peer's K/V read as another dtype or shape gave wrong results (or a gloo abort), one rank's
+    bad argument left the others waiting in a collective, and so did a rank that failed inside the
+    ring (three ranks: with two, every rank failed on the NaN): every rank now raises PasaError."""
     init_file = os.path.join(str(tmp_path), "rendezvous")
-    torch.multiprocessing.spawn(misuse_worker, args=(2, init_file, str(tmp_path)), nprocs=2, join=True)
-    errors = [json.load(open(os.path.join(str(tmp_path), f"misuse{r}.json"))) for r in range(2)]
-    for r in range(2):
+    torch.multiprocessing.spawn(misuse_worker, args=(3, init_file, str(tmp_path)), nprocs=3, join=True)
+    errors = [json.load(open(os.path.join(str(tmp_path), f"misuse{r}.json"))) for r in range(3)]
+    for r in range(3):
         assert errors[r]["dtype"].startswith("PasaError: group: the ranks' dtypes differ"), errors[r]
         assert errors[r]["policy"].startswith("PasaError: group: the ranks' policy and scale differ"), errors[r]
         assert errors[r]["head dim"].startswith("PasaError: group: the ranks' q's head dim differ"), errors[r]
-    assert errors[0]["scale kinds"] == errors[1]["scale kinds"] == "no error", errors
+        assert errors[r]["scale kinds"] == "no error", errors
     assert errors[1]["one rank's flag"].startswith("PasaError: causal: expected True or False"), errors[1]
-    assert errors[0]["one rank's flag"].startswith("PasaError: group: rank 1 refused its arguments"), errors[0]
+    for r in (0, 2):
+        assert errors[r]["one rank's flag"].startswith("PasaError: group: rank 1 refused its arguments"), errors[r]
+    for scenario in ("NaN in a ring", "NaN in an all-gather"):
+        assert errors[1][scenario].startswith("PasaError: q: non-finite value"), errors[1]
+        for r in (0, 2):
+            assert errors[r][scenario].startswith("PasaError: group: rank 1 failed while computing"), errors[r]
 
 
 def test_zigzag_needs_two_tokens_a_rank():
@@ -244,6 +259,26 @@ def test_merge_partial_weighs_equal_parts_half_at_any_lse(big):
     pd.merge_partial(o_acc, lse_acc, torch.full((1, 1, 1, 4), 2.0), torch.full((1, 1, 1), big))
     assert o_acc.flatten().tolist() == [1.5] * 4
     assert lse_acc.item() == torch.tensor(big + np.log(2.0), dtype=torch.float32).item()
+
+
+@pytest.mark.parametrize("o_shape, lse_shape, lse_value, acc_dtype, match", [
+    ((1, 2, 1, 4), (1, 2, 1), 0.0, torch.float32, r"^o: shape \(1, 2, 1, 4\) differs from o_acc's"),
+    ((1, 2, 5, 4), (1, 2, 1), 0.0, torch.float32, r"^lse: shape \(1, 2, 1\) differs from lse_acc's"),
+    ((1, 2, 5, 4), (1, 2, 5), float("nan"), torch.float32, r"^lse: nan at \[0, 0, 0\] is not a log-sum-exp"),
+    ((1, 2, 5, 4), (1, 2, 5), float("inf"), torch.float32, r"^lse: inf at \[0, 0, 0\] is not a log-sum-exp"),
+    ((1, 2, 5, 4), (1, 2, 5), 0.0, torch.float16, r"^o_acc: dtype torch.float16; the accumulators are float32"),
+])
+def test_merge_partial_refuses_what_it_cannot_merge(o_shape, lse_shape, lse_value, acc_dtype, match):
+    """Partials of another shape were broadcast into every row, and a NaN or +inf LSE made the
+    accumulators NaN; now refused, the accumulators unchanged."""
+    o_acc, lse_acc = torch.ones(1, 2, 5, 4, dtype=acc_dtype), torch.zeros(1, 2, 5, dtype=acc_dtype)
+    before = (o_acc.clone(), lse_acc.clone())
+    with pytest.raises(pasa.PasaError, match=match):
+        pd.merge_partial(o_acc, lse_acc, torch.ones(o_shape), torch.full(lse_shape, lse_value))
+    assert torch.equal(o_acc, before[0]) and torch.equal(lse_acc, before[1])
+    with pytest.raises(pasa.PasaError, match=r"^lse_acc: shape \(1, 2, 5, 1\); expected o_acc's"):
+        pd.merge_partial(torch.ones(1, 2, 5, 4), torch.zeros(1, 2, 5, 1), torch.ones(1, 2, 5, 4),
+                         torch.zeros(1, 2, 5, 1))
 
 
 def test_merge_partial_ignores_what_a_weightless_partial_holds():
