@@ -22,8 +22,10 @@ PasaShift check_pasa_shift(double beta, int n, double factor, const Format& form
   const PasaShift s = pasa_shift(beta, n, factor, format);
   const double row_sum = s.diag + (n - 1) * s.off;
   if (row_sum / factor > 0.0) return s;  // r has the sign of the factor (a negative scale flips both)
-  // A scale folded in so small that M's rows cannot sum to a normal number is the cause, not beta or s2.
-  if (beta < 1.0 && std::abs((1.0 - beta) * factor) < format.min_normal()) {
+  // Where M would be sound at a unit scale, the scale folded in is the cause (too small: 0 among them),
+  // not beta or s2.
+  const PasaShift unit = pasa_shift(beta, n, 1.0, format);
+  if (factor != 1.0 && unit.diag + (n - 1) * unit.off > 0.0) {
     throw Error(text::format("scale: folded into the shifting matrix M (the policy's scale=k) as {:g} (in score "
                              "units: times log2 e with exp_base=2), it is too small for {}: M's rows sum to {:g}; "
                              "at least {:g} in those units keeps the sum a normal {} number at beta {}, or apply "
