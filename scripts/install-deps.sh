@@ -31,5 +31,10 @@ if ! .venv/bin/python -c "import numpy, pytest, matplotlib, scikit_build_core, n
   echo "install-deps: installing Python packages ${python_packages[*]} into .venv"
   .venv/bin/python -m pip install -q "${python_packages[@]}"
 fi
-command -v nvcc >/dev/null && echo "install-deps: nvcc found: the CUDA kernels will be built (10-15 min on 2 cores; PASA_ENABLE_CUDA=OFF leaves them out)" ||
+if [ "${PASA_ENABLE_CUDA:-ON}" = OFF ]; then
+  echo "install-deps: PASA_ENABLE_CUDA=OFF: building the CPU library, CLI and tests only"
+elif command -v nvcc >/dev/null; then
+  echo "install-deps: nvcc found: the CUDA kernels will be built (10-15 min on 2 cores; PASA_ENABLE_CUDA=OFF leaves them out)"
+else
   echo "install-deps: no nvcc: building the CPU library, CLI and tests only"
+fi

@@ -55,7 +55,11 @@ bool addresses_distinct(const StridedMemory& m) {
   for (std::size_t i = 0; i < m.shape.size(); ++i) {
     if (m.shape[i] > 1) dims[n++] = {std::abs(static_cast<__int128>(m.stride[i])), m.shape[i]};
   }
-  std::sort(dims.begin(), dims.begin() + static_cast<std::ptrdiff_t>(n));
+  // (an insertion sort of at most kMaxRank entries: std::sort's inlined code over the array's unused
+  // tail made g++ 12 warn of out-of-bounds reads that the n <= kMaxRank bound rules out)
+  for (std::size_t i = 1; i < n; ++i) {
+    for (std::size_t j = i; j > 0 && dims[j] < dims[j - 1]; --j) std::swap(dims[j], dims[j - 1]);
+  }
   __int128 spanned = 0;  // the largest element offset the smaller dimensions reach
   for (std::size_t i = 0; i < n; ++i) {
     if (dims[i].first <= spanned) return false;

@@ -60,7 +60,12 @@ void run(const OverheadOptions& o) {
                                   o.calls, kMaxCalls));
   }
   const bool gpu = o.device == "cuda" || (o.device == "auto" && cuda_backend_available());
-  if (o.dtype && !gpu) throw UsageError("--dtype: applies to the GPU; the CPU emulator's calls take fp32");
+  if (o.dtype && !gpu) {
+    throw UsageError(o.device == "auto"
+                         ? "--dtype: applies to the GPU, and --device auto found no usable one (the CPU "
+                           "emulator's calls, timed instead, take fp32)"
+                         : "--dtype: applies to the GPU; the CPU emulator's calls take fp32");
+  }
   const Shape& base = gpu ? kGpuShape : kCpuShape;
   const int heads_q = o.heads_q.value_or(base.heads_q), heads_kv = o.heads_kv.value_or(base.heads_kv);
   if (heads_q % heads_kv != 0) {

@@ -132,6 +132,9 @@ def attention(
     if cu_seqlens_q is not None or cu_seqlens_k is not None:
         if window_size is not None or softcap or attn_mask is not None:
             raise PasaError("cu_seqlens_q: packed inputs take no window_size, softcap or attn_mask yet")
+        if layout != "bhsd":
+            raise PasaError(f"layout: {layout!r} does not apply to packed inputs, which are [total, H, D]; "
+                            f"leave layout at its default")
         if cu_seqlens_q is None or cu_seqlens_k is None or max_seqlen_q is None or max_seqlen_k is None:
             raise PasaError("cu_seqlens_q: packed inputs need cu_seqlens_q, cu_seqlens_k, "
                             "max_seqlen_q and max_seqlen_k together")

@@ -33,14 +33,19 @@ import numbers
 import zlib
 from typing import List, Optional, Sequence, Tuple, Union
 
-import torch
-import torch.distributed as dist
-from torch import Tensor
+try:
+    import torch
+    import torch.distributed as dist
+    from torch import Tensor
+except ImportError as error:  # (as pasa.capture and pasa.patch say it)
+    raise ImportError("pasa.distributed needs torch (pip install torch)") from error
 
-from ._api import attention
-from ._arrays import check_not_meta
-from ._errors import PasaError, flag_argument
-from ._policy import PolicyLike, core_policy
+from ._api import attention as _attention
+from ._arrays import check_not_meta as _check_not_meta
+from ._errors import PasaError
+from ._errors import flag_argument as _flag_argument
+from ._policy import PolicyLike
+from ._policy import core_policy as _core_policy
 
 __all__ = ["ring_attention", "allgather_attention", "shard", "unshard", "merge_partial"]
 
@@ -105,7 +110,7 @@ def shard(x: Tensor, rank: int, world_size: int, *, zigzag: bool = False) -> Ten
         raise PasaError(f"world_size: {world_size} is below 1")
     if not 0 <= rank < world_size:
         raise PasaError(f"rank: {rank} is outside 0..{world_size - 1}")
-    flag_argument(zigzag, "zigzag")
+    _flag_argument(zigzag, "zigzag")
     if zigzag:
         _check_zigzag_tokens(x.shape[2], world_size, "x")
     elif x.shape[2] < world_size:  # (an empty shard is refused by every other call of the module)
@@ -125,7 +130,7 @@ def unshard(shards: Sequence[Tensor], *, zigzag: bool = False) -> Tensor:
     Works on any per-rank tensors whose dim 2 is the sequence (outputs ``[B, H, S, D]``) or whose
     last dim is (LSEs ``[B, H, S]``).
     """
-    flag_argument(zigzag, "zigzag")
+    _flag_argument(zigzag, "zigzag")
     if len(shards) == 0 or not all(isinstance(s, torch.Tensor) for s in shards):
         raise PasaError("shards: expected a non-empty sequence of torch.Tensor, one per rank in rank order")
     dim = 2 if shards[0].dim() == 4 else shards[0].dim() - 1
@@ -157,7 +162,7 @@ def _check_partials(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> N
     for name, x in named:
         if not isinstance(x, torch.Tensor):
             raise PasaError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
-        check_not_meta(x, name)
+        _check_not_meta(x, name)
         if not x.is_floating_point():
             raise PasaError(f"{name}: dtype {x.dtype} is not a floating-point type")
         if x.device != o_acc.device:
@@ -214,7 +219,7 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor) -> None:
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor) or x.dim() != 4:
             raise PasaError(f"{name}: expected a 4-D torch.Tensor [B, H, S, D] (layout 'bhsd')")
-        check_not_meta(x, name)
+        _check_not_meta(x, name)
         if x.requires_grad and torch.is_grad_enabled():  # (the merged output records no autograd)
             raise PasaError(f"{name}: requires grad; context-parallel attention is inference only "
                             f"(no backward): call it under torch.no_grad() or torch.inference_mode()")
@@ -255,8 +260,8 @@ def _agree(q, k, v, group, policy: PolicyLike, causal, zigzag, scale, return_lse
     try:
         _check_inputs(q, k, v)
         for name, flag in (("causal", causal), ("zigzag", zigzag), ("return_lse", return_lse)):
-            flag_argument(flag, name)
-        options = zlib.crc32(f"{core_policy(policy).to_string()}|{_scale_text(scale)}".encode())
+            _flag_argument(flag, name)
+        options = zlib.crc32(f"{_core_policy(policy).to_string()}|{_scale_text(scale)}".encode())
     except PasaError as e:
         error = e
     try:
@@ -296,7 +301,7 @@ def _partial(q: Tensor, k: Tensor, v: Tensor, diagonal: bool, policy: PolicyLike
              scale: Optional[float]) -> Tuple[Tensor, Tensor]:
     """pasa.attention on one (query chunk, key chunk) pair, output kept in float32."""
     out = torch.empty(q.shape, dtype=torch.float32, device=q.device)
-    return attention(q, k, v, policy=policy, causal=diagonal, scale=scale, return_lse=True,
+    return _attention(q, k, v, policy=policy, causal=diagonal, scale=scale, return_lse=True,
                      out=out)
 
 
@@ -423,7 +428,7 @@ def allgather_attention(q: Tensor, k: Tensor, v: Tensor, *, group=None,
         for q_start, q_local, q_len in chunks[rank]:
             stop = q_start + q_len if causal else kv.shape[3]
             out = torch.empty(q[:, :, q_local:q_local + q_len].shape, dtype=q.dtype, device=q.device)
-            o, lse = attention(q[:, :, q_local:q_local + q_len], kv[0, :, :, :stop],
+            o, lse = _attention(q[:, :, q_local:q_local + q_len], kv[0, :, :, :stop],
                                kv[1, :, :, :stop], policy=policy, causal=causal, scale=scale,
                                return_lse=True, out=out)
             outputs.append(o)

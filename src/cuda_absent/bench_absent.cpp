@@ -9,8 +9,9 @@ namespace pasa {
 
 namespace {
 [[noreturn]] void no_cuda() {
-  throw Error("there are no CUDA kernels to time: this build of pasa has none (configure with nvcc on the "
-              "PATH, and run on a GPU of compute capability 8.0 or newer)");
+  throw Error("there are no CUDA kernels to time: this build of pasa has none (it was built without nvcc "
+              "on the PATH, or with PASA_ENABLE_CUDA=OFF; build it again with nvcc on the PATH and "
+              "PASA_ENABLE_CUDA unset or ON, and run on a GPU of compute capability 8.0 or newer)");
 }
 }  // namespace
 

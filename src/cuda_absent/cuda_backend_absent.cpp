@@ -11,8 +11,9 @@ bool cuda_hopper_path_available() { return false; }
 namespace {
 
 [[noreturn]] void no_cuda() {
-  throw Error("this build of pasa has no CUDA backend (configure with nvcc on the PATH to build the "
-              "kernels); use host tensors for the CPU backends");
+  throw Error("this build of pasa has no CUDA backend: it was built without nvcc on the PATH, or with "
+              "PASA_ENABLE_CUDA=OFF (build it again with nvcc on the PATH and PASA_ENABLE_CUDA unset or ON, "
+              "pip installs from source included); use host tensors for the CPU backends");
 }
 
 }  // namespace

@@ -232,6 +232,9 @@ def test_varlen_errors_name_the_packed_arrays(rng):
     big[4, 3, 7] = 1e6
     with pytest.raises(pasa.PasaError, match=r"^q: value 1e\+06 at \[4, 3, 7\] overflows fp16"):
         pasa.attention(big, k, k, policy="fa16", **options)
+    # (a layout was taken and ignored)
+    with pytest.raises(pasa.PasaError, match=r"^layout: 'bshd' does not apply to packed inputs"):
+        pasa.attention(q, k, k, layout="bshd", **options)
 
 
 def test_index_arrays_in_either_byte_order(rng):
