@@ -59,16 +59,19 @@ def default_name(call: CallInfo) -> str:
 _TIMESTEP_SUFFIX = re.compile(r"_t[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?$")
 _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
                 "enable_gqa")
+_SDPA_POSITIONAL = 6  # (scale and enable_gqa are keyword-only)
 
 
 def _bind(args: Tuple[Any, ...], kwargs: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
     """scaled_dot_product_attention's arguments by name; None where torch would refuse the call's
     (too many, an unknown name, one given twice: torch's own call then raises its TypeError)."""
-    if len(args) > len(_SDPA_PARAMS) or any(
+    if len(args) > _SDPA_POSITIONAL or any(
             name not in _SDPA_PARAMS or name in _SDPA_PARAMS[:len(args)] for name in kwargs):
         return None
     bound = dict(zip(_SDPA_PARAMS, args))
     bound.update(kwargs)
+    if not isinstance(bound.get("is_causal", False), bool):  # (torch takes a bool only)
+        return None
     return bound
 
 

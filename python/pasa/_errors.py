@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-import math
 import numbers
+import sys
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,9 @@ def real_argument(value: Any, name: str) -> float:
         result = float(value)
     except OverflowError:
         raise PasaError(f"{name}: the integer is too large for a float (beyond 1.8e308)") from None
-    if not math.isfinite(result):
+    # (a comparison, not math.isfinite, which torch.compile cannot trace on a symbolic float; NaN
+    # compares false)
+    if not abs(result) <= sys.float_info.max:
         raise PasaError(f"{name}: {result} is not finite")
     return result
 

@@ -7,7 +7,6 @@ backend) does with a call pasa cannot run. It runs torch's own SDPA instead, war
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import threading
@@ -129,8 +128,16 @@ def sdpa_precheck(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: A
     tensors = (query, key, value)
     if not all(isinstance(t, torch.Tensor) for t in tensors):
         return "query/key/value: not torch tensors"
+    # (before any shape is read: a nested tensor has none)
+    if any(t.is_nested or t.layout != torch.strided for t in tensors):
+        return "layout: nested or sparse tensors (pasa takes strided ones)"
     if any(t.dtype not in (torch.float32, torch.float16, torch.bfloat16) for t in tensors):
         return f"dtype: {query.dtype} (pasa takes float32, float16 and bfloat16)"
+    # (dtypes torch's SDPA refuses, and pasa would take: torch raises its own error)
+    if len({t.dtype for t in tensors}) != 1:
+        return "dtype: query, key and value differ (torch's SDPA takes one dtype)"
+    if (isinstance(attn_mask, torch.Tensor) and attn_mask.dtype not in (torch.bool, torch.float32, query.dtype)):
+        return f"attn_mask: dtype {attn_mask.dtype} is neither bool, float32 nor the query's (torch's SDPA refuses it)"
     if not all(t.dim() in (3, 4) for t in tensors) or len({t.dim() for t in tensors}) != 1:
         return "rank: pasa takes [N, H, L, E] or [N, L, E] operands"
     # What pasa's own checks refuse and the metadata tells too: told here, so that a call under
@@ -141,7 +148,9 @@ def sdpa_precheck(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: A
             return f"{name}: shape {tuple(t.shape)} has a size 0"
         if t.shape[-1] > 1 and t.stride(-1) != 1:
             return f"{name}: the head dim is not contiguous (stride {t.stride(-1)})"
-    if isinstance(scale, (int, float)) and not (math.isfinite(scale) and abs(scale) <= _FLOAT32_MAX):
+    # (a comparison, not math.isfinite, which torch.compile cannot trace on a symbolic float; NaN
+    # compares false)
+    if isinstance(scale, (int, float)) and not abs(scale) <= _FLOAT32_MAX:
         return f"scale: {scale} is not a finite float32"
     if dropout_p != 0.0:
         return "dropout_p: pasa has no dropout"

@@ -421,6 +421,55 @@ def test_a_compiled_patched_call_falls_back_on_what_its_shapes_tell():
             torch.testing.assert_close(got, torch._C._nn.scaled_dot_product_attention(q, k, v))
 
 
+def test_a_patched_call_with_a_symbolic_scale_compiles_with_fullgraph():
+    # Under dynamic=True (or a second compile of a module with another float scale) the scale is a
+    # symbolic float, which math.isfinite in pasa's checks could not trace: fullgraph failed.
+    class Scaled(torch.nn.Module):
+        def __init__(self, scale):
+            super().__init__()
+            self.scale = scale
+
+        def forward(self, q):
+            return F.scaled_dot_product_attention(q, q, q, scale=self.scale)
+
+    q = torch.randn(1, 2, 5, 16)
+    with torch.no_grad():
+        for scale in (0.25, 0.3):
+            module = Scaled(scale)
+            with pasa.patch(module):
+                got = torch.compile(module, backend="aot_eager", fullgraph=True, dynamic=True)(q)
+            torch.testing.assert_close(got, torch._C._nn.scaled_dot_product_attention(q, q, q, scale=scale))
+    torch._dynamo.reset()
+
+
+def test_calls_torch_refuses_go_to_torch_and_nested_tensors_fall_back():
+    # A positional scale, an int is_causal, q / k / v of two dtypes and a mask of a third: torch
+    # refuses them, pasa ran them. A nested tensor crashed pasa's checks (it has no shape).
+    q = torch.randn(1, 2, 5, 16)
+    calls = {
+        "positional scale": lambda: F.scaled_dot_product_attention(q, q, q, None, 0.0, False, 0.3),
+        "int is_causal": lambda: F.scaled_dot_product_attention(q, q, q, is_causal=1),
+        "two dtypes": lambda: F.scaled_dot_product_attention(q.half(), q, q),
+        "a float16 mask": lambda: F.scaled_dot_product_attention(q, q, q, attn_mask=torch.zeros(5, 5).half()),
+    }
+
+    class Run(torch.nn.Module):
+        def forward(self, call):
+            return call()
+
+    module = Run()
+    with torch.no_grad(), pasa.patch(module), warnings.catch_warnings():
+        warnings.simplefilter("ignore", pasa.PasaFallbackWarning)
+        for name, call in calls.items():
+            with pytest.raises((TypeError, RuntimeError)):
+                module(call)
+        nested = torch.nested.nested_tensor([torch.randn(2, 5, 16), torch.randn(2, 7, 16)])
+        want = torch._C._nn.scaled_dot_product_attention(nested, nested, nested)
+        got = module(lambda: F.scaled_dot_product_attention(nested, nested, nested))
+        for a, b in zip(got.unbind(), want.unbind()):
+            torch.testing.assert_close(a, b)
+
+
 def test_a_timestep_set_each_step_does_not_recompile_one_policy(model, x):
     # A patch of one policy (or a plan of only a default) reads neither the numbering nor the
     # timestep: set each denoising step, they recompiled every step until Dynamo's limit.

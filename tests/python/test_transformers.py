@@ -141,9 +141,11 @@ def test_position_bias_reaches_pasa(rng):
     assert (got - want).abs().max() <= EXACT_TOLERANCE * want.abs().max()
 
 
-def test_no_mask_means_top_left_causal_and_a_bias_may_broadcast(rng):
-    # Without a mask transformers means torch's is_causal (top-left), whatever the lengths; a position
-    # bias broadcast over the queries ([1, H, 1, S_kv], ALiBi-style) is masked causally all the same.
+def test_no_mask_means_causal_over_the_last_queries_and_a_bias_may_broadcast(rng):
+    # pasa's mask function gives no mask only where the alignments agree, so more keys than queries
+    # without one come from a model that cut its queries to the last tokens (Gemma 4's KV-shared
+    # layers): bottom-right; fewer keys: torch's top-left. A position bias broadcast over the queries
+    # ([1, H, 1, S_kv], ALiBi-style) is masked causally all the same.
     forward, module = exact_forward(rng)
     for s_q, s_kv in ((7, 5), (5, 5), (4, 9)):
         q, k, v = torch.randn(1, 4, s_q, 8), torch.randn(1, 2, s_kv, 8), torch.randn(1, 2, s_kv, 8)
@@ -154,9 +156,61 @@ def test_no_mask_means_top_left_causal_and_a_bias_may_broadcast(rng):
             scores = q.double() @ kk.transpose(-1, -2) / 8**0.5
             if position_bias is not None:
                 scores = scores + position_bias.double()
-            keep = torch.arange(s_q)[:, None] >= torch.arange(s_kv)[None, :]
+            keep = torch.arange(s_q)[:, None] + max(s_kv - s_q, 0) >= torch.arange(s_kv)[None, :]
             want = (torch.softmax(scores.masked_fill(~keep, float("-inf")), -1) @ vv).transpose(1, 2)
             torch.testing.assert_close(got.double(), want, atol=1e-6, rtol=1e-6)
+
+
+def test_a_sparse_key_selection_is_applied_and_block_indices_are_refused(rng):
+    # DeepSeek-V3.2 and its kin pass the indexer's top-k keys as indices= to every backend but eager
+    # and sdpa (which get them as a mask): pasa ran dense attention (logits off by 0.2).
+    forward, module = exact_forward(rng)
+    q, k, v = torch.randn(2, 4, 6, 8), torch.randn(2, 2, 6, 8), torch.randn(2, 2, 6, 8)
+    indices = torch.stack([torch.randperm(6)[:3] for _ in range(2 * 6)]).reshape(2, 6, 3).to(torch.int32)
+    chosen = torch.zeros(2, 1, 6, 6, dtype=torch.bool).scatter(-1, indices.long().unsqueeze(1), True)
+    causal = torch.arange(6)[:, None] >= torch.arange(6)[None, :]
+    kk, vv = (t.repeat_interleave(2, dim=1).double() for t in (k, v))
+    scores = q.double() @ kk.transpose(-1, -2) / 8**0.5
+    for mask in (None, causal.expand(2, 1, 6, 6)):
+        got, _ = forward(module, q, k, v, mask, is_causal=True, indices=indices)
+        keep = chosen & causal
+        weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), -1).nan_to_num(0.0)
+        want = (weights @ vv).transpose(1, 2)
+        torch.testing.assert_close(got.double(), want, atol=1e-6, rtol=1e-6)
+    with pytest.raises(pasa.PasaError, match=r"^block_indices: this model's block-sparse key selection"):
+        forward(module, q, k, v, None, block_indices=torch.zeros(2, 2, 6, 1, dtype=torch.int64))
+
+
+def test_gemma4_kv_shared_layers_match_sdpa(rng):
+    # Gemma 4 cuts the queries of its KV-shared layers to the kept logits for every backend but sdpa
+    # where the masks are None: pasa's mask function gave None for a static prefill (sdpa's skip) and
+    # pasa read the cut queries top-left (logits off by 0.08-0.36).
+    gemma4 = pytest.importorskip("transformers.models.gemma4", reason="this transformers has no Gemma 4")
+    config = gemma4.Gemma4TextConfig(
+        vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"] * 2, num_kv_shared_layers=2,
+        vocab_size_per_layer_input=97, hidden_size_per_layer_input=8, max_position_embeddings=128,
+        pad_token_id=0, eos_token_id=1, bos_token_id=2)
+    torch.manual_seed(int(rng.integers(2**31)))
+    weights = gemma4.Gemma4ForCausalLM(copy.deepcopy(config)).state_dict()
+    ids = torch.from_numpy(rng.integers(3, 97, (2, 9)))
+    results = {}
+    for implementation in ("sdpa", "pasa"):
+        model = gemma4.Gemma4ForCausalLM._from_config(copy.deepcopy(config),
+                                                      attn_implementation=implementation).eval()
+        model.load_state_dict(weights)
+        with torch.no_grad():
+            generated = model.generate(input_ids=ids, max_new_tokens=4, do_sample=False,
+                                       cache_implementation="static", output_scores=True,
+                                       return_dict_in_generate=True)
+            kept = model(input_ids=ids, logits_to_keep=3,
+                         past_key_values=transformers.DynamicCache(config=model.config)).logits
+        results[implementation] = (torch.stack(generated.scores), generated.sequences, kept)
+    want, got = results["sdpa"], results["pasa"]
+    for i in (0, 2):
+        assert (got[i] - want[i]).abs().max() <= EXACT_TOLERANCE * want[i].abs().max()
+    assert torch.equal(got[1], want[1])
 
 
 def gpt_oss_config():

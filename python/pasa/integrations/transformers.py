@@ -69,14 +69,18 @@ def _register_mask(transformers: Any, name: str) -> None:
 
 
 def _causal_or_sdpa_mask(*args: Any, **kwargs: Any) -> Optional[Any]:
-    """None (pasa's causal, bottom-right, says it all) when the mask would be the causal one alone:
-    the causal mask function, no padding mask, no window, no key offset, and one query or as many
-    queries as keys. The test reads only sizes, so it also holds while tracing, where sdpa's own skip
-    gives up. Else transformers' sdpa mask. (The arguments are read by name: transformers 4.x passes
-    ``cache_position``, 5.x ``q_length`` and ``q_offset``.)"""
+    """None (pasa's causal says it all) when the mask would be the causal one alone: the causal mask
+    function, no padding mask, no window, no key offset, and one query or as many queries as keys,
+    where the two alignments agree. The test reads only sizes, so it also holds while tracing, where
+    sdpa's own skip gives up. Else transformers' sdpa mask, made whole: sdpa's other skip (a prefill
+    into an empty static cache, more keys than queries) relies on torch's top-left is_causal, and a
+    model may cut the queries of a mask-less call to its last tokens (Gemma 4's KV-shared layers do,
+    for every backend but sdpa), which needs the bottom-right one. (The arguments are read by name:
+    transformers 4.x passes ``cache_position``, 5.x ``q_length`` and ``q_offset``.)"""
     from transformers.masking_utils import causal_mask_function, sdpa_mask
 
-    given = _sdpa_mask_signature().bind_partial(*args, **kwargs).arguments
+    bound = _sdpa_mask_signature().bind_partial(*args, **kwargs)
+    given = bound.arguments
     q_length = given.get("q_length")
     if q_length is None and given.get("cache_position") is not None:
         q_length = given["cache_position"].shape[0]
@@ -86,7 +90,8 @@ def _causal_or_sdpa_mask(*args: Any, **kwargs: Any) -> Optional[Any]:
             and given.get("kv_offset", 0) == 0 and q_length is not None
             and (q_length == 1 or q_length == kv_length)):
         return None
-    return sdpa_mask(*args, **kwargs)
+    bound.arguments["allow_is_causal_skip"] = False
+    return sdpa_mask(*bound.args, **bound.kwargs)
 
 
 _sdpa_mask_signature_cached: Optional[inspect.Signature] = None
@@ -113,6 +118,7 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
                                sliding_window: Optional[int] = None,
                                softcap: Optional[float] = None, position_bias: Optional[Any] = None,
                                s_aux: Optional[Any] = None, sinks: Optional[Any] = None,
+                               indices: Optional[Any] = None, block_indices: Optional[Any] = None,
                                **kwargs: Any) -> Tuple[Any, None]:
         # query [B, H_q, S_q, D], key/value [B, H_kv, S_kv, D]; returns ([B, S_q, H_q, D], None).
         import torch
@@ -123,15 +129,21 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
             mask = mask[:, :, :, :s_kv]
         if is_causal is None:
             is_causal = getattr(module, "is_causal", True)
-        # With a mask, the mask says everything (causal, window, padding); else causal and window,
-        # top-left aligned as torch's is_causal is (transformers gives no mask only where that is
-        # meant: one query, as many queries as keys, or a prefill into an empty static cache, whose
-        # keys past the last query are empty slots, left out here as transformers' sdpa leaves them).
+        # With a mask, the mask says everything (causal, window, padding); else causal and window.
+        # pasa's mask function (above) gives no mask for one query or as many queries as keys, where
+        # the alignments agree; more keys than queries without a mask then come from a model that cut
+        # the queries to its last tokens: bottom-right aligned (fewer keys: torch's top-left).
         causal = bool(is_causal) and mask is None and s_q > 1
-        if causal and s_kv > s_q:
-            key, value, s_kv = key[:, :, :s_q], value[:, :, :s_q], s_q
+        offset = s_kv - s_q if causal and s_kv > s_q else 0
+        if block_indices is not None:  # (no backend but eager and sdpa gets it as a mask)
+            raise PasaError("block_indices: this model's block-sparse key selection reaches pasa as indices, "
+                            "which pasa cannot apply; load it with attn_implementation=\"sdpa\" (which "
+                            "gets the selection as a mask)")
+        if indices is not None:  # (DeepSeek-V3.2's sparse selection and its kin, as their eager path masks)
+            mask = _with_key_indices(indices, mask, causal, offset, s_q, s_kv)
+            causal = False
         if position_bias is not None:  # (T5's relative bias and its kin: added to the scores)
-            mask = _with_position_bias(position_bias[..., :s_kv], mask, causal, s_q, s_kv)
+            mask = _with_position_bias(position_bias[..., :s_kv], mask, causal, offset, s_q, s_kv)
             causal = False
         sink = _sink_logits(s_aux if s_aux is not None else sinks)
         window = None
@@ -143,12 +155,13 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
 
         def run() -> Any:
             result = attention(query, key, value, policy=policy_text, causal=causal,
-                               causal_alignment="top_left", scale=scaling, window_size=window,
+                               causal_alignment="bottom_right" if offset else "top_left", scale=scaling,
+                               window_size=window,
                                softcap=cap, attn_mask=mask, return_lse=sink is not None)
             return result if sink is None else _without_sink_share(*result, sink)
 
         def fallback() -> Any:
-            return _torch_attention(query, key, value, mask, causal, window, cap, scaling,
+            return _torch_attention(query, key, value, mask, causal, offset, window, cap, scaling,
                                     dropout, sink)
 
         precheck = sdpa_precheck(query, key, value, mask, dropout, True, scaling)
@@ -161,15 +174,35 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
     return pasa_attention_forward
 
 
-def _with_position_bias(bias: Any, mask: Optional[Any], causal: bool, s_q: int, s_kv: int) -> Any:
+def _with_key_indices(indices: Any, mask: Optional[Any], causal: bool, offset: int, s_q: int, s_kv: int) -> Any:
+    """The mask of a call whose keys a sparse indexer chose (``indices`` [B, S_q, top-k] key
+    positions, as DeepSeek-V3.2 passes them to every backend but eager and sdpa, which get this
+    mask): the given mask (or the causal one of s_q queries and s_kv keys, query i seeing keys up to
+    i + offset) where a key is chosen, masked elsewhere."""
+    import torch
+
+    chosen = torch.zeros((indices.shape[0], 1, s_q, s_kv), dtype=torch.bool, device=indices.device)
+    chosen.scatter_(-1, indices.long().unsqueeze(1), True)
+    if mask is None:
+        if not causal:
+            return chosen
+        rows = torch.arange(s_q, device=indices.device)[:, None] + offset
+        return chosen & (rows >= torch.arange(s_kv, device=indices.device)[None, :])
+    if mask.dtype == torch.bool:
+        return mask & chosen
+    return mask.masked_fill(~chosen, torch.finfo(mask.dtype).min)
+
+
+def _with_position_bias(bias: Any, mask: Optional[Any], causal: bool, offset: int, s_q: int, s_kv: int) -> Any:
     """The additive mask of a call with a position bias (which may broadcast), as transformers' sdpa
-    forms it: the bias where the boolean mask (or the top-left causal mask of s_q queries and s_kv
-    keys) keeps a key, the dtype's lowest value elsewhere; a float mask added to it."""
+    forms it: the bias where the boolean mask (or the causal mask of s_q queries and s_kv keys, query
+    i seeing keys up to i + offset) keeps a key, the dtype's lowest value elsewhere; a float mask
+    added to it."""
     import torch
 
     lowest = torch.finfo(bias.dtype).min
     if mask is None and causal:
-        rows = torch.arange(s_q, device=bias.device)[:, None]
+        rows = torch.arange(s_q, device=bias.device)[:, None] + offset
         mask = rows >= torch.arange(s_kv, device=bias.device)[None, :]
     if mask is None:
         return bias
@@ -200,17 +233,17 @@ def _without_sink_share(out: Any, lse: Any, sink: Any) -> Any:
     return (out.float() * share[..., None]).to(out.dtype)
 
 
-def _torch_attention(query: Any, key: Any, value: Any, mask: Optional[Any], causal: bool,
+def _torch_attention(query: Any, key: Any, value: Any, mask: Optional[Any], causal: bool, offset: int,
                      window: Optional[Tuple[int, int]], softcap: Optional[float],
                      scaling: Optional[float], dropout: float, sink: Optional[Any]) -> Any:
-    """The fallback: torch's SDPA (with the causal and window limits as a boolean mask, top-left
-    aligned), or plain torch math when there is a softcap or a sink (_sink_logits), which SDPA
-    lacks."""
+    """The fallback: torch's SDPA (with the causal and window limits as a boolean mask, query i's
+    diagonal at key i + offset), or plain torch math when there is a softcap or a sink
+    (_sink_logits), which SDPA lacks."""
     import torch
 
     s_q, s_kv = query.shape[2], key.shape[2]
     if causal or window is not None:
-        rows = torch.arange(s_q, device=query.device)[:, None]
+        rows = torch.arange(s_q, device=query.device)[:, None] + offset
         cols = torch.arange(s_kv, device=query.device)[None, :]
         keep = torch.ones(s_q, s_kv, dtype=torch.bool, device=query.device)
         if causal:
