@@ -614,6 +614,7 @@ void cuda_attention(const AttentionArgs& args, const ProblemShape& ps) {
 }
 
 void run_cuda_plan_pooled(const CudaPlan& plan, const AttentionArgs& args) {
+  check_cuda_plan_launchable(plan, args);  // (before the pool's allocation, a node of a capture)
   cuda::StreamBuffer workspace(cuda_plan_workspace_bytes(plan), plan.device,
                                static_cast<cudaStream_t>(args.stream));
   run_plan(plan, args, workspace.get());

@@ -156,6 +156,7 @@ void cuda_attention_with_kvcache(const AttentionArgs& args, const CudaKvCache& c
   if (args.lse.data != nullptr) check_device_pointer(args.lse.data, "lse", plan->device);
   check_device_pointer(c.seqlens, "cache_seqlens", plan->device);
   if (c.block_table != nullptr) check_device_pointer(c.block_table, "block_table", plan->device);
+  check_cuda_plan_launchable(*plan->decode, args);  // (before the pool's allocation, a node of a capture)
   cuda::StreamBuffer workspace(cuda_kvcache_workspace_bytes(*plan), plan->device,
                                static_cast<cudaStream_t>(args.stream));
   run_cuda_kvcache(*plan, args, c, workspace.get());
