@@ -227,8 +227,11 @@ ProblemShape check_attention_problem(const AttentionArgs& a, ViewForm form) {
     }
     if (a.lse.device != dev) throw Error("lse: on a different device than q");
     for (int i = 0; i < 3; ++i) {
-      // (An empty LSE, of a packed batch without tokens, addresses nothing: NumPy gives [H, 0] stride 0.)
-      if (a.lse.stride[i] < 1 && p.seq_q > 0) throw Error("lse: strides must be positive");
+      // (An empty LSE, of a packed batch without tokens, addresses nothing: NumPy gives [H, 0] stride
+      // 0; nor is a size-1 dimension's stride read, as check_view takes any there.)
+      if (a.lse.stride[i] < 1 && p.seq_q > 0 && a.lse.shape[i] != 1) {
+        throw Error(text::format("lse: stride {} is {} (must be positive)", i, a.lse.stride[i]));
+      }
     }
     check_reach(memory_of(a.lse), "lse");
   }

@@ -25,19 +25,23 @@ namespace {
 void check_cu_seqlens(const std::int32_t* cu, std::int64_t batch, std::int64_t total,
                       std::int64_t max_seqlen, const char* name, const char* max_name) {
   if (cu[0] < 0) throw Error(text::format("{}: {}[0] = {} is negative", name, name, cu[0]));
+  const auto check_within = [&](std::int64_t i) {
+    if (cu[i] > total) {
+      throw Error(text::format("{}: {}[{}] = {} is past the end of the {} packed tokens", name, name, i, cu[i],
+                               total));
+    }
+  };
+  check_within(0);
   for (std::int64_t b = 0; b < batch; ++b) {
     if (cu[b + 1] < cu[b]) {
       throw Error(text::format("{}: decreases: {}[{}] = {} > {}[{}] = {}", name, name, b, cu[b], name,
                               b + 1, cu[b + 1]));
     }
+    check_within(b + 1);  // (before the length: a sequence past the end names its offset)
     if (cu[b + 1] - cu[b] > max_seqlen) {
       throw Error(text::format("{}: {} is less than sequence {}'s length {}", max_name, max_seqlen, b,
                               cu[b + 1] - cu[b]));
     }
-  }
-  if (cu[batch] > total) {
-    throw Error(text::format("{}: {}[{}] = {} is past the end of the {} packed tokens", name, name,
-                            batch, cu[batch], total));
   }
 }
 

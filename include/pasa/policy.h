@@ -109,8 +109,8 @@ struct Policy {
                                    // the policy's formats: e^-9.7 and e^10 are, in fp16.
   int splits = 1;                  // the key axis cut into this many parts, merged exactly ("splits")
 
-  bool operator==(const Policy& o) const;
-  bool operator!=(const Policy& o) const { return !(*this == o); }
+  bool operator==(const Policy& other) const;
+  bool operator!=(const Policy& other) const { return !(*this == other); }
 };
 
 // The presets: "exact" (FA(FP32), every point fp32), "fa16_fp32" (FA(FP16-FP32): S leaves the GEMM

@@ -55,7 +55,12 @@ __all__ = [
     "__version__",
 ]
 
-# The torch custom ops must exist before torch.compile traces a call; register them now when torch
-# is already imported (otherwise the first call with a torch tensor does).
+# The torch custom ops must exist before torch.compile traces a call (registering them inside a
+# traced frame breaks Dynamo's guards): now when torch is already imported, else right after torch's
+# own import (_torch_import_hook).
 if "torch" in sys.modules:
     from . import _torch  # noqa: F401
+else:
+    from ._torch_import_hook import register_ops_after_torch_import
+
+    register_ops_after_torch_import()

@@ -132,7 +132,7 @@ def check_given_out(out: Any, q_shape: Tuple[int, ...]) -> None:
     """Raises PasaError unless the ``out`` a caller gave can be written (check_writable) and has q's
     shape (in the caller's layout)."""
     check_writable(out, "out")
-    out_shape = tuple(int(n) for n in out.shape)
+    out_shape = tuple(out.shape)  # (no int(): under torch.export a size may be symbolic)
     if out_shape != tuple(q_shape):
         raise PasaError(f"out: shape {out_shape} differs from q's {tuple(q_shape)}")
 
@@ -144,8 +144,16 @@ def dlpack_device(x: Any) -> Tuple[int, int]:
     """(DLPack device type, index); (1, 0) is the host, (-1, 0) a torch meta tensor."""
     if isinstance(x, np.ndarray):
         return (_DL_CPU, 0)
-    if is_torch_tensor(x) and x.device.type == "meta":
-        return (_NO_DLPACK_DEVICE, 0)
+    if is_torch_tensor(x):
+        # (from torch's own device where it names one: torch.compile cannot trace the enum that
+        # __dlpack_device__ returns)
+        kind = x.device.type
+        if kind == "meta":
+            return (_NO_DLPACK_DEVICE, 0)
+        if kind == "cpu":
+            return (_DL_CPU, 0)
+        if kind == "cuda" and not _torch_module.version.hip:
+            return (_DL_CUDA, x.device.index)
     device = getattr(x, "__dlpack_device__", None)
     if device is None:
         return (_DL_CPU, 0)

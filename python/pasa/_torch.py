@@ -242,11 +242,11 @@ def _plain_eager(*tensors: Optional[Tensor]) -> bool:
 
 
 def _untraced() -> bool:
-    """Nothing being traced or compiled, no dispatch mode active, no torch.func transform and no
-    forward-mode AD level (whose tensors would reach the kernels unwrapped, their batch dimension or
-    tangent dropped)."""
-    return (not torch.compiler.is_compiling() and not _dispatch_mode_active() and _functorch_level() is None
-            and _forward_ad_level() < 0)
+    """Nothing being traced or compiled (torch.jit.trace records only the ops it sees), no dispatch
+    mode active, no torch.func transform and no forward-mode AD level (whose tensors would reach the
+    kernels unwrapped, their batch dimension or tangent dropped)."""
+    return (not torch.compiler.is_compiling() and not torch.jit.is_tracing() and not _dispatch_mode_active()
+            and _functorch_level() is None and _forward_ad_level() < 0)
 
 
 # The innermost active torch.func transform's level (None: none), and forward-mode AD's (-1: outside

@@ -276,16 +276,17 @@ std::string field_value(const Policy& policy, std::string_view key) { return fin
 
 // Member by member, not through the text form: the CUDA dispatch compares policies on every call.
 // Every field of fields() (the preset name is not one); Policy.EqualityCoversEveryTextField checks.
-bool Policy::operator==(const Policy& o) const {
-  return input == o.input && qk_acc == o.qk_acc && s == o.s && scale == o.scale && softmax == o.softmax &&
-         exp_base == o.exp_base &&
-         sum_acc == o.sum_acc && p == o.p && pv_acc == o.pv_acc && this->o == o.o && shift == o.shift &&
-         beta == o.beta && pseudo_avg == o.pseudo_avg && block_q == o.block_q && block_kv == o.block_kv &&
-         smooth_q == o.smooth_q && smooth_k == o.smooth_k && smooth_v == o.smooth_v &&
-         q_quant == o.q_quant && k_quant == o.k_quant && q_gran == o.q_gran && k_gran == o.k_gran &&
-         v_quant == o.v_quant && p_scale == o.p_scale && two_level == o.two_level &&
-         p_running_max == o.p_running_max && rowsum == o.rowsum && phi == o.phi &&
-         window_lo == o.window_lo && window_hi == o.window_hi && splits == o.splits;
+bool Policy::operator==(const Policy& other) const {
+  return input == other.input && qk_acc == other.qk_acc && s == other.s && scale == other.scale &&
+         softmax == other.softmax && exp_base == other.exp_base && sum_acc == other.sum_acc && p == other.p &&
+         pv_acc == other.pv_acc && o == other.o && shift == other.shift && beta == other.beta &&
+         pseudo_avg == other.pseudo_avg && block_q == other.block_q && block_kv == other.block_kv &&
+         smooth_q == other.smooth_q && smooth_k == other.smooth_k && smooth_v == other.smooth_v &&
+         q_quant == other.q_quant && k_quant == other.k_quant && q_gran == other.q_gran &&
+         k_gran == other.k_gran && v_quant == other.v_quant && p_scale == other.p_scale &&
+         two_level == other.two_level && p_running_max == other.p_running_max && rowsum == other.rowsum &&
+         phi == other.phi && window_lo == other.window_lo && window_hi == other.window_hi &&
+         splits == other.splits;
 }
 
 std::vector<std::string> preset_names() {

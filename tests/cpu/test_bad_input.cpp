@@ -2,6 +2,7 @@
 // Every bad-input class of the attention API gives a pasa::Error naming the argument.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -180,6 +181,18 @@ TEST(BadInput, BadStridesAndDevices) {
   Problem p5;
   p5.args.cuda_path = static_cast<CudaPath>(3);
   expect_error([&] { attention(p5.args); }, "cuda_path: unknown path (code 3)");
+  // The LSE's strides: positive where the dimension has more than one element; a size-1 dimension's
+  // (the batch here) is never read, so any is taken, as for the tensors.
+  Problem lse_rows;
+  lse_rows.args.lse.stride[2] = 0;
+  expect_error([&] { attention(lse_rows.args); }, "lse: stride 2 is 0 (must be positive)");
+  Problem lse_batch;
+  attention(lse_batch.args);
+  const std::vector<float> dense = lse_batch.lse;
+  std::fill(lse_batch.lse.begin(), lse_batch.lse.end(), 0.0f);
+  lse_batch.args.lse.stride[0] = 0;
+  attention(lse_batch.args);
+  EXPECT_EQ(lse_batch.lse, dense);
 }
 
 TEST(BadInput, CudaRequestedWithHostTensors) {

@@ -551,6 +551,9 @@ TEST(Varlen, BadInputIsRejectedBeforeAnythingIsWritten) {
     b.cu_k[2] = 100;
     b.args.max_seqlen_k = 100;
     expect_untouched(b, "cu_seqlens_k: cu_seqlens_k[2] = 100 is past the end of the 9 packed tokens");
+    // (with a max_seqlen_k that the overlong sequence exceeds too, the offset is named, not the maximum)
+    b.args.max_seqlen_k = 4;
+    expect_untouched(b, "cu_seqlens_k: cu_seqlens_k[2] = 100 is past the end of the 9 packed tokens");
   }
   {
     Varlen b({{3, 3}, {4, 4}}, seed);
@@ -673,7 +676,7 @@ TEST(Varlen, EmptyBatchesAreValid) {
   expect_error([&] { attention_varlen(a); }, "v: shape [0, 2, 32] differs from k's [4, 2, 32]");
   a.k = a.v;
   expect_error([&] { attention_varlen(a); },
-               "cu_seqlens_k: cu_seqlens_k[2] = 4 is past the end of the 0 packed tokens");
+               "cu_seqlens_k: cu_seqlens_k[1] = 1 is past the end of the 0 packed tokens");
 }
 
 }  // namespace

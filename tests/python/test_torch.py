@@ -193,6 +193,71 @@ def test_torch_compile_fullgraph(gen, policy):
     torch.testing.assert_close(compiled, eager, atol=1e-5, rtol=0)
 
 
+def test_torch_compile_after_importing_pasa_before_torch():
+    # isort's order: the ops were registered by the first call, inside the traced frame, which broke
+    # Dynamo's guards (AssertionError: Unexpected type <class 'module'>). A fresh interpreter, so that
+    # torch is imported after pasa.
+    import subprocess
+    import sys
+
+    code = ("import pasa\nimport torch\nx = torch.randn(1, 2, 5, 16)\n"
+            "got = torch.compile(lambda y: pasa.sdpa(y, y, y, is_causal=True), backend='aot_eager')(x)\n"
+            "assert torch.equal(got, pasa.sdpa(x, x, x, is_causal=True))\nprint('ok')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_serving_calls_under_torch_compile_break_the_graph_and_run(gen):
+    # The device of a torch tensor came from __dlpack_device__, whose enum Dynamo cannot hold: the
+    # KV-cache and packed calls crashed under torch.compile.
+    caches = [torch.zeros(2, 8, 2, 16) for _ in range(4)]
+    q, k, v = randn(gen, 2, 1, 4, 16), randn(gen, 2, 1, 2, 16), randn(gen, 2, 1, 2, 16)
+
+    def step(q, k, v, k_cache, v_cache):
+        return pasa.attention_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=1, causal=True)
+
+    torch._dynamo.reset()
+    want = step(q, k, v, caches[0], caches[1])
+    got = torch.compile(step, backend="aot_eager")(q, k, v, caches[2], caches[3])
+    assert torch.equal(got, want) and torch.equal(caches[2], caches[0]) and torch.equal(caches[3], caches[1])
+    packed, cu = randn(gen, 8, 4, 16), torch.tensor([0, 3, 8], dtype=torch.int32)
+
+    def varlen(x):
+        return pasa.attention(x, x, x, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=5, max_seqlen_k=5)
+
+    assert torch.equal(torch.compile(varlen, backend="aot_eager")(packed), varlen(packed))
+    torch._dynamo.reset()
+
+
+def test_jit_trace_records_the_op(gen):
+    # The eager fast path skipped the op, so torch.jit.trace recorded only the output's allocation.
+    q = randn(gen, 1, 2, 5, 16)
+    with torch.no_grad():
+        traced = torch.jit.trace(lambda x: pasa.sdpa(x, x, x, is_causal=True), (q,), check_trace=False)
+    assert "pasa::attention" in str(traced.graph)
+    other = randn(gen, 1, 2, 5, 16)
+    torch.testing.assert_close(traced(other), pasa.sdpa(other, other, other, is_causal=True), atol=0, rtol=0)
+
+
+def test_export_with_out_and_dynamic_shapes():
+    # out='s shape was compared through int(), which specialized the symbolic sizes (non-strict).
+    from torch.export import Dim, export
+
+    class WithOut(torch.nn.Module):
+        def forward(self, q, k, v, o):
+            pasa.attention(q, k, v, out=o)
+            return o
+
+    b, s, t = Dim("B", max=64), Dim("S", max=4096), Dim("T", max=4096)
+    q, k = torch.randn(2, 4, 9, 32), torch.randn(2, 2, 13, 32)
+    shapes = {"q": {0: b, 2: s}, "k": {0: b, 2: t}, "v": {0: b, 2: t}, "o": {0: b, 2: s}}
+    for strict in (True, False):
+        program = export(WithOut(), (q, k, k, torch.empty_like(q)), dynamic_shapes=shapes, strict=strict)
+        q2, k2 = torch.randn(3, 4, 5, 32), torch.randn(3, 2, 7, 32)
+        got = program.module()(q2, k2, k2, torch.empty_like(q2))
+        torch.testing.assert_close(got, pasa.attention(q2, k2, k2), atol=0, rtol=0)
+
+
 def test_torch_compile_reports_bad_policy_while_tracing(gen):
     q, k, v = (randn(gen, 1, 2, 9, 64) for _ in range(3))
     fn = torch.compile(lambda q, k, v: pasa.sdpa(q, k, v, policy="exact,zz=1"), fullgraph=True)
