@@ -139,74 +139,73 @@ void expect_run_gives(const AttentionPlan& plan, const AttentionArgs& args, void
   EXPECT_EQ(d_o.download(), expected) << what;
 }
 
+// `body(problem, shape)` on a fresh DeviceProblem of each kernel family (exact, pasa, and sage8 where the sm_90a
+// path runs) and each of `shapes` (exact alone at one query: the decode kernel runs exact and fdpp).
+template <class Body>
+void for_each_kernel_family(std::initializer_list<Shape> shapes, Body&& body) {
+  for (const char* policy : {"exact", "pasa", "sage8"}) {
+    if (std::string(policy) == "sage8" && !have_hopper_path()) continue;
+    for (const Shape& s : shapes) {
+      if (std::string(policy) != "exact" && s.Sq == 1) continue;
+      const auto seed = test::fresh_seed();
+      SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << policy << " Sq " << s.Sq);
+      std::mt19937_64 rng(seed);
+      DeviceProblem problem(s.B, s.Hq, s.Hkv, s.Sq, s.Skv, policy, rng);
+      body(problem, s);
+    }
+  }
+}
+
 // A size-1 dimension's stride addresses nothing, and DLPack from torch before 2.9 exports it as 1: a
 // call whose size-1 dimensions have stride 1 runs, gives the bits of the call on dense strides, and
 // runs on that call's plan. Batch 1, one K/V head (MQA), one query (the decode kernel) and a prefill,
 // on the prefill kernels of each family.
 TEST(CudaPlan, SizeOneDimensionsRunWithAnyStride) {
   REQUIRE_GPU();
-  const Shape shapes[] = {{1, 8, 1, 1, 1000, 1}, {1, 4, 1, 300, 300, 1}};
-  for (const char* policy : {"exact", "pasa", "sage8"}) {
-    if (std::string(policy) == "sage8" && !have_hopper_path()) continue;  // (sage8 runs on sm_90a only)
-    for (const Shape& s : shapes) {
-      if (std::string(policy) != "exact" && s.Sq == 1) continue;  // (decode runs exact and fdpp)
-      const auto seed = test::fresh_seed();
-      SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << policy << " Sq " << s.Sq);
-      std::mt19937_64 rng(seed);
-      DeviceProblem problem(s.B, s.Hq, s.Hkv, s.Sq, s.Skv, policy, rng);
-      const auto dense = eager_result(problem.args, problem.d_o);
-      AttentionArgs unit = problem.args;
-      for (TensorView* t : {&unit.q, &unit.k, &unit.v, &unit.o}) *t = with_size_one_strides_of_one(*t);
-      ASSERT_NE(unit.q.stride, problem.args.q.stride);
-      EXPECT_EQ(eager_result(unit, problem.d_o), dense) << "size-1 dimensions of stride 1";
-      const AttentionPlan plan(problem.args);
-      DeviceBuffer workspace(std::max<std::size_t>(plan.workspace_bytes(), 1));
-      expect_run_gives(plan, unit, workspace.ptr, problem.d_o, dense, "the dense call's plan");
-    }
-  }
+  for_each_kernel_family({{1, 8, 1, 1, 1000, 1}, {1, 4, 1, 300, 300, 1}}, [](DeviceProblem& problem, const Shape&) {
+    const auto dense = eager_result(problem.args, problem.d_o);
+    AttentionArgs unit = problem.args;
+    for (TensorView* t : {&unit.q, &unit.k, &unit.v, &unit.o}) *t = with_size_one_strides_of_one(*t);
+    ASSERT_NE(unit.q.stride, problem.args.q.stride);
+    EXPECT_EQ(eager_result(unit, problem.d_o), dense) << "size-1 dimensions of stride 1";
+    const AttentionPlan plan(problem.args);
+    DeviceBuffer workspace(std::max<std::size_t>(plan.workspace_bytes(), 1));
+    expect_run_gives(plan, unit, workspace.ptr, problem.d_o, dense, "the dense call's plan");
+  });
 }
 
 // A stride of 0 broadcasts (docs/api.md): K and V broadcast over the batch and Q over the heads give
 // the bits of the call on copies of the broadcast rows, on every prefill kernel family and decode.
 TEST(CudaPlan, BroadcastStridesRunAsTheirCopies) {
   REQUIRE_GPU();
-  const Shape shapes[] = {{2, 4, 2, 1, 700, 1}, {2, 4, 2, 300, 300, 1}};
-  for (const char* policy : {"exact", "pasa", "sage8"}) {
-    if (std::string(policy) == "sage8" && !have_hopper_path()) continue;  // (sage8 runs on sm_90a only)
-    for (const Shape& s : shapes) {
-      if (std::string(policy) != "exact" && s.Sq == 1) continue;  // (decode runs exact and fdpp)
-      const auto seed = test::fresh_seed();
-      SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << policy << " Sq " << s.Sq);
-      std::mt19937_64 rng(seed);
-      DeviceProblem problem(s.B, s.Hq, s.Hkv, s.Sq, s.Skv, policy, rng);
-      AttentionArgs& args = problem.args;
-      const auto copy_block = [](const TensorView& t, int dim, std::int64_t to) {  // index 0 of dim to `to`
-        const std::size_t bytes = static_cast<std::size_t>(t.stride[dim]) * 2;
-        char* base = static_cast<char*>(t.data);
-        cuda_ok(cudaMemcpy(base + to * bytes, base, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
-      };
-      for (std::int64_t b = 1; b < s.B; ++b) {
-        copy_block(args.k, 0, b);
-        copy_block(args.v, 0, b);
-      }
-      for (std::int64_t b = 0; b < s.B; ++b) {
-        for (std::int64_t h = 1; h < s.Hq; ++h) {
-          char* q = static_cast<char*>(args.q.data) + b * args.q.stride[0] * 2;
-          cuda_ok(cudaMemcpy(q + h * args.q.stride[1] * 2, q, static_cast<std::size_t>(args.q.stride[1]) * 2,
-                             cudaMemcpyDeviceToDevice),
-                  "cudaMemcpy");
-        }
-      }
-      const auto copies = eager_result(args, problem.d_o);
-      AttentionArgs broadcast = args;
-      broadcast.k.stride[0] = broadcast.v.stride[0] = 0;
-      broadcast.q.stride[1] = 0;
-      EXPECT_EQ(eager_result(broadcast, problem.d_o), copies) << "K, V broadcast over the batch, Q over the heads";
-      const AttentionPlan plan(broadcast);
-      DeviceBuffer workspace(std::max<std::size_t>(plan.workspace_bytes(), 1));
-      expect_run_gives(plan, broadcast, workspace.ptr, problem.d_o, copies, "the broadcast call's plan");
+  for_each_kernel_family({{2, 4, 2, 1, 700, 1}, {2, 4, 2, 300, 300, 1}}, [](DeviceProblem& problem, const Shape& s) {
+    AttentionArgs& args = problem.args;
+    const auto copy_block = [](const TensorView& t, int dim, std::int64_t to) {  // index 0 of dim to `to`
+      const std::size_t bytes = static_cast<std::size_t>(t.stride[dim]) * 2;
+      char* base = static_cast<char*>(t.data);
+      cuda_ok(cudaMemcpy(base + to * bytes, base, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+    };
+    for (std::int64_t b = 1; b < s.B; ++b) {
+      copy_block(args.k, 0, b);
+      copy_block(args.v, 0, b);
     }
-  }
+    for (std::int64_t b = 0; b < s.B; ++b) {
+      for (std::int64_t h = 1; h < s.Hq; ++h) {
+        char* q = static_cast<char*>(args.q.data) + b * args.q.stride[0] * 2;
+        cuda_ok(cudaMemcpy(q + h * args.q.stride[1] * 2, q, static_cast<std::size_t>(args.q.stride[1]) * 2,
+                           cudaMemcpyDeviceToDevice),
+                "cudaMemcpy");
+      }
+    }
+    const auto copies = eager_result(args, problem.d_o);
+    AttentionArgs broadcast = args;
+    broadcast.k.stride[0] = broadcast.v.stride[0] = 0;
+    broadcast.q.stride[1] = 0;
+    EXPECT_EQ(eager_result(broadcast, problem.d_o), copies) << "K, V broadcast over the batch, Q over the heads";
+    const AttentionPlan plan(broadcast);
+    DeviceBuffer workspace(std::max<std::size_t>(plan.workspace_bytes(), 1));
+    expect_run_gives(plan, broadcast, workspace.ptr, problem.d_o, copies, "the broadcast call's plan");
+  });
 }
 
 // Every run of `plan` into `workspace` gives `eager`, bit for bit, however the workspace was left:
