@@ -93,9 +93,13 @@ void run(const RunOptions& opt) {
     problem.lse = LseView{};
     check_attention_problem(problem);
   }
-  HostTensor o{q.dtype, q.shape, std::vector<std::uint8_t>(q.bytes.size())};
+  HostTensor o;
+  std::vector<float> lse;
+  run_stage("allocating the output and LSE", [&] {
+    o = HostTensor{q.dtype, q.shape, std::vector<std::uint8_t>(q.bytes.size())};
+    lse.resize(static_cast<std::size_t>(q.shape[0] * q.shape[1] * q.shape[2]));
+  });
   args.o = o.view("output");
-  std::vector<float> lse(static_cast<std::size_t>(q.shape[0] * q.shape[1] * q.shape[2]));
   args.lse = lse_view(lse.data(), q.shape[0], q.shape[1], q.shape[2]);
 
   // (standard error where --out or --lse is standard output: check_output_files chose it)

@@ -34,9 +34,11 @@ int report(const char* what, int code) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // A write past `ulimit -f` then fails with EFBIG, which the tool reports (exit 1, standard output's
-  // check below included), instead of the signal killing it without a word.
+  // A write past `ulimit -f` then fails with EFBIG, and one to a pipe whose reader has gone (`| head`)
+  // with EPIPE, which the tool reports (exit 1, standard output's check below included) after
+  // writing its files and removing its temporaries, instead of the signal killing it without a word.
   std::signal(SIGXFSZ, SIG_IGN);
+  std::signal(SIGPIPE, SIG_IGN);
   pasa::cli::Command app{
       "pasa", "fast, robust low-precision attention (FlashAttention, PASA, SageAttention2, "
               "FlashDecoding++) with a CPU emulator of every rounding point."};

@@ -2,6 +2,7 @@
 #include "cpu/thread_budget.h"
 
 #include <omp.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -11,6 +12,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <future>
+#include <vector>
 
 namespace pasa {
 namespace {
@@ -46,19 +49,56 @@ std::uint64_t mapped_bytes() {
   return pages * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
-}  // namespace
-
-int parallel_team_size() {
-  // The largest team started so far: libgomp keeps its threads, whose stacks need no new room.
-  static std::atomic<int> pooled{1};
-  const int wanted = std::max(1, omp_get_max_threads());
+// How many of `wanted` more threads the process may start: the address space their stacks take
+// under a finite RLIMIT_AS (at most half of what is free).
+std::uint64_t threads_that_fit(std::uint64_t wanted) {
   rlimit space{};
   if (getrlimit(RLIMIT_AS, &space) != 0 || space.rlim_cur == RLIM_INFINITY) return wanted;
   const std::uint64_t limit = space.rlim_cur, used = mapped_bytes();
   const std::uint64_t per_thread = thread_stack_bytes() + (std::uint64_t{64} << 10);  // (+ guard, TLS)
-  const std::uint64_t fit = used >= limit ? 0 : (limit - used) / 2 / per_thread;
+  return std::min(wanted, used >= limit ? 0 : (limit - used) / 2 / per_thread);
+}
+
+// How many of `wanted` more threads can be created now, tried where RLIMIT_NPROC is finite: it
+// counts every thread of the user's processes, which no file tells cheaply (ulimit -u on a shared
+// machine). Threads of a small stack are started until one fails or `wanted` run, then released and
+// joined; one fewer than succeeded is counted where one failed (an exiting thread leaves the count a
+// moment after its join).
+std::uint64_t threads_that_start(std::uint64_t wanted) {
+  rlimit procs{};
+  if (wanted == 0 || getrlimit(RLIMIT_NPROC, &procs) != 0 || procs.rlim_cur == RLIM_INFINITY) return wanted;
+  pthread_attr_t attr;
+  if (pthread_attr_init(&attr) != 0) return 0;
+  pthread_attr_setstacksize(&attr, std::size_t{64} << 10);
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::vector<pthread_t> started;
+  while (started.size() < wanted) {
+    pthread_t thread;
+    const auto wait = [](void* future) -> void* {
+      static_cast<std::shared_future<void>*>(future)->wait();
+      return nullptr;
+    };
+    if (pthread_create(&thread, &attr, wait, &released) != 0) break;
+    started.push_back(thread);
+  }
+  pthread_attr_destroy(&attr);
+  release.set_value();
+  for (const pthread_t thread : started) pthread_join(thread, nullptr);
+  return started.size() == wanted ? wanted : (started.empty() ? 0 : started.size() - 1);
+}
+
+}  // namespace
+
+int parallel_team_size() {
+  // The largest team started so far: libgomp keeps its threads, which need neither room nor a
+  // count again.
+  static std::atomic<int> pooled{1};
+  const int wanted = std::max(1, omp_get_max_threads());
   const int have = pooled.load();
-  const int team = static_cast<int>(std::min<std::uint64_t>(static_cast<std::uint64_t>(wanted), have + fit));
+  if (wanted <= have) return wanted;
+  const std::uint64_t more = static_cast<std::uint64_t>(wanted - have);
+  const int team = have + static_cast<int>(threads_that_start(threads_that_fit(more)));
   int seen = have;
   while (team > seen && !pooled.compare_exchange_weak(seen, team)) {
   }

@@ -6,6 +6,7 @@ Usage: test_cli_reliability.py PATH_TO_PASA   (run by CTest; needs python3 with 
 """
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -98,6 +99,53 @@ def check_many_threads_in_a_small_address_space(tmp):
     # team is cut to what fits; the run completes.
     q, k, v = save_qkv(tmp, shape=(1, 2, 64, 16))
     pasa("run", "--q", q, "--k", k, "--v", v, env={"OMP_NUM_THREADS": "64"}, address_space=400 * 10**6)
+
+
+def check_a_reader_that_stops_early(tmp):
+    # `pasa run ... | head -1`: the reader gone, SIGPIPE killed pasa (exit 141, no word) at its next
+    # report line, after the work and before the outputs, and with --out /dev/stdout left --lse's
+    # temporary behind. Now the files are written and the failed write to stdout is exit 1; where
+    # --out is standard output, the outputs are written together or not at all: no --lse then.
+    q, k, v = save_qkv(tmp, shape=(1, 2, 256, 64))
+    out, lse = os.path.join(tmp, "o.npy"), os.path.join(tmp, "l.npy")
+    for target in (out, "/dev/stdout"):
+        p = subprocess.Popen([PASA, "run", "--q", q, "--k", k, "--v", v, "--out", target, "--lse", lse],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             preexec_fn=lambda: signal.signal(signal.SIGPIPE, signal.SIG_DFL))
+        p.stdout.close()  # (the reader is gone before the first line)
+        stderr = p.communicate(timeout=120)[1].decode()
+        assert p.returncode == RUNTIME_FAILURE, f"exit {p.returncode}\n{stderr}"
+        assert stderr.strip().splitlines()[-1].startswith("pasa: error:"), stderr
+        assert os.path.exists(lse) == (target == out) and leftovers(tmp) == [], (os.listdir(tmp), stderr)
+        if target == out:
+            assert np.load(out).shape == (1, 2, 256, 64)
+            os.remove(lse)
+
+
+def check_a_user_process_limit(tmp):
+    # ulimit -u counts every thread of the user's: libgomp ended the process ("Thread creation
+    # failed", its own message) when the team's threads passed it. The team is cut to the threads
+    # that start. (The limit holds for users but root: run as nobody where this runs as root.)
+    if os.geteuid() != 0 or not hasattr(os, "setresuid"):
+        print("check_a_user_process_limit: skipped (needs root, to run as another user)")
+        return
+    q, k, v = save_qkv(tmp, shape=(1, 2, 64, 16))
+    binary = os.path.join(tmp, "pasa")  # (a copy nobody can reach: the build tree may be private)
+    shutil.copy(PASA, binary)
+    os.chmod(tmp, 0o777)
+    for path in (q, k, v, binary):
+        os.chmod(path, 0o755)
+
+    def as_nobody_with_few_processes():
+        os.setgroups([])
+        os.setresgid(65534, 65534, 65534)
+        os.setresuid(65534, 65534, 65534)
+        resource.setrlimit(resource.RLIMIT_NPROC, (2, 2))
+
+    r = subprocess.run([binary, "run", "--q", q, "--k", k, "--v", v, "--out", os.path.join(tmp, "o.npy")],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "8"},
+                       preexec_fn=as_nobody_with_few_processes)
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stderr}"
 
 
 def check_full_disk(tmp):
@@ -354,7 +402,8 @@ def check_study_stops_on_ctrl_c(tmp):
 
 def main():
     checks = (check_exit_codes, check_memory_limits, check_memory_before_outputs,
-              check_many_threads_in_a_small_address_space, check_full_disk, check_aliases,
+              check_many_threads_in_a_small_address_space, check_a_reader_that_stops_early,
+              check_a_user_process_limit, check_full_disk, check_aliases,
               check_outputs_before_work, check_inspect, check_huge_files, check_scale,
               check_calibrate_inputs, check_phi_quantiles, check_phi_of_empty_scores,
               check_phi_in_bounded_memory,
