@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "numerics/pasa_shift.h"
 
-#include <cmath>
 #include <string>
 
 #include "pasa/error.h"

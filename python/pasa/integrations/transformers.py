@@ -174,6 +174,14 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
     return pasa_attention_forward
 
 
+def _causal_keep(s_q: int, s_kv: int, offset: int, device: Any) -> Any:
+    """[s_q, s_kv] booleans: query i keeps the keys up to i + offset."""
+    import torch
+
+    rows = torch.arange(s_q, device=device)[:, None] + offset
+    return rows >= torch.arange(s_kv, device=device)[None, :]
+
+
 def _with_key_indices(indices: Any, mask: Optional[Any], causal: bool, offset: int, s_q: int, s_kv: int) -> Any:
     """The mask of a call whose keys a sparse indexer chose (``indices`` [B, S_q, top-k] key
     positions, as DeepSeek-V3.2 passes them to every backend but eager and sdpa, which get this
@@ -186,8 +194,7 @@ def _with_key_indices(indices: Any, mask: Optional[Any], causal: bool, offset: i
     if mask is None:
         if not causal:
             return chosen
-        rows = torch.arange(s_q, device=indices.device)[:, None] + offset
-        return chosen & (rows >= torch.arange(s_kv, device=indices.device)[None, :])
+        return chosen & _causal_keep(s_q, s_kv, offset, indices.device)
     if mask.dtype == torch.bool:
         return mask & chosen
     return mask.masked_fill(~chosen, torch.finfo(mask.dtype).min)
@@ -202,8 +209,7 @@ def _with_position_bias(bias: Any, mask: Optional[Any], causal: bool, offset: in
 
     lowest = torch.finfo(bias.dtype).min
     if mask is None and causal:
-        rows = torch.arange(s_q, device=bias.device)[:, None] + offset
-        mask = rows >= torch.arange(s_kv, device=bias.device)[None, :]
+        mask = _causal_keep(s_q, s_kv, offset, bias.device)
     if mask is None:
         return bias
     if mask.dtype == torch.bool:

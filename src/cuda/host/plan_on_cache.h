@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the KV-cache entry point (cuda_kvcache.cpp) needs of a plan beyond cuda_backend.h: whether it
-// chose the decode kernel, its device, whether it can launch, and running it on a cache's lengths and block table.
+// chose the decode kernel, its device, whether it can launch, and running it on a cache's lengths and
+// block table.
 #pragma once
 
 #include "cuda/host/decode_params.h"
