@@ -96,6 +96,21 @@ TEST(Metrics, HandCheckedValues) {
   EXPECT_TRUE(std::isnan(bad.rel_rmse));
 }
 
+// The measures of {3, 1} against {2, 1} with the values multiplied by `unit`: the ratios do not change
+// and rmse, max_abs scale with it. Near 1e-200 the squares underflowed (rel_rmse 0, cos_sim 1), near
+// 1e200 they overflowed (NaN, inf).
+TEST(Metrics, MeasuresHoldAtAnyMagnitude) {
+  for (const double unit : {1.0, 1e-200, 1e200, 1e-310}) {
+    SCOPED_TRACE(unit);
+    const ErrorMetrics m = compare({3 * unit, 1 * unit}, {2 * unit, 1 * unit});
+    EXPECT_NEAR(m.rel_rmse, 1 / std::sqrt(5.0), 1e-12);
+    EXPECT_NEAR(m.cos_sim, 7 / std::sqrt(50.0), 1e-12);
+    EXPECT_NEAR(m.rel_l1, 1 / 3.0, 1e-12);
+    EXPECT_NEAR(m.rmse / unit, std::sqrt(0.5), 1e-12);
+    EXPECT_NEAR(m.max_abs / unit, 1.0, 1e-12);
+  }
+}
+
 // A reference that is not finite has no error to measure against: a NaN or an inf in it is an error
 // naming its index, not a finite max_abs and a nan_share of 0 beside NaN relative errors.
 TEST(Metrics, ANonFiniteReferenceIsAnError) {
