@@ -28,10 +28,11 @@ class AttentionPlan {
   // stats may differ from the arguments the plan was made with (anything else: pasa::Error naming the
   // field, nothing launched). `workspace`: at least workspace_bytes(), 256-byte aligned, owned by the
   // caller and used by one run at a time (stream order). On the GPU, run() allocates nothing, queries
-  // no device and never synchronizes (except to read an fdpp call's recompute count into
-  // args.stats), so it can be captured in a CUDA graph; the graph replays the pointers it captured.
-  // It trusts that the pointers are device memory of the plan's device (pasa::attention checks that
-  // on every call). The pasa and sage8 prefill kernels still take their prepass scratch from pasa's
+  // the current device's number only (it must be the plan's: pasa::Error otherwise) and never
+  // synchronizes (except to read an fdpp call's recompute count into args.stats, a pasa::Error on a
+  // capturing stream), so it can be captured in a CUDA graph; the graph replays the pointers it
+  // captured. It trusts that the pointers are device memory of the plan's device (pasa::attention
+  // checks that on every call). The pasa and sage8 prefill kernels still take their prepass scratch from pasa's
   // own stream-ordered pool, which CUDA graphs capture as memory nodes.
   void run(const AttentionArgs& args, void* workspace = nullptr) const;
 

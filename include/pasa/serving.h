@@ -87,8 +87,9 @@ void attention_varlen(const VarlenArgs& args);
 void attention_with_kvcache(const KVCacheArgs& args);
 
 // attention_with_kvcache's checks and decisions made once, for a serving loop's decode step: run()
-// launches only (GPU: no index check, no allocation, no device query, no synchronization), so it can be
-// captured in a CUDA graph, which replays with whatever cache_seqlens and block_table then hold. On
+// launches only (GPU: no index check, no allocation, no device query but the current device's number,
+// no synchronization but for an fdpp call's stats, refused while capturing), so it can be captured in
+// a CUDA graph, which replays with whatever cache_seqlens and block_table then hold. On
 // the GPU, bad index values in a run() are undefined behaviour within the tensors (see above: the
 // kernels read an out-of-range block as zero keys and clamp lengths); check them where they are made.
 // On host tensors, run() is attention_with_kvcache (the emulator checks everything on every call).

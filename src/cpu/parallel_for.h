@@ -5,7 +5,7 @@
 // The calling thread runs its interrupt check, if it installed one, between iterations and while the
 // other threads finish theirs; an iteration may poll from inside (poll_interrupt, interrupt.h). In a
 // child forked after a parallel region the loop runs on the calling thread alone (after_fork.h), and
-// under an address-space limit on as many threads as their stacks leave room for (thread_budget.h).
+// under an address-space or process limit on as many threads as can start (thread_budget.h).
 #pragma once
 
 #include <atomic>

@@ -61,19 +61,19 @@ std::uint64_t threads_that_fit(std::uint64_t wanted) {
 
 // How many of `wanted` more threads can be created now, tried where RLIMIT_NPROC is finite: it
 // counts every thread of the user's processes, which no file tells cheaply (ulimit -u on a shared
-// machine). Threads of a small stack are started until one fails or `wanted` run, then released and
-// joined; one fewer than succeeded is counted where one failed (an exiting thread leaves the count a
-// moment after its join).
+// machine). Threads of a small stack are started until one fails or one more than `wanted` run, then
+// released and joined; one fewer than started is counted (an exiting thread leaves the count a moment
+// after its join).
 std::uint64_t threads_that_start(std::uint64_t wanted) {
   rlimit procs{};
   if (wanted == 0 || getrlimit(RLIMIT_NPROC, &procs) != 0 || procs.rlim_cur == RLIM_INFINITY) return wanted;
   pthread_attr_t attr;
   if (pthread_attr_init(&attr) != 0) return 0;
-  pthread_attr_setstacksize(&attr, std::size_t{64} << 10);
+  pthread_attr_setstacksize(&attr, std::max<std::size_t>(std::size_t{64} << 10, PTHREAD_STACK_MIN));
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
   std::vector<pthread_t> started;
-  while (started.size() < wanted) {
+  while (started.size() < wanted + 1) {
     pthread_t thread;
     const auto wait = [](void* future) -> void* {
       static_cast<std::shared_future<void>*>(future)->wait();
@@ -85,7 +85,7 @@ std::uint64_t threads_that_start(std::uint64_t wanted) {
   pthread_attr_destroy(&attr);
   release.set_value();
   for (const pthread_t thread : started) pthread_join(thread, nullptr);
-  return started.size() == wanted ? wanted : (started.empty() ? 0 : started.size() - 1);
+  return started.empty() ? 0 : started.size() - 1;
 }
 
 }  // namespace

@@ -126,9 +126,10 @@ def check_a_user_process_limit(tmp):
     # ulimit -u counts every thread of the user's: libgomp ended the process ("Thread creation
     # failed", its own message) when the team's threads passed it. The team is cut to the threads
     # that start. (The limit holds for users but root: run as nobody where this runs as root.)
-    if os.geteuid() != 0 or not hasattr(os, "setresuid"):
-        print("check_a_user_process_limit: skipped (needs root, to run as another user)")
+    if os.geteuid() != 0 or not hasattr(os, "setresuid") or not os.path.isdir("/tmp"):
+        print("check_a_user_process_limit: skipped (needs root, to run as another user, and /tmp)")
         return
+    tmp = tempfile.mkdtemp(dir="/tmp")  # (where nobody can reach it, whatever TMPDIR is)
     q, k, v = save_qkv(tmp, shape=(1, 2, 64, 16))
     binary = os.path.join(tmp, "pasa")  # (a copy nobody can reach: the build tree may be private)
     shutil.copy(PASA, binary)
@@ -145,6 +146,7 @@ def check_a_user_process_limit(tmp):
     r = subprocess.run([binary, "run", "--q", q, "--k", k, "--v", v, "--out", os.path.join(tmp, "o.npy")],
                        capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "8"},
                        preexec_fn=as_nobody_with_few_processes)
+    shutil.rmtree(tmp)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stderr}"
 
 

@@ -148,7 +148,8 @@ def misuse_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
 def test_ranks_that_disagree_or_refuse_raise_on_every_rank(tmp_path):
     """A peer's K/V read as another dtype or shape gave wrong results (or a gloo abort), one rank's
     bad argument left the others waiting in a collective, and so did a rank that failed inside the
-    ring (three ranks: with two, every rank failed on the NaN): every rank now raises PasaError."""
+    ring (three ranks: the hang needs a peer that waits for the failed rank's next send): every rank
+    now raises PasaError."""
     init_file = os.path.join(str(tmp_path), "rendezvous")
     torch.multiprocessing.spawn(misuse_worker, args=(3, init_file, str(tmp_path)), nprocs=3, join=True)
     errors = [json.load(open(os.path.join(str(tmp_path), f"misuse{r}.json"))) for r in range(3)]

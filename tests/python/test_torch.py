@@ -196,15 +196,17 @@ def test_torch_compile_fullgraph(gen, policy):
 def test_torch_compile_after_importing_pasa_before_torch():
     # isort's order: the ops were registered by the first call, inside the traced frame, which broke
     # Dynamo's guards (AssertionError: Unexpected type <class 'module'>). A fresh interpreter, so that
-    # torch is imported after pasa.
+    # torch is imported after pasa; and one where torch is looked up first without being imported
+    # (importlib.util.find_spec, as transformers' is_torch_available does).
     import subprocess
     import sys
 
-    code = ("import pasa\nimport torch\nx = torch.randn(1, 2, 5, 16)\n"
-            "got = torch.compile(lambda y: pasa.sdpa(y, y, y, is_causal=True), backend='aot_eager')(x)\n"
-            "assert torch.equal(got, pasa.sdpa(x, x, x, is_causal=True))\nprint('ok')\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    for lookup in ("", "import importlib.util\nimportlib.util.find_spec('torch')\n"):
+        code = ("import pasa\n" + lookup + "import torch\nx = torch.randn(1, 2, 5, 16)\n"
+                "got = torch.compile(lambda y: pasa.sdpa(y, y, y, is_causal=True), backend='aot_eager')(x)\n"
+                "assert torch.equal(got, pasa.sdpa(x, x, x, is_causal=True))\nprint('ok')\n")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0 and done.stdout.strip() == "ok", (lookup, done.stderr[-2000:])
 
 
 def test_serving_calls_under_torch_compile_break_the_graph_and_run(gen):

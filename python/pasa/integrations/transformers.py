@@ -11,13 +11,12 @@ so a model loads with ``attn_implementation="pasa"``::
 Names: ``"pasa"`` runs the ``exact`` policy (pasa's default everywhere); ``"pasa_<preset>"`` runs a
 preset (``"pasa_pasa"``, ``"pasa_sage8"``, ``"pasa_fa16"``, ...); ``register(policies={name:
 policy})`` adds names of your own. The backend takes what transformers passes: causal attention
-(a KV cache's comes as a mask; where transformers gives none it means torch's top-left ``is_causal``,
-so a prefill into an empty static cache drops the keys past its last query, as transformers' sdpa
-does), grouped-query heads (no repeat), sliding windows and padding masks (as the
-boolean or float mask transformers builds), logit softcaps, the scaling, position biases (T5's,
-added to the mask as transformers' sdpa adds them) and attention sinks (GPT-OSS's ``s_aux``, one
-logit a head, or ``sinks`` [B, H_q, S_q, 1]: each row's O scaled by its keys' share of the
-softmax, from the LSE). What
+(a KV cache's comes as a mask, as does a prefill into an empty static cache; no mask with more keys
+than queries means queries cut to the last tokens, bottom-right), grouped-query heads (no repeat),
+sliding windows and padding masks (as the boolean or float mask transformers builds), logit
+softcaps, the scaling, position biases (T5's, added to the mask as transformers' sdpa adds them),
+attention sinks (GPT-OSS's ``s_aux``, one logit a head, or ``sinks`` [B, H_q, S_q, 1]: each row's O
+scaled by its keys' share of the softmax, from the LSE) and a sparse indexer's ``indices``. What
 pasa cannot run (dropout while training, autograd, a head dim the GPU kernels lack, a policy without a
 GPU kernel or without the window, softcap or mask the call needs, ...) goes to torch with a warning once per reason and is counted in
 ``pasa.stats()``; ``register(strict=True)`` raises instead.
@@ -59,9 +58,9 @@ def register(policies: Optional[Mapping[str, PolicyLike]] = None, *,
 
 
 def _register_mask(transformers: Any, name: str) -> None:
-    """Builds the same masks for ``name`` as for "sdpa" (none where causal alone says it all, else a
-    boolean mask: padding, sliding windows), and no mask either for a plain causal mask without
-    padding while the model is traced (``torch.compile``), where "sdpa" materializes it."""
+    """Builds ``name``'s masks: none where causal alone says it all whatever the alignment (also
+    while the model is traced, where "sdpa" materializes one), else sdpa's boolean mask (padding,
+    sliding windows, a prefill into an empty static cache)."""
     interface = getattr(transformers, "AttentionMaskInterface", None)
     if interface is None:  # older transformers build masks without asking the implementation
         return
@@ -155,9 +154,9 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
 
         def run() -> Any:
             result = attention(query, key, value, policy=policy_text, causal=causal,
-                               causal_alignment="bottom_right" if offset else "top_left", scale=scaling,
-                               window_size=window,
-                               softcap=cap, attn_mask=mask, return_lse=sink is not None)
+                               causal_alignment="bottom_right" if offset else "top_left",
+                               scale=scaling, window_size=window, softcap=cap, attn_mask=mask,
+                               return_lse=sink is not None)
             return result if sink is None else _without_sink_share(*result, sink)
 
         def fallback() -> Any:
@@ -185,12 +184,14 @@ def _causal_keep(s_q: int, s_kv: int, offset: int, device: Any) -> Any:
 def _with_key_indices(indices: Any, mask: Optional[Any], causal: bool, offset: int, s_q: int, s_kv: int) -> Any:
     """The mask of a call whose keys a sparse indexer chose (``indices`` [B, S_q, top-k] key
     positions, as DeepSeek-V3.2 passes them to every backend but eager and sdpa, which get this
-    mask): the given mask (or the causal one of s_q queries and s_kv keys, query i seeing keys up to
-    i + offset) where a key is chosen, masked elsewhere."""
+    mask; a negative one chooses nothing): the given mask (or the causal one of s_q queries and s_kv
+    keys, query i seeing keys up to i + offset) where a key is chosen, masked elsewhere."""
     import torch
 
-    chosen = torch.zeros((indices.shape[0], 1, s_q, s_kv), dtype=torch.bool, device=indices.device)
-    chosen.scatter_(-1, indices.long().unsqueeze(1), True)
+    valid = (indices >= 0).unsqueeze(1)
+    counts = torch.zeros((indices.shape[0], 1, s_q, s_kv), dtype=torch.int32, device=indices.device)
+    counts.scatter_add_(-1, indices.long().clamp(min=0).unsqueeze(1), valid.to(torch.int32))
+    chosen = counts > 0
     if mask is None:
         if not causal:
             return chosen
