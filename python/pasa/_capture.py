@@ -79,7 +79,10 @@ def _plain_timestep(value: Any) -> Any:
     """A timestep as a capture records it: a NumPy or one-element torch scalar (an item of a
     scheduler's timesteps) as the Python number it holds, which the index can store."""
     size = value.numel() if hasattr(value, "numel") else getattr(value, "size", None)
-    return value.item() if size == 1 and hasattr(value, "item") else value
+    plain = value.item() if size == 1 and hasattr(value, "item") else value
+    # (a whole float as an int: a flow-matching scheduler's 999.0 names layer0_t999, as pasa calibrate
+    # reads names)
+    return int(plain) if isinstance(plain, float) and plain.is_integer() else plain
 
 
 def _require_torch(what: str) -> Any:
@@ -295,10 +298,11 @@ class Capture:
                             f"are in place)") from None
 
     def _record(self, bound: Dict[str, Any]) -> None:
+        layer = self._tracker.current() if self._tracker else None
+        if self._tracker is not None and layer is None:
+            return  # (a call outside the model, a text encoder's say: a patch of it would not see it)
         with self._lock:
-            call = CallInfo(index=len(self.entries),
-                            layer=self._tracker.current() if self._tracker else None,
-                            timestep=_plain_timestep(self.timestep))
+            call = CallInfo(index=len(self.entries), layer=layer, timestep=_plain_timestep(self.timestep))
             name = _check_name(self._name_fn(call), call)
             if name in self._names:
                 raise PasaError(f"name_fn: name {name!r} of call {call.index} was already used in "
@@ -592,7 +596,7 @@ class Patch:
         if fixed is None:
             policy = self.policy_for(CallInfo(index=self._index - 1,
                                               layer=self._tracker.current() if self._tracker else None,
-                                              timestep=self.timestep))
+                                              timestep=_plain_timestep(self.timestep)))
         else:
             policy = fixed
         routed = []

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "pasa/plan.h"
 
+#include <algorithm>
+#include <initializer_list>
 #include <regex>
 
 #include "io/atomic_file.h"
@@ -31,6 +33,18 @@ int integer_field(const Json& value, std::int64_t max, const std::string& where)
     throw Error(where + ": " + value.dump() + " is outside 0.." + std::to_string(max));
   }
   return static_cast<int>(value.as_int64());
+}
+
+// A plan is read strictly: a key it does not know (a misspelled "timstep", a "default" added by hand)
+// would otherwise change nothing without a word.
+void check_keys(const Json& object, std::initializer_list<const char*> known, const std::string& where) {
+  for (const auto& [key, value] : object.as_object()) {
+    if (std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; })) {
+      std::string names;
+      for (const char* k : known) names += std::string(names.empty() ? "" : ", ") + k;
+      throw Error(where + ": unknown key '" + key + "' (a plan's keys: " + names + ")");
+    }
+  }
 }
 
 // A policy field checked now, naming the file and the field, rather than at the first call.
@@ -73,6 +87,7 @@ MixPlan parse_plan(const std::string& json_text, const std::string& origin) {
     throw Error(origin + ": not valid JSON (" + e.what() + ")");
   }
   if (!j.is_object()) throw Error(origin + ": " + kind_of(j) + ", not a plan object");
+  check_keys(j, {"pasa_version", "fast", "accurate", "xi", "entries"}, origin);
   MixPlan plan;
   plan.fast = string_field(j, "fast", origin);
   plan.accurate = string_field(j, "accurate", origin);
@@ -89,10 +104,10 @@ MixPlan parse_plan(const std::string& json_text, const std::string& origin) {
     const Json& e = entries.as_array()[i];
     const std::string where = origin + ": entries[" + std::to_string(i) + "]";
     if (!e.is_object()) throw Error(where + ": " + kind_of(e) + ", not an object");
+    check_keys(e, {"layer", "timestep", "policy", "score"}, where);
     const int layer = integer_field(member(e, "layer", where), kMaxLayer, where + ".layer");
-    const Json* ts = e.find("timestep");
-    const int timestep =
-        ts == nullptr || ts->is_null() ? -1 : integer_field(*ts, kMaxTimestep, where + ".timestep");
+    const Json& ts = member(e, "timestep", where);  // (null: any timestep)
+    const int timestep = ts.is_null() ? -1 : integer_field(ts, kMaxTimestep, where + ".timestep");
     const std::string policy = string_field(e, "policy", where);
     check_policy(policy, where + ".policy");
     if (!plan.entries.emplace(std::pair{layer, timestep}, policy).second) {

@@ -108,6 +108,12 @@ TEST(Plan, StrictFields) {
       {plan_with("30", entry("1", "null", "\"sage9\"")), "p.json: entries[0].policy: unknown policy 'sage9'"},
       {plan_with("30", entry("1", "null", "7")), "p.json: entries[0].policy: a number, not a string"},
       {plan_with("30", "3"), "p.json: entries[0]: a number, not an object"},
+      // (read strictly: a misspelled key, an entry without its timestep, a key the plan has not)
+      {plan_with("30", R"({"layer": 2, "timstep": 9, "policy": "exact"})"),
+       "p.json: entries[0]: unknown key 'timstep' (a plan's keys: layer, timestep, policy, score)"},
+      {plan_with("30", R"({"layer": 2, "policy": "exact"})"), "p.json: entries[0]: missing \"timestep\""},
+      {R"({"fast": "sage4", "accurate": "sage8", "xi": 30, "entries": [], "default": "exact"})",
+       "p.json: unknown key 'default' (a plan's keys: pasa_version, fast, accurate, xi, entries)"},
       {"[1, 2]", "p.json: an array, not a plan object"},
   };
   for (const auto& [text, message] : cases) {

@@ -104,6 +104,31 @@ def test_capture_records_every_call(tmp_path, model, x):
     assert np.all(np.isfinite(out))
 
 
+def test_a_capture_of_a_model_records_its_calls_only(tmp_path, model, x):
+    # A pipeline's other attention (a text encoder's) ran outside `model` and was numbered too: the
+    # model's calls were named two later than a patch of the model numbers them, so a calibrated
+    # plan sent every call another call's policy.
+    def encoder():
+        F.scaled_dot_product_attention(x[:, None], x[:, None], x[:, None])
+
+    with torch.no_grad(), pasa.capture(tmp_path, model=model) as cap:
+        encoder()
+        encoder()
+        cap.timestep = 999
+        model(x)
+    assert [e["name"] for e in cap.entries] == [f"layer{i}_t999" for i in range(3)]
+    assert all(e["layer"] is not None for e in cap.entries)
+    plan = {"default": "exact", **{e["name"]: policy for e, policy in zip(cap.entries, ("fa16", "sage8", "pasa"))}}
+    with torch.no_grad(), pasa.patch(model, plan=plan) as handle:
+        handle.timestep = 999.0  # (a whole float names as the int the capture wrote)
+        encoder()
+        routed = []
+        original_for = handle.policy_for
+        handle.policy_for = lambda call: routed.append(original_for(call)) or routed[-1]
+        model(x)
+    assert routed == [str(pasa.Policy(p)) for p in ("fa16", "sage8", "pasa")]
+
+
 def test_capture_names_by_layer_and_timestep(tmp_path, model, x):
     def name(call):
         return f"t{call.timestep:02d}/{call.layer}"
@@ -119,10 +144,13 @@ def test_capture_names_by_layer_and_timestep(tmp_path, model, x):
     # index was not written, and `pasa calibrate` then read the calls without their settings).
     steps = tmp_path / "steps"
     with torch.no_grad(), pasa.capture(steps) as cap:
-        for cap.timestep in (np.int64(5), torch.tensor(999), np.float32(0.5)):
+        for cap.timestep in (np.int64(5), torch.tensor(999), np.float32(0.5), 998.0, torch.tensor(997.0)):
             F.scaled_dot_product_attention(x[:, None], x[:, None], x[:, None])
     index = json.loads((steps / "index.json").read_text())
-    assert [e["timestep"] for e in index["entries"]] == [5, 999, 0.5]
+    # (a whole float as an int: a flow-matching scheduler's 998.0 named layer3_t998.0, which
+    # `pasa calibrate` refuses)
+    assert [e["timestep"] for e in index["entries"]] == [5, 999, 0.5, 998, 997]
+    assert [e["name"] for e in index["entries"]][3:] == ["layer3_t998", "layer4_t997"]
     with pytest.raises(pasa.PasaError, match=r"index\.json: not written"):
         with pasa.capture(tmp_path / "odd") as cap:
             cap.timestep = object()
@@ -150,7 +178,7 @@ def test_capture_overwrite_removes_the_earlier_capture(tmp_path, model, x):
     # Four calls, then two into the same directory: the first capture's layer2 and layer3 would
     # otherwise stay beside the new index (and `pasa calibrate` would not know them for stale).
     with torch.no_grad():
-        with pasa.capture(tmp_path, model=model):
+        with pasa.capture(tmp_path):
             model(x)
             F.scaled_dot_product_attention(x[:, None], x[:, None], x[:, None])
         files = sorted(p.name for p in tmp_path.glob("*.safetensors"))

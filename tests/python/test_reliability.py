@@ -187,8 +187,18 @@ def test_malformed_plans_are_pasa_errors(tmp_path):
     loop["entries"].append(loop)  # a plan that refers to itself
     bad_plans = [
         ({"fast": "sage4", "accurate": "sage8", "xi": 30, "entries": [[1, 2]]}, r"entries\[0\]: an array"),
-        ({"fast": "sage4", "accurate": "sage8", "xi": 30, "entries": [{"layer": 1.7, "policy": "sage8"}]},
+        ({"fast": "sage4", "accurate": "sage8", "xi": 30,
+          "entries": [{"layer": 1.7, "timestep": None, "policy": "sage8"}]},
          r"entries\[0\]\.layer: 1\.7 is not an integer"),
+        # (read strictly: a misspelled key made an entry one for every timestep, an added default
+        # was ignored)
+        ({"fast": "sage4", "accurate": "sage8", "xi": 30,
+          "entries": [{"layer": 2, "timstep": 999, "policy": "exact"}]},
+         r"entries\[0\]: unknown key 'timstep' \(a plan's keys: layer, timestep, policy, score\)"),
+        ({"fast": "sage4", "accurate": "sage8", "xi": 30, "entries": [{"layer": 2, "policy": "exact"}]},
+         r"entries\[0\]: missing \"timestep\""),
+        ({"fast": "sage4", "accurate": "sage8", "xi": 30, "entries": [], "default": "exact"},
+         r"unknown key 'default'"),
         ({"fast": "sage4", "accurate": "sage8", "xi": 500, "entries": []}, r"xi: 500"),
         (loop, r"not a pasa calibrate plan"),
         ({"layer0": {"nested": "dict"}}, r"entry 'layer0': expected a policy text, got dict"),
@@ -198,8 +208,8 @@ def test_malformed_plans_are_pasa_errors(tmp_path):
             _load_plan(plan)
     path = tmp_path / "plan.json"
     path.write_text(json.dumps({"fast": "sage4", "accurate": "sage8", "xi": 30,
-                                "entries": [{"layer": 1, "policy": "sage8"},
-                                            {"layer": 1, "policy": "sage4"}]}))
+                                "entries": [{"layer": 1, "timestep": None, "policy": "sage8"},
+                                            {"layer": 1, "timestep": None, "policy": "sage4"}]}))
     with raises(rf"{path.name}: entries\[1\]: a second entry for layer 1"):
         _load_plan(path)
 
