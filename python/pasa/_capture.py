@@ -314,7 +314,11 @@ class Capture:
                 tensors[key], from_dtype = _as_bhsd_host(bound[param], param)
                 converted = converted or from_dtype
             path = os.path.join(self.directory, name + ".safetensors")
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+            except OSError as e:  # (a component too long, or one that is a file)
+                raise PasaError(f"name_fn: name {name!r} of call {call.index}: cannot make its folder: "
+                                f"{e.strerror or e}") from None
             save(path, tensors)
             scale = bound.get("scale")
             scale = None if scale is None else float(scale)

@@ -171,6 +171,11 @@ def test_capture_restores_on_error_and_rejects_duplicates(tmp_path, model, x):
     with pytest.raises(pasa.PasaError, match=r"name_fn: '../x' \(call 0\) is not a relative"):
         with torch.no_grad(), pasa.capture(tmp_path / "b", name_fn=lambda call: "../x"):
             model(x)
+    # (a folder that cannot be made, call 0's file in its place: an OSError escaped)
+    names = ["f", "f.safetensors/g", "h"]
+    with pytest.raises(pasa.PasaError, match=r"name_fn: name 'f.safetensors/g' of call 1: cannot make its folder"):
+        with torch.no_grad(), pasa.capture(tmp_path / "c", name_fn=lambda call: names[call.index]):
+            model(x)
     assert F.scaled_dot_product_attention is original
 
 
