@@ -10,7 +10,6 @@ environment's Python (matplotlib).
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -68,10 +67,7 @@ def run_command() -> int:
                 stream.flush()
             except (OSError, ValueError):  # (a closed stream: the tool reports its own writes)
                 pass
-    # Python starts with SIGPIPE and SIGXFSZ ignored, and exec keeps that: the tool's own defaults back.
-    for name in ("SIGPIPE", "SIGXFSZ"):
-        if hasattr(signal, name):
-            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    # (Python starts with SIGPIPE and SIGXFSZ ignored, and exec keeps that, as the tool has them itself.)
     os.execve(binary, command, env)
     return 2  # (not reached)
 
