@@ -38,7 +38,8 @@ int integer_field(const Json& value, std::int64_t max, const std::string& where)
 // A plan is read strictly: a key it does not know (a misspelled "timstep", a "default" added by hand)
 // would otherwise change nothing without a word.
 void check_keys(const Json& object, std::initializer_list<const char*> known, const std::string& where) {
-  for (const auto& [key, value] : object.as_object()) {
+  for (const auto& field : object.as_object()) {
+    const std::string& key = field.first;  // (not a structured binding: clang before 16 cannot capture one)
     if (std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; })) {
       std::string names;
       for (const char* k : known) names += std::string(names.empty() ? "" : ", ") + k;
