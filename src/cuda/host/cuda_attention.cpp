@@ -428,10 +428,10 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps) {
 
 // Launches `plan` on args' tensors and stream: no allocation, no device query, no synchronization
 // (except reading an fdpp call's recompute count for args.stats). A decode plan reads its keys from
-// `cache` (default: args.k and args.v as they are).
+// `cache` (default: args.k and args.v as they are). Each entry point checks check_cuda_plan_launchable
+// first, once: before its pooled workspace where it has one.
 void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace,
               const cuda::KvCacheRead& cache = {}) {
-  check_cuda_plan_launchable(plan, args);
   for (const auto& [t, name] : {std::pair{&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.o, "o"}}) {
     check_aligned(t->data, name);
   }
@@ -590,6 +590,7 @@ std::size_t cuda_plan_workspace_bytes(const CudaPlan& plan) {
 }
 
 void run_cuda_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) {
+  check_cuda_plan_launchable(plan, args);
   run_plan(plan, args, workspace);
 }
 
