@@ -190,6 +190,26 @@ std::vector<Case> decode_head_dim_cases(DType in, std::int64_t D) {
   };
 }
 
+// (no GPU needed) The tile each head dim decodes on where a CTA may take 99 KiB of shared memory
+// (sm_86, sm_89, sm_120) and where it may take 227 KiB (sm_90); test_serving.py runs the compact tile
+// on a GPU under PASA_CUDA_SMEM_LIMIT.
+TEST(CudaDecodeTile, HeadDim128TakesTheCompactTileWhereTheTunedOneDoesNotFit) {
+  constexpr int k99KB = 101376, k227KB = 232448;
+  for (const int m_tiles : {1, 2}) {
+    const cuda::DecodeTile small = cuda::decode_tile_for(128, m_tiles, k99KB);
+    EXPECT_TRUE(cuda::decode_tile_is_compact(small)) << m_tiles;
+    EXPECT_LE(small.smem_bytes(m_tiles), k99KB) << m_tiles;
+    EXPECT_GT(cuda::decode_tile(128).smem_bytes(m_tiles), k99KB) << m_tiles;
+    EXPECT_FALSE(cuda::decode_tile_is_compact(cuda::decode_tile_for(128, m_tiles, k227KB))) << m_tiles;
+    for (const int D : {64, 96}) {  // the tuned tiles fit
+      EXPECT_FALSE(cuda::decode_tile_is_compact(cuda::decode_tile_for(D, m_tiles, k99KB))) << D;
+      EXPECT_LE(cuda::decode_tile_for(D, m_tiles, k99KB).smem_bytes(m_tiles), k99KB) << D;
+    }
+  }
+  // Head dim 256 has no tile that fits (the dispatch refuses it there, naming the bytes).
+  EXPECT_GT(cuda::decode_tile_for(256, 1, k99KB).smem_bytes(1), k99KB);
+}
+
 TEST(CudaDecode, HeadDims96And256) {
   REQUIRE_GPU();
   const auto br = CausalAlignment::bottom_right;

@@ -150,14 +150,14 @@ struct KVProblem {
 // Random inputs in [-1, 1].
 KVProblem make_kv(std::int64_t B, std::int64_t S_q, std::int64_t D, std::int64_t cache_rows,
                   std::int64_t block_size, std::int64_t S_new, DType in, DType out, bool bshd,
-                  std::mt19937_64& rng, bool cache_bshd = true) {
+                  std::mt19937_64& rng, bool cache_bshd = true, std::int64_t heads_kv = kHkv) {
   KVProblem p;
   p.q = test::random_tensor(B, kHq, S_q, D, rng, in, bshd);
-  p.k_cache = test::random_tensor(cache_rows, kHkv, block_size, D, rng, in, cache_bshd);
-  p.v_cache = test::random_tensor(cache_rows, kHkv, block_size, D, rng, in, cache_bshd);
+  p.k_cache = test::random_tensor(cache_rows, heads_kv, block_size, D, rng, in, cache_bshd);
+  p.v_cache = test::random_tensor(cache_rows, heads_kv, block_size, D, rng, in, cache_bshd);
   if (S_new > 0) {
-    p.k_new = test::random_tensor(B, kHkv, S_new, D, rng, in, true);
-    p.v_new = test::random_tensor(B, kHkv, S_new, D, rng, in, true);
+    p.k_new = test::random_tensor(B, heads_kv, S_new, D, rng, in, true);
+    p.v_new = test::random_tensor(B, heads_kv, S_new, D, rng, in, true);
   }
   p.in = in;
   p.out = out;
@@ -378,6 +378,29 @@ TEST(CudaKVCacheDecode, PagedShuffledSharedBlocksMatchTheEmulator) {
             const Outcome gpu = expect_matches_emulator(p);
             expect_fully_masked(gpu, rows_of(p, 2), D);  // sequence 2 has no key
           }
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaKVCacheDecode, PagedCacheOfOneSequenceMatchesTheEmulator) {
+  REQUIRE_GPU();
+  // One sequence (its view's batch dimension has size 1, where the block stride must still step a
+  // block) over shuffled blocks, with one and two K/V heads, with and without an append.
+  for (const std::int64_t heads_kv : {2, 1}) {
+    for (const std::int64_t bs : {16, 64}) {
+      for (const std::int64_t S_new : {0, 3}) {
+        for (const std::int64_t D : {128, 64}) {
+          const DType in = D == 128 ? DType::bf16 : DType::f16;
+          const auto seed = test::fresh_seed();
+          std::mt19937_64 rng(seed);
+          KVProblem p = make_kv(1, S_new > 0 ? S_new : 1, D, 12, bs, S_new, in, in, false, rng, true, heads_kv);
+          set_paged(p, {static_cast<std::int32_t>(3 * bs - 5)}, 6, 0, rng);
+          p.options.policy = exact_policy(in);
+          p.options.causal = true;
+          SCOPED_TRACE(::testing::Message() << "seed " << seed << " H_kv " << heads_kv << " " << describe(p));
+          expect_matches_emulator(p);
         }
       }
     }

@@ -419,12 +419,14 @@ def shuffled_table(rng, batch, max_blocks, num_blocks):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("policy", ["exact", "fdpp"])
 @pytest.mark.parametrize("s_q, causal", [(1, False), (1, True), (7, True)])
-def test_cuda_paged_cache_with_append_matches_the_emulator(rng, dtype, policy, s_q, causal):
+@pytest.mark.parametrize("batch", [3, 1])
+def test_cuda_paged_cache_with_append_matches_the_emulator(rng, dtype, policy, s_q, causal, batch):
     dtype = getattr(torch, dtype)
-    batch, heads_q, heads_kv, d, block, max_blocks = 3, 8, 2, 128, 16, 8
+    heads_q, heads_kv, d, block, max_blocks = 8, 2, 128, 16, 8
     num_blocks = batch * max_blocks + 5  # some blocks belong to no sequence
     table = shuffled_table(rng, batch, max_blocks, num_blocks)
-    seqlens = torch.tensor([37, 0, 100], dtype=torch.int32)  # mid-block, empty, several blocks
+    # mid-block, empty, several blocks (one sequence: several blocks)
+    seqlens = torch.tensor([37, 0, 100] if batch == 3 else [100], dtype=torch.int32)
     k_cache, v_cache = (host_tensor(rng, (num_blocks, block, heads_kv, d), dtype) for _ in range(2))
     q = host_tensor(rng, (batch, s_q, heads_q, d), dtype)
     k_new, v_new = (host_tensor(rng, (batch, s_q, heads_kv, d), dtype) for _ in range(2))
@@ -442,6 +444,35 @@ def test_cuda_paged_cache_with_append_matches_the_emulator(rng, dtype, policy, s
     assert_close_to_scale(got, want)
     torch.testing.assert_close(lse.cpu(), want_lse, atol=lse_atol(dtype), rtol=0)
     assert torch.equal(gk_cache.cpu(), k_cache) and torch.equal(gv_cache.cpu(), v_cache)
+
+
+@gpu
+def test_cuda_kv_cache_on_a_device_of_99_kib_a_cta():
+    """With PASA_CUDA_SMEM_LIMIT at the 99 KiB of sm_86, sm_89 and sm_120 (A10, L4, L40S), head dim 128
+    decodes on the compact tile (the paged test above passes in a process under the limit), and head
+    dim 256, which no decode tile fits there, is refused naming the shared memory."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PASA_CUDA_SMEM_LIMIT": "101376"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        f"{__file__}::test_cuda_paged_cache_with_append_matches_the_emulator"],
+                       env=env, capture_output=True, text=True, cwd=os.path.dirname(__file__))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    script = (
+        "import torch, pasa\n"
+        "c = torch.zeros(4, 16, 2, 256, dtype=torch.float16, device='cuda')\n"
+        "q = torch.zeros(1, 1, 8, 256, dtype=torch.float16, device='cuda')\n"
+        "t = torch.arange(4, dtype=torch.int32, device='cuda')[None]\n"
+        "try:\n"
+        "    pasa.attention_with_kvcache(q, c, c.clone(), cache_seqlens=5, block_table=t)\n"
+        "except pasa.PasaError as e:\n"
+        "    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "split-KV decode kernel" in r.stdout and "bytes of shared memory" in r.stdout, r.stdout
+    assert "PASA_CUDA_SMEM_LIMIT" in r.stdout, r.stdout
 
 
 @gpu

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -69,8 +70,27 @@ ElemType elem_type(DType d) {
 // What the dispatch reads of a device, queried once per device for the life of the process.
 struct DeviceInfo {
   int major, minor, sm_count, l2_bytes;
-  int max_smem;  // bytes of shared memory a CTA may opt in to
+  int max_smem;  // bytes of shared memory a CTA may opt in to (at most PASA_CUDA_SMEM_LIMIT)
 };
+
+// PASA_CUDA_SMEM_LIMIT as the process found it: unset or empty for none, else the most bytes of
+// shared memory a CTA may take in the decode and portable kernels' tile choices, so that a GPU with
+// more takes the choices of one with less (a 99 KB device's on an H100, say). Read once, as
+// PASA_CUDA_PATH is.
+int smem_limit_from_env() {
+  static const int limit = [] {
+    const char* v = std::getenv("PASA_CUDA_SMEM_LIMIT");
+    if (v == nullptr || *v == '\0') return std::numeric_limits<int>::max();
+    char* end = nullptr;
+    errno = 0;
+    const long bytes = std::strtol(v, &end, 10);
+    if (*end != '\0' || errno != 0 || bytes < 1 || bytes > std::numeric_limits<int>::max()) {
+      throw Error(std::string("PASA_CUDA_SMEM_LIMIT: '") + v + "' is not a positive number of bytes");
+    }
+    return static_cast<int>(bytes);
+  }();
+  return limit;
+}
 
 const DeviceInfo& device_info(int device) {
   constexpr int kMaxDevices = 64;
@@ -91,6 +111,7 @@ const DeviceInfo& device_info(int device) {
                "cudaDeviceGetAttribute(L2 cache size)");
     check_cuda(cudaDeviceGetAttribute(&d.max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
                "cudaDeviceGetAttribute(shared memory per block)");
+    d.max_smem = std::min(d.max_smem, smem_limit_from_env());
     info[device] = d;
   });
   return info[device];
@@ -192,9 +213,9 @@ std::string head_dim_refusal(std::int64_t dim, const char* supported) {
 }
 
 std::string smem_refusal(int bytes, const DeviceInfo& d) {
-  return bytes <= d.max_smem ? std::string()
-                             : "needs " + std::to_string(bytes) + " bytes of shared memory per CTA, the " +
-                                   sm_name(d) + " device grants " + std::to_string(d.max_smem);
+  if (bytes <= d.max_smem) return {};
+  return "needs " + std::to_string(bytes) + " bytes of shared memory per CTA, the " + sm_name(d) + " device grants " +
+         std::to_string(d.max_smem) + (d.max_smem == smem_limit_from_env() ? " (PASA_CUDA_SMEM_LIMIT)" : "");
 }
 
 std::string accepts_decode(const Candidate& c) {
@@ -210,7 +231,7 @@ std::string accepts_decode(const Candidate& c) {
   if (!contains(cuda::kDecodeHeadDims, c.shape.dim)) return head_dim_refusal(c.shape.dim, "64, 96, 128 or 256");
   const int dim = static_cast<int>(c.shape.dim);
   const int m_tiles = cuda::decode_m_tiles(dim, c.shape.group() * c.shape.seq_q);
-  return smem_refusal(cuda::decode_tile(dim).smem_bytes(m_tiles), c.device);
+  return smem_refusal(cuda::decode_tile_for(dim, m_tiles, c.device.max_smem).smem_bytes(m_tiles), c.device);
 }
 
 // The sm_90a kernels of one family (the architecture is the spec's own check).
@@ -347,7 +368,8 @@ void check_cuda_plan_launchable(const CudaPlan& plan, const AttentionArgs& args)
 
 namespace {
 
-CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps) {
+// decode_only: the split-KV decode kernel is the only candidate (a KV cache's call).
+CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps, bool decode_only = false) {
   if (args.q.device != Device::cuda) {
     throw Error("backend: the CUDA kernels need device tensors, but q is a host tensor (Device::cpu)");
   }
@@ -390,12 +412,19 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps) {
   plan.portable = !candidate.hopper_refusal.empty();
   std::string refusals;
   for (const KernelSpec& spec : kKernelSpecs) {
+    if (decode_only && spec.kernel != Kernel::decode) continue;
     const std::string why = refusal(spec, candidate);
     if (why.empty()) {
       plan.spec = &spec;
       break;
     }
     refusals += std::string("; ") + spec.name + ": " + why;
+  }
+  if (plan.spec == nullptr && decode_only) {
+    throw Error("attention_with_kvcache on the GPU runs the split-KV decode kernel, which does not run this "
+                "call (S_q = " + std::to_string(ps.seq_q) + ", head dim " + std::to_string(ps.dim) + ", policy '" +
+                to_string(args.policy) + "', " + device_text(plan.device, info) + "): it " +
+                refusals.substr(refusals.find(": ") + 2));
   }
   if (plan.spec == nullptr) {
     throw Error("policy '" + to_string(args.policy) + "' (family " + family_name(plan.family) + ") on " +
@@ -408,7 +437,7 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps) {
                                   static_cast<int>(ps.seq_kv), static_cast<int>(ps.dim),
                                   plan.family == Family::fdpp && args.policy.shift == Shift::unified,
                                   args.policy.splits};
-    plan.decode_plan = cuda::plan_decode(shape, info.sm_count);
+    plan.decode_plan = cuda::plan_decode(shape, info.sm_count, info.max_smem);
   }
   if (plan.family == Family::pasa) {
     // A beta or scale whose stored M is singular (or past it) is refused as the emulator refuses it:
@@ -443,6 +472,13 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace,
   p.q = operand(args.q);
   p.k = operand(args.k);
   p.v = operand(args.v);
+  if (cache.max_blocks > 0) {
+    // A paged cache's batch stride steps a block. The view spans B sequences of a capacity each
+    // (cuda_kvcache.cpp's over_capacity), so at B = 1 operand() would derive the stride from the
+    // other dimensions; the caller's canonical strides, taken on the cache's real shape, hold it.
+    p.k.stride_b = args.k.stride[0];
+    p.v.stride_b = args.v.stride[0];
+  }
   const cuda::Operand o = operand(args.o);
   p.o = args.o.data;
   p.o_stride_b = o.stride_b;
@@ -594,7 +630,9 @@ void run_cuda_plan(const CudaPlan& plan, const AttentionArgs& args, void* worksp
   run_plan(plan, args, workspace);
 }
 
-bool cuda_plan_is_decode(const CudaPlan& plan) { return plan.spec->kernel == Kernel::decode; }
+std::shared_ptr<const CudaPlan> plan_cuda_decode(const AttentionArgs& args, const ProblemShape& shape) {
+  return std::make_shared<const CudaPlan>(make_plan(args, shape, true));
+}
 
 int cuda_plan_device(const CudaPlan& plan) { return plan.device; }
 

@@ -88,13 +88,7 @@ std::shared_ptr<const CudaKvPlan> plan_cuda_kvcache(const AttentionArgs& args, c
   const AttentionArgs dense = over_capacity(args, c, plan->capacity);
   // The caller checked the caches' real memory: these views span a capacity, not an allocation.
   const ProblemShape shape = check_attention_problem(dense);
-  plan->decode = plan_cuda_attention(dense, shape);
-  if (!cuda_plan_is_decode(*plan->decode)) {
-    throw Error(text::format("attention_with_kvcache on the GPU runs the split-KV decode kernel, which takes "
-                             "S_q <= {} and the exact and fdpp policies; this call (S_q = {}, policy '{}') "
-                             "would need {}", cuda::kDecodeMaxSeqQ, shape.seq_q, to_string(args.policy),
-                             cuda_plan_choice(*plan->decode).kernel));
-  }
+  plan->decode = plan_cuda_decode(dense, shape);
   plan->device = cuda_plan_device(*plan->decode);
   for (const auto& [t, name] : {std::pair{&c.k_new, "k"}, {&c.v_new, "v"}}) {
     if (t->data != nullptr) check_layout(*t, name);

@@ -38,11 +38,12 @@ int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_co
   return 1;
 }
 
-DecodePlan plan_decode(const DecodeShape& shape, int sm_count) {
-  const DecodeTile tile = decode_tile(shape.head_dim);
+DecodePlan plan_decode(const DecodeShape& shape, int sm_count, int max_smem) {
   DecodePlan plan{};
   plan.rows = shape.group * shape.seq_q;
   plan.m_tiles = decode_m_tiles(shape.head_dim, plan.rows);
+  const DecodeTile tile = decode_tile_for(shape.head_dim, plan.m_tiles, max_smem);
+  plan.compact = decode_tile_is_compact(tile);
   plan.row_chunks = (plan.rows + 16 * plan.m_tiles - 1) / (16 * plan.m_tiles);
   int splits = shape.policy_splits > 1
                    ? shape.policy_splits
@@ -105,7 +106,8 @@ long long run_decode(const DecodePlan& plan, const DecodeRequest& r, void* works
     check_cuda(cudaMemsetAsync(p.counter, 0, sizeof(int), stream), "cudaMemsetAsync (recomputed rows)");
   }
   const bool to_half = r.fdpp_formats && r.in_type == ElemType::bf16;
-  launch_decode_split(p, r.batch, r.head_dim, plan.m_tiles, r.in_type, to_half, r.dependent_launch, stream);
+  launch_decode_split(p, r.batch, r.head_dim, plan.m_tiles, plan.compact, r.in_type, to_half, r.dependent_launch,
+                      stream);
   if (!p.direct && !p.merge_in_last_split) launch_decode_merge(p, r.batch, r.head_dim, r.dependent_launch, stream);
   if (p.counter == nullptr) return 0;
   int recomputed = 0;

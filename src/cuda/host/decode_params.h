@@ -93,6 +93,17 @@ constexpr DecodeTile decode_variant_tile(DecodeTile t, DecodeVariant v) {
   return t;
 }
 
+// The tile a device whose CTAs may opt in to `max_smem` bytes of shared memory runs: decode_tile's,
+// or where that does not fit (head dim 128 on the 99 KiB of sm_86, sm_89 and sm_120: A10, L4, L40S,
+// the RTX cards), the stages2 variant's (68-73 KiB). The caller refuses a tile that still does not
+// fit (head dim 256 there: one 64-key stage of K and V is 64 KiB, and a ring needs two).
+constexpr DecodeTile decode_tile_for(int head_dim, int m_tiles, int max_smem) {
+  const DecodeTile tuned = decode_tile(head_dim);
+  if (head_dim != 128 || tuned.smem_bytes(m_tiles) <= max_smem) return tuned;
+  return decode_variant_tile(tuned, DecodeVariant::stages2);
+}
+constexpr bool decode_tile_is_compact(const DecodeTile& t) { return t.stages < decode_tile(t.head_dim).stages; }
+
 constexpr int kDecodeHeadDims[] = {64, 96, 128, 256};  // the head dims decode_tile has shapes for
 constexpr int kDecodeMaxSeqQ = 16;     // the decode path takes S_q <= this
 
@@ -154,11 +165,12 @@ constexpr int decode_m_tiles(int head_dim, long long rows) {
 // split count and the workspace layout.
 struct DecodePlan {
   int rows, m_tiles, row_chunks, splits;
+  bool compact;  // decode_tile_for chose the stages2 tile (the device grants less shared memory)
   bool direct;  // one split: the CTAs write O and the LSE; the workspace holds the counter only
   std::size_t o_bytes, ml_bytes, flag_bytes, arrival_bytes;  // the workspace's arrays, 256-aligned (none when direct)
   std::size_t workspace_bytes;
 };
-DecodePlan plan_decode(const DecodeShape& shape, int sm_count);
+DecodePlan plan_decode(const DecodeShape& shape, int sm_count, int max_smem);
 
 // One decode call's arguments (the pointers and the policy's numbers).
 struct DecodeRequest : KernelRequest {
@@ -190,12 +202,12 @@ constexpr int decode_split_keys(int seq_kv, int splits, int block_n) {
 int choose_decode_splits(long long base_ctas, int seq_kv, int block_n, int sm_count, int ctas_per_sm);
 
 // Launch functions (attention_decode.cu); each throws pasa::Error on a CUDA error. The split kernel:
-// splits x (H_kv row_chunks) x batch CTAs of decode_tile(head_dim); m_tiles as decode_m_tiles gives
-// it (1 or 2); in_type f16 or bf16; to_half: bf16 inputs rounded to fp16 on their way into the MMAs
-// (the fdpp policy's input format). dependent: launched as a programmatic dependent of the kernel before it
-// (KernelRequest::dependent_launch).
-void launch_decode_split(const DecodeParams& p, int batch, int head_dim, int m_tiles, ElemType in_type,
-                         bool to_half, bool dependent, void* stream);
+// splits x (H_kv row_chunks) x batch CTAs of decode_tile(head_dim), or of its compact tile (the plan's
+// `compact`); m_tiles as decode_m_tiles gives it (1 or 2); in_type f16 or bf16; to_half: bf16 inputs
+// rounded to fp16 on their way into the MMAs (the fdpp policy's input format). dependent: launched as a
+// programmatic dependent of the kernel before it (KernelRequest::dependent_launch).
+void launch_decode_split(const DecodeParams& p, int batch, int head_dim, int m_tiles, bool compact,
+                         ElemType in_type, bool to_half, bool dependent, void* stream);
 // The merge kernel (after a split kernel with merge_in_last_split off): a CTA per packed row, counting
 // the flagged rows when p.counter is set.
 void launch_decode_merge(const DecodeParams& p, int batch, int head_dim, bool dependent, void* stream);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the KV-cache entry point (cuda_kvcache.cpp) needs of a plan beyond cuda_backend.h: whether it
-// chose the decode kernel, its device, whether it can launch, and running it on a cache's lengths and
-// block table.
+// What the KV-cache entry point (cuda_kvcache.cpp) needs of a plan beyond cuda_backend.h: a plan of the
+// decode kernel, its device, whether it can launch, and running it on a cache's lengths and block
+// table.
 #pragma once
 
 #include "cuda/host/decode_params.h"
@@ -9,7 +9,9 @@
 
 namespace pasa {
 
-bool cuda_plan_is_decode(const CudaPlan& plan);
+// plan_cuda_attention with the split-KV decode kernel as the only candidate (the one kernel that reads
+// a KV cache); throws pasa::Error saying why it does not run the call.
+std::shared_ptr<const CudaPlan> plan_cuda_decode(const AttentionArgs& args, const ProblemShape& shape);
 int cuda_plan_device(const CudaPlan& plan);
 // Before a plan's first launch: the calling thread's current device is the plan's; a CUDA error
 // the caller left pending is cleared; stats that read an fdpp recompute count back are refused on a

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "cuda/arch/cuda_check.h"
 #include "cuda/arch/ptx.cuh"
 #include "cuda/host/kvcache_append.h"
@@ -53,7 +55,11 @@ __global__ void __launch_bounds__(32 * kWarpsPerCta) kvcache_append_kernel(const
 void launch_kvcache_append(const KvAppendParams& p, void* stream) {
   const long long rows = static_cast<long long>(p.batch) * p.heads_kv * p.s_new;
   if (rows == 0) return;
-  if (rows > (1ll << 31) * kWarpsPerCta) throw Error("kvcache append: more than 2^33 new rows (B H_kv S_new)");
+  constexpr long long kMaxRows = ((1ll << 31) - 1) * kWarpsPerCta;  // (grid.x is at most 2^31 - 1)
+  if (rows > kMaxRows) {
+    throw Error("kvcache append: " + std::to_string(rows) + " new rows (B H_kv S_new); one launch takes at most " +
+                std::to_string(kMaxRows));
+  }
   const dim3 grid(static_cast<unsigned>((rows + kWarpsPerCta - 1) / kWarpsPerCta));
   kvcache_append_kernel<<<grid, 32 * kWarpsPerCta, 0, static_cast<cudaStream_t>(stream)>>>(p);
   check_launch("kvcache_append_kernel launch");
