@@ -574,6 +574,28 @@ void validate(const Policy& p) {
     throw Error("policy field 'pseudo_avg': set but shift=" + shift_name(p.shift) +
                 " has no pseudo-average (use shift=pasa)");
   }
+  // Fields that only a quantizer, two-level accumulation or a softmax row sum reads are refused where
+  // nothing reads them, as beta and phi are: the text would claim a policy that runs as another.
+  for (auto [key, quantizer, quant, gran, unset] :
+       {std::tuple{"q_gran", "q_quant", &p.q_quant, p.q_gran, Policy{}.q_gran},
+        {"k_gran", "k_quant", &p.k_quant, p.k_gran, Policy{}.k_gran}}) {
+    if (!*quant && gran != unset) {
+      throw Error(text::format("policy field '{}': set to {} but {}=none ignores it (a granularity is the "
+                               "groups of a quantizer's scales)", key, granularity_name(gran), quantizer));
+    }
+  }
+  if (!p.two_level && p.p_running_max) {
+    throw Error("policy field 'p_max': set to running but two_level=0 ignores it (one accumulator already "
+                "takes P against the running maximum)");
+  }
+  const bool sum_acc_read = p.rowsum == RowSum::exponentials ||
+                            (p.shift == Shift::pasa && p.pseudo_avg != PseudoAverage::keys);
+  if (!sum_acc_read && p.sum_acc != Policy{}.sum_acc) {
+    throw Error("policy field 'sum_acc': set to " + p.sum_acc.name() +
+                " but nothing sums in it: rowsum=p sums P in pv_acc" +
+                (p.shift == Shift::pasa ? ", and pseudo_avg=k takes the mean from the scores' GEMM" : "") +
+                " (use rowsum=e)");
+  }
   // Q's smoothing adds dS = q_m K^T to the scores; under PASA it would have to be q_m K'^T, added before
   // the pseudo-average is taken, which the emulator does not model (it would return wrong O and LSE).
   if (p.shift == Shift::pasa && p.smooth_q) {
@@ -600,6 +622,12 @@ void validate(const Policy& p) {
   if (p.splits < 1 || p.splits > kMaxSplits) {
     throw Error(text::format("policy field 'splits': {} is outside 1..{}", p.splits, kMaxSplits));
   }
+  for (auto [key, b] : {std::pair{"s1", p.block_q}, {"s2", p.block_kv}}) {
+    if (b < 1 || b > kMaxBlock) {
+      throw Error(std::string("policy field '") + key + "': block size " + std::to_string(b) +
+                  " is outside 1.." + std::to_string(kMaxBlock));
+    }
+  }
   // P <= 1 times p_scale is carried in fp32 and then rounded to p: past either's largest finite value
   // every P of a row would round to inf or NaN (a saturating or integer p clamps instead).
   const bool p_clamps = p.p.is_integer() || p.p.overflow == Overflow::saturate;
@@ -614,7 +642,11 @@ void validate(const Policy& p) {
   // keeps only a subnormal's few bits, while the reference is finite. An integer p needs P = 1 to
   // reach 1.
   const double scaled_one = round_to(p.p, round_to(Format::fp32(), p.p_scale));
-  for (auto [key, f] : {std::pair{"p", p.p}, {"pv_acc", p.pv_acc}, {"o", p.o}}) {
+  // (with rowsum=p a block's sum of the scaled P is rounded to `softmax` before it is divided by
+  // p_scale: P = 1 alone must be normal there too)
+  std::vector<std::pair<const char*, Format>> carriers{{"p", p.p}, {"pv_acc", p.pv_acc}, {"o", p.o}};
+  if (p.rowsum == RowSum::p) carriers.emplace_back("softmax", p.softmax);
+  for (auto [key, f] : carriers) {
     const double smallest = f.is_integer() ? 1.0 : f.min_normal();
     if (scaled_one < smallest) {
       throw Error(text::format("policy field 'p_scale': {} is too small: P = 1 (the weight of a row's maximum) "
@@ -623,6 +655,23 @@ void validate(const Policy& p) {
                                p.p_scale, scaled_one, p.p.name(), smallest, f.name(),
                                f.is_integer() ? "nonzero" : "normal", key, smallest));
     }
+  }
+  // A key block of weight-1 keys sums to s2 times the scaled P = 1: with rowsum=p that sum is carried in
+  // pv_acc and rounded to `softmax` (past either's largest value l is inf, O = 0 and the LSE inf:
+  // sage8,softmax=fp16,s2=256 from 147 keys), and against V's values of magnitude 1 (normal inputs)
+  // pv_acc and o carry it as a block's P V (fa16,p_scale=57344 overflowed 78% of its N(0, 1) outputs).
+  // Refused where that block passes a carrier's largest value; larger |v| meet the formats' own
+  // limits (docs/numerics.md), and with V quantized the check below is the stricter one.
+  const double block_sum = double(p.block_kv) * scaled_one;
+  std::vector<std::pair<const char*, Format>> block_carriers{{"pv_acc", p.pv_acc}, {"o", p.o}};
+  if (p.rowsum == RowSum::p) block_carriers.emplace_back("softmax", p.softmax);
+  for (auto [key, f] : block_carriers) {
+    if (f.is_integer() || block_sum <= f.max_finite()) continue;
+    throw Error(text::format("policy field 'p_scale': {} is too large for {} = {}: a key block of s2 = {} keys "
+                             "of weight 1 sums to {:g} scaled weights{}, past its largest value {:g}; use "
+                             "p_scale <= {:g}", p.p_scale, key, f.name(), p.block_kv, block_sum,
+                             std::string(key) == "softmax" ? " (rowsum=p)" : " (times |v| = 1)", f.max_finite(),
+                             f.max_finite() / p.block_kv));
   }
   // With V quantized (one scale per channel, so every channel's largest |v| becomes v_quant's largest
   // value), the scaled P~ V has terms up to p_scale times that value, and pv_acc and o carry their sums:
@@ -693,12 +742,6 @@ void validate(const Policy& p) {
   }
   if (p.k_quant && p.k_gran == Granularity::thread && p.block_kv % 8 != 0) {
     throw Error(text::format("policy field 's2': {} must be a multiple of 8 for k_gran=thread", p.block_kv));
-  }
-  for (auto [key, b] : {std::pair{"s1", p.block_q}, {"s2", p.block_kv}}) {
-    if (b < 1 || b > kMaxBlock) {
-      throw Error(std::string("policy field '") + key + "': block size " + std::to_string(b) +
-                  " is outside 1.." + std::to_string(kMaxBlock));
-    }
   }
 }
 

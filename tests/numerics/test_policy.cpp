@@ -200,6 +200,17 @@ TEST(Policy, ErrorsNameTheField) {
   expect_error([] { parse_policy("exact,phi=3"); }, "'phi': set to 3 but shift=none ignores it");
   EXPECT_EQ(parse_policy("fdpp,phi=3").phi, 3.0);
   expect_error([] { parse_policy("exact,shift=max"); }, "'shift': 'max' is not one of none, pasa, unified");
+  // Fields that only a quantizer, two-level accumulation or a softmax row sum reads: the CPU ran each
+  // of these bit for bit as the policy without the field.
+  expect_error([] { parse_policy("exact,q_gran=tensor"); }, "'q_gran': set to tensor but q_quant=none ignores it");
+  expect_error([] { parse_policy("exact,k_gran=token"); }, "'k_gran': set to token but k_quant=none ignores it");
+  EXPECT_EQ(parse_policy("sage8,k_gran=token").k_gran, Granularity::token);
+  expect_error([] { parse_policy("fa16,two_level=0,p_max=running"); }, "'p_max': set to running but two_level=0");
+  expect_error([] { parse_policy("sage8,sum_acc=e5m2"); }, "'sum_acc': set to e5m2 but nothing sums in it");
+  expect_error([] { parse_policy("fa16,rowsum=p,sum_acc=fp16"); }, "rowsum=p sums P in pv_acc");
+  EXPECT_EQ(parse_policy("fa16,sum_acc=fp16").sum_acc, Format::fp16());  // rowsum=e sums in it
+  EXPECT_EQ(parse_policy("pasa,sum_acc=fp16,pseudo_avg=s").sum_acc, Format::fp16());  // the block's mean
+  expect_error([] { parse_policy("pasa,sum_acc=fp16,pseudo_avg=k"); }, "pseudo_avg=k takes the mean");
 }
 
 // P = 1, the weight of each row's maximum, times p_scale must be a normal number of p (1 for an
@@ -218,6 +229,26 @@ TEST(Policy, PScaleKeepsTheLargestWeightNormal) {
   expect_error([] { parse_policy("exact,o=fp16,p_scale=1e-6"); }, "below 6.10352e-05, fp16's smallest normal value "
                                                                   "(o)");
   for (const std::string& name : preset_names()) EXPECT_NO_THROW(validate(preset_policy(name))) << name;
+}
+
+// A key block of s2 weight-1 keys sums to s2 times the scaled P = 1: with rowsum=p in pv_acc and then
+// rounded to `softmax` before the division by p_scale (past its largest value l was inf, O = 0 and
+// the LSE inf), and as a block's P V against |v| = 1 in pv_acc and o (fa16,p_scale=57344 overflowed 78%
+// of N(0, 1) outputs). With rowsum=p, P = 1 times p_scale must also be normal in `softmax` (at 1e-9
+// in fp16, l was 0, O inf and the LSE -inf).
+TEST(Policy, PScaleKeepsAKeyBlockOfWeightOneFinite) {
+  expect_error([] { parse_policy("sage8,softmax=fp16,s2=256"); },
+               "policy field 'p_scale': 448 is too large for softmax = fp16: a key block of s2 = 256 keys of weight 1 "
+               "sums to 114688 scaled weights (rowsum=p), past its largest value 65504; use p_scale <= 255.875");
+  EXPECT_NO_THROW(parse_policy("sage8,softmax=fp16"));  // 128 x 448 = 57344
+  expect_error([] { parse_policy("sage8,softmax=e4m3ieee"); }, "too large for softmax = e4m3ieee");
+  expect_error([] { parse_policy("fa16,rowsum=p,p_scale=1000"); }, "too large for o = fp16");
+  expect_error([] { parse_policy("fa16,p_scale=57344"); }, "(times |v| = 1), past its largest value 65504");
+  expect_error([] { parse_policy("pasa,p_scale=57344"); }, "too large for o = fp16");
+  expect_error([] { parse_policy("exact,p_scale=1e38"); }, "too large for pv_acc = fp32");
+  expect_error([] { parse_policy("exact,softmax=fp16,rowsum=p,p_scale=1e-6"); },
+               "below 6.10352e-05, fp16's smallest normal value (softmax)");
+  EXPECT_NO_THROW(parse_policy("exact,softmax=fp16,rowsum=p,p_scale=1e-4"));
 }
 
 // A policy set field by field in C++ is held to the text form's values: formats parse_format can
@@ -255,7 +286,7 @@ TEST(Policy, FieldsSetInCodeAreValidated) {
   for (const std::string& name : preset_names()) EXPECT_NO_THROW(validate(preset_policy(name))) << name;
   Policy wide = preset_policy("exact");
   wide.qk_acc = Format::floating(11, 52);
-  wide.o = Format::floating(2, 0);
+  wide.s = Format::floating(2, 0);
   EXPECT_NO_THROW(validate(wide));
   // A policy that was never validated still prints (an out-of-range choice as "?") rather than throw.
   Policy bad;
