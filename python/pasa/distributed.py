@@ -150,7 +150,9 @@ def merge_partial(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> Non
     from ``torch.empty``); a row where both are -inf stays ``O = 0, LSE = -inf``.
 
     ``o`` has ``o_acc``'s shape and ``lse`` ``lse_acc``'s, which is ``o_acc``'s without its last
-    dimension, on one device; an LSE of NaN or +inf is not a log-sum-exp. Anything else raises
+    dimension, on one device; an LSE of NaN or +inf is not a log-sum-exp. ``o`` and ``lse`` may share
+    memory with the accumulators (merging a part with itself adds log 2 to its LSE); the accumulators
+    may not share it with each other or within themselves (a broadcast view). Anything else raises
     PasaError before ``o_acc`` or ``lse_acc`` changes (reading the LSEs' values waits for their device).
     """
     _check_partials(o_acc, lse_acc, o, lse)
@@ -178,11 +180,45 @@ def _check_partials(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> N
         raise PasaError(f"o: shape {tuple(o.shape)} differs from o_acc's {tuple(o_acc.shape)}")
     if lse.shape != lse_acc.shape:
         raise PasaError(f"lse: shape {tuple(lse.shape)} differs from lse_acc's {tuple(lse_acc.shape)}")
+    for name, x in (("o_acc", o_acc), ("lse_acc", lse_acc)):
+        if _overlaps_itself(x):
+            raise PasaError(f"{name}: its elements share memory (a broadcast or overlapping view, strides "
+                            f"{tuple(x.stride())}); the merge writes every element")
+    if _byte_ranges_meet(o_acc, lse_acc):
+        raise PasaError("o_acc and lse_acc share memory; the merge writes both")
     for name, x in (("lse_acc", lse_acc), ("lse", lse)):
         bad = torch.isnan(x) | torch.isposinf(x)
         if bool(bad.any()):
             where = [int(i) for i in torch.nonzero(bad)[0]]
             raise PasaError(f"{name}: {float(x[tuple(where)])} at {where} is not a log-sum-exp")
+
+
+def _overlaps_itself(x: Tensor) -> bool:
+    """Whether two elements of x may share memory: its dimensions of more than one element, by
+    stride, each stepping past all the smaller ones (a sufficient test: a stride of 0 fails it)."""
+    extent = 1
+    for stride, size in sorted((abs(st), n) for st, n in zip(x.stride(), x.shape) if n > 1):
+        if stride < extent:
+            return True
+        extent = stride * size
+    return False
+
+
+def _byte_ranges_meet(a: Tensor, b: Tensor) -> bool:
+    """Whether the byte ranges a and b span in their storages meet (one storage only)."""
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+
+    def span(t: Tensor) -> Tuple[int, int]:
+        low = sum(st * (n - 1) for st, n in zip(t.stride(), t.shape) if st < 0)
+        high = sum(st * (n - 1) for st, n in zip(t.stride(), t.shape) if st > 0)
+        start = t.data_ptr() + low * t.element_size()
+        return start, t.data_ptr() + (high + 1) * t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
 
 
 def _merge(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> None:
@@ -200,8 +236,10 @@ def _merge(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> None:
     w_new = (e_new / total).unsqueeze(-1)
     # A part of weight 0 adds nothing whatever its O holds (0 times an inf or NaN there would be NaN),
     # as merge_partials weighs parts in C++.
-    o_acc.mul_(w_acc).masked_fill_(w_acc == 0, 0.0)
-    o_acc.add_((w_new * o.to(torch.float32)).masked_fill_(w_new == 0, 0.0))
+    # Formed apart, then written: o and lse may be o_acc and lse_acc themselves, or overlap them.
+    o_new = (w_acc * o_acc).masked_fill_(w_acc == 0, 0.0)
+    o_new.add_((w_new * o.to(torch.float32)).masked_fill_(w_new == 0, 0.0))
+    o_acc.copy_(o_new)
     lse_acc.copy_(lse_new)
 
 

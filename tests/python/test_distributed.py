@@ -282,6 +282,29 @@ def test_merge_partial_refuses_what_it_cannot_merge(o_shape, lse_shape, lse_valu
                          torch.zeros(1, 2, 5, 1))
 
 
+def test_merge_partial_of_parts_that_share_the_accumulators_memory():
+    """A part that is the accumulator itself, or overlaps it, merges as its copy would (the
+    accumulator was rescaled before the part was read); accumulators that overlap themselves or each
+    other are refused unchanged (a broadcast lse_acc failed in torch with o_acc already rescaled)."""
+    o_acc, lse_acc = torch.tensor([[[[1.0, 2.0]]]]), torch.tensor([[[0.5]]])
+    pd.merge_partial(o_acc, lse_acc, o_acc, lse_acc)
+    assert o_acc.flatten().tolist() == [1.0, 2.0]
+    assert lse_acc.item() == torch.tensor(0.5 + np.log(2.0), dtype=torch.float32).item()
+    buf = torch.arange(8, dtype=torch.float32)
+    o_acc, o = buf[0:4].view(1, 1, 2, 2), buf[2:6].view(1, 1, 2, 2)
+    want = torch.ones(1, 1, 2, 2) * o_acc
+    pd.merge_partial(want, torch.zeros(1, 1, 2), o.clone(), torch.zeros(1, 1, 2))
+    pd.merge_partial(o_acc, torch.zeros(1, 1, 2), o, torch.zeros(1, 1, 2))
+    assert torch.equal(o_acc, want)
+    o_acc = torch.ones(1, 1, 2, 2)
+    for lse_acc, match in ((torch.zeros(1).expand(1, 1, 2), r"^lse_acc: its elements share memory"),
+                           (o_acc[..., 0], r"^o_acc and lse_acc share memory")):
+        before = o_acc.clone()
+        with pytest.raises(pasa.PasaError, match=match):
+            pd.merge_partial(o_acc, lse_acc, torch.ones(1, 1, 2, 2), torch.zeros(1, 1, 2))
+        assert torch.equal(o_acc, before)
+
+
 def test_merge_partial_ignores_what_a_weightless_partial_holds():
     """An O with inf or NaN where its LSE is -inf (an accumulator from torch.empty) weighs nothing."""
     o_acc = torch.tensor([[[[float("nan")] * 4, [1.0, 2.0, 3.0, 4.0]]]])

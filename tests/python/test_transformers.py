@@ -103,6 +103,37 @@ def test_logits_and_generation_match_sdpa(rng, make_config):
     assert pasa.stats()["fallbacks"] == 0
 
 
+def test_a_mask_that_keeps_every_key_is_left_out(rng):
+    # A tokenizer's all-ones attention_mask hides nothing: as "sdpa" does, the mask function leaves it
+    # out (on the GPU a mask sends pasa's and sage8's mask-less kernels to torch); a padded batch
+    # still gets its mask. An output_attentions request is warned about (pasa forms no weights).
+    seen = []
+    forward = pasa_hf.make_attention_forward("exact")
+
+    def spy(module, q, k, v, attention_mask, **kwargs):
+        seen.append(attention_mask is None)
+        return forward(module, q, k, v, attention_mask, **kwargs)
+
+    transformers.AttentionInterface.register("pasa_mask_spy", spy)
+    transformers.AttentionMaskInterface.register("pasa_mask_spy", pasa_hf._causal_or_sdpa_mask)
+    config = llama_config()
+    reference, model = seeded_models(rng, config, "pasa_mask_spy")
+    ids = torch.from_numpy(rng.integers(0, config.vocab_size, (2, 12)))
+    with torch.no_grad():
+        want = reference(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+        got = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+        assert seen == [True] * config.num_hidden_layers
+        assert (got - want).abs().max() <= EXACT_TOLERANCE * want.abs().max()
+        padded = torch.ones_like(ids)
+        padded[1, :3] = 0
+        seen.clear()
+        model(input_ids=ids, attention_mask=padded)
+        assert seen == [False] * config.num_hidden_layers
+        pasa_hf._warned_no_attention_weights = False
+        with pytest.warns(UserWarning, match="does not return attention weights"):
+            model(input_ids=ids, output_attentions=True)
+
+
 def test_static_cache_prefill_and_generation_match_sdpa(rng):
     # A prefill into an empty static cache has keys as long as the cache, the empty slots past the
     # prompt: pasa's mask function gives it sdpa's mask (sdpa itself gives none there and relies on

@@ -59,8 +59,8 @@ def register(policies: Optional[Mapping[str, PolicyLike]] = None, *,
 
 def _register_mask(transformers: Any, name: str) -> None:
     """Builds ``name``'s masks: none where causal alone says it all whatever the alignment (also
-    while the model is traced, where "sdpa" materializes one), else sdpa's boolean mask (padding,
-    sliding windows, a prefill into an empty static cache)."""
+    while the model is traced, where "sdpa" materializes one, if no padding mask is given), else
+    sdpa's boolean mask (padding, sliding windows, a prefill into an empty static cache)."""
     interface = getattr(transformers, "AttentionMaskInterface", None)
     if interface is None:  # older transformers build masks without asking the implementation
         return
@@ -69,7 +69,8 @@ def _register_mask(transformers: Any, name: str) -> None:
 
 def _causal_or_sdpa_mask(*args: Any, **kwargs: Any) -> Optional[Any]:
     """None (pasa's causal says it all) when the mask would be the causal one alone: the causal mask
-    function, no padding mask, no window, no key offset, and one query or as many queries as keys,
+    function, no padding mask or one that keeps every key, no window, no key offset, and one query or
+    as many queries as keys,
     where the two alignments agree. The test reads only sizes, so it also holds while tracing, where
     sdpa's own skip gives up. Else transformers' sdpa mask, made whole: sdpa's other skip (a prefill
     into an empty static cache, more keys than queries) relies on torch's top-left is_causal, and a
@@ -85,12 +86,26 @@ def _causal_or_sdpa_mask(*args: Any, **kwargs: Any) -> Optional[Any]:
         q_length = given["cache_position"].shape[0]
     kv_length = given.get("kv_length")
     if (given.get("allow_is_causal_skip", True) and given.get("mask_function", causal_mask_function) is causal_mask_function
-            and given.get("attention_mask") is None and given.get("local_size") is None
+            and _hides_nothing(given.get("attention_mask"), kv_length) and given.get("local_size") is None
             and given.get("kv_offset", 0) == 0 and q_length is not None
             and (q_length == 1 or q_length == kv_length)):
         return None
     bound.arguments["allow_is_causal_skip"] = False
     return sdpa_mask(*bound.args, **bound.kwargs)
+
+
+def _hides_nothing(padding_mask: Optional[Any], kv_length: Any) -> bool:
+    """No padding mask, or a 2-D one of the keys' length that keeps every key (what a tokenizer
+    returns for unpadded text), read only outside tracing (its values would be guarded on) as sdpa's
+    own skip does: a mask built from it would send the GPU's mask-less kernels (pasa, sage8) to torch."""
+    if padding_mask is None:
+        return True
+    import torch
+
+    from .._torch import _untraced
+
+    return (type(padding_mask) is torch.Tensor and padding_mask.dim() == 2 and padding_mask.shape[-1] == kv_length
+            and _untraced() and bool(padding_mask.all()))
 
 
 _sdpa_mask_signature_cached: Optional[inspect.Signature] = None
@@ -122,6 +137,8 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
         # query [B, H_q, S_q, D], key/value [B, H_kv, S_kv, D]; returns ([B, S_q, H_q, D], None).
         import torch
 
+        if kwargs.get("output_attentions", False):
+            _warn_no_attention_weights()
         s_q, s_kv = query.shape[2], key.shape[2]
         mask = attention_mask
         if mask is not None and mask.dim() == 4 and mask.shape[-1] > s_kv:
@@ -171,6 +188,21 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
 
     pasa_attention_forward.__name__ = f"pasa_attention_forward[{policy_text}]"
     return pasa_attention_forward
+
+
+_warned_no_attention_weights = False
+
+
+def _warn_no_attention_weights() -> None:
+    """Once a process, as transformers' "sdpa" does: pasa never forms the attention weights, so a
+    model asked for output_attentions=True returns none from its pasa layers."""
+    global _warned_no_attention_weights
+    if not _warned_no_attention_weights:
+        _warned_no_attention_weights = True
+        import warnings
+
+        warnings.warn("pasa attention does not return attention weights: output_attentions=True gives none for "
+                      "its layers (load the model with attn_implementation=\"eager\" for them)", stacklevel=3)
 
 
 def _causal_keep(s_q: int, s_kv: int, offset: int, device: Any) -> Any:
