@@ -130,6 +130,22 @@ class Temporary {
 
 std::string errno_text(int err) { return std::string(" (") + std::strerror(err) + ")"; }
 
+// Why this process may not replace the existing regular file `target` (`existing` its stat), or empty:
+// in a sticky directory (/tmp) only the file's owner, the directory's and root may rename over it or
+// remove a link to it, so the rename would fail after the work and the backup link stay behind.
+std::string sticky_refusal(const std::string& target, const struct stat& existing) {
+  const std::filesystem::path file(target);
+  const std::string dir = file.has_parent_path() ? file.parent_path().string() : std::string(".");
+  struct stat d {};
+  const uid_t me = ::geteuid();
+  if (me == 0 || existing.st_uid == me || ::stat(dir.c_str(), &d) != 0 || (d.st_mode & S_ISVTX) == 0 ||
+      d.st_uid == me) {
+    return {};
+  }
+  return "cannot replace the file: it belongs to user " + std::to_string(existing.st_uid) + " in the sticky " +
+         "directory " + dir + ", where only its owner may replace it";
+}
+
 // Handlers for the lifetime of a scope that may hold temporaries.
 class SignalCleanup {
  public:
@@ -317,6 +333,7 @@ void check_output_path(const std::string& path) {
       if (::access(target.c_str(), W_OK) != 0) throw Error(path + ": cannot open for writing" + errno_text(errno));
       return;
     }
+    if (const std::string why = sticky_refusal(target, existing); !why.empty()) throw Error(path + ": " + why);
   }
   // (The temporary's name is cut short, so it would pass where the file's own name is too long.)
   const std::filesystem::path file(target);
@@ -387,6 +404,12 @@ void FileBatch::commit() {
     if (!e->temp) continue;
     struct stat existing {};
     e->existed = ::lstat(e->target.c_str(), &existing) == 0;
+    if (e->existed && S_ISREG(existing.st_mode)) {  // (before any link or rename: nothing to undo)
+      if (const std::string why = sticky_refusal(e->target, existing); !why.empty()) {
+        throw ResourceError(e->path + ": " + why + "; it was not changed" +
+                            (entries_.size() > 1 ? ", nor were the other outputs" : ""));
+      }
+    }
     if (e->existed) {
       claim_temporary(e->target, e->backup, [&](const std::filesystem::path& name) {
         return ::link(e->target.c_str(), name.c_str()) == 0;

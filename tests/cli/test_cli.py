@@ -62,6 +62,15 @@ def check_run(tmp):
     assert np.abs(o - ref).max() < 1e-5
     ref_lse = np.log(np.exp(s - s.max(-1, keepdims=True)).sum(-1)) + s.max(-1)
     assert np.abs(np.load(lse) - ref_lse).max() < 1e-4
+    # Inputs of different dtypes: O in float32, which holds each (V past fp16's range gave inf in
+    # Q's float16, with exit 0).
+    np.save(f"{tmp}/q16.npy", q.astype(np.float16))
+    np.save(f"{tmp}/v_big.npy", v * 1e5 + 1e5)
+    r = pasa("run", "--q", f"{tmp}/q16.npy", "--k", f"{tmp}/k.npy", "--v", f"{tmp}/v_big.npy", "--out", out,
+             "--check")
+    assert "non-finite share 0.0000%" in r.stdout, r.stdout
+    o = np.load(out)
+    assert o.dtype == np.float32 and np.isfinite(o).all()
     r = pasa("run", "--q", f"{tmp}/q.npy", "--k", f"{tmp}/k.npy", "--v", f"{tmp}/nope.npy", ok=False)
     assert "nope.npy" in r.stderr, r.stderr
     r = pasa("run", "--q", f"{tmp}/q.npy", "--k", f"{tmp}/k.npy", "--v", f"{tmp}/v.npy", "--policy",

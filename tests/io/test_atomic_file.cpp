@@ -3,11 +3,13 @@
 // keeps the old contents and leaves no temporary behind; devices are written in place and their
 // failures reported; links are followed, dangling ones too; the output check really creates the
 // temporary; a batch of files changes all together or not at all, a rename that fails at commit
-// included; the signal handler's cleanup
-// removes the temporaries of writes in progress.
+// included; another user's file in a sticky directory is refused before anything changes; the signal
+// handler's cleanup removes the temporaries of writes in progress.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <filesystem>
@@ -104,6 +106,44 @@ TEST(AtomicFile, APathWithANulIsRefusedBeforeAnyFileIsCreated) {
     pasa::test::expect_error(call, "out.txt\\x00x' contains a NUL character");
   }
   EXPECT_EQ(entries_in(dir.path()), 0u);
+}
+
+// In a sticky directory (/tmp) only a file's owner (or the directory's, or root) may replace it: the
+// output check refuses it before any work, and a write refuses it before any link or rename (a
+// backup link made there could not be removed). Run as another user in a child process: needs root.
+TEST(AtomicFile, AnotherUsersFileInAStickyDirectoryIsRefusedBeforeAnyChange) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run the writer as another user";
+  test::TempDir dir;
+  std::filesystem::permissions(dir.path(), std::filesystem::perms::all);
+  const std::string sticky = dir.file("sticky");
+  std::filesystem::create_directory(sticky);
+  ASSERT_EQ(::chmod(sticky.c_str(), 01777), 0);
+  const std::string path = sticky + "/out.txt";
+  std::ofstream(path) << "old contents";
+  ASSERT_EQ(::chmod(path.c_str(), 0666), 0);
+  ASSERT_EQ(::chown(path.c_str(), 1234, 1234), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // (no gtest assertions here: the exit code says which step failed)
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(10);
+    const auto refused = [](const std::function<void()>& call) {
+      try {
+        call();
+      } catch (const Error& e) {
+        return std::string(e.what()).find("belongs to user 1234 in the sticky directory") != std::string::npos;
+      }
+      return false;
+    };
+    if (!refused([&] { detail::check_output_path(path); })) ::_exit(11);
+    if (!refused([&] { detail::write_text_atomically(path, "new"); })) ::_exit(12);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: setuid failed, 11: the check, 12: the write";
+  EXPECT_EQ(contents(path), "old contents");
+  EXPECT_EQ(entries_in(sticky), 1u) << "a temporary or a backup link was left behind";
 }
 
 TEST(AtomicFile, SymbolicLinksAreFollowed) {
