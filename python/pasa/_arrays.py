@@ -68,6 +68,9 @@ def check_array(x: Any, name: str, any_byte_order: bool = False, index: bool = F
         if not (any_byte_order or index) and not x.dtype.isnative:
             raise PasaError(f"{name}: a {x.dtype.str} array is not in this machine's byte order; pass "
                             f"{name}.astype({name}.dtype.newbyteorder('='))")
+        if not (any_byte_order or index) and any(st % x.itemsize for st in x.strides):
+            raise PasaError(f"{name}: strides {x.strides} are not whole {x.itemsize}-byte elements (a field of "
+                            f"a structured array); pass np.ascontiguousarray({name})")
         return
     if hasattr(type(x), "__dlpack__"):
         check_sign_bits(x, name)
@@ -78,11 +81,15 @@ def check_array(x: Any, name: str, any_byte_order: bool = False, index: bool = F
     )
 
 
+_DLPACK_TYPES = (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+                 np.float16, np.float32, np.float64, np.complex64, np.complex128)
+
+
 def _dlpack_dtype(dtype: np.dtype) -> bool:
-    """Whether DLPack has a code for ``dtype``: bool, integers, floats of up to 8 bytes, complex of
-    up to 16 (not longdouble, object, strings, datetimes or structured types)."""
-    return dtype.kind in "biu" or (dtype.kind == "f" and dtype.itemsize <= 8) or (
-        dtype.kind == "c" and dtype.itemsize <= 16)
+    """Whether NumPy exports ``dtype`` through DLPack: its own bool, integers, floats of up to 8 bytes
+    and complex of up to 16 (not longdouble, object, strings, datetimes, structured types, or the
+    types other packages register, such as ml_dtypes' float8_e5m2, which NumPy cannot export)."""
+    return dtype.type in _DLPACK_TYPES
 
 
 def check_sign_bits(x: Any, name: str) -> None:

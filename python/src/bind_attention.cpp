@@ -117,7 +117,7 @@ AttentionArgs call_args(const InputArray& q, const InputArray& k, const InputArr
   static const char* dims[] = {"batch", "heads", "sequence", "head dim"};
   const bool empty = args.o.shape[0] == 0 || args.o.shape[1] == 0 || args.o.shape[2] == 0 || args.o.shape[3] == 0;
   for (int i = 0; i < 4 && !empty; ++i) {
-    if (args.o.stride[i] < 1) {
+    if (args.o.stride[i] < 1 && args.o.shape[i] != 1) {  // (a size-1 dimension's stride is never read)
       throw Error(text::format("out: stride of the {} dimension is {} (must be positive)", dims[i], args.o.stride[i]));
     }
   }

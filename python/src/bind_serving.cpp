@@ -153,8 +153,9 @@ ArrayInfo cache_info(nb::handle cache, const char* name, bool appended, std::opt
     if (appended) return array_info(held_rw.emplace(nb::cast<OutputArray>(cache)));
     return array_info(held_ro.emplace(nb::cast<InputArray>(cache)));
   } catch (const nb::cast_error&) {
-    throw Error(text::format("{}: expected a{} array (NumPy or DLPack) of native byte order{}", name,
-                             appended ? " writable" : "n", appended ? ": appending k and v writes it" : ""));
+    throw Error(text::format("{}: expected a{} array (NumPy or DLPack) of a dtype DLPack carries, in native byte "
+                             "order, with strides in whole elements{}", name, appended ? " writable" : "n",
+                             appended ? ": appending k and v writes it" : ""));
   }
 }
 

@@ -58,6 +58,37 @@ def test_unsupported_dtype(rng, dtype, name, which):
         pasa.attention(args["q"], args["k"], args["v"])
 
 
+@pytest.mark.parametrize("which", ["q", "k", "v", "out", "k_cache"])
+def test_types_numpy_cannot_export_and_strides_in_part_elements_are_refused_by_name(rng, which):
+    """ml_dtypes' float8_e5m2 (a float kind NumPy cannot hand over) and a structured array's field
+    (strides not in whole elements) reached the binding, which raised a TypeError (or, for a cache, a
+    byte-order PasaError)."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    q, k, v = qkv(rng, 1, 2, 2, 8, 8, 64)
+    fielded = np.zeros((1, 2, 8, 64), np.dtype([("a", "<f4"), ("pad", "u1")]))["a"]
+    for bad, match in ((q.astype(ml_dtypes.float8_e5m2), r"unsupported dtype float8_e5m2"),
+                       (fielded, r"strides \(.*\) are not whole 4-byte elements")):
+        if which == "k_cache":
+            cache = bad.transpose(0, 2, 1, 3)
+            with raises(rf"^k_cache: {match}"):
+                pasa.attention_with_kvcache(q[:, :, :1].transpose(0, 2, 1, 3), cache, cache.copy(),
+                                            cache_seqlens=4)
+            continue
+        args = dict(zip("qkv", (q, k, v)), out=np.empty_like(q))
+        args[which] = bad
+        with raises(rf"^{which}: {match}"):
+            pasa.attention(args["q"], args["k"], args["v"], out=args["out"])
+
+
+def test_an_out_of_new_axes_is_taken(rng):
+    """NumPy gives a new axis stride 0: out=o[None] was refused for its size-1 dimension's stride,
+    which is never read."""
+    q, k, v = (x[0] for x in qkv(rng, 1, 2, 2, 8, 8, 64))
+    o = np.empty_like(q)
+    pasa.attention(q[None], k[None], v[None], out=o[None])
+    np.testing.assert_array_equal(o, pasa.attention(q[None], k[None], v[None])[0])
+
+
 @pytest.mark.parametrize("which", ["q", "k", "v"])
 def test_non_contiguous_head_dim(rng, which):
     args = dict(zip("qkv", qkv(rng, 1, 2, 2, 8, 8, 128)))
