@@ -266,8 +266,9 @@ double resolve_scale(const AttentionArgs& args, std::int64_t dim) {
 }
 
 std::string ElementIndex::at(std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t d) const {
-  if (form == ViewForm::packed) return text::format("[{}, {}, {}]", first_token + s, h, d);
-  return text::format("[{}, {}, {}, {}]", b, h, s, d);
+  // (labelled: a caller's array may hold the axes in another order, BSHD or a cache's)
+  if (form == ViewForm::packed) return text::format("[token, head, dim] = [{}, {}, {}]", first_token + s, h, d);
+  return text::format("[b, h, s, d] = [{}, {}, {}, {}]", b, h, s, d);
 }
 
 void check_finite_host(const TensorView& t, const char* name, const ElementIndex& where) {

@@ -109,7 +109,8 @@ std::vector<EntryFiles> find_entries(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw Error("--inputs: " + dir + " is not a directory");
   std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(dir)) files.push_back(e.path());
+  for (fs::directory_iterator it(dir, ec), end; it != end && !ec; it.increment(ec)) files.push_back(it->path());
+  if (ec) throw Error("--inputs: cannot read the directory " + dir + " (" + ec.message() + ")");
   std::sort(files.begin(), files.end());
   std::map<std::string, EntryFiles> found;
   for (const fs::path& path : files) {
@@ -166,6 +167,19 @@ void say_if_masked(const EntryFiles& e) {
 // The plan must not overwrite a capture it is computed from: its tensors, or the index.json that holds
 // its calls (where the capture has none yet too: a plan there would make the directory unreadable).
 void check_plan_output(const std::string& out, const std::string& dir, const std::vector<EntryFiles>& entries) {
+  // A plan in the inputs' directory under a name find_entries reads as captured inputs would make the
+  // directory unreadable for the next calibrate.
+  namespace fs = std::filesystem;
+  const fs::path plan(out);
+  const std::string file = plan.filename().string();
+  std::error_code ec;
+  if ((file.ends_with(".safetensors") || file.ends_with("_q.npy") || file.ends_with("_k.npy") ||
+       file.ends_with("_v.npy")) &&
+      fs::equivalent(plan.has_parent_path() ? plan.parent_path() : fs::path("."), dir, ec)) {
+    throw UsageError("--out: " + out + " inside --inputs " + dir + " has the name of captured inputs, so the "
+                     "next calibrate of that directory would read the plan as one; name it plan.json or "
+                     "write it elsewhere");
+  }
   std::vector<NamedPath> inputs;
   for (const EntryFiles& e : entries) {
     for (const std::string& path : e.paths()) inputs.push_back({"--inputs", path});

@@ -163,7 +163,7 @@ void add_run_command(Command& app) {
   const Option* causal = cmd->add_flag("--causal", opt->causal, "causal mask");
   cmd->add_option("--alignment", opt->alignment,
                   "causal alignment (with --causal): bottom_right (query i sees keys <= i + S_kv - S_q) or "
-                  "top_left (keys <= i)")
+                  "top_left (keys <= i); bottom-right and top-left are taken too")
       ->capture_default_str()
       ->needs(causal);
   cmd->add_option("--scale", opt->scale, "softmax scale (default 1/sqrt(D))");

@@ -35,8 +35,7 @@ def beta(initial: float = 1.0 - 2.0 ** -6, *, format: str = "fp16", block: int =
     M, as the paper's Table 3 assumes.
     """
     initial_value = real_argument(initial, "initial")
-    # The C++ solver checks the range it needs; here only that the value fits its int.
-    block_value = int_argument(block, "block", -(2**31), 2**31 - 1)
+    block_value = int_argument(block, "block", 1, 1024)  # (the policy's range of s2, as `pasa beta` takes)
     if not isinstance(format, str):
         raise PasaError(f"format: expected a format name such as 'fp16', got "
                         f"{type(format).__name__}")

@@ -109,7 +109,10 @@ def _int32(x: Any, name: str) -> np.ndarray:
         raise _zero_d(name)
     if array.size and (array.min() < np.iinfo(np.int32).min or array.max() > np.iinfo(np.int32).max):
         raise PasaError(f"{name}: values do not fit in int32")
-    return np.ascontiguousarray(array, dtype=np.int32)
+    try:
+        return np.ascontiguousarray(array, dtype=np.int32)
+    except MemoryError:  # (a broadcast view of a huge table: the copy is whole)
+        raise PasaError(f"{name}: its int32 copy ({array.size * 4} bytes) does not fit in memory") from None
 
 
 def _zero_d(name: str) -> PasaError:

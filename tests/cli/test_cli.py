@@ -193,6 +193,10 @@ def check_calibrate(tmp):
     r = pasa("calibrate", "--inputs", inputs, "--phi")
     assert "policy: fdpp,phi=" in r.stdout, r.stdout
     pasa("calibrate", "--inputs", inputs, "--xi", "101", "--out", plan_path, ok=False)
+    # A plan inside the inputs under a captured file's name would be read as one by the next run.
+    inside = os.path.join(inputs, "layer99.safetensors")
+    r = pasa("calibrate", "--inputs", inputs, "--fast", "sage4", "--out", inside, code=2)
+    assert "has the name of captured inputs" in r.stderr and not os.path.exists(inside), r.stderr
     empty = os.path.join(tmp, "empty")
     os.makedirs(empty)
     r = pasa("calibrate", "--inputs", empty, "--out", plan_path, ok=False)

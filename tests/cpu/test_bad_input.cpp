@@ -145,10 +145,10 @@ TEST(BadInput, EmptyTensorReportsItsSizeNotItsPointer) {
 TEST(BadInput, NonFiniteInputValues) {
   Problem p;
   static_cast<float*>(p.args.k.data)[p.args.k.offset(0, 1, 3, 5)] = std::nanf("");
-  expect_error([&] { attention(p.args); }, "k: non-finite value at [0, 1, 3, 5]");
+  expect_error([&] { attention(p.args); }, "k: non-finite value at [b, h, s, d] = [0, 1, 3, 5]");
   Problem p2;
   static_cast<float*>(p2.args.v.data)[0] = std::numeric_limits<float>::infinity();
-  expect_error([&] { attention(p2.args); }, "v: non-finite value at [0, 0, 0, 0]");
+  expect_error([&] { attention(p2.args); }, "v: non-finite value at [b, h, s, d] = [0, 0, 0, 0]");
 }
 
 // A broadcast view (stride 0) is checked once per distinct element: a key row broadcast to 2^40 keys
@@ -160,7 +160,7 @@ TEST(BadInput, NonFiniteCheckOfABroadcastViewReadsEachElementOnce) {
   k.stride[2] = 0;
   check_finite_host(k, "k");
   static_cast<float*>(k.data)[k.offset(0, 1, 0, 5)] = std::nanf("");
-  expect_error([&] { check_finite_host(k, "k"); }, "k: non-finite value at [0, 1, 0, 5]");
+  expect_error([&] { check_finite_host(k, "k"); }, "k: non-finite value at [b, h, s, d] = [0, 1, 0, 5]");
 }
 
 TEST(BadInput, BadStridesAndDevices) {

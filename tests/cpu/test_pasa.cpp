@@ -386,11 +386,11 @@ TEST(Pasa, InputsBeyondTheInputFormatAreRefusedNamingTheValue) {
   store_from_double(data.k.bytes.data(), DType::bf16, at, 1e5);
   for (const char* policy : {"pasa", "pasa_accurate", "fa16"}) {
     SCOPED_TRACE(policy);
-    test::expect_error([&] { run_policy(data, parse_policy(policy)); }, "k: value 99840 at [0, 1, 3, 5] overflows fp16");
+    test::expect_error([&] { run_policy(data, parse_policy(policy)); }, "k: value 99840 at [b, h, s, d] = [0, 1, 3, 5] overflows fp16");
     HostTensor o{DType::f32, data.q.shape, std::vector<std::uint8_t>(data.q.bytes.size() * 2)};
     AttentionArgs args{data.q.view("q"), data.k.view("k"), data.v.view("v"), o.view("o")};
     args.policy = parse_policy(policy);
-    test::expect_error([&] { reference_attention(args); }, "k: value 99840 at [0, 1, 3, 5] overflows fp16");
+    test::expect_error([&] { reference_attention(args); }, "k: value 99840 at [b, h, s, d] = [0, 1, 3, 5] overflows fp16");
   }
   EXPECT_EQ(non_finite_share(run_policy(data, parse_policy("exact")).o), 0.0);  // fp32 input holds it
   QKV edge = uniform_qkv({1, 1, 40, 64}, 0.0, 1.0, 11, DType::f32);

@@ -479,7 +479,7 @@ TEST(Serving, InputsBeyondTheInputFormatAreRefusedBeforeAnythingIsWritten) {
     b.args.options.policy = preset_policy("fa16");
     store_from_double(b.k.bytes.data(), DType::f32, b.k.view.offset(0, 1, 4, 2), 1e6);
     const auto o = b.o.bytes;
-    expect_error([&] { attention_varlen(b.args); }, "k: value 1e+06 at [4, 1, 2] overflows fp16");
+    expect_error([&] { attention_varlen(b.args); }, "k: value 1e+06 at [token, head, dim] = [4, 1, 2] overflows fp16");
     EXPECT_TRUE(o == b.o.bytes);
   }
   {
@@ -568,14 +568,14 @@ TEST(Varlen, BadInputIsRejectedBeforeAnythingIsWritten) {
   {
     Varlen b({{3, 3}, {4, 4}}, seed);
     store_from_double(b.k.bytes.data(), DType::f16, b.k.view.offset(0, 1, 5, 2), NAN);
-    expect_untouched(b, "k: non-finite value at [5, 1, 2]");  // [token, head, dim] of packed k
+    expect_untouched(b, "k: non-finite value at [token, head, dim] = [5, 1, 2]");  // [token, head, dim] of packed k
   }
   {
     // The index names the packed token, also when the sequences start past token 0.
     Varlen b({{3, 3}, {4, 4}}, seed);
     b.cu_q[0] = 1;
     store_from_double(b.q.bytes.data(), DType::f16, b.q.view.offset(0, 2, 2, 7), NAN);
-    expect_untouched(b, "q: non-finite value at [2, 2, 7]");
+    expect_untouched(b, "q: non-finite value at [token, head, dim] = [2, 2, 7]");
   }
   {
     // A NaN in a padding token past cu_seqlens_k[B] is never read, so it is no error.
@@ -626,7 +626,7 @@ TEST(Varlen, ErrorsNameThePackedShapes) {
     Varlen b({{3, 3}, {4, 4}}, seed, DType::f32);
     b.args.options.policy = preset_policy("fa16");
     store_from_double(b.q.bytes.data(), DType::f32, b.q.view.offset(0, 3, 6, 1), 1e6);
-    expect_error([&] { attention_varlen(b.args); }, "q: value 1e+06 at [6, 3, 1] overflows fp16");
+    expect_error([&] { attention_varlen(b.args); }, "q: value 1e+06 at [token, head, dim] = [6, 3, 1] overflows fp16");
   }
 }
 

@@ -141,7 +141,7 @@ def test_non_finite_inputs(rng, bad, which):
     args = dict(zip("qkv", qkv(rng, 1, 2, 2, 8, 8, 64)))
     args[which][0, 1, 5, 7] = bad
     out = np.full(args["q"].shape, 7.0, np.float32)
-    with raises(rf"^{which}: non-finite value at \[0, 1, 5, 7\]"):
+    with raises(rf"^{which}: non-finite value at \[b, h, s, d\] = \[0, 1, 5, 7\]"):
         pasa.attention(args["q"], args["k"], args["v"], out=out)
     assert np.all(out == 7.0)  # untouched
     with raises(rf"^{which}: non-finite value"):

@@ -179,6 +179,8 @@ def test_beta_reproduces_the_presets(initial, optimal):
 
 def test_beta_options_and_errors():
     assert pasa.beta(0.9, format="bf16", block=64).beta != pasa.beta(0.9).beta
+    with pytest.raises(pasa.PasaError, match=r"^block: 1099511627776 is outside 1\.\.1024"):
+        pasa.beta(block=2**40)  # (the policy's range of s2, not an int's)
     assert pasa.beta(scale=0.0883883).beta != pasa.beta().beta
     with pytest.raises(pasa.PasaError, match=r"initial value 1.5 is outside \(0, 1\)"):
         pasa.beta(1.5)
@@ -186,7 +188,7 @@ def test_beta_options_and_errors():
         pasa.beta(format="int8")
     with pytest.raises(pasa.PasaError, match=r"unknown number format 'fp9x'"):
         pasa.beta(format="fp9x")
-    with pytest.raises(pasa.PasaError, match=r"block size 0 must be at least 1"):
+    with pytest.raises(pasa.PasaError, match=r"^block: 0 is outside 1\.\.1024"):
         pasa.beta(block=0)
     # A scale that M cannot hold in fp16: the error says what M applies, not that the block is small.
     with pytest.raises(pasa.PasaError, match=r"rounded to fp16 applies beta = 1, outside \[0, 1\) "

@@ -226,7 +226,7 @@ def test_varlen_errors_name_the_packed_arrays(rng):
         pasa.attention(q, q[:, :3].copy(), q[:, :3].copy(), **options)
     bad = k.copy()
     bad[5, 1, 2] = np.nan
-    with pytest.raises(pasa.PasaError, match=r"^k: non-finite value at \[5, 1, 2\]"):
+    with pytest.raises(pasa.PasaError, match=r"^k: non-finite value at \[token, head, dim\] = \[5, 1, 2\]"):
         pasa.attention(q, bad, k, **options)
     big = q.copy()
     big[4, 3, 7] = 1e6
@@ -309,6 +309,20 @@ def test_kvcache_checks_cost_what_the_tables_hold_not_the_pool(rng):
     want = pasa.attention_with_kvcache(q, np.repeat(block, 2, axis=0), np.repeat(block, 2, axis=0),
                                        cache_seqlens=6, block_table=np.array([[0, 1]], np.int32))
     np.testing.assert_array_equal(o, want)
+
+
+def test_an_index_array_whose_copy_does_not_fit_raises_pasa_error(rng, monkeypatch):
+    # The int32 copy of a broadcast table of 2^31 columns (32 GiB) raised NumPy's MemoryError; the
+    # allocation's failure is simulated here rather than run on the test machine.
+    import pasa._serving as serving
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError("simulated")
+
+    monkeypatch.setattr(serving.np, "ascontiguousarray", no_memory)
+    table = np.broadcast_to(np.zeros((1, 1), np.int32), (4, 2**31 - 1))
+    with pytest.raises(pasa.PasaError, match=r"^block_table: its int32 copy \(34359738352 bytes\) does not fit"):
+        serving._int32(table, "block_table")
 
 
 @pytest.mark.parametrize("shape, message", [((2, 0, 4, 8), "sequence size is 0"), ((0, 1, 4, 8), "batch size is 0")])
