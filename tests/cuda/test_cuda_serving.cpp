@@ -12,6 +12,7 @@
 #include <memory>
 #include <numeric>
 
+#include "cuda/host/decode_params.h"
 #include "cuda_case_harness.h"
 #include "pasa/serving.h"
 
@@ -635,6 +636,14 @@ TEST(CudaKVCacheBadInput, LongQueriesAndPrefillPoliciesAreRejected) {
   for (const char* preset : {"sage8", "pasa"}) {
     one.options.policy = preset_policy(preset);
     expect_rejected_untouched(one, {preset});
+  }
+  // Head dim 256 where no decode tile fits (a 99 KiB device, as ctest's env_99kib run makes this one):
+  // refused naming the bytes.
+  if (!device_grants_shared_memory(cuda::decode_tile_for(256, 1, granted_shared_memory()).smem_bytes(1))) {
+    KVProblem wide = make_kv(2, 1, 256, 12, 16, 0, DType::f16, DType::f16, false, rng);
+    set_paged(wide, {20, 9}, 4, 0, rng);
+    wide.options.policy = exact_policy(DType::f16);
+    expect_rejected_untouched(wide, {"split-KV decode kernel", "bytes of shared memory per CTA"});
   }
 }
 
