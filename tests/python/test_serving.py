@@ -230,7 +230,7 @@ def test_varlen_errors_name_the_packed_arrays(rng):
         pasa.attention(q, bad, k, **options)
     big = q.copy()
     big[4, 3, 7] = 1e6
-    with pytest.raises(pasa.PasaError, match=r"^q: value 1e\+06 at \[4, 3, 7\] overflows fp16"):
+    with pytest.raises(pasa.PasaError, match=r"^q: value 1e\+06 at \[token, head, dim\] = \[4, 3, 7\] overflows fp16"):
         pasa.attention(big, k, k, policy="fa16", **options)
     # (a layout was taken and ignored)
     with pytest.raises(pasa.PasaError, match=r"^layout: 'bshd' does not apply to packed inputs"):
@@ -644,8 +644,11 @@ def test_cuda_bad_input_raises_before_writing(rng):
     assert torch.equal(k_cache, k_before) and torch.equal(v_cache, v_before)
     table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32, device="cuda")
     long_q = host_tensor(rng, (2, 17, 4, d), dtype).cuda()  # S_q 17: past the decode kernel's 16
-    for query, policy in ((long_q, "exact"), (q, "pasa")):  # what the decode kernel does not run
-        with pytest.raises(pasa.PasaError, match="S_q <= 16"):
+    refused = r"^attention_with_kvcache on the GPU runs the split-KV decode kernel, which does not run this call"
+    # what the decode kernel does not run, and why
+    for query, policy, why in ((long_q, "exact", r"takes S_q <= 16 \(q has S_q = 17\)"),
+                               (q, "pasa", "runs the exact and fdpp policies")):
+        with pytest.raises(pasa.PasaError, match=rf"{refused} .*: it {why}"):
             pasa.attention_with_kvcache(query, k_cache, v_cache, cache_seqlens=lengths,
                                         block_table=table, policy=policy)
 
