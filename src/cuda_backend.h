@@ -20,6 +20,11 @@ bool cuda_backend_available();
 // sm_90a kernels, and PASA_CUDA_PATH not set to portable. The pasa and sage8 policies need it.
 bool cuda_hopper_path_available();
 
+// Whether the CUDA kernels run a sliding window, a logit softcap and an attention mask under `policy`
+// for inputs of dtype `in`: the exact family's prefill kernels do, the others (pasa, sage8, fdpp)
+// take none. False for a policy the kernels do not run, and in a build without CUDA. Reads no device.
+bool cuda_runs_score_mods(const Policy& policy, DType in);
+
 // Runs args on the GPU (all tensors on the device, work on args.stream). Throws pasa::Error for
 // policies, head dims, dtypes or devices the kernels do not support, before any launch.
 void cuda_attention(const AttentionArgs& args, const ProblemShape& shape);

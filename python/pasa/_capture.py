@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 from . import _core
 from ._api import sdpa
 from ._errors import PasaError
-from ._fallback import compiling, run_or_fallback, sdpa_precheck
+from ._fallback import compiling, run_or_fallback, score_mods_refusal, sdpa_precheck, warm_score_mods
 from ._io import file_path, save
 from ._policy import Policy, PolicyLike
 
@@ -527,6 +527,8 @@ class Patch:
         self.plan_default: Optional[str] = None
         if plan is not None:
             self.plan_default, self.plan = _load_plan(plan)
+        for text in {self.policy, self.plan_default, *(self.plan or {}).values()} - {None}:
+            warm_score_mods(text)
         self.timestep: Optional[int] = None  #: set by the caller; passed to name_fn
         self.calls = 0  #: calls routed through pasa
         self.fallbacks = 0  #: calls pasa cannot run, passed to torch's SDPA (see pasa.stats())
@@ -616,6 +618,9 @@ class Patch:
         precheck = sdpa_precheck(bound.get("query"), bound.get("key"), bound.get("value"),
                                  bound.get("attn_mask"), bound.get("dropout_p", 0.0),
                                  bound.get("enable_gqa", False), bound.get("scale"))
+        if precheck is None:
+            precheck = score_mods_refusal(policy, bound["query"],
+                                          "attn_mask" if bound.get("attn_mask") is not None else None)
         fell_back = []
 
         def fallback() -> Any:

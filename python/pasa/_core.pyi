@@ -24,6 +24,7 @@ class Policy:
 
 def policy_fields() -> List[Tuple[str, str, List[str], str]]: ...
 
+def cuda_runs_score_mods(policy: Policy, dtype: str) -> bool: ...
 def attention(q: Any, k: Any, v: Any, out: Any, lse: Optional[Any], policy: Policy, causal: bool,
               causal_alignment: str, scale: Optional[float], layout: str, stream: int,
               window_left: int = -1, window_right: int = -1, softcap: float = 0.0,

@@ -11,11 +11,12 @@ import os
 import sys
 import threading
 import warnings
-from typing import Any, Callable, Dict, Optional, TypeVar
+from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
 from ._errors import PasaError
 
-__all__ = ["PasaFallbackWarning", "stats", "run_or_fallback", "sdpa_precheck"]
+__all__ = ["PasaFallbackWarning", "stats", "run_or_fallback", "sdpa_precheck", "warm_score_mods",
+           "score_mods_refusal"]
 
 T = TypeVar("T")
 
@@ -174,3 +175,36 @@ def sdpa_precheck(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: A
     if query.shape[0] != key.shape[0]:
         return f"k: batch {key.shape[0]} differs from q's {query.shape[0]} (pasa does not broadcast it)"
     return None
+
+
+# Whether the GPU kernels take an attention mask, a window or a softcap under a policy, per (policy
+# text, torch dtype). Filled where a policy is chosen (warm_score_mods: the answer is native code,
+# which torch.compile cannot trace) and read inside traced calls (score_mods_refusal).
+_gpu_score_mods: Dict[Tuple[str, Any], bool] = {}
+
+
+def warm_score_mods(policy: str) -> None:
+    """Records, for ``policy`` (text) and the kernels' 16-bit input dtypes, whether the GPU kernels
+    take score modifiers. Call it outside traced code; a build without CUDA records nothing."""
+    import torch
+
+    from . import _core
+    from ._policy import core_policy
+
+    if not _core.built_with_cuda:
+        return
+    for dtype, name in ((torch.float16, "float16"), (torch.bfloat16, "bfloat16")):
+        if (policy, dtype) not in _gpu_score_mods:
+            _gpu_score_mods[(policy, dtype)] = bool(_core.cuda_runs_score_mods(core_policy(policy), name))
+
+
+def score_mods_refusal(policy: str, query: Any, given: Optional[str]) -> Optional[str]:
+    """Why a call on query's GPU that ``given`` an attention mask, window or softcap (its argument's
+    name; None: none) cannot run under ``policy``: only the exact policy's GPU kernels take them. A
+    precheck from metadata, so that a call under torch.compile falls back as an eager one does (whose
+    planning refuses it); None where unknown (not warmed: the planning still refuses it)."""
+    if given is None or not query.is_cuda or _gpu_score_mods.get((policy, query.dtype), True):
+        return None
+    return (f"{given}: the GPU kernels of policy '{policy}' take no attention mask, sliding window or softcap "
+            f"(the exact policy's do)")
+

@@ -15,6 +15,7 @@
 
 #include "array_views.h"
 #include "bindings.h"
+#include "cuda_backend.h"
 #include "interruptible.h"
 #include "pasa/attention.h"
 #include "pasa/attention_plan.h"
@@ -203,6 +204,12 @@ nb::tuple reference(const InputArray& q, const InputArray& k, const InputArray& 
 }  // namespace
 
 void bind_attention(nb::module_& m) {
+  // Whether the GPU kernels take a window, softcap or mask under a policy, for inputs of a 16-bit
+  // dtype ("float16" or "bfloat16"): the routed calls ask it outside traced code, once a policy.
+  m.def("cuda_runs_score_mods", [](const Policy& policy, const std::string& dtype) {
+    if (dtype != "float16" && dtype != "bfloat16") throw Error("dtype: '" + dtype + "' is not float16 or bfloat16");
+    return cuda_runs_score_mods(policy, dtype == "float16" ? DType::f16 : DType::bf16);
+  });
   m.def(
       "attention",
       [](const InputArray& q, const InputArray& k, const InputArray& v, const OutputArray& o,

@@ -7,6 +7,7 @@ namespace pasa {
 
 bool cuda_backend_available() { return false; }
 bool cuda_hopper_path_available() { return false; }
+bool cuda_runs_score_mods(const Policy&, DType) { return false; }
 
 namespace {
 

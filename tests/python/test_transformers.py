@@ -134,6 +134,21 @@ def test_a_mask_that_keeps_every_key_is_left_out(rng):
             model(input_ids=ids, output_attentions=True)
 
 
+def test_a_policy_whose_gpu_kernels_take_no_mask_falls_back_before_running(monkeypatch):
+    # The precheck reads the answer recorded where the policy was chosen (native code, which
+    # torch.compile cannot trace); here one is recorded by hand for a stand-in CUDA query.
+    from pasa import _fallback
+
+    class Query:
+        is_cuda, dtype = True, torch.float16
+
+    monkeypatch.setitem(_fallback._gpu_score_mods, ("sage8", torch.float16), False)
+    assert _fallback.score_mods_refusal("sage8", Query(), "attn_mask").startswith(
+        "attn_mask: the GPU kernels of policy 'sage8' take no attention mask")
+    assert _fallback.score_mods_refusal("sage8", Query(), None) is None
+    assert _fallback.score_mods_refusal("pasa", Query(), "softcap") is None  # (not recorded: planning decides)
+
+
 def test_static_cache_prefill_and_generation_match_sdpa(rng):
     # A prefill into an empty static cache has keys as long as the cache, the empty slots past the
     # prompt: pasa's mask function gives it sdpa's mask (sdpa itself gives none there and relies on
@@ -409,3 +424,23 @@ def test_gpu_logits_and_generation_match_sdpa(rng, compiled):
         margin = scores[want.sequences[b, start + step]] - scores[got_tokens[b, start + step]]
         tolerance = 2.0**-11 * 2**6 * scores.abs().max()
         assert margin <= tolerance, (b, step, float(margin), float(tolerance))
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and pasa.built_with_cuda),
+                    reason="no CUDA device, or a pasa build without the CUDA kernels")
+def test_gpu_masked_calls_of_a_mask_less_policy_fall_back_also_compiled(rng):
+    # sage8's GPU kernels take no mask: a padded batch's masked calls fall back to torch, also under
+    # torch.compile, where the refusal, found when the graph ran, raised instead.
+    seed = int(rng.integers(2**31))
+    print(f"model seed {seed}")
+    config = gpu_config()
+    reference = build(config, "sdpa", seed).to("cuda", torch.float16)
+    model = torch.compile(build(config, "pasa_sage8", seed).to("cuda", torch.float16))
+    ids = torch.from_numpy(rng.integers(1, config.vocab_size, (2, 40))).cuda()
+    mask = torch.ones_like(ids)
+    mask[1, :5] = 0
+    pasa.stats(reset=True)
+    with torch.no_grad():
+        want = reference(input_ids=ids, attention_mask=mask).logits.float()
+        got = model(input_ids=ids, attention_mask=mask).logits.float()
+    assert (got - want).abs().max() <= 2.0**-11 * 2**6 * want.abs().max()  # (torch ran them)

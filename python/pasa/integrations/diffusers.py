@@ -29,7 +29,7 @@ from typing import Any, List, Optional
 
 from .._api import attention
 from .._capture import unrouted_sdpa
-from .._fallback import run_or_fallback, sdpa_precheck
+from .._fallback import run_or_fallback, score_mods_refusal, sdpa_precheck, warm_score_mods
 from .._policy import Policy, PolicyLike
 
 __all__ = ["PasaAttnProcessor", "register", "unregister"]
@@ -41,6 +41,7 @@ class PasaAttnProcessor:
 
     def __init__(self, policy: PolicyLike = "exact", *, strict: bool = False) -> None:
         self.policy = str(Policy(policy))
+        warm_score_mods(self.policy)
         self.strict = strict
 
     def __repr__(self) -> str:
@@ -101,6 +102,8 @@ class PasaAttnProcessor:
 
         precheck = sdpa_precheck(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
                                  mask, 0.0, True, scale)
+        if precheck is None:
+            precheck = score_mods_refusal(self.policy, query, "attn_mask" if mask is not None else None)
         out = run_or_fallback(run, fallback, precheck, self.strict)  # [B, S_q, H, D]
 
         hidden_states = out.reshape(batch, -1, attn.heads * head_dim).to(query.dtype)

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from .._api import attention
 from .._capture import unrouted_sdpa
 from .._errors import PasaError
-from .._fallback import run_or_fallback, sdpa_precheck
+from .._fallback import run_or_fallback, score_mods_refusal, sdpa_precheck, warm_score_mods
 from .._policy import Policy, PolicyLike
 
 __all__ = ["register", "attention_names"]
@@ -125,6 +125,7 @@ def _sdpa_mask_signature() -> inspect.Signature:
 def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Callable[..., Any]:
     """An attention function with transformers' signature that runs ``policy``."""
     policy_text = str(Policy(policy))
+    warm_score_mods(policy_text)
 
     def pasa_attention_forward(module: Any, query: Any, key: Any, value: Any,
                                attention_mask: Optional[Any], dropout: float = 0.0,
@@ -181,6 +182,9 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
                                     dropout, sink)
 
         precheck = sdpa_precheck(query, key, value, mask, dropout, True, scaling)
+        if precheck is None:
+            given = "attn_mask" if mask is not None else "window_size" if window else "softcap" if cap else None
+            precheck = score_mods_refusal(policy_text, query, given)
         if precheck is None and sink is not None and sink.requires_grad and torch.is_grad_enabled():
             precheck = "autograd: pasa has no backward"
         out = run_or_fallback(run, fallback, precheck, strict)

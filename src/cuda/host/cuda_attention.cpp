@@ -605,6 +605,14 @@ bool cuda_hopper_path_available() {
   return hopper_refusal(device_info(device), portable_path_from_env()).empty();
 }
 
+bool cuda_runs_score_mods(const Policy& policy, DType in) {
+  try {
+    return classify_policy_cached(policy, in) == Family::exact;
+  } catch (const Error&) {  // (a policy no kernel runs)
+    return false;
+  }
+}
+
 CudaPlanChoice cuda_plan_choice(const CudaPlan& plan) {
   return {plan.portable ? CudaKernelPath::portable : CudaKernelPath::hopper, plan.spec->name};
 }
