@@ -195,27 +195,28 @@ def _check_partials(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> N
 
 def _overlaps_itself(x: Tensor) -> bool:
     """Whether two elements of x may share memory: its dimensions of more than one element, by
-    stride, each stepping past all the smaller ones (a sufficient test: a stride of 0 fails it)."""
-    extent = 1
+    stride, each stepping past the span of all the smaller ones (a sufficient test: a stride of 0
+    fails it). An empty tensor has no elements to share."""
+    if x.numel() == 0:
+        return False
+    span = 0  # the elements the smaller dimensions reach past their first, in strides
     for stride, size in sorted((abs(st), n) for st, n in zip(x.stride(), x.shape) if n > 1):
-        if stride < extent:
+        if stride <= span:
             return True
-        extent = stride * size
+        span += stride * (size - 1)
     return False
 
 
 def _byte_ranges_meet(a: Tensor, b: Tensor) -> bool:
-    """Whether the byte ranges a and b span in their storages meet (one storage only)."""
+    """Whether the byte ranges a and b span meet (their data pointers are addresses on one device,
+    whatever storages hold them: two tensors from one NumPy buffer have two)."""
     if a.numel() == 0 or b.numel() == 0:
-        return False
-    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
         return False
 
     def span(t: Tensor) -> Tuple[int, int]:
         low = sum(st * (n - 1) for st, n in zip(t.stride(), t.shape) if st < 0)
         high = sum(st * (n - 1) for st, n in zip(t.stride(), t.shape) if st > 0)
-        start = t.data_ptr() + low * t.element_size()
-        return start, t.data_ptr() + (high + 1) * t.element_size()
+        return t.data_ptr() + low * t.element_size(), t.data_ptr() + (high + 1) * t.element_size()
 
     (a0, a1), (b0, b1) = span(a), span(b)
     return a0 < b1 and b0 < a1

@@ -391,6 +391,15 @@ class RenamesInProgress {
 };
 
 void FileBatch::commit() {
+  // Another user's file in a sticky directory cannot be replaced: refused before anything is written.
+  for (const auto& e : entries_) {
+    struct stat existing {};
+    if (!e->temp || ::lstat(e->target.c_str(), &existing) != 0 || !S_ISREG(existing.st_mode)) continue;
+    if (const std::string why = sticky_refusal(e->target, existing); !why.empty()) {
+      throw ResourceError(e->path + ": " + why + "; it was not changed" +
+                          (entries_.size() > 1 ? ", nor were the other outputs" : ""));
+    }
+  }
   for (const auto& e : entries_) {
     if (!e->temp) write_in_place(e->path, e->in_place);
   }
@@ -404,12 +413,6 @@ void FileBatch::commit() {
     if (!e->temp) continue;
     struct stat existing {};
     e->existed = ::lstat(e->target.c_str(), &existing) == 0;
-    if (e->existed && S_ISREG(existing.st_mode)) {  // (before any link or rename: nothing to undo)
-      if (const std::string why = sticky_refusal(e->target, existing); !why.empty()) {
-        throw ResourceError(e->path + ": " + why + "; it was not changed" +
-                            (entries_.size() > 1 ? ", nor were the other outputs" : ""));
-      }
-    }
     if (e->existed) {
       claim_temporary(e->target, e->backup, [&](const std::filesystem::path& name) {
         return ::link(e->target.c_str(), name.c_str()) == 0;

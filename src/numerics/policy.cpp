@@ -295,6 +295,23 @@ std::vector<std::string> preset_names() {
 
 namespace {
 
+// An error's advice "p_scale <= X": the largest X at or below `bound` that passes `fits` (true for the
+// smaller values), in at most six significant digits rounded down (a bound printed rounded up, or
+// one whose rounding to p lands above it, would be refused in turn).
+double advised_scale(double bound, const std::function<bool(double)>& fits) {
+  double lo = 0.0, hi = bound;
+  for (int i = 0; i < 200 && lo < hi; ++i) {
+    const double mid = lo + (hi - lo) / 2;
+    if (mid == lo || mid == hi) break;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  if (fits(hi)) lo = hi;
+  if (lo <= 0.0) return lo;
+  const double unit = std::pow(10.0, std::floor(std::log10(lo)) - 5);  // the sixth significant digit
+  const double shortened = std::floor(lo / unit) * unit;
+  return fits(shortened) ? shortened : lo;
+}
+
 // "(presets: exact, fa16_fp32, ...)" for the errors that name an unknown preset.
 std::string known_presets() {
   std::string known;
@@ -575,22 +592,27 @@ void validate(const Policy& p) {
                 " has no pseudo-average (use shift=pasa)");
   }
   // Fields that only a quantizer, two-level accumulation or a softmax row sum reads are refused where
-  // nothing reads them, as beta and phi are: the text would claim a policy that runs as another.
-  for (auto [key, quantizer, quant, gran, unset] :
-       {std::tuple{"q_gran", "q_quant", &p.q_quant, p.q_gran, Policy{}.q_gran},
-        {"k_gran", "k_quant", &p.k_quant, p.k_gran, Policy{}.k_gran}}) {
-    if (!*quant && gran != unset) {
+  // nothing reads them and they were set (their value is neither the default nor the preset's, so the
+  // text names them), as beta and phi are: the text would claim a policy that runs as another. (The
+  // preset is built only then: validate runs on every call.)
+  const auto set = [&](auto field) {
+    return p.*field != Policy{}.*field && p.*field != preset_policy(p.preset).*field;
+  };
+  for (auto [key, quantizer, quant, gran, field] :
+       {std::tuple{"q_gran", "q_quant", &p.q_quant, p.q_gran, &Policy::q_gran},
+        {"k_gran", "k_quant", &p.k_quant, p.k_gran, &Policy::k_gran}}) {
+    if (!*quant && set(field)) {
       throw Error(text::format("policy field '{}': set to {} but {}=none ignores it (a granularity is the "
                                "groups of a quantizer's scales)", key, granularity_name(gran), quantizer));
     }
   }
-  if (!p.two_level && p.p_running_max) {
+  if (!p.two_level && set(&Policy::p_running_max)) {
     throw Error("policy field 'p_max': set to running but two_level=0 ignores it (one accumulator already "
                 "takes P against the running maximum)");
   }
   const bool sum_acc_read = p.rowsum == RowSum::exponentials ||
                             (p.shift == Shift::pasa && p.pseudo_avg != PseudoAverage::keys);
-  if (!sum_acc_read && p.sum_acc != Policy{}.sum_acc) {
+  if (!sum_acc_read && set(&Policy::sum_acc)) {
     throw Error("policy field 'sum_acc': set to " + p.sum_acc.name() +
                 " but nothing sums in it: rowsum=p sums P in pv_acc" +
                 (p.shift == Shift::pasa ? ", and pseudo_avg=k takes the mean from the scores' GEMM" : "") +
@@ -667,11 +689,14 @@ void validate(const Policy& p) {
   if (p.rowsum == RowSum::p) block_carriers.emplace_back("softmax", p.softmax);
   for (auto [key, f] : block_carriers) {
     if (f.is_integer() || block_sum <= f.max_finite()) continue;
+    const double max = f.max_finite();
+    const double advice = advised_scale(max / p.block_kv, [&](double x) {
+      return double(p.block_kv) * round_to(p.p, round_to(Format::fp32(), x)) <= max;
+    });
     throw Error(text::format("policy field 'p_scale': {} is too large for {} = {}: a key block of s2 = {} keys "
                              "of weight 1 sums to {:g} scaled weights{}, past its largest value {:g}; use "
                              "p_scale <= {:g}", p.p_scale, key, f.name(), p.block_kv, block_sum,
-                             std::string(key) == "softmax" ? " (rowsum=p)" : " (times |v| = 1)", f.max_finite(),
-                             f.max_finite() / p.block_kv));
+                             std::string(key) == "softmax" ? " (rowsum=p)" : " (times |v| = 1)", max, advice));
   }
   // With V quantized (one scale per channel, so every channel's largest |v| becomes v_quant's largest
   // value), the scaled P~ V has terms up to p_scale times that value, and pv_acc and o carry their sums:
@@ -694,8 +719,13 @@ void validate(const Policy& p) {
                                       std::tuple{"o", p.o, row_keys, row}}) {
       if (f.is_integer() || keys * term <= f.max_finite()) continue;
       const double after = std::floor(f.max_finite() / term) + 1.0;  // keys of weight 1 that pass it
-      const std::string scaled = keys == kMaxRowKeys ? std::string()
-                                 : text::format("p_scale <= {:g}", f.max_finite() / (keys * p.v_quant->max_finite()));
+      // (named copies: clang 14 captures no structured binding)
+      const double vmax = p.v_quant->max_finite(), max = f.max_finite(), n = keys;
+      const std::string scaled =
+          n == kMaxRowKeys ? std::string()
+                           : text::format("p_scale <= {:g}", advised_scale(max / (n * vmax), [&](double x) {
+                               return n * round_to(Format::fp32(), x) * vmax <= max;
+                             }));
       const std::string remedy = f.exp_bits < 8 ? text::format("{}=fp32 or bf16{}{}", key, scaled.empty() ? "" : ", or ",
                                                                scaled)
                                                 : (scaled.empty() ? "a v_quant of smaller values" : scaled);

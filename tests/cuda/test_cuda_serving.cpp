@@ -631,6 +631,8 @@ TEST(CudaKVCacheBadInput, LongQueriesAndPrefillPoliciesAreRejected) {
   set_paged(p, {20, 9}, 4, 0, rng);
   p.options.policy = exact_policy(DType::f16);
   expect_rejected_untouched(p, {"S_q"});
+  p.options.policy = preset_policy("fdpp");  // (its general refusal speaks of the prefill path)
+  expect_rejected_untouched(p, {"which does not run this call", "it takes S_q <= 16 (q has S_q = 17)"});
   KVProblem one = make_kv(2, 1, 128, 12, 16, 2, DType::f16, DType::f16, false, rng);
   set_paged(one, {20, 9}, 4, 0, rng);
   for (const char* preset : {"sage8", "pasa"}) {

@@ -211,6 +211,9 @@ TEST(Policy, ErrorsNameTheField) {
   EXPECT_EQ(parse_policy("fa16,sum_acc=fp16").sum_acc, Format::fp16());  // rowsum=e sums in it
   EXPECT_EQ(parse_policy("pasa,sum_acc=fp16,pseudo_avg=s").sum_acc, Format::fp16());  // the block's mean
   expect_error([] { parse_policy("pasa,sum_acc=fp16,pseudo_avg=k"); }, "pseudo_avg=k takes the mean");
+  // A preset's own value is not set by the text: sage4's warp groups stay without its quantizers.
+  EXPECT_EQ(parse_policy("sage4,q_quant=none,k_quant=none,smooth_q=0,smooth_k=0").q_gran, Granularity::warp);
+  expect_error([] { parse_policy("sage4,q_quant=none,q_gran=token"); }, "'q_gran': set to token but q_quant=none");
 }
 
 // P = 1, the weight of each row's maximum, times p_scale must be a normal number of p (1 for an
@@ -239,7 +242,10 @@ TEST(Policy, PScaleKeepsTheLargestWeightNormal) {
 TEST(Policy, PScaleKeepsAKeyBlockOfWeightOneFinite) {
   expect_error([] { parse_policy("sage8,softmax=fp16,s2=256"); },
                "policy field 'p_scale': 448 is too large for softmax = fp16: a key block of s2 = 256 keys of weight 1 "
-               "sums to 114688 scaled weights (rowsum=p), past its largest value 65504; use p_scale <= 255.875");
+               "sums to 114688 scaled weights (rowsum=p), past its largest value 65504; use p_scale <= 247.999");
+  // (the advice holds: 255.875 itself rounds to 256 in e4m3, whose block passes 65504)
+  EXPECT_NO_THROW(parse_policy("sage8,softmax=fp16,s2=256,p_scale=247.999"));
+  expect_error([] { parse_policy("sage8,softmax=fp16,s2=256,p_scale=255.875"); }, "too large for softmax");
   EXPECT_NO_THROW(parse_policy("sage8,softmax=fp16"));  // 128 x 448 = 57344
   expect_error([] { parse_policy("sage8,softmax=e4m3ieee"); }, "too large for softmax = e4m3ieee");
   expect_error([] { parse_policy("fa16,rowsum=p,p_scale=1000"); }, "too large for o = fp16");

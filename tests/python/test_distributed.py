@@ -297,12 +297,19 @@ def test_merge_partial_of_parts_that_share_the_accumulators_memory():
     pd.merge_partial(o_acc, torch.zeros(1, 1, 2), o, torch.zeros(1, 1, 2))
     assert torch.equal(o_acc, want)
     o_acc = torch.ones(1, 1, 2, 2)
-    for lse_acc, match in ((torch.zeros(1).expand(1, 1, 2), r"^lse_acc: its elements share memory"),
-                           (o_acc[..., 0], r"^o_acc and lse_acc share memory")):
+    buffer = np.zeros(6, np.float32)  # (two tensors from one NumPy buffer have two storages)
+    for o_acc, lse_acc, match in (
+            (o_acc, torch.zeros(1).expand(1, 1, 2), r"^lse_acc: its elements share memory"),
+            (o_acc, o_acc[..., 0], r"^o_acc and lse_acc share memory"),
+            (torch.from_numpy(buffer[:4]).view(1, 1, 2, 2), torch.from_numpy(buffer[3:5]).view(1, 1, 2),
+             r"^o_acc and lse_acc share memory")):
         before = o_acc.clone()
         with pytest.raises(pasa.PasaError, match=match):
             pd.merge_partial(o_acc, lse_acc, torch.ones(1, 1, 2, 2), torch.zeros(1, 1, 2))
         assert torch.equal(o_acc, before)
+    # A strided view whose elements are all apart is an accumulator like any other.
+    assert not pd._overlaps_itself(torch.zeros(20).as_strided((2, 3), (5, 2)))
+    assert pd._overlaps_itself(torch.zeros(20).as_strided((2, 3), (2, 1)))
 
 
 def test_merge_partial_ignores_what_a_weightless_partial_holds():

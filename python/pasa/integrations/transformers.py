@@ -70,9 +70,9 @@ def _register_mask(transformers: Any, name: str) -> None:
 def _causal_or_sdpa_mask(*args: Any, **kwargs: Any) -> Optional[Any]:
     """None (pasa's causal says it all) when the mask would be the causal one alone: the causal mask
     function, no padding mask or one that keeps every key, no window, no key offset, and one query or
-    as many queries as keys,
-    where the two alignments agree. The test reads only sizes, so it also holds while tracing, where
-    sdpa's own skip gives up. Else transformers' sdpa mask, made whole: sdpa's other skip (a prefill
+    as many queries as keys, where the two alignments agree. Without a padding mask the test reads
+    only sizes, so it also holds while tracing, where sdpa's own skip gives up; a padding mask's values
+    are read outside tracing only (_hides_nothing). Else transformers' sdpa mask, made whole: sdpa's other skip (a prefill
     into an empty static cache, more keys than queries) relies on torch's top-left is_causal, and a
     model may cut the queries of a mask-less call to its last tokens (Gemma 4's KV-shared layers do,
     for every backend but sdpa), which needs the bottom-right one. (The arguments are read by name:

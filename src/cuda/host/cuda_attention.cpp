@@ -420,11 +420,15 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps, bool decod
     }
     refusals += std::string("; ") + spec.name + ": " + why;
   }
-  if (plan.spec == nullptr && decode_only) {
+  if (plan.spec == nullptr && decode_only) {  // (the decode kernel's own reason: no prefill kernel is an option)
+    const std::string why = ps.seq_q > cuda::kDecodeMaxSeqQ  // (for fdpp, accepts_decode speaks of its prefill)
+                                ? "takes S_q <= " + std::to_string(cuda::kDecodeMaxSeqQ) + " (q has S_q = " +
+                                      std::to_string(ps.seq_q) + ")"
+                                : accepts_decode(candidate);
     throw Error("attention_with_kvcache on the GPU runs the split-KV decode kernel, which does not run this "
                 "call (S_q = " + std::to_string(ps.seq_q) + ", head dim " + std::to_string(ps.dim) + ", policy '" +
-                to_string(args.policy) + "', " + device_text(plan.device, info) + "): it " +
-                refusals.substr(refusals.find(": ") + 2));
+                to_string(args.policy) + "', " + device_text(plan.device, info) + "): " +
+                (why.empty() ? "it has no sliding window, softcap or attention mask" : "it " + why));
   }
   if (plan.spec == nullptr) {
     throw Error("policy '" + to_string(args.policy) + "' (family " + family_name(plan.family) + ") on " +
