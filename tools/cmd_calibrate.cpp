@@ -167,8 +167,14 @@ void say_if_masked(const EntryFiles& e) {
 // The plan must not overwrite a capture it is computed from: its tensors, or the index.json that holds
 // its calls (where the capture has none yet too: a plan there would make the directory unreadable).
 void check_plan_output(const std::string& out, const std::string& dir, const std::vector<EntryFiles>& entries) {
-  // A plan in the inputs' directory under a name find_entries reads as captured inputs would make the
-  // directory unreadable for the next calibrate.
+  std::vector<NamedPath> inputs;
+  for (const EntryFiles& e : entries) {
+    for (const std::string& path : e.paths()) inputs.push_back({"--inputs", path});
+  }
+  inputs.push_back({"--inputs", (std::filesystem::path(dir) / "index.json").string()});
+  check_output_files(inputs, {{"--out", out}});
+  // Nor a new file in the inputs' directory under a name find_entries reads as captured inputs: the
+  // next calibrate of the directory would read the plan as one.
   namespace fs = std::filesystem;
   const fs::path plan(out);
   const std::string file = plan.filename().string();
@@ -180,12 +186,6 @@ void check_plan_output(const std::string& out, const std::string& dir, const std
                      "next calibrate of that directory would read the plan as one; name it plan.json or "
                      "write it elsewhere");
   }
-  std::vector<NamedPath> inputs;
-  for (const EntryFiles& e : entries) {
-    for (const std::string& path : e.paths()) inputs.push_back({"--inputs", path});
-  }
-  inputs.push_back({"--inputs", (std::filesystem::path(dir) / "index.json").string()});
-  check_output_files(inputs, {{"--out", out}});
 }
 
 void calibrate_plan(const CalibrateOptions& opt) {
