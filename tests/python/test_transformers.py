@@ -142,7 +142,7 @@ def test_a_policy_whose_gpu_kernels_take_no_mask_falls_back_before_running(monke
     class Query:
         is_cuda, dtype = True, torch.float16
 
-    monkeypatch.setitem(_fallback._gpu_score_mods, ("sage8", torch.float16), False)
+    monkeypatch.setattr(_fallback, "_gpu_score_mods", {("sage8", torch.float16): False})
     assert _fallback.score_mods_refusal("sage8", Query(), "attn_mask").startswith(
         "attn_mask: the GPU kernels of policy 'sage8' take no attention mask")
     assert _fallback.score_mods_refusal("sage8", Query(), None) is None
