@@ -207,4 +207,3 @@ def score_mods_refusal(policy: str, query: Any, given: Optional[str]) -> Optiona
         return None
     return (f"{given}: the GPU kernels of policy '{policy}' take no attention mask, sliding window or softcap "
             f"(the exact policy's do)")
-

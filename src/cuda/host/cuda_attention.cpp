@@ -75,7 +75,7 @@ struct DeviceInfo {
 
 // PASA_CUDA_SMEM_LIMIT as the process found it: unset or empty for none, else the most bytes of
 // shared memory a CTA may take in the decode and portable kernels' tile choices, so that a GPU with
-// more takes the choices of one with less (a 99 KB device's on an H100, say). Read once, as
+// more takes the choices of one with less (a 99 KiB device's on an H100, say). Read once, as
 // PASA_CUDA_PATH is.
 int smem_limit_from_env() {
   static const int limit = [] {
