@@ -80,6 +80,17 @@ def test_types_numpy_cannot_export_and_strides_in_part_elements_are_refused_by_n
             pasa.attention(args["q"], args["k"], args["v"], out=args["out"])
 
 
+def test_masked_arrays_are_refused_by_name(rng):
+    """A NumPy masked array's mask was ignored: its masked entries took part like any other."""
+    q, k, v = qkv(rng, 1, 2, 2, 8, 8, 64)
+    masked = np.ma.masked_array(k, mask=np.zeros(k.shape, bool))
+    with raises(r"^k: a NumPy masked array, whose mask pasa would ignore"):
+        pasa.attention(q, masked, v)
+    with raises(r"^cache_seqlens: a NumPy masked array"):
+        pasa.attention_with_kvcache(q.transpose(0, 2, 1, 3)[:, :1], k.transpose(0, 2, 1, 3),
+                                    v.transpose(0, 2, 1, 3), cache_seqlens=np.ma.masked_array([4]))
+
+
 def test_an_out_of_new_axes_is_taken(rng):
     """NumPy gives a new axis stride 0: out=o[None] was refused for its size-1 dimension's stride,
     which is never read."""
