@@ -254,7 +254,9 @@ void add_bench_command(Command& app) {
       ->delimiter(',')
       ->capture_default_str()
       ->range(kHeadDimsText);
-  cmd->add_option("--seq", opt->seqs, "sequence lengths (S_q = S_kv), each dividing --tokens (B = tokens / S)")->delimiter(',')->capture_default_str();
+  cmd->add_option("--seq", opt->seqs, "sequence lengths (S_q = S_kv), each dividing --tokens (B = tokens / S)")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--mask", opt->masks, "full, causal")->delimiter(',')->capture_default_str();
   cmd->add_option("--tokens", opt->tokens, "B * S of every prefill point")->capture_default_str();
   cmd->add_option("--hidden", opt->hidden, "H * D of every prefill point (H rounded down)")->capture_default_str();

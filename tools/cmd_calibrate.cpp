@@ -101,6 +101,12 @@ std::vector<EntryFiles> indexed_entries(const std::string& dir, const std::vecto
   return out;
 }
 
+// Whether find_entries reads a file of this name as captured inputs (NAME.safetensors, NAME_q.npy, ...).
+bool names_captured_inputs(const std::string& file) {
+  return file.ends_with(".safetensors") || file.ends_with("_q.npy") || file.ends_with("_k.npy") ||
+         file.ends_with("_v.npy");
+}
+
 // NAME.safetensors with tensors q, k, v, or NAME_q.npy, NAME_k.npy, NAME_v.npy; NAME is
 // layer<L>[_t<T>]. Two names for one (layer, timestep) ("layer1" and "layer01") are refused. With an
 // index.json, its calls (indexed_entries).
@@ -115,16 +121,15 @@ std::vector<EntryFiles> find_entries(const std::string& dir) {
   std::map<std::string, EntryFiles> found;
   for (const fs::path& path : files) {
     const std::string file = path.filename().string();
+    if (!names_captured_inputs(file)) continue;
     std::string name;
     if (file.ends_with(".safetensors")) {
       name = file.substr(0, file.size() - 12);
       found[name].safetensors = path.string();
-    } else if (file.ends_with("_q.npy") || file.ends_with("_k.npy") || file.ends_with("_v.npy")) {
+    } else {  // NAME_q.npy, NAME_k.npy or NAME_v.npy
       name = file.substr(0, file.size() - 6);
       const char which = file[file.size() - 5];
       found[name].npy[which == 'q' ? 0 : which == 'k' ? 1 : 2] = path.string();
-    } else {
-      continue;
     }
     found[name].name = name;
   }
@@ -177,10 +182,8 @@ void check_plan_output(const std::string& out, const std::string& dir, const std
   // next calibrate of the directory would read the plan as one.
   namespace fs = std::filesystem;
   const fs::path plan(out);
-  const std::string file = plan.filename().string();
   std::error_code ec;
-  if ((file.ends_with(".safetensors") || file.ends_with("_q.npy") || file.ends_with("_k.npy") ||
-       file.ends_with("_v.npy")) &&
+  if (names_captured_inputs(plan.filename().string()) &&
       fs::equivalent(plan.has_parent_path() ? plan.parent_path() : fs::path("."), dir, ec)) {
     throw UsageError("--out: " + out + " inside --inputs " + dir + " has the name of captured inputs, so the "
                      "next calibrate of that directory would read the plan as one; name it plan.json or "

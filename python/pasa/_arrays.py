@@ -121,21 +121,30 @@ def check_writable(x: Any, name: str) -> None:
         raise PasaError(f"{name}: array is read-only")
 
 
-def check_distinct_elements(x: np.ndarray, name: str) -> None:
-    """Raises PasaError where an output array's strides address some element more than once (a stride
-    of 0, interleaved dimensions), the rule the C++ calls apply to every output they write: the
-    dimensions of size > 1, by |stride|, each step past all that the smaller ones span."""
-    if 0 in x.shape:
-        return
-    item = x.itemsize
+def addresses_an_element_twice(shape: Tuple[int, ...], strides: Tuple[int, ...]) -> bool:
+    """Whether strides (in elements) address some element of ``shape`` more than once (a stride of 0,
+    interleaved dimensions), the rule the C++ calls apply to every output they write: unless the
+    dimensions of size > 1, by |stride|, each step past all that the smaller ones span. (An empty
+    array addresses none.)"""
+    if 0 in shape:
+        return False
     spanned = 0
-    for stride, size in sorted((abs(s) // item, n) for s, n in zip(x.strides, x.shape) if n > 1):
+    for stride, size in sorted((abs(st), n) for st, n in zip(strides, shape) if n > 1):
         if stride <= spanned:
-            raise PasaError(f"{name}: sizes {list(x.shape)} with strides {[s // item for s in x.strides]} "
-                            "address some elements more than once, so results written there would be lost "
-                            "(an output needs its own element for every index: no stride of 0, no "
-                            "interleaved dimensions)")
+            return True
         spanned += (size - 1) * stride
+    return False
+
+
+def check_distinct_elements(x: np.ndarray, name: str) -> None:
+    """Raises PasaError where an output array's strides address some element more than once
+    (addresses_an_element_twice)."""
+    strides = tuple(st // x.itemsize for st in x.strides)
+    if addresses_an_element_twice(x.shape, strides):
+        raise PasaError(f"{name}: sizes {list(x.shape)} with strides {list(strides)} "
+                        "address some elements more than once, so results written there would be lost "
+                        "(an output needs its own element for every index: no stride of 0, no "
+                        "interleaved dimensions)")
 
 
 def check_given_out(out: Any, q_shape: Tuple[int, ...]) -> None:

@@ -41,6 +41,7 @@ except ImportError as error:  # (as pasa.capture and pasa.patch say it)
     raise ImportError("pasa.distributed needs torch (pip install torch)") from error
 
 from ._api import attention as _attention
+from ._arrays import addresses_an_element_twice
 from ._arrays import check_not_meta as _check_not_meta
 from ._errors import PasaError
 from ._errors import flag_argument as _flag_argument
@@ -181,7 +182,7 @@ def _check_partials(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> N
     if lse.shape != lse_acc.shape:
         raise PasaError(f"lse: shape {tuple(lse.shape)} differs from lse_acc's {tuple(lse_acc.shape)}")
     for name, x in (("o_acc", o_acc), ("lse_acc", lse_acc)):
-        if _overlaps_itself(x):
+        if addresses_an_element_twice(tuple(x.shape), x.stride()):
             raise PasaError(f"{name}: its elements share memory (a broadcast or overlapping view, strides "
                             f"{tuple(x.stride())}); the merge writes every element")
     if _byte_ranges_meet(o_acc, lse_acc):
@@ -191,20 +192,6 @@ def _check_partials(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> N
         if bool(bad.any()):
             where = [int(i) for i in torch.nonzero(bad)[0]]
             raise PasaError(f"{name}: {float(x[tuple(where)])} at {where} is not a log-sum-exp")
-
-
-def _overlaps_itself(x: Tensor) -> bool:
-    """Whether two elements of x may share memory: its dimensions of more than one element, by
-    stride, each stepping past the span of all the smaller ones (a sufficient test: a stride of 0
-    fails it). An empty tensor has no elements to share."""
-    if x.numel() == 0:
-        return False
-    span = 0  # the elements the smaller dimensions reach past their first, in strides
-    for stride, size in sorted((abs(st), n) for st, n in zip(x.stride(), x.shape) if n > 1):
-        if stride <= span:
-            return True
-        span += stride * (size - 1)
-    return False
 
 
 def _byte_ranges_meet(a: Tensor, b: Tensor) -> bool:

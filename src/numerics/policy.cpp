@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <functional>
 #include <limits>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -664,10 +665,12 @@ void validate(const Policy& p) {
   // keeps only a subnormal's few bits, while the reference is finite. An integer p needs P = 1 to
   // reach 1.
   const double scaled_one = round_to(p.p, round_to(Format::fp32(), p.p_scale));
-  // (with rowsum=p a block's sum of the scaled P is rounded to `softmax` before it is divided by
-  // p_scale: P = 1 alone must be normal there too)
-  std::vector<std::pair<const char*, Format>> carriers{{"p", p.p}, {"pv_acc", p.pv_acc}, {"o", p.o}};
-  if (p.rowsum == RowSum::p) carriers.emplace_back("softmax", p.softmax);
+  // The formats that carry the scaled P: p, pv_acc and o, and with rowsum=p `softmax`, where a block's
+  // sum of the scaled P is rounded before it is divided by p_scale. (An array, not a vector: validate
+  // runs on every call.)
+  const std::pair<const char*, Format> carrier_list[] = {
+      {"p", p.p}, {"pv_acc", p.pv_acc}, {"o", p.o}, {"softmax", p.softmax}};
+  const std::span<const std::pair<const char*, Format>> carriers(carrier_list, p.rowsum == RowSum::p ? 4 : 3);
   for (auto [key, f] : carriers) {
     const double smallest = f.is_integer() ? 1.0 : f.min_normal();
     if (scaled_one < smallest) {
@@ -685,9 +688,7 @@ void validate(const Policy& p) {
   // Refused where that block passes a carrier's largest value; larger |v| meet the formats' own
   // limits (docs/numerics.md), and with V quantized the check below is the stricter one.
   const double block_sum = double(p.block_kv) * scaled_one;
-  std::vector<std::pair<const char*, Format>> block_carriers{{"pv_acc", p.pv_acc}, {"o", p.o}};
-  if (p.rowsum == RowSum::p) block_carriers.emplace_back("softmax", p.softmax);
-  for (auto [key, f] : block_carriers) {
+  for (auto [key, f] : carriers.subspan(1)) {  // (P's own format holds one weight, not a block's sum)
     if (f.is_integer() || block_sum <= f.max_finite()) continue;
     const double max = f.max_finite();
     const double advice = advised_scale(max / p.block_kv, [&](double x) {

@@ -308,8 +308,11 @@ def test_merge_partial_of_parts_that_share_the_accumulators_memory():
             pd.merge_partial(o_acc, lse_acc, torch.ones(1, 1, 2, 2), torch.zeros(1, 1, 2))
         assert torch.equal(o_acc, before)
     # A strided view whose elements are all apart is an accumulator like any other.
-    assert not pd._overlaps_itself(torch.zeros(20).as_strided((2, 3), (5, 2)))
-    assert pd._overlaps_itself(torch.zeros(20).as_strided((2, 3), (2, 1)))
+    pd.merge_partial(torch.zeros(20).as_strided((1, 1, 2, 3), (1, 1, 10, 2)), torch.full((1, 1, 2), -np.inf),
+                     torch.ones(1, 1, 2, 3), torch.zeros(1, 1, 2))
+    with pytest.raises(pasa.PasaError, match=r"^o_acc: its elements share memory"):
+        pd.merge_partial(torch.zeros(20).as_strided((1, 1, 2, 3), (1, 1, 2, 1)), torch.full((1, 1, 2), -np.inf),
+                         torch.ones(1, 1, 2, 3), torch.zeros(1, 1, 2))
 
 
 def test_merge_partial_ignores_what_a_weightless_partial_holds():
