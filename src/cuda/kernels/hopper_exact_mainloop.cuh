@@ -21,8 +21,11 @@
 
 namespace pasa::cuda {
 
-// kMasked: the call has an attention mask (an instantiation of its own: the unmasked one keeps its
-// registers, and at D 64 the masked one runs two consumer warpgroups of 240 registers).
+// kScoreMods: the call has an attention mask, a logit softcap or a sliding window's lower bound (an
+// instantiation of its own that reads them at run time: the other has none of their code in its
+// loop, and at D 64 this one runs two consumer warpgroups of 240 registers, the mask's reads and
+// address arithmetic needing them). Both apply the causal diagonal, a window's upper bound and the
+// sequence end.
 // kConsumers64: the consumer warpgroups at D 64. Three by default (192 query rows share each K and V
 // tile; the softmax, whose work per score does not shrink with D, has more warps to hide it); two for
 // short causal calls, whose 192-row tiles leave more rows idle past the diagonal and the sequence end,
@@ -30,7 +33,7 @@ namespace pasa::cuda {
 // attention_fwd_exact_hopper.cu). Two at D 128 (S, P and O need ~200 registers a thread).
 // The epilogue writes O through shared memory (store_rows) except at D 64 with two warpgroups, where
 // it measured 0.92x at 4k causal and 0.97x at 1k full (three warpgroups: 1.03x at 4k, bench/NOTES.md).
-template <typename E, bool kMasked = false, int kConsumers64 = kMasked ? 2 : 3>
+template <typename E, bool kScoreMods = false, int kConsumers64 = kScoreMods ? 2 : 3>
 struct ExactHopperVariant : HopperVariantDefaults {
   using Elem = E;
 
@@ -84,15 +87,20 @@ struct ExactHopperVariant : HopperVariantDefaults {
       };
       // The block's scores (soft-capped), masked, through the softmax: P in place (fp32) and O's
       // rescale factors. With a softcap the scores are scaled before the softmax, else inside it.
-      const float scale_log2 = p.softcap > 0.0f ? kLog2e : p.scale_log2;
+      const float scale_log2 = kScoreMods && p.softcap > 0.0f ? kLog2e : p.scale_log2;
       auto softmax_block = [&](int j, float (&rescale)[2]) {
         const int key0 = (ctx.kb_first + j) * kBlockN;
-        if (p.softcap > 0.0f) {
+        if constexpr (kScoreMods) {
+          if (p.softcap > 0.0f) {
 #pragma unroll
-          for (int i = 0; i < kBlockN / 2; ++i) s[i] = soft_cap(s[i], p.softcap, p.softcap_scale);
+            for (int i = 0; i < kBlockN / 2; ++i) s[i] = soft_cap(s[i], p.softcap, p.softcap_scale);
+          }
+          if (p.mask_type != MaskType::none) apply_attn_mask(s4, p, ctx.tile.b, ctx.tile.h, key0, ctx.row_lo + ctx.g);
+          if (block_needs_mask(p, key0, kBlockN, ctx.row_lo)) apply_mask(s4, p, key0, ctx.row_lo + ctx.g);
+        } else if (block_needs_mask(p, key0, kBlockN, ctx.row_lo)) {
+          const int row0 = ctx.row_lo + ctx.g;
+          mask_past_limits(s4, key0, [&](int r) { return visible_limit(p, row0 + 8 * r); });
         }
-        if constexpr (kMasked) apply_attn_mask(s4, p, ctx.tile.b, ctx.tile.h, key0, ctx.row_lo + ctx.g);
-        if (block_needs_mask(p, key0, kBlockN, ctx.row_lo)) apply_mask(s4, p, key0, ctx.row_lo + ctx.g);
         return softmax.step(s4, scale_log2, rescale);
       };
       // P as Elem pairs in the A-fragment layout (once the previous P V has stopped reading pf).
