@@ -92,7 +92,8 @@ TEST_P(CudaExact, PersistentTilesOfMixedLengths) {
   check_case({1, 140, 4, 70, 390, 64, false, br, false, DType::f16, DType::f16}, exact_policy(DType::f16));
 }
 
-// Sliding windows (one side, both sides; causal or not; both alignments; S_q != S_kv; the tile's
+// Sliding windows (one side, both sides; causal or not; an upper bound alone, which the sm_90a
+// kernels without score modifiers run; both alignments; S_q != S_kv; the tile's
 // first key blocks skipped) and the logit softcap (at scale 1 on wide scores, where tanh bends) on
 // both exact kernels (the sm_90a one at D 64 and 128; the portable one on its path, at D 96 and 256
 // and for a negative scale, whose Q it flips), against the emulator running the same. A decode shape
@@ -104,6 +105,7 @@ TEST_P(CudaExact, SlidingWindowAndSoftcap) {
       {1, 4, 2, 700, 700, 128, true, br, false, f16, f16, 100, -1, 0.0},      // Mistral-style causal window
       {2, 2, 1, 300, 900, 64, false, tl, true, bf16, bf16, 150, 40, 0.0},     // two-sided, S_q < S_kv
       {1, 2, 2, 900, 300, 128, false, br, false, f16, f32, 20, 70, 0.0},      // S_q > S_kv, rows outside
+      {1, 2, 1, 500, 700, 64, false, tl, false, bf16, f32, -1, 50, 0.0},      // upper bound alone
       {1, 2, 1, 1100, 1100, 64, true, br, false, bf16, bf16, 255, -1, 5.0},   // window + softcap
       {1, 2, 1, 1, 1000, 128, true, br, false, f16, f16, 200, -1, 0.0},       // decode shape
       {1, 2, 1, 600, 600, 96, true, tl, false, bf16, bf16, 64, -1, 0.0},      // D 96
