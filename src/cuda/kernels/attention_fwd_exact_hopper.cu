@@ -34,7 +34,7 @@ void launch_exact_fwd(const KernelRequest& r, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   const FwdParams& p = r.fwd;
   if (p.negate_q) throw Error("exact Hopper kernel: a negative softmax scale runs on the portable kernel");
-  const bool score_mods = p.mask_type != MaskType::none || p.softcap > 0.0f || p.window_left >= 0;
+  const bool score_mods = p.mask_type != MaskType::none || p.softcap > 0.0f;
   // At D 64, two consumer warpgroups (128-row tiles) instead of three (192) for
   // - causal calls of up to 4k queries and keys: measured 1.03-1.11x three at 1k and 4k, 0.87-1.00x
   //   at 16k (bench/NOTES.md, S_q = S_kv). (A few queries against many keys, as in chunked prefill,

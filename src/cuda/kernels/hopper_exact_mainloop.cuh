@@ -21,11 +21,11 @@
 
 namespace pasa::cuda {
 
-// kScoreMods: the call has an attention mask, a logit softcap or a sliding window's lower bound (an
-// instantiation of its own that reads them at run time: the other has none of their code in its
-// loop, and at D 64 this one runs two consumer warpgroups of 240 registers, the mask's reads and
-// address arithmetic needing them). Both apply the causal diagonal, a window's upper bound and the
-// sequence end.
+// kScoreMods: the call has an attention mask or a logit softcap, read at run time (an instantiation
+// of its own: the other has none of their code in its loop, which halves the loop's code and
+// measured 1.01-1.04x at D 64 1k, bench/NOTES.md; at D 64 this one runs two consumer warpgroups of
+// 240 registers, the mask's reads and address arithmetic needing them). Both apply the causal
+// diagonal, the sliding window and the sequence end.
 // kConsumers64: the consumer warpgroups at D 64. Three by default (192 query rows share each K and V
 // tile; the softmax, whose work per score does not shrink with D, has more warps to hide it); two for
 // short causal calls, whose 192-row tiles leave more rows idle past the diagonal and the sequence end,
@@ -96,11 +96,8 @@ struct ExactHopperVariant : HopperVariantDefaults {
             for (int i = 0; i < kBlockN / 2; ++i) s[i] = soft_cap(s[i], p.softcap, p.softcap_scale);
           }
           if (p.mask_type != MaskType::none) apply_attn_mask(s4, p, ctx.tile.b, ctx.tile.h, key0, ctx.row_lo + ctx.g);
-          if (block_needs_mask(p, key0, kBlockN, ctx.row_lo)) apply_mask(s4, p, key0, ctx.row_lo + ctx.g);
-        } else if (block_needs_mask(p, key0, kBlockN, ctx.row_lo)) {
-          const int row0 = ctx.row_lo + ctx.g;
-          mask_past_limits(s4, key0, [&](int r) { return visible_limit(p, row0 + 8 * r); });
         }
+        if (block_needs_mask(p, key0, kBlockN, ctx.row_lo)) apply_mask(s4, p, key0, ctx.row_lo + ctx.g);
         return softmax.step(s4, scale_log2, rescale);
       };
       // P as Elem pairs in the A-fragment layout (once the previous P V has stopped reading pf).
