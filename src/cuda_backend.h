@@ -62,9 +62,10 @@ std::shared_ptr<const CudaKvPlan> plan_cuda_kvcache(const AttentionArgs& args, c
 std::size_t cuda_kvcache_workspace_bytes(const CudaKvPlan& plan);
 void run_cuda_kvcache(const CudaKvPlan& plan, const AttentionArgs& args, const CudaKvCache& cache, void* workspace);
 
-// Copies `bytes` of device memory at `src` to the host at `dst` on `stream` and waits for it; returns
-// false, copying nothing, while the stream is being captured into a CUDA graph (which cannot wait).
-bool cuda_read_to_host(void* dst, const void* src, std::size_t bytes, void* stream);
+// Copies `bytes` of device memory at `src` (the array `name`: an error names it, host memory among
+// them) to the host at `dst` on `stream` and waits for it; returns false, copying nothing, while the
+// stream is being captured into a CUDA graph (which cannot wait).
+bool cuda_read_to_host(void* dst, const void* src, std::size_t bytes, void* stream, const char* name);
 
 // O = 0 and LSE = -inf (when lse.data is set) for every row of the batch-of-one views o [1, H, n, D]
 // and lse [1, H, n], on `stream`: the result of query rows that see no key. The check throws

@@ -261,9 +261,9 @@ void kvcache_on_gpu(const KVCacheArgs& args, const AttentionArgs& whole, std::in
   const bool paged = args.block_table != nullptr;
   IndexCopies copies = allocate_index_copies(args, B, args.max_blocks);  // (whole rows: one copy each array)
   if (cuda_read_to_host(copies.seqlens.data(), args.cache_seqlens, copies.seqlens.size() * sizeof(std::int32_t),
-                        args.options.stream) &&
+                        args.options.stream, "cache_seqlens") &&
       (!paged || cuda_read_to_host(copies.table.data(), args.block_table,
-                                   copies.table.size() * sizeof(std::int32_t), args.options.stream))) {
+                                   copies.table.size() * sizeof(std::int32_t), args.options.stream, "block_table"))) {
     const KVCacheArgs host = copies.args();
     const CacheMap map = copies.map();
     check_cache_indices(host, map, B, s_new);

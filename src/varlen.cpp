@@ -71,8 +71,8 @@ HostOffsets read_offsets(const VarlenArgs& args, const ProblemShape& shape, bool
                 std::vector<std::int32_t>(static_cast<std::size_t>(B + 1))};
   if (on_gpu) {
     const std::size_t bytes = o.q.size() * sizeof(std::int32_t);
-    if (!cuda_read_to_host(o.q.data(), args.cu_seqlens_q, bytes, args.options.stream) ||
-        !cuda_read_to_host(o.k.data(), args.cu_seqlens_k, bytes, args.options.stream)) {
+    if (!cuda_read_to_host(o.q.data(), args.cu_seqlens_q, bytes, args.options.stream, "cu_seqlens_q") ||
+        !cuda_read_to_host(o.k.data(), args.cu_seqlens_k, bytes, args.options.stream, "cu_seqlens_k")) {
       throw Error("cu_seqlens_q: attention_varlen on the GPU reads the offsets on the host, which a stream "
                   "being captured into a CUDA graph cannot wait for: call it outside the capture");
     }

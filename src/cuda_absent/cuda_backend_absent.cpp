@@ -32,7 +32,7 @@ void cuda_attention_with_kvcache(const AttentionArgs&, const CudaKvCache&) { no_
 std::shared_ptr<const CudaKvPlan> plan_cuda_kvcache(const AttentionArgs&, const CudaKvCache&) { no_cuda(); }
 std::size_t cuda_kvcache_workspace_bytes(const CudaKvPlan&) { no_cuda(); }
 void run_cuda_kvcache(const CudaKvPlan&, const AttentionArgs&, const CudaKvCache&, void*) { no_cuda(); }
-bool cuda_read_to_host(void*, const void*, std::size_t, void*) { no_cuda(); }
+bool cuda_read_to_host(void*, const void*, std::size_t, void*, const char*) { no_cuda(); }
 void cuda_check_empty_rows(const TensorView&, const LseView&) { no_cuda(); }
 void cuda_write_empty_rows(const TensorView&, const LseView&, void*) { no_cuda(); }
 void cuda_check_device_memory(const void*, const char*) { no_cuda(); }

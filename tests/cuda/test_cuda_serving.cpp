@@ -620,6 +620,32 @@ TEST(CudaKVCacheBadInput, IndexErrorsAreRejectedBeforeAnythingIsWritten) {
   }
 }
 
+// The index arrays are device memory on the GPU path: a host array is refused by name before it is
+// read (it would be a device-to-host copy from host memory), and nothing is written.
+TEST(CudaKVCacheBadInput, HostIndexArraysAreRefusedByName) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test::kFixedSeeds[0]);
+  KVProblem p = make_kv(2, 2, 128, 12, 16, 2, DType::f16, DType::f16, true, rng);
+  p.options.policy = exact_policy(DType::f16);
+  p.max_blocks = 4;
+  p.seqlens = {37, 21};
+  p.table = {3, 7, 1, -1, 4, 9, -1, -1};
+  DeviceKV d(p);
+  Stream stream;
+  KVCacheArgs host_lengths = d.args(p, stream.s);
+  host_lengths.cache_seqlens = p.seqlens.data();
+  expect_error_naming([&] { attention_with_kvcache(host_lengths); }, {"cache_seqlens", "host memory"});
+  KVCacheArgs host_table = d.args(p, stream.s);
+  host_table.block_table = p.table.data();
+  expect_error_naming([&] { attention_with_kvcache(host_table); }, {"block_table", "host memory"});
+  cuda_ok(cudaStreamSynchronize(stream.s), "stream after the rejected calls");
+  const Outcome after = d.download();
+  std::size_t written = 0;
+  for (double x : after.o) written += !std::isnan(x);
+  EXPECT_EQ(written, 0u) << "output elements written by a rejected call";
+  EXPECT_TRUE(after.k_cache == p.k_cache.bytes) << "k_cache changed by a rejected call";
+}
+
 // The decode kernel takes S_q <= 16 and the exact and fdpp policies; anything else is an error before
 // any launch (the append included), not a silent fallback.
 TEST(CudaKVCacheBadInput, LongQueriesAndPrefillPoliciesAreRejected) {
@@ -884,6 +910,18 @@ TEST(CudaVarlen, ExactMatchesTheEmulator) {
       expect_close(select_rows(gpu, rows, p.D), select_rows(emu, rows, p.D), p.D, pol, p.in, p.out);
     }
   }
+}
+
+// The offsets are device memory on the GPU path: host ones are refused by name before they are read.
+TEST(CudaVarlen, HostOffsetsAreRefusedByName) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test::kFixedSeeds[0]);
+  const VarlenProblem p = make_varlen(kVarlenLengths, 64, DType::f16, DType::f16, rng);
+  DeviceVarlen d(p);
+  Stream stream;
+  VarlenArgs a = d.args(p, exact_policy(DType::f16), stream.s);
+  a.cu_seqlens_k = p.cu_k.data();
+  expect_error_naming([&] { attention_varlen(a); }, {"cu_seqlens_k", "host memory"});
 }
 
 // pasa (either path) and sage8 (the sm_90a kernels): the GPU's error against the fp32 exact run is

@@ -16,19 +16,21 @@
 #include "cuda/host/kvcache_append.h"
 #include "cuda/host/operand_checks.h"
 #include "cuda/host/plan_on_cache.h"
+#include "cuda_backend.h"
 #include "pasa/error.h"
 #include "text/format.h"
 
 namespace pasa {
 
-bool cuda_read_to_host(void* dst, const void* src, std::size_t bytes, void* stream_ptr) {
+bool cuda_read_to_host(void* dst, const void* src, std::size_t bytes, void* stream_ptr, const char* name) {
+  cuda_check_device_memory(src, name);  // (a host array would be a copy of the wrong kind)
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   cuda::check_cuda(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
   if (status != cudaStreamCaptureStatusNone) return false;
-  cuda::check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream),
-                   "cudaMemcpyAsync (the KV cache's index arrays)");
-  cuda::check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (the KV cache's index arrays)");
+  const std::string what = text::format("({} to the host)", name);
+  cuda::check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream), ("cudaMemcpyAsync " + what).c_str());
+  cuda::check_cuda(cudaStreamSynchronize(stream), ("cudaStreamSynchronize " + what).c_str());
   return true;
 }
 
