@@ -238,6 +238,7 @@ def attention_varlen(q: Any, k: Any, v: Any, *, cu_seqlens_q: Any, cu_seqlens_k:
         raise PasaError(f"q: with cu_seqlens_q, expected a 3-D packed array [total_q, H_q, D], got "
                         f"shape {tuple(q.shape)}")
     total_q, heads_q = int(q.shape[0]), int(q.shape[1])
+    given_out = out  # returned as given (place() may make a detached view of it)
     if out is None:  # zeros: the tokens outside [cu_seqlens_q[0], cu_seqlens_q[B]) are not written
         out = _new_output(q, tuple(int(n) for n in q.shape), "out", fill=0.0)
     else:
@@ -252,7 +253,8 @@ def attention_varlen(q: Any, k: Any, v: Any, *, cu_seqlens_q: Any, cu_seqlens_k:
     _run(_core.attention_varlen, device, (q, k, v, out, lse, cu_q, cu_k),
          (int(max_seqlen_q), int(max_seqlen_k), core_policy(policy), causal, causal_alignment, scale),
          written=(out,))
-    return (out, lse) if return_lse else out
+    result = out if given_out is None else given_out
+    return (result, lse) if return_lse else result
 
 
 def attention_with_kvcache(
@@ -342,6 +344,7 @@ def attention_with_kvcache(
         else:
             seqlens = _device_int32(cache_seqlens, "cache_seqlens", device)
         table = None if block_table is None else _device_int32(block_table, "block_table", device)
+    given_out = out  # returned as given (place() may make a detached view of it)
     if out is None:
         out = _new_output(q, tuple(int(n) for n in q.shape), "out")
     else:
@@ -351,4 +354,5 @@ def attention_with_kvcache(
     _run(_core.attention_with_kvcache, device, (q, k_cache, v_cache, k, v, out, lse, seqlens, table),
          (core_policy(policy), causal, causal_alignment, scale),
          written=(out, k_cache, v_cache) if k is not None else (out,), captured_workspace=True)
-    return (out, lse) if return_softmax_lse else out
+    result = out if given_out is None else given_out
+    return (result, lse) if return_softmax_lse else result

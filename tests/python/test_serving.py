@@ -388,10 +388,13 @@ def test_written_tensors_count_the_write_for_autograd(rng):
     cu = torch.tensor([0, 3, 8], dtype=torch.int32)
     out = torch.zeros(8, 4, 16)
     before = out._version
-    pasa.attention(x, x, x, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=5, max_seqlen_k=5, out=out)
+    # (the given tensor itself comes back, as from the dense call)
+    assert pasa.attention(x, x, x, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=5, max_seqlen_k=5, out=out) is out
     assert out._version > before
     before = k_cache._version  # no append: the caches are only read
-    pasa.attention_with_kvcache(torch.randn(1, 1, 1, 8), k_cache, v_cache, cache_seqlens=1)
+    step_out = torch.zeros(1, 1, 1, 8)
+    assert pasa.attention_with_kvcache(torch.randn(1, 1, 1, 8), k_cache, v_cache, cache_seqlens=1,
+                                       out=step_out) is step_out
     assert k_cache._version == before
     with torch.inference_mode():  # inference tensors keep no counter
         k_cache, v_cache = torch.zeros(1, 4, 1, 8), torch.zeros(1, 4, 1, 8)
