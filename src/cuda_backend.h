@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "attention_checks.h"
 #include "pasa/attention.h"
@@ -39,6 +40,11 @@ void run_cuda_plan(const CudaPlan& plan, const AttentionArgs& args, void* worksp
 // run_cuda_plan with its workspace from pasa's own stream-ordered pool on args.stream (what an eager
 // call does after its checks).
 void run_cuda_plan_pooled(const CudaPlan& plan, const AttentionArgs& args);
+// Takes from pasa's pool, on `stream`, what the largest of `plans` (null ones skipped) needs for one
+// run (its workspace and its kernels' scratch), and hands it back to the pool, which keeps it: runs of
+// the plans after it on `stream` then find their memory, so that a shortage is a ResourceError here,
+// before the first of several launches writes.
+void cuda_reserve_scratch(std::span<const std::shared_ptr<const CudaPlan>> plans, void* stream);
 
 // A KV cache as the GPU decode kernel reads it (pasa/serving.h; every pointer device memory).
 struct CudaKvCache {

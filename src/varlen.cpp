@@ -104,8 +104,8 @@ void varlen_on_gpu(const VarlenArgs& args, const ProblemShape& shape) {
     a.lse = slice_rows(args.lse, 0, q0, nq);
     return a;
   };
-  // Every sequence is planned, and the memory checked, before the first launch: nothing is written
-  // unless every sequence can run.
+  // Every sequence is planned, and the memory checked and the device memory of the largest taken,
+  // before the first launch: nothing is written unless every sequence can run.
   for (const auto& [data, name] : {std::pair<const void*, const char*>{args.q.data, "q"}, {args.k.data, "k"},
                                     {args.v.data, "v"}, {args.o.data, "out"}, {args.lse.data, "lse"}}) {
     if (data != nullptr) cuda_check_device_memory(data, name);
@@ -120,6 +120,7 @@ void varlen_on_gpu(const VarlenArgs& args, const ProblemShape& shape) {
       plans[static_cast<std::size_t>(b)] = plan_cuda_attention(a, check_attention_args(a));
     }
   }
+  cuda_reserve_scratch(plans, args.options.stream);
   AttentionStats stats;
   for (std::int64_t b = 0; b < B; ++b) {
     AttentionArgs a = sequence(b);

@@ -48,6 +48,15 @@ struct PasaStage {
 // The bytes of the stages of n_kb key blocks of every (batch, K/V head) at a head dim of PasaStage's.
 std::size_t pasa_tile_bytes(int batch, int heads_kv, int n_kb, int head_dim);
 
+// What one call of the sm_90a pasa kernel takes from pasa's pool (launch_pasa), in this order: the K'
+// stages of n_kb key blocks, bf16 V rounded to fp16, and with the prepass inside the kernel a
+// readiness word per stage and the chunk counter.
+struct PasaHopperScratch {
+  std::size_t tile_bytes, v_bytes, sync_bytes;
+  std::size_t total() const { return tile_bytes + v_bytes + sync_bytes; }
+};
+PasaHopperScratch pasa_hopper_scratch(const KernelRequest& c, int n_kb, bool prepass_in_kernel);
+
 // The prepass as a kernel of its own (pasa_prepare.cu): those stages into `tiles` ([B, H_kv, n_kb] stages of
 // PasaStage<head_dim>::kBytes), and for bf16 inputs V rounded to fp16 into `v_fp16` ([B, H_kv, S_kv,
 // D], contiguous; unused for fp16 inputs, and not written where null), on `stream`.

@@ -26,7 +26,7 @@ struct SageStage {
   static constexpr int kBytes = kKBytes + kVBytes;
 };
 
-// What the prepass leaves for the kernel, in one scratch buffer of sage8_scratch_bytes().
+// What the prepass leaves for the kernel, in one scratch buffer of sage8_scratch_bytes() (kernel_params.h).
 struct Sage8Scratch {
   std::uint8_t* tiles;  // [B, H_kv, n_kb] stages of SageStage<D>::kBytes
   float* k_scale;       // [B, H_kv, n_kb, 8]: K8's scale per key group (key mod 8)
@@ -37,9 +37,6 @@ struct Sage8Scratch {
   float* v_max_part;    // [B, H_kv, n_chunk, D]
   int n_kb, n_chunk;
 };
-
-// The scratch bytes of a call's prepass.
-std::size_t sage8_scratch_bytes(const Sage8Request& r);
 
 // The prepass (sage8_prepare.cu) into `scratch` (sage8_scratch_bytes(r) bytes of device memory) on
 // `stream`: K's mean and V's scales, K - mean to INT8 and V to FP8 as stages. Returns where it put them.

@@ -29,6 +29,7 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <span>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -332,6 +333,7 @@ std::string hopper_refusal(const DeviceInfo& d, bool portable_requested) {
 // kernel and its path, the device, the decode split plan and PASA's M coefficients.
 struct CudaPlan {
   ProblemShape shape;
+  DType in;  // q's dtype
   Family family;
   const KernelSpec* spec;
   bool portable;  // the portable path: the sm_90a kernels cannot run here (hopper_refusal)
@@ -402,6 +404,7 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps, bool decod
   }
   CudaPlan plan{};
   plan.shape = ps;
+  plan.in = in;
   plan.family = classify_policy_cached(args.policy, in);
   plan.device = check_device();
   const DeviceInfo& info = device_info(plan.device);
@@ -635,6 +638,52 @@ std::size_t cuda_plan_workspace_bytes(const CudaPlan& plan) {
     case Kernel::pasa_portable: return 0;
   }
   return 0;
+}
+
+namespace {
+
+// What a run of the plan takes from pasa's pool beside its workspace: the prepass scratch of pasa and
+// sage8 (kernel_params.h).
+std::size_t kernel_scratch_bytes(const CudaPlan& plan) {
+  cuda::KernelRequest c{};
+  c.batch = static_cast<int>(plan.shape.batch);
+  c.heads_kv = static_cast<int>(plan.shape.heads_kv);
+  c.head_dim = static_cast<int>(plan.shape.dim);
+  c.in_type = elem_type(plan.in);
+  c.fwd.seq_q = static_cast<int>(plan.shape.seq_q);
+  c.fwd.seq_kv = static_cast<int>(plan.shape.seq_kv);
+  switch (plan.spec->kernel) {
+    case Kernel::pasa_hopper: return cuda::pasa_scratch_bytes(c, true);
+    case Kernel::pasa_portable: return cuda::pasa_scratch_bytes(c, false);
+    case Kernel::sage8_hopper: {
+      cuda::Sage8Request r{};
+      static_cast<cuda::KernelRequest&>(r) = c;
+      return cuda::sage8_scratch_bytes(r);
+    }
+    case Kernel::decode:
+    case Kernel::exact_hopper:
+    case Kernel::exact_portable: return 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void cuda_reserve_scratch(std::span<const std::shared_ptr<const CudaPlan>> plans, void* stream) {
+  std::size_t workspace = 0, scratch = 0;
+  int device = -1;
+  for (const auto& plan : plans) {
+    if (plan == nullptr) continue;
+    workspace = std::max(workspace, cuda_plan_workspace_bytes(*plan));
+    scratch = std::max(scratch, kernel_scratch_bytes(*plan));
+    device = plan->device;
+  }
+  if (device < 0) return;
+  // Taken as a run takes them (its workspace, then its scratch) and handed back at once: the pool
+  // keeps freed memory (device_pool.cpp), and later allocations on the stream reuse it.
+  const auto s = static_cast<cudaStream_t>(stream);
+  const cuda::StreamBuffer reserved_workspace(workspace, device, s);
+  const cuda::StreamBuffer reserved_scratch(scratch, device, s);
 }
 
 void run_cuda_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace) {

@@ -180,4 +180,10 @@ void launch_pasa_portable(const PasaRequest& r, void* stream);
 // all on `stream`.
 void launch_sage8(const Sage8Request& r, void* stream);
 
+// The device memory the pasa and sage8 launches take from pasa's pool for their prepass (beside the
+// plan's workspace), from the request's shape: what a caller that must not fail halfway reserves
+// first. pasa's counts the prepass inside the sm_90a kernel (hopper), the larger of its two cases.
+std::size_t pasa_scratch_bytes(const KernelRequest& c, bool hopper);
+std::size_t sage8_scratch_bytes(const Sage8Request& r);
+
 }  // namespace pasa::cuda

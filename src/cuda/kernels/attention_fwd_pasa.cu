@@ -52,22 +52,20 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
   using Tile = typename Variant::template Tile<D>;
   const KernelRequest& c = r.call;
   const FwdParams& p = c.fwd;
+  static_assert(Tile::kBlockN == kPasaBlockKv);
   const int n_kb = (p.seq_kv + Tile::kBlockN - 1) / Tile::kBlockN;
-  const std::size_t tile_bytes = pasa_tile_bytes(c.batch, c.heads_kv, n_kb, D);
   const bool bf16 = std::is_same_v<QElem, __nv_bfloat16>;  // V needs rounding to fp16 first
-  const std::size_t v_bytes = bf16 ? static_cast<std::size_t>(c.batch) * c.heads_kv * p.seq_kv * D * 2 : 0;
   const bool in_kernel = prepass_in_kernel(c, Tile::kBlockM);
   PasaPrepass prepass = pasa_prepass(r, nullptr, nullptr, n_kb);
-  // (in the kernel: a readiness word per stage, then the chunk counter)
-  const std::size_t sync_bytes = in_kernel ? (static_cast<std::size_t>(prepass.stages) + 1) * sizeof(std::uint32_t) : 0;
-  StreamBuffer scratch(tile_bytes + v_bytes + sync_bytes, c.device, stream);
+  const PasaHopperScratch layout = pasa_hopper_scratch(c, n_kb, in_kernel);
+  StreamBuffer scratch(layout.total(), c.device, stream);
   auto* tiles = static_cast<std::uint8_t*>(scratch.get());
-  void* v_fp16 = bf16 ? tiles + tile_bytes : nullptr;
+  void* v_fp16 = bf16 ? tiles + layout.tile_bytes : nullptr;
   prepass.tiles = tiles;
   prepass.v_fp16 = static_cast<__half*>(v_fp16);
   const TileScheduler schedule = hopper_schedule<Tile>(c);
   if (in_kernel) {
-    prepass.ready = reinterpret_cast<std::uint32_t*>(tiles + tile_bytes + v_bytes);
+    prepass.ready = reinterpret_cast<std::uint32_t*>(tiles + layout.tile_bytes + layout.v_bytes);
     prepass.tickets = prepass.ready + prepass.stages;
     prepass.section_pairs = prepass_section_pairs(c, schedule);
   }
@@ -84,7 +82,7 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
                        QuantScales{},
                        prepass};
   if (in_kernel) {
-    check_cuda(cudaMemsetAsync(prepass.ready, 0, sync_bytes, stream), "cudaMemsetAsync (pasa prepass)");
+    check_cuda(cudaMemsetAsync(prepass.ready, 0, layout.sync_bytes, stream), "cudaMemsetAsync (pasa prepass)");
   } else {
     launch_pasa_tiles(r, tiles, v_fp16, n_kb, stream);
   }

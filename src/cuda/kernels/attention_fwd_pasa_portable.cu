@@ -286,7 +286,7 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
   const KernelRequest& c = r.call;
   const FwdParams& p = c.fwd;
   const int n_kb = (p.seq_kv + kPasaBlockKv - 1) / kPasaBlockKv;
-  StreamBuffer tiles(pasa_tile_bytes(c.batch, c.heads_kv, n_kb, D), c.device, stream);
+  StreamBuffer tiles(pasa_scratch_bytes(c, false), c.device, stream);
   auto* k_tiles = static_cast<std::uint8_t*>(tiles.get());
   launch_pasa_tiles(r, k_tiles, nullptr, n_kb, stream);
   auto* kernel = attention_fwd_pasa_portable_kernel<D, QElem, kAccurate>;

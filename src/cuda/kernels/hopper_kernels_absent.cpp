@@ -2,6 +2,7 @@
 // The sm_90a launch functions of a build whose CUDA architectures list no 90a (CMakeLists.txt
 // compiles this file instead of the Hopper kernels): the dispatch never picks them there, and a
 // direct call is a clear error.
+#include <cstddef>
 #include <string>
 
 #include "cuda/host/kernel_params.h"
@@ -20,5 +21,6 @@ namespace {
 void launch_exact_fwd(const KernelRequest&, void*) { no_hopper_kernels("exact kernel (sm_90a)"); }
 void launch_pasa(const PasaRequest&, void*) { no_hopper_kernels("pasa kernel"); }
 void launch_sage8(const Sage8Request&, void*) { no_hopper_kernels("sage8 kernel"); }
+std::size_t sage8_scratch_bytes(const Sage8Request&) { no_hopper_kernels("sage8 kernel"); }
 
 }  // namespace pasa::cuda

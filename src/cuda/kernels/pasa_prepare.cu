@@ -42,6 +42,18 @@ std::size_t pasa_tile_bytes(int batch, int heads_kv, int n_kb, int head_dim) {
   return static_cast<std::size_t>(batch) * heads_kv * n_kb * stage;
 }
 
+PasaHopperScratch pasa_hopper_scratch(const KernelRequest& c, int n_kb, bool prepass_in_kernel) {
+  const std::size_t heads = static_cast<std::size_t>(c.batch) * c.heads_kv;
+  const std::size_t v_bytes = c.in_type == ElemType::bf16 ? heads * c.fwd.seq_kv * c.head_dim * 2 : 0;
+  const std::size_t sync_bytes = prepass_in_kernel ? (heads * n_kb + 1) * sizeof(std::uint32_t) : 0;
+  return {pasa_tile_bytes(c.batch, c.heads_kv, n_kb, c.head_dim), v_bytes, sync_bytes};
+}
+
+std::size_t pasa_scratch_bytes(const KernelRequest& c, bool hopper) {
+  const int n_kb = (c.fwd.seq_kv + kPasaBlockKv - 1) / kPasaBlockKv;
+  return hopper ? pasa_hopper_scratch(c, n_kb, true).total() : pasa_tile_bytes(c.batch, c.heads_kv, n_kb, c.head_dim);
+}
+
 PasaPrepass pasa_prepass(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb) {
   const KernelRequest& c = r.call;
   if (c.in_type != ElemType::f16 && c.in_type != ElemType::bf16) throw Error("pasa prepass: k/v must be f16 or bf16");
