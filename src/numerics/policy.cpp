@@ -738,14 +738,18 @@ void validate(const Policy& p) {
     }
   }
   // Likewise with Q and K both quantized (each group's largest |x| becomes the quantizer's largest
-  // value): the scores GEMM has terms up to the product of the two largest values, which qk_acc carries
-  // (sage8,k_quant=bf16: 127 x 3.4e38 overflows fp32 on every input).
+  // value): a score sums, over up to 2^10 channels, terms up to the product of the two largest values,
+  // which qk_acc carries (sage8,k_quant=bf16: 127 x 3.4e38 overflows fp32 on every input;
+  // sage8,qk_acc=fp16: 127 x 127 x 128 channels overflows fp16 on constant rows at head dim 128).
   if (p.q_quant && p.k_quant && !p.qk_acc.is_integer()) {
     const double term = p.q_quant->max_finite() * p.k_quant->max_finite();
-    if (term > p.qk_acc.max_finite()) {
+    if (term * 0x1p10 > p.qk_acc.max_finite()) {
       throw Error(text::format("policy field 'q_quant'/'k_quant': {} x {} quantize Q and K to largest values whose "
-                               "product {:g} is past qk_acc = {}'s {:g}: every score would overflow",
-                               p.q_quant->name(), p.k_quant->name(), term, p.qk_acc.name(), p.qk_acc.max_finite()));
+                               "product {:g}, summed over up to 2^10 channels ({:g}), is past qk_acc = {}'s {:g}: "
+                               "scores of rows that reach those values would overflow; use qk_acc=fp32 (or int32 for integer "
+                               "quantizers)",
+                               p.q_quant->name(), p.k_quant->name(), term, term * 0x1p10, p.qk_acc.name(),
+                               p.qk_acc.max_finite()));
     }
   }
   // One side quantized: its terms reach the quantizer's largest value times the other side's values,

@@ -134,14 +134,19 @@ TEST(Policy, PVsSumsMustFitTheirAccumulators) {
   }
 }
 
-// Q and K quantized to formats whose largest values multiply past the scores' accumulator overflow on
-// every input: refused like sage8,o=fp16.
+// Q and K quantized to formats whose largest values, multiplied and summed over up to 2^10 channels,
+// pass the scores' accumulator overflow on rows that reach them (sage8,qk_acc=fp16 gave NaN on
+// constant rows at head dim 128): refused like sage8,o=fp16.
 TEST(Policy, QuantizersWhoseLargestProductOverflowsAreRefused) {
-  for (const char* text : {"sage8,k_quant=bf16", "sage8,q_quant=fp32", "sage4,k_quant=fp22"}) {
+  for (const char* text : {"sage8,k_quant=bf16", "sage8,q_quant=fp32", "sage4,k_quant=fp22", "sage8,qk_acc=fp16",
+                           "sage8,qk_acc=e5m7", "sage8,q_quant=e4m3,qk_acc=fp16"}) {
+    SCOPED_TRACE(text);
     expect_error([&] { parse_policy(text); }, "policy field 'q_quant'/'k_quant'");
   }
   EXPECT_NO_THROW(parse_policy("sage8,q_quant=e4m3,k_quant=e4m3"));
-  EXPECT_NO_THROW(parse_policy("sage8,k_quant=fp16"));  // 127 x 65504
+  EXPECT_NO_THROW(parse_policy("sage8,k_quant=fp16"));    // 127 x 65504 x 2^10
+  EXPECT_NO_THROW(parse_policy("sage4,qk_acc=fp16"));     // 7 x 7 x 2^10 = 50176
+  EXPECT_NO_THROW(parse_policy("sage8,qk_acc=fp32"));     // the advice
 }
 
 // One side quantized to a wide range (its groups' largest values become 3.4e38) overflowed the scores
