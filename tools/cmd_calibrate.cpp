@@ -214,8 +214,10 @@ void calibrate_plan(const CalibrateOptions& opt) {
     } catch (const Error& err) {
       throw Error(opt.inputs + "/" + e.name + ": " + err.what());
     }
-    // The report's score: CosSim * (1 - L1); a non-finite output is the worst possible.
-    const double score = m.nan_share > 0 ? -1.0 : m.cos_sim * (1.0 - m.rel_l1);
+    // The report's score: CosSim * (1 - L1), each factor at least 0 (an output that points away from
+    // fp64's and is off by more than its size would otherwise score as well as a good one: two
+    // negative factors); a non-finite output is the worst possible.
+    const double score = m.nan_share > 0 ? -1.0 : std::max(m.cos_sim, 0.0) * std::max(1.0 - m.rel_l1, 0.0);
     ranked.push_back({score, e.key});
     scores[e.key] = score;
     text::print(stderr, "{}: CosSim {:.5f}  L1 {:.4f}  score {:.5f}\n", e.name, m.cos_sim, m.rel_l1, score);
