@@ -29,7 +29,9 @@ enum class Backend {
 enum class CudaPath { automatic, portable };
 
 // An attention mask with torch SDPA's semantics (attn_mask), broadcast over [B, H_q, S_q, S_kv]: shape
-// [B or 1, H_q or 1, S_q, S_kv] with element strides (a size-1 axis broadcasts). Additive (f32, f16 or
+// [B or 1, H_q or 1, S_q, S_kv] with element strides (a size-1 batch or head axis broadcasts; a mask
+// shared by the queries or keys, a padding mask of torch's shape [B, 1, 1, S_kv] say, is given its
+// full S_q or S_kv with stride 0 there, as torch's expand() makes it). Additive (f32, f16 or
 // bf16): added to the scaled, soft-capped scores, -inf hides the key. Boolean (one byte each): nonzero
 // = the key takes part. CPU backends, and the exact policy's prefill kernels (with Device::cuda data).
 enum class MaskKind { none, additive, boolean };

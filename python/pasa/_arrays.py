@@ -8,7 +8,8 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from ._errors import PasaError
+from . import _core
+from ._errors import PasaError, allocation_error
 
 _DL_CPU = 1
 _DL_CUDA = 2
@@ -180,14 +181,44 @@ def dlpack_device(x: Any) -> Tuple[int, int]:
     return (int(kind), int(index))
 
 
-def _host_empty(shape: Tuple[int, ...], dtype: Any, name: str) -> np.ndarray:
-    """np.empty, with running out of memory reported as PasaError naming the output."""
+def reserve_host_output(nbytes: int, name: str, shape: Tuple[int, ...]) -> None:
+    """PasaError naming output ``name`` unless the machine has room for its ``nbytes``. Checked before
+    the output is allocated, which then writes it at once: pages an allocation has not written yet
+    still count as free memory, so the call's own memory check would not see them, and the call
+    would be killed for memory instead of refused."""
+    _core.require_memory(min(nbytes, 2**64 - 1), f"{name}: a new array of shape {list(shape)}")
+
+
+def new_torch_output(shape: Tuple[int, ...], dtype: Any, device: Any, name: str,
+                     fill: Optional[float] = None) -> Any:
+    """A new torch tensor for output ``name``, filled with ``fill`` where given. On the host its memory
+    is checked first and it is written at once (reserve_host_output: zeros without a fill); on a GPU
+    it is left unwritten without one. Running out of host memory is a PasaError naming it."""
+    import torch
+
+    on_host = device.type == "cpu"
+    if on_host:
+        reserve_host_output(int(np.prod(shape, dtype=object)) * dtype.itemsize, name, shape)
     try:
-        return np.empty(shape, dtype=dtype)
+        if fill is None and not on_host:
+            return torch.empty(shape, dtype=dtype, device=device)
+        return torch.full(shape, 0.0 if fill is None else fill, dtype=dtype, device=device)
+    except RuntimeError as e:
+        raise allocation_error(e, name, shape)
+
+
+def new_host_output(shape: Tuple[int, ...], dtype: Any, name: str) -> np.ndarray:
+    """A new host array of zeros, its memory checked and taken before the call (reserve_host_output);
+    running out of memory is a PasaError naming the output."""
+    nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
+    reserve_host_output(nbytes, name, shape)
+    try:
+        array = np.empty(shape, dtype=dtype)
     except (MemoryError, ValueError):  # ValueError: beyond what NumPy can even describe
-        nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
         raise PasaError(f"{name}: cannot allocate {shape} {np.dtype(dtype).name} ({nbytes} bytes): "
                         f"not enough memory") from None
+    array.fill(0)
+    return array
 
 
 def check_rank4(shape: Tuple[int, ...], name: str, layout: str) -> None:
@@ -208,6 +239,9 @@ def allocate_outputs(q: Any, layout: str, return_lse: bool, out: Optional[Any],
     if out is not None:
         check_array(out, "out")
         check_given_out(out, shape)
+        if is_torch_tensor(out):  # (through DLPack torch's in-place rules and autograd would not see it)
+            raise PasaError(f"out: a torch.Tensor, but q is a {type(q).__name__}: give torch q, k and v "
+                            f"with a torch out=")
     if is_cupy_array(q):
         import cupy
 
@@ -225,8 +259,8 @@ def allocate_outputs(q: Any, layout: str, return_lse: bool, out: Optional[Any],
             except TypeError:
                 raise PasaError(f"out: NumPy has no dtype {q.dtype}; pass out= (a float32 NumPy "
                                 f"array, say)") from None
-            out = _host_empty(shape, dtype, "out")
-        lse = _host_empty((b, h, s), np.float32, "lse") if return_lse else None
+            out = new_host_output(shape, dtype, "out")
+        lse = new_host_output((b, h, s), np.float32, "lse") if return_lse else None
         return out, lse, int(stream or 0)
     if out is None or return_lse:
         raise PasaError(

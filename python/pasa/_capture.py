@@ -188,12 +188,11 @@ class Capture:
         self._names: set = set()
         self._lock = threading.Lock()
         self._tracker: Optional[_LayerTracker] = None
-        self._functional: Any = None
-        self._original: Any = None
+        self._active = False
 
     def __enter__(self) -> Capture:
         torch = _require_torch("pasa.capture")
-        if self._functional is not None:
+        if self._active:
             raise PasaError("capture: this capture is already active")
         if self._model is not None and not isinstance(self._model, torch.nn.Module):
             raise PasaError(f"model: expected a torch.nn.Module, got {type(self._model).__name__}")
@@ -211,17 +210,8 @@ class Capture:
             self.entries = []
             self._names = set()
         self._tracker = _LayerTracker(self._model) if self._model is not None else None
-        self._functional = torch.nn.functional
-        self._original = self._functional.scaled_dot_product_attention
-        original = self._original
-
-        @functools.wraps(original)
-        def recording_sdpa(*args: Any, **kwargs: Any) -> Any:
-            result = original(*args, **kwargs)
-            self._record(_bind(args, kwargs))
-            return result
-
-        self._functional.scaled_dot_product_attention = recording_sdpa
+        _recorder_acquire(torch.nn.functional, self)
+        self._active = True
         return self
 
     def _remove_previous_capture(self, index: str) -> None:
@@ -254,14 +244,12 @@ class Capture:
                             f"{e.strerror or e}") from None
 
     def __exit__(self, *exc: Any) -> None:
-        if self._functional is None:
+        if not self._active:
             return
-        with _router_lock:
-            original = self._original
-            if original is _router and _router_users == 0:  # (the patches were removed inside this capture)
-                original = _router_original
-            self._functional.scaled_dot_product_attention = original
-        self._functional = None
+        import torch
+
+        _recorder_release(torch.nn.functional, self)
+        self._active = False
         if self._tracker is not None:
             self._tracker.remove()
             self._tracker = None
@@ -427,16 +415,22 @@ def _router(*args: Any, **kwargs: Any) -> Any:
     return stack[-1]._call(args, kwargs)
 
 
-def _routes(function: Any) -> bool:
-    """Whether ``function`` is the router or wraps it (a capture entered while a patch was alive
-    records through it: functools.wraps leaves ``__wrapped__``)."""
+def _reaches(function: Any, target: Any) -> bool:
+    """Whether ``function`` is ``target`` or wraps it (through the recorder, and through wrappers
+    that functools.wraps made, which leave ``__wrapped__``)."""
     for _ in range(100):
-        if function is _router:
+        if function is target:
             return True
-        function = getattr(function, "__wrapped__", None)
+        function = _recorder_original if function is _recorder else getattr(function, "__wrapped__", None)
         if function is None:
             return False
     return False
+
+
+def _routes(function: Any) -> bool:
+    """Whether ``function`` is the router or wraps it (a capture entered while a patch was alive
+    records through it)."""
+    return _reaches(function, _router)
 
 
 def unrouted_sdpa() -> Callable[..., Any]:
@@ -446,6 +440,52 @@ def unrouted_sdpa() -> Callable[..., Any]:
 
     current, original = F.scaled_dot_product_attention, _router_original  # (no lock: Dynamo traces this)
     return original if original is not None and _routes(current) else current
+
+
+# --- capture's recorder ------------------------------------------------------------------------
+#
+# One recorder replaces F.scaled_dot_product_attention while any capture is active, whatever the
+# order they end in (threads' captures overlap): it calls what it replaced and records the call in
+# every active capture. It is taken out when the last ends, from under a router installed on top
+# of it too; a wrapper of someone else's on top of it keeps it, recording nothing.
+
+_captures: List[Capture] = []
+_recorder_original: Any = None
+
+
+def _recorder(*args: Any, **kwargs: Any) -> Any:
+    result = _recorder_original(*args, **kwargs)
+    active = tuple(_captures)  # (a copy: a capture may end in another thread meanwhile)
+    if active:
+        bound = _bind(args, kwargs)
+        for capture in active:
+            capture._record(bound)
+    return result
+
+
+def _recorder_acquire(functional: Any, capture: Capture) -> None:
+    global _recorder_original
+    with _router_lock:
+        current = functional.scaled_dot_product_attention
+        if not _reaches(current, _recorder):
+            _recorder_original = current
+            functional.scaled_dot_product_attention = _recorder
+        _captures.append(capture)
+
+
+def _recorder_release(functional: Any, capture: Capture) -> None:
+    global _router_original
+    with _router_lock:
+        _captures.remove(capture)
+        if _captures:
+            return
+        original = _recorder_original
+        if original is _router and _router_users == 0:  # (the patches were removed while it recorded)
+            original = _router_original
+        if functional.scaled_dot_product_attention is _recorder:
+            functional.scaled_dot_product_attention = original
+        elif _router_original is _recorder:  # (a router installed on top of it)
+            _router_original = original
 
 
 def _router_acquire(functional: Any) -> None:
@@ -646,6 +686,9 @@ class Patch:
         _router_release(self._functional)
 
     def __enter__(self) -> Patch:
+        if self._removed:  # (its hooks are gone: a with block would route nothing)
+            raise PasaError("patch: this patch was removed (remove() or the end of its with block) and routes "
+                            "nothing; make a new one with pasa.patch(...)")
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -15,9 +15,9 @@ from typing import Any, Callable, Optional, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._arrays import (_DL_CPU, _host_empty, _imported_torch, check_array, check_given_out, check_sign_bits,
-                      dlpack_device, is_ml_dtypes_bfloat16, is_torch_tensor)
-from ._errors import PasaError, alignment_argument, allocation_error, flag_argument, real_argument
+from ._arrays import (_DL_CPU, _imported_torch, check_array, check_given_out, check_sign_bits, dlpack_device,
+                      is_ml_dtypes_bfloat16, is_torch_tensor, new_host_output, new_torch_output)
+from ._errors import PasaError, alignment_argument, flag_argument, real_argument
 from ._policy import PolicyLike, core_policy
 
 __all__ = ["attention_varlen", "attention_with_kvcache"]
@@ -149,19 +149,13 @@ def _new_output(x: Any, shape: Tuple[int, ...], name: str, fill: Optional[float]
     """A new array of x's kind (torch, on x's device, or NumPy; x's dtype, or float32 with a dtype),
     filled with ``fill`` where given; running out of host memory is a PasaError naming the output."""
     if not is_torch_tensor(x):
-        a = _host_empty(shape, x.dtype if dtype is None else dtype, name)
+        a = new_host_output(shape, x.dtype if dtype is None else dtype, name)
         if fill is not None:
             a.fill(fill)
         return a
     import torch
 
-    torch_dtype = x.dtype if dtype is None else torch.float32
-    try:
-        if fill is None:
-            return torch.empty(shape, dtype=torch_dtype, device=x.device)
-        return torch.full(shape, fill, dtype=torch_dtype, device=x.device)
-    except RuntimeError as e:
-        raise allocation_error(e, name, shape)
+    return new_torch_output(shape, x.dtype if dtype is None else torch.float32, x.device, name, fill)
 
 
 def _count_writes(written: Tuple[Any, ...]) -> None:

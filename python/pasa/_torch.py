@@ -18,8 +18,8 @@ from torch import Tensor
 from torch.utils.dlpack import to_dlpack as _to_dlpack
 
 from . import _arrays, _core
-from ._arrays import check_given_out, check_rank4, check_sign_bits
-from ._errors import PasaError, allocation_error
+from ._arrays import check_given_out, check_rank4, check_sign_bits, new_torch_output
+from ._errors import PasaError
 from ._policy import core_policy
 from ._score_mods import FLOAT32_MAX, broadcast_shape, mask_shape
 
@@ -35,12 +35,33 @@ def _lse_shape(q: Tensor, layout: str) -> Tuple[int, int, int]:
     return (q.shape[0], q.shape[1], q.shape[2])
 
 
-def _check_traceable(q: Tensor, k: Tensor, v: Tensor, policy: str, layout: str) -> None:
-    """What can be checked from metadata alone, so torch.compile reports it while tracing."""
+def _check_traceable(q: Tensor, k: Tensor, v: Tensor, policy: str, layout: str,
+                     attn_mask: Optional[Tensor] = None) -> None:
+    """What can be checked from metadata alone, so that torch.compile reports it while tracing and a
+    meta or fake call refuses what the call would (the core's checks, in its words)."""
     core_policy(policy)  # raises PasaError for bad policy text
     for name, x in (("q", q), ("k", k), ("v", v)):
         check_rank4(tuple(x.shape), name, layout)
         _check_dtype(x, name)
+    # (sizes left symbolic: under dynamic shapes each test is a guard, not a specialization)
+    order = (0, 1, 2, 3) if layout == "bhsd" else (0, 2, 1, 3)
+    (b, h_q, _, d), (b_k, h_kv, _, d_k), (b_v, *_) = ([x.shape[i] for i in order] for x in (q, k, v))
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        for i, dim in zip(order, ("batch", "heads", "sequence", "head dim")):
+            if x.shape[i] <= 0:
+                raise PasaError(f"{name}: {dim} size is {x.shape[i]} (every dimension must be at least 1; "
+                                f"zero-length sequences are not attention problems)")
+    if b_k != b or b_v != b:
+        raise PasaError(f"k/v: batch sizes {b_k} and {b_v} differ from q's {b}")
+    if d_k != d:
+        raise PasaError(f"k: head dim {d_k} differs from q's {d}")
+    if tuple(v.shape) != tuple(k.shape):
+        raise PasaError(f"v: shape {list(v.shape)} differs from k's {list(k.shape)}")
+    if h_q % h_kv != 0:
+        raise PasaError(f"k: {h_kv} K/V heads do not divide the {h_q} query heads (GQA needs H_q to be a "
+                        f"multiple of H_kv)")
+    if attn_mask is not None:
+        broadcast_shape(tuple(attn_mask.shape), mask_shape(tuple(q.shape), tuple(k.shape), layout))
 
 
 def _check_one_device(q: Tensor, **others: Optional[Tensor]) -> None:
@@ -145,17 +166,11 @@ def _attention_new_outputs(q: Tensor, k: Tensor, v: Tensor, policy: str, causal:
                            placeholder_lse: bool = True) -> Tuple[Tensor, Optional[Tensor]]:
     """The output and the LSE (without return_lse: an empty placeholder, as the op must return a
     tensor, or None with placeholder_lse=False)."""
-    try:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    except RuntimeError as e:
-        raise allocation_error(e, "out", q.shape)
+    out = new_torch_output(tuple(q.shape), q.dtype, q.device, "out")
     lse = None
     if return_lse or placeholder_lse:
         lse_shape = _lse_shape(q, layout) if return_lse else (0,)
-        try:
-            lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
-        except RuntimeError as e:
-            raise allocation_error(e, "lse", lse_shape)
+        lse = new_torch_output(tuple(lse_shape), torch.float32, q.device, "lse")
     _launch(q, k, v, out, lse if return_lse else None, policy, causal, causal_alignment, scale,
             layout, attn_mask, window_left, window_right, softcap)
     return out, lse
@@ -301,7 +316,7 @@ def _attention_fake(q: Tensor, k: Tensor, v: Tensor, policy: str, causal: bool,
                     causal_alignment: str, scale: Optional[float], layout: str,
                     return_lse: bool, attn_mask: Optional[Tensor] = None, window_left: int = -1,
                     window_right: int = -1, softcap: float = 0.0) -> Tuple[Tensor, Tensor]:
-    _check_traceable(q, k, v, policy, layout)
+    _check_traceable(q, k, v, policy, layout, attn_mask)
     _check_one_device(q, k=k, v=v, attn_mask=attn_mask)
     out = q.new_empty(q.shape)
     lse = q.new_empty(_lse_shape(q, layout) if return_lse else (0,), dtype=torch.float32)
@@ -354,7 +369,7 @@ def _attention_out_fake(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Optio
                         policy: str, causal: bool, causal_alignment: str, scale: Optional[float],
                         layout: str, attn_mask: Optional[Tensor] = None, window_left: int = -1,
                         window_right: int = -1, softcap: float = 0.0) -> None:
-    _check_traceable(q, k, v, policy, layout)
+    _check_traceable(q, k, v, policy, layout, attn_mask)
     _check_one_device(q, k=k, v=v, out=out, lse=lse, attn_mask=attn_mask)
 
 

@@ -17,6 +17,7 @@
 #include "bindings.h"
 #include "cuda_backend.h"
 #include "interruptible.h"
+#include "memory_budget.h"
 #include "pasa/attention.h"
 #include "pasa/attention_plan.h"
 #include "pasa/error.h"
@@ -204,6 +205,9 @@ nb::tuple reference(const InputArray& q, const InputArray& k, const InputArray& 
 }  // namespace
 
 void bind_attention(nb::module_& m) {
+  // The package's check of a new host output before it allocates it (pasa._arrays.reserve_host_output).
+  m.def("require_memory", [](std::uint64_t bytes, const std::string& what) { require_memory(bytes, what); },
+        "bytes"_a, "what"_a);
   // Whether the GPU kernels take a window, softcap or mask under a policy, for inputs of a 16-bit
   // dtype ("float16" or "bfloat16"): the routed calls ask it outside traced code, once a policy.
   m.def("cuda_runs_score_mods", [](const Policy& policy, const std::string& dtype) {

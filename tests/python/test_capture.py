@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import threading
 import warnings
@@ -177,6 +178,25 @@ def test_capture_restores_on_error_and_rejects_duplicates(tmp_path, model, x):
         with torch.no_grad(), pasa.capture(tmp_path / "c", name_fn=lambda call: names[call.index]):
             model(x)
     assert F.scaled_dot_product_attention is original
+
+
+def test_captures_ending_out_of_order_restore_torch(tmp_path):
+    # Two captures that overlap without nesting (two threads' captures do): each records the calls
+    # made while it is active, and torch's SDPA is back once both ended. (Each restored what it had
+    # replaced, and the first to end left the other's recorder in place for good.)
+    original = F.scaled_dot_product_attention
+    q = torch.randn(1, 2, 8, 16)
+    first, second = pasa.capture(tmp_path / "a"), pasa.capture(tmp_path / "b")
+    first.__enter__()
+    second.__enter__()
+    F.scaled_dot_product_attention(q, q, q)
+    first.__exit__(None, None, None)
+    F.scaled_dot_product_attention(q, q, q)
+    second.__exit__(None, None, None)
+    assert F.scaled_dot_product_attention is original
+    F.scaled_dot_product_attention(q, q, q)
+    assert len(first.entries) == 1 and len(second.entries) == 2
+    assert sorted(os.listdir(tmp_path / "a")) == ["index.json", "layer0.safetensors"]
 
 
 def test_capture_overwrite_removes_the_earlier_capture(tmp_path, model, x):
@@ -375,6 +395,18 @@ def test_a_patch_stopped_by_ctrl_c_routes_nothing_once_removed(model, x):
             got = F.scaled_dot_product_attention(q, q, q)  # outside every patched module: torch's
     assert stopped.calls == 1
     torch.testing.assert_close(got, torch._C._nn.scaled_dot_product_attention(q, q, q), atol=0, rtol=0)
+
+
+def test_a_removed_patch_refuses_another_with_block(model, x):
+    # Its hooks are gone: a second with block of the handle would route nothing, silently.
+    handle = pasa.patch(model, policy="fa16")
+    with handle, torch.no_grad():
+        model(x)
+    assert handle.calls > 0
+    with pytest.raises(pasa.PasaError, match=r"^patch: this patch was removed"):
+        with handle:
+            pass
+    assert F.scaled_dot_product_attention is torch._C._nn.scaled_dot_product_attention
 
 
 def test_patch_runs_masks_on_the_cpu(model, x):

@@ -21,6 +21,11 @@ import pytest
 
 import pasa
 
+try:
+    import torch
+except ImportError:
+    torch = None
+
 from conftest import qkv
 
 
@@ -68,8 +73,32 @@ def test_output_allocation_failure_names_out():
     # q's shape is checked by the C++ core only after the output exists; a q too large to have an
     # output (broadcast, so it takes no memory itself) gives PasaError naming out, not MemoryError.
     q = np.broadcast_to(np.ones((1, 1, 1, 16), np.float32), (1 << 20, 1 << 20, 1 << 10, 16))
-    with raises(r"^out: cannot allocate .* not enough memory"):
+    with raises(r"^out: a new array of shape \[1048576, 1048576, 1024, 16\]: needs .* of memory"):
         pasa.attention(q, q[:, :, :1], q[:, :, :1])
+
+
+def test_new_host_outputs_are_checked_and_taken_before_the_call(rng, monkeypatch):
+    # A new output's pages count as free memory until written, so the call's own check would not see
+    # them: each is checked first, then written at once (zeros), for NumPy and torch alike.
+    asked = []
+    real = pasa._arrays._core
+
+    class Recording:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def require_memory(self, nbytes, what):
+            asked.append((nbytes, what.split(":")[0]))
+            real.require_memory(nbytes, what)
+
+    monkeypatch.setattr(pasa._arrays, "_core", Recording())
+    q = rng.standard_normal((1, 2, 8, 16)).astype(np.float16)
+    pasa.attention(q, q, q, return_lse=True)
+    assert asked == [(1 * 2 * 8 * 16 * 2, "out"), (1 * 2 * 8 * 4, "lse")]
+    if torch is not None:
+        asked.clear()
+        pasa.attention(torch.from_numpy(q), torch.from_numpy(q), torch.from_numpy(q))
+        assert asked and asked[0] == (1 * 2 * 8 * 16 * 2, "out")
 
 
 def test_oom_inside_the_emulator_does_not_abort_python(tmp_path):

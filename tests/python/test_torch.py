@@ -113,6 +113,16 @@ def test_out_with_lse(gen):
     np.testing.assert_allclose(o.numpy(), ref_o, atol=2e-5)
 
 
+def test_a_torch_out_needs_torch_inputs(gen):
+    # NumPy q, k, v with a torch out= wrote it through DLPack, unseen by torch: its version counter
+    # stayed, so a graph that had saved it computed its gradient from the new values, silently.
+    q = randn(gen, 1, 2, 9, 64)
+    out = torch.zeros_like(q)
+    with pytest.raises(pasa.PasaError, match=r"^out: a torch.Tensor, but q is a ndarray"):
+        pasa.attention(q.numpy(), q.numpy(), q.numpy(), out=out)
+    assert (out == 0).all()
+
+
 def test_reference_accepts_tensors(gen):
     q, k, v = (randn(gen, 1, 2, 9, 64) for _ in range(3))
     ref = pasa.reference(q, k, v)
@@ -365,6 +375,21 @@ def test_tensor_kinds_and_devices(gen, tmp_path):
     meta = torch.empty(1, 2, 5, 16, device="meta")
     got = pasa.attention(meta, meta, meta)  # the op's fake: shapes without data
     assert got.device.type == "meta" and got.shape == meta.shape
+    # The fake refuses the shapes the call refuses (it gave meta outputs, of the wrong shape for a v
+    # of another head dim, so torch.export traced calls that fail when they run).
+    def empty(*shape):
+        return torch.empty(*shape, device="meta")
+
+    for (k_m, v_m), needle in (((meta, empty(1, 2, 5, 17)), r"^v: shape \[1, 2, 5, 17\] differs from k's"),
+                               ((empty(1, 3, 5, 16), empty(1, 3, 5, 16)), r"^k: 3 K/V heads do not divide the 2"),
+                               ((meta, empty(1, 2, 7, 16)), r"^v: shape \[1, 2, 7, 16\] differs from k's"),
+                               ((empty(1, 2, 5, 8), empty(1, 2, 5, 8)), r"^k: head dim 8 differs from q's 16")):
+        with pytest.raises(pasa.PasaError, match=needle):
+            pasa.attention(meta, k_m, v_m)
+    with pytest.raises(pasa.PasaError, match=r"^attn_mask: shape \(5, 8\) does not broadcast"):
+        pasa.attention(meta, meta, meta, attn_mask=empty(5, 8))
+    with pytest.raises(pasa.PasaError, match=r"^q: batch size is 0"):
+        pasa.attention(empty(0, 2, 5, 16), empty(0, 2, 5, 16), empty(0, 2, 5, 16))
     # The registered ops called directly: one meta argument makes the dispatcher run the fake, which
     # returned uninitialized memory (attention) or left out unwritten (attention_out).
     with pytest.raises(pasa.PasaError, match=r"^attn_mask: on meta but q is on cpu"):

@@ -77,6 +77,10 @@ def test_register_names_every_preset(registered):
         pasa.Policy.presets())
     assert {"pasa_sage8", "pasa_pasa", "pasa_fdpp"} <= set(registered)
     assert "pasa_sage8" in transformers.AttentionInterface().valid_keys()
+    # Names of one's own come on top of the presets' (they replaced them: "pasa" was then unknown).
+    mine = pasa_hf.register(policies={"mine": "fa16,s2=64"})
+    assert set(registered) < set(mine) and "mine" in mine
+    assert {"pasa", "mine"} <= set(transformers.AttentionInterface().valid_keys())
 
 
 @pytest.mark.parametrize("make_config", [llama_config, qwen2_config], ids=["llama", "qwen2"])

@@ -46,11 +46,13 @@ def attention_names() -> Dict[str, str]:
 
 def register(policies: Optional[Mapping[str, PolicyLike]] = None, *,
              strict: bool = False) -> List[str]:
-    """Registers pasa's attention under the names of :func:`attention_names` (or ``policies``, a
-    mapping ``{name: policy}``) with transformers; returns the names."""
+    """Registers pasa's attention under the names of :func:`attention_names` and those of
+    ``policies``, a mapping ``{name: policy}`` (which takes precedence for a name in both), with
+    transformers; returns the names."""
     import transformers
 
-    table = attention_names() if policies is None else {str(k): v for k, v in policies.items()}
+    table: Dict[str, PolicyLike] = dict(attention_names())
+    table.update({str(k): v for k, v in (policies or {}).items()})
     for name, policy in table.items():
         transformers.AttentionInterface.register(name, make_attention_forward(policy, strict=strict))
         _register_mask(transformers, name)
