@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "cuda/host/decode_params.h"
+#include "cuda/host/device_pool.h"
 #include "cuda_case_harness.h"
 #include "pasa/serving.h"
 
@@ -922,6 +923,39 @@ TEST(CudaVarlen, HostOffsetsAreRefusedByName) {
   VarlenArgs a = d.args(p, exact_policy(DType::f16), stream.s);
   a.cu_seqlens_k = p.cu_k.data();
   expect_error_naming([&] { attention_varlen(a); }, {"cu_seqlens_k", "host memory"});
+}
+
+// Device memory short of the longest sequence's prepass scratch: a ResourceError before any launch,
+// the shorter sequence's rows unwritten too (they were written before the failure), and the device
+// usable after it. The pool is trimmed and the rest of the memory taken first, so that what pasa's
+// pool kept from earlier tests cannot stand in.
+TEST(CudaVarlen, MemoryShortOfTheLongestSequenceWritesNothing) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test::kFixedSeeds[0]);
+  // pasa on bf16: sequence 1's scratch (K' tiles and V rounded to fp16) is about 100 MiB.
+  const VarlenProblem p = make_varlen({{64, 256}, {64, 100000}}, 128, DType::bf16, DType::f16, rng);
+  const Policy policy = parse_policy("pasa");
+  DeviceVarlen d(p);
+  Stream stream;
+  int device = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaMemPoolTrimTo(cuda::scratch_pool(device), 0), cudaSuccess);
+  std::size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  void* ballast = nullptr;
+  ASSERT_EQ(cudaMalloc(&ballast, free_bytes - (48u << 20)), cudaSuccess);  // 48 MiB left
+  EXPECT_THROW(attention_varlen(d.args(p, policy, stream.s)), ResourceError);
+  cuda_ok(cudaStreamSynchronize(stream.s), "stream after the refused call");
+  cudaFree(ballast);
+  const Outcome after = d.download();
+  std::size_t written = 0;
+  for (double x : after.o) written += !std::isnan(x);
+  EXPECT_EQ(written, 0u) << "output elements written by a call refused for memory";
+  attention_varlen(d.args(p, policy, stream.s));  // the same call with the memory back
+  cuda_ok(cudaStreamSynchronize(stream.s), "stream after the call");
+  const Outcome done = d.download();
+  const std::vector<std::size_t> rows = varlen_rows(p, 0, p.cu_q.back());
+  for (std::size_t r : rows) ASSERT_TRUE(std::isfinite(done.lse[r])) << "row " << r;
 }
 
 // pasa (either path) and sage8 (the sm_90a kernels): the GPU's error against the fp32 exact run is
