@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <span>
+#include <vector>
 
 #include "attention_checks.h"
 #include "pasa/attention.h"
@@ -44,7 +44,7 @@ void run_cuda_plan_pooled(const CudaPlan& plan, const AttentionArgs& args);
 // run (its workspace and its kernels' scratch), and hands it back to the pool, which keeps it: runs of
 // the plans after it on `stream` then find their memory, so that a shortage is a ResourceError here,
 // before the first of several launches writes.
-void cuda_reserve_scratch(std::span<const std::shared_ptr<const CudaPlan>> plans, void* stream);
+void cuda_reserve_scratch(const std::vector<std::shared_ptr<const CudaPlan>>& plans, void* stream);
 
 // A KV cache as the GPU decode kernel reads it (pasa/serving.h; every pointer device memory).
 struct CudaKvCache {

@@ -27,7 +27,7 @@ std::shared_ptr<const CudaPlan> plan_cuda_attention(const AttentionArgs&, const 
 std::size_t cuda_plan_workspace_bytes(const CudaPlan&) { no_cuda(); }
 void run_cuda_plan(const CudaPlan&, const AttentionArgs&, void*) { no_cuda(); }
 void run_cuda_plan_pooled(const CudaPlan&, const AttentionArgs&) { no_cuda(); }
-void cuda_reserve_scratch(std::span<const std::shared_ptr<const CudaPlan>>, void*) { no_cuda(); }
+void cuda_reserve_scratch(const std::vector<std::shared_ptr<const CudaPlan>>&, void*) { no_cuda(); }
 CudaPlanChoice cuda_plan_choice(const CudaPlan&) { no_cuda(); }
 void cuda_attention_with_kvcache(const AttentionArgs&, const CudaKvCache&) { no_cuda(); }
 std::shared_ptr<const CudaKvPlan> plan_cuda_kvcache(const AttentionArgs&, const CudaKvCache&) { no_cuda(); }

@@ -29,7 +29,6 @@
 #include <iterator>
 #include <limits>
 #include <memory>
-#include <span>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -669,7 +668,7 @@ std::size_t kernel_scratch_bytes(const CudaPlan& plan) {
 
 }  // namespace
 
-void cuda_reserve_scratch(std::span<const std::shared_ptr<const CudaPlan>> plans, void* stream) {
+void cuda_reserve_scratch(const std::vector<std::shared_ptr<const CudaPlan>>& plans, void* stream) {
   std::size_t workspace = 0, scratch = 0;
   int device = -1;
   for (const auto& plan : plans) {
