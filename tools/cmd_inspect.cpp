@@ -122,7 +122,9 @@ void run(const InspectOptions& opt, const GeneratorOptionsGiven& given) {
   check_inspectable(q, qv, "--q");
   check_inspectable(k, kv, "--k");
   if (qv.dim() != kv.dim() || qv.batch() != kv.batch() || qv.heads() % kv.heads() != 0) {
-    throw Error("inspect: q and k shapes do not form an attention problem");
+    throw Error(text::format("inspect: --q [{}, {}, {}, {}] and --k [{}, {}, {}, {}] do not form an attention problem "
+                             "(same batch and head dim, H_q a multiple of H_kv)", qv.batch(), qv.heads(), qv.seq(),
+                             qv.dim(), kv.batch(), kv.heads(), kv.seq(), kv.dim()));
   }
   const std::vector<float> qf = to_float(q), kf = to_float(k);
   const std::int64_t D = qv.dim(), Sq = qv.seq(), Skv = kv.seq();

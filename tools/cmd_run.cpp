@@ -84,9 +84,13 @@ void run(const RunOptions& opt) {
       v = load_tensor_file(opt.v, "v");
     }
   });
-  args.q = q.view("--q");
-  args.k = k.view("--k");
-  args.v = v.view("--v");
+  // (errors name the option the tensor came from: with --qkv, its file and the tensor in it)
+  const auto source = [&](const char* name) {
+    return opt.qkv.empty() ? std::string("--") + name : text::format("--qkv {}: tensor '{}'", opt.qkv, name);
+  };
+  args.q = q.view(source("q"));
+  args.k = k.view(source("k"));
+  args.v = v.view(source("v"));
   {  // the problem before its outputs are allocated (a file's header may claim any shape, a size 0 too)
     AttentionArgs problem = args;
     problem.o = args.q;  // (o's shape and dtype: check_attention_problem reads no memory)

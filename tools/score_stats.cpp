@@ -6,6 +6,7 @@
 #include <cstring>
 #include <utility>
 
+#include "io/byte_io.h"
 #include "pasa/error.h"
 #include "text/format.h"
 
@@ -45,7 +46,8 @@ void for_each_score_row(const HostTensor& q, const HostTensor& k, double pasa_be
                         const std::function<void(std::span<const double>)>& emit, const CallOptions& call) {
   if (q.shape.size() != 4 || k.shape.size() != 4 || q.shape[0] != k.shape[0] || q.shape[3] != k.shape[3] ||
       k.shape[1] == 0 || q.shape[1] % k.shape[1] != 0) {
-    throw Error("scores: q and k do not form an attention problem ([B, H, S, D], H_q a multiple of H_kv)");
+    throw Error(text::format("scores: q {} and k {} do not form an attention problem ([B, H, S, D], same batch and "
+                             "head dim, H_q a multiple of H_kv)", io::detail::shape_text(q.shape), io::detail::shape_text(k.shape)));
   }
   for (const auto& [t, name] : {std::pair{&q, "q"}, {&k, "k"}}) {
     for (int i = 0; i < 4; ++i) {

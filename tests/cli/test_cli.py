@@ -587,6 +587,19 @@ def check_usage_errors(tmp):
     assert "--version" in pasa("--help").stdout
 
 
+def check_shape_errors_name_their_source(tmp):
+    # A tensor of --qkv was named --q; inspect's shape error said neither the shapes nor the options.
+    path = os.path.join(tmp, "qkv3d.safetensors")
+    write_safetensors(path, {"q": np.ones((2, 5, 8)), "k": np.ones((1, 2, 5, 8)), "v": np.ones((1, 2, 5, 8))})
+    r = pasa("run", "--qkv", path, code=2)
+    assert f"--qkv {path}: tensor 'q': expected a rank-4 tensor" in r.stderr, r.stderr
+    q, k = os.path.join(tmp, "q8.npy"), os.path.join(tmp, "k16.npy")
+    np.save(q, np.ones((1, 2, 5, 8), np.float32))
+    np.save(k, np.ones((1, 2, 7, 16), np.float32))
+    r = pasa("inspect", "--q", q, "--k", k, code=2)
+    assert "--q [1, 2, 5, 8] and --k [1, 2, 7, 16] do not form an attention problem" in r.stderr, r.stderr
+
+
 def check_output_rules(tmp):
     q, k, v = save_qkv(tmp, "o")
     qkv = ("--q", q, "--k", k, "--v", v)
@@ -832,7 +845,8 @@ def main():
     check_overhead()
     check_options_are_validated()
     check_json_on_stdout()
-    for check in (check_pipes_are_refused, check_usage_errors, check_output_rules, check_plot_setup,
+    for check in (check_pipes_are_refused, check_usage_errors, check_shape_errors_name_their_source,
+                  check_output_rules, check_plot_setup,
                   check_stdout_and_cpu_overhead_errors, check_run_header_is_flushed):
         with tempfile.TemporaryDirectory() as tmp:
             check(tmp)
