@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <tuple>
 
 #include "commands.h"
 #include "capture_index.h"
@@ -199,7 +200,9 @@ void calibrate_plan(const CalibrateOptions& opt) {
   parse_policy_option("--accurate", opt.accurate);
   const std::vector<EntryFiles> entries = find_entries(opt.inputs);
   check_plan_output(opt.out, opt.inputs, entries);
-  std::vector<std::pair<double, std::pair<int, int>>> ranked;
+  // Worst first: the lowest score; among equal ones (0: pointing away, or off by more than its size)
+  // the lowest CosSim, then the largest L1, then the entry's name.
+  std::vector<std::tuple<double, double, double, std::pair<int, int>>> ranked;
   std::map<std::pair<int, int>, double> scores;
   for (const EntryFiles& e : entries) {
     ErrorMetrics m;
@@ -216,9 +219,11 @@ void calibrate_plan(const CalibrateOptions& opt) {
     }
     // The report's score: CosSim * (1 - L1), each factor at least 0 (an output that points away from
     // fp64's and is off by more than its size would otherwise score as well as a good one: two
-    // negative factors); a non-finite output is the worst possible.
-    const double score = m.nan_share > 0 ? -1.0 : std::max(m.cos_sim, 0.0) * std::max(1.0 - m.rel_l1, 0.0);
-    ranked.push_back({score, e.key});
+    // negative factors); a non-finite output, or metrics without a value (an fp64 output of zeros),
+    // the worst possible.
+    const bool measured = m.nan_share == 0 && std::isfinite(m.cos_sim) && std::isfinite(m.rel_l1);
+    const double score = measured ? std::max(m.cos_sim, 0.0) * std::max(1.0 - m.rel_l1, 0.0) : -1.0;
+    ranked.push_back({score, measured ? m.cos_sim : -2.0, measured ? -m.rel_l1 : -HUGE_VAL, e.key});
     scores[e.key] = score;
     text::print(stderr, "{}: CosSim {:.5f}  L1 {:.4f}  score {:.5f}\n", e.name, m.cos_sim, m.rel_l1, score);
   }
@@ -226,7 +231,7 @@ void calibrate_plan(const CalibrateOptions& opt) {
   const auto n_accurate = static_cast<std::size_t>(std::ceil(xi / 100.0 * static_cast<double>(ranked.size()) - 1e-9));
   MixPlan plan{opt.fast, opt.accurate, xi, {}};
   for (std::size_t i = 0; i < ranked.size(); ++i) {
-    plan.entries[ranked[i].second] = i < n_accurate ? opt.accurate : opt.fast;
+    plan.entries[std::get<3>(ranked[i])] = i < n_accurate ? opt.accurate : opt.fast;
   }
   write_checked_outputs([&] { save_plan(opt.out, plan, scores); });
   text::print("{} entries: {} use {} (the worst {}%, rounded up to whole entries), {} use {}; wrote {}\n",

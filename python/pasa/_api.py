@@ -17,7 +17,7 @@ import numpy as np
 from . import _core, _serving
 from ._arrays import (allocate_outputs, as_kernel_argument, check_array, check_distinct_elements, check_not_meta,
                       check_sign_bits, check_writable, is_cupy_array, is_ml_dtypes_bfloat16,
-                      is_ml_dtypes_bfloat16_dtype, is_torch_tensor)
+                      is_ml_dtypes_bfloat16_dtype, is_torch_tensor, new_host_output)
 from ._errors import PasaError, alignment_argument, flag_argument, real_argument
 from ._policy import PolicyLike, core_policy, policy_text
 from ._score_mods import check_softcap, check_window, mask_shape, numpy_mask
@@ -208,7 +208,7 @@ def _attention_via_float32(q: Any, k: Any, v: Any, out: Optional[Any], **options
         check_writable(out, "out")
         check_distinct_elements(out, "out")
         _refuse_overlaps(out, (("q", q), ("k", k), ("v", v), ("attn_mask", options["attn_mask"])))
-        result = attention(q32, k32, v32, out=np.empty(out.shape, np.float32), **options)
+        result = attention(q32, k32, v32, out=new_host_output(tuple(out.shape), np.float32, "out"), **options)
     else:
         result = attention(q32, k32, v32, **options)
     o, lse = result if options["return_lse"] else (result, None)

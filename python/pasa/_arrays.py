@@ -240,8 +240,8 @@ def allocate_outputs(q: Any, layout: str, return_lse: bool, out: Optional[Any],
         check_array(out, "out")
         check_given_out(out, shape)
         if is_torch_tensor(out):  # (through DLPack torch's in-place rules and autograd would not see it)
-            raise PasaError(f"out: a torch.Tensor, but q is a {type(q).__name__}: give torch q, k and v "
-                            f"with a torch out=")
+            kind = f"{type(q).__module__.split('.')[0]}.{type(q).__name__}"
+            raise PasaError(f"out: a torch.Tensor, but q is a {kind}: give torch q, k and v with a torch out=")
     if is_cupy_array(q):
         import cupy
 

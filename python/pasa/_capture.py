@@ -416,12 +416,17 @@ def _router(*args: Any, **kwargs: Any) -> Any:
 
 
 def _reaches(function: Any, target: Any) -> bool:
-    """Whether ``function`` is ``target`` or wraps it (through the recorder, and through wrappers
-    that functools.wraps made, which leave ``__wrapped__``)."""
+    """Whether ``function`` is ``target`` or wraps it (through the recorder and the router to what each
+    calls, and through wrappers that functools.wraps made, which leave ``__wrapped__``)."""
     for _ in range(100):
         if function is target:
             return True
-        function = _recorder_original if function is _recorder else getattr(function, "__wrapped__", None)
+        if function is _recorder:
+            function = _recorder_original
+        elif function is _router:
+            function = _router_original
+        else:
+            function = getattr(function, "__wrapped__", None)
         if function is None:
             return False
     return False

@@ -66,9 +66,9 @@ _FILE_DTYPES = ("float32", "float16", "bfloat16")
 def _host_array(x: Any, name: str) -> Any:
     check_not_meta(x, name)
     if is_torch_tensor(x):
-        if x.is_quantized or str(x.layout) != "torch.strided":  # (sparse layouts)
-            raise PasaError(f"{name}: a {'quantized' if x.is_quantized else str(x.layout)} tensor; pasa files "
-                            f"hold dense float32, float16 or bfloat16 values")
+        if x.is_quantized or x.is_nested or str(x.layout) != "torch.strided":  # (sparse and nested layouts)
+            kind = "quantized" if x.is_quantized else "nested" if x.is_nested else str(x.layout)
+            raise PasaError(f"{name}: a {kind} tensor; pasa files hold dense float32, float16 or bfloat16 values")
         # (a lazy sign resolved: the file holds the tensor's values, not its memory)
         return x.detach().cpu().resolve_conj().resolve_neg().contiguous()
     if isinstance(x, np.generic):  # a NumPy scalar (np.float32(1.5)): the 0-d array of its value

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import numbers
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
@@ -59,13 +59,15 @@ def mask_shape(q_shape: Tuple[int, ...], k_shape: Tuple[int, ...], layout: str) 
     return (q_shape[0], q_shape[1], q_shape[2], k_shape[2])
 
 
-def broadcast_shape(mask_dims: Tuple[int, ...], target: Tuple[int, ...]) -> Tuple[int, ...]:
+def broadcast_shape(mask_dims: Tuple[int, ...], target: Tuple[int, ...],
+                    surely: Callable[[Any], bool] = bool) -> Tuple[int, ...]:
     """The 4-D shape a mask of ``mask_dims`` is given: B and H stay 1 where the mask has 1 (the
-    extension broadcasts them), S_q and S_kv are expanded. Raises PasaError if it cannot broadcast."""
+    extension broadcasts them), S_q and S_kv are expanded. Raises PasaError if it cannot broadcast.
+    ``surely`` decides each size comparison (a traced call's sizes may be symbolic: _torch's)."""
     if not 1 <= len(mask_dims) <= 4:
         raise PasaError(f"attn_mask: expected 1 to 4 dimensions, got shape {tuple(mask_dims)}")
-    dims = (1,) * (4 - len(mask_dims)) + tuple(int(n) for n in mask_dims)
-    if any(d not in (1, t) for d, t in zip(dims, target)):
+    dims = (1,) * (4 - len(mask_dims)) + tuple(mask_dims)
+    if any(surely(d != 1) and surely(d != t) for d, t in zip(dims, target)):
         raise PasaError(f"attn_mask: shape {tuple(mask_dims)} does not broadcast to [B, H_q, S_q, "
                         f"S_kv] = {list(target)}")
     return (dims[0], dims[1], target[2], target[3])

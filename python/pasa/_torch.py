@@ -43,25 +43,32 @@ def _check_traceable(q: Tensor, k: Tensor, v: Tensor, policy: str, layout: str,
     for name, x in (("q", q), ("k", k), ("v", v)):
         check_rank4(tuple(x.shape), name, layout)
         _check_dtype(x, name)
-    # (sizes left symbolic: under dynamic shapes each test is a guard, not a specialization)
+    # (Sizes stay symbolic under dynamic shapes, each test a guard rather than a specialization; one
+    # that a data-dependent size leaves open is not raised here: the call checks it when it runs.)
     order = (0, 1, 2, 3) if layout == "bhsd" else (0, 2, 1, 3)
     (b, h_q, _, d), (b_k, h_kv, _, d_k), (b_v, *_) = ([x.shape[i] for i in order] for x in (q, k, v))
     for name, x in (("q", q), ("k", k), ("v", v)):
         for i, dim in zip(order, ("batch", "heads", "sequence", "head dim")):
-            if x.shape[i] <= 0:
+            if _surely(x.shape[i] <= 0):
                 raise PasaError(f"{name}: {dim} size is {x.shape[i]} (every dimension must be at least 1; "
                                 f"zero-length sequences are not attention problems)")
-    if b_k != b or b_v != b:
+    if _surely(b_k != b) or _surely(b_v != b):
         raise PasaError(f"k/v: batch sizes {b_k} and {b_v} differ from q's {b}")
-    if d_k != d:
+    if _surely(d_k != d):
         raise PasaError(f"k: head dim {d_k} differs from q's {d}")
-    if tuple(v.shape) != tuple(k.shape):
+    if any(_surely(n_v != n_k) for n_v, n_k in zip(v.shape, k.shape)):
         raise PasaError(f"v: shape {list(v.shape)} differs from k's {list(k.shape)}")
-    if h_q % h_kv != 0:
+    if _surely(h_q % h_kv != 0):
         raise PasaError(f"k: {h_kv} K/V heads do not divide the {h_q} query heads (GQA needs H_q to be a "
                         f"multiple of H_kv)")
     if attn_mask is not None:
-        broadcast_shape(tuple(attn_mask.shape), mask_shape(tuple(q.shape), tuple(k.shape), layout))
+        broadcast_shape(tuple(attn_mask.shape), mask_shape(tuple(q.shape), tuple(k.shape), layout), _surely)
+
+
+try:  # (a test on sizes: guarded where they are known or backed, False where a data-dependent one leaves it open)
+    from torch.fx.experimental.symbolic_shapes import guard_or_false as _surely
+except ImportError:  # older torch: its sizes are concrete or backed
+    _surely = bool
 
 
 def _check_one_device(q: Tensor, **others: Optional[Tensor]) -> None:
@@ -407,8 +414,7 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, policy: str, causal: bool,
                                               layout, return_lse, **mods)
         return (o, lse) if return_lse else o
     check_given_out(out, tuple(q.shape))
-    lse = (torch.empty(_lse_shape(q, layout), dtype=torch.float32, device=q.device)
-           if return_lse else None)
+    lse = new_torch_output(tuple(_lse_shape(q, layout)), torch.float32, q.device, "lse") if return_lse else None
     torch.ops.pasa.attention_out(q, k, v, out, lse, policy, causal, causal_alignment, scale, layout,
                                  **mods)
     return (out, lse) if return_lse else out

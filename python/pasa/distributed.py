@@ -174,6 +174,12 @@ def _check_partials(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> N
         if x.dtype != torch.float32:
             raise PasaError(f"{name}: dtype {x.dtype}; the accumulators are float32 (an LSE past 65504 "
                             f"or O's weighted sums need its range and precision)")
+        # (what torch would refuse of the in-place writes, refused before the first of them)
+        if x.requires_grad and torch.is_grad_enabled():
+            raise PasaError(f"{name}: requires grad; the merge writes it in place: call it under torch.no_grad()")
+        if x.is_inference() and not torch.is_inference_mode_enabled():
+            raise PasaError(f"{name}: an inference tensor, which may be written in place only inside "
+                            f"torch.inference_mode()")
     if o_acc.dim() < 1 or tuple(lse_acc.shape) != tuple(o_acc.shape[:-1]):
         raise PasaError(f"lse_acc: shape {tuple(lse_acc.shape)}; expected o_acc's {tuple(o_acc.shape)} "
                         f"without its last dimension")
@@ -188,10 +194,11 @@ def _check_partials(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> N
     if _byte_ranges_meet(o_acc, lse_acc):
         raise PasaError("o_acc and lse_acc share memory; the merge writes both")
     for name, x in (("lse_acc", lse_acc), ("lse", lse)):
-        bad = torch.isnan(x) | torch.isposinf(x)
+        # (a float64 LSE past float32's largest value would become +inf in the float32 merge)
+        bad = torch.isnan(x) | torch.isposinf(x) | (x > torch.finfo(torch.float32).max)
         if bool(bad.any()):
             where = [int(i) for i in torch.nonzero(bad)[0]]
-            raise PasaError(f"{name}: {float(x[tuple(where)])} at {where} is not a log-sum-exp")
+            raise PasaError(f"{name}: {float(x[tuple(where)])} at {where} is not a log-sum-exp float32 can hold")
 
 
 def _byte_ranges_meet(a: Tensor, b: Tensor) -> bool:
@@ -246,6 +253,9 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor) -> None:
         if not isinstance(x, torch.Tensor) or x.dim() != 4:
             raise PasaError(f"{name}: expected a 4-D torch.Tensor [B, H, S, D] (layout 'bhsd')")
         _check_not_meta(x, name)
+        if x.dtype not in _DTYPES:  # (stacked, K and V would be promoted to one type and run)
+            raise PasaError(f"{name}: unsupported dtype {str(x.dtype).replace('torch.', '')} (pasa takes "
+                            f"float32, float16 or bfloat16)")
         if x.requires_grad and torch.is_grad_enabled():  # (the merged output records no autograd)
             raise PasaError(f"{name}: requires grad; context-parallel attention is inference only "
                             f"(no backward): call it under torch.no_grad() or torch.inference_mode()")
@@ -266,29 +276,31 @@ def _scale_text(scale) -> str:
     """The scale as the ranks compare it: the same number whether given as a Python or NumPy float."""
     try:
         return repr(None if scale is None else float(scale))
-    except (TypeError, ValueError):  # (pasa.attention names what it is; the ranks compare its text)
-        return repr(scale)
+    except (TypeError, ValueError, OverflowError, RuntimeError):  # (pasa.attention names what it is; the
+        return repr(scale)                                           # ranks compare its text)
 
 
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # What every rank must give alike, after its local length (entry 0) and whether its own checks passed.
 _AGREED = ("q's batch", "K/V's batch", "query heads", "K/V heads", "q's head dim", "K/V's head dim", "dtypes",
-           "zigzag", "causal", "return_lse", "policy and scale")
+           "zigzag", "causal", "return_lse", "function, policy and scale")
 
 
-def _agree(q, k, v, group, policy: PolicyLike, causal, zigzag, scale, return_lse) -> Tuple[int, int, List[int]]:
+def _agree(function: str, q, k, v, group, policy: PolicyLike, causal, zigzag, scale,
+           return_lse) -> Tuple[int, int, List[int]]:
     """(rank, world size, every rank's local length), once every rank has checked its own arguments
     and all agree on the problem's shape and options (one all_gather): a rank whose checks failed
     raises its error, and every other rank a PasaError naming it, instead of waiting for it in a later
-    collective or reading a peer's K/V as another shape or dtype. (Without a process group, bad
-    arguments are named first.)"""
+    collective or reading a peer's K/V as another shape or dtype. ``function`` (the caller's name)
+    is agreed on too: ranks in two different functions would wait in different collectives. (Without
+    a process group, bad arguments are named first.)"""
     error = None
     try:
         _check_inputs(q, k, v)
         for name, flag in (("causal", causal), ("zigzag", zigzag), ("return_lse", return_lse)):
             _flag_argument(flag, name)
-        options = zlib.crc32(f"{_core_policy(policy).to_string()}|{_scale_text(scale)}".encode())
-    except PasaError as e:
+        options = zlib.crc32(f"{function}|{_core_policy(policy).to_string()}|{_scale_text(scale)}".encode())
+    except Exception as e:  # (whatever a rank's own checks raise, the others learn of it, not wait)
         error = e
     try:
         rank, world = _group_info(group)
@@ -383,7 +395,7 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, *, group=None, policy: Polic
         This rank's output in ``q``'s dtype (and the LSE), equal to single-device attention on the
         whole sequence within the policy's tolerance.
     """
-    rank, world, lengths = _agree(q, k, v, group, policy, causal, zigzag, scale, return_lse)
+    rank, world, lengths = _agree("ring_attention", q, k, v, group, policy, causal, zigzag, scale, return_lse)
     chunks = _rank_chunks(lengths, zigzag)
     accumulators = _accumulators(q, chunks[rank])
     current = torch.stack([k, v]).contiguous()
@@ -437,7 +449,7 @@ def allgather_attention(q: Tensor, k: Tensor, v: Tensor, *, group=None,
     query chunk attends once to the keys it sees (causal: the prefix that ends with its own chunk,
     bottom-right aligned). Needs memory for the whole sequence's K/V on every rank.
     """
-    rank, world, lengths = _agree(q, k, v, group, policy, causal, zigzag, scale, return_lse)
+    rank, world, lengths = _agree("allgather_attention", q, k, v, group, policy, causal, zigzag, scale, return_lse)
     chunks = _rank_chunks(lengths, zigzag)
     local = torch.stack([k, v])
     # all_gather needs equal sizes: pad every rank's K/V to the longest shard.

@@ -16,6 +16,7 @@
 
 #include "array_views.h"
 #include "bindings.h"
+#include "memory_budget.h"
 #include "pasa/error.h"
 #include "pasa/io.h"
 #include "pasa/plan.h"
@@ -27,8 +28,12 @@ using namespace nb::literals;
 namespace pasa::python {
 namespace {
 
-nb::object to_numpy(HostTensor&& tensor) {
+// `what` names the tensor in errors (its file, and its name in a .safetensors).
+nb::object to_numpy(HostTensor&& tensor, const std::string& what) {
   if (tensor.dtype == DType::bf16) {
+    // (the floats and their copy beside the bf16 bytes: 8 bytes an element more, at the peak)
+    require_memory(saturating_product({static_cast<std::uint64_t>(tensor.numel()), 8}),
+                   what + ": bfloat16 widened to float32");
     tensor = from_float(to_float(tensor), tensor.shape, DType::f32);
   }
   auto* owned = new HostTensor(std::move(tensor));
@@ -65,6 +70,8 @@ HostTensor from_array(const InputArray& array, const std::string& what) {
     expected *= a.shape[i];
   }
   t.shape.assign(a.shape, a.shape + a.ndim);
+  require_memory(saturating_product({static_cast<std::uint64_t>(t.numel()), dtype_size(t.dtype)}),
+                 what + ": the copy written");
   t.bytes.resize(static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype));
   if (!t.bytes.empty()) std::memcpy(t.bytes.data(), a.data, t.bytes.size());
   return t;
@@ -79,7 +86,7 @@ nb::object load_npy(const nb::bytes& path_arg) {
     nb::gil_scoped_release release;
     t = io::read_npy(path);
   }
-  return to_numpy(std::move(t));
+  return to_numpy(std::move(t), path);
 }
 
 // A tensor name as a Python str: all of its bytes (a NUL included), and a PasaError naming the file
@@ -101,7 +108,9 @@ nb::dict load_safetensors(const nb::bytes& path_arg) {
     tensors = io::read_safetensors(path);
   }
   nb::dict out;
-  for (auto& [name, tensor] : tensors) out[name_text(name, path)] = to_numpy(std::move(tensor));
+  for (auto& [name, tensor] : tensors) {
+    out[name_text(name, path)] = to_numpy(std::move(tensor), text::format("{}: tensor '{}'", path, name));
+  }
   return out;
 }
 

@@ -131,9 +131,15 @@ class Temporary {
 std::string errno_text(int err) { return std::string(" (") + std::strerror(err) + ")"; }
 
 // Why this process may not replace the existing regular file `target` (`existing` its stat), or empty:
-// in a sticky directory (/tmp) only the file's owner, the directory's and root may rename over it or
-// remove a link to it, so the rename would fail after the work and the backup link stay behind.
-std::string sticky_refusal(const std::string& target, const struct stat& existing) {
+// the file is write-protected against it; or, in a sticky directory (/tmp) only the file's owner, the
+// directory's and root may rename over it or remove a link to it, so the rename would fail after the
+// work and the backup link stay behind.
+std::string replace_refusal(const std::string& target, const struct stat& existing) {
+  // A file its owner write-protected is not replaced (np.save and the shell's > refuse it too), though
+  // the rename through a temporary could.
+  if (::access(target.c_str(), W_OK) != 0 && errno == EACCES) {
+    return "cannot replace the file: it is write-protected (Permission denied)";
+  }
   const std::filesystem::path file(target);
   const std::string dir = file.has_parent_path() ? file.parent_path().string() : std::string(".");
   struct stat d {};
@@ -144,6 +150,21 @@ std::string sticky_refusal(const std::string& target, const struct stat& existin
   }
   return "cannot replace the file: it belongs to user " + std::to_string(existing.st_uid) + " in the sticky " +
          "directory " + dir + ", where only its owner may replace it";
+}
+
+// The temporary `fd` that replaces a file takes its owner, group and permissions, as far as this
+// process may give them (root: all; a member of the file's group: the group); a set-user-id or
+// set-group-id bit is kept only with the owner or group it was set for.
+void keep_owner_and_mode(int fd, const struct stat& existing) {
+  if (::fchown(fd, existing.st_uid, existing.st_gid) != 0) {
+    static_cast<void>(::fchown(fd, static_cast<uid_t>(-1), existing.st_gid));
+  }
+  struct stat now {};
+  const bool known = ::fstat(fd, &now) == 0;
+  mode_t mode = existing.st_mode & 07777;
+  if (!known || now.st_uid != existing.st_uid) mode &= ~static_cast<mode_t>(S_ISUID);
+  if (!known || now.st_gid != existing.st_gid) mode &= ~static_cast<mode_t>(S_ISGID);
+  ::fchmod(fd, mode);
 }
 
 // Handlers for the lifetime of a scope that may hold temporaries.
@@ -333,7 +354,7 @@ void check_output_path(const std::string& path) {
       if (::access(target.c_str(), W_OK) != 0) throw Error(path + ": cannot open for writing" + errno_text(errno));
       return;
     }
-    if (const std::string why = sticky_refusal(target, existing); !why.empty()) throw Error(path + ": " + why);
+    if (const std::string why = replace_refusal(target, existing); !why.empty()) throw Error(path + ": " + why);
   }
   // (The temporary's name is cut short, so it would pass where the file's own name is too long.)
   const std::filesystem::path file(target);
@@ -367,8 +388,7 @@ void FileBatch::add(const std::string& path, FileBytes bytes) {
     return;
   }
   const int fd = create_temporary(entry->target, path, entry->temp);
-  // Keep the permissions of the file being replaced.
-  if (exists) ::fchmod(fd, existing.st_mode & 07777);
+  if (exists) keep_owner_and_mode(fd, existing);
   int err = write_bytes(fd, bytes);
   if (err == 0 && ::fsync(fd) != 0) err = errno;
   if (::close(fd) != 0 && err == 0) err = errno;
@@ -395,7 +415,7 @@ void FileBatch::commit() {
   for (const auto& e : entries_) {
     struct stat existing {};
     if (!e->temp || ::lstat(e->target.c_str(), &existing) != 0 || !S_ISREG(existing.st_mode)) continue;
-    if (const std::string why = sticky_refusal(e->target, existing); !why.empty()) {
+    if (const std::string why = replace_refusal(e->target, existing); !why.empty()) {
       throw ResourceError(e->path + ": " + why + "; it was not changed" +
                           (entries_.size() > 1 ? ", nor were the other outputs" : ""));
     }

@@ -146,6 +146,72 @@ TEST(AtomicFile, AnotherUsersFileInAStickyDirectoryIsRefusedBeforeAnyChange) {
   EXPECT_EQ(entries_in(sticky), 1u) << "a temporary or a backup link was left behind";
 }
 
+// Runs `body` in a child process as user and group 65534; its exit code, or 10 where the switch failed.
+int exit_code_as_nobody(const std::function<int()>& body) {
+  const pid_t child = ::fork();
+  if (child < 0) return -1;
+  if (child == 0) {  // (no gtest assertions here: the exit code says which step failed)
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(10);
+    ::_exit(body());
+  }
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+TEST(AtomicFile, AWriteProtectedFileIsRefusedAndKept) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run the writer as another user (root writes anything)";
+  test::TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0777), 0);
+  const std::string path = dir.file("out.txt");
+  std::ofstream(path) << "old contents";
+  ASSERT_EQ(::chown(path.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(::chmod(path.c_str(), 0444), 0);
+  const int code = exit_code_as_nobody([&] {
+    try {
+      detail::write_text_atomically(path, "new");
+    } catch (const Error& e) {
+      return std::string(e.what()).find("write-protected") != std::string::npos ? 0 : 12;
+    }
+    return 11;
+  });
+  EXPECT_EQ(code, 0) << "10: setuid failed, 11: written, 12: another error";
+  EXPECT_EQ(contents(path), "old contents");
+  EXPECT_EQ(entries_in(dir.path()), 1u) << "a temporary was left behind";
+}
+
+// The replacement keeps the file's owner and group where the writer may give them (root), and a
+// set-id bit only with them: another user's replacement of a set-user-id file it may write was left
+// set-user-id under the writer's name.
+TEST(AtomicFile, TheReplacementKeepsTheOwnerOrItsSetIdBits) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to own files as other users";
+  test::TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0777), 0);
+  const std::string path = dir.file("out.bin");
+  std::ofstream(path) << "old contents";
+  ASSERT_EQ(::chown(path.c_str(), 1234, 1234), 0);
+  ASSERT_EQ(::chmod(path.c_str(), 06777), 0);
+  detail::write_text_atomically(path, "root's");
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1234u);
+  EXPECT_EQ(st.st_gid, 1234u);
+  EXPECT_EQ(st.st_mode & 07777, 06777u);
+  EXPECT_EQ(exit_code_as_nobody([&] {
+              try {
+                detail::write_text_atomically(path, "nobody's");
+              } catch (const Error&) {
+                return 11;
+              }
+              return 0;
+            }),
+            0);
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(contents(path), "nobody's");
+  EXPECT_EQ(st.st_uid, 65534u);
+  EXPECT_EQ(st.st_mode & 07777, 0777u) << "set-id bits kept under another owner";
+}
+
 TEST(AtomicFile, SymbolicLinksAreFollowed) {
   test::TempDir dir;
   const std::string target = dir.file("target.txt"), link = dir.file("link.txt");

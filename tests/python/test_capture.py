@@ -197,6 +197,14 @@ def test_captures_ending_out_of_order_restore_torch(tmp_path):
     F.scaled_dot_product_attention(q, q, q)
     assert len(first.entries) == 1 and len(second.entries) == 2
     assert sorted(os.listdir(tmp_path / "a")) == ["index.json", "layer0.safetensors"]
+    # A capture entered under a patch made inside another capture: the recorder under the router
+    # took the router as what it wraps, and the two called each other for good.
+    model = TinyTransformer().eval()
+    with pasa.capture(tmp_path / "c") as outer, pasa.patch(model), pasa.capture(tmp_path / "d") as inner:
+        F.scaled_dot_product_attention(q, q, q)
+    assert F.scaled_dot_product_attention is original
+    assert len(outer.entries) == 1 and len(inner.entries) == 1
+    torch.testing.assert_close(F.scaled_dot_product_attention(q, q, q), original(q, q, q))
 
 
 def test_capture_overwrite_removes_the_earlier_capture(tmp_path, model, x):

@@ -132,6 +132,11 @@ def misuse_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
             # (a value the agreement does not see, in rank 1's own queries: it fails in its first step)
             "NaN in a ring": lambda: pd.ring_attention(nan_on_rank_1, q, q),
             "NaN in an all-gather": lambda: pd.allgather_attention(nan_on_rank_1, q, q),
+            # (its text for the agreement raised OverflowError, which left the others waiting there)
+            "one rank's huge scale": lambda: pd.ring_attention(q, q, q, scale=10**400 if rank == 1 else None),
+            "two functions": lambda: (pd.allgather_attention if rank == 1 else pd.ring_attention)(q, q, q),
+            # (two unsupported dtypes agreed as one code: gloo aborted a process on the sizes)
+            "unsupported dtypes": lambda: pd.ring_attention(*((q.double(),) * 3 if rank == 0 else (q.int(),) * 3)),
         }
         for name, call in scenarios.items():
             try:
@@ -155,12 +160,18 @@ def test_ranks_that_disagree_or_refuse_raise_on_every_rank(tmp_path):
     errors = [json.load(open(os.path.join(str(tmp_path), f"misuse{r}.json"))) for r in range(3)]
     for r in range(3):
         assert errors[r]["dtype"].startswith("PasaError: group: the ranks' dtypes differ"), errors[r]
-        assert errors[r]["policy"].startswith("PasaError: group: the ranks' policy and scale differ"), errors[r]
+        assert errors[r]["policy"].startswith("PasaError: group: the ranks' function, policy and scale differ"), errors[r]
         assert errors[r]["head dim"].startswith("PasaError: group: the ranks' q's head dim differ"), errors[r]
         assert errors[r]["scale kinds"] == "no error", errors
     assert errors[1]["one rank's flag"].startswith("PasaError: causal: expected True or False"), errors[1]
     for r in (0, 2):
         assert errors[r]["one rank's flag"].startswith("PasaError: group: rank 1 refused its arguments"), errors[r]
+    for r in range(3):
+        for scenario in ("two functions", "one rank's huge scale"):
+            assert errors[r][scenario].startswith("PasaError: group: the ranks' function, policy and scale "
+                                                  "differ"), errors[r]
+        assert errors[r]["unsupported dtypes"].startswith(("PasaError: q: unsupported dtype",
+                                                           "PasaError: group: rank 0 refused")), errors[r]
     for scenario in ("NaN in a ring", "NaN in an all-gather"):
         assert errors[1][scenario].startswith("PasaError: q: non-finite value"), errors[1]
         for r in (0, 2):
@@ -280,6 +291,35 @@ def test_merge_partial_refuses_what_it_cannot_merge(o_shape, lse_shape, lse_valu
     with pytest.raises(pasa.PasaError, match=r"^lse_acc: shape \(1, 2, 5, 1\); expected o_acc's"):
         pd.merge_partial(torch.ones(1, 2, 5, 4), torch.zeros(1, 2, 5, 1), torch.ones(1, 2, 5, 4),
                          torch.zeros(1, 2, 5, 1))
+
+
+def test_merge_partial_refuses_before_writing_what_torch_would_refuse_after():
+    """Accumulators that require grad, or inference tensors outside inference mode: torch refused the
+    second in-place write after the first (or after both); a float64 LSE past float32's range became
+    +inf in the merge and the accumulators NaN."""
+    o = torch.ones(1, 1, 1, 2)
+    for o_acc, lse_acc, match in (
+            (torch.ones(1, 1, 1, 2), torch.zeros(1, 1, 1, requires_grad=True), r"^lse_acc: requires grad"),
+            (torch.ones(1, 1, 1, 2), torch.zeros(1, 1, 1), r"^lse_acc: an inference tensor")):
+        if match.endswith("inference tensor"):
+            with torch.inference_mode():
+                lse_acc = torch.zeros(1, 1, 1)
+        before = o_acc.clone()
+        with pytest.raises(pasa.PasaError, match=match):
+            pd.merge_partial(o_acc, lse_acc, o, torch.zeros(1, 1, 1))
+        assert torch.equal(o_acc, before)
+    o_acc, lse_acc = torch.ones(1, 1, 1, 2), torch.zeros(1, 1, 1)
+    with pytest.raises(pasa.PasaError, match=r"^lse: 1e\+39 at \[0, 0, 0\] is not a log-sum-exp float32 can hold"):
+        pd.merge_partial(o_acc, lse_acc, o, torch.full((1, 1, 1), 1e39, dtype=torch.float64))
+    assert torch.equal(o_acc, o) and lse_acc.item() == 0.0
+
+
+def test_unsupported_dtypes_are_refused_before_any_communication():
+    # Stacked for the exchange, int32 V beside fp16 K was promoted to fp16 and run (4097 became 4096).
+    x = torch.zeros(1, 1, 4, 8, dtype=torch.float16)
+    for fn in (pd.ring_attention, pd.allgather_attention):
+        with pytest.raises(pasa.PasaError, match=r"^v: unsupported dtype int32"):
+            fn(x, x, x.int())
 
 
 def test_merge_partial_of_parts_that_share_the_accumulators_memory():

@@ -110,7 +110,8 @@ def test_save_errors(tmp_path, rng):
 def test_torch_tensors_without_dense_values_are_refused_by_save(tmp_path):
     torch = pytest.importorskip("torch", reason="torch is not installed")
     for x, kind in ((torch.eye(3).to_sparse(), "torch.sparse_coo"),
-                    (torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8), "quantized")):
+                    (torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8), "quantized"),
+                    (torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]), "nested")):
         with pytest.raises(pasa.PasaError, match=rf"x\.npy: a {kind} tensor"):
             pasa.save(tmp_path / "x.npy", x)
         assert not (tmp_path / "x.npy").exists()

@@ -118,7 +118,7 @@ def test_a_torch_out_needs_torch_inputs(gen):
     # stayed, so a graph that had saved it computed its gradient from the new values, silently.
     q = randn(gen, 1, 2, 9, 64)
     out = torch.zeros_like(q)
-    with pytest.raises(pasa.PasaError, match=r"^out: a torch.Tensor, but q is a ndarray"):
+    with pytest.raises(pasa.PasaError, match=r"^out: a torch.Tensor, but q is a numpy.ndarray"):
         pasa.attention(q.numpy(), q.numpy(), q.numpy(), out=out)
     assert (out == 0).all()
 
