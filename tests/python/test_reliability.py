@@ -101,6 +101,17 @@ def test_new_host_outputs_are_checked_and_taken_before_the_call(rng, monkeypatch
         assert asked and asked[0] == (1 * 2 * 8 * 16 * 2, "out")
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs Linux's /proc")
+def test_a_new_host_output_takes_its_memory_at_once():
+    # An np.empty's pages are taken when first written, by the call, after its memory check.
+    def resident():
+        return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    before = resident()
+    out = pasa._arrays.new_host_output((64 << 20,), np.float32, "out")  # 256 MiB
+    assert resident() - before >= 200 << 20 and not out.any()
+
+
 def test_oom_inside_the_emulator_does_not_abort_python(tmp_path):
     # The emulator under an address-space limit too small for its working set: a Python exception,
     # never SIGABRT. Run in a child so the limit does not touch this process.

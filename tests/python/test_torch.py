@@ -270,6 +270,39 @@ def test_export_with_out_and_dynamic_shapes():
         torch.testing.assert_close(got, pasa.attention(q2, k2, k2), atol=0, rtol=0)
 
 
+def test_export_with_a_mask_keeps_dynamic_lengths():
+    # The fake's mask check compared the mask's sizes through int(), which made the sequence length a
+    # constant: export refused Dim("S"), and torch.compile(dynamic=True) compiled every length.
+    from torch.export import Dim, export
+
+    class Masked(torch.nn.Module):
+        def forward(self, q, k, v, mask):
+            return pasa.attention(q, k, v, attn_mask=mask)
+
+    s = Dim("S", min=2, max=4096)
+    q, mask = torch.randn(1, 2, 9, 16), torch.zeros(1, 1, 9, 9)
+    program = export(Masked(), (q, q, q, mask), dynamic_shapes={"q": {2: s}, "k": {2: s}, "v": {2: s},
+                                                                "mask": {2: s, 3: s}})
+    q2, mask2 = torch.randn(1, 2, 5, 16), torch.zeros(1, 1, 5, 5)
+    torch.testing.assert_close(program.module()(q2, q2, q2, mask2), pasa.attention(q2, q2, q2, attn_mask=mask2),
+                               atol=0, rtol=0)
+
+
+def test_a_data_dependent_length_compiles_with_fullgraph(gen):
+    # The fake's shape checks raised on a size only known when the call runs (a length from
+    # nonzero()): such a test is left to the call.
+    import torch._dynamo
+
+    x = randn(gen, 1, 2, 8, 16)
+    keep = torch.tensor([1, 0, 1, 1, 0, 1, 1, 1], dtype=torch.bool)
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        fn = torch.compile(lambda x, keep: pasa.attention(*(x[:, :, keep.nonzero().squeeze(1)],) * 3),
+                           fullgraph=True)
+        got = fn(x, keep)
+    want = pasa.attention(*(x[:, :, keep.nonzero().squeeze(1)],) * 3)
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+
 def test_torch_compile_reports_bad_policy_while_tracing(gen):
     q, k, v = (randn(gen, 1, 2, 9, 64) for _ in range(3))
     fn = torch.compile(lambda q, k, v: pasa.sdpa(q, k, v, policy="exact,zz=1"), fullgraph=True)
