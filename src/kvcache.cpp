@@ -19,6 +19,7 @@
 #include "cpu/backends.h"
 #include "cpu/host_inputs.h"
 #include "cuda_backend.h"
+#include "interrupt.h"
 #include "pasa/error.h"
 #include "pasa/serving.h"
 #include "kvcache_checks.h"
@@ -403,8 +404,10 @@ void attention_with_kvcache(const KVCacheArgs& caller) {
   }
   const TensorView* caches[] = {&args.k_cache, &args.v_cache};
   const char* cache_names[] = {"k_cache", "v_cache"};
+  InterruptPoll interrupt;  // (the check and the gather below read millions of keys on this thread alone)
   for (std::int64_t b = 0; b < B; ++b) {
     for (std::int64_t p = 0; p < args.cache_seqlens[b]; ++p) {
+      if (p % kRowsPerPoll == 0) interrupt.poll();
       const std::int64_t id = map.block(b, p), slot = p % map.block_size;
       for (int c = 0; c < 2; ++c) {
         for (std::int64_t h = 0; h < shape.heads_kv; ++h) {
@@ -437,6 +440,7 @@ void attention_with_kvcache(const KVCacheArgs& caller) {
       bytes[c].resize(static_cast<std::size_t>(H_kv * len * D) * dtype_size(caches[c]->dtype));
       dense[c] = bhsd_view(bytes[c].data(), caches[c]->dtype, 1, H_kv, len, D);
       for (std::int64_t p = 0; p < len; ++p) {
+        if (p % kRowsPerPoll == 0) interrupt.poll();
         const std::int64_t id = map.block(b, p), slot = p % map.block_size;
         for (std::int64_t h = 0; h < H_kv; ++h) {
           copy_row(*caches[c], caches[c]->offset(id, h, slot, 0), dense[c], dense[c].offset(0, h, p, 0));

@@ -3,11 +3,14 @@
 // below on the calling thread every 50 ms (src/interrupt.h); it takes the GIL and lets Python run
 // its signal handlers, and when a handler raised (KeyboardInterrupt) the call stops and that exception
 // is raised in its place. Signals reach the main thread only, so calls from other threads run to the
-// end, as any Python code there would.
+// end without the check, as any Python code there would: taking the GIL there to check would stop the
+// call while another thread holds it, and end the process at exit (a daemon thread taking the GIL
+// during finalization is unwound, through the emulator's OpenMP region).
 #pragma once
 
 #include <nanobind/nanobind.h>
 
+#include <optional>
 #include <utility>
 
 #include "interrupt.h"
@@ -19,9 +22,17 @@ inline bool python_signal_raised() {
   return PyErr_CheckSignals() != 0;  // the handler's exception stays set for released_call to raise
 }
 
+// Whether the calling thread (holding the GIL) is Python's main thread, the one signals reach.
+inline bool on_main_thread() {
+  static const unsigned long main_thread = nanobind::cast<unsigned long>(
+      nanobind::module_::import_("threading").attr("main_thread")().attr("ident"));
+  return PyThread_get_thread_ident() == main_thread;
+}
+
 template <class F>
 decltype(auto) released_call(F&& f) {
-  const ScopedInterruptCheck check(&python_signal_raised);
+  std::optional<ScopedInterruptCheck> check;
+  if (on_main_thread()) check.emplace(&python_signal_raised);
   try {
     nanobind::gil_scoped_release release;
     return std::forward<F>(f)();

@@ -138,20 +138,22 @@ def test_oom_inside_the_emulator_does_not_abort_python(tmp_path):
     assert r.stdout.startswith("PasaError") and "needs" in r.stdout, r.stdout
 
 
-def seconds_to_stop(call, shape):
-    """How long `call` on random q, k, v of `shape` runs when Ctrl-C comes 0.3 s into it (it must
-    raise KeyboardInterrupt). Python's own SIGINT handler is installed for it: a process started in
-    the background by a non-interactive shell inherits SIGINT ignored, and interrupt_main then does
-    nothing."""
+def random_qkv(shape):
     rng = np.random.default_rng(0)
-    q, k, v = (rng.standard_normal(shape, dtype=np.float32) for _ in range(3))
+    return tuple(rng.standard_normal(shape, dtype=np.float32) for _ in range(3))
+
+
+def seconds_to_stop(call, *args):
+    """How long `call(*args)` runs when Ctrl-C comes 0.3 s into it (it must raise KeyboardInterrupt).
+    Python's own SIGINT handler is installed for it: a process started in the background by a
+    non-interactive shell inherits SIGINT ignored, and interrupt_main then does nothing."""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         timer = threading.Timer(0.3, _thread.interrupt_main)
         start = time.monotonic()
         timer.start()
         with pytest.raises(KeyboardInterrupt):
-            call(q, k, v)
+            call(*args)
         elapsed = time.monotonic() - start
         timer.join()
     finally:
@@ -162,7 +164,8 @@ def seconds_to_stop(call, shape):
 def test_ctrl_c_stops_a_long_cpu_call():
     """KeyboardInterrupt (Ctrl-C) stops a CPU emulator call between its loop iterations instead of
     when it returns: here minutes on two cores, seconds on many."""
-    assert seconds_to_stop(lambda q, k, v: pasa.attention(q, k, v, policy="exact"), (1, 16, 16384, 128)) < 2.0
+    assert seconds_to_stop(lambda q, k, v: pasa.attention(q, k, v, policy="exact"),
+                           *random_qkv((1, 16, 16384, 128))) < 2.0
     small = np.ones((1, 1, 64, 128), np.float32)
     assert np.isfinite(pasa.attention(small, small, small, policy="exact")).all()  # the next call runs
 
@@ -170,7 +173,15 @@ def test_ctrl_c_stops_a_long_cpu_call():
 def test_ctrl_c_stops_the_reference_within_a_head():
     """The fp64 reference polls for Ctrl-C between a head's rows too: one head of 16k rows takes
     about 15 s on two cores."""
-    assert seconds_to_stop(pasa.reference, (1, 1, 16384, 64)) < 2.0
+    assert seconds_to_stop(pasa.reference, *random_qkv((1, 1, 16384, 64))) < 2.0
+
+
+def test_ctrl_c_stops_a_kv_cache_call_in_its_checks():
+    """A KV cache's keys are checked and gathered on the calling thread before the emulator runs:
+    that took seconds at millions of keys without a poll for Ctrl-C (it came when the emulator began)."""
+    cache = np.ones((1, 2_000_000, 1, 64), np.float32)
+    q = np.ones((1, 64, 1, 64), np.float32)  # (and then minutes of emulation: the call outlasts 0.3 s)
+    assert seconds_to_stop(lambda: pasa.attention_with_kvcache(q, cache, cache, cache_seqlens=2_000_000)) < 2.0
 
 
 def test_save_rejects_names_it_cannot_store(tmp_path, rng):
