@@ -23,7 +23,7 @@ namespace pasa::cuda {
 
 // kScoreMods: the call has an attention mask or a logit softcap, read at run time (an instantiation
 // of its own: the other has none of their code in its loop, which halves the loop's code and
-// measured 1.01-1.04x at D 64 1k, bench/NOTES.md; at D 64 this one runs two consumer warpgroups of
+// measured 1.005-1.025x at D 64 1k, bench/NOTES.md; at D 64 this one runs two consumer warpgroups of
 // 240 registers, the mask's reads and address arithmetic needing them). Both apply the causal
 // diagonal, the sliding window and the sequence end.
 // kConsumers64: the consumer warpgroups at D 64. Three by default (192 query rows share each K and V
