@@ -115,6 +115,21 @@ def _int32(x: Any, name: str) -> np.ndarray:
         raise PasaError(f"{name}: its int32 copy ({array.size * 4} bytes) does not fit in memory") from None
 
 
+def _columns_read(table: Any, seqlens: np.ndarray, k: Any, k_cache: Any) -> Any:
+    """A host block table cut to the columns the call reads, the longest sequence's blocks (at least
+    one column; a table too short keeps its own, which the call then names): a broadcast table of
+    millions of columns is copied whole otherwise. Anything but a 2-D array goes as it is."""
+    shape = getattr(table, "shape", None)
+    if shape is None or len(shape) != 2 or len(getattr(k_cache, "shape", ())) != 4 or not seqlens.size:
+        return table
+    block_size, s_new = int(k_cache.shape[1]), 0 if k is None else int(k.shape[1])
+    if block_size < 1:
+        return table
+    longest = max(int(seqlens.max()) + s_new, 0)
+    needed = max(-(-longest // block_size), 1)
+    return table[:, :needed] if needed < int(shape[1]) else table
+
+
 def _zero_d(name: str) -> PasaError:
     hint = " (or a Python int: the same length for every sequence)" if name == "cache_seqlens" else ""
     return PasaError(f"{name}: a 0-d array, where an array over the sequences is expected{hint}")
@@ -327,7 +342,8 @@ def attention_with_kvcache(
         if _is_int(cache_seqlens):
             cache_seqlens = np.full(batch, cache_seqlens)
         seqlens = _int32(cache_seqlens, "cache_seqlens")
-        table = None if block_table is None else _int32(block_table, "block_table")
+        table = None if block_table is None else _int32(_columns_read(block_table, seqlens, k, k_cache),
+                                                        "block_table")
     else:
         if _is_int(cache_seqlens):
             if not np.iinfo(np.int32).min <= int(cache_seqlens) <= np.iinfo(np.int32).max:

@@ -6,6 +6,8 @@ on copies of the inputs, CUDA-graph replay with new cache lengths, and the devic
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -97,6 +99,25 @@ def test_paged_cache_with_append_equals_each_dense_sequence(rng, policy):
         np.testing.assert_array_equal(out[b], want.astype(out.dtype))
         np.testing.assert_array_equal(lse[b], want_lse)
     np.testing.assert_array_equal(k_cache[[1, 4]], before[[1, 4]])  # cached positions untouched
+
+
+def test_a_broadcast_block_table_costs_the_columns_read(rng):
+    # A table broadcast to 2^31 - 1 columns, of which the call reads two: it was copied whole (16 GiB,
+    # the process killed for memory), and checked element by element. Now cut to what is read.
+    k_cache, v_cache = randn(rng, (3, 4, 1, 16)), randn(rng, (3, 4, 1, 16))
+    q = randn(rng, (2, 1, 1, 16))
+    seqlens = np.array([5, 7], np.int32)
+    whole = np.broadcast_to(np.array([[2]], np.int32), (2, 2**31 - 1))
+    start = time.monotonic()
+    got = pasa.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens, block_table=whole)
+    assert time.monotonic() - start < 5.0
+    want = pasa.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqlens,
+                                       block_table=np.full((2, 2), 2, np.int32))
+    np.testing.assert_array_equal(got, want)
+    # (a table too short keeps its own columns, and the call says what they hold)
+    with pytest.raises(pasa.PasaError, match=r"^cache_seqlens: sequence 1 holds 9 positions; .* the cache's 8"):
+        pasa.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=np.array([5, 9], np.int32),
+                                    block_table=np.full((2, 2), 2, np.int32))
 
 
 def test_dense_cache_without_append_and_one_int_length(rng):
