@@ -207,9 +207,9 @@ def new_torch_output(shape: Tuple[int, ...], dtype: Any, device: Any, name: str,
         raise allocation_error(e, name, shape)
 
 
-def new_host_output(shape: Tuple[int, ...], dtype: Any, name: str) -> np.ndarray:
-    """A new host array of zeros, its memory checked and taken before the call (reserve_host_output);
-    running out of memory is a PasaError naming the output."""
+def new_host_output(shape: Tuple[int, ...], dtype: Any, name: str, fill: float = 0.0) -> np.ndarray:
+    """A new host array filled with ``fill``, its memory checked and taken before the call
+    (reserve_host_output); running out of memory is a PasaError naming the output."""
     nbytes = int(np.prod(shape, dtype=object)) * np.dtype(dtype).itemsize
     reserve_host_output(nbytes, name, shape)
     try:
@@ -217,7 +217,7 @@ def new_host_output(shape: Tuple[int, ...], dtype: Any, name: str) -> np.ndarray
     except (MemoryError, ValueError):  # ValueError: beyond what NumPy can even describe
         raise PasaError(f"{name}: cannot allocate {shape} {np.dtype(dtype).name} ({nbytes} bytes): "
                         f"not enough memory") from None
-    array.fill(0)
+    array.fill(fill)
     return array
 
 

@@ -164,10 +164,7 @@ def _new_output(x: Any, shape: Tuple[int, ...], name: str, fill: Optional[float]
     """A new array of x's kind (torch, on x's device, or NumPy; x's dtype, or float32 with a dtype),
     filled with ``fill`` where given; running out of host memory is a PasaError naming the output."""
     if not is_torch_tensor(x):
-        a = new_host_output(shape, x.dtype if dtype is None else dtype, name)
-        if fill is not None:
-            a.fill(fill)
-        return a
+        return new_host_output(shape, x.dtype if dtype is None else dtype, name, 0.0 if fill is None else fill)
     import torch
 
     return new_torch_output(shape, x.dtype if dtype is None else torch.float32, x.device, name, fill)

@@ -35,6 +35,12 @@ def _lse_shape(q: Tensor, layout: str) -> Tuple[int, int, int]:
     return (q.shape[0], q.shape[1], q.shape[2])
 
 
+try:  # (a test on sizes: guarded where they are known or backed, False where a data-dependent one leaves it open)
+    from torch.fx.experimental.symbolic_shapes import guard_or_false as _surely
+except ImportError:  # older torch: its sizes are concrete or backed
+    _surely = bool
+
+
 def _check_traceable(q: Tensor, k: Tensor, v: Tensor, policy: str, layout: str,
                      attn_mask: Optional[Tensor] = None) -> None:
     """What can be checked from metadata alone, so that torch.compile reports it while tracing and a
@@ -63,12 +69,6 @@ def _check_traceable(q: Tensor, k: Tensor, v: Tensor, policy: str, layout: str,
                         f"multiple of H_kv)")
     if attn_mask is not None:
         broadcast_shape(tuple(attn_mask.shape), mask_shape(tuple(q.shape), tuple(k.shape), layout), _surely)
-
-
-try:  # (a test on sizes: guarded where they are known or backed, False where a data-dependent one leaves it open)
-    from torch.fx.experimental.symbolic_shapes import guard_or_false as _surely
-except ImportError:  # older torch: its sizes are concrete or backed
-    _surely = bool
 
 
 def _check_one_device(q: Tensor, **others: Optional[Tensor]) -> None:

@@ -28,9 +28,12 @@ bool cuda_read_to_host(void* dst, const void* src, std::size_t bytes, void* stre
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   cuda::check_cuda(cudaStreamIsCapturing(stream, &status), "cudaStreamIsCapturing");
   if (status != cudaStreamCaptureStatusNone) return false;
-  const std::string what = text::format("({} to the host)", name);
-  cuda::check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream), ("cudaMemcpyAsync " + what).c_str());
-  cuda::check_cuda(cudaStreamSynchronize(stream), ("cudaStreamSynchronize " + what).c_str());
+  // (the message made on failure only: an eager decode step reads its index arrays every call)
+  const auto check = [&](cudaError_t result, const char* call) {
+    if (result != cudaSuccess) cuda::check_cuda(result, text::format("{} ({} to the host)", call, name).c_str());
+  };
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   return true;
 }
 
@@ -150,8 +153,7 @@ void cuda_attention_with_kvcache(const AttentionArgs& args, const CudaKvCache& c
     if (t->data != nullptr) check_device_pointer(t->data, name, plan->device);
   }
   if (args.lse.data != nullptr) check_device_pointer(args.lse.data, "lse", plan->device);
-  check_device_pointer(c.seqlens, "cache_seqlens", plan->device);
-  if (c.block_table != nullptr) check_device_pointer(c.block_table, "block_table", plan->device);
+  // (cache_seqlens and block_table were checked where the caller read them: cuda_read_to_host)
   check_cuda_plan_launchable(*plan->decode, args);  // (before the pool's allocation, a node of a capture)
   cuda::StreamBuffer workspace(cuda_kvcache_workspace_bytes(*plan), plan->device,
                                static_cast<cudaStream_t>(args.stream));
