@@ -116,6 +116,10 @@ void varlen_on_gpu(const VarlenArgs& args, const ProblemShape& shape) {
     if (a.q.seq() == 0) continue;
     if (a.k.seq() == 0) {
       cuda_check_empty_rows(a.o, a.lse);
+      // No kernel runs for these rows, but the call is refused as the same rows with keys would be
+      // (dtype, head dim, policy, device): their plan against one key.
+      static_cast<void>(plan_cuda_attention(
+          a, ProblemShape{1, shape.heads_q, shape.heads_kv, a.q.seq(), 1, shape.dim}));
     } else {
       plans[static_cast<std::size_t>(b)] = plan_cuda_attention(a, check_attention_args(a));
     }

@@ -925,6 +925,53 @@ TEST(CudaVarlen, HostOffsetsAreRefusedByName) {
   expect_error_naming([&] { attention_varlen(a); }, {"cu_seqlens_k", "host memory"});
 }
 
+// A batch whose sequences all lack keys runs no kernel, yet is refused as the same batch with keys
+// is (the kernels' dtype, head dim and policy), with nothing written.
+TEST(CudaVarlen, SequencesWithoutKeysAreRefusedAsThoseWithKeys) {
+  REQUIRE_GPU();
+  struct Case {
+    DType in;
+    std::int64_t D;
+    const char* policy;
+    const char* needle;
+  };
+  for (const Case& c : {Case{DType::f32, 64, "exact", "dtype"}, Case{DType::f16, 96, "sage8", "no CUDA kernel"}}) {
+    SCOPED_TRACE(::testing::Message() << dtype_name(c.in) << " D " << c.D << " " << c.policy);
+    for (const auto& lengths : {std::vector<std::pair<int, int>>{{6, 0}, {3, 0}}, {{6, 0}, {3, 5}}}) {
+      std::mt19937_64 rng(test::kFixedSeeds[0]);
+      const VarlenProblem p = make_varlen(lengths, c.D, c.in, DType::f32, rng);
+      DeviceVarlen d(p);
+      Stream stream;
+      expect_error_naming([&] { attention_varlen(d.args(p, parse_policy(c.policy), stream.s)); }, {c.needle});
+      cuda_ok(cudaStreamSynchronize(stream.s), "stream after the refused call");
+      const Outcome after = d.download();
+      std::size_t written = 0;
+      for (double x : after.o) written += !std::isnan(x);
+      EXPECT_EQ(written, 0u) << "output elements written by a refused call";
+    }
+  }
+}
+
+// An error the caller's own CUDA call left pending is not taken for pasa's: a batch whose first
+// sequence has no keys (its rows written by their own kernel) runs and matches the emulator.
+TEST(CudaVarlen, ACallersPendingCudaErrorIsNotReportedAsPasas) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test::kFixedSeeds[0]);
+  const VarlenProblem p = make_varlen(kVarlenLengths, 64, DType::f16, DType::f16, rng);
+  const Policy pol = exact_policy(DType::f16);
+  DeviceVarlen d(p);
+  Stream stream;
+  void* huge = nullptr;
+  ASSERT_EQ(cudaMalloc(&huge, std::size_t{1} << 62), cudaErrorMemoryAllocation);  // left pending
+  attention_varlen(d.args(p, pol, stream.s));
+  cuda_ok(cudaStreamSynchronize(stream.s), "stream after the call");
+  const Outcome gpu = d.download();
+  expect_varlen_structure(p, gpu);
+  const std::vector<std::size_t> rows = varlen_rows(p, 0, p.cu_q.back());
+  expect_close(select_rows(gpu, rows, p.D), select_rows(run_varlen_on_host(p, pol), rows, p.D), p.D, pol, p.in,
+               p.out);
+}
+
 // Device memory short of the longest sequence's prepass scratch: a ResourceError before any launch,
 // the shorter sequence's rows unwritten too (they were written before the failure), and the device
 // usable after it. The pool is trimmed and the rest of the memory taken first, so that what pasa's

@@ -40,6 +40,9 @@ void cuda_write_empty_rows(const TensorView& o, const LseView& lse, void* stream
   if (o.shape[2] == 0) return;
   const long long elem = static_cast<long long>(dtype_size(o.dtype));
   const dim3 grid(static_cast<unsigned>(o.shape[2]), static_cast<unsigned>(o.shape[1]));
+  // (an error the caller's own earlier CUDA call left pending would otherwise be read by the launch
+  // check below as this kernel's failure)
+  static_cast<void>(cudaGetLastError());
   write_empty_rows<<<grid, 128, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<char*>(o.data), o.stride[1] * elem, o.stride[2] * elem, static_cast<int>(o.shape[3] * elem),
       lse.data, lse.stride[1], lse.stride[2]);
