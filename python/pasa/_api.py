@@ -229,6 +229,11 @@ def _attention_via_float32(q: Any, k: Any, v: Any, out: Optional[Any], **options
     return (o, lse) if options["return_lse"] else o
 
 
+def _dtype_name(x: Any) -> str:
+    """x's dtype as NumPy names it (torch.float16 -> "float16", torch.bool -> "bool")."""
+    return str(x.dtype).replace("torch.", "")
+
+
 def sdpa(
     query: Any,
     key: Any,
@@ -252,7 +257,8 @@ def sdpa(
     ``softcap`` are pasa's additions (see :func:`attention`; the window is top-left aligned here).
     What pasa does not compute raises :class:`PasaError` instead of computing something else:
     ``dropout_p`` other than 0, differing head counts without ``enable_gqa=True``, and on CUDA
-    tensors a mask, window or softcap under any policy but ``exact``.
+    tensors a mask, window or softcap under any policy but ``exact``. So do the dtypes torch refuses:
+    query, key and value of differing dtypes, a mask neither bool, float32 nor the query's dtype.
     """
     if isinstance(dropout_p, (bool, np.bool_)) or not isinstance(dropout_p, numbers.Real):
         raise PasaError(f"dropout_p: expected a number, got {type(dropout_p).__name__}")
@@ -281,6 +287,17 @@ def sdpa(
             f"key: query, key and value must have the same rank, got {len(query.shape)}-D, "
             f"{len(key.shape)}-D and {len(value.shape)}-D"
         )
+    # torch's dtype rules, so that a call pasa.sdpa takes is one torch's SDPA takes too
+    # (an unsupported dtype is named by pasa.attention's checks)
+    dtype_names = [_dtype_name(x) for x in (query, key, value)]
+    if len(set(dtype_names)) != 1 and set(dtype_names) <= {"float16", "bfloat16", "float32"}:
+        raise PasaError(f"key/value: dtypes {dtype_names[1]}/{dtype_names[2]} differ from query's {dtype_names[0]} "
+                        f"(torch's scaled_dot_product_attention takes one dtype: cast them)")
+    if attn_mask is not None and hasattr(attn_mask, "dtype"):
+        mask_dtype = _dtype_name(attn_mask)
+        if mask_dtype not in ("bool", "float32", dtype_names[0]):
+            raise PasaError(f"attn_mask: dtype {mask_dtype} is neither bool, float32 nor the query's "
+                            f"{dtype_names[0]} (as torch's scaled_dot_product_attention requires)")
     three_d = len(query.shape) == 3
     if three_d:
         query, key, value = query[:, None], key[:, None], value[:, None]

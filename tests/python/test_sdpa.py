@@ -62,3 +62,17 @@ def test_sdpa_errors(rng):
         pasa.sdpa(q.astype(np.longdouble), k, v, enable_gqa=True)
     with pytest.raises(pasa.PasaError, match=r"^q: unsupported dtype object"):
         pasa.attention(q.astype(object), k, v)
+
+
+def test_sdpa_refuses_the_dtypes_torch_refuses(rng):
+    q, k, v = qkv(rng, 1, 2, 2, 8, 8, 64)
+    with pytest.raises(pasa.PasaError, match=r"^key/value: dtypes float16/float32 differ from query's float32"):
+        pasa.sdpa(q, k.astype(np.float16), v)
+    for mask in (np.zeros((8, 8), np.float16), np.zeros((8, 8), np.float64)):
+        with pytest.raises(pasa.PasaError, match=rf"^attn_mask: dtype {mask.dtype} is neither bool, float32 "
+                                                 r"nor the query's float32"):
+            pasa.sdpa(q, k, v, attn_mask=mask)
+    # what torch takes: a bool mask, a float32 one, and one of the query's dtype
+    q16, k16, v16 = (x.astype(np.float16) for x in (q, k, v))
+    for mask in (np.ones((8, 8), bool), np.zeros((8, 8), np.float32), np.zeros((8, 8), np.float16)):
+        np.testing.assert_array_equal(pasa.sdpa(q16, k16, v16, attn_mask=mask), pasa.sdpa(q16, k16, v16))

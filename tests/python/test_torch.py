@@ -62,11 +62,19 @@ def test_float64_masks_past_float32_saturate(gen):
     mask[1, :] = -1e300  # row 1: every key alike
     mask[2, 0], mask[2, 1:] = 1e300, float("-inf")  # row 2: key 0 only
     for mask_arg, qkv in ((mask, (q, k, v)), (mask.numpy(), tuple(t.numpy() for t in (q, k, v)))):
-        got = torch.as_tensor(pasa.sdpa(*qkv, attn_mask=mask_arg))
+        got = torch.as_tensor(pasa.attention(*qkv, attn_mask=mask_arg))  # (pasa.sdpa refuses it, as torch does)
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got[0, :, 0].double(), v[0, :, 0].double(), atol=1e-6, rtol=0)
         torch.testing.assert_close(got[0, :, 1].double(), v[0].double().mean(dim=1), atol=1e-5, rtol=0)
         torch.testing.assert_close(got[0, :, 2].double(), v[0, :, 0].double(), atol=1e-6, rtol=0)
+
+
+def test_sdpa_refuses_the_dtypes_torch_refuses(gen):
+    q, k, v = randn(gen, 1, 2, 3, 16), randn(gen, 1, 2, 5, 16), randn(gen, 1, 2, 5, 16)
+    with pytest.raises(pasa.PasaError, match=r"^key/value: dtypes bfloat16/float32 differ from query's float32"):
+        pasa.sdpa(q, k.bfloat16(), v)
+    with pytest.raises(pasa.PasaError, match=r"^attn_mask: dtype float64 is neither bool, float32 nor"):
+        pasa.sdpa(q, k, v, attn_mask=torch.zeros(3, 5, dtype=torch.float64))
 
 
 def test_running_out_of_host_memory_is_a_pasa_error():
