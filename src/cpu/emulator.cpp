@@ -231,7 +231,10 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         const int j = st.blocks + 1;
         // Eq. 15's ((j - 1) F + s') / j, written as F + (s' - F) / j: the same average, but without
         // the running sum (j - 1) F, which leaves fp16 once j F > 65504 (a long row of high scores).
-        F_new = sm(st.F + sm(sm(mean - st.F) / j));
+        // The difference saturates: means of both signs near the format's largest value would make it
+        // inf, and F with it (the LSE then inf, the next block inf - inf). Saturated, F stays between
+        // the old F and the mean, and the moves below stay finite too.
+        F_new = sm(st.F + sm(state_round(mean - st.F) / j));
         d_prev = state_round(g * sm(st.F - F_new));
         d_cur = state_round(g * sm(mean - F_new));
       }

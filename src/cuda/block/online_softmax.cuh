@@ -260,7 +260,9 @@ struct PasaSoftmax {
     const bool updates = static_cast<int>(threadIdx.x) % 4 < kRows && mb != -INFINITY;
     const float j = static_cast<float>(block + 1);
     // (a quotient to 2 fp32 ulp, __fdividef, before its fp16 rounding: no division slow path)
-    const float F_new = stat(F + stat(__fdividef(stat(mn - F), j)));  // Eq. 15 without (j - 1) F
+    // Eq. 15 without (j - 1) F; the difference saturates, as the emulator's does (means of both signs
+    // near fp16's largest value would make it inf, and F with it)
+    const float F_new = stat(F + stat(__fdividef(stat_sat(mn - F), j)));
     const float d_prev = stat_sat(g * stat(F - F_new));
     const float d_cur = stat_sat(g * stat(mn - F_new));
     // The candidates as stored, and the factors taken from them (each <= 1, the larger exactly 1):
