@@ -70,8 +70,8 @@ TEST_P(CudaPasaNumerics, DiffuseLongRowsAgreeWithTheEmulator) {
 // The state update at its edges, as the emulator takes them: a reference so large (Q = K = 281, D 128:
 // shifted scores near 20000 base-2 units, fp16's step 16 there) that the headroom must be rounded up
 // to survive; and key blocks whose pseudo-averages lie about 1e5 apart (K + 800 in the second, Q =
-// 16), whose moves of the reference saturate. Both were inf or NaN before; O must be finite and the
-// kernel's error the emulator's.
+// 16), whose moves of the reference saturate; and key blocks of both signs near fp16's largest
+// value. Each was inf or NaN before; O must be finite and the kernel's error the emulator's.
 TEST_P(CudaPasaNumerics, StateUpdateAtTheEdgesOfFp16) {
   // (281: a reference near 20000, fp16's step 16, the headroom rounded up; 400 and -400: past 32768,
   // step 32, where rounding up would move it too far and it is rounded to nearest)
@@ -102,6 +102,20 @@ TEST_P(CudaPasaNumerics, StateUpdateAtTheEdgesOfFp16) {
   check_case(c, preset_policy("pasa"), preset_policy("pasa"), std::nullopt, &extra, 1, -1.0, 1.0, &in,
              "key blocks 1e5 apart");
   EXPECT_EQ(non_finite(extra.kernel_o), 0u);
+  // Key blocks of +474, -474, +474 against Q = 474: pseudo-averages of both signs near fp16's largest
+  // value, whose difference in F's update saturates (it made F inf, the LSE inf, then NaN). O and
+  // the LSE finite, and O as far from exact attention as the emulator's (numerics.md).
+  std::vector<float> k3(static_cast<std::size_t>(3 * 128 * D));
+  for (std::size_t i = 0; i < k3.size(); ++i) k3[i] = i / (128 * D) == 1 ? -474.0f : 474.0f;
+  const Case c3{1, 1, 1, 64, 3 * 128, D, false, kBr, false, DType::f16, DType::f32};
+  GivenInputs in3{from_float(std::vector<float>(static_cast<std::size_t>(64 * D), 474.0f), {1, 1, 64, D}, DType::f16),
+                  from_float(k3, {1, 1, 3 * 128, D}, DType::f16),
+                  hybrid_qkv({1, 1, 3 * 128, D}, 0.0, 0.0, 15, DType::f16).v};
+  Extra extra3;
+  check_case(c3, preset_policy("pasa"), preset_policy("pasa"), std::nullopt, &extra3, 1, -1.0, 1.0, &in3,
+             "key block means of both signs near fp16's largest");
+  EXPECT_EQ(non_finite(extra3.kernel_o), 0u);
+  for (const float x : extra3.kernel_lse) EXPECT_TRUE(std::isfinite(x)) << "LSE " << x;
 }
 
 // Head dims 96 and 256 (the portable kernel on either path): 96's rows of 12 16-byte chunks, which
