@@ -53,6 +53,9 @@ bool g_installed[kSignalCount] = {};
 std::atomic<int> g_committing{0};
 std::atomic<int> g_deferred_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "used in a signal handler");
+// The process that installed the handlers. A child forked during a write inherits them, but neither
+// the temporaries nor the renames in progress are its own: there the handler is the default action.
+std::atomic<pid_t> g_owner{0};
 
 void die_of(int sig) {
   remove_pending_temporaries();
@@ -61,6 +64,11 @@ void die_of(int sig) {
 }
 
 extern "C" void remove_temporaries_and_die(int sig) {
+  if (::getpid() != g_owner.load()) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
   if (g_committing.load() > 0) {
     int none = 0;
     g_deferred_signal.compare_exchange_strong(none, sig);
@@ -69,9 +77,13 @@ extern "C" void remove_temporaries_and_die(int sig) {
   die_of(sig);
 }
 
+// What install_handlers puts in place for kSignals[i].
+void (*our_handler(int i))(int) { return kSignals[i] == SIGXFSZ ? SIG_IGN : remove_temporaries_and_die; }
+
 void install_handlers() {
   const std::lock_guard<std::mutex> lock(g_handler_mutex);
   if (g_writers++ > 0) return;
+  g_owner.store(::getpid());
   for (int i = 0; i < kSignalCount; ++i) {
     struct sigaction current {};
     sigaction(kSignals[i], nullptr, &current);
@@ -80,7 +92,7 @@ void install_handlers() {
     g_installed[i] = current.sa_handler == SIG_DFL;
     if (!g_installed[i]) continue;
     struct sigaction ours {};
-    ours.sa_handler = kSignals[i] == SIGXFSZ ? SIG_IGN : remove_temporaries_and_die;
+    ours.sa_handler = our_handler(i);
     sigemptyset(&ours.sa_mask);
     sigaction(kSignals[i], &ours, &g_previous[i]);
   }
@@ -90,7 +102,10 @@ void restore_handlers() {
   const std::lock_guard<std::mutex> lock(g_handler_mutex);
   if (--g_writers > 0) return;
   for (int i = 0; i < kSignalCount; ++i) {
-    if (g_installed[i]) sigaction(kSignals[i], &g_previous[i], nullptr);
+    // (only where ours is still in place: a handler the program installed during the write stays)
+    struct sigaction current {};
+    sigaction(kSignals[i], nullptr, &current);
+    if (g_installed[i] && current.sa_handler == our_handler(i)) sigaction(kSignals[i], &g_previous[i], nullptr);
     g_installed[i] = false;
   }
 }

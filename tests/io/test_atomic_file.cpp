@@ -326,5 +326,55 @@ TEST(AtomicFile, SignalCleanupWithNoWriteInProgressRemovesNothing) {
   EXPECT_EQ(contents(path), "data");
 }
 
+// The writes' signal handlers are put back at the end only where they are still in place: a handler
+// the program installed during a write (in another thread, a save running) stays.
+TEST(AtomicFile, AHandlerInstalledDuringAWriteStays) {
+  test::TempDir dir;
+  const std::string path = dir.file("out.txt");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::signal(SIGTERM, SIG_DFL);
+    {
+      detail::FileBatch batch;
+      batch.add(path, {"new", {}});
+      std::signal(SIGTERM, [](int) { ::_exit(7); });
+      batch.commit();
+    }
+    std::raise(SIGTERM);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 7)
+      << "the program's SIGTERM handler did not run (status " << status << ")";
+}
+
+// A child forked while a write runs inherits its handlers: a signal there takes the default action,
+// without touching the parent's temporaries.
+TEST(AtomicFile, AChildForkedDuringAWriteDiesOfItsSignalAndLeavesTheWrite) {
+  test::TempDir dir;
+  const std::string path = dir.file("out.txt");
+  std::ofstream(path) << "old";
+  const auto previous = std::signal(SIGTERM, SIG_DFL);
+  {
+    detail::FileBatch batch;
+    batch.add(path, {"new", {}});
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      std::raise(SIGTERM);
+      ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "status " << status;
+    EXPECT_EQ(entries_in(dir.path()), 2u) << "the child removed the parent's temporary";
+    batch.commit();
+  }
+  std::signal(SIGTERM, previous);
+  EXPECT_EQ(contents(path), "new");
+}
+
 }  // namespace
 }  // namespace pasa::io
