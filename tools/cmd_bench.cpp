@@ -142,7 +142,7 @@ void run(const BenchOptions& o) {
   const auto [policies, decode_policies, decode_caches] = validate(o);
   check_output_files({}, {{"--csv", o.csv}});
   const std::string device = on_gpu("pasa bench", [] { return bench_device_description(); });
-  text::print(stderr, "pasa bench on {}: median of {} calls after {} warm-up, L2 flushed before each\n", device,
+  text::print(text::progress_stream(), "pasa bench on {}: median of {} calls after {} warm-up, L2 flushed before each\n", device,
              o.runs, o.warmup);
   const int n_prefill = static_cast<int>(o.policies.size() * o.dtypes.size() * o.head_dims.size() * o.seqs.size() *
                                          o.masks.size());
@@ -152,7 +152,7 @@ void run(const BenchOptions& o) {
   std::uint64_t seed = 1;
   int done = 0;
   auto progress = [&](const Row& r) {
-    text::print(stderr, "[{}/{}] {} {} D{} S{} B{} {}: {:.3f} ms, {:.1f} {}\n", ++done, n_prefill + n_decode, r.method,
+    text::print(text::progress_stream(), "[{}/{}] {} {} D{} S{} B{} {}: {:.3f} ms, {:.1f} {}\n", ++done, n_prefill + n_decode, r.method,
                r.dtype, r.D, r.S, r.B, r.causal ? "causal" : "full", r.ms, r.rate, r.unit);
   };
   // Times one point; a point the kernels refuse (or that needs more memory than there is) is said and
@@ -165,7 +165,7 @@ void run(const BenchOptions& o) {
       // The device is unusable after a CUDA error: a runtime failure (exit 1), not this point's.
       if (std::string_view(e.what()).starts_with("CUDA error")) throw ResourceError(e.what());
       skipped.push_back(label + ": " + e.what());
-      text::print(stderr, "[{}/{}] {} skipped: {}\n", ++done, n_prefill + n_decode, label, e.what());
+      text::print(text::progress_stream(), "[{}/{}] {} skipped: {}\n", ++done, n_prefill + n_decode, label, e.what());
       return std::nullopt;
     }
   };
@@ -237,7 +237,7 @@ void run(const BenchOptions& o) {
   if (rows.empty()) throw Error("pasa bench: no point could be timed (each one's reason is above)");
   if (!o.csv.empty()) {
     write_checked_outputs([&] { write_csv(o.csv, rows); });
-    text::print(stderr, "wrote {} rows to {}\n", rows.size(), o.csv);
+    text::print(text::progress_stream(), "wrote {} rows to {}\n", rows.size(), o.csv);
   }
 }
 

@@ -96,7 +96,7 @@ std::vector<EntryFiles> indexed_entries(const std::string& dir, const std::vecto
     out.push_back(std::move(e));
   }
   if (files_found > out.size()) {
-    text::print(stderr, "note: {} holds {} captured inputs that its index.json does not list (an earlier "
+    text::print(text::progress_stream(), "note: {} holds {} captured inputs that its index.json does not list (an earlier "
                 "capture's?): not scored\n", dir, files_found - out.size());
   }
   return out;
@@ -165,7 +165,7 @@ QKV load_entry(const EntryFiles& e) {
 
 void say_if_masked(const EntryFiles& e) {
   if (e.masked) {
-    text::print(stderr, "note: {} was captured with an attn_mask, which a capture does not keep: scored "
+    text::print(text::progress_stream(), "note: {} was captured with an attn_mask, which a capture does not keep: scored "
                 "without it\n", e.name);
   }
 }
@@ -225,7 +225,7 @@ void calibrate_plan(const CalibrateOptions& opt) {
     const double score = measured ? std::max(m.cos_sim, 0.0) * std::max(1.0 - m.rel_l1, 0.0) : -1.0;
     ranked.push_back({score, measured ? m.cos_sim : -2.0, measured ? -m.rel_l1 : -HUGE_VAL, e.key});
     scores[e.key] = score;
-    text::print(stderr, "{}: CosSim {:.5f}  L1 {:.4f}  score {:.5f}\n", e.name, m.cos_sim, m.rel_l1, score);
+    text::print(text::progress_stream(), "{}: CosSim {:.5f}  L1 {:.4f}  score {:.5f}\n", e.name, m.cos_sim, m.rel_l1, score);
   }
   std::sort(ranked.begin(), ranked.end());
   const auto n_accurate = static_cast<std::size_t>(std::ceil(xi / 100.0 * static_cast<double>(ranked.size()) - 1e-9));

@@ -44,14 +44,14 @@ struct StudyOptions {
 void write_json(const std::string& path, const text::Json& rows) {
   if (path.empty()) return;
   write_checked_outputs([&] { io::detail::write_text_atomically(path, rows.dump(1) + "\n"); });
-  text::print(stderr, "wrote {}\n", path);
+  text::print(text::progress_stream(), "wrote {}\n", path);
 }
 
 void write_plots(PlotKind kind, const text::Json& document, const std::string& directory) {
   if (directory.empty()) return;
   write_checked_outputs([&] {
     for (const auto& png : write_study_plots(kind, document.dump(), directory)) {
-      text::print(stderr, "wrote {}\n", png);
+      text::print(text::progress_stream(), "wrote {}\n", png);
     }
   });
 }
@@ -215,7 +215,7 @@ void run(const StudyOptions& opt) {
     try {
       run_study(cases, config, [&](int done, int total, const StudyCase& c) {
         cases_done = done;
-        text::print(stderr, "[{:2}/{}] {} x0={:g} Am={:g}  ({:.1f} s)\n", done, total, c.dist, c.x0, c.am,
+        text::print(text::progress_stream(), "[{:2}/{}] {} x0={:g} Am={:g}  ({:.1f} s)\n", done, total, c.dist, c.x0, c.am,
                     elapsed());
       }, rows);
     } catch (const Interrupted&) {

@@ -104,7 +104,7 @@ text::Json run_decode_study(const DecodeStudyConfig& c) {
     rows.push_back(text::Json::object({{"input", kind}, {"policy", to_string(base)}, {"phi", cal.phi}, {"recompute_calibrated", rate_cal},
                     {"recompute_phi0", rate_zero}, {"recompute_phi0_pasa_shift", rate_shifted},
                     {"unified_vs_sync", diff}, {"rmse", rmse}}));
-    text::print(stderr, "[decode] {} ({:.1f} s)\n", kind, elapsed());
+    text::print(text::progress_stream(), "[decode] {} ({:.1f} s)\n", kind, elapsed());
   }
   text::print("\nstudy time {:.1f} s\n", elapsed());
   return rows;

@@ -29,6 +29,12 @@ struct FileIdentity {
   }
 };
 
+// Whether descriptor `fd` is open on the file `id` names.
+bool is_open_on(const FileIdentity& id, int fd) {
+  struct stat st {};
+  return id.inode && ::fstat(fd, &st) == 0 && *id.inode == std::pair{st.st_dev, st.st_ino};
+}
+
 FileIdentity identity_of(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) return {std::pair{st.st_dev, st.st_ino}, {}};
@@ -87,6 +93,7 @@ void check_writable(const NamedPath& out) {
 
 void check_output_files(const std::vector<NamedPath>& inputs, const std::vector<NamedPath>& outputs) {
   std::vector<std::pair<const NamedPath*, FileIdentity>> seen;
+  bool on_stdout = false, on_stderr = false;  // an output is the file standard output / error is open on
   for (const NamedPath& in : inputs) {
     if (!in.path.empty()) seen.emplace_back(&in, identity_of(in.path));
   }
@@ -101,8 +108,13 @@ void check_output_files(const std::vector<NamedPath>& inputs, const std::vector<
       }
     }
     seen.emplace_back(&out, id);
-    if (io::detail::own_descriptor(out.path) == STDOUT_FILENO) text::report_stream() = stderr;
+    on_stdout = on_stdout || is_open_on(id, STDOUT_FILENO);
+    on_stderr = on_stderr || is_open_on(id, STDERR_FILENO);
   }
+  // Such an output (`/dev/stdout`, `/dev/stderr`, `--out /dev/stdout > f 2>&1`) holds the file alone:
+  // the report goes to the other stream or nowhere, the progress nowhere.
+  if (on_stdout) text::report_stream() = on_stderr ? nullptr : stderr;
+  if (on_stderr) text::progress_stream() = nullptr;
 }
 
 void write_checked_outputs(const std::function<void()>& write) {

@@ -115,7 +115,7 @@ text::Json run_sage_study(const SageStudyConfig& cfg) {
       text::print("| {} | {:.4f}% | {:.4f}% | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {:.3e} | {} |\n", v.label,
                   100 * cos_sum / n, 100 * cos_worst, l1_sum / n, l1_worst, rmse_sum / n, rmse_worst, rel_worst,
                   worst_input);
-      text::print(stderr, "[sage] {} / {} ({:.1f} s)\n", table.title, v.label, elapsed());
+      text::print(text::progress_stream(), "[sage] {} / {} ({:.1f} s)\n", table.title, v.label, elapsed());
     }
   }
 
@@ -142,7 +142,7 @@ text::Json run_sage_study(const SageStudyConfig& cfg) {
                   m.nan_share == 0 ? text::format(" ({:.1e})", m.rel_rmse) : "");
     }
     text::print("\n");
-    text::print(stderr, "[sage] Table 4 inputs / {} ({:.1f} s)\n", name, elapsed());
+    text::print(text::progress_stream(), "[sage] Table 4 inputs / {} ({:.1f} s)\n", name, elapsed());
   }
   text::print("\n(in parentheses: relative RMSE where the output is finite)\n\nstudy time {:.1f} s\n", elapsed());
   return rows;

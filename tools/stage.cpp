@@ -33,7 +33,7 @@ void StageHeartbeat::beat() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!wake_.wait_until(lock, next, [this] { return done_; })) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    text::print(stderr, "pasa: {}: still running ({:.0f} s)\n", what_, seconds);
+    text::print(text::progress_stream(), "pasa: {}: still running ({:.0f} s)\n", what_, seconds);
     next += std::chrono::seconds(30);
   }
 }

@@ -127,7 +127,7 @@ std::vector<std::string> write_study_plots(PlotKind kind, const std::string& res
     if (line.ends_with(".png")) {
       written.push_back(line);
     } else {
-      text::print(stderr, "{}\n", line);
+      text::print(text::progress_stream(), "{}\n", line);
     }
   }
   return written;

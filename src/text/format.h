@@ -68,16 +68,26 @@ std::string format(std::string_view pattern, const Args&... args) {
   return vformat(pattern, {FormatArg(args)...});
 }
 
+// (a null stream: nothing is written)
 template <typename... Args>
 void print(std::FILE* stream, std::string_view pattern, const Args&... args) {
+  if (stream == nullptr) return;
   const std::string text = vformat(pattern, {FormatArg(args)...});
   std::fwrite(text.data(), 1, text.size(), stream);
 }
 
 // Where print(pattern, ...) writes: standard output, or standard error for a command of the CLI that
-// writes a file to standard output (`pasa study --json /dev/stdout`), so that it holds the file alone.
+// writes a file to standard output (`pasa study --json /dev/stdout`), so that it holds the file alone;
+// nowhere where both are that file.
 inline std::FILE*& report_stream() {
   static std::FILE* stream = stdout;
+  return stream;
+}
+
+// Where the CLI's progress and notes go: standard error, or nowhere for a command that writes a file
+// to standard error (`pasa run --out /dev/stderr`).
+inline std::FILE*& progress_stream() {
+  static std::FILE* stream = stderr;
   return stream;
 }
 

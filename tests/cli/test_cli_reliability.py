@@ -4,6 +4,7 @@ disks, interrupted writes, outputs that alias inputs, and the bad inputs that us
 
 Usage: test_cli_reliability.py PATH_TO_PASA   (run by CTest; needs python3 with numpy; Linux)
 """
+import json
 import os
 import resource
 import shutil
@@ -402,6 +403,28 @@ def check_study_stops_on_ctrl_c(tmp):
                for line in stdout.splitlines()), stdout
 
 
+def check_outputs_on_the_standard_streams(tmp):
+    # An output that is the file standard error or standard output is open on holds the file alone:
+    # the progress lines went into `--json /dev/stderr 2> f`, the report into `--out /dev/stdout > f
+    # 2>&1`, and the files did not load.
+    q, k, v = save_qkv(tmp)
+    for out, merged in (("/dev/stderr", False), ("/dev/stdout", True)):
+        path = os.path.join(tmp, "o.npy")
+        with open(path, "wb") as f:
+            r = subprocess.run([PASA, "run", "--q", q, "--k", k, "--v", v, "--out", out], timeout=120,
+                               stdout=f if out == "/dev/stdout" else subprocess.PIPE,
+                               stderr=subprocess.STDOUT if merged else f)
+        assert r.returncode == 0, r
+        assert np.load(path).shape == (1, 2, 16, 16), out
+    path = os.path.join(tmp, "d.json")
+    with open(path, "wb") as f:
+        r = subprocess.run([PASA, "study", "decode", "--seq-kv", "64", "--batch", "1", "--json", "/dev/stderr"],
+                           stdout=subprocess.PIPE, stderr=f, timeout=120)
+    assert r.returncode == 0, r
+    with open(path) as f:
+        assert len(json.load(f)) > 0
+
+
 def main():
     checks = (check_exit_codes, check_memory_limits, check_memory_before_outputs,
               check_many_threads_in_a_small_address_space, check_a_reader_that_stops_early,
@@ -409,7 +432,7 @@ def main():
               check_outputs_before_work, check_inspect, check_huge_files, check_scale,
               check_calibrate_inputs, check_phi_quantiles, check_phi_of_empty_scores,
               check_phi_in_bounded_memory,
-              check_sigint_during_write, check_study_stops_on_ctrl_c)
+              check_sigint_during_write, check_study_stops_on_ctrl_c, check_outputs_on_the_standard_streams)
     for check in checks:
         with tempfile.TemporaryDirectory() as tmp:
             start = time.monotonic()
