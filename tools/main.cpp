@@ -26,6 +26,16 @@ constexpr int kRuntimeFailure = 1;
 constexpr int kBadInput = 2;
 constexpr int kStoppedByCtrlC = 130;  // (128 + SIGINT, as a shell reports a process Ctrl-C ended)
 
+// Why what was printed (tables, --help) did not reach standard output (a full disk, a closed
+// stdout: a failed write, not a success), or empty.
+std::string stdout_write_failure() {
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int err = errno;
+  if (flushed && !std::ferror(stdout)) return {};
+  return "writing to standard output failed" + (err != 0 ? std::string(": ") + std::strerror(err) : std::string());
+}
+
 int report(const char* what, int code) {
   pasa::text::print(stderr, "pasa: error: {}\n", what);
   return code;
@@ -54,17 +64,11 @@ int main(int argc, char** argv) {
     pasa::cli::add_overhead_command(app);
     // Usage errors are printed by the parser and come back as kBadInput; --help as 0.
     const int code = app.main(argc, argv);
-    // What was printed (tables, --help) must have reached standard output: a full disk or a closed
-    // stdout is a failed write, not a success.
-    errno = 0;
-    const bool flushed = std::fflush(stdout) == 0;
-    const int err = errno;
-    if (!flushed || std::ferror(stdout)) {
-      const std::string why = err != 0 ? std::string(": ") + std::strerror(err) : std::string();
-      return report(("writing to standard output failed" + why).c_str(), kRuntimeFailure);
-    }
+    if (const std::string failed = stdout_write_failure(); !failed.empty()) return report(failed.c_str(), kRuntimeFailure);
     return code;
   } catch (const pasa::cli::StoppedByCtrlC& e) {
+    // (the rows it says are above must be there)
+    if (const std::string failed = stdout_write_failure(); !failed.empty()) return report(failed.c_str(), kRuntimeFailure);
     return report(e.what(), kStoppedByCtrlC);
   } catch (const pasa::ResourceError& e) {
     return report(e.what(), kRuntimeFailure);
