@@ -48,7 +48,8 @@ struct RowState {
   double m = kNegInf;          // running max, relative to the reference g * F (phi when unified)
   double l = 0.0;              // running sum of exponentials
   double F = 0.0;              // PASA's global pseudo-average (Eq. 15)
-  int blocks = 0;              // key blocks with a visible key so far (the j of Eq. 15)
+  int blocks = 0;              // key blocks with a visible key so far
+  int averaged = 0;            // of those, the blocks F averages (the j - 1 of Eq. 15; see below)
   bool left_window = false;    // unified max: some x - phi left (window_lo, window_hi)
   bool overflowed = false;     // a block whose visible scores all overflowed to -inf (it added nothing)
 };
@@ -227,14 +228,26 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       l_blk = sm(l_blk);
       double d_prev = 0.0, d_cur = 0.0;  // dm'_prev, dm'_cur: moving the reference to F_new
       double F_new = 0.0;
+      int averaged = st.averaged;
       if (pasa) {
-        const int j = st.blocks + 1;
         // Eq. 15's ((j - 1) F + s') / j, written as F + (s' - F) / j: the same average, but without
         // the running sum (j - 1) F, which leaves fp16 once j F > 65504 (a long row of high scores).
-        // The difference saturates: means of both signs near the format's largest value would make it
-        // inf, and F with it (the LSE then inf, the next block inf - inf). Saturated, F stays between
-        // the old F and the mean, and the moves below stay finite too.
-        F_new = sm(st.F + sm(state_round(mean - st.F) / j));
+        // A block whose move of the reference, G (s' - F), passes the state format's range is too far
+        // from the blocks F averages for the two to weigh anything against each other (2^-65504):
+        // one far below is left out of F (it weighs 0 beside them), and one far above starts F's
+        // average afresh (they weigh 0 beside it). Averaged in, its moves would saturate, and a
+        // block near the earlier ones after it would be weighed against them through a reference
+        // that is off by the saturation (docs/algorithms.md).
+        const double diff = state_round(mean - st.F);  // (saturating: means of both signs near the top)
+        const bool far = st.averaged > 0 && std::fabs(state_round(g * diff)) >= state_format.max_finite();
+        const int j = st.averaged + 1;
+        if (!far) {
+          F_new = sm(st.F + sm(diff / j));
+          averaged = j;
+        } else {
+          F_new = diff > 0.0 ? mean : st.F;
+          averaged = diff > 0.0 ? 1 : st.averaged;
+        }
         d_prev = state_round(g * sm(st.F - F_new));
         d_cur = state_round(g * sm(mean - F_new));
       }
@@ -282,6 +295,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       st.l = sm(sm(ep * st.l) + l_add);
       st.m = m_new;
       st.F = F_new;
+      st.averaged = averaged;
       st.blocks += 1;
     }
 

@@ -149,6 +149,8 @@ struct PasaSoftmax {
   // The reference's moves, saturating at the state format's largest value (the emulator's state_format:
   // G times a difference of pseudo-averages can pass fp16's range; a block that far below weighs 0).
   __device__ __forceinline__ static float stat_sat(float x) { return kFp16State ? saturate_fp16(round_fp16(x)) : x; }
+  // The state format's largest value.
+  static constexpr float kStateMax = kFp16State ? 65504.0f : 3.402823466e38f;
   // The headroom's largest move (pasa_headroom.h), in the state format and the scores' units.
   static constexpr float kMaxMove = kFp16State ? pasa_max_move(10, -14, kBase2) : pasa_max_move(23, -126, kBase2);
   // a + b rounded up in the state format (the headroom, which a rounding to nearest could lose).
@@ -162,12 +164,14 @@ struct PasaSoftmax {
   float m;  // running max relative to the reference g * F (an fp16 value)
   float l;  // running sum of exponentials (an fp16 value, complete row)
   float F;  // global pseudo-average (Eq. 15)
+  float n;  // the key blocks F averages (the j - 1 of Eq. 15: a far block is left out or starts afresh)
   float e_prev, e_cur;  // the owned row's rescale factors of the last block (rescale -> add_block)
 
   __device__ __forceinline__ void init() {
     m = -INFINITY;
     l = 0.0f;
     F = 0.0f;
+    n = 0.0f;
   }
 
   // This lane's own row among kRows per-row values (identical in all four lanes of the quad).
@@ -244,25 +248,28 @@ struct PasaSoftmax {
     }
   }
 
-  // The state update of key block `block` (0-based) but for l: mean[r] = the row's local
-  // pseudo-average (fp16), m_blk[r] its block max (identical across the quad). ep / ec: the rescale
-  // factors of the running O~ and of this block's P V for each of the thread's rows (ep = 1, ec = 0
-  // for a row that sees no key of the block: the emulator leaves such a row's state untouched). A
-  // row's visible keys are a prefix [0, limit) and blocks are visited in order, so a row that sees the
-  // block has seen every block before it: the j of Eq. 15 is block + 1. Called by all lanes (it
+  // The state update of a key block but for l: mean[r] = the row's local pseudo-average (fp16),
+  // m_blk[r] its block max (identical across the quad). ep / ec: the rescale factors of the running
+  // O~ and of this block's P V for each of the thread's rows (ep = 1, ec = 0 for a row that sees no key
+  // of the block: the emulator leaves such a row's state untouched). Called by all lanes (it
   // shuffles); add_block() completes it.
   // Branch-free: every lane computes every candidate and selects, so that the update (a chain of
   // dependent roundings) is one basic block that the compiler can interleave with the block's
   // exponentials instead of running it alone.
-  __device__ __forceinline__ void rescale(int block, const float (&m_blk)[kRows], const float (&mean)[kRows], float g,
+  __device__ __forceinline__ void rescale(const float (&m_blk)[kRows], const float (&mean)[kRows], float g,
                                           float (&ep)[kRows], float (&ec)[kRows]) {
     const float mb = own(m_blk), mn = own(mean);
     const bool updates = static_cast<int>(threadIdx.x) % 4 < kRows && mb != -INFINITY;
-    const float j = static_cast<float>(block + 1);
-    // (a quotient to 2 fp32 ulp, __fdividef, before its fp16 rounding: no division slow path)
-    // Eq. 15 without (j - 1) F; the difference saturates, as the emulator's does (means of both signs
-    // near fp16's largest value would make it inf, and F with it)
-    const float F_new = stat(F + stat(__fdividef(stat_sat(mn - F), j)));
+    // Eq. 15 without (j - 1) F, as the emulator takes it: a block whose move G (s' - F) passes the
+    // state format's range is left out of F (far below) or starts its average afresh (far above).
+    // (The difference saturates: means of both signs near fp16's largest value. The quotient is to 2
+    // fp32 ulp, __fdividef, before its fp16 rounding: no division slow path.)
+    const float j = n + 1.0f;
+    const float diff = stat_sat(mn - F);
+    const bool far = n > 0.0f && fabsf(stat_sat(g * diff)) >= kStateMax;
+    const float F_avg = stat(F + stat(__fdividef(diff, j)));
+    const float F_new = far ? (diff > 0.0f ? mn : F) : F_avg;
+    const float n_new = far ? (diff > 0.0f ? 1.0f : n) : j;
     const float d_prev = stat_sat(g * stat(F - F_new));
     const float d_cur = stat_sat(g * stat(mn - F_new));
     // The candidates as stored, and the factors taken from them (each <= 1, the larger exactly 1):
@@ -286,6 +293,7 @@ struct PasaSoftmax {
     e_cur = updates ? e_cur_next : 0.0f;
     m = updates ? (first ? cur : m_new) : m;
     F = updates ? F_new : F;
+    n = updates ? n_new : n;
     broadcast(e_prev, ep);
     broadcast(e_cur, ec);
   }

@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
       Softmax::block_max(tOrP, m_blk, m_use);
     }
     float ep[2], ec[2];
-    softmax.rescale(j, m_blk, mean, p.pasa_g, ep, ec);
+    softmax.rescale(m_blk, mean, p.pasa_g, ep, ec);
 #pragma unroll
     for (int kc = 0; kc < kNChunks; ++kc) {
       if constexpr (kAccurate) {

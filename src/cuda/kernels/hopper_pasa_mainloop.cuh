@@ -166,7 +166,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
         // PASA's state update (F, m, the two rescale factors) beside the exponentials, which do not
         // need it (P is taken against the block's own max).
         float ep[2], ec[2];
-        softmax.rescale(kb, m_blk, mean, p.pasa_g, ep, ec);
+        softmax.rescale(m_blk, mean, p.pasa_g, ep, ec);
 #pragma unroll
         for (int kc = 0; kc < kPSteps; ++kc) {
           if constexpr (kAccurate) {
