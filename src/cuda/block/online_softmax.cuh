@@ -149,8 +149,9 @@ struct PasaSoftmax {
   // The reference's moves, saturating at the state format's largest value (the emulator's state_format:
   // G times a difference of pseudo-averages can pass fp16's range; a block that far below weighs 0).
   __device__ __forceinline__ static float stat_sat(float x) { return kFp16State ? saturate_fp16(round_fp16(x)) : x; }
-  // The state format's largest value.
-  static constexpr float kStateMax = kFp16State ? 65504.0f : 3.402823466e38f;
+  // The largest move that rounds below the state format's largest value: 65488 rounds to 65472 in fp16
+  // (a tie, to even), anything above it to 65504 or inf; in fp32 the value below FLT_MAX.
+  static constexpr float kLastNearMove = kFp16State ? 65488.0f : 0x1.fffffcp+127f;
   // The headroom's largest move (pasa_headroom.h), in the state format and the scores' units.
   static constexpr float kMaxMove = kFp16State ? pasa_max_move(10, -14, kBase2) : pasa_max_move(23, -126, kBase2);
   // a + b rounded up in the state format (the headroom, which a rounding to nearest could lose).
@@ -264,9 +265,11 @@ struct PasaSoftmax {
     // state format's range is left out of F (far below) or starts its average afresh (far above).
     // (The difference saturates: means of both signs near fp16's largest value. The quotient is to 2
     // fp32 ulp, __fdividef, before its fp16 rounding: no division slow path.)
+    // (far: G (s' - F) rounds to the state format's largest value or past it, the emulator's test,
+    // taken on the fp32 product without its rounding: |x| > kLastNearMove is where it rounds there)
     const float j = n + 1.0f;
     const float diff = stat_sat(mn - F);
-    const bool far = n > 0.0f && fabsf(stat_sat(g * diff)) >= kStateMax;
+    const bool far = n > 0.0f && fabsf(g * diff) > kLastNearMove;
     const float F_avg = stat(F + stat(__fdividef(diff, j)));
     const float F_new = far ? (diff > 0.0f ? mn : F) : F_avg;
     const float n_new = far ? (diff > 0.0f ? 1.0f : n) : j;
