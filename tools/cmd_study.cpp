@@ -283,7 +283,7 @@ void add_study_command(Command& app) {
   sage_cmd->add_option("--seed", sage->seed, "random seed")->capture_default_str();
   sage_cmd->add_option("--json", *sage_json, "also write every measurement as JSON");
   sage_cmd->add_option("--plot", *sage_plot,
-                       "write bar charts of 1 - CosSim per variant (average and worst input, log axis) "
+                       "write charts of 1 - CosSim per variant (average and worst input, log axis) "
                        "to this directory (made if missing in an existing one; needs python3 with "
                        "matplotlib)");
   sage_cmd->callback([sage, sage_json, sage_plot] {
