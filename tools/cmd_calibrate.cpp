@@ -138,6 +138,14 @@ std::vector<EntryFiles> find_entries(const std::string& dir) {
   if (found.empty()) {
     throw Error("--inputs: " + dir + " holds no NAME.safetensors (q, k, v) or NAME_{q,k,v}.npy files");
   }
+  // pasa.capture writes safetensors and then index.json: without one, the capture may have been
+  // stopped before its index, whose settings the scores then lack.
+  if (std::any_of(found.begin(), found.end(), [](const auto& f) { return !f.second.safetensors.empty(); })) {
+    text::print(text::progress_stream(),
+                "note: {} has no index.json: its calls are scored non-causal at scale 1/sqrt(D) (a "
+                "pasa.capture stopped before it wrote its index leaves its files so)\n",
+                dir);
+  }
   std::vector<EntryFiles> out;
   EntryKeys keys;
   for (auto& [name, e] : found) {

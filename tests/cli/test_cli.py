@@ -328,6 +328,11 @@ def check_calibrate_reads_the_capture_index(tmp):
         json.dump({"format": "pasa-capture-1", "entries": [dict(call(0), scale="nan")]}, f)
     r = pasa("calibrate", "--inputs", inputs, "--out", os.path.join(tmp, "plan.json"), ok=False)
     assert 'entries[0].scale: "nan" is not a finite number or null' in r.stderr, r.stderr
+    # Without index.json (a capture stopped before it wrote its index), the files are scored with
+    # the defaults, and a note says so.
+    os.remove(os.path.join(inputs, "index.json"))
+    r = pasa("calibrate", "--inputs", inputs, "--out", os.path.join(tmp, "plan.json"))
+    assert "has no index.json: its calls are scored non-causal at scale 1/sqrt(D)" in r.stderr, r.stderr
     # The plan never replaces the index it is computed from.
     with open(os.path.join(inputs, "index.json"), "w") as f:
         json.dump({"format": "pasa-capture-1", "entries": [call(0)]}, f)
