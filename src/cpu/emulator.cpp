@@ -90,10 +90,10 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
   const bool unified = pol.shift == Shift::unified;
   const auto& sm = R.sm;
   const double alpha_sm = sm(alpha);
-  // The reference and its moves, in the softmax format. PASA's moves by G times a difference of
-  // pseudo-averages, past the format's range where key blocks' means differ by more than its largest
-  // value over G (about 1000 in fp16): there they saturate (pasa_headroom.h), so the state stays
-  // finite, and a block that far below the others weighs 0, as it does exactly.
+  // The reference and its moves, in the softmax format. PASA moves it by G times a difference of
+  // pseudo-averages, which passes the format's range where key blocks' means differ by more than its
+  // largest value over G (about 1000 in fp16): the state format saturates there, so the state stays
+  // finite (and far blocks keep the candidates within it: below).
   const Format state_format = pasa ? saturating(pol.softmax) : pol.softmax;
   const auto state_round = [&](double x) { return round_to(state_format, x); };
   // A score (or a mean of scores) into the softmax format, times the scale where the policy applies
@@ -226,39 +226,53 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         l_blk = R.sum(l_blk + x[c]);
       }
       l_blk = sm(l_blk);
-      double d_prev = 0.0, d_cur = 0.0;  // dm'_prev, dm'_cur: moving the reference to F_new
-      double F_new = 0.0;
+      // PASA: F's update and the candidates a = fl(m + d_prev), b = fl(m' + d_cur) for the reference
+      // G F_new (docs/algorithms.md section 3: Eq. 15, and its departures' fourth and fifth).
+      double F_new = 0.0, a = 0.0, b = 0.0;
       int averaged = st.averaged;
-      if (pasa) {
+      if (pasa && st.blocks > 0) {
         // Eq. 15's ((j - 1) F + s') / j, written as F + (s' - F) / j: the same average, but without
         // the running sum (j - 1) F, which leaves fp16 once j F > 65504 (a long row of high scores).
-        // A block whose move of the reference, G (s' - F), passes the state format's range is too far
-        // from the blocks F averages for the two to weigh anything against each other (2^-65504):
-        // one far below is left out of F (it weighs 0 beside them), and one far above starts F's
-        // average afresh (they weigh 0 beside it). Averaged in, its moves would saturate, and a
-        // block near the earlier ones after it would be weighed against them through a reference
-        // that is off by the saturation (docs/algorithms.md).
-        const double diff = state_round(mean - st.F);  // (saturating: means of both signs near the top)
-        const bool far = st.averaged > 0 && std::fabs(state_round(g * diff)) >= state_format.max_finite();
+        // The difference saturates (means of both signs near the format's largest value).
         const int j = st.averaged + 1;
-        if (!far) {
-          F_new = sm(st.F + sm(diff / j));
-          averaged = j;
-        } else {
-          F_new = diff > 0.0 ? mean : st.F;
-          averaged = diff > 0.0 ? 1 : st.averaged;
-        }
-        d_prev = state_round(g * sm(st.F - F_new));
-        d_cur = state_round(g * sm(mean - F_new));
+        const double F_avg = sm(st.F + sm(state_round(mean - st.F) / j));
+        // A block whose average would carry a candidate past the state format's range is far from the
+        // blocks F averages: where the running maximum would pass it (the block far below them, or F
+        // drifted down over several), the block is left out of F; where the block's own maximum would
+        // (far above), F starts afresh at its s'. Either way the candidates stay exact, where a
+        // saturated one had weighed a key e^-2000 below the row's maximum as the row's maximum. (The
+        // tests in fp32, as the kernels take them: G is a float there.)
+        const float gf = static_cast<float>(g);
+        const auto passes = [&](float x) { return round_to(state_format, x) >= state_format.max_finite(); };
+        const bool far_below = passes(std::fmaf(gf, static_cast<float>(st.F - F_avg), static_cast<float>(st.m)));
+        const bool far_above =
+            !far_below && passes(std::fmaf(gf, static_cast<float>(mean - F_avg), static_cast<float>(m_blk)));
+        F_new = far_below ? st.F : far_above ? mean : F_avg;
+        averaged = far_below ? st.averaged : far_above ? 1 : j;
+        // fl(base + fl(G fl(x))), the paper's rounding points; where they pass the range, base + G x in
+        // fp32, saturated (x: a difference of state values, exact).
+        const auto candidate = [&](double base, double x) {
+          const double c = sm(base + sm(g * sm(x)));
+          if (std::fabs(c) <= state_format.max_finite()) return c;
+          return state_round(std::fmaf(gf, static_cast<float>(x), static_cast<float>(base)));
+        };
+        a = candidate(st.m, st.F - F_new);
+        b = candidate(m_blk, mean - F_new);
+      } else if (pasa) {
+        F_new = mean;  // the row's first block: F = s', no move
+        averaged = 1;
       }
       double m_new, ep = 0.0, ec = 1.0;
       if (unified) {
         m_new = phi;
         ep = st.blocks == 0 ? 0.0 : 1.0;
       } else if (st.blocks == 0) {
-        m_new = state_round(m_blk + d_cur);
+        m_new = state_round(m_blk);
       } else {
-        const double a = state_round(st.m + d_prev), b = state_round(m_blk + d_cur);
+        if (!pasa) {
+          a = state_round(st.m);
+          b = state_round(m_blk);
+        }
         m_new = std::max(a, b);
         if (pasa) {  // headroom for l and O~ (pasa_headroom.h): rounded up, unless that moves too far
           const bool base2 = pol.exp_base == ExpBase::two;

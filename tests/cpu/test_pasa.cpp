@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 #include "pasa/attention.h"
 #include "pasa/beta.h"
+#include "pasa/format.h"
 #include "pasa/generators.h"
 #include "pasa/metrics.h"
 #include "pasa/policy.h"
@@ -305,6 +307,54 @@ TEST(Pasa, KeyBlockMeansFarApartOfBothSignsGiveExactAttention) {
     for (std::size_t r = 0; r < run.lse.size(); ++r) {
       EXPECT_NEAR(run.lse[r], ref.lse[r], 1e-3 * std::fabs(ref.lse[r])) << "row " << r;
     }
+  }
+}
+
+// Blocks far apart whose keys the candidates must weigh exactly, where saturated moves had not (all
+// three gave O = V of one key exact attention weighs e^-2000 or less, relative RMSE about 10): a
+// block far above another whose top key lies 2368 natural units below its keys, and the reverse
+// order; and F drifting down over blocks each below the far threshold, until the running maximum's
+// candidate would pass fp16's range, then a block above F holding one key far below the row's
+// maximum. Q = 592 (D 64) in the first two, 16 in the drift.
+TEST(Pasa, FarBlocksWeighTheirKeysAsExactAttentionDoes) {
+  const std::int64_t D = 64;
+  const auto check = [&](const std::vector<float>& key_rows, float q_value, const char* what) {
+    SCOPED_TRACE(what);
+    const std::int64_t keys = static_cast<std::int64_t>(key_rows.size());
+    std::vector<float> k(static_cast<std::size_t>(keys * D));
+    for (std::size_t i = 0; i < k.size(); ++i) k[i] = key_rows[i / static_cast<std::size_t>(D)];
+    QKV data = hybrid_qkv({1, 1, 2, D}, 0.0, 0.0, 16, DType::f16);
+    data.q = from_float(std::vector<float>(static_cast<std::size_t>(2 * D), q_value), {1, 1, 2, D}, DType::f16);
+    data.k = from_float(k, {1, 1, keys, D}, DType::f16);
+    data.v = hybrid_qkv({1, 1, keys, D}, 0.0, 0.0, 17, DType::f16).v;
+    const PolicyRun run = run_policy(data, parse_policy("pasa"));
+    EXPECT_EQ(non_finite_share(run.o), 0.0);
+    EXPECT_LT(compare(run.o, reference_of(data).o).rel_rmse, 1e-2);
+  };
+  std::vector<float> low(128, -592.0f), high(128, -577.5f);
+  low[127] = -578.0f;
+  std::vector<float> rows = low;
+  rows.insert(rows.end(), high.begin(), high.end());
+  check(rows, 592.0f, "far above");
+  rows = high;
+  rows.insert(rows.end(), low.begin(), low.end());
+  check(rows, 592.0f, "far below");
+  // The drift: block 0 scores 0; each next block's mean 0.8 of the far threshold below F (in PASA's
+  // base-2 units, the paper's beta); the last block's mean above F, one of its keys scoring -top.
+  for (const auto& [blocks, top] : {std::pair{8, 20000.0}, std::pair{18, 10000.0}}) {
+    const double beta = 0.984497, unit = std::log2(std::exp(1.0)) * (1 - beta), G = beta / (1 - beta);
+    double F = 0.0;
+    std::vector<float> drift(128, 0.0f);
+    for (int b = 1; b <= blocks; ++b) {
+      const auto score = static_cast<float>(round_to(Format::fp16(), (F - 0.8 * 65504 / G) / unit / 128));
+      drift.insert(drift.end(), 128, score);
+      F += (unit * 128 * score - F) / (b + 1);
+    }
+    const double mean = (F + 0.85 * 65504 / G) / unit;
+    std::vector<float> last(128, static_cast<float>((128 * mean + top) / 127 / 128));
+    last[0] = static_cast<float>(-top / 128);
+    drift.insert(drift.end(), last.begin(), last.end());
+    check(drift, 16.0f, blocks == 8 ? "drift over 8 blocks" : "drift over 18 blocks");
   }
 }
 

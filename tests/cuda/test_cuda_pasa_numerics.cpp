@@ -116,6 +116,23 @@ TEST_P(CudaPasaNumerics, StateUpdateAtTheEdgesOfFp16) {
              "key block means of both signs near fp16's largest");
   EXPECT_EQ(non_finite(extra3.kernel_o), 0u);
   for (const float x : extra3.kernel_lse) EXPECT_TRUE(std::isfinite(x)) << "LSE " << x;
+  // A block far above another whose top key lies 2368 natural units below its keys, in both orders
+  // (Q = 592): the candidates must weigh that key e^-2368, not as the row's maximum.
+  std::vector<float> low(128, -592.0f), high(128, -577.5f);
+  low[127] = -578.0f;
+  for (const bool low_first : {true, false}) {
+    std::vector<float> rows = low_first ? low : high;
+    rows.insert(rows.end(), (low_first ? high : low).begin(), (low_first ? high : low).end());
+    std::vector<float> k2(static_cast<std::size_t>(256 * D));
+    for (std::size_t i = 0; i < k2.size(); ++i) k2[i] = rows[i / static_cast<std::size_t>(D)];
+    const Case c2{1, 1, 1, 64, 256, D, false, kBr, false, DType::f16, DType::f32};
+    GivenInputs in2{from_float(std::vector<float>(static_cast<std::size_t>(64 * D), 592.0f), {1, 1, 64, D}, DType::f16),
+                    from_float(k2, {1, 1, 256, D}, DType::f16), hybrid_qkv({1, 1, 256, D}, 0.0, 0.0, 17, DType::f16).v};
+    Extra extra2;
+    check_case(c2, preset_policy("pasa"), preset_policy("pasa"), std::nullopt, &extra2, 1, -1.0, 1.0, &in2,
+               low_first ? "a block far above another" : "a block far below another");
+    EXPECT_EQ(non_finite(extra2.kernel_o), 0u);
+  }
 }
 
 // Head dims 96 and 256 (the portable kernel on either path): 96's rows of 12 16-byte chunks, which

@@ -146,12 +146,13 @@ struct PasaSoftmax {
   __device__ __forceinline__ static float power(float x) { return kBase2 ? exp2f(x) : expf(x); }
   // A value of the per-row state at its rounding point: fp16 for pasa, fp32 for pasa_accurate.
   __device__ __forceinline__ static float stat(float x) { return kFp16State ? round_fp16(x) : x; }
-  // The reference's moves, saturating at the state format's largest value (the emulator's state_format:
-  // G times a difference of pseudo-averages can pass fp16's range; a block that far below weighs 0).
+  // A state value saturating at the state format's largest value (the emulator's state_format: a
+  // difference of pseudo-averages, or G times one, can pass fp16's range).
   __device__ __forceinline__ static float stat_sat(float x) { return kFp16State ? saturate_fp16(round_fp16(x)) : x; }
-  // The largest move that rounds below the state format's largest value: 65488 rounds to 65472 in fp16
-  // (a tie, to even), anything above it to 65504 or inf; in fp32 the value below FLT_MAX.
-  static constexpr float kLastNearMove = kFp16State ? 65488.0f : 0x1.fffffcp+127f;
+  // The state format's largest value, and the largest fp32 value that rounds below it there (65488
+  // rounds to 65472 in fp16, a tie to even; anything above it to 65504 or inf).
+  static constexpr float kStateMax = kFp16State ? 65504.0f : 0x1.fffffep+127f;
+  static constexpr float kLastNear = kFp16State ? 65488.0f : 0x1.fffffcp+127f;
   // The headroom's largest move (pasa_headroom.h), in the state format and the scores' units.
   static constexpr float kMaxMove = kFp16State ? pasa_max_move(10, -14, kBase2) : pasa_max_move(23, -126, kBase2);
   // a + b rounded up in the state format (the headroom, which a rounding to nearest could lose).
@@ -261,26 +262,29 @@ struct PasaSoftmax {
                                           float (&ep)[kRows], float (&ec)[kRows]) {
     const float mb = own(m_blk), mn = own(mean);
     const bool updates = static_cast<int>(threadIdx.x) % 4 < kRows && mb != -INFINITY;
-    // Eq. 15 without (j - 1) F, as the emulator takes it: a block whose move G (s' - F) passes the
-    // state format's range is left out of F (far below) or starts its average afresh (far above).
-    // (The difference saturates: means of both signs near fp16's largest value. The quotient is to 2
-    // fp32 ulp, __fdividef, before its fp16 rounding: no division slow path.)
-    // (far: G (s' - F) rounds to the state format's largest value or past it, the emulator's test,
-    // taken on the fp32 product without its rounding: |x| > kLastNearMove is where it rounds there)
+    // Eq. 15 without (j - 1) F, its difference saturating (means of both signs near fp16's largest),
+    // and the emulator's far blocks: where averaging the block in would carry the running maximum's
+    // candidate past the state format's range, the block is left out of F; where it would carry the
+    // block's own, F starts afresh at its s' (docs/algorithms.md). (The quotient is to 2 fp32 ulp,
+    // __fdividef, before its fp16 rounding: no division slow path.)
     const float j = n + 1.0f;
-    const float diff = stat_sat(mn - F);
-    const bool far = n > 0.0f && fabsf(g * diff) > kLastNearMove;
-    const float F_avg = stat(F + stat(__fdividef(diff, j)));
-    const float F_new = far ? (diff > 0.0f ? mn : F) : F_avg;
-    const float n_new = far ? (diff > 0.0f ? 1.0f : n) : j;
-    const float d_prev = stat_sat(g * stat(F - F_new));
-    const float d_cur = stat_sat(g * stat(mn - F_new));
-    // The candidates as stored, and the factors taken from them (each <= 1, the larger exactly 1):
-    // a rounding of m + d_prev can then never make O~ or l grow from block to block. The row's first
-    // block (m = -inf) takes cur as it is, with factors 0 and 1.
-    const float cur = stat_sat(mb + d_cur);
+    const float F_avg = stat(F + stat(__fdividef(stat_sat(mn - F), j)));
+    const bool far_below = n > 0.0f && fmaf(g, F - F_avg, m) > kLastNear;
+    const bool far_above = n > 0.0f && !far_below && fmaf(g, mn - F_avg, mb) > kLastNear;
+    const float F_new = far_below ? F : far_above ? mn : F_avg;
+    const float n_new = far_below ? n : far_above ? 1.0f : j;
+    // The candidates fl(m + d_prev), fl(m' + d_cur) as stored, and the factors taken from them (each
+    // <= 1, the larger exactly 1): a rounding of m + d_prev can then never make O~ or l grow from block
+    // to block. Each at the paper's rounding points, fl(base + fl(G fl(x))); where those pass the range,
+    // base + G x in fp32, saturated. The row's first block (m = -inf) takes cur as it is, with factors
+    // 0 and 1.
+    const auto candidate = [&](float base, float x) {
+      const float c = stat(base + stat(g * stat(x)));
+      return fabsf(c) <= kStateMax ? c : stat_sat(fmaf(g, x, base));
+    };
+    const float cur = candidate(mb, mn - F_new);
     const bool first = m == -INFINITY;
-    const float prev = stat_sat(m + d_prev);
+    const float prev = candidate(m, F - F_new);
     float m_new = fmaxf(prev, cur);
     const float h = pasa_headroom(l, kBase2);  // (l and O~; rounded up unless that moves too far)
     // (Both candidates are taken unconditionally and selected: written as a conditional, ptxas put
