@@ -33,7 +33,7 @@ if ! .venv/bin/python -c "import numpy, pytest, matplotlib, scikit_build_core, n
 fi
 # CMakePresets.json (schema 6) needs CMake 3.25; older distributions' (Ubuntu 22.04: 3.22, Debian 11:
 # 3.18) get PyPI's into .venv, which scripts/build.sh puts first on the PATH.
-cmake_version=$(cmake --version 2>/dev/null | head -1 | awk '{print $3}')
+cmake_version=$(cmake --version 2>/dev/null | head -1 | awk '{print $3}' || true)
 if [ ! -x .venv/bin/cmake ] && [ "$(printf '%s\n' 3.25 "${cmake_version:-0}" | sort -V | head -1)" != 3.25 ]; then
   echo "install-deps: CMake ${cmake_version:-(none)} is older than the 3.25 the presets need: installing CMake from PyPI into .venv"
   .venv/bin/python -m pip install -q "cmake>=3.25"

@@ -109,7 +109,8 @@ void check_output_files(const std::vector<NamedPath>& inputs, const std::vector<
     }
     seen.emplace_back(&out, id);
     on_stdout = on_stdout || is_open_on(id, STDOUT_FILENO);
-    on_stderr = on_stderr || is_open_on(id, STDERR_FILENO);
+    // (a terminal holds no file: text beside the output there corrupts nothing)
+    on_stderr = on_stderr || (is_open_on(id, STDERR_FILENO) && ::isatty(STDERR_FILENO) == 0);
   }
   // Such an output (`/dev/stdout`, `/dev/stderr`, `--out /dev/stdout > f 2>&1`) holds the file alone:
   // the report goes to the other stream or nowhere, the progress nowhere.

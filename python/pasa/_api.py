@@ -230,8 +230,10 @@ def _attention_via_float32(q: Any, k: Any, v: Any, out: Optional[Any], **options
 
 
 def _dtype_name(x: Any) -> str:
-    """x's dtype as NumPy names it (torch.float16 -> "float16", torch.bool -> "bool")."""
-    return str(x.dtype).replace("torch.", "")
+    """x's dtype as NumPy names it, whatever its byte order (torch.float16 -> "float16", torch.bool
+    -> "bool", ">f4" -> "float32")."""
+    name = getattr(x.dtype, "name", None)
+    return name if isinstance(name, str) else str(x.dtype).replace("torch.", "")
 
 
 def sdpa(

@@ -2,6 +2,7 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -53,9 +54,6 @@ bool g_installed[kSignalCount] = {};
 std::atomic<int> g_committing{0};
 std::atomic<int> g_deferred_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free, "used in a signal handler");
-// The process that installed the handlers. A child forked during a write inherits them, but neither
-// the temporaries nor the renames in progress are its own: there the handler is the default action.
-std::atomic<pid_t> g_owner{0};
 
 void die_of(int sig) {
   remove_pending_temporaries();
@@ -64,11 +62,6 @@ void die_of(int sig) {
 }
 
 extern "C" void remove_temporaries_and_die(int sig) {
-  if (::getpid() != g_owner.load()) {
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-    return;
-  }
   if (g_committing.load() > 0) {
     int none = 0;
     g_deferred_signal.compare_exchange_strong(none, sig);
@@ -80,10 +73,33 @@ extern "C" void remove_temporaries_and_die(int sig) {
 // What install_handlers puts in place for kSignals[i].
 void (*our_handler(int i))(int) { return kSignals[i] == SIGXFSZ ? SIG_IGN : remove_temporaries_and_die; }
 
+// A child forked during a write inherits the handlers, the count of writes and the temporaries, none
+// of them its own: it starts with the handlers the writes found, and no write (its own writes then
+// install and remove them as anywhere). The mutex is held across fork() so that the child's is free.
+extern "C" void lock_for_fork() { g_handler_mutex.lock(); }
+extern "C" void unlock_after_fork() { g_handler_mutex.unlock(); }
+extern "C" void reset_in_forked_child() {
+  if (g_writers > 0) {
+    for (int i = 0; i < kSignalCount; ++i) {
+      if (g_installed[i]) sigaction(kSignals[i], &g_previous[i], nullptr);
+      g_installed[i] = false;
+    }
+  }
+  g_writers = 0;
+  g_committing.store(0);
+  g_deferred_signal.store(0);
+  for (PendingSlot& slot : g_pending) {
+    slot.ready.store(false);
+    slot.taken.store(false);
+  }
+  g_handler_mutex.unlock();
+}
+
 void install_handlers() {
+  static const int registered = pthread_atfork(lock_for_fork, unlock_after_fork, reset_in_forked_child);
+  static_cast<void>(registered);
   const std::lock_guard<std::mutex> lock(g_handler_mutex);
   if (g_writers++ > 0) return;
-  g_owner.store(::getpid());
   for (int i = 0; i < kSignalCount; ++i) {
     struct sigaction current {};
     sigaction(kSignals[i], nullptr, &current);

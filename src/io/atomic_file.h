@@ -6,8 +6,8 @@
 // renamed over the destination. On any failure (full disk, quota, I/O error) the temporary is removed
 // and the old file is intact. While a write is in progress, SIGINT and SIGTERM (where the process has
 // left them at their default action, as the CLI does) remove the temporary before the process dies;
-// in a child forked meanwhile they take the default action, and a handler the program installs
-// meanwhile is kept when the write ends.
+// a child forked meanwhile starts with the handlers the write found and none of its temporaries, and
+// a handler the program installs meanwhile is kept when the write ends.
 //
 // A symbolic link is followed, also when it dangles: its final target is written (created if
 // missing) and the link kept. A destination that exists and is not a regular file (a pipe,

@@ -370,6 +370,19 @@ TEST(AtomicFile, AChildForkedDuringAWriteDiesOfItsSignalAndLeavesTheWrite) {
     ASSERT_EQ(::waitpid(child, &status, 0), child);
     EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "status " << status;
     EXPECT_EQ(entries_in(dir.path()), 2u) << "the child removed the parent's temporary";
+    // A child that writes a file of its own, stopped by SIGTERM during that write, removes its own
+    // temporary (and only that).
+    const pid_t writer = ::fork();
+    ASSERT_GE(writer, 0);
+    if (writer == 0) {
+      detail::FileBatch own;
+      own.add(dir.file("child.txt"), {"child", {}});
+      std::raise(SIGTERM);
+      ::_exit(0);
+    }
+    ASSERT_EQ(::waitpid(writer, &status, 0), writer);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "status " << status;
+    EXPECT_EQ(entries_in(dir.path()), 2u) << "the child's temporary was left, or the parent's removed";
     batch.commit();
   }
   std::signal(SIGTERM, previous);

@@ -74,5 +74,6 @@ def test_sdpa_refuses_the_dtypes_torch_refuses(rng):
             pasa.sdpa(q, k, v, attn_mask=mask)
     # what torch takes: a bool mask, a float32 one, and one of the query's dtype
     q16, k16, v16 = (x.astype(np.float16) for x in (q, k, v))
-    for mask in (np.ones((8, 8), bool), np.zeros((8, 8), np.float32), np.zeros((8, 8), np.float16)):
+    for mask in (np.ones((8, 8), bool), np.zeros((8, 8), np.float32), np.zeros((8, 8), ">f4"),
+                 np.zeros((8, 8), np.float16)):
         np.testing.assert_array_equal(pasa.sdpa(q16, k16, v16, attn_mask=mask), pasa.sdpa(q16, k16, v16))
