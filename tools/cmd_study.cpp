@@ -234,9 +234,9 @@ void run(const StudyOptions& opt) {
     std::vector<std::string> unwritten;
     if (!opt.json.empty()) unwritten.push_back("--json");
     if (!opt.plot.empty()) unwritten.push_back("--plot");
-    throw StoppedByCtrlC(text::format("interrupted (Ctrl-C) after {} of {} cases: their rows are above{}",
-                                      cases_done, cases.size(),
-                                      unwritten.empty() ? "" : "; " + text::join(unwritten, ", ") + " not written"));
+    const std::string done = text::format("interrupted (Ctrl-C) after {} of {} cases", cases_done, cases.size());
+    const std::string files = unwritten.empty() ? "" : "; " + text::join(unwritten, ", ") + " not written";
+    throw StoppedByCtrlC(done + ": their rows are above" + files, done + files);
   }
 
   const Shape4& sh = config.shape;

@@ -6,6 +6,8 @@
 
 #include <csignal>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "interrupt.h"
 
@@ -29,10 +31,16 @@ class CtrlCStops {
 };
 
 // A command stopped by Ctrl-C after it reported what it finished: main prints the message and exits
-// with 130, as a shell reports a process that SIGINT ended.
+// with 130, as a shell reports a process that SIGINT ended. unprinted(): the message for when that
+// report did not reach standard output (full, or a pipe whose reader the Ctrl-C ended too).
 class StoppedByCtrlC : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  StoppedByCtrlC(const std::string& message, std::string unprinted)
+      : std::runtime_error(message), unprinted_(std::move(unprinted)) {}
+  const std::string& unprinted() const { return unprinted_; }
+
+ private:
+  std::string unprinted_;
 };
 
 }  // namespace pasa::cli

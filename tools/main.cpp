@@ -67,8 +67,11 @@ int main(int argc, char** argv) {
     if (const std::string failed = stdout_write_failure(); !failed.empty()) return report(failed.c_str(), kRuntimeFailure);
     return code;
   } catch (const pasa::cli::StoppedByCtrlC& e) {
-    // (the rows it says are above must be there)
-    if (const std::string failed = stdout_write_failure(); !failed.empty()) return report(failed.c_str(), kRuntimeFailure);
+    // (the rows it says are above must be there: `pasa study | tee log` loses them when the Ctrl-C
+    // ends tee too)
+    if (const std::string failed = stdout_write_failure(); !failed.empty()) {
+      return report((e.unprinted() + "; " + failed).c_str(), kStoppedByCtrlC);
+    }
     return report(e.what(), kStoppedByCtrlC);
   } catch (const pasa::ResourceError& e) {
     return report(e.what(), kRuntimeFailure);
