@@ -206,7 +206,7 @@ void calibrate_plan(const CalibrateOptions& opt) {
   if (opt.out.empty()) throw UsageError("--out: give the plan file to write");
   const Policy fast = parse_policy_option("--fast", opt.fast);
   parse_policy_option("--accurate", opt.accurate);
-  check_output_files({}, {{"--out", opt.out}});  // (first: the notes find_entries prints stay out of --out)
+  route_around_outputs({{"--out", opt.out}});  // (first: the notes find_entries prints stay out of --out)
   const std::vector<EntryFiles> entries = find_entries(opt.inputs);
   check_plan_output(opt.out, opt.inputs, entries);
   // Worst first: the lowest score; among equal ones (0: pointing away, or off by more than its size)

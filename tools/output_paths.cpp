@@ -93,7 +93,6 @@ void check_writable(const NamedPath& out) {
 
 void check_output_files(const std::vector<NamedPath>& inputs, const std::vector<NamedPath>& outputs) {
   std::vector<std::pair<const NamedPath*, FileIdentity>> seen;
-  bool on_stdout = false, on_stderr = false;  // an output is the file standard output / error is open on
   for (const NamedPath& in : inputs) {
     if (!in.path.empty()) seen.emplace_back(&in, identity_of(in.path));
   }
@@ -108,12 +107,19 @@ void check_output_files(const std::vector<NamedPath>& inputs, const std::vector<
       }
     }
     seen.emplace_back(&out, id);
+  }
+  route_around_outputs(outputs);
+}
+
+void route_around_outputs(const std::vector<NamedPath>& outputs) {
+  bool on_stdout = false, on_stderr = false;  // an output is the file standard output / error is open on
+  for (const NamedPath& out : outputs) {
+    if (out.path.empty()) continue;
+    const FileIdentity id = identity_of(out.path);
     on_stdout = on_stdout || is_open_on(id, STDOUT_FILENO);
     // (a terminal holds no file: text beside the output there corrupts nothing)
     on_stderr = on_stderr || (is_open_on(id, STDERR_FILENO) && ::isatty(STDERR_FILENO) == 0);
   }
-  // Such an output (`/dev/stdout`, `/dev/stderr`, `--out /dev/stdout > f 2>&1`) holds the file alone:
-  // the report goes to the other stream or nowhere, the progress nowhere.
   if (on_stdout) text::report_stream() = on_stderr ? nullptr : stderr;
   if (on_stderr) text::progress_stream() = nullptr;
 }

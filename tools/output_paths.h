@@ -17,9 +17,14 @@ struct NamedPath {
 };
 
 // Throws pasa::Error naming the option and the path. Empty paths (an option not given) are skipped.
-// An output that is standard output itself (`--json /dev/stdout`) keeps it for that file alone: the
-// command's report (text::print) goes to standard error from here on.
+// Routes the report and the progress around the outputs (route_around_outputs).
 void check_output_files(const std::vector<NamedPath>& inputs, const std::vector<NamedPath>& outputs);
+
+// An output that is the file standard output or standard error is open on (`--json /dev/stdout`,
+// `--out /dev/stderr`, `--out /dev/stdout > f 2>&1`; a terminal never counts) keeps it for that file
+// alone: from here on the report (text::print) goes to the other stream or nowhere, the progress
+// (text::progress_stream) nowhere.
+void route_around_outputs(const std::vector<NamedPath>& outputs);
 
 // Runs `write`, the writing of outputs that check_output_files accepted before the work: a failure now
 // is the machine's (a disk that filled, a directory removed meanwhile), so a pasa::Error from it is
