@@ -75,6 +75,10 @@ struct Policy {
   Format p = Format::fp32();       // P as the PV GEMM's operand ("p")
   Format pv_acc = Format::fp32();  // accumulator inside the P V GEMM ("pv_acc")
   Format o = Format::fp32();       // P V output, running O~ and its rescale, final O~ / l ("o")
+  int mma_k = 0;                   // a GEMM accumulator narrower than fp32 (qk_acc, pv_acc) is rounded
+                                   // after every product (0), or once per step of mma_k products, summed
+                                   // with it as Hopper's tensor cores sum them (src/cpu/gemm_model.h;
+                                   // 16 is wgmma's fp16 step) ("mma_k")
 
   Shift shift = Shift::none;       // ("shift" = none | pasa | unified)
   double beta = 0.0;               // PASA's beta in [0, 1) ("beta")

@@ -132,12 +132,12 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
     // PASA's blocks are all s2 keys wide (a short last block padded, operands.cpp): the padded keys'
     // S' enter the block's pseudo-average, and are masked out of the softmax below.
     const int cols = pasa ? s2 : n;
-    model_gemm(q, D, &kv.kt[static_cast<std::size_t>(k0 * D)], cols, rows, D, cols, R.qk_acc, R.qk_acc,
-               scores.data(), cols);
+    model_gemm(q, D, &kv.kt[static_cast<std::size_t>(k0 * D)], cols, rows, D, cols, R.qk_acc, pol.mma_k,
+               R.qk_acc, scores.data(), cols);
     if (pasa && pol.pseudo_avg == PseudoAverage::keys) {
       // s' = Q (r mean K_j): one more column of the same GEMM, scaled like the scores.
-      model_gemm(q, D, &kv.shift_mean[static_cast<std::size_t>(k0 / s2 * D)], 1, rows, D, 1, R.qk_acc, R.qk_acc,
-                 pasa_means.data(), 1);
+      model_gemm(q, D, &kv.shift_mean[static_cast<std::size_t>(k0 / s2 * D)], 1, rows, D, 1, R.qk_acc,
+                 pol.mma_k, R.qk_acc, pasa_means.data(), 1);
       for (double& m : pasa_means) m = scaled(R.s(m));
     }
 
@@ -302,7 +302,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       double l_add = sm(ec * l_blk);
       if (pol.rowsum == RowSum::p) {  // P as rounded, summed as the P V GEMM sums a column of ones
         double p_sum = 0.0;
-        model_gemm(p, n, ones.data(), 1, 1, n, 1, R.pv_acc, R.sm, &p_sum, 1);
+        model_gemm(p, n, ones.data(), 1, 1, n, 1, R.pv_acc, pol.mma_k, R.sm, &p_sum, 1);
         const double l_p = sm(p_sum / pol.p_scale);
         l_add = p_running ? l_p : sm(ec * l_p);
       }
@@ -315,7 +315,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
 
     const float* v = &kv.v[static_cast<std::size_t>(k0 * D)];
     if (pol.two_level) {
-      model_gemm(p_op.data(), n, v, D, rows, n, D, R.pv_acc, R.o, pv.data(), D);
+      model_gemm(p_op.data(), n, v, D, rows, n, D, R.pv_acc, pol.mma_k, R.o, pv.data(), D);
       for (int rr = 0; rr < rows; ++rr) {
         if (!active[rr]) continue;
         double* o = &out.acc[static_cast<std::size_t>(rr) * D];
@@ -328,7 +328,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         double* o = &out.acc[static_cast<std::size_t>(rr) * D];
         for (int d = 0; d < D; ++d) o[d] = acc_round(e_prev[rr] * o[d]);
       }
-      model_gemm(p_op.data(), n, v, D, rows, n, D, R.pv_acc, R.pv_acc, out.acc.data(), D, true);
+      model_gemm(p_op.data(), n, v, D, rows, n, D, R.pv_acc, pol.mma_k, R.pv_acc, out.acc.data(), D, true);
     }
   }
   return out;

@@ -190,6 +190,9 @@ const std::vector<Field>& fields() {
       format_field("p", &Policy::p, "P as the P V GEMM's operand"),
       format_field("pv_acc", &Policy::pv_acc, "accumulator inside the P V GEMM"),
       format_field("o", &Policy::o, "P V output, the running O~ and the final O~ / l"),
+      int_field("mma_k", &Policy::mma_k, 0, kMaxBlock,
+                "an accumulator narrower than fp32 (qk_acc, pv_acc) rounds after every product (0) or "
+                "once per step of this many products, summed as Hopper's tensor cores do (16: wgmma)"),
       choice_field("shift", &Policy::shift, {"none", "pasa", "unified"},
                    "what the scores are measured against: none (running max), pasa (pseudo-average, "
                    "beta), unified (FlashDecoding++'s fixed phi)"),
@@ -280,8 +283,8 @@ std::string field_value(const Policy& policy, std::string_view key) { return fin
 bool Policy::operator==(const Policy& other) const {
   return input == other.input && qk_acc == other.qk_acc && s == other.s && scale == other.scale &&
          softmax == other.softmax && exp_base == other.exp_base && sum_acc == other.sum_acc && p == other.p &&
-         pv_acc == other.pv_acc && o == other.o && shift == other.shift && beta == other.beta &&
-         pseudo_avg == other.pseudo_avg && block_q == other.block_q && block_kv == other.block_kv &&
+         pv_acc == other.pv_acc && o == other.o && mma_k == other.mma_k && shift == other.shift &&
+         beta == other.beta && pseudo_avg == other.pseudo_avg && block_q == other.block_q && block_kv == other.block_kv &&
          smooth_q == other.smooth_q && smooth_k == other.smooth_k && smooth_v == other.smooth_v &&
          q_quant == other.q_quant && k_quant == other.k_quant && q_gran == other.q_gran &&
          k_gran == other.k_gran && v_quant == other.v_quant && p_scale == other.p_scale &&
@@ -618,6 +621,11 @@ void validate(const Policy& p) {
                 " but nothing sums in it: rowsum=p sums P in pv_acc" +
                 (p.shift == Shift::pasa ? ", and pseudo_avg=k takes the mean from the scores' GEMM" : "") +
                 " (use rowsum=e)");
+  }
+  if (p.mma_k != 0 && p.qk_acc == Format::fp32() && p.pv_acc == Format::fp32()) {
+    throw Error(text::format("policy field 'mma_k': set to {} but both GEMMs accumulate in fp32, which the "
+                             "emulator sums product by product (it models steps only in a narrower "
+                             "accumulator: qk_acc or pv_acc)", p.mma_k));
   }
   // Q's smoothing adds dS = q_m K^T to the scores; under PASA it would have to be q_m K'^T, added before
   // the pseudo-average is taken, which the emulator does not model (it would return wrong O and LSE).

@@ -89,7 +89,7 @@ TEST(Policy, EqualityCoversEveryTextField) {
       {"sage8", "q_gran=warp"}, {"sage8", "k_gran=warp"},    {"sage8", "v_quant=e5m2"},
       {"fdpp", "shift=none"},   {"fdpp", "phi=1"},           {"fdpp", "window_lo=-9"},
       {"fdpp", "window_hi=5"},  {"sage8", "p_max=running"}, {"exact", "exp_base=2"},
-      {"exact", "rowsum=p"}};
+      {"exact", "rowsum=p"},    {"sage8", "mma_k=16"}};
   for (const auto& [preset, override] : overrides) {
     const Policy base = preset_policy(preset);
     const Policy changed = parse_policy(std::string(preset) + "," + override);
@@ -216,6 +216,8 @@ TEST(Policy, ErrorsNameTheField) {
   EXPECT_EQ(parse_policy("fa16,sum_acc=fp16").sum_acc, Format::fp16());  // rowsum=e sums in it
   EXPECT_EQ(parse_policy("pasa,sum_acc=fp16,pseudo_avg=s").sum_acc, Format::fp16());  // the block's mean
   expect_error([] { parse_policy("pasa,sum_acc=fp16,pseudo_avg=k"); }, "pseudo_avg=k takes the mean");
+  expect_error([] { parse_policy("fa16,mma_k=16"); }, "'mma_k': set to 16 but both GEMMs accumulate in fp32");
+  EXPECT_EQ(parse_policy("fa16,pv_acc=fp16,mma_k=16").mma_k, 16);
   // A preset's own value is not set by the text: sage4's warp groups stay without its quantizers.
   EXPECT_EQ(parse_policy("sage4,q_quant=none,k_quant=none,smooth_q=0,smooth_k=0").q_gran, Granularity::warp);
   expect_error([] { parse_policy("sage4,q_quant=none,q_gran=token"); }, "'q_gran': set to token but q_quant=none");
@@ -316,7 +318,7 @@ TEST(Policy, FieldTableDescribesEveryKey) {
     EXPECT_EQ(f.kind == FieldKind::choice, !f.choices.empty()) << f.key;
     rebuilt += "," + f.key + "=" + field_value(p, f.key);
   }
-  EXPECT_EQ(keys.size(), 31u);
+  EXPECT_EQ(keys.size(), 32u);
   EXPECT_EQ(parse_policy(rebuilt), p);
   EXPECT_EQ(field_value(preset_policy("fdpp"), "shift"), "unified");
   EXPECT_EQ(field_value(preset_policy("sage8"), "pv_acc"), "fp22");
