@@ -80,6 +80,11 @@ bool cuda_read_to_host(void* dst, const void* src, std::size_t bytes, void* stre
 void cuda_check_empty_rows(const TensorView& o, const LseView& lse);
 void cuda_write_empty_rows(const TensorView& o, const LseView& lse, void* stream);
 
+// Throws pasa::Error unless args' q, k, v, o (16 bytes) and lse (4 bytes) are aligned as the kernels
+// read and write them: the run of a plan checks it, and a caller that writes before its runs (the
+// packed call's rows without keys) checks every run first.
+void cuda_check_aligned_operands(const AttentionArgs& args);
+
 // Throws pasa::Error unless `t`'s memory is the current device's (as the dense GPU call checks).
 void cuda_check_device_memory(const void* data, const char* name);
 

@@ -140,6 +140,13 @@ std::int64_t check_cache_tensors(const KVCacheArgs& a, std::int64_t B, std::int6
       }
       if (t->device != a.q.device) throw Error(text::format("{}: on a different device than q", name));
     }
+    // More new positions than a sequence's room in the cache, whatever its length holds: a shape error,
+    // refused here, where a plan (which reads no lengths) checks too.
+    const CacheMap room{nullptr, a.block_table != nullptr ? a.max_blocks : 1, a.k_cache.shape[2], 1};
+    if (s_new > room.capacity()) {
+      throw Error(text::format("k: {} new positions (S_new), more than the cache's {} per sequence", s_new,
+                              room.capacity()));
+    }
     // One tensor passed as both caches: the append would write the new values over the new keys.
     if (a.k_cache.data == a.v_cache.data && canonical_strides(a.k_cache) == canonical_strides(a.v_cache)) {
       throw Error("v_cache: is k_cache (the same memory); an append would overwrite the new keys with the "

@@ -114,6 +114,7 @@ void varlen_on_gpu(const VarlenArgs& args, const ProblemShape& shape) {
   for (std::int64_t b = 0; b < B; ++b) {
     const AttentionArgs a = sequence(b);
     if (a.q.seq() == 0) continue;
+    cuda_check_aligned_operands(a);  // (each run checks it too, after the rows without keys are written)
     if (a.k.seq() == 0) {
       cuda_check_empty_rows(a.o, a.lse);
       // No kernel runs for these rows, but the call is refused as the same rows with keys would be

@@ -348,6 +348,19 @@ std::vector<Partial> run_splits(const AttentionArgs& args, const Policy& pol, co
   return parts;
 }
 
+// One part, or FlashDecoding++'s unified max: the partials of row rr share one reference and simply add
+// up. Returns l; o (D values, zero on entry) becomes O~.
+double add_partials(const std::vector<Partial>& parts, int rr, const Rounders& R, std::vector<double>& o) {
+  const std::size_t D = o.size();
+  double l = 0.0;
+  for (const Partial& p : parts) {
+    if (p.state[rr].blocks == 0) continue;
+    l = R.sm(l + p.state[rr].l);
+    for (std::size_t d = 0; d < D; ++d) o[d] = R.o(o[d] + p.acc[rr * D + d]);
+  }
+  return l;
+}
+
 // Merges the splits of one row and writes O and the LSE.
 // g: the policy's PASA invariance (pasa_invariance), computed once per call.
 void write_row(const AttentionArgs& args, const Policy& pol, double g, const ProblemShape& ps, const Task& t, int rr,
@@ -368,13 +381,7 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
   } else if (with_keys == 0) {
     // no visible key: O = 0, LSE = -inf
   } else if (parts.size() == 1 || pol.shift == Shift::unified) {
-    // One part, or FlashDecoding++'s unified max: partials share one reference and simply add up.
-    double l = 0.0;
-    for (const Partial& p : parts) {
-      if (p.state[rr].blocks == 0) continue;
-      l = R.sm(l + p.state[rr].l);
-      for (int d = 0; d < D; ++d) o[d] = R.o(o[d] + p.acc[static_cast<std::size_t>(rr) * D + d]);
-    }
+    const double l = add_partials(parts, rr, R, o);
     const RowState& st = parts.front().state[rr];
     const double m = pol.shift == Shift::unified ? R.sm(pol.phi) : st.m;
     for (int d = 0; d < D; ++d) o[d] = R.o(o[d] / l);
@@ -465,16 +472,17 @@ void emulate_attention(const AttentionArgs& args, const ProblemShape& ps) {
     const PreparedQ& qh = qs[head];
     const std::vector<Partial> parts = run_splits(args, pol, ps, t, qh, kvh, alpha, R);
     std::vector<Partial> fallback;
+    std::vector<double> sums(static_cast<std::size_t>(ps.dim));
     for (int rr = 0; rr < static_cast<int>(t.r1 - t.r0); ++rr) {
       // Recomputed: a row some x - phi left the window of, or (unified) whose sums did not stay
-      // finite: the window bounds each weight, not the sum of a long row of them in l or O~.
-      const bool left = std::any_of(parts.begin(), parts.end(), [&](const Partial& p) {
-        if (p.state[rr].left_window) return true;
-        if (pol.shift != Shift::unified) return false;
-        const auto row = p.acc.begin() + static_cast<std::ptrdiff_t>(rr) * ps.dim;
-        return !std::isfinite(p.state[rr].l) ||
-               !std::all_of(row, row + ps.dim, [](double x) { return std::isfinite(x); });
-      });
+      // finite: the window bounds each weight, not the sum of a long row of them in l or O~, nor that
+      // of the splits' partials, which each may hold while their sum overflows.
+      bool left = std::any_of(parts.begin(), parts.end(), [&](const Partial& p) { return p.state[rr].left_window; });
+      if (!left && pol.shift == Shift::unified) {
+        std::fill(sums.begin(), sums.end(), 0.0);
+        left = !std::isfinite(add_partials(parts, rr, R, sums)) ||
+               !std::all_of(sums.begin(), sums.end(), [](double x) { return std::isfinite(x); });
+      }
       if (!left) {
         write_row(args, pol, g, ps, t, rr, parts, qh, kvh, R);
         continue;

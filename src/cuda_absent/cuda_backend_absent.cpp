@@ -37,5 +37,6 @@ bool cuda_read_to_host(void*, const void*, std::size_t, void*, const char*) { no
 void cuda_check_empty_rows(const TensorView&, const LseView&) { no_cuda(); }
 void cuda_write_empty_rows(const TensorView&, const LseView&, void*) { no_cuda(); }
 void cuda_check_device_memory(const void*, const char*) { no_cuda(); }
+void cuda_check_aligned_operands(const AttentionArgs&) { no_cuda(); }
 
 }  // namespace pasa

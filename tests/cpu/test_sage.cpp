@@ -319,6 +319,10 @@ TEST(Decode, RowsWhoseUnifiedSumsOverflowAreRecomputed) {
   EXPECT_EQ(unified.stats.recomputed_rows, 2);
   EXPECT_EQ(unified.o, run(data, "fdpp,p=fp32,shift=none", false, 1.0).o);
   for (double x : unified.o) EXPECT_TRUE(std::isfinite(x));
+  // Split in two, each part's l (2e38) holds, their sum does not: recomputed too (it gave O = NaN).
+  const Result split = run(data, policy + ",splits=2,s2=2", false, 1.0);
+  EXPECT_EQ(split.stats.recomputed_rows, 2);
+  for (double x : split.o) EXPECT_TRUE(std::isfinite(x));
 }
 
 // Rows of a [B, H, S, D] f32 tensor of values in [-1, 1] moved near fp32's largest value: three in four

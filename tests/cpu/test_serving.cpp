@@ -289,6 +289,30 @@ TEST(KVCache, APlanRefusesAHeadDimTheCpuCannotRun) {
   expect_error([&] { KVCachePlan{a}; }, "q: head dim 2000 is larger than the CPU backends' 1024");
 }
 
+// More new positions than a sequence can hold, whatever the lengths say: refused by the plan too, which
+// reads no lengths (the GPU's run then appended only what fit and attended over a truncated cache).
+TEST(KVCache, AnAppendLargerThanTheCacheIsRefusedByThePlan) {
+  const int D = 64;
+  for (const bool paged : {true, false}) {
+    SCOPED_TRACE(paged ? "paged, one block of 8" : "dense, 8 positions");
+    std::vector<std::uint16_t> q(D, 0x3c00), o(D), k_cache(8 * D), v_cache(8 * D), fresh(16 * D, 0x3c00);
+    const std::vector<std::int32_t> lens = {0}, table = {0};
+    KVCacheArgs a;
+    a.q = bhsd_view(q.data(), DType::f16, 1, 1, 1, D);
+    a.o = bhsd_view(o.data(), DType::f16, 1, 1, 1, D);
+    a.k_cache = bshd_view(k_cache.data(), DType::f16, 1, 8, 1, D);
+    a.v_cache = bshd_view(v_cache.data(), DType::f16, 1, 8, 1, D);
+    a.k = a.v = bhsd_view(fresh.data(), DType::f16, 1, 1, 16, D);
+    a.cache_seqlens = lens.data();
+    if (paged) {
+      a.block_table = table.data();
+      a.max_blocks = 1;
+    }
+    expect_error([&] { KVCachePlan{a}; }, "k: 16 new positions (S_new), more than the cache's 8 per sequence");
+    expect_error([&] { attention_with_kvcache(a); }, "more than the cache's 8 per sequence");
+  }
+}
+
 TEST(KVCache, AppendAtTheEndOfAFullBlockThenAttendEqualsTheDenseProblem) {
   for (const char* preset : {"exact", "pasa", "sage8", "fdpp"}) {
     const auto seed = test::fresh_seed();

@@ -952,6 +952,25 @@ TEST(CudaVarlen, SequencesWithoutKeysAreRefusedAsThoseWithKeys) {
   }
 }
 
+// A packed q whose base is not 16-byte aligned, the first sequence without keys: refused before the
+// rows of that sequence are written (they were, and then the next sequence's run refused the call).
+TEST(CudaVarlen, AMisalignedOperandIsRefusedBeforeAnyRowIsWritten) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(test::kFixedSeeds[0]);
+  const VarlenProblem p = make_varlen(kVarlenLengths, 64, DType::f16, DType::f16, rng);
+  DeviceVarlen d(p);
+  Stream stream;
+  VarlenArgs a = d.args(p, exact_policy(DType::f16), stream.s);
+  a.q.data = static_cast<std::uint8_t*>(a.q.data) + 2;  // (refused before anything reads it)
+  expect_error_naming([&] { attention_varlen(a); }, {"q", "aligned"});
+  cuda_ok(cudaStreamSynchronize(stream.s), "stream after the refused call");
+  const Outcome after = d.download();
+  std::size_t written = 0;
+  for (double x : after.o) written += !std::isnan(x);
+  for (double x : after.lse) written += !std::isnan(x);
+  EXPECT_EQ(written, 0u) << "output elements written by a refused call";
+}
+
 // An error the caller's own CUDA call left pending is not taken for pasa's: a batch whose first
 // sequence has no keys (its rows written by their own kernel) runs and matches the emulator.
 TEST(CudaVarlen, ACallersPendingCudaErrorIsNotReportedAsPasas) {

@@ -461,16 +461,24 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps, bool decod
   return plan;
 }
 
+}  // namespace
+
+void cuda_check_aligned_operands(const AttentionArgs& args) {
+  for (const auto& [t, name] : {std::pair{&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.o, "o"}}) {
+    check_aligned(t->data, name);
+  }
+  check_lse_aligned(args.lse.data);
+}
+
+namespace {
+
 // Launches `plan` on args' tensors and stream: no allocation, no device query, no synchronization
 // (except reading an fdpp call's recompute count for args.stats). A decode plan reads its keys from
 // `cache` (default: args.k and args.v as they are). Each entry point checks check_cuda_plan_launchable
 // first, once: before its pooled workspace where it has one.
 void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace,
               const cuda::KvCacheRead& cache = {}) {
-  for (const auto& [t, name] : {std::pair{&args.q, "q"}, {&args.k, "k"}, {&args.v, "v"}, {&args.o, "o"}}) {
-    check_aligned(t->data, name);
-  }
-  check_lse_aligned(args.lse.data);
+  cuda_check_aligned_operands(args);
   const ProblemShape& ps = plan.shape;
   const double alpha = plan.alpha;
   const DType in = args.q.dtype;
