@@ -80,6 +80,9 @@ def numpy_mask(mask: Any, target: Tuple[int, ...]) -> Tuple[Optional[np.ndarray]
         return None, "none"
     if not isinstance(mask, np.ndarray):
         raise PasaError(f"attn_mask: expected a NumPy array like q, got {type(mask).__name__}")
+    if isinstance(mask, np.ma.MaskedArray):  # (its data would be read whole, its own mask ignored)
+        raise PasaError("attn_mask: a NumPy masked array, whose mask pasa would ignore; pass a plain array: "
+                        "bool with True where a key takes part (e.g. ~m.mask), or m.filled(value)")
     shape = broadcast_shape(mask.shape, target)
     if mask.dtype == np.bool_:
         return np.broadcast_to(mask.reshape(_dims4(mask.shape)), shape).view(np.uint8), "boolean"

@@ -89,6 +89,12 @@ def test_masked_arrays_are_refused_by_name(rng):
     with raises(r"^cache_seqlens: a NumPy masked array"):
         pasa.attention_with_kvcache(q.transpose(0, 2, 1, 3)[:, :1], k.transpose(0, 2, 1, 3),
                                     v.transpose(0, 2, 1, 3), cache_seqlens=np.ma.masked_array([4]))
+    # A masked attn_mask (a padding mask built with np.ma) was taken as its data, its mask ignored.
+    padding = np.ma.masked_array(np.zeros((8, 8), np.float32), mask=np.ones((8, 8), bool))
+    with raises(r"^attn_mask: a NumPy masked array, whose mask pasa would ignore"):
+        pasa.attention(q, k, v, attn_mask=padding)
+    with raises(r"^attn_mask: a NumPy masked array"):
+        pasa.reference(q, k, v, attn_mask=padding)
 
 
 def test_an_out_of_new_axes_is_taken(rng):

@@ -366,6 +366,27 @@ def test_softcap_and_window_reach_pasa(rng):
         strict(module, q, k, v, None, dropout=0.5)
 
 
+def test_a_window_without_a_mask_ends_at_the_last_key_for_any_query_count(rng):
+    """A causal call without a mask and with fewer queries than keys is the end of a longer sequence:
+    its window sits on the last keys. One query ran top-left aligned, seeing the first w keys."""
+    torch.manual_seed(int(rng.integers(2**31)))
+    forward = pasa_hf.make_attention_forward("exact")
+    module = torch.nn.Module().eval()
+    module.is_causal = True
+    k, v = torch.randn(1, 2, 10, 8), torch.randn(1, 2, 10, 8)
+    for s_q in (1, 2, 3):
+        q = torch.randn(1, 2, s_q, 8)
+        rows, cols = torch.arange(s_q)[:, None] + 10 - s_q, torch.arange(10)[None, :]
+        scores = (q @ k.transpose(-1, -2) * 8**-0.5).masked_fill(~((cols <= rows) & (cols > rows - 4)), float("-inf"))
+        want = (torch.softmax(scores, -1) @ v).transpose(1, 2)
+        got, _ = forward(module, q, k, v, None, sliding_window=4)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, msg=f"{s_q} queries")
+        pasa.stats(reset=True)
+        with pytest.warns(pasa.PasaFallbackWarning):  # the torch fallback places it alike
+            fallback, _ = forward(module, q.double(), k.double(), v.double(), None, sliding_window=4)
+        torch.testing.assert_close(fallback, want.double(), atol=1e-5, rtol=1e-5, msg=f"{s_q} queries")
+
+
 def test_softcap_fallback_gives_fully_masked_rows_zero(rng):
     # A left-padded row masks every key. pasa gives it 0; the fallback (float64 here) gave NaN, which
     # the next layers spread to every row (a softcapped model's loss was NaN).

@@ -151,9 +151,11 @@ def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Calla
         # With a mask, the mask says everything (causal, window, padding); else causal and window.
         # pasa's mask function (above) gives no mask for one query or as many queries as keys, where
         # the alignments agree; more keys than queries without a mask then come from a model that cut
-        # the queries to its last tokens: bottom-right aligned (fewer keys: torch's top-left).
+        # the queries to its last tokens: bottom-right aligned (fewer keys: torch's top-left). One query
+        # sees every key under either alignment and runs without causal, but its diagonal, where a
+        # sliding window ends, is still the last key.
         causal = bool(is_causal) and mask is None and s_q > 1
-        offset = s_kv - s_q if causal and s_kv > s_q else 0
+        offset = s_kv - s_q if bool(is_causal) and mask is None and s_kv > s_q else 0
         if block_indices is not None:  # (no backend but eager and sdpa gets it as a mask)
             raise PasaError("block_indices: this model's block-sparse key selection reaches pasa as indices, "
                             "which pasa cannot apply; load it with attn_implementation=\"sdpa\" (which "
