@@ -86,6 +86,23 @@ struct ParsedOptions {
   std::vector<int> decode_caches;
 };
 
+// A LIST option's policies: its comma-separated items are presets, each followed by its key=value
+// overrides ("pasa,beta=0.5,exact" is pasa with beta 0.5, then exact), as the policy text writes them.
+std::vector<std::string> policy_texts(const char* option, const std::vector<std::string>& items) {
+  std::vector<std::string> texts;
+  for (const std::string& item : items) {
+    if (item.find('=') == std::string::npos) {
+      texts.push_back(item);
+    } else if (texts.empty()) {
+      throw UsageError(std::string(option) + ": '" + item + "' overrides a field, but follows no preset "
+                       "(write the preset first: pasa," + item + ")");
+    } else {
+      texts.back() += "," + item;
+    }
+  }
+  return texts;
+}
+
 // Every option checked before any GPU work, a usage error naming it; returns what it parsed.
 ParsedOptions validate(const BenchOptions& o) {
   if (o.runs < 1) throw UsageError("--runs must be at least 1");
@@ -110,8 +127,10 @@ ParsedOptions validate(const BenchOptions& o) {
     if (s < 1) throw UsageError("--decode-seq must be positive");
   }
   ParsedOptions parsed;
-  for (const std::string& p : o.policies) parsed.policies.push_back(parse_policy_option("--policy", p));
-  for (const std::string& p : o.decode_policies) {
+  for (const std::string& p : policy_texts("--policy", o.policies)) {
+    parsed.policies.push_back(parse_policy_option("--policy", p));
+  }
+  for (const std::string& p : policy_texts("--decode-policy", o.decode_policies)) {
     parsed.decode_policies.push_back(parse_policy_option("--decode-policy", p));
   }
   for (const std::string& c : o.decode_caches) {
@@ -248,7 +267,9 @@ void add_bench_command(Command& app) {
   Command* cmd = app.add_subcommand(
       "bench", "Time pasa's CUDA kernels (needs an sm_80+ GPU; sage8 an sm_90 one): prefill TFLOP/s "
       "and decode KV-read TB/s");
-  cmd->add_option("--policy", opt->policies, "prefill policies, comma-separated")->delimiter(',')->capture_default_str();
+  cmd->add_option("--policy", opt->policies,
+                  "prefill policies, comma-separated, each preset followed by its key=value overrides "
+                  "(pasa,beta=0.5,exact)")->delimiter(',')->capture_default_str();
   cmd->add_option("--dtype", opt->dtypes, "input dtypes: fp16, bf16")->delimiter(',')->capture_default_str();
   cmd->add_option("--head-dim", opt->head_dims, "head dims (64, 96, 128, 256)")
       ->delimiter(',')
@@ -261,7 +282,7 @@ void add_bench_command(Command& app) {
   cmd->add_option("--tokens", opt->tokens, "B * S of every prefill point")->capture_default_str();
   cmd->add_option("--hidden", opt->hidden, "H * D of every prefill point (H rounded down)")->capture_default_str();
   const Option* no_decode = cmd->add_flag("--no-decode", opt->no_decode, "prefill points only");
-  cmd->add_option("--decode-policy", opt->decode_policies, "decode policies")
+  cmd->add_option("--decode-policy", opt->decode_policies, "decode policies, as --policy (fdpp,phi=-2,exact)")
       ->delimiter(',')
       ->capture_default_str()
       ->excludes(no_decode);

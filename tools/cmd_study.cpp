@@ -183,15 +183,23 @@ void run(const StudyOptions& opt) {
     throw UsageError(text::format("--heads: {} is not a positive count", *opt.heads));
   }
   if (opt.seq < 1) throw UsageError(text::format("--seq: {} is not a positive length", opt.seq));
-  for (std::size_t i = 0; i < opt.policies.size(); ++i) {  // (a repeated one would be two equal columns)
-    parse_policy_option("--policy", opt.policies[i]);
-    for (std::size_t j = 0; j < i; ++j) {
-      if (opt.policies[i] == opt.policies[j]) throw UsageError("--policy: " + opt.policies[i] + " is given twice");
+  // The policies as their canonical text (" exact" is exact); one given twice, in whatever words, would
+  // be two equal columns.
+  std::vector<Policy> parsed;
+  std::vector<std::string> policies;
+  for (const std::string& text : opt.policies) {
+    const Policy policy = parse_policy_option("--policy", text);
+    for (std::size_t j = 0; j < parsed.size(); ++j) {
+      if (parsed[j] == policy) {
+        throw UsageError("--policy: " + text + " is given twice (the same policy as " + opt.policies[j] + ")");
+      }
     }
+    parsed.push_back(policy);
+    policies.push_back(to_string(policy));
   }
   const MadeFolder plot_folder = check_study_outputs(opt.json, opt.plot, PlotKind::paper_study);
   config.shape = Shape4{1, opt.heads.value_or(opt.full ? 16 : 2), opt.seq, 128};
-  if (!opt.policies.empty()) config.policies = opt.policies;
+  if (!policies.empty()) config.policies = policies;
   config.seed = opt.seed;
 
   const std::vector<CaseGroup> groups = paper_case_groups();

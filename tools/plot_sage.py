@@ -18,6 +18,19 @@ import matplotlib.pyplot as plt  # noqa: E402
 FLOOR = 1e-9  # 1 - CosSim below this (or exactly 0) is drawn at the floor
 
 
+def save_whole(fig, path):
+    """Writes the figure to path whole or not at all: drawn into a temporary beside it and renamed, so a
+    failed write (a full disk, a file size limit) leaves the earlier file, not a truncated one."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        fig.savefig(temporary, dpi=110, format="png")
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+
+
 def main(results_path, outdir):
     with open(results_path) as f:
         document = json.load(f)
@@ -51,7 +64,7 @@ def main(results_path, outdir):
         fig.tight_layout()
         name = "sage_" + re.sub(r"[^a-z0-9]+", "_", table.lower()).strip("_")[:40] + ".png"
         path = os.path.join(outdir, name)
-        fig.savefig(path, dpi=110)
+        save_whole(fig, path)
         plt.close(fig)
         print(path)
 

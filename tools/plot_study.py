@@ -23,6 +23,19 @@ SWEEPS = [
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 
 
+def save_whole(fig, path):
+    """Writes the figure to path whole or not at all: drawn into a temporary beside it and renamed, so a
+    failed write (a full disk, a file size limit) leaves the earlier file, not a truncated one."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    try:
+        fig.savefig(temporary, dpi=110, format="png")
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+
+
 def main(results_path, outdir):
     with open(results_path) as f:
         document = json.load(f)
@@ -57,7 +70,7 @@ def main(results_path, outdir):
         ax_nan.grid(True, which="both", alpha=0.3)
         fig.tight_layout()
         path = os.path.join(outdir, name)
-        fig.savefig(path, dpi=110)
+        save_whole(fig, path)
         plt.close(fig)
         print(path)
 

@@ -9,6 +9,7 @@ Usage: test_cli.py PATH_TO_PASA   (run by CTest; needs python3 with numpy)
 import io
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -133,6 +134,15 @@ def check_study(tmp):
          *(["--plot", plots] if have_matplotlib else []))
     if have_matplotlib:
         assert len([f for f in os.listdir(plots) if f.endswith(".png")]) == 4, os.listdir(plots)
+        # Figures replace the earlier ones whole or not at all: a write cut short by a file size limit
+        # left a truncated PNG in place of a good one.
+        before = {f: open(os.path.join(plots, f), "rb").read() for f in os.listdir(plots) if f.endswith(".png")}
+        limited = subprocess.run([PASA, "study", "--seq", "128", "--heads", "1", "--plot", plots],
+                                 capture_output=True, text=True,
+                                 preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (40000, 40000)))
+        assert limited.returncode == 1 and "plotting script failed" in limited.stderr, limited.stderr
+        after = {f: open(os.path.join(plots, f), "rb").read() for f in os.listdir(plots) if f.endswith(".png")}
+        assert after == before and not [f for f in os.listdir(plots) if f.endswith(".tmp")], os.listdir(plots)
     document = json.load(open(path))
     assert document["pasa_version"] == pasa("--version").stdout.split()[1]
     assert document["study"] == "paper" and document["seed"] == 7
@@ -190,6 +200,11 @@ def check_calibrate(tmp):
     assert plan["pasa_version"] == pasa("--version").stdout.split()[1]
     accurate = sorted(e["layer"] for e in plan["entries"] if e["policy"] == "sage8")
     assert accurate == [2, 7], plan
+    # Any xi above 0 sends at least the worst entry to the accurate policy (1e-9% sent none).
+    r = pasa("calibrate", "--inputs", inputs, "--fast", "sage4", "--accurate", "sage8", "--xi", "1e-9",
+             "--out", plan_path)
+    assert " 1 use sage8 " in r.stdout, r.stdout
+    assert [e["layer"] for e in json.load(open(plan_path))["entries"] if e["policy"] == "sage8"] in ([2], [7])
     r = pasa("calibrate", "--inputs", inputs, "--phi")
     assert "policy: fdpp,phi=" in r.stdout, r.stdout
     pasa("calibrate", "--inputs", inputs, "--xi", "101", "--out", plan_path, ok=False)
@@ -385,6 +400,11 @@ def check_bench():
                         (("--decode-cache", "paged64", "--decode-seq", "100"), "divide every --decode-seq")):
         r = pasa("bench", *args, ok=False)
         assert r.returncode == 2 and words in r.stderr, r.stderr
+    # A LIST of policies takes each preset's overrides after it (calibrate --phi prints fdpp,phi=...).
+    # (--decode-cache is checked after the policies: its error says they were taken)
+    r = pasa("bench", "--policy", "pasa,beta=0.5,exact", "--decode-policy", "fdpp,phi=-2.15", "--decode-cache",
+             "paged12", ok=False)
+    assert r.returncode == 2 and "power of two" in r.stderr, r.stderr
     # One small point: timed where there is a GPU (sm_80 or newer), a clear error where there is none.
     r = subprocess.run([PASA, "bench", "--policy", "exact", "--dtype", "fp16", "--head-dim", "64", "--seq", "1024",
                         "--tokens", "1024", "--hidden", "128", "--mask", "full", "--no-decode", "--runs", "3",
@@ -456,6 +476,9 @@ def check_pipes_are_refused(tmp):
 
 def check_options_are_validated():
     for args, words in ((("study", "--policy", "exact", "--policy", "exact"), "--policy: exact is given twice"),
+                        (("study", "--policy", "exact", "--policy", " exact"), "--policy:  exact is given twice"),
+                        (("study", "--policy", "pasa", "--policy", "pasa,beta=0.984497"),
+                         "given twice (the same policy as pasa)"),
                         (("inspect", "--beta", "nan"), "--beta: policy field 'beta': nan is outside [0, 1)"),
                         (("inspect", "--beta", "1"), "--beta: policy field 'beta': 1 is outside [0, 1)"),
                         (("inspect", "--beta", "-1e30"), "--beta"),
@@ -528,6 +551,10 @@ def check_usage_errors(tmp):
              "pasa calibrate"),
             (("bench", "--runs", "0"), "--runs must be at least 1", "pasa bench"),
             (("bench", "--policy", "nonsense"), "--policy: unknown policy 'nonsense'", "pasa bench"),
+            (("bench", "--policy", "beta=0.5,pasa"), "--policy: 'beta=0.5' overrides a field, but follows no preset",
+             "pasa bench"),
+            (("bench", "--decode-policy", "fdpp,phi=-2,window_lo=-99"), "--decode-policy: policy field 'window_lo'",
+             "pasa bench"),
             (("overhead", "--calls", "0"), "--calls: 0 is outside 1..10000", "pasa overhead"),
             (("overhead", "--device", "tpu"), "--device: 'tpu' is not auto, cuda or cpu", "pasa overhead"),
             (("study", "--seq", "0"), "--seq: 0 is not a positive length", "pasa study"),
