@@ -99,6 +99,9 @@ struct Policy {
   double p_scale = 1.0;            // P is multiplied by this before rounding to `p`: 448 for FP8 ("p_scale")
   bool two_level = true;           // PV of each block in pv_acc, then added into O in `o`; false: one
                                    // pv_acc accumulator across all blocks ("two_level")
+  int pv_blocks = 1;               // with two_level: the key blocks pv_acc sums before it is added into O
+                                   // (and at the key range's end); more than one take P against the
+                                   // running maximum and rescale pv_acc with O ("pv_blocks")
   bool p_running_max = false;      // with two_level: P taken against the running maximum, as the
                                    // SageAttention2 report writes it (P~ = exp(S - m_new)), instead of the
                                    // block's own ("p_max" = block | running)

@@ -111,6 +111,8 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
   std::vector<float> p_op(static_cast<std::size_t>(rows) * s2);  // P as the GEMM operand
   const std::vector<float> ones(pol.rowsum == RowSum::p ? static_cast<std::size_t>(s2) : 0, 1.0f);  // rowsum=p
   std::vector<double> pv(static_cast<std::size_t>(rows) * D);
+  // pv_blocks > 1: the P V of the blocks since pv_acc last went into O (rescaled with O).
+  std::vector<double> pending(pol.two_level && pol.pv_blocks > 1 ? static_cast<std::size_t>(rows) * D : 0, 0.0);
   std::vector<double> e_prev(rows), e_cur(rows);
   std::vector<double> pasa_means(rows);  // pseudo_avg=k: each row's s' of the block
   std::vector<char> active(rows);
@@ -314,7 +316,27 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
     }
 
     const float* v = &kv.v[static_cast<std::size_t>(k0 * D)];
-    if (pol.two_level) {
+    if (!pending.empty()) {
+      // Several blocks in pv_acc, P against the running maximum: O and pv_acc rescaled, the block's
+      // P V added into pv_acc, which goes into O after every pv_blocks-th key block (counted from the
+      // first key, as a kernel counts its blocks) and after the range's last.
+      for (int rr = 0; rr < rows; ++rr) {
+        if (!active[rr]) continue;
+        double* o = &out.acc[static_cast<std::size_t>(rr) * D];
+        double* add = &pending[static_cast<std::size_t>(rr) * D];
+        for (int d = 0; d < D; ++d) {
+          o[d] = R.o(e_prev[rr] * o[d]);
+          add[d] = R.pv_acc(e_prev[rr] * add[d]);
+        }
+      }
+      model_gemm(p_op.data(), n, v, D, rows, n, D, R.pv_acc, pol.mma_k, R.pv_acc, pending.data(), D, true);
+      if ((k0 / s2 + 1) % pol.pv_blocks == 0 || k0 + s2 >= key_end) {
+        for (std::size_t i = 0; i < pending.size(); ++i) {
+          out.acc[i] = R.o(out.acc[i] + R.o(pending[i]));
+          pending[i] = 0.0;
+        }
+      }
+    } else if (pol.two_level) {
       model_gemm(p_op.data(), n, v, D, rows, n, D, R.pv_acc, pol.mma_k, R.o, pv.data(), D);
       for (int rr = 0; rr < rows; ++rr) {
         if (!active[rr]) continue;

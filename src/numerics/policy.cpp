@@ -214,6 +214,9 @@ const std::vector<Field>& fields() {
       number_field("p_scale", &Policy::p_scale, "P is multiplied by this before rounding to p (448 for FP8)"),
       bool_field("two_level", &Policy::two_level,
                  "1: each block's P V in pv_acc, added into O in o; 0: one pv_acc accumulator"),
+      int_field("pv_blocks", &Policy::pv_blocks, 1, kMaxBlock,
+                "with two_level=1, the key blocks pv_acc sums before it is added into O (more than one "
+                "need p_max=running)"),
       choice_field("p_max", &Policy::p_running_max, {"block", "running"},
                    "the maximum P's exponentials are taken against: the block's (block) or the running "
                    "one (running)"),
@@ -288,13 +291,14 @@ bool Policy::operator==(const Policy& other) const {
          smooth_q == other.smooth_q && smooth_k == other.smooth_k && smooth_v == other.smooth_v &&
          q_quant == other.q_quant && k_quant == other.k_quant && q_gran == other.q_gran &&
          k_gran == other.k_gran && v_quant == other.v_quant && p_scale == other.p_scale &&
-         two_level == other.two_level && p_running_max == other.p_running_max && rowsum == other.rowsum &&
+         two_level == other.two_level && pv_blocks == other.pv_blocks && p_running_max == other.p_running_max && rowsum == other.rowsum &&
          phi == other.phi && window_lo == other.window_lo && window_hi == other.window_hi &&
          splits == other.splits;
 }
 
 std::vector<std::string> preset_names() {
-  return {"exact", "fa16_fp32", "fa16", "pasa", "pasa_accurate", "sage8", "sage_fp8", "sage4", "fdpp"};
+  return {"exact", "fa16_fp32", "fa16", "pasa", "pasa_accurate", "pasa_fp16acc", "sage8", "sage_fp8", "sage4",
+          "fdpp"};
 }
 
 namespace {
@@ -429,7 +433,7 @@ Policy preset_policy(std::string_view name) {
   p.softmax = Format::fp16();
   p.o = Format::fp16();
   if (name == "fa16") return p;
-  if (name == "pasa" || name == "pasa_accurate") {
+  if (name == "pasa" || name == "pasa_accurate" || name == "pasa_fp16acc") {
     p.shift = Shift::pasa;
     p.beta = kPaperBeta;
     p.scale = ScalePlacement::key;
@@ -455,6 +459,18 @@ Policy preset_policy(std::string_view name) {
       // its error is dominated by how M's entries round, and they round nearer alpha than alpha log2 e
       // (a relative scale error of 1e-5 against 4e-4; docs/algorithms.md).
       p.exp_base = ExpBase::two;
+    }
+    if (name == "pasa_fp16acc") {
+      // The paper's fp16 P V accumulation (algorithms.md section 2) as Hopper's tensor cores run it: P V
+      // summed in their fp16 accumulators (wgmma's steps of 16 products) across four key blocks, P taken
+      // against the running maximum so that the blocks share one reference, then added into the fp16 O.
+      // No fp32 P V and no O~ update on the CUDA cores for three blocks in four. Four, not the whole row:
+      // one accumulator across a long diffuse row stagnates (70000 keys of weight 0.015 gave O = 0.47
+      // for 1), where 512 keys keep a step's sum near 32 ulp of the accumulator (docs/numerics.md).
+      p.pv_acc = Format::fp16();
+      p.mma_k = 16;
+      p.pv_blocks = 4;
+      p.p_running_max = true;
     }
     return p;
   }
@@ -610,6 +626,14 @@ void validate(const Policy& p) {
                                "groups of a quantizer's scales)", key, granularity_name(gran), quantizer));
     }
   }
+  if (p.pv_blocks > 1 && !p.two_level) {
+    throw Error(text::format("policy field 'pv_blocks': set to {} but two_level=0 ignores it (one accumulator "
+                             "already sums every block)", p.pv_blocks));
+  }
+  if (p.pv_blocks > 1 && !p.p_running_max) {
+    throw Error(text::format("policy field 'pv_blocks': {} blocks in one pv_acc need P against the running "
+                             "maximum, which they share; set p_max=running", p.pv_blocks));
+  }
   if (!p.two_level && set(&Policy::p_running_max)) {
     throw Error("policy field 'p_max': set to running but two_level=0 ignores it (one accumulator already "
                 "takes P against the running maximum)");
@@ -657,6 +681,11 @@ void validate(const Policy& p) {
     if (b < 1 || b > kMaxBlock) {
       throw Error(std::string("policy field '") + key + "': block size " + std::to_string(b) +
                   " is outside 1.." + std::to_string(kMaxBlock));
+    }
+  }
+  for (auto [key, n, lo] : {std::tuple{"mma_k", p.mma_k, 0}, {"pv_blocks", p.pv_blocks, 1}}) {
+    if (n < lo || n > kMaxBlock) {
+      throw Error(text::format("policy field '{}': {} is outside {}..{}", key, n, lo, kMaxBlock));
     }
   }
   // P <= 1 times p_scale is carried in fp32 and then rounded to p: past either's largest finite value
@@ -722,9 +751,11 @@ void validate(const Policy& p) {
     const bool pasa = p.shift == Shift::pasa;
     const double row_keys = pasa ? pasa_largest_row_sum(p.block_kv) : kMaxRowKeys;
     const std::string row = pasa ? text::format("{:g} keys' (PASA's largest row sum)", row_keys) : "a row's (up to 2^31 keys)";
-    const std::string block = text::format("{:g} keys' (a key block, s2)", double(p.block_kv));
-    for (auto [key, f, keys, span] : {std::tuple{"pv_acc", p.pv_acc, p.two_level ? double(p.block_kv) : row_keys,
-                                                 p.two_level ? block : row},
+    const double pv_keys = std::min(double(p.block_kv) * p.pv_blocks, row_keys);
+    const std::string block = p.pv_blocks == 1 ? text::format("{:g} keys' (a key block, s2)", double(p.block_kv))
+                                               : text::format("{:g} keys' (pv_blocks key blocks of s2)", pv_keys);
+    for (auto [key, f, keys, span] : {std::tuple{"pv_acc", p.pv_acc, p.two_level ? pv_keys : row_keys,
+                                                 p.two_level && pv_keys < row_keys ? block : row},
                                       std::tuple{"o", p.o, row_keys, row}}) {
       if (f.is_integer() || keys * term <= f.max_finite()) continue;
       const double after = std::floor(f.max_finite() / term) + 1.0;  // keys of weight 1 that pass it

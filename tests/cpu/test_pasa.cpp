@@ -189,7 +189,7 @@ TEST(Pasa, LargeMeanInputsStayFinite) {
   for (const std::uint64_t seed : {1u, 2u, 3u}) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed);
     QKV data = hybrid_qkv({1, 2, 1280, 64}, 80.0, 0.0, seed);
-    for (const char* name : {"pasa", "pasa_accurate"}) {
+    for (const char* name : {"pasa", "pasa_accurate", "pasa_fp16acc"}) {
       const PolicyRun run = run_policy(data, preset_policy(name));
       EXPECT_EQ(non_finite_share(run.o), 0.0) << name;
       for (float l : run.lse) ASSERT_TRUE(std::isfinite(l)) << name;
@@ -217,13 +217,30 @@ TEST(Pasa, DiffuseLongRowsKeepLAndOInFp16Range) {
   };
   for (const Case c : {Case{8192, 16.0}, Case{70000, 1.0}, Case{3000, 16.0}, Case{20000, 48.0}}) {
     QKV data = diffuse_row_qkv(c.keys, c.v);
-    for (const char* name : {"pasa", "pasa_accurate"}) {
+    for (const char* name : {"pasa", "pasa_accurate", "pasa_fp16acc"}) {
       SCOPED_TRACE(::testing::Message() << name << " keys " << c.keys << " v " << c.v);
       const PolicyRun run = run_policy(data, preset_policy(name));
       for (double o : run.o) ASSERT_NEAR(o, c.v, 1e-2 * c.v);
       for (float l : run.lse) ASSERT_NEAR(l, std::log(static_cast<double>(c.keys)), 1e-2);
     }
   }
+}
+
+// pasa_fp16acc sums P V in an fp16 accumulator over four key blocks. Over a whole diffuse row it would
+// stagnate: 70000 keys of weight about 0.015 (once the headroom has moved the reference), 16 a step,
+// fall under half an ulp of the accumulator near 1000 (O = 0.47 for 1). The emulator models it, and the
+// preset's four blocks keep it at pasa's accuracy.
+TEST(Pasa, Fp16AccumulationOverFourBlocksDoesNotStagnateOnADiffuseRow) {
+  QKV data = diffuse_row_qkv(70000, 1.0);
+  const auto error = [&](const char* policy) {
+    const PolicyRun run = run_policy(data, parse_policy(policy));
+    double worst = 0.0;
+    for (double o : run.o) worst = std::max(worst, std::fabs(o - 1.0));
+    return worst;
+  };
+  EXPECT_GT(error("pasa,pv_acc=fp16,mma_k=16,two_level=0"), 0.3);
+  EXPECT_LT(error("pasa_fp16acc"), 2e-3);
+  EXPECT_LT(error("pasa"), 2e-3);
 }
 
 // Q = q and K = k in every element (D 128) over `keys` keys, V = 16: O = 16 exactly.
@@ -301,11 +318,14 @@ TEST(Pasa, KeyBlockMeansFarApartOfBothSignsGiveExactAttention) {
     data.k = from_float(k, {1, 1, keys, D}, DType::f16);
     data.v = hybrid_qkv({1, 1, keys, D}, 0.0, 0.0, 15, DType::f16).v;
     const ReferenceResult ref = reference_of(data);
-    const PolicyRun run = run_policy(data, parse_policy("pasa"));
-    EXPECT_EQ(non_finite_share(run.o), 0.0);
-    EXPECT_LT(compare(run.o, ref.o).rel_rmse, 1e-2);
-    for (std::size_t r = 0; r < run.lse.size(); ++r) {
-      EXPECT_NEAR(run.lse[r], ref.lse[r], 1e-3 * std::fabs(ref.lse[r])) << "row " << r;
+    for (const char* name : {"pasa", "pasa_fp16acc"}) {
+      SCOPED_TRACE(name);
+      const PolicyRun run = run_policy(data, parse_policy(name));
+      EXPECT_EQ(non_finite_share(run.o), 0.0);
+      EXPECT_LT(compare(run.o, ref.o).rel_rmse, 1e-2);
+      for (std::size_t r = 0; r < run.lse.size(); ++r) {
+        EXPECT_NEAR(run.lse[r], ref.lse[r], 1e-3 * std::fabs(ref.lse[r])) << "row " << r;
+      }
     }
   }
 }
@@ -327,9 +347,11 @@ TEST(Pasa, FarBlocksWeighTheirKeysAsExactAttentionDoes) {
     data.q = from_float(std::vector<float>(static_cast<std::size_t>(2 * D), q_value), {1, 1, 2, D}, DType::f16);
     data.k = from_float(k, {1, 1, keys, D}, DType::f16);
     data.v = hybrid_qkv({1, 1, keys, D}, 0.0, 0.0, 17, DType::f16).v;
-    const PolicyRun run = run_policy(data, parse_policy("pasa"));
-    EXPECT_EQ(non_finite_share(run.o), 0.0);
-    EXPECT_LT(compare(run.o, reference_of(data).o).rel_rmse, 1e-2);
+    for (const char* name : {"pasa", "pasa_fp16acc"}) {
+      const PolicyRun run = run_policy(data, parse_policy(name));
+      EXPECT_EQ(non_finite_share(run.o), 0.0) << name;
+      EXPECT_LT(compare(run.o, reference_of(data).o).rel_rmse, 1e-2) << name;
+    }
   };
   std::vector<float> low(128, -592.0f), high(128, -577.5f);
   low[127] = -578.0f;
@@ -400,7 +422,7 @@ TEST(PasaSweep, NoNonFiniteOutputOverSeeds) {
       AttentionArgs args{data.q.view("q"), data.k.view("k"), data.v.view("v"),
                          bhsd_view(o.data(), DType::f32, 1, 2, 64, d.dim), lse_view(lse.data(), 1, 2, 64)};
       args.q.shape[2] = 64;  // the first 64 rows of each head, with the head's stride as it is
-      for (const char* name : {"pasa", "pasa_accurate"}) {
+      for (const char* name : {"pasa", "pasa_accurate", "pasa_fp16acc"}) {
         args.policy = preset_policy(name);
         attention(args);
         long long n = 0;

@@ -89,7 +89,7 @@ TEST(Policy, EqualityCoversEveryTextField) {
       {"sage8", "q_gran=warp"}, {"sage8", "k_gran=warp"},    {"sage8", "v_quant=e5m2"},
       {"fdpp", "shift=none"},   {"fdpp", "phi=1"},           {"fdpp", "window_lo=-9"},
       {"fdpp", "window_hi=5"},  {"sage8", "p_max=running"}, {"exact", "exp_base=2"},
-      {"exact", "rowsum=p"},    {"sage8", "mma_k=16"}};
+      {"exact", "rowsum=p"},    {"sage8", "mma_k=16"},     {"pasa_fp16acc", "pv_blocks=2"}};
   for (const auto& [preset, override] : overrides) {
     const Policy base = preset_policy(preset);
     const Policy changed = parse_policy(std::string(preset) + "," + override);
@@ -218,6 +218,9 @@ TEST(Policy, ErrorsNameTheField) {
   expect_error([] { parse_policy("pasa,sum_acc=fp16,pseudo_avg=k"); }, "pseudo_avg=k takes the mean");
   expect_error([] { parse_policy("fa16,mma_k=16"); }, "'mma_k': set to 16 but both GEMMs accumulate in fp32");
   EXPECT_EQ(parse_policy("fa16,pv_acc=fp16,mma_k=16").mma_k, 16);
+  expect_error([] { parse_policy("fa16,two_level=0,pv_blocks=4"); }, "'pv_blocks': set to 4 but two_level=0 ignores it");
+  expect_error([] { parse_policy("fa16,pv_blocks=4"); }, "'pv_blocks': 4 blocks in one pv_acc need P against the running");
+  EXPECT_EQ(parse_policy("fa16,pv_blocks=4,p_max=running").pv_blocks, 4);
   // A preset's own value is not set by the text: sage4's warp groups stay without its quantizers.
   EXPECT_EQ(parse_policy("sage4,q_quant=none,k_quant=none,smooth_q=0,smooth_k=0").q_gran, Granularity::warp);
   expect_error([] { parse_policy("sage4,q_quant=none,q_gran=token"); }, "'q_gran': set to token but q_quant=none");
@@ -293,7 +296,9 @@ TEST(Policy, FieldsSetInCodeAreValidated) {
   // the known names, not when the policy is first printed.
   refused([](Policy& p) { p.preset = "flash"; },
           "policy field 'preset': 'flash' is not a preset (presets: exact, fa16_fp32, fa16, pasa, pasa_accurate, "
-          "sage8, sage_fp8, sage4, fdpp)");
+          "pasa_fp16acc, sage8, sage_fp8, sage4, fdpp)");
+  refused([](Policy& p) { p.pv_blocks = 0; }, "policy field 'pv_blocks': 0 is outside 1..1024");
+  refused([](Policy& p) { p.mma_k = -1; }, "policy field 'mma_k'");
   refused([](Policy& p) { p.preset = "Exact"; }, "policy field 'preset': 'Exact' is not a preset");
   // Every preset, and a format at each end of the ranges, passes.
   for (const std::string& name : preset_names()) EXPECT_NO_THROW(validate(preset_policy(name))) << name;
@@ -318,7 +323,7 @@ TEST(Policy, FieldTableDescribesEveryKey) {
     EXPECT_EQ(f.kind == FieldKind::choice, !f.choices.empty()) << f.key;
     rebuilt += "," + f.key + "=" + field_value(p, f.key);
   }
-  EXPECT_EQ(keys.size(), 32u);
+  EXPECT_EQ(keys.size(), 33u);
   EXPECT_EQ(parse_policy(rebuilt), p);
   EXPECT_EQ(field_value(preset_policy("fdpp"), "shift"), "unified");
   EXPECT_EQ(field_value(preset_policy("sage8"), "pv_acc"), "fp22");

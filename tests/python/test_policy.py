@@ -41,7 +41,7 @@ def test_fields():
 
 def test_every_preset_reads_every_field_from_the_cpp_table():
     keys = [f.key for f in pasa.Policy.fields()]
-    assert len(keys) == len(set(keys)) == 32
+    assert len(keys) == len(set(keys)) == 33
     for f in pasa.Policy.fields():
         assert f.doc and (f.kind == "choice") == bool(f.choices)
     for name in pasa.Policy.presets():
