@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The pasa kernels (pasa and pasa_accurate; the sm_90a kernel on the automatic path where it exists,
+// The pasa kernels (pasa and pasa_accurate, pasa_fp16acc on the sm_90a kernel; the sm_90a kernel on the automatic path where it exists,
 // the portable one forced) on the inputs where PASA's numerics are at stake: a short last key block,
 // weight-sensitive inputs (V ~ N(0, 1) beside biased Q and K), large means, inputs on which fp16
 // attention overflows, and a sweep of seeds of the paper's Table 4 distributions that must give no
@@ -295,6 +295,91 @@ TEST_F(CudaPasaRounding, KernelsRoundWhereTheEmulatorDoes) {
       }
     }
   }
+}
+
+// pasa_fp16acc (the sm_90a kernel only): P V in the tensor cores' fp16 accumulators over four key
+// blocks. Its error must be its emulated twin's (check_case), on the inputs where PASA's numerics are at
+// stake: short last blocks (the flush after a tile's last block), causal both alignments and GQA (tiles
+// whose blocks start past the first key: flushes counted from it), bf16 V, weight-sensitive and large-mean
+// inputs, fp16 attention's overflow, and diffuse rows of 70000 keys, where one fp16 accumulator across
+// the row would stagnate (O = 0.47 for 1). And its rounding points are the emulator's (the grid inputs of
+// KernelsRoundWhereTheEmulatorDoes, which a flush at another block or a P left unscaled fails).
+TEST(CudaPasaFp16Acc, MatchesItsEmulatedTwin) {
+  REQUIRE_HOPPER_PATH();
+  const Policy pol = preset_policy("pasa_fp16acc");
+  const auto kTl = CausalAlignment::top_left;
+  for (const Case& c : {Case{2, 4, 2, 17, 17, 64, true, kBr, false, DType::f16, DType::f16},
+                        Case{1, 2, 1, 1013, 1013, 128, true, kBr, false, DType::f16, DType::f32},
+                        Case{1, 3, 1, 17, 1300, 128, true, kBr, true, DType::bf16, DType::bf16},
+                        Case{1, 2, 2, 1300, 700, 64, true, kTl, false, DType::f16, DType::f32},
+                        Case{2, 2, 1, 257, 1025, 64, false, kBr, true, DType::bf16, DType::f16}}) {
+    check_case(c, pol);
+  }
+  for (const std::int64_t S : {1124, 1281}) {
+    const Case c{1, 2, 2, S, S, 128, false, kBr, false, DType::f16, DType::f16};
+    const GivenInputs in = weight_sensitive_inputs({c.B, c.Hq, c.Sq, c.D}, 100 + S);
+    check_case(c, pol, pol, std::nullopt, nullptr, 100 + S, -1.0, 1.0, &in, "U(19.5, 20.5) q, k; N(0, 1) v");
+  }
+  for (const bool causal : {false, true}) {
+    const Case c{1, 2, 2, 1280, 1280, 128, causal, kBr, false, DType::f16, DType::f16};
+    const QKV data = uniform_qkv({c.B, c.Hq, c.Sq, c.D}, 30.0, 0.5, 2024);
+    const GivenInputs in{data.q, data.k, data.v};
+    Extra extra;
+    check_case(c, pol, pol, std::nullopt, &extra, 2024, -1.0, 1.0, &in, "uniform x0 30 Am 0.5");
+    EXPECT_EQ(non_finite(extra.kernel_o), 0u);
+  }
+  const Case large{1, 2, 2, 1280, 1280, 64, false, kBr, false, DType::f16, DType::f16};
+  const QKV data = hybrid_qkv({large.B, large.Hq, large.Sq, large.D}, 80.0, 0.0, 80);
+  const GivenInputs in{data.q, data.k, data.v};
+  check_case(large, pol, pol, std::nullopt, nullptr, 80, -1.0, 1.0, &in, "N(80, 1) q, k, v");
+  const std::int64_t keys = 70000, D = 64;
+  std::vector<float> k(static_cast<std::size_t>(keys * D)), v(k.size(), 1.0f);
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>((i * 7919 % 2001) / 1000.0 - 1.0);
+  const GivenInputs diffuse{from_float(std::vector<float>(static_cast<std::size_t>(2 * 64 * D), 0.0f), {1, 2, 64, D},
+                                       DType::f16),
+                            from_float(k, {1, 1, keys, D}, DType::f16), from_float(v, {1, 1, keys, D}, DType::f16)};
+  Extra extra;
+  check_case(Case{1, 2, 1, 64, keys, D, false, kBr, false, DType::f16, DType::f32}, pol, pol, std::nullopt, &extra,
+             1, -1.0, 1.0, &diffuse, "diffuse rows, V = 1");
+  for (const double o : extra.kernel_o) ASSERT_NEAR(o, 1.0, 2e-3);
+}
+
+TEST(CudaPasaFp16Acc, RoundsWhereTheEmulatorDoes) {
+  REQUIRE_HOPPER_PATH();
+  const Policy pol = preset_policy("pasa_fp16acc");
+  for (const Case& c : {Case{1, 4, 2, 1000, 1000, 128, false, kBr, false, DType::f16, DType::f32},
+                        Case{1, 2, 1, 700, 700, 64, true, kBr, false, DType::bf16, DType::f32}}) {
+    const std::uint64_t seed = 31 + c.Sq;
+    SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(c));
+    const GivenInputs in = grid_inputs(c, seed);
+    std::mt19937_64 rng(seed);
+    Extra extra;
+    const Result r = run_case(c, pol, pol, rng, -1.0, 1.0, 1.0, &extra, &in);
+    std::size_t equal = 0;
+    for (std::size_t i = 0; i < extra.kernel_o.size(); ++i) equal += extra.kernel_o[i] == extra.emulator_o[i];
+    const double share = static_cast<double>(equal) / static_cast<double>(extra.kernel_o.size());
+    std::printf("  %-60s pasa_fp16acc: %.1f%% of O equal to the emulator's, emulator vs fp64 %.3e\n",
+                describe(c).c_str(), 100.0 * share, r.err_emulator);
+    EXPECT_GE(share, 0.97) << "the kernel's rounding points differ from the emulator's";
+  }
+}
+
+// The portable kernels have no fp16 accumulation of P V: asked for that path, pasa_fp16acc is refused
+// with the reason, not run as pasa.
+TEST(CudaPasaFp16Acc, ThePortablePathRefusesIt) {
+  REQUIRE_GPU();
+  g_cuda_path = CudaPath::portable;
+  const Case c{1, 2, 2, 200, 200, 64, false, kBr, false, DType::f16, DType::f16};
+  std::mt19937_64 rng(7);
+  Extra extra;
+  const Policy pol = preset_policy("pasa_fp16acc");
+  try {
+    run_case(c, pol, pol, rng, -1.0, 1.0, std::nullopt, &extra);
+    ADD_FAILURE() << "pasa_fp16acc ran on the portable path";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not pasa_fp16acc"), std::string::npos) << e.what();
+  }
+  g_cuda_path = CudaPath::automatic;
 }
 
 // Runs the kernel only (no emulator: thousands of cases) and counts non-finite outputs and LSEs.

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Drawn cases for every prefill policy with a GPU kernel (exact, pasa, pasa_accurate, sage8, sage_fp8) and the
-// decode one (fdpp), on each CUDA path, against the emulator by cuda_case_harness.h's rule. The
+// Drawn cases for every prefill policy with a GPU kernel (exact, pasa, pasa_accurate, pasa_fp16acc, sage8,
+// sage_fp8) and the decode one (fdpp), on each CUDA path, against the emulator by cuda_case_harness.h's rule. The
 // curated tests hold the shapes someone thought of; these draw the rest from the places where the
 // kernels change behaviour: lengths at the edges of their tiles (64-, 128- and 192-row query tiles,
 // 128-key blocks, the decode kernel's 64-key tiles and 16-row limit), GQA groups, both layouts and
@@ -23,7 +23,7 @@ namespace {
 struct PolicyScope {
   const char* name;
   std::vector<std::int64_t> head_dims;
-  bool hopper_only = false;   // sage8, sage_fp8: the sm_90a kernel only
+  bool hopper_only = false;   // pasa_fp16acc, sage8, sage_fp8: the sm_90a kernel only
   bool decode_only = false;   // fdpp: S_q <= 16
   bool score_mods = false;    // windows, softcaps, attention masks
   bool decode_kernel = false; // exact, fdpp: S_q <= 16 runs on the split-KV decode kernel
@@ -112,6 +112,9 @@ TEST_P(CudaRandomCases, Exact) {
 TEST_P(CudaRandomCases, Pasa) { run_drawn_cases({.name = "pasa", .head_dims = {64, 96, 128, 256}}, 30); }
 TEST_P(CudaRandomCases, PasaAccurate) {
   run_drawn_cases({.name = "pasa_accurate", .head_dims = {64, 96, 128, 256}}, 20);
+}
+TEST_P(CudaRandomCases, PasaFp16Acc) {
+  run_drawn_cases({.name = "pasa_fp16acc", .head_dims = {64, 128}, .hopper_only = true}, 20);
 }
 TEST_P(CudaRandomCases, Sage8) { run_drawn_cases({.name = "sage8", .head_dims = {64, 128}, .hopper_only = true}, 30); }
 TEST_P(CudaRandomCases, SageFp8) {

@@ -17,6 +17,7 @@
 #include "cpu/gemm_model.h"
 #include "cuda/arch/ptx.cuh"
 #include "cuda/arch/wgmma.cuh"
+#include "cuda/arch/wgmma_f16acc.cuh"
 #include "cuda_backend.h"
 #include "pasa/format.h"
 
@@ -45,21 +46,20 @@ __global__ void mma_steps_fp16(const __half* A, const __half* B, const __half* C
     return u;
   };
   const __half* c = C + blockIdx.x * 512;
-  std::uint32_t d0 = pair(c + r0 * 8 + 2 * t), d1 = pair(c + r1 * 8 + 2 * t);
+  std::uint32_t acc[2] = {pair(c + r0 * 8 + 2 * t), pair(c + r1 * 8 + 2 * t)};
   for (int s = 0; s < steps; ++s) {
     const __half* a = A + (blockIdx.x * steps + s) * 1024;
-    const std::uint32_t a0 = pair(a + r0 * 16 + 2 * t), a1 = pair(a + r1 * 16 + 2 * t);
-    const std::uint32_t a2 = pair(a + r0 * 16 + 2 * t + 8), a3 = pair(a + r1 * 16 + 2 * t + 8);
+    const std::uint32_t frag[4] = {pair(a + r0 * 16 + 2 * t), pair(a + r1 * 16 + 2 * t),
+                                   pair(a + r0 * 16 + 2 * t + 8), pair(a + r1 * 16 + 2 * t + 8)};
     wgmma_fence();
-    asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f16.f16.f16 {%0, %1}, {%2, %3, %4, %5}, %6, 1, 1, 1, 0;\n"
-                 : "+r"(d0), "+r"(d1)
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(plain_desc(smem_addr(sb[s]))));
+    wgmma_f16acc_m64n8k16(acc, frag, plain_desc(smem_addr(sb[s])), true);
     wgmma_commit();
     wgmma_wait<0>();
+    wgmma_pin(acc);
   }
   __half* d = D + blockIdx.x * 512;
-  std::memcpy(d + r0 * 8 + 2 * t, &d0, 4);
-  std::memcpy(d + r1 * 8 + 2 * t, &d1, 4);
+  std::memcpy(d + r0 * 8 + 2 * t, &acc[0], 4);
+  std::memcpy(d + r1 * 8 + 2 * t, &acc[1], 4);
 }
 
 enum class Draw { normal, unit, wide, subnormal };

@@ -313,6 +313,13 @@ struct PasaSoftmax {
     l = static_cast<int>(threadIdx.x) % 4 < kRows ? l_next : l;
   }
 
+  // l = fl(fl(ep l) + fl(psum)) for a block whose P was taken against the running maximum (its factor
+  // e_cur already in P: pasa_fp16acc).
+  __device__ __forceinline__ void add_running_block(const float (&psum)[kRows]) {
+    const float l_next = stat(stat(e_prev * l) + stat(own(psum)));
+    l = static_cast<int>(threadIdx.x) % 4 < kRows ? l_next : l;
+  }
+
   // Final row sums and LSE = m + log(l) + g * F (the state is relative to the reference g * F; with
   // kBase2, (m + g F) ln 2 + log(l): the LSE is in natural units), -inf for an empty row, for each of
   // the thread's rows. Called by all lanes (it shuffles).

@@ -199,6 +199,7 @@ struct Candidate {
   bool window;   // a sliding window (AttentionArgs::window_left / window_right)
   bool softcap;  // a logit softcap
   bool mask;     // an attention mask
+  bool pasa_fp16_accumulator;  // the pasa_fp16acc policy (P V in fp16 accumulators)
   const DeviceInfo& device;
   std::string hopper_refusal;  // why the sm_90a kernels cannot run here; empty when they can
 };
@@ -248,7 +249,7 @@ std::string accepts_exact_hopper(const Candidate& c) {
   return accepts_hopper(c, Family::exact, "the exact policy");
 }
 std::string accepts_pasa_hopper(const Candidate& c) {
-  return accepts_hopper(c, Family::pasa, "the pasa and pasa_accurate policies");
+  return accepts_hopper(c, Family::pasa, "the pasa, pasa_accurate and pasa_fp16acc policies");
 }
 std::string accepts_sage8_hopper(const Candidate& c) {
   if (c.family == Family::sage8 && c.alpha < 0.0) {
@@ -271,6 +272,9 @@ std::string accepts_exact_portable(const Candidate& c) {
 
 std::string accepts_pasa_portable(const Candidate& c) {
   if (c.family != Family::pasa) return "runs the pasa and pasa_accurate policies";
+  if (c.pasa_fp16_accumulator) {
+    return "runs pasa and pasa_accurate, not pasa_fp16acc (its P V in fp16 accumulators is wgmma's, sm_90a)";
+  }
   if (!contains(cuda::kPortableHeadDims, c.shape.dim)) return head_dim_refusal(c.shape.dim, "64, 96, 128 or 256");
   return smem_refusal(cuda::PasaPortableTile{static_cast<int>(c.shape.dim)}.smem_bytes(), c.device);
 }
@@ -342,6 +346,7 @@ struct CudaPlan {
   float pasa_g, pasa_diag, pasa_off;  // pasa: M's fp16 entries (alpha folded in), their invariance G
   float pasa_mean_key_factor;         // pseudo_avg=k: M's row sum; 0 for pseudo_avg=s
   bool pasa_accurate;                 // pasa_accurate: S' and the softmax state in fp32
+  bool pasa_fp16_accumulator;         // pasa_fp16acc: P V in fp16 accumulators
 };
 
 void check_cuda_plan_launchable(const CudaPlan& plan, const AttentionArgs& args) {
@@ -408,8 +413,9 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps, bool decod
   plan.device = check_device();
   const DeviceInfo& info = device_info(plan.device);
   plan.alpha = resolve_scale(args, ps.dim);
+  plan.pasa_fp16_accumulator = plan.family == Family::pasa && args.policy.pv_acc == Format::fp16();
   const Candidate candidate{plan.family, ps, plan.alpha, args.window_left >= 0 || args.window_right >= 0,
-                            args.softcap > 0.0, args.mask.kind != MaskKind::none, info,
+                            args.softcap > 0.0, args.mask.kind != MaskKind::none, plan.pasa_fp16_accumulator, info,
                             hopper_refusal(info, args.cuda_path == CudaPath::portable || portable_path_from_env())};
   plan.portable = !candidate.hopper_refusal.empty();
   std::string refusals;
@@ -588,6 +594,7 @@ void run_plan(const CudaPlan& plan, const AttentionArgs& args, void* workspace,
       r.diag = plan.pasa_diag;
       r.off = plan.pasa_off;
       r.accurate = plan.pasa_accurate;
+      r.fp16_accumulator = plan.pasa_fp16_accumulator;
       r.mean_key_factor = plan.pasa_mean_key_factor;
       kernel == Kernel::pasa_hopper ? cuda::launch_pasa(r, args.stream) : cuda::launch_pasa_portable(r, args.stream);
       break;

@@ -113,6 +113,9 @@ struct Sage8Request : KernelRequest {
 
 // The pasa kernel's key block: PASA's s2 (the policy's block_kv must equal it).
 constexpr int kPasaBlockKv = 128;
+// The key blocks pasa_fp16acc's fp16 accumulator sums before they go into O~ (the policy's pv_blocks
+// must equal it).
+constexpr int kPasaPvBlocks = 4;
 
 // The units of the pasa kernels' scores: the pasa preset's are base 2 (exp_base=2: log2 e folded into
 // M with alpha, P = 2^x), pasa_accurate's natural (policy.cpp says why); the dispatch admits a pasa
@@ -124,12 +127,13 @@ constexpr bool pasa_base2(bool accurate) { return !accurate; }
 // s2 = kPasaBlockKv keys); call.fwd.pasa_g carries the invariance G. accurate: the pasa_accurate
 // policy (S' and the softmax state in fp32). mean_key_factor: pseudo_avg=k, M's row sum (the
 // pseudo-average is Q times it times the block's mean key); 0 for pseudo_avg=s (the mean of the
-// stored K' rows).
+// stored K' rows). fp16_accumulator: the pasa_fp16acc policy (P V in fp16 accumulators, sm_90a only).
 struct PasaRequest {
   KernelRequest call;
   float diag, off;
   float mean_key_factor;
   bool accurate;
+  bool fp16_accumulator;
 };
 
 // The portable pasa kernel's CTA (attention_fwd_pasa_portable.cu): 8 warps of one m16 row tile each
@@ -169,8 +173,10 @@ void launch_exact_portable_fwd(const FwdParams& p, int batch, int head_dim, Elem
 // negative one).
 void launch_exact_fwd(const KernelRequest& r, void* stream);
 // pasa (sm_90a): the prepass (K' = M K in fp16, as tiles; bf16 V to fp16) into scratch from pasa's pool, then the
-// Hopper engine's pasa variant; both on `stream`.
+// Hopper engine's pasa variant; both on `stream`. A request with fp16_accumulator goes to
+// launch_pasa_fp16acc, the same launch of the variant whose P V stays in fp16 accumulators.
 void launch_pasa(const PasaRequest& r, void* stream);
+void launch_pasa_fp16acc(const PasaRequest& r, void* stream);
 // pasa, portable: the same prepass (K' only: bf16 V is rounded to fp16 in shared memory), then the
 // portable pasa kernel (batch x heads x ceil(seq_q / 128) CTAs); both on `stream`. Head dims
 // kPortableHeadDims.

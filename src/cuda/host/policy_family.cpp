@@ -119,15 +119,18 @@ Family classify_exact_or_pasa(const Policy& pol, DType in) {
     throw Error("policy field 'shift': only none (exact), pasa and unified (fdpp) are supported by the "
                 "CUDA kernels");
   }
-  // shift == pasa: the pasa preset's formats, or pasa_accurate's (S' and the softmax state in fp32).
+  // shift == pasa: the pasa preset's formats, pasa_accurate's (S' and the softmax state in fp32), or
+  // pasa_fp16acc's (P V accumulated in fp16; with pasa's fp16 state).
   const Format state = pol.s == fp32 && pol.softmax == fp32 ? fp32 : fp16;
+  const Format pv_acc = state == fp16 && pol.pv_acc == fp16 ? fp16 : fp32;
   const std::pair<const char*, Format> want[] = {{"input", fp16}, {"qk_acc", fp32}, {"s", state},
-                                                 {"softmax", state}, {"p", fp16}, {"pv_acc", fp32},
+                                                 {"softmax", state}, {"p", fp16}, {"pv_acc", pv_acc},
                                                  {"o", fp16}};
   const Format got[] = {pol.input, pol.qk_acc, pol.s, pol.softmax, pol.p, pol.pv_acc, pol.o};
   for (int i = 0; i < 7; ++i) {
     if (got[i] != want[i].second) {
-      throw Error(field_error(want[i].first, got[i], want[i].second.name() + " with shift=pasa (the pasa or pasa_accurate preset)"));
+      throw Error(field_error(want[i].first, got[i], want[i].second.name() + " with shift=pasa (the pasa, "
+                                                                             "pasa_accurate or pasa_fp16acc preset)"));
     }
   }
   if (pol.scale != ScalePlacement::key) {
@@ -137,6 +140,11 @@ Family classify_exact_or_pasa(const Policy& pol, DType in) {
     throw Error("policy field 's2': " + std::to_string(pol.block_kv) + " is not supported by the CUDA "
                 "pasa kernel (it shifts key blocks of s2 = " + std::to_string(cuda::kPasaBlockKv) + ")");
   }
+  if (pv_acc == fp16 && pol.pv_blocks != cuda::kPasaPvBlocks) {
+    throw Error("policy field 'pv_blocks': " + std::to_string(pol.pv_blocks) + " is not supported by the CUDA "
+                "pasa kernel (its fp16 accumulator sums pv_blocks = " + std::to_string(cuda::kPasaPvBlocks) +
+                " key blocks)");
+  }
   if (pol.pseudo_avg == PseudoAverage::scores && state == fp16) {
     throw Error("policy field 'pseudo_avg': s (the mean of S' after its rounding to fp16) is not supported by "
                 "the CUDA pasa kernel (it takes the mean before that rounding, pseudo_avg=acc, the pasa preset's, "
@@ -144,7 +152,7 @@ Family classify_exact_or_pasa(const Policy& pol, DType in) {
   }
   // Any beta, pseudo_avg k or acc (or s where S' is fp32: the same mean); s1 does not change the
   // result (each row's state is its own).
-  const char* name = state == fp32 ? "pasa_accurate" : "pasa";
+  const char* name = state == fp32 ? "pasa_accurate" : pv_acc == fp16 ? "pasa_fp16acc" : "pasa";
   const Policy preset = preset_policy(name);
   Policy normalized = pol;
   normalized.preset = name;

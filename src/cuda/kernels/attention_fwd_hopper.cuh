@@ -55,6 +55,7 @@
 #include "cuda/arch/warpgroup.cuh"
 #include "cuda/arch/wgmma.cuh"
 #include "cuda/arch/wgmma_16bit.cuh"
+#include "cuda/arch/wgmma_f16acc.cuh"
 #include "cuda/block/epilogue.cuh"
 #include "cuda/block/fwd_mask.cuh"
 #include "cuda/block/pasa_prepass.cuh"
@@ -300,6 +301,18 @@ __device__ __forceinline__ void mma_pv(float (&o)[D / 2], const std::uint32_t (&
     wgmma_m64n128k16_rs<Elem, true>(o, p, v_desc, acc);
   } else {
     wgmma_m64n64k16_rs<Elem, true>(o, p, v_desc, acc);
+  }
+}
+
+// P V of one k16 step added onto fp16 accumulators (pasa_fp16acc): p as mma_pv's, o as
+// wgmma_f16acc.cuh's pairs.
+template <int D>
+__device__ __forceinline__ void mma_pv_fp16_acc(std::uint32_t (&o)[D / 4], const std::uint32_t (&p)[4],
+                                                std::uint64_t v_desc) {
+  if constexpr (D == 128) {
+    wgmma_f16acc_m64n128k16_rs<true>(o, p, v_desc, true);
+  } else {
+    wgmma_f16acc_m64n64k16_rs<true>(o, p, v_desc, true);
   }
 }
 

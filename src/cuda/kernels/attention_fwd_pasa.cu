@@ -1,107 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-// The pasa and pasa_accurate policies' launch on the Hopper engine (hopper_pasa_mainloop.cuh), whose
-// producer warpgroup also runs the prepass (pasa_prepass.cuh: K' = M K in fp16 as the kernel's K
-// slots; for bf16 inputs V rounded to fp16) where each stage serves enough tiles: scratch from
-// pasa's stream-ordered pool for the stages, fp16 V and the prepass's readiness words and counter
-// (zeroed), then the kernel, on the caller's stream; elsewhere the prepass kernel, then the kernel.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-#include <algorithm>
-#include <cstdint>
-#include <type_traits>
-
-#include "cuda/block/pasa_stage.cuh"
-#include "cuda/host/device_pool.h"
-#include "cuda/host/kernel_params.h"
-#include "cuda/host/tma.h"
-#include "cuda/kernels/hopper_pasa_mainloop.cuh"
+// The pasa and pasa_accurate policies on the Hopper engine (pasa_hopper_launch.cuh); pasa_fp16acc's
+// kernels compile in attention_fwd_pasa_fp16acc.cu.
 #include "cuda/kernels/launch_dispatch.h"
+#include "cuda/kernels/pasa_hopper_launch.cuh"
 
 namespace pasa::cuda {
-namespace {
-
-// Where the prepass runs inside the attention kernel: where each stage serves enough tiles (query
-// blocks times the GQA group, halved for causal calls) for the spare warps' chunks to stay ahead of
-// the consumers. A stage's cost to the spare warps against one tile's pass over it grows with its
-// work: twice for bf16 inputs (V rounded too), 4/3 at head dim 128 (two chunks a stage against
-// consumers 1.5x longer a block). The constant is fitted to this session's A/B (bench/NOTES.md,
-// twentieth session): fp16 at head dim 128 lost at 4 tiles a stage (0.91x the prepass kernel's time)
-// and gained at 8; bf16 at head dim 128 lost at 8 (0.955x) and gained at 16; bf16 at head dim 64
-// gained at 8 (1.08x).
-constexpr double kInKernelPrepassReusePerCost = 3.5;
-
-bool prepass_in_kernel(const KernelRequest& c, int block_m) {
-  const FwdParams& p = c.fwd;
-  const double m_blocks = (p.seq_q + block_m - 1) / block_m;
-  const double reuse = p.group * m_blocks * (p.causal ? 0.5 : 1.0);
-  const double cost = (c.in_type == ElemType::bf16 ? 2.0 : 1.0) * (c.head_dim >= 128 ? 4.0 / 3.0 : 1.0);
-  return reuse >= kInKernelPrepassReusePerCost * cost;
-}
-
-// The (batch, K/V head) pairs whose tiles run at one time: a causal section (tile_scheduler.cuh), or
-// as many heads as the grid's first tiles cover.
-int prepass_section_pairs(const KernelRequest& c, const TileScheduler& s) {
-  const long long heads = s.causal ? s.section_heads : (hopper_grid(s, c) + s.m_blocks - 1) / s.m_blocks;
-  return static_cast<int>(std::max<long long>(1, (heads + c.fwd.group - 1) / c.fwd.group));
-}
-
-template <typename QElem, int D, bool kAccurate>
-void launch_typed(const PasaRequest& r, cudaStream_t stream) {
-  using Variant = PasaHopperVariant<QElem, kAccurate>;
-  using Tile = typename Variant::template Tile<D>;
-  const KernelRequest& c = r.call;
-  const FwdParams& p = c.fwd;
-  static_assert(Tile::kBlockN == kPasaBlockKv);
-  const int n_kb = (p.seq_kv + Tile::kBlockN - 1) / Tile::kBlockN;
-  const bool bf16 = std::is_same_v<QElem, __nv_bfloat16>;  // V needs rounding to fp16 first
-  const bool in_kernel = prepass_in_kernel(c, Tile::kBlockM);
-  PasaPrepass prepass = pasa_prepass(r, nullptr, nullptr, n_kb);
-  const PasaHopperScratch layout = pasa_hopper_scratch(c, n_kb, in_kernel);
-  StreamBuffer scratch(layout.total(), c.device, stream);
-  auto* tiles = static_cast<std::uint8_t*>(scratch.get());
-  void* v_fp16 = bf16 ? tiles + layout.tile_bytes : nullptr;
-  prepass.tiles = tiles;
-  prepass.v_fp16 = static_cast<__half*>(v_fp16);
-  const TileScheduler schedule = hopper_schedule<Tile>(c);
-  if (in_kernel) {
-    prepass.ready = reinterpret_cast<std::uint32_t*>(tiles + layout.tile_bytes + layout.v_bytes);
-    prepass.tickets = prepass.ready + prepass.stages;
-    prepass.section_pairs = prepass_section_pairs(c, schedule);
-  }
-  const std::int64_t sh = static_cast<std::int64_t>(p.seq_kv) * D;
-  const Operand v = bf16 ? Operand{v_fp16, c.heads_kv * sh, sh, D} : p.v;
-  // (the maps first: what the driver refuses is an error before anything is launched)
-  const HopperParams m{fp16_row_tile_map(p.q, c.batch, p.heads_q, p.seq_q, D, Tile::kBlockM, "q"),
-                       CUtensorMap{},  // K' comes by bulk copies of the prepass's tiles
-                       fp16_row_tile_map(v, c.batch, c.heads_kv, p.seq_kv, D, Tile::kBlockN, "v"),
-                       p,
-                       schedule,
-                       tiles,
-                       c.heads_kv,
-                       QuantScales{},
-                       prepass};
-  if (in_kernel) {
-    check_cuda(cudaMemsetAsync(prepass.ready, 0, layout.sync_bytes, stream), "cudaMemsetAsync (pasa prepass)");
-  } else {
-    launch_pasa_tiles(r, tiles, v_fp16, n_kb, stream);
-  }
-  if constexpr (D == 128) {
-    // (a kernel of its own without the prepass: its idle staging buffers then hold the output stages)
-    if (!in_kernel) {
-      launch_hopper<PasaHopperVariant<QElem, kAccurate, false>, D>(m, c, stream,
-                                                                   "attention_fwd_hopper_kernel (pasa, staged O)");
-      return;
-    }
-  }
-  launch_hopper<Variant, D>(m, c, stream, "attention_fwd_hopper_kernel (pasa)");
-}
-
-}  // namespace
 
 void launch_pasa(const PasaRequest& r, void* stream) {
+  if (r.fp16_accumulator) {
+    launch_pasa_fp16acc(r, stream);
+    return;
+  }
   dispatch_pasa<64, 128>(r, "pasa kernel", [&]<typename QElem, int D, bool kAccurate>() {
-    launch_typed<QElem, D, kAccurate>(r, static_cast<cudaStream_t>(stream));
+    launch_pasa_hopper<QElem, D, kAccurate, false>(r, static_cast<cudaStream_t>(stream));
   });
 }
 

@@ -20,6 +20,7 @@ namespace {
 
 void launch_exact_fwd(const KernelRequest&, void*) { no_hopper_kernels("exact kernel (sm_90a)"); }
 void launch_pasa(const PasaRequest&, void*) { no_hopper_kernels("pasa kernel"); }
+void launch_pasa_fp16acc(const PasaRequest&, void*) { no_hopper_kernels("pasa_fp16acc kernel"); }
 void launch_sage8(const Sage8Request&, void*) { no_hopper_kernels("sage8 kernel"); }
 std::size_t sage8_scratch_bytes(const Sage8Request&) { no_hopper_kernels("sage8 kernel"); }
 

@@ -20,6 +20,13 @@
 //   the next block's S' issued behind P V, and O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16 and l
 //     while it runs.
 // Epilogue: O = fl(O~ (1 / l)), LSE = m + log l + g F.
+//
+// pasa_fp16acc (kFp16Acc) keeps P V in the tensor cores' fp16 accumulators over kPvBlocks key blocks
+// (its preset's pv_blocks): P is scaled to the running maximum, P = fl(P e_cur), once the state update
+// beside the exponentials has its factors; O~ and the accumulator are rescaled by e_prev (where a row
+// of the warp moved); P V and the row sums of P go into fp16 accumulators; and every kPvBlocks-th block
+// (by its index from the first key) and the tile's last, O~ = fl(O~ + acc) and the accumulator starts
+// again at 0. No fp32 P V and no O~ update for the other blocks.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -31,6 +38,7 @@
 
 #include "cuda/arch/mbarrier.cuh"
 #include "cuda/arch/warpgroup.cuh"
+#include "cuda/arch/wgmma_f16acc.cuh"
 #include "cuda/block/online_softmax.cuh"
 #include "cuda/block/pasa_stage.cuh"
 #include "cuda/kernels/attention_fwd_hopper.cuh"
@@ -61,8 +69,10 @@ __device__ __forceinline__ void round_q_rows_to_fp16(const HopperConsumer<Tile>&
 // QElem: the input type (Q is read as given, bf16 rounded on chip). kAccurate: the pasa_accurate
 // policy (S' and the softmax state in fp32). kMayPrepass: the spare warps run the prepass where the
 // launch asks for it (PasaPrepass::ready set); without, the launch has run it as a kernel of its own.
-template <typename QElem, bool kAccurate, bool kMayPrepass = true>
+// kFp16Acc: the pasa_fp16acc policy (P V in fp16 accumulators; not with kAccurate).
+template <typename QElem, bool kAccurate, bool kMayPrepass = true, bool kFp16Acc = false>
 struct PasaHopperVariant : HopperVariantDefaults {
+  static_assert(!(kAccurate && kFp16Acc), "pasa_fp16acc keeps pasa's fp16 state");
   static constexpr int kOnesBytes = 1024;  // the all-ones fp16 B tile of the P row sums
   static constexpr int kSpareWarps = 3;    // the producer warpgroup's warps that run the prepass
   static constexpr int kStagingBytes = kSpareWarps * kPasaChunkStagingBytes;
@@ -121,8 +131,16 @@ struct PasaHopperVariant : HopperVariantDefaults {
 #pragma unroll
       for (int n = 0; n < kDT; ++n) o[n][0] = o[n][1] = __float2half2_rn(0.0f);
       float acc[kSAcc];  // S' of one block (column 8 (i / 4) + 2 t + i % 2 of row g + 8 ((i % 4) / 2))
-      float c[D / 2];    // one block's P V
-      float psum_acc[4];             // P times ones: row g in [0], [1]; row g + 8 in [2], [3]
+      // One block's P V in fp32, or (kFp16Acc) the fp16 accumulator of up to kPasaPvBlocks blocks'
+      // (pair 2 n + i: tile n of row g + 8 i, as o[n][i]).
+      [[maybe_unused]] float c[kFp16Acc ? 1 : D / 2];
+      [[maybe_unused]] std::uint32_t pv16[kFp16Acc ? D / 4 : 1];
+      [[maybe_unused]] std::uint32_t psum16[2];  // (kFp16Acc) P times ones in fp16: row g, row g + 8
+      if constexpr (kFp16Acc) {
+#pragma unroll
+        for (int i = 0; i < D / 4; ++i) pv16[i] = 0u;
+      }
+      [[maybe_unused]] float psum_acc[4];  // P times ones: row g in [0], [1]; row g + 8 in [2], [3]
       std::uint32_t pa[1][kPSteps][4];  // S', then P, as the P V A fragments
       const std::uint64_t ones_desc = plain_desc(ctx.extra());
       if constexpr (std::is_same_v<QElem, __nv_bfloat16>) round_q_rows_to_fp16(ctx);
@@ -167,16 +185,44 @@ struct PasaHopperVariant : HopperVariantDefaults {
         // need it (P is taken against the block's own max).
         float ep[2], ec[2];
         softmax.rescale(m_blk, mean, p.pasa_g, ep, ec);
+        if constexpr (kFp16Acc) {
+          // Every exponential first (they need no factor), then P = fl(P e_cur) against the running
+          // maximum, and O~ and the accumulator rescaled, before P V adds onto them.
 #pragma unroll
-        for (int kc = 0; kc < kPSteps; ++kc) {
-          if constexpr (kAccurate) {
-            Softmax::exponentiate_fp32(pa[0][kc], s32, m_blk, 0, kc);
-          } else {
-            Softmax::exponentiate_chunk(pa[0][kc], m_use, 0);
+          for (int kc = 0; kc < kPSteps; ++kc) Softmax::exponentiate_chunk(pa[0][kc], m_use, 0);
+          const __half2 ec2[2] = {__float2half2_rn(ec[0]), __float2half2_rn(ec[1])};
+#pragma unroll
+          for (int kc = 0; kc < kPSteps; ++kc)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) pa[0][kc][e] = as_u32(__hmul2_rn(as_half2(pa[0][kc][e]), ec2[e % 2]));
+          if (__any_sync(0xffffffffu, ep[0] != 1.0f || ep[1] != 1.0f)) {
+            const __half2 ep2[2] = {__float2half2_rn(ep[0]), __float2half2_rn(ep[1])};
+#pragma unroll
+            for (int n = 0; n < kDT; ++n)
+#pragma unroll
+              for (int i = 0; i < 2; ++i) {
+                o[n][i] = __hmul2_rn(ep2[i], o[n][i]);
+                pv16[2 * n + i] = as_u32(__hmul2_rn(ep2[i], as_half2(pv16[2 * n + i])));
+              }
           }
           wgmma_fence();
-          hopper::mma_pv<__half, D>(c, pa[0][kc], ctx.v_desc(f, kc), kc > 0);
-          wgmma_f16_m64n8k16(psum_acc, pa[0][kc], ones_desc, kc > 0);
+#pragma unroll
+          for (int kc = 0; kc < kPSteps; ++kc) {
+            hopper::mma_pv_fp16_acc<D>(pv16, pa[0][kc], ctx.v_desc(f, kc));
+            wgmma_f16acc_m64n8k16(psum16, pa[0][kc], ones_desc, kc > 0);
+          }
+        } else {
+#pragma unroll
+          for (int kc = 0; kc < kPSteps; ++kc) {
+            if constexpr (kAccurate) {
+              Softmax::exponentiate_fp32(pa[0][kc], s32, m_blk, 0, kc);
+            } else {
+              Softmax::exponentiate_chunk(pa[0][kc], m_use, 0);
+            }
+            wgmma_fence();
+            hopper::mma_pv<__half, D>(c, pa[0][kc], ctx.v_desc(f, kc), kc > 0);
+            wgmma_f16_m64n8k16(psum_acc, pa[0][kc], ones_desc, kc > 0);
+          }
         }
         wgmma_commit();
         if constexpr (kHasNext) {  // acc has been read: the next S' queues behind this P V
@@ -184,40 +230,56 @@ struct PasaHopperVariant : HopperVariantDefaults {
           issue_qk(f + 1);
         }
         wgmma_wait<kHasNext ? 1 : 0>();  // P V and the row sums of P
-        wgmma_pin(c);
         wgmma_pin(pa);
-        wgmma_pin(psum_acc);
         ctx.v_ring.release(f);
-        const float psum[2] = {psum_acc[0], psum_acc[2]};
-        softmax.add_block(psum);
-        // O~ = fl(fl(ep O~) + fl(ec fl(P V))): pasa's factors are fp16 values (its state is fp16), so
-        // the products are fp16 multiplies; pasa_accurate's are fp32, so a product is rounded to fp16
-        // once from its exact value, as the emulator rounds it (rescale_add_half2_once: only the one
-        // whose factor is not 1 where one is).
-        const __half2 ep2[2] = {__float2half2_rn(ep[0]), __float2half2_rn(ep[1])};
-        const __half2 ec2[2] = {__float2half2_rn(ec[0]), __float2half2_rn(ec[1])};
-        auto update_o = [&](auto keep_o) {
+        if constexpr (kFp16Acc) {
+          wgmma_pin(pv16);
+          wgmma_pin(psum16);
+          const float psum[2] = {__low2float(as_half2(psum16[0])), __low2float(as_half2(psum16[1]))};
+          softmax.add_running_block(psum);
+          if ((ctx.kb_first + kb + 1) % kPasaPvBlocks == 0 || kb + 1 == n_kb) {  // O~ = fl(O~ + acc)
 #pragma unroll
-          for (int n = 0; n < kDT; ++n)
+            for (int n = 0; n < kDT; ++n)
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-              const __half2 pv = __floats2half2_rn(c[4 * n + 2 * i], c[4 * n + 2 * i + 1]);
-              if constexpr (kAccurate) {
-                o[n][i] = rescale_add_half2_once(ep[i], o[n][i], ec[i], pv);
-              } else if constexpr (decltype(keep_o)::value) {  // fl(1 O~) = O~
-                o[n][i] = __hadd2(o[n][i], __hmul2_rn(ec2[i], pv));
-              } else {  // (mul.rn: ptxas would otherwise fuse a product into the add, one rounding fewer)
-                o[n][i] = __hadd2(__hmul2_rn(ep2[i], o[n][i]), __hmul2_rn(ec2[i], pv));
+              for (int i = 0; i < 2; ++i) {
+                o[n][i] = __hadd2(o[n][i], as_half2(pv16[2 * n + i]));
+                pv16[2 * n + i] = 0u;
               }
-            }
-        };
-        // pasa at D 128: once a row's reference settles, most blocks leave it (ep = 1), and where that
-        // holds for all 16 rows of the warp the product by ep is skipped (D 64 measured no gain: its
-        // O~ update is half as long, and the branch splits the block the scheduler interleaves).
-        if (!kAccurate && D >= 128 && __all_sync(0xffffffffu, ep[0] == 1.0f && ep[1] == 1.0f)) {
-          update_o(std::true_type{});
+          }
         } else {
-          update_o(std::false_type{});
+          wgmma_pin(c);
+          wgmma_pin(psum_acc);
+          const float psum[2] = {psum_acc[0], psum_acc[2]};
+          softmax.add_block(psum);
+          // O~ = fl(fl(ep O~) + fl(ec fl(P V))): pasa's factors are fp16 values (its state is fp16), so
+          // the products are fp16 multiplies; pasa_accurate's are fp32, so a product is rounded to fp16
+          // once from its exact value, as the emulator rounds it (rescale_add_half2_once: only the one
+          // whose factor is not 1 where one is).
+          const __half2 ep2[2] = {__float2half2_rn(ep[0]), __float2half2_rn(ep[1])};
+          const __half2 ec2[2] = {__float2half2_rn(ec[0]), __float2half2_rn(ec[1])};
+          auto update_o = [&](auto keep_o) {
+#pragma unroll
+            for (int n = 0; n < kDT; ++n)
+#pragma unroll
+              for (int i = 0; i < 2; ++i) {
+                const __half2 pv = __floats2half2_rn(c[4 * n + 2 * i], c[4 * n + 2 * i + 1]);
+                if constexpr (kAccurate) {
+                  o[n][i] = rescale_add_half2_once(ep[i], o[n][i], ec[i], pv);
+                } else if constexpr (decltype(keep_o)::value) {  // fl(1 O~) = O~
+                  o[n][i] = __hadd2(o[n][i], __hmul2_rn(ec2[i], pv));
+                } else {  // (mul.rn: ptxas would otherwise fuse a product into the add, one rounding fewer)
+                  o[n][i] = __hadd2(__hmul2_rn(ep2[i], o[n][i]), __hmul2_rn(ec2[i], pv));
+                }
+              }
+          };
+          // pasa at D 128: once a row's reference settles, most blocks leave it (ep = 1), and where that
+          // holds for all 16 rows of the warp the product by ep is skipped (D 64 measured no gain: its
+          // O~ update is half as long, and the branch splits the block the scheduler interleaves).
+          if (!kAccurate && D >= 128 && __all_sync(0xffffffffu, ep[0] == 1.0f && ep[1] == 1.0f)) {
+            update_o(std::true_type{});
+          } else {
+            update_o(std::false_type{});
+          }
         }
         if constexpr (kHasNext) {
           wgmma_wait<0>();  // the next block's S'
