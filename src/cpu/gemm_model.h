@@ -25,9 +25,14 @@ inline int exponent_of(double x) { return x == 0.0 ? INT_MIN / 2 : std::ilogb(x)
 // largest of c's exponent and the e_t, then added exactly. This is how Hopper's wgmma sums a k16 step
 // into fp16 accumulators, which then round to nearest: measured bit for bit on an H200 over random
 // and wide-ranged operands (tests/cuda/test_mma_step.cu keeps checking it). (Exact in a double: every
-// term is a multiple of 2^(e - 25) below 2^(e + 2), and a product of fp32 operands has 48 bits.)
+// term is a multiple of 2^(e - 25) below 2^(e + 2), and a product of fp32 operands has 48 bits.) An
+// accumulator that overflowed stays inf (or NaN), as in IEEE arithmetic: the finite products add nothing.
 inline double mma_step_sum(double c, const float* a, const int* ea, const float* b, std::int64_t ldb,
                            const int* eb, std::int64_t ldeb, int n) {
+  if (!std::isfinite(c)) {
+    for (int t = 0; t < n; ++t) c += static_cast<double>(a[t]) * b[t * ldb];
+    return c;
+  }
   int e = exponent_of(c);
   for (int t = 0; t < n; ++t) {
     if (a[t] != 0.0f && b[t * ldb] != 0.0f) e = std::max(e, ea[t] + eb[t * ldeb]);

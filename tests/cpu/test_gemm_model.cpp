@@ -61,6 +61,17 @@ TEST(GemmModel, TheAccumulatorIsAlignedWithTheProducts) {
   EXPECT_EQ(fp16_dot(2048.0, a, b, 16), 2048.0);
 }
 
+TEST(GemmModel, AnAccumulatorThatOverflowedStaysInfinite) {
+  // (as wgmma keeps an fp16 accumulator at inf: its exponent would otherwise set an infinite cut)
+  const std::vector<float> a = {1.0f, -2.0f}, b = {3.0f, 1.0f};
+  EXPECT_EQ(fp16_dot(INFINITY, a, b, 16), INFINITY);
+  EXPECT_EQ(fp16_dot(-INFINITY, a, b, 16), -INFINITY);
+  EXPECT_TRUE(std::isnan(fp16_dot(NAN, a, b, 16)));
+  // A sum past fp16's largest value rounds to inf in the step, and the next step keeps it.
+  const std::vector<float> big(32, 256.0f);
+  EXPECT_EQ(fp16_dot(0.0, big, big, 16), INFINITY);
+}
+
 TEST(GemmModel, Fp32AccumulatorsIgnoreTheStep) {
   const Rounder fp32(Format::fp32());
   const std::vector<float> a = {1.0f, std::ldexp(1.0f, -30)}, b = {1.0f, 1.0f};

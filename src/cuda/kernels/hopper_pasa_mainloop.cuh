@@ -84,7 +84,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
   // buffers of a kernel without the prepass, and a kernel with it stores directly (compiled with both
   // paths, its direct stores measured 0.88-0.95x at 4k and 16k, bench/NOTES.md).
   template <int D>
-  using Tile = HopperTile<D, 2, kExtraBytes, PasaStage<D>::kKBytes, 2 * 128 * D, 2,
+  using Tile = HopperTile<D, kFp16Acc && D == 64 ? 3 : 2, kExtraBytes, PasaStage<D>::kKBytes, 2 * 128 * D, 2,
                           D == 64 ? OStage::own : (kMayPrepass ? OStage::none : OStage::in_extra)>;
 
   template <class Tile>
