@@ -69,10 +69,12 @@ __device__ __forceinline__ void round_q_rows_to_fp16(const HopperConsumer<Tile>&
 // QElem: the input type (Q is read as given, bf16 rounded on chip). kAccurate: the pasa_accurate
 // policy (S' and the softmax state in fp32). kMayPrepass: the spare warps run the prepass where the
 // launch asks for it (PasaPrepass::ready set); without, the launch has run it as a kernel of its own.
-// kFp16Acc: the pasa_fp16acc policy (P V in fp16 accumulators; not with kAccurate).
-template <typename QElem, bool kAccurate, bool kMayPrepass = true, bool kFp16Acc = false>
+// kFp16Acc: the pasa_fp16acc policy (P V in fp16 accumulators; not with kAccurate). kConsumers64: the
+// consumer warpgroups at D 64 (below).
+template <typename QElem, bool kAccurate, bool kMayPrepass = true, bool kFp16Acc = false, int kConsumers64 = 2>
 struct PasaHopperVariant : HopperVariantDefaults {
   static_assert(!(kAccurate && kFp16Acc), "pasa_fp16acc keeps pasa's fp16 state");
+  static_assert(kConsumers64 == 2 || (kConsumers64 == 3 && kFp16Acc), "three warpgroups: pasa_fp16acc only");
   static constexpr int kOnesBytes = 1024;  // the all-ones fp16 B tile of the P row sums
   static constexpr int kSpareWarps = 3;    // the producer warpgroup's warps that run the prepass
   static constexpr int kStagingBytes = kSpareWarps * kPasaChunkStagingBytes;
@@ -80,11 +82,13 @@ struct PasaHopperVariant : HopperVariantDefaults {
   static constexpr int kExtraBytes = kOnesBytes + kStagingBytes;
 
   // Two consumer warpgroups at both head dims: S' (68), P (32), P V (D / 2) and O~ (D / 4) registers.
+  // pasa_fp16acc's D 64 consumers (S' 68, P 32, the fp16 accumulator 16, O~ 16) also fit three
+  // warpgroups' 160 registers: 192 query rows share each K' and V tile (the launcher chooses).
   // At D 128 the output stages would not fit beside the rest (214 KiB): they take the idle staging
   // buffers of a kernel without the prepass, and a kernel with it stores directly (compiled with both
   // paths, its direct stores measured 0.88-0.95x at 4k and 16k, bench/NOTES.md).
   template <int D>
-  using Tile = HopperTile<D, kFp16Acc && D == 64 ? 3 : 2, kExtraBytes, PasaStage<D>::kKBytes, 2 * 128 * D, 2,
+  using Tile = HopperTile<D, D == 64 ? kConsumers64 : 2, kExtraBytes, PasaStage<D>::kKBytes, 2 * 128 * D, 2,
                           D == 64 ? OStage::own : (kMayPrepass ? OStage::none : OStage::in_extra)>;
 
   template <class Tile>

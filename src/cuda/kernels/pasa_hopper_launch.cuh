@@ -52,9 +52,9 @@ inline int prepass_section_pairs(const KernelRequest& c, const TileScheduler& s)
 }  // namespace pasa_hopper
 
 // One instantiation's launch: the prepass's scratch and placement, the maps, the kernel.
-template <typename QElem, int D, bool kAccurate, bool kFp16Acc>
+template <typename QElem, int D, bool kAccurate, bool kFp16Acc, int kConsumers64 = 2>
 void launch_pasa_hopper(const PasaRequest& r, cudaStream_t stream) {
-  using Variant = PasaHopperVariant<QElem, kAccurate, true, kFp16Acc>;
+  using Variant = PasaHopperVariant<QElem, kAccurate, true, kFp16Acc, kConsumers64>;
   using Tile = typename Variant::template Tile<D>;
   const KernelRequest& c = r.call;
   const FwdParams& p = c.fwd;
