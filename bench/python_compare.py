@@ -37,7 +37,7 @@ from interleaved import interleaved_ms
 
 TOKENS, HIDDEN = 32768, 2048
 WARMUP, RUNS = 5, 30
-POLICIES = ("exact", "pasa", "sage8", "sage_fp8")
+POLICIES = ("exact", "pasa", "pasa_fp16acc", "sage8", "sage_fp8")
 
 try:
     from sageattention import sageattn
@@ -115,6 +115,7 @@ def print_tables(rows):
         print(f"{key[0]:<6}{key[1]:>4}{key[2]:>7} {key[3]:<7}" + "".join(f"{t.get(n, float('nan')):13.1f}" for n in names)
               + f"{clocks[key]:>8}")
     ratios = [("exact/cudnn", "pasa-exact", "torch-cudnn"), ("pasa/exact", "pasa-pasa", "pasa-exact"),
+              ("fp16acc/exact", "pasa-pasa_fp16acc", "pasa-exact"),
               ("sage8/cudnn", "pasa-sage8", "torch-cudnn"), ("sage8/sage2", "pasa-sage8", "sage2"),
               ("sage8/cudnn8", "pasa-sage8", "cudnn-fp8"), ("fp8/cudnn8", "pasa-sage_fp8", "cudnn-fp8"),
               ("fp8/sage8", "pasa-sage_fp8", "pasa-sage8")]
