@@ -125,7 +125,8 @@ struct Policy {
 // fp16 throughout, beta 0.984497, s1 = s2 = 128, base-2 scores; reductions accumulate in fp32 as a
 // GEMM does), "pasa_accurate" (pasa with S' and every softmax statistic in fp32, pseudo_avg=k and
 // natural units: the block's pseudo-average and the running state taken before anything is rounded;
-// P and O~ stay fp16), "sage8" (INT8 Q,K per thread, FP8 e4m3 P and V, smooth K, FP22 PV accumulator
+// P and O~ stay fp16), "pasa_fp16acc" (pasa with P V in fp16 accumulators as wgmma sums them, four key
+// blocks at a time, P against the running maximum), "sage8" (INT8 Q,K per thread, FP8 e4m3 P and V, smooth K, FP22 PV accumulator
 // with two-level accumulation: SageAttention2 on Hopper), "sage_fp8" (sage8 with e4m3 Q,K in the
 // same groups and an FP22 Q K^T accumulator: every operand of both GEMMs FP8), "sage4" (INT4 Q,K per warp, smooth Q and
 // K), "fdpp" (FlashDecoding++'s unified max phi = 0 with fp16 P).

@@ -17,8 +17,9 @@
 
 namespace pasa {
 
-// The exponent of a nonzero x (x = m 2^e, 1 <= |m| < 2), or INT_MIN / 2 for zero, below every other.
-inline int exponent_of(double x) { return x == 0.0 ? INT_MIN / 2 : std::ilogb(x); }
+// The exponent of a finite nonzero x (x = m 2^e, 1 <= |m| < 2), or INT_MIN / 2 for zero, below every
+// other; a non-finite x has none (0: mma_step_sum takes such operands apart).
+inline int exponent_of(double x) { return x == 0.0 ? INT_MIN / 2 : std::isfinite(x) ? std::ilogb(x) : 0; }
 
 // One step of a matrix engine into an accumulator holding c, before its rounding: c and the products
 // a_t b_t (e_t: the sum of a_t's and b_t's exponents) each cut toward zero at 2^(e - 25), where e is the
@@ -26,10 +27,13 @@ inline int exponent_of(double x) { return x == 0.0 ? INT_MIN / 2 : std::ilogb(x)
 // into fp16 accumulators, which then round to nearest: measured bit for bit on an H200 over random
 // and wide-ranged operands (tests/cuda/test_mma_step.cu keeps checking it). (Exact in a double: every
 // term is a multiple of 2^(e - 25) below 2^(e + 2), and a product of fp32 operands has 48 bits.) An
-// accumulator that overflowed stays inf (or NaN), as in IEEE arithmetic: the finite products add nothing.
+// accumulator that overflowed stays inf (or NaN), as in IEEE arithmetic: the finite products add nothing;
+// a non-finite operand makes the step's sum what IEEE arithmetic makes it (inf, or NaN).
 inline double mma_step_sum(double c, const float* a, const int* ea, const float* b, std::int64_t ldb,
                            const int* eb, std::int64_t ldeb, int n) {
-  if (!std::isfinite(c)) {
+  bool finite = std::isfinite(c);
+  for (int t = 0; t < n && finite; ++t) finite = std::isfinite(a[t]) && std::isfinite(b[t * ldb]);
+  if (!finite) {
     for (int t = 0; t < n; ++t) c += static_cast<double>(a[t]) * b[t * ldb];
     return c;
   }
@@ -45,7 +49,8 @@ inline double mma_step_sum(double c, const float* a, const int* ea, const float*
 }
 
 // A: rows x k (row stride lda), B: k x cols (row stride ldb), C: rows x cols (row stride ldc).
-// step: the products an accumulator narrower than fp32 sums before each rounding (0: one).
+// step: the products an accumulator narrower than fp32 sums before each rounding (0: one; a wider
+// accumulator adds product by product whatever the step).
 // With accumulate = true the sums start from C's values (an MMA accumulating into its C operand);
 // otherwise from zero.
 inline void model_gemm(const float* A, std::int64_t lda, const float* B, std::int64_t ldb, int rows,
@@ -66,7 +71,7 @@ inline void model_gemm(const float* A, std::int64_t lda, const float* B, std::in
     }
     return;
   }
-  if (step > 0) {
+  if (step > 0 && !acc.format().is_integer() && acc.format().man_bits < 23) {  // (narrower than fp32)
     std::vector<int> ea(static_cast<std::size_t>(k)), eb(static_cast<std::size_t>(k) * cols);
     for (int t = 0; t < k; ++t)
       for (int c = 0; c < cols; ++c) eb[t * cols + c] = exponent_of(B[t * ldb + c]);

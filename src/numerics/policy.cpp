@@ -251,6 +251,8 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b));
 }
 
+bool narrower_than_fp32(const Format& f) { return !f.is_integer() && f.man_bits < 23; }
+
 bool fits_in_fp32(const Format& f) {
   return f.is_integer() || (f.exp_bits <= 8 && f.man_bits <= 23);
 }
@@ -627,16 +629,19 @@ void validate(const Policy& p) {
     }
   }
   if (p.pv_blocks > 1 && !p.two_level) {
-    throw Error(text::format("policy field 'pv_blocks': set to {} but two_level=0 ignores it (one accumulator "
-                             "already sums every block)", p.pv_blocks));
+    throw Error(text::format("policy field 'pv_blocks': {} but two_level=0 ignores it (one accumulator already "
+                             "sums every block); set pv_blocks=1", p.pv_blocks));
   }
   if (p.pv_blocks > 1 && !p.p_running_max) {
     throw Error(text::format("policy field 'pv_blocks': {} blocks in one pv_acc need P against the running "
-                             "maximum, which they share; set p_max=running", p.pv_blocks));
+                             "maximum, which they share; set p_max=running, or pv_blocks=1 for P against each "
+                             "block's own", p.pv_blocks));
   }
-  if (!p.two_level && set(&Policy::p_running_max)) {
-    throw Error("policy field 'p_max': set to running but two_level=0 ignores it (one accumulator already "
-                "takes P against the running maximum)");
+  // (p_max's value differing from its preset's is named by the text whichever it is: block is the
+  // default, but not pasa_fp16acc's.)
+  if (!p.two_level && p.p_running_max != preset_policy(p.preset).p_running_max) {
+    throw Error(std::string("policy field 'p_max': set to ") + (p.p_running_max ? "running" : "block") +
+                " but two_level=0 ignores it (one accumulator takes P against the running maximum)");
   }
   const bool sum_acc_read = p.rowsum == RowSum::exponentials ||
                             (p.shift == Shift::pasa && p.pseudo_avg != PseudoAverage::keys);
@@ -646,10 +651,11 @@ void validate(const Policy& p) {
                 (p.shift == Shift::pasa ? ", and pseudo_avg=k takes the mean from the scores' GEMM" : "") +
                 " (use rowsum=e)");
   }
-  if (p.mma_k != 0 && p.qk_acc == Format::fp32() && p.pv_acc == Format::fp32()) {
-    throw Error(text::format("policy field 'mma_k': set to {} but both GEMMs accumulate in fp32, which the "
-                             "emulator sums product by product (it models steps only in a narrower "
-                             "accumulator: qk_acc or pv_acc)", p.mma_k));
+  if (p.mma_k != 0 && !narrower_than_fp32(p.qk_acc) && !narrower_than_fp32(p.pv_acc)) {
+    throw Error(text::format("policy field 'mma_k': {} but both GEMMs accumulate in fp32 or wider ({}, {}), "
+                             "which the emulator sums product by product (it models steps only in an "
+                             "accumulator of fewer than fp32's 24 significant bits: qk_acc or pv_acc); set "
+                             "mma_k=0", p.mma_k, p.qk_acc.name(), p.pv_acc.name()));
   }
   // Q's smoothing adds dS = q_m K^T to the scores; under PASA it would have to be q_m K'^T, added before
   // the pseudo-average is taken, which the emulator does not model (it would return wrong O and LSE).
@@ -723,17 +729,23 @@ void validate(const Policy& p) {
   // sage8,softmax=fp16,s2=256 from 147 keys), and against V's values of magnitude 1 (normal inputs)
   // pv_acc and o carry it as a block's P V (fa16,p_scale=57344 overflowed 78% of its N(0, 1) outputs).
   // Refused where that block passes a carrier's largest value; larger |v| meet the formats' own
-  // limits (docs/numerics.md), and with V quantized the check below is the stricter one.
-  const double block_sum = double(p.block_kv) * scaled_one;
+  // limits (docs/numerics.md), and with V quantized the check below is the stricter one. A two-level
+  // pv_acc of several blocks (pv_blocks) carries their sum.
   for (auto [key, f] : carriers.subspan(1)) {  // (P's own format holds one weight, not a block's sum)
+    const bool blocks = std::string(key) == "pv_acc" && p.two_level && p.pv_blocks > 1;
+    const double keys = double(p.block_kv) * (blocks ? p.pv_blocks : 1);
+    const double block_sum = keys * scaled_one;
     if (f.is_integer() || block_sum <= f.max_finite()) continue;
     const double max = f.max_finite();
-    const double advice = advised_scale(max / p.block_kv, [&](double x) {
-      return double(p.block_kv) * round_to(p.p, round_to(Format::fp32(), x)) <= max;
+    const double advice = advised_scale(max / keys, [&](double x) {
+      return keys * round_to(p.p, round_to(Format::fp32(), x)) <= max;
     });
-    throw Error(text::format("policy field 'p_scale': {} is too large for {} = {}: a key block of s2 = {} keys "
+    const std::string what = blocks ? text::format("pv_blocks = {} key blocks of s2 = {} ({:g} keys)", p.pv_blocks,
+                                                   p.block_kv, keys)
+                                    : text::format("a key block of s2 = {} keys", p.block_kv);
+    throw Error(text::format("policy field 'p_scale': {} is too large for {} = {}: {} "
                              "of weight 1 sums to {:g} scaled weights{}, past its largest value {:g}; use "
-                             "p_scale <= {:g}", p.p_scale, key, f.name(), p.block_kv, block_sum,
+                             "p_scale <= {:g}", p.p_scale, key, f.name(), what, block_sum,
                              std::string(key) == "softmax" ? " (rowsum=p)" : " (times |v| = 1)", max, advice));
   }
   // With V quantized (one scale per channel, so every channel's largest |v| becomes v_quant's largest

@@ -67,18 +67,23 @@ TEST(GemmModel, AnAccumulatorThatOverflowedStaysInfinite) {
   EXPECT_EQ(fp16_dot(INFINITY, a, b, 16), INFINITY);
   EXPECT_EQ(fp16_dot(-INFINITY, a, b, 16), -INFINITY);
   EXPECT_TRUE(std::isnan(fp16_dot(NAN, a, b, 16)));
+  const std::vector<float> with_nan = {1.0f, NAN}, with_inf = {1.0f, INFINITY};
+  EXPECT_TRUE(std::isnan(fp16_dot(1.0, with_nan, b, 16)));
+  EXPECT_EQ(fp16_dot(1.0, with_inf, b, 16), INFINITY);
   // A sum past fp16's largest value rounds to inf in the step, and the next step keeps it.
   const std::vector<float> big(32, 256.0f);
   EXPECT_EQ(fp16_dot(0.0, big, big, 16), INFINITY);
 }
 
-TEST(GemmModel, Fp32AccumulatorsIgnoreTheStep) {
-  const Rounder fp32(Format::fp32());
+TEST(GemmModel, Fp32AndWiderAccumulatorsIgnoreTheStep) {
   const std::vector<float> a = {1.0f, std::ldexp(1.0f, -30)}, b = {1.0f, 1.0f};
-  double step0 = 0.0, step16 = 0.0;
-  model_gemm(a.data(), 2, b.data(), 1, 1, 2, 1, fp32, 0, fp32, &step0, 1);
-  model_gemm(a.data(), 2, b.data(), 1, 1, 2, 1, fp32, 16, fp32, &step16, 1);
-  EXPECT_EQ(step0, step16);
+  for (const Format f : {Format::fp32(), Format::floating(11, 52)}) {
+    const Rounder acc(f);
+    double step0 = 0.0, step16 = 0.0;
+    model_gemm(a.data(), 2, b.data(), 1, 1, 2, 1, acc, 0, acc, &step0, 1);
+    model_gemm(a.data(), 2, b.data(), 1, 1, 2, 1, acc, 16, acc, &step16, 1);
+    EXPECT_EQ(step0, step16) << f.name();
+  }
 }
 
 }  // namespace

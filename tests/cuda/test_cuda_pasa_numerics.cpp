@@ -312,7 +312,10 @@ TEST(CudaPasaFp16Acc, MatchesItsEmulatedTwin) {
                         Case{1, 2, 1, 1013, 1013, 128, true, kBr, false, DType::f16, DType::f32},
                         Case{1, 3, 1, 17, 1300, 128, true, kBr, true, DType::bf16, DType::bf16},
                         Case{1, 2, 2, 1300, 700, 64, true, kTl, false, DType::f16, DType::f32},
-                        Case{2, 2, 1, 257, 1025, 64, false, kBr, true, DType::bf16, DType::f16}}) {
+                        Case{2, 2, 1, 257, 1025, 64, false, kBr, true, DType::bf16, DType::f16},
+                        // (D 64 past 2k causal: three consumer warpgroups, 192-row tiles)
+                        Case{1, 2, 1, 2500, 2500, 64, true, kBr, false, DType::f16, DType::f32},
+                        Case{1, 2, 2, 300, 2900, 64, true, kBr, false, DType::bf16, DType::f16}}) {
     check_case(c, pol);
   }
   for (const std::int64_t S : {1124, 1281}) {
@@ -347,8 +350,10 @@ TEST(CudaPasaFp16Acc, MatchesItsEmulatedTwin) {
 TEST(CudaPasaFp16Acc, RoundsWhereTheEmulatorDoes) {
   REQUIRE_HOPPER_PATH();
   const Policy pol = preset_policy("pasa_fp16acc");
+  // (two and three consumer warpgroups at D 64: a short causal call, and a full one)
   for (const Case& c : {Case{1, 4, 2, 1000, 1000, 128, false, kBr, false, DType::f16, DType::f32},
-                        Case{1, 2, 1, 700, 700, 64, true, kBr, false, DType::bf16, DType::f32}}) {
+                        Case{1, 2, 1, 700, 700, 64, true, kBr, false, DType::bf16, DType::f32},
+                        Case{1, 2, 1, 900, 900, 64, false, kBr, false, DType::f16, DType::f32}}) {
     const std::uint64_t seed = 31 + c.Sq;
     SCOPED_TRACE(::testing::Message() << "seed " << seed << " " << describe(c));
     const GivenInputs in = grid_inputs(c, seed);
@@ -358,9 +363,11 @@ TEST(CudaPasaFp16Acc, RoundsWhereTheEmulatorDoes) {
     std::size_t equal = 0;
     for (std::size_t i = 0; i < extra.kernel_o.size(); ++i) equal += extra.kernel_o[i] == extra.emulator_o[i];
     const double share = static_cast<double>(equal) / static_cast<double>(extra.kernel_o.size());
-    std::printf("  %-60s pasa_fp16acc: %.1f%% of O equal to the emulator's, emulator vs fp64 %.3e\n",
-                describe(c).c_str(), 100.0 * share, r.err_emulator);
+    const double apart = test::relative_rmse(extra.kernel_o, extra.emulator_o);
+    std::printf("  %-60s pasa_fp16acc: %.1f%% of O equal to the emulator's, kernel vs emulator %.3e, emulator vs "
+                "fp64 %.3e\n", describe(c).c_str(), 100.0 * share, apart, r.err_emulator);
     EXPECT_GE(share, 0.97) << "the kernel's rounding points differ from the emulator's";
+    EXPECT_LE(apart, r.err_emulator);
   }
 }
 

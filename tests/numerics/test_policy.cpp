@@ -211,16 +211,26 @@ TEST(Policy, ErrorsNameTheField) {
   expect_error([] { parse_policy("exact,k_gran=token"); }, "'k_gran': set to token but k_quant=none ignores it");
   EXPECT_EQ(parse_policy("sage8,k_gran=token").k_gran, Granularity::token);
   expect_error([] { parse_policy("fa16,two_level=0,p_max=running"); }, "'p_max': set to running but two_level=0");
+  expect_error([] { parse_policy("pasa_fp16acc,two_level=0,pv_blocks=1,p_max=block"); },
+               "'p_max': set to block but two_level=0");
   expect_error([] { parse_policy("sage8,sum_acc=e5m2"); }, "'sum_acc': set to e5m2 but nothing sums in it");
   expect_error([] { parse_policy("fa16,rowsum=p,sum_acc=fp16"); }, "rowsum=p sums P in pv_acc");
   EXPECT_EQ(parse_policy("fa16,sum_acc=fp16").sum_acc, Format::fp16());  // rowsum=e sums in it
   EXPECT_EQ(parse_policy("pasa,sum_acc=fp16,pseudo_avg=s").sum_acc, Format::fp16());  // the block's mean
   expect_error([] { parse_policy("pasa,sum_acc=fp16,pseudo_avg=k"); }, "pseudo_avg=k takes the mean");
-  expect_error([] { parse_policy("fa16,mma_k=16"); }, "'mma_k': set to 16 but both GEMMs accumulate in fp32");
+  expect_error([] { parse_policy("fa16,mma_k=16"); }, "'mma_k': 16 but both GEMMs accumulate in fp32 or wider");
+  expect_error([] { parse_policy("exact,pv_acc=fp64,mma_k=16"); }, "accumulate in fp32 or wider (fp32, fp64)");
   EXPECT_EQ(parse_policy("fa16,pv_acc=fp16,mma_k=16").mma_k, 16);
-  expect_error([] { parse_policy("fa16,two_level=0,pv_blocks=4"); }, "'pv_blocks': set to 4 but two_level=0 ignores it");
+  expect_error([] { parse_policy("fa16,two_level=0,pv_blocks=4"); }, "'pv_blocks': 4 but two_level=0 ignores it");
+  expect_error([] { parse_policy("pasa_fp16acc,two_level=0"); }, "set pv_blocks=1");
   expect_error([] { parse_policy("fa16,pv_blocks=4"); }, "'pv_blocks': 4 blocks in one pv_acc need P against the running");
+  expect_error([] { parse_policy("pasa_fp16acc,pv_acc=fp32"); }, "set mma_k=0");
   EXPECT_EQ(parse_policy("fa16,pv_blocks=4,p_max=running").pv_blocks, 4);
+  // A pv_acc of four blocks carries their sum: 512 weight-1 keys times p_scale 200 pass fp16's 65504
+  // (one block of 128 would not: every output came out NaN).
+  EXPECT_NO_THROW(parse_policy("fa16,o=fp32,softmax=fp32,pv_acc=fp16,mma_k=16,p_scale=200"));
+  expect_error([] { parse_policy("fa16,o=fp32,softmax=fp32,pv_acc=fp16,mma_k=16,p_scale=200,pv_blocks=4,p_max=running"); },
+               "'p_scale': 200 is too large for pv_acc = fp16: pv_blocks = 4 key blocks of s2 = 128 (512 keys)");
   // A preset's own value is not set by the text: sage4's warp groups stay without its quantizers.
   EXPECT_EQ(parse_policy("sage4,q_quant=none,k_quant=none,smooth_q=0,smooth_k=0").q_gran, Granularity::warp);
   expect_error([] { parse_policy("sage4,q_quant=none,q_gran=token"); }, "'q_gran': set to token but q_quant=none");

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The policy families the CUDA kernels implement, judged from a Policy's fields (never from its
-// text): exact (fp32 scores and softmax; P in the input dtype), pasa and pasa_accurate, sage8 (with
-// sage_fp8), fdpp.
+// text): exact (fp32 scores and softmax; P in the input dtype), pasa (with pasa_accurate and
+// pasa_fp16acc), sage8 (with sage_fp8), fdpp.
 // Anything else is a pasa::Error naming the field. Plain C++ (the dispatch, cuda_attention.cpp, reads
 // it).
 #pragma once
