@@ -118,9 +118,16 @@ void varlen_on_gpu(const VarlenArgs& args, const ProblemShape& shape) {
     if (a.k.seq() == 0) {
       cuda_check_empty_rows(a.o, a.lse);
       // No kernel runs for these rows, but the call is refused as the same rows with keys would be
-      // (dtype, head dim, policy, device): their plan against one key.
+      // (dtype, head dim, policy, device): their plan against one key, in contiguous rows (an empty
+      // tensor's strides are its producer's choice: torch's packed empty k reached here with a head-dim
+      // stride of 0, which the plan refused).
+      AttentionArgs one_key = a;
+      for (TensorView* t : {&one_key.k, &one_key.v}) {
+        t->shape[2] = 1;
+        t->stride = {t->shape[1] * t->shape[3], t->shape[3], t->shape[3], 1};
+      }
       static_cast<void>(plan_cuda_attention(
-          a, ProblemShape{1, shape.heads_q, shape.heads_kv, a.q.seq(), 1, shape.dim}));
+          one_key, ProblemShape{1, shape.heads_q, shape.heads_kv, a.q.seq(), 1, shape.dim}));
     } else {
       plans[static_cast<std::size_t>(b)] = plan_cuda_attention(a, check_attention_args(a));
     }
