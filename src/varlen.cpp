@@ -119,8 +119,7 @@ void varlen_on_gpu(const VarlenArgs& args, const ProblemShape& shape) {
       cuda_check_empty_rows(a.o, a.lse);
       // No kernel runs for these rows, but the call is refused as the same rows with keys would be
       // (dtype, head dim, policy, device): their plan against one key, in contiguous rows (an empty
-      // tensor's strides are its producer's choice: torch's packed empty k reached here with a head-dim
-      // stride of 0, which the plan refused).
+      // tensor's strides are its producer's choice, 0 among them).
       AttentionArgs one_key = a;
       for (TensorView* t : {&one_key.k, &one_key.v}) {
         t->shape[2] = 1;

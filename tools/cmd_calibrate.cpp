@@ -237,8 +237,8 @@ void calibrate_plan(const CalibrateOptions& opt) {
     text::print(text::progress_stream(), "{}: CosSim {:.5f}  L1 {:.4f}  score {:.5f}\n", e.name, m.cos_sim, m.rel_l1, score);
   }
   std::sort(ranked.begin(), ranked.end());
-  // (A relative allowance, so that 10% of 10 entries, 1.0000000000000002 in floating point, is one, and
-  // any xi > 0 at least one: an absolute one rounded xi of 1e-9% down to none.)
+  // (A relative allowance: 10% of 10 entries, 1.0000000000000002 in floating point, is one entry, and any
+  // xi > 0 at least one.)
   const double share = xi / 100.0 * static_cast<double>(ranked.size());
   const auto n_accurate = static_cast<std::size_t>(std::ceil(share * (1.0 - 1e-12)));
   MixPlan plan{opt.fast, opt.accurate, xi, {}};

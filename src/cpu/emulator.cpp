@@ -11,6 +11,8 @@
 //   rounding of m can make O~ or l grow from block to block); PASA moves m_new up by a power of two
 //   once l is large (numerics/pasa_headroom.h)
 //   l = e_prev l + e_cur l',  O~ = e_prev O~ + e_cur fl_o(fl_p(e * p_scale) V_j)   (two-level)
+// pv_blocks > 1 keeps P V in pv_acc over that many blocks (P against the running maximum, pv_acc rescaled
+// with O~) before it goes into O~; two_level=0 keeps it there for the whole key range.
 // Row sums (l', PASA's block sum of S') accumulate in sum_acc and are rounded once to the softmax
 // format; rowsum=p takes l' = fl_sm(sum fl_p(e * p_scale)) / p_scale instead, accumulated in pv_acc.
 // docs/algorithms.md states PASA's state update and where this departs from Algorithm 1.

@@ -289,13 +289,13 @@ bool Policy::operator==(const Policy& other) const {
   return input == other.input && qk_acc == other.qk_acc && s == other.s && scale == other.scale &&
          softmax == other.softmax && exp_base == other.exp_base && sum_acc == other.sum_acc && p == other.p &&
          pv_acc == other.pv_acc && o == other.o && mma_k == other.mma_k && shift == other.shift &&
-         beta == other.beta && pseudo_avg == other.pseudo_avg && block_q == other.block_q && block_kv == other.block_kv &&
-         smooth_q == other.smooth_q && smooth_k == other.smooth_k && smooth_v == other.smooth_v &&
-         q_quant == other.q_quant && k_quant == other.k_quant && q_gran == other.q_gran &&
-         k_gran == other.k_gran && v_quant == other.v_quant && p_scale == other.p_scale &&
-         two_level == other.two_level && pv_blocks == other.pv_blocks && p_running_max == other.p_running_max && rowsum == other.rowsum &&
-         phi == other.phi && window_lo == other.window_lo && window_hi == other.window_hi &&
-         splits == other.splits;
+         beta == other.beta && pseudo_avg == other.pseudo_avg && block_q == other.block_q &&
+         block_kv == other.block_kv && smooth_q == other.smooth_q && smooth_k == other.smooth_k &&
+         smooth_v == other.smooth_v && q_quant == other.q_quant && k_quant == other.k_quant &&
+         q_gran == other.q_gran && k_gran == other.k_gran && v_quant == other.v_quant && p_scale == other.p_scale &&
+         two_level == other.two_level && pv_blocks == other.pv_blocks && p_running_max == other.p_running_max &&
+         rowsum == other.rowsum && phi == other.phi && window_lo == other.window_lo &&
+         window_hi == other.window_hi && splits == other.splits;
 }
 
 std::vector<std::string> preset_names() {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The pasa kernels (pasa and pasa_accurate, pasa_fp16acc on the sm_90a kernel; the sm_90a kernel on the automatic path where it exists,
-// the portable one forced) on the inputs where PASA's numerics are at stake: a short last key block,
-// weight-sensitive inputs (V ~ N(0, 1) beside biased Q and K), large means, inputs on which fp16
+// The pasa kernels (pasa and pasa_accurate: the sm_90a kernel on the automatic path where it exists,
+// the portable one forced; pasa_fp16acc: the sm_90a kernel) on the inputs where PASA's numerics are at
+// stake: a short last key block, weight-sensitive inputs (V ~ N(0, 1) beside biased Q and K), large means, inputs on which fp16
 // attention overflows, and a sweep of seeds of the paper's Table 4 distributions that must give no
 // inf/NaN; and the portable kernel's rounding points against the emulator's. Seeds are fixed and
 // printed; PASA_SEED_SWEEP sets the sweep's seed count (default 1000 per distribution).

@@ -165,8 +165,8 @@ Family classify_exact_or_pasa(const Policy& pol, DType in) {
 
 // The kernels implement four policy families: exact (fp32 scores and softmax; P rounded to the input
 // dtype for the tensor cores; input and p may name that dtype or fp32; any s1, s2, splits), the pasa,
-// pasa_accurate and pasa_fp16acc presets (any beta and s1; s2 = 128), the sage8 and sage_fp8 presets (is_sage8) and the fdpp preset
-// (is_fdpp_family; decode shapes only).
+// pasa_accurate and pasa_fp16acc presets (any beta and s1; s2 = 128), the sage8 and sage_fp8 presets
+// (is_sage8) and the fdpp preset (is_fdpp_family; decode shapes only).
 // Everything else is an error naming the field.
 Family classify_policy(const Policy& pol, DType in) {
   if (is_fdpp_family(pol)) return Family::fdpp;
