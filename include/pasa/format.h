@@ -41,6 +41,8 @@ struct Format {
   }
 
   bool is_integer() const { return kind == Kind::integer; }
+  // A floating format of fewer significant bits than fp32's 24 (what a GEMM's mma_k steps model).
+  bool narrower_than_fp32() const { return !is_integer() && man_bits < 23; }
   int bias() const { return (1 << (exp_bits - 1)) - 1; }
   int min_exponent() const { return 1 - bias(); }  // exponent of the smallest normal
   int max_exponent() const;                        // exponent of the largest finite value

@@ -71,7 +71,7 @@ inline void model_gemm(const float* A, std::int64_t lda, const float* B, std::in
     }
     return;
   }
-  if (step > 0 && !acc.format().is_integer() && acc.format().man_bits < 23) {  // (narrower than fp32)
+  if (step > 0 && acc.format().narrower_than_fp32()) {
     std::vector<int> ea(static_cast<std::size_t>(k)), eb(static_cast<std::size_t>(k) * cols);
     for (int t = 0; t < k; ++t)
       for (int c = 0; c < cols; ++c) eb[t * cols + c] = exponent_of(B[t * ldb + c]);

@@ -251,8 +251,6 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b));
 }
 
-bool narrower_than_fp32(const Format& f) { return !f.is_integer() && f.man_bits < 23; }
-
 bool fits_in_fp32(const Format& f) {
   return f.is_integer() || (f.exp_bits <= 8 && f.man_bits <= 23);
 }
@@ -651,7 +649,7 @@ void validate(const Policy& p) {
                 (p.shift == Shift::pasa ? ", and pseudo_avg=k takes the mean from the scores' GEMM" : "") +
                 " (use rowsum=e)");
   }
-  if (p.mma_k != 0 && !narrower_than_fp32(p.qk_acc) && !narrower_than_fp32(p.pv_acc)) {
+  if (p.mma_k != 0 && !p.qk_acc.narrower_than_fp32() && !p.pv_acc.narrower_than_fp32()) {
     throw Error(text::format("policy field 'mma_k': {} but both GEMMs accumulate in fp32 or wider ({}, {}), "
                              "which the emulator sums product by product (it models steps only in an "
                              "accumulator of fewer than fp32's 24 significant bits: qk_acc or pv_acc); set "

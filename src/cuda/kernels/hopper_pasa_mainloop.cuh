@@ -135,16 +135,15 @@ struct PasaHopperVariant : HopperVariantDefaults {
 #pragma unroll
       for (int n = 0; n < kDT; ++n) o[n][0] = o[n][1] = __float2half2_rn(0.0f);
       float acc[kSAcc];  // S' of one block (column 8 (i / 4) + 2 t + i % 2 of row g + 8 ((i % 4) / 2))
-      // One block's P V in fp32, or (kFp16Acc) the fp16 accumulator of up to kPasaPvBlocks blocks'
-      // (pair 2 n + i: tile n of row g + 8 i, as o[n][i]).
-      [[maybe_unused]] float c[kFp16Acc ? 1 : D / 2];
-      [[maybe_unused]] std::uint32_t pv16[kFp16Acc ? D / 4 : 1];
-      [[maybe_unused]] std::uint32_t psum16[2];  // (kFp16Acc) P times ones in fp16: row g, row g + 8
+      // One block's P V in fp32, or (kFp16Acc) the fp16 accumulator of up to kPasaPvBlocks blocks' (pair
+      // 2 n + i: tile n of row g + 8 i, as o[n][i]).
+      std::conditional_t<kFp16Acc, std::uint32_t[D / 4], float[D / 2]> pv;
       if constexpr (kFp16Acc) {
 #pragma unroll
-        for (int i = 0; i < D / 4; ++i) pv16[i] = 0u;
+        for (int i = 0; i < D / 4; ++i) pv[i] = 0u;
       }
-      [[maybe_unused]] float psum_acc[4];  // P times ones: row g in [0], [1]; row g + 8 in [2], [3]
+      // P times ones: row g in [0], [1], row g + 8 in [2], [3]; or (kFp16Acc) in fp16, row g in [0], g + 8 in [1].
+      std::conditional_t<kFp16Acc, std::uint32_t[2], float[4]> psum_acc;
       std::uint32_t pa[1][kPSteps][4];  // S', then P, as the P V A fragments
       const std::uint64_t ones_desc = plain_desc(ctx.extra());
       if constexpr (std::is_same_v<QElem, __nv_bfloat16>) round_q_rows_to_fp16(ctx);
@@ -206,14 +205,14 @@ struct PasaHopperVariant : HopperVariantDefaults {
 #pragma unroll
               for (int i = 0; i < 2; ++i) {
                 o[n][i] = __hmul2_rn(ep2[i], o[n][i]);
-                pv16[2 * n + i] = as_u32(__hmul2_rn(ep2[i], as_half2(pv16[2 * n + i])));
+                pv[2 * n + i] = as_u32(__hmul2_rn(ep2[i], as_half2(pv[2 * n + i])));
               }
           }
           wgmma_fence();
 #pragma unroll
           for (int kc = 0; kc < kPSteps; ++kc) {
-            hopper::mma_pv_fp16_acc<D>(pv16, pa[0][kc], ctx.v_desc(f, kc));
-            wgmma_f16acc_m64n8k16(psum16, pa[0][kc], ones_desc, kc > 0);
+            hopper::mma_pv_fp16_acc<D>(pv, pa[0][kc], ctx.v_desc(f, kc));
+            wgmma_f16acc_m64n8k16(psum_acc, pa[0][kc], ones_desc, kc > 0);
           }
         } else {
 #pragma unroll
@@ -224,7 +223,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
               Softmax::exponentiate_chunk(pa[0][kc], m_use, 0);
             }
             wgmma_fence();
-            hopper::mma_pv<__half, D>(c, pa[0][kc], ctx.v_desc(f, kc), kc > 0);
+            hopper::mma_pv<__half, D>(pv, pa[0][kc], ctx.v_desc(f, kc), kc > 0);
             wgmma_f16_m64n8k16(psum_acc, pa[0][kc], ones_desc, kc > 0);
           }
         }
@@ -235,24 +234,22 @@ struct PasaHopperVariant : HopperVariantDefaults {
         }
         wgmma_wait<kHasNext ? 1 : 0>();  // P V and the row sums of P
         wgmma_pin(pa);
+        wgmma_pin(pv);
+        wgmma_pin(psum_acc);
         ctx.v_ring.release(f);
         if constexpr (kFp16Acc) {
-          wgmma_pin(pv16);
-          wgmma_pin(psum16);
-          const float psum[2] = {__low2float(as_half2(psum16[0])), __low2float(as_half2(psum16[1]))};
+          const float psum[2] = {__low2float(as_half2(psum_acc[0])), __low2float(as_half2(psum_acc[1]))};
           softmax.add_running_block(psum);
           if ((ctx.kb_first + kb + 1) % kPasaPvBlocks == 0 || kb + 1 == n_kb) {  // O~ = fl(O~ + acc)
 #pragma unroll
             for (int n = 0; n < kDT; ++n)
 #pragma unroll
               for (int i = 0; i < 2; ++i) {
-                o[n][i] = __hadd2(o[n][i], as_half2(pv16[2 * n + i]));
-                pv16[2 * n + i] = 0u;
+                o[n][i] = __hadd2(o[n][i], as_half2(pv[2 * n + i]));
+                pv[2 * n + i] = 0u;
               }
           }
         } else {
-          wgmma_pin(c);
-          wgmma_pin(psum_acc);
           const float psum[2] = {psum_acc[0], psum_acc[2]};
           softmax.add_block(psum);
           // O~ = fl(fl(ep O~) + fl(ec fl(P V))): pasa's factors are fp16 values (its state is fp16), so
@@ -266,13 +263,13 @@ struct PasaHopperVariant : HopperVariantDefaults {
             for (int n = 0; n < kDT; ++n)
 #pragma unroll
               for (int i = 0; i < 2; ++i) {
-                const __half2 pv = __floats2half2_rn(c[4 * n + 2 * i], c[4 * n + 2 * i + 1]);
+                const __half2 block = __floats2half2_rn(pv[4 * n + 2 * i], pv[4 * n + 2 * i + 1]);
                 if constexpr (kAccurate) {
-                  o[n][i] = rescale_add_half2_once(ep[i], o[n][i], ec[i], pv);
+                  o[n][i] = rescale_add_half2_once(ep[i], o[n][i], ec[i], block);
                 } else if constexpr (decltype(keep_o)::value) {  // fl(1 O~) = O~
-                  o[n][i] = __hadd2(o[n][i], __hmul2_rn(ec2[i], pv));
+                  o[n][i] = __hadd2(o[n][i], __hmul2_rn(ec2[i], block));
                 } else {  // (mul.rn: ptxas would otherwise fuse a product into the add, one rounding fewer)
-                  o[n][i] = __hadd2(__hmul2_rn(ep2[i], o[n][i]), __hmul2_rn(ec2[i], pv));
+                  o[n][i] = __hadd2(__hmul2_rn(ep2[i], o[n][i]), __hmul2_rn(ec2[i], block));
                 }
               }
           };
