@@ -254,7 +254,7 @@ def sdpa(
 
     ``query`` is ``[N, H_q, L, E]`` or ``[N, L, E]``, ``key``/``value`` ``[N, H_kv, S, E]`` or
     ``[N, S, E]``; ``is_causal`` is top-left aligned, as in torch; ``attn_mask`` is bool (True takes
-    part) or float (added to the scores), broadcastable to ``[N, H_q, L, S]``. Works on torch
+    part) or float (added to the scores), of at least 2 dims broadcastable to ``[N, H_q, L, S]``. Works on torch
     tensors (through the ``pasa::attention`` custom op) and on NumPy arrays. ``window_size`` and
     ``softcap`` are pasa's additions (see :func:`attention`; the window is top-left aligned here).
     What pasa does not compute raises :class:`PasaError` instead of computing something else:
@@ -271,8 +271,10 @@ def sdpa(
         )
     flag_argument(enable_gqa, "enable_gqa")
     # (what is plainly no flag; torch.compile traces a computed or NumPy flag as its own objects)
-    if (is_causal is None or isinstance(is_causal, (str, bytes, float, list, tuple, dict, set))
-            or tuple(getattr(is_causal, "shape", ())) != ()):
+    # (torch takes a bool only: not 0 or 1, nor a 0-d tensor)
+    if not isinstance(is_causal, (bool, np.bool_)) and (
+            is_causal is None or isinstance(is_causal, (numbers.Number, str, bytes, list, tuple, dict, set))
+            or hasattr(is_causal, "shape")):
         raise PasaError(f"is_causal: expected True or False, got {is_causal!r}")
     if attn_mask is not None and is_causal:  # torch refuses the pair too
         raise PasaError("attn_mask: given with is_causal=True; torch takes one or the other (fold the "
@@ -295,6 +297,9 @@ def sdpa(
     if len(set(dtype_names)) != 1 and set(dtype_names) <= {"float16", "bfloat16", "float32"}:
         raise PasaError(f"key/value: dtypes {dtype_names[1]}/{dtype_names[2]} differ from query's {dtype_names[0]} "
                         f"(torch's scaled_dot_product_attention takes one dtype: cast them)")
+    if attn_mask is not None and len(getattr(attn_mask, "shape", (0, 0))) < 2:
+        raise PasaError(f"attn_mask: a {len(attn_mask.shape)}-D mask; torch's scaled_dot_product_attention "
+                        f"takes one of at least 2 dims, [..., L, S]")
     if attn_mask is not None and hasattr(attn_mask, "dtype"):
         mask_dtype = _dtype_name(attn_mask)
         if mask_dtype not in ("bool", "float32", dtype_names[0]):

@@ -239,11 +239,21 @@ def test_kvcache_options_are_checked_like_attention_s(rng):
 
 def test_sdpa_flags_and_masks_of_no_array_type(rng):
     q, k, v = qkv(rng, 1, 2, 2, 4, 4, 8)
-    for flag in (np.array([True, False]), [], {}):
+    for flag in (np.array([True, False]), np.array(True), [], {}, 0, 1, 2, np.int64(1), 1.0):
         with raises(r"^is_causal: expected True or False"):
             pasa.sdpa(q, k, v, is_causal=flag)
     with raises(r"^attn_mask: expected a NumPy array"):
         pasa.sdpa(q[:, 0], k[:, 0], v[:, 0], attn_mask=[[[True]]])
+
+
+def test_sdpa_refuses_masks_of_fewer_than_two_dims_as_torch_does(rng):
+    q, k, v = qkv(rng, 1, 2, 2, 3, 4, 8)
+    for mask in (np.ones(4, bool), np.zeros(4, np.float32), np.array(True)):
+        with raises(r"^attn_mask: a [01]-D mask; torch's scaled_dot_product_attention takes one of at least 2"):
+            pasa.sdpa(q, k, v, attn_mask=mask)
+    # (two dims, [L, S], broadcast over batch and heads as torch does)
+    two_d = np.ones((3, 4), bool)
+    np.testing.assert_array_equal(pasa.sdpa(q, k, v, attn_mask=two_d), pasa.sdpa(q, k, v))
 
 
 def test_bad_out(rng):
