@@ -117,9 +117,14 @@ def is_ml_dtypes_bfloat16_dtype(dtype: Any) -> bool:
 
 
 def check_writable(x: Any, name: str) -> None:
-    """Raises PasaError for a read-only NumPy array the call would write (an output, an appended cache)."""
+    """Raises PasaError for an array the call would write (an output, an appended cache) that may not
+    be written: a read-only NumPy array, or a torch inference tensor outside torch.inference_mode()
+    (torch refuses in-place writes to one there; pasa's writes go past torch's checks)."""
     if isinstance(x, np.ndarray) and not x.flags.writeable:
         raise PasaError(f"{name}: array is read-only")
+    if is_torch_tensor(x) and x.is_inference() and not _torch_module.is_inference_mode_enabled():
+        raise PasaError(f"{name}: an inference tensor, which may be written in place only inside "
+                        f"torch.inference_mode()")
 
 
 def addresses_an_element_twice(shape: Tuple[int, ...], strides: Tuple[int, ...]) -> bool:

@@ -15,8 +15,8 @@ from typing import Any, Callable, Optional, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._arrays import (_DL_CPU, _imported_torch, check_array, check_given_out, check_sign_bits, dlpack_device,
-                      is_ml_dtypes_bfloat16, is_torch_tensor, new_host_output, new_torch_output)
+from ._arrays import (_DL_CPU, _imported_torch, check_array, check_given_out, check_sign_bits, check_writable,
+                      dlpack_device, is_ml_dtypes_bfloat16, is_torch_tensor, new_host_output, new_torch_output)
 from ._errors import PasaError, alignment_argument, flag_argument, real_argument
 from ._policy import PolicyLike, core_policy
 
@@ -357,6 +357,9 @@ def attention_with_kvcache(
     else:
         out = place(out, "out")
         check_given_out(out, tuple(q.shape))
+    if k is not None:  # (the appended rows are written into the caches)
+        check_writable(k_cache, "k_cache")
+        check_writable(v_cache, "v_cache")
     lse = _new_output(q, (batch, heads_q, s_q), "lse", dtype=np.float32) if return_softmax_lse else None
     _run(_core.attention_with_kvcache, device, (q, k_cache, v_cache, k, v, out, lse, seqlens, table),
          (core_policy(policy), causal, causal_alignment, scale),

@@ -41,7 +41,7 @@ except ImportError as error:  # (as pasa.capture and pasa.patch say it)
     raise ImportError("pasa.distributed needs torch (pip install torch)") from error
 
 from ._api import attention as _attention
-from ._arrays import addresses_an_element_twice
+from ._arrays import addresses_an_element_twice, check_writable
 from ._arrays import check_not_meta as _check_not_meta
 from ._errors import PasaError
 from ._errors import flag_argument as _flag_argument
@@ -177,9 +177,7 @@ def _check_partials(o_acc: Tensor, lse_acc: Tensor, o: Tensor, lse: Tensor) -> N
         # (what torch would refuse of the in-place writes, refused before the first of them)
         if x.requires_grad and torch.is_grad_enabled():
             raise PasaError(f"{name}: requires grad; the merge writes it in place: call it under torch.no_grad()")
-        if x.is_inference() and not torch.is_inference_mode_enabled():
-            raise PasaError(f"{name}: an inference tensor, which may be written in place only inside "
-                            f"torch.inference_mode()")
+        check_writable(x, name)
     if o_acc.dim() < 1 or tuple(lse_acc.shape) != tuple(o_acc.shape[:-1]):
         raise PasaError(f"lse_acc: shape {tuple(lse_acc.shape)}; expected o_acc's {tuple(o_acc.shape)} "
                         f"without its last dimension")

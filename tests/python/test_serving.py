@@ -423,6 +423,34 @@ def test_written_tensors_count_the_write_for_autograd(rng):
                                     torch.ones(1, 1, 1, 8), cache_seqlens=0)
 
 
+def test_inference_tensors_are_written_only_inside_inference_mode(rng):
+    """torch refuses in-place writes to an inference tensor outside torch.inference_mode(); pasa's
+    writes (an out=, an append into the caches) go past torch's checks, so pasa refuses them itself,
+    before anything is written, and takes them inside inference mode."""
+    with torch.inference_mode():
+        k_cache, v_cache = torch.zeros(1, 4, 1, 8), torch.zeros(1, 4, 1, 8)
+        out = torch.full((1, 2, 4, 8), 7.0)
+    q, k, v = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)
+    new = torch.ones(1, 1, 1, 8)
+    with pytest.raises(pasa.PasaError, match=r"^out: an inference tensor, which may be written in place only "
+                                             r"inside torch.inference_mode\(\)"):
+        pasa.attention(q, k, v, out=out)
+    with pytest.raises(pasa.PasaError, match=r"^k_cache: an inference tensor"):
+        pasa.attention_with_kvcache(torch.randn(1, 1, 1, 8), k_cache, v_cache, new, new, cache_seqlens=0)
+    x = torch.from_numpy(randn(rng, (4, 2, 8)))
+    cu = torch.tensor([0, 4], dtype=torch.int32)
+    with pytest.raises(pasa.PasaError, match=r"^out: an inference tensor"):
+        pasa.attention(x, x, x, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=4, max_seqlen_k=4,
+                       out=out.view(4, 2, 8))
+    assert out.eq(7).all() and k_cache.eq(0).all() and v_cache.eq(0).all()
+    # (reading an inference tensor is allowed anywhere: no append, only the new out is written)
+    pasa.attention_with_kvcache(torch.randn(1, 1, 1, 8), k_cache, v_cache, cache_seqlens=1)
+    with torch.inference_mode():
+        assert pasa.attention(q, k, v, out=out) is out and not out.eq(7).all()
+        pasa.attention_with_kvcache(torch.randn(1, 1, 1, 8), k_cache, v_cache, new, new, cache_seqlens=0)
+        assert k_cache[0, 0].eq(1).all()
+
+
 # --- torch CUDA tensors: the GPU against the CPU emulator on copies of the same inputs ---------------
 
 def host_tensor(rng, shape, dtype):
