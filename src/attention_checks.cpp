@@ -9,6 +9,7 @@
 
 #include "interrupt.h"
 #include "memory_overlap.h"
+#include "numerics/pasa_shift.h"
 #include "pasa/error.h"
 #include "storage_convert.h"
 #include "text/format.h"
@@ -77,6 +78,11 @@ void check_scale(double scale, const Policy& policy, const char* name) {
     throw Error(text::format("{}: {:g} is below {:g} in magnitude, the smallest normal value of fp32 and of the "
                             "{} format the policy applies it in{}: it would round to 0 or keep only a few "
                             "bits there", name, scale, floor, applied.name(), units));
+  }
+  // pasa's scale=k folds the scale into the shifting matrix M, where one too small (0 too) rounds M
+  // singular: told from the scale alone, before any work.
+  if (policy.shift == Shift::pasa && policy.scale == ScalePlacement::key) {
+    check_pasa_shift(policy.beta, policy.block_kv, scale * score_unit(policy), policy.input);
   }
 }
 

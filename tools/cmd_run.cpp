@@ -133,6 +133,7 @@ void run(const RunOptions& opt) {
   for (const std::string& path : {opt.out, opt.lse}) {
     if (!path.empty()) text::print(report, "wrote {}\n", path);
   }
+  std::fflush(report);  // (what was written, kept in the log if the check is killed)
 
   if (opt.check) {
     const ErrorMetrics m = run_stage("the fp64 reference (--check)", [&] {

@@ -88,6 +88,17 @@ class MadeFolder {
                        "written; give the results another name");
     }
   }
+  // (a usage error, told before matplotlib is looked for: the check of the outputs below finds it too,
+  // but only once the directory exists)
+  if (!plot.empty() && !json.empty()) {
+    const std::string results = plot_results_path(kind, plot);
+    const auto a = std::filesystem::weakly_canonical(std::filesystem::absolute(json), ec);
+    const auto b = std::filesystem::weakly_canonical(std::filesystem::absolute(results), ec);
+    if (!ec && a == b) {
+      throw UsageError("--plot: " + results + " (the results the figures are drawn from) is the same file as "
+                       "--json; give --json another name");
+    }
+  }
   const bool made = !plot.empty() && !std::filesystem::exists(plot, ec);
   if (!plot.empty()) prepare_plot_directory(plot);
   MadeFolder folder(made ? plot : std::string());

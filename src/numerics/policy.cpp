@@ -511,7 +511,11 @@ Policy parse_policy(std::string_view text) {
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }
-  if (parts.empty() || parts[0].empty()) throw Error("policy text is empty (try 'exact' or 'pasa')");
+  if (parts.size() == 1 && parts[0].empty()) throw Error("policy text is empty (try 'exact' or 'pasa')");
+  if (parts[0].empty()) {
+    throw Error("policy '" + std::string(text) + "': no preset before the first comma (a policy is a preset, "
+                "then key=value overrides: 'pasa,s2=64')");
+  }
   Policy p = preset_policy(parts[0]);
   std::vector<std::string> seen;  // a key given twice is a mistake, not an override
   for (std::size_t i = 1; i < parts.size(); ++i) {

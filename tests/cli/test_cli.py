@@ -567,6 +567,10 @@ def check_usage_errors(tmp):
                                    ("1e39", "--scale: 1e+39 is outside [-3.40282e+38, 3.40282e+38]"),
                                    ("1e300", "--scale: 1e+300 is outside"),
                                    ("1e400", "--scale: 1e400 is out of range (a double's largest magnitude"))),
+            # (pasa folds its scale into M, where one too small rounds M singular)
+            *((("run", "--q", missing, "--k", k, "--v", v, "--policy", "pasa", "--scale", scale),
+               "scale: folded into the shifting matrix M (the policy's scale=k) as", "pasa run")
+              for scale in ("1e-4", "0", "-0")),
             (("inspect", "--preset", "nope"), "--preset: resonance: unknown preset 'nope' (qwen2, svd)", "pasa inspect"),
             (("inspect", "--gen", "uniform", "--x0", "1e9", "--seq", "100000000", "--heads", "100"),
              "--x0/--am: uniform with x0 = 1e+09, Am = 10 can draw 1e+09 in magnitude, beyond fp16's 65504",
@@ -688,6 +692,13 @@ def check_output_rules(tmp):
         r = pasa("study", "--seq", "8", "--plot", plot, "--json",
                  os.path.join(tmp, "figs", "figure9a_uniform_mean.png"), code=BAD_INPUT)
         assert "where the figures (.png files) are written" in r.stderr, r.stderr
+    # So may --json name the figures' own results file, told before matplotlib is looked for.
+    for plot, json_name in (("figs", "study.json"), ("figs/", "study.json")):
+        r = pasa("study", "--seq", "8", "--plot", os.path.join(tmp, plot), "--json",
+                 os.path.join(tmp, "figs", json_name), code=BAD_INPUT,
+                 env=dict(os.environ, PATH=fake_python(tmp, "no_matplotlib_" + str(len(plot)), 1)))
+        assert "(the results the figures are drawn from) is the same file as --json" in r.stderr, r.stderr
+        assert not os.path.exists(os.path.join(tmp, "figs"))
 
 
 def fake_python(tmp, name, status):

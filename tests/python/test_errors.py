@@ -167,6 +167,8 @@ def test_non_finite_inputs(rng, bad, which):
 
 @pytest.mark.parametrize("text,match", [
     ("", r"policy text is empty"),
+    (",pasa", r"policy ',pasa': no preset before the first comma"),
+    (" , s2=64", r"policy ' , s2=64': no preset before the first comma"),
     ("bogus", r"unknown policy 'bogus' \(presets: exact, fa16_fp32, fa16, pasa"),
     ("exact,zz=1", r"policy 'exact,zz=1': unknown key 'zz'"),
     ("exact,s2", r"'s2' is not key=value"),
