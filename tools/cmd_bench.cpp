@@ -103,6 +103,16 @@ std::vector<std::string> policy_texts(const char* option, const std::vector<std:
   return texts;
 }
 
+// A list option's value given twice would time one point twice, in rows that look like two.
+template <class T>
+void refuse_repeats(const char* option, const std::vector<T>& values) {
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (values[i] == values[j]) throw UsageError(text::format("{}: {} is given twice", option, values[i]));
+    }
+  }
+}
+
 // Every option checked before any GPU work, a usage error naming it; returns what it parsed.
 ParsedOptions validate(const BenchOptions& o) {
   if (o.runs < 1) throw UsageError("--runs must be at least 1");
@@ -145,6 +155,19 @@ ParsedOptions validate(const BenchOptions& o) {
   }
   for (const std::string& d : o.dtypes) parse_dtype(d);
   for (const std::string& m : o.masks) parse_mask(m);
+  refuse_repeats("--dtype", o.dtypes);
+  refuse_repeats("--head-dim", o.head_dims);
+  refuse_repeats("--seq", o.seqs);
+  refuse_repeats("--mask", o.masks);
+  refuse_repeats("--decode-seq", o.decode_seqs);
+  refuse_repeats("--decode-cache", o.decode_caches);
+  // (policies by their meaning: " exact" and "exact" are one)
+  std::vector<std::string> canonical;
+  for (const Policy& p : parsed.policies) canonical.push_back(to_string(p));
+  refuse_repeats("--policy", canonical);
+  canonical.clear();
+  for (const Policy& p : parsed.decode_policies) canonical.push_back(to_string(p));
+  refuse_repeats("--decode-policy", canonical);
   return parsed;
 }
 

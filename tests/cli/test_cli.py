@@ -555,6 +555,12 @@ def check_usage_errors(tmp):
              "pasa bench"),
             (("bench", "--decode-policy", "fdpp,phi=-2,window_lo=-99"), "--decode-policy: policy field 'window_lo'",
              "pasa bench"),
+            *((("bench", option, value), f"{option}: {twice} is given twice", "pasa bench")
+              for option, value, twice in (("--seq", "1024,4096,1024", "1024"), ("--head-dim", "64,64", "64"),
+                                          ("--mask", "full,causal,full", "full"), ("--dtype", "bf16,bf16", "bf16"),
+                                          ("--policy", "exact, exact", "exact"),
+                                          ("--decode-policy", "fdpp,phi=-2,fdpp,phi=-2.0", "fdpp,phi=-2"),
+                                          ("--decode-cache", "paged16,dense,paged16", "paged16"))),
             (("overhead", "--calls", "0"), "--calls: 0 is outside 1..10000", "pasa overhead"),
             (("overhead", "--device", "tpu"), "--device: 'tpu' is not auto, cuda or cpu", "pasa overhead"),
             (("study", "--seq", "0"), "--seq: 0 is not a positive length", "pasa study"),
