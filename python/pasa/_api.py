@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _core, _serving
 from ._arrays import (allocate_outputs, as_kernel_argument, check_array, check_distinct_elements, check_not_meta,
-                      check_sign_bits, check_writable, is_cupy_array, is_ml_dtypes_bfloat16,
+                      check_sign_bits, check_strided, check_writable, is_cupy_array, is_ml_dtypes_bfloat16,
                       is_ml_dtypes_bfloat16_dtype, is_torch_tensor, new_host_output)
 from ._errors import PasaError, alignment_argument, flag_argument, real_argument
 from ._policy import PolicyLike, core_policy, policy_text
@@ -349,8 +349,12 @@ def reference(
     for name, x in (("q", q), ("k", k), ("v", v), ("attn_mask", attn_mask)):
         check_not_meta(x, name)
     if is_torch_tensor(attn_mask):  # to NumPy, which has no bfloat16 (widening is exact)
+        check_strided(attn_mask, "attn_mask")
         check_sign_bits(attn_mask, "attn_mask")
         host = attn_mask.detach().cpu()
+        mask_dtype = str(host.dtype).replace("torch.", "")
+        if mask_dtype not in ("bool", "float16", "bfloat16", "float32", "float64"):  # (what NumPy has not)
+            raise PasaError(f"attn_mask: unsupported dtype {mask_dtype} (bool, or a float dtype for an additive mask)")
         attn_mask = (host.float() if str(host.dtype) == "torch.bfloat16" else host).numpy()
     arrays = []
     for name, x in (("q", q), ("k", k), ("v", v)):

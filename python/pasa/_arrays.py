@@ -72,17 +72,33 @@ def check_array(x: Any, name: str, any_byte_order: bool = False, index: bool = F
         if not (any_byte_order or index) and not x.dtype.isnative:
             raise PasaError(f"{name}: a {x.dtype.str} array is not in this machine's byte order; pass "
                             f"{name}.astype({name}.dtype.newbyteorder('='))")
-        if not (any_byte_order or index) and any(st % x.itemsize for st in x.strides):
-            raise PasaError(f"{name}: strides {x.strides} are not whole {x.itemsize}-byte elements (a field of "
-                            f"a structured array); pass np.ascontiguousarray({name})")
+        if not (any_byte_order or index):
+            check_whole_strides(x, name)
         return
     if hasattr(type(x), "__dlpack__"):
+        check_strided(x, name)
         check_sign_bits(x, name)
         return
     raise PasaError(
         f"{name}: expected an array (numpy.ndarray, torch.Tensor, cupy/jax array or any DLPack "
         f"producer), got {type(x).__name__}"
     )
+
+
+def check_whole_strides(x: np.ndarray, name: str) -> None:
+    """Raises PasaError for a NumPy array whose strides are not whole elements (a field of a
+    structured array), which DLPack cannot describe."""
+    if any(st % x.itemsize for st in x.strides):
+        raise PasaError(f"{name}: strides {x.strides} are not whole {x.itemsize}-byte elements (a field of "
+                        f"a structured array); pass np.ascontiguousarray({name})")
+
+
+def check_strided(x: Any, name: str) -> None:
+    """Raises PasaError for a torch tensor that is not dense: sparse, nested (which has no shape to
+    give) or of another layout."""
+    if is_torch_tensor(x) and (x.is_nested or x.layout != _torch_module.strided):
+        kind = "nested" if x.is_nested else str(x.layout).replace("torch.", "")
+        raise PasaError(f"{name}: a {kind} tensor; pasa takes dense (strided) tensors")
 
 
 _DLPACK_TYPES = (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,

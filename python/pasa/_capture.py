@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _core
 from ._api import sdpa
-from ._errors import PasaError
+from ._errors import PasaError, flag_argument
 from ._fallback import compiling, run_or_fallback, score_mods_refusal, sdpa_precheck, warm_score_mods
 from ._io import file_path, save
 from ._policy import Policy, PolicyLike
@@ -184,7 +184,7 @@ class Capture:
         self.entries: List[Dict[str, Any]] = []  #: one dict per recorded call (index.json)
         self._model = model
         self._name_fn: NameFn = name_fn or default_name
-        self._overwrite = overwrite
+        self._overwrite = flag_argument(overwrite, "overwrite")
         self._names: set = set()
         self._lock = threading.Lock()
         self._tracker: Optional[_LayerTracker] = None
@@ -579,7 +579,7 @@ class Patch:
         self.fallbacks = 0  #: calls pasa cannot run, passed to torch's SDPA (see pasa.stats())
         self._index = 0
         self._name_fn: NameFn = name_fn or default_name
-        self._strict = strict
+        self._strict = flag_argument(strict, "strict")
         self._functional = torch.nn.functional
         self._tracker = _LayerTracker(module) if plan is not None or name_fn is not None else None
         self._handles = [

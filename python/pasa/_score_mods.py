@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
-from ._arrays import check_rank4
+from ._arrays import check_rank4, check_whole_strides
 from ._errors import PasaError, real_argument
 
 _INT32_MAX = 2**31 - 1
@@ -83,6 +83,7 @@ def numpy_mask(mask: Any, target: Tuple[int, ...]) -> Tuple[Optional[np.ndarray]
     if isinstance(mask, np.ma.MaskedArray):  # (its data would be read whole, its own mask ignored)
         raise PasaError("attn_mask: a NumPy masked array, whose mask pasa would ignore; pass a plain array: "
                         "bool with True where a key takes part (e.g. ~m.mask), or m.filled(value)")
+    check_whole_strides(mask, "attn_mask")
     shape = broadcast_shape(mask.shape, target)
     if mask.dtype == np.bool_:
         return np.broadcast_to(mask.reshape(_dims4(mask.shape)), shape).view(np.uint8), "boolean"

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._arrays import (_DL_CPU, _imported_torch, check_array, check_given_out, check_sign_bits, check_writable,
+from ._arrays import (_DL_CPU, _imported_torch, check_array, check_given_out, check_sign_bits, check_strided, check_writable,
                       dlpack_device, is_ml_dtypes_bfloat16, is_torch_tensor, new_host_output, new_torch_output)
 from ._errors import PasaError, alignment_argument, flag_argument, real_argument
 from ._policy import PolicyLike, core_policy
@@ -73,6 +73,7 @@ def _on_device(x: Any, name: str, device: Any) -> Any:
     """x, checked to be a torch tensor on q's CUDA device."""
     if not (is_torch_tensor(x) and x.device == device):
         raise _mixed(name, x, device)
+    check_strided(x, name)
     check_sign_bits(x, name)
     _check_no_grad(x, name)
     return x

@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.utils.dlpack import to_dlpack as _to_dlpack
 
 from . import _arrays, _core
-from ._arrays import check_given_out, check_rank4, check_sign_bits, new_torch_output
+from ._arrays import check_given_out, check_rank4, check_sign_bits, check_strided, new_torch_output
 from ._errors import PasaError
 from ._policy import core_policy
 from ._score_mods import FLOAT32_MAX, broadcast_shape, mask_shape
@@ -289,9 +289,7 @@ def _check_tensor_arguments(q: Tensor, k: Tensor, v: Tensor, out: Optional[Tenso
     named = [("q", q), ("k", k), ("v", v)] + [(n, t) for n, t in (("out", out), ("attn_mask", attn_mask))
                                                if t is not None]
     for name, x in named:
-        if x.is_nested or x.layout != torch.strided:
-            kind = "nested" if x.is_nested else str(x.layout).replace("torch.", "")
-            raise PasaError(f"{name}: a {kind} tensor; pasa takes dense (strided) tensors")
+        check_strided(x, name)
         if not torch.compiler.is_compiling():  # (Dynamo cannot trace is_neg; docs/python.md on compile)
             check_sign_bits(x, name)
         if _functorch_level() is not None and torch._C._functorch.is_functorch_wrapped_tensor(x):

@@ -665,6 +665,17 @@ void validate(const Policy& p) {
     throw Error("policy field 'smooth_q': Q's smoothing is not modelled with shift=pasa (its correction "
                 "q_m K^T would need PASA's shifted K'); set smooth_q=0");
   }
+  // PASA forms K' from each key block's column sums, which the emulator accumulates in qk_acc: s2 keys of
+  // up to the input format's largest value. Past qk_acc's range they overflow where scores without the
+  // shift would not (pasa,qk_acc=fp16 gave 100% NaN on keys of mean 600, where fa16,qk_acc=fp16 is finite).
+  if (p.shift == Shift::pasa && p.block_kv * p.input.max_finite() > p.qk_acc.max_finite()) {
+    throw Error(text::format("policy field 'qk_acc': {} cannot hold PASA's column sums of a key block, s2 = {} keys "
+                             "each up to {}'s {:g} ({:g}): they pass {:g} at keys of {:g}; use an accumulator "
+                             "of fp32's range (fp32, bf16)",
+                             p.qk_acc.name(), p.block_kv, p.input.name(), p.input.max_finite(),
+                             p.block_kv * p.input.max_finite(), p.qk_acc.max_finite(),
+                             p.qk_acc.max_finite() / p.block_kv));
+  }
   if (p.shift == Shift::pasa && (p.q_quant || p.k_quant)) {
     throw Error("policy field 'shift': pasa shifts K before any quantization of Q or K is modelled; "
                 "set q_quant=none and k_quant=none");
@@ -697,12 +708,12 @@ void validate(const Policy& p) {
     }
   }
   // P <= 1 times p_scale is carried in fp32 and then rounded to p: past either's largest finite value
-  // every P of a row would round to inf or NaN (a saturating or integer p clamps instead).
-  const bool p_clamps = p.p.is_integer() || p.p.overflow == Overflow::saturate;
-  const double p_scale_max = p_clamps ? FLT_MAX : std::min<double>(FLT_MAX, p.p.max_finite());
+  // every P near the row's maximum would round to inf or NaN, or (a saturating or integer p) clamp to
+  // p's largest value, where they would all weigh the same.
+  const double p_scale_max = std::min<double>(FLT_MAX, p.p.max_finite());
   if (!(p.p_scale > 0.0 && p.p_scale <= p_scale_max)) {
     throw Error(text::format("policy field 'p_scale': {} is outside (0, {:g}] (P up to 1 times it must stay "
-                             "finite in fp32 and in p = {})", p.p_scale, p_scale_max, p.p.name()));
+                             "finite in fp32 and within p = {}, unclamped)", p.p_scale, p_scale_max, p.p.name()));
   }
   // At the other end, P = 1 (the weight of the row's maximum, which every row with a key has) times
   // p_scale must be a normal number of p, and of pv_acc and o, which carry the scaled P V until O~ is

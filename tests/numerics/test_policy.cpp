@@ -254,6 +254,30 @@ TEST(Policy, PScaleKeepsTheLargestWeightNormal) {
   for (const std::string& name : preset_names()) EXPECT_NO_THROW(validate(preset_policy(name))) << name;
 }
 
+// PASA's column sums of a key block are accumulated in qk_acc: s2 keys of the input format's largest
+// value must fit there (pasa,qk_acc=fp16 gave 100% NaN on keys of mean 600, finite without the shift).
+TEST(Policy, PasaColumnSumsFitTheScoresAccumulator) {
+  expect_error([] { parse_policy("pasa,qk_acc=fp16,mma_k=16"); },
+               "policy field 'qk_acc': fp16 cannot hold PASA's column sums of a key block, s2 = 128 keys each up "
+               "to fp16's 65504 (8.38451e+06): they pass 65504 at keys of 511.75");
+  expect_error([] { parse_policy("pasa_accurate,qk_acc=fp16"); }, "cannot hold PASA's column sums");
+  EXPECT_NO_THROW(parse_policy("pasa,qk_acc=bf16"));
+  EXPECT_NO_THROW(parse_policy("fa16,qk_acc=fp16"));  // (no shift: no column sums)
+}
+
+// At the top, P = 1 times p_scale must lie within p: a saturating or integer p would clamp every weight
+// near the row's maximum to p's largest value, all weighing the same (sage4,p=int8 kept sage4's 448:
+// O = (127 / 448) V for one key, relative RMSE 0.53 on N(0, 1)).
+TEST(Policy, PScaleKeepsTheLargestWeightUnclamped) {
+  expect_error([] { parse_policy("sage4,p=int8"); },
+               "policy field 'p_scale': 448 is outside (0, 127] (P up to 1 times it must stay finite in fp32 and "
+               "within p = int8, unclamped)");
+  expect_error([] { parse_policy("exact,p=int8,p_scale=127.5"); }, "127.5 is outside (0, 127]");
+  expect_error([] { parse_policy("fa16_fp32,p=e4m3:sat,p_scale=1000"); }, "1000 is outside (0, 448]");
+  EXPECT_EQ(parse_policy("sage8,p=int8,p_scale=127").p_scale, 127.0);
+  EXPECT_EQ(parse_policy("fa16_fp32,p=e4m3:sat,p_scale=448").p_scale, 448.0);
+}
+
 // A key block of s2 weight-1 keys sums to s2 times the scaled P = 1: with rowsum=p in pv_acc and then
 // rounded to `softmax` before the division by p_scale (past its largest value l was inf, O = 0 and
 // the LSE inf), and as a block's P V against |v| = 1 in pv_acc and o (fa16,p_scale=57344 overflowed 78%

@@ -207,6 +207,21 @@ def test_captures_ending_out_of_order_restore_torch(tmp_path):
     torch.testing.assert_close(F.scaled_dot_product_attention(q, q, q), original(q, q, q))
 
 
+def test_capture_and_patch_flags_are_bools(tmp_path, model, x):
+    # "False" is truthy: taken by its truth, overwrite="False" would delete the earlier capture's
+    # files, and strict="False" would be strict.
+    with torch.no_grad(), pasa.capture(tmp_path):
+        model(x)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for bad in ("False", 0, None):
+        with pytest.raises(pasa.PasaError, match=rf"^overwrite: expected True or False, got {bad!r}"):
+            with pasa.capture(tmp_path, overwrite=bad):
+                pass
+        with pytest.raises(pasa.PasaError, match=rf"^strict: expected True or False, got {bad!r}"):
+            pasa.patch(model, strict=bad)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
 def test_capture_overwrite_removes_the_earlier_capture(tmp_path, model, x):
     # Four calls, then two into the same directory: the first capture's layer2 and layer3 would
     # otherwise stay beside the new index (and `pasa calibrate` would not know them for stale).

@@ -169,6 +169,9 @@ def test_fallback_and_strict(rng):
         pasa.stats(reset=True)
         model(**given)
         assert pasa.stats()["reasons"] == {"autograd": 1}
+    for bad in ("False", 1):
+        with pytest.raises(pasa.PasaError, match=rf"^strict: expected True or False, got {bad!r}"):
+            pasa_diffusers.register(model, strict=bad)
     pasa_diffusers.register(model, strict=True)  # (replaces the processors it set)
     assert all(p.strict for p in processors(model))
     with pytest.raises(pasa.PasaError, match="autograd"):

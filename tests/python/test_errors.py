@@ -248,6 +248,14 @@ def test_sdpa_flags_and_masks_of_no_array_type(rng):
         pasa.sdpa(q[:, 0], k[:, 0], v[:, 0], attn_mask=[[[True]]])
 
 
+def test_a_mask_whose_strides_are_not_whole_elements_is_refused(rng):
+    q, k, v = qkv(rng, 1, 1, 1, 3, 5, 8)
+    field = np.zeros((3, 5), [("a", "i1"), ("b", "f4")])["b"]  # float32 with 5-byte strides
+    for call in (pasa.attention, pasa.sdpa, pasa.reference):
+        with raises(r"^attn_mask: strides \(25, 5\) are not whole 4-byte elements"):
+            call(q, k, v, attn_mask=field)
+
+
 def test_sdpa_refuses_masks_of_fewer_than_two_dims_as_torch_does(rng):
     q, k, v = qkv(rng, 1, 2, 2, 3, 4, 8)
     for mask in (np.ones(4, bool), np.zeros(4, np.float32), np.array(True)):

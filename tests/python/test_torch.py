@@ -456,6 +456,23 @@ def test_tensor_kinds_and_devices(gen, tmp_path):
     assert not (tmp_path / "q.npy").exists()
     with pytest.raises(pasa.PasaError, match=r"^q: a sparse_coo tensor"):
         pasa.attention(q.to_sparse(), k, v)
+    # (every call that reads arrays, not only the dense one)
+    mask = torch.zeros(q.shape[2], k.shape[2])
+    with pytest.raises(pasa.PasaError, match=r"^q: a sparse_coo tensor"):
+        pasa.reference(q.to_sparse(), k, v)
+    with pytest.raises(pasa.PasaError, match=r"^attn_mask: a sparse_coo tensor"):
+        pasa.reference(q, k, v, attn_mask=mask.to_sparse())
+    with pytest.raises(pasa.PasaError, match=r"^q: a sparse_coo tensor"):
+        pasa.attention(q3.to_sparse(), q3, q3, **packed)
+    with pytest.raises(pasa.PasaError, match=r"^q: a nested tensor"):
+        pasa.attention(torch.nested.nested_tensor([q3]), q3, q3, **packed)
+    with pytest.raises(pasa.PasaError, match=r"^q: a sparse_coo tensor"):
+        pasa.attention_with_kvcache(q3[None].to_sparse(), q3[None], q3[None], cache_seqlens=5)
+    with pytest.raises(pasa.PasaError, match=r"^cache_seqlens: a sparse_coo tensor"):
+        pasa.attention_with_kvcache(q3[None], q3[None], q3[None], cache_seqlens=torch.tensor([5]).to_sparse())
+    if hasattr(torch, "float8_e5m2"):
+        with pytest.raises(pasa.PasaError, match=r"^attn_mask: unsupported dtype float8_e5m2"):
+            pasa.reference(q, k, v, attn_mask=mask.to(torch.float8_e5m2))
     if hasattr(torch, "float8_e4m3fn"):
         with pytest.raises(pasa.PasaError, match=r"^q: unsupported dtype float8_e4m3fn"):
             pasa.attention(q.to(torch.float8_e4m3fn), k, v)

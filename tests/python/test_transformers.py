@@ -364,6 +364,11 @@ def test_softcap_and_window_reach_pasa(rng):
     strict = pasa_hf.make_attention_forward("exact", strict=True)
     with pytest.raises(pasa.PasaError, match="dropout"):
         strict(module, q, k, v, None, dropout=0.5)
+    for bad in ("False", 1):
+        with pytest.raises(pasa.PasaError, match=rf"^strict: expected True or False, got {bad!r}"):
+            pasa_hf.make_attention_forward("exact", strict=bad)
+        with pytest.raises(pasa.PasaError, match=rf"^strict: expected True or False, got {bad!r}"):
+            pasa_hf.register(strict=bad)
 
 
 def test_a_window_without_a_mask_ends_at_the_last_key_for_any_query_count(rng):

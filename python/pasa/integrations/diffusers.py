@@ -29,6 +29,7 @@ from typing import Any, List, Optional
 
 from .._api import attention
 from .._capture import unrouted_sdpa
+from .._errors import flag_argument
 from .._fallback import run_or_fallback, score_mods_refusal, sdpa_precheck, warm_score_mods
 from .._policy import Policy, PolicyLike
 
@@ -42,7 +43,7 @@ class PasaAttnProcessor:
     def __init__(self, policy: PolicyLike = "exact", *, strict: bool = False) -> None:
         self.policy = str(Policy(policy))
         warm_score_mods(self.policy)
-        self.strict = strict
+        self.strict = flag_argument(strict, "strict")
 
     def __repr__(self) -> str:
         return f"PasaAttnProcessor(policy={self.policy!r}, strict={self.strict})"

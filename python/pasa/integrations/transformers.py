@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .._api import attention
 from .._capture import unrouted_sdpa
-from .._errors import PasaError
+from .._errors import PasaError, flag_argument
 from .._fallback import run_or_fallback, score_mods_refusal, sdpa_precheck, warm_score_mods
 from .._policy import Policy, PolicyLike
 
@@ -126,6 +126,7 @@ def _sdpa_mask_signature() -> inspect.Signature:
 
 def make_attention_forward(policy: PolicyLike, *, strict: bool = False) -> Callable[..., Any]:
     """An attention function with transformers' signature that runs ``policy``."""
+    strict = flag_argument(strict, "strict")
     policy_text = str(Policy(policy))
     warm_score_mods(policy_text)
 
