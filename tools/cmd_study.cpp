@@ -56,12 +56,16 @@ void write_plots(PlotKind kind, const text::Json& document, const std::string& d
   });
 }
 
-// The --plot directory a command made, removed again when the command fails after making it (if it
-// is still empty: a folder of the user's, or anything written into it, is never removed).
+// The --plot directory a command made, removed again when the command fails after making it, or a
+// signal ends it (if it is still empty: a folder of the user's, or anything written into it, is never
+// removed).
 class MadeFolder {
  public:
-  explicit MadeFolder(std::string path) : path_(std::move(path)) {}
-  MadeFolder(MadeFolder&& other) noexcept : path_(std::exchange(other.path_, std::string())) {}
+  explicit MadeFolder(std::string path)
+      : path_(std::move(path)),
+        on_signal_(path_.empty() ? nullptr : std::make_unique<io::detail::FolderRemovedOnSignal>(path_)) {}
+  MadeFolder(MadeFolder&& other) noexcept
+      : path_(std::exchange(other.path_, std::string())), on_signal_(std::move(other.on_signal_)) {}
   MadeFolder& operator=(MadeFolder&&) = delete;
   ~MadeFolder() {
     if (path_.empty() || std::uncaught_exceptions() == 0) return;
@@ -71,6 +75,7 @@ class MadeFolder {
 
  private:
   std::string path_;
+  std::unique_ptr<io::detail::FolderRemovedOnSignal> on_signal_;
 };
 
 // Outputs are checked before a study that may run for minutes. The --plot directory is made first, so

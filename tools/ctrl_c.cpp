@@ -3,6 +3,8 @@
 
 #include <atomic>
 
+#include "io/atomic_file.h"
+
 namespace pasa::cli {
 namespace {
 
@@ -19,7 +21,9 @@ CtrlCStops::CtrlCStops() : check_(&ctrl_c_pressed) {
   g_pressed.store(false);
   struct sigaction current {};
   sigaction(SIGINT, nullptr, &current);
-  if (current.sa_handler != SIG_DFL) return;
+  // (over the default action, or over the handler that removes pending outputs, which a made --plot
+  // folder installs: the Ctrl-C then stops the work instead, and the command removes the folder itself)
+  if (current.sa_handler != SIG_DFL && !io::detail::is_cleanup_handler(current.sa_handler)) return;
   struct sigaction ours {};
   ours.sa_handler = on_ctrl_c;
   // SA_RESETHAND: the second Ctrl-C ends the process; SA_RESTART: the first interrupts no system call

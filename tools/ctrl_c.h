@@ -13,8 +13,9 @@
 
 namespace pasa::cli {
 
-// SIGINT's handler for the object's lifetime, installed only over the default action (a handler an
-// embedding process set stays), with the emulator's interrupt check on the calling thread.
+// SIGINT's handler for the object's lifetime, installed only over the default action or the handler
+// that removes pending outputs (io/atomic_file.h; a handler an embedding process set stays), with the
+// emulator's interrupt check on the calling thread.
 class CtrlCStops {
  public:
   CtrlCStops();

@@ -358,9 +358,10 @@ def attention_with_kvcache(
     else:
         out = place(out, "out")
         check_given_out(out, tuple(q.shape))
-    if k is not None:  # (the appended rows are written into the caches)
-        check_writable(k_cache, "k_cache")
-        check_writable(v_cache, "v_cache")
+    if k is not None:  # (the appended rows are written into the caches; a read-only array the C++ call names)
+        for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
+            if is_torch_tensor(cache):
+                check_writable(cache, name)
     lse = _new_output(q, (batch, heads_q, s_q), "lse", dtype=np.float32) if return_softmax_lse else None
     _run(_core.attention_with_kvcache, device, (q, k_cache, v_cache, k, v, out, lse, seqlens, table),
          (core_policy(policy), causal, causal_alignment, scale),

@@ -33,9 +33,31 @@ constexpr std::size_t kMaxPath = 4096;
 struct PendingSlot {
   std::atomic<bool> taken{false};
   std::atomic<bool> ready{false};  // path holds a complete name
+  bool folder = false;             // a folder to remove if empty, not a temporary file (set before ready)
   char path[kMaxPath];
 };
 std::array<PendingSlot, kSlots> g_pending;
+
+// A free slot holding path, or nullptr (all taken, or the path too long for one).
+PendingSlot* take_slot(const std::string& path, bool folder) {
+  if (path.size() >= kMaxPath) return nullptr;
+  for (PendingSlot& s : g_pending) {
+    bool expected = false;
+    if (s.taken.compare_exchange_strong(expected, true)) {
+      std::memcpy(s.path, path.c_str(), path.size() + 1);
+      s.folder = folder;
+      s.ready.store(true);
+      return &s;
+    }
+  }
+  return nullptr;
+}
+
+void free_slot(PendingSlot* s) {
+  if (s == nullptr) return;
+  s->ready.store(false);
+  s->taken.store(false);
+}
 
 // While at least one write runs, and only over default actions: the signals that end a process
 // (Ctrl-C, kill, a closed terminal, Ctrl-\) remove the temporaries first, and SIGXFSZ (a file past
@@ -129,26 +151,12 @@ void restore_handlers() {
 // Registers a temporary for the signal handler for its lifetime and removes the file unless released.
 class Temporary {
  public:
-  explicit Temporary(std::string path) : path_(std::move(path)) {
-    if (path_.size() >= kMaxPath) return;
-    for (PendingSlot& s : g_pending) {
-      bool expected = false;
-      if (s.taken.compare_exchange_strong(expected, true)) {
-        std::memcpy(s.path, path_.c_str(), path_.size() + 1);
-        s.ready.store(true);
-        slot_ = &s;
-        break;
-      }
-    }
-  }
+  explicit Temporary(std::string path) : path_(std::move(path)), slot_(take_slot(path_, false)) {}
   Temporary(const Temporary&) = delete;
   Temporary& operator=(const Temporary&) = delete;
   ~Temporary() {
     if (!released_) ::unlink(path_.c_str());
-    if (slot_ != nullptr) {
-      slot_->ready.store(false);
-      slot_->taken.store(false);
-    }
+    free_slot(slot_);
   }
   const std::string& path() const { return path_; }
   void release() { released_ = true; }  // renamed into place: nothing to remove
@@ -324,9 +332,25 @@ struct FileBatch::Entry {
 
 void remove_pending_temporaries() noexcept {
   for (PendingSlot& s : g_pending) {
-    if (s.ready.load()) ::unlink(s.path);
+    if (s.ready.load() && !s.folder) ::unlink(s.path);
+  }
+  // (then the folders, which the temporaries may have been in; rmdir removes only an empty one)
+  for (PendingSlot& s : g_pending) {
+    if (s.ready.load() && s.folder) ::rmdir(s.path);
   }
 }
+
+FolderRemovedOnSignal::FolderRemovedOnSignal(const std::string& path) {
+  install_handlers();
+  slot_ = take_slot(path, true);
+}
+
+FolderRemovedOnSignal::~FolderRemovedOnSignal() {
+  free_slot(static_cast<PendingSlot*>(slot_));
+  restore_handlers();
+}
+
+bool is_cleanup_handler(void (*handler)(int)) noexcept { return handler == remove_temporaries_and_die; }
 
 int own_descriptor(const std::string& path) {
   if (path == "/dev/stdout") return 1;

@@ -79,8 +79,26 @@ class FileBatch {
   std::vector<std::unique_ptr<Entry>> entries_;
 };
 
-// Unlinks every temporary file a write in progress holds. Async-signal-safe: what the signal handler
-// calls, exposed for tests.
+// Unlinks every temporary file a write in progress holds, then removes each FolderRemovedOnSignal's
+// folder if it is empty. Async-signal-safe: what the signal handler calls, exposed for tests.
 void remove_pending_temporaries() noexcept;
+
+// A folder made for a command's outputs before its long work: for this object's lifetime the signals
+// that end the process (those a write handles, over their default actions) first remove it if it is
+// still empty, as they remove a write's temporaries; what is in it is never removed.
+class FolderRemovedOnSignal {
+ public:
+  explicit FolderRemovedOnSignal(const std::string& path);
+  ~FolderRemovedOnSignal();
+  FolderRemovedOnSignal(const FolderRemovedOnSignal&) = delete;
+  FolderRemovedOnSignal& operator=(const FolderRemovedOnSignal&) = delete;
+
+ private:
+  void* slot_ = nullptr;  // (its registration; none where every slot is taken)
+};
+
+// Whether handler is the one those signals run while a write or a FolderRemovedOnSignal is pending (a
+// handler of the command's own may stand in for it, and must put it back).
+bool is_cleanup_handler(void (*handler)(int)) noexcept;
 
 }  // namespace pasa::io::detail

@@ -414,6 +414,35 @@ def check_study_stops_on_ctrl_c(tmp):
     assert "rows are above" not in stderr, stderr
 
 
+def check_plot_folder_goes_with_a_signal(tmp):
+    # A --plot folder the command made is removed (while still empty) when a signal ends the command,
+    # as a failure removes it; a folder that was there before stays. (A python3 that imports anything
+    # stands in for one with matplotlib: the command ends before it draws.)
+    fake = os.path.join(tmp, "bin")
+    os.makedirs(fake)
+    with open(os.path.join(fake, "python3"), "w") as f:
+        f.write("#!/bin/sh\nexit 0\n")
+    os.chmod(os.path.join(fake, "python3"), 0o755)
+    env = dict(os.environ, PATH=fake + os.pathsep + os.environ["PATH"])
+    kept = os.path.join(tmp, "kept")
+    os.makedirs(kept)
+    for command, sig, plots in ((("study",), signal.SIGTERM, "made"), (("study",), signal.SIGHUP, "made"),
+                                (("study", "sage"), signal.SIGINT, "made"), (("study", "sage"), signal.SIGTERM, "made"),
+                                (("study",), signal.SIGINT, "made"), (("study", "sage"), signal.SIGTERM, "kept")):
+        folder = os.path.join(tmp, plots)
+        p = subprocess.Popen([PASA, *command, "--plot", folder], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True, env=env, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        deadline = time.monotonic() + 30
+        while not os.path.isdir(folder) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.5)  # (into the study)
+        assert p.poll() is None, p.communicate()
+        p.send_signal(sig)
+        stderr = p.communicate(timeout=60)[1]
+        assert p.returncode in (-sig, 130), f"{command} {sig}: exit {p.returncode}\n{stderr}"
+        assert os.path.isdir(folder) == (plots == "kept"), (command, sig, os.listdir(tmp))
+
+
 def check_outputs_on_the_standard_streams(tmp):
     # An output that is the file standard error or standard output is open on holds the file alone:
     # the progress lines went into `--json /dev/stderr 2> f`, the report into `--out /dev/stdout > f
@@ -443,7 +472,8 @@ def main():
               check_outputs_before_work, check_inspect, check_huge_files, check_scale,
               check_calibrate_inputs, check_phi_quantiles, check_phi_of_empty_scores,
               check_phi_in_bounded_memory,
-              check_sigint_during_write, check_study_stops_on_ctrl_c, check_outputs_on_the_standard_streams)
+              check_sigint_during_write, check_study_stops_on_ctrl_c, check_plot_folder_goes_with_a_signal,
+              check_outputs_on_the_standard_streams)
     for check in checks:
         with tempfile.TemporaryDirectory() as tmp:
             start = time.monotonic()
