@@ -161,13 +161,18 @@ ParsedOptions validate(const BenchOptions& o) {
   refuse_repeats("--mask", o.masks);
   refuse_repeats("--decode-seq", o.decode_seqs);
   refuse_repeats("--decode-cache", o.decode_caches);
-  // (policies by their meaning: " exact" and "exact" are one)
-  std::vector<std::string> canonical;
-  for (const Policy& p : parsed.policies) canonical.push_back(to_string(p));
-  refuse_repeats("--policy", canonical);
-  canonical.clear();
-  for (const Policy& p : parsed.decode_policies) canonical.push_back(to_string(p));
-  refuse_repeats("--decode-policy", canonical);
+  // (policies by their meaning: "pasa" and "pasa_accurate" with pasa's fields are one)
+  for (const auto& [option, list] :
+       {std::pair{"--policy", &parsed.policies}, {"--decode-policy", &parsed.decode_policies}}) {
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      for (std::size_t j = 0; j < i; ++j) {
+        if ((*list)[i] == (*list)[j]) {
+          throw UsageError(text::format("{}: {} is given twice (the same policy as {})", option,
+                                        to_string((*list)[i]), to_string((*list)[j])));
+        }
+      }
+    }
+  }
   return parsed;
 }
 

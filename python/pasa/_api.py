@@ -271,10 +271,9 @@ def sdpa(
         )
     flag_argument(enable_gqa, "enable_gqa")
     # (what is plainly no flag; torch.compile traces a computed or NumPy flag as its own objects)
-    # (torch takes a bool only: not 0 or 1, nor a 0-d tensor)
-    if not isinstance(is_causal, (bool, np.bool_)) and (
-            is_causal is None or isinstance(is_causal, (numbers.Number, str, bytes, list, tuple, dict, set))
-            or hasattr(is_causal, "shape")):
+    # (torch takes a bool only: not 0 or 1, nor a 0-d tensor; NumPy's bool, and the symbolic bool that
+    # torch.compile may trace a computed flag as, are bools too)
+    if not isinstance(is_causal, (bool, np.bool_)) and type(is_causal).__name__ != "SymBool":
         raise PasaError(f"is_causal: expected True or False, got {is_causal!r}")
     if attn_mask is not None and is_causal:  # torch refuses the pair too
         raise PasaError("attn_mask: given with is_causal=True; torch takes one or the other (fold the "

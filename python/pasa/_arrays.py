@@ -138,7 +138,9 @@ def check_writable(x: Any, name: str) -> None:
     (torch refuses in-place writes to one there; pasa's writes go past torch's checks)."""
     if isinstance(x, np.ndarray) and not x.flags.writeable:
         raise PasaError(f"{name}: array is read-only")
-    if is_torch_tensor(x) and x.is_inference() and not _torch_module.is_inference_mode_enabled():
+    # (torch.compile and torch.export cannot trace the test; their graphs write no inference tensor)
+    if (is_torch_tensor(x) and not _torch_module.compiler.is_compiling() and x.is_inference()
+            and not _torch_module.is_inference_mode_enabled()):
         raise PasaError(f"{name}: an inference tensor, which may be written in place only inside "
                         f"torch.inference_mode()")
 

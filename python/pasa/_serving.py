@@ -123,12 +123,53 @@ def _columns_read(table: Any, seqlens: np.ndarray, k: Any, k_cache: Any) -> Any:
     shape = getattr(table, "shape", None)
     if shape is None or len(shape) != 2 or len(getattr(k_cache, "shape", ())) != 4 or not seqlens.size:
         return table
-    block_size, s_new = int(k_cache.shape[1]), 0 if k is None else int(k.shape[1])
+    appended = k is not None and len(getattr(k, "shape", ())) == 4  # (another rank: the call names it)
+    block_size, s_new = int(k_cache.shape[1]), int(k.shape[1]) if appended else 0
     if block_size < 1:
         return table
     longest = max(int(seqlens.max()) + s_new, 0)
     needed = max(-(-longest // block_size), 1)
     return table[:, :needed] if needed < int(shape[1]) else table
+
+
+def _byte_span(x: Any) -> Optional[Tuple[Any, int, int]]:
+    """(device, first byte, one past the last) that the array x's elements span, or None (no
+    elements, or not an array)."""
+    if isinstance(x, np.ndarray):
+        device, address, size = "cpu", x.__array_interface__["data"][0], x.itemsize
+        strides = [st // size for st in x.strides] if size else []
+    elif (is_torch_tensor(x) and not x.is_nested and x.layout == _imported_torch().strided
+          and x.device.type != "meta"):
+        device, address, size, strides = str(x.device), x.data_ptr(), x.element_size(), list(x.stride())
+    else:
+        return None
+    if any(n == 0 for n in x.shape):
+        return None
+    low = sum(min(0, (n - 1) * st) for n, st in zip(x.shape, strides))
+    high = sum(max(0, (n - 1) * st) for n, st in zip(x.shape, strides))
+    return device, address + low * size, address + (high + 1) * size
+
+
+def _refuse_written_indices(indices: Tuple[Tuple[str, Any], ...], written: Tuple[Tuple[str, Any], ...]) -> None:
+    """PasaError where an index array as the caller gave it (cu_seqlens, cache_seqlens, block_table)
+    shares memory with an array the call writes: the C++ call's own check sees only the int32 copy
+    made of an index array of another dtype or layout, and the write would change the caller's."""
+    for name, x in indices:
+        span = _byte_span(x)
+        for written_name, w in written:
+            other = None if span is None else _byte_span(w)
+            if other is not None and span[0] == other[0] and span[1] < other[2] and other[1] < span[2]:
+                raise PasaError(f"{written_name}: its memory overlaps {name}'s; pass an output that does not "
+                                f"alias the inputs or the other outputs (the byte ranges the views span must be "
+                                f"disjoint)")
+
+
+def _refuse_torch_out(out: Any, q: Any) -> None:
+    """PasaError for a torch out= beside non-torch q, as the dense call refuses it: the result is a
+    torch tensor exactly when q is one."""
+    if out is not None and is_torch_tensor(out) and not is_torch_tensor(q):
+        kind = f"{type(q).__module__.split('.')[0]}.{type(q).__name__}"
+        raise PasaError(f"out: a torch.Tensor, but q is a {kind}: give torch q, k and v with a torch out=")
 
 
 def _zero_d(name: str) -> PasaError:
@@ -238,6 +279,8 @@ def attention_varlen(q: Any, k: Any, v: Any, *, cu_seqlens_q: Any, cu_seqlens_k:
             raise PasaError(f"{name}: expected an int, got {value!r}")
         if not 0 <= value <= 2**31 - 1:
             raise PasaError(f"{name}: {int(value)} is outside 0..{2**31 - 1}")
+    _refuse_torch_out(out, q)
+    _refuse_written_indices((("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)), (("out", out),))
     device = _cuda_device(q)
     place = _placer(device)
     q, k, v = (place(x, name) for name, x in (("q", q), ("k", k), ("v", v)))
@@ -328,6 +371,9 @@ def attention_with_kvcache(
     alignment_argument(causal_alignment)
     return_softmax_lse = flag_argument(return_softmax_lse, "return_softmax_lse")
     scale = _check_scale(softmax_scale, "softmax_scale")
+    _refuse_torch_out(out, q)
+    written = (("out", out),) + ((("k_cache", k_cache), ("v_cache", v_cache)) if k is not None else ())
+    _refuse_written_indices((("cache_seqlens", cache_seqlens), ("block_table", block_table)), written)
     device = _cuda_device(q)
     place = _placer(device)
     q, k_cache, v_cache = (place(x, name) for name, x in

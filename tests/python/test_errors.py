@@ -241,7 +241,7 @@ def test_kvcache_options_are_checked_like_attention_s(rng):
 
 def test_sdpa_flags_and_masks_of_no_array_type(rng):
     q, k, v = qkv(rng, 1, 2, 2, 4, 4, 8)
-    for flag in (np.array([True, False]), np.array(True), [], {}, 0, 1, 2, np.int64(1), 1.0):
+    for flag in (np.array([True, False]), np.array(True), [], {}, 0, 1, 2, np.int64(1), 1.0, object(), None):
         with raises(r"^is_causal: expected True or False"):
             pasa.sdpa(q, k, v, is_causal=flag)
     with raises(r"^attn_mask: expected a NumPy array"):

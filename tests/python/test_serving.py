@@ -423,6 +423,7 @@ def test_written_tensors_count_the_write_for_autograd(rng):
                                     torch.ones(1, 1, 1, 8), cache_seqlens=0)
 
 
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
 def test_inference_tensors_are_written_only_inside_inference_mode(rng):
     """torch refuses in-place writes to an inference tensor outside torch.inference_mode(); pasa's
     writes (an out=, an append into the caches) go past torch's checks, so pasa refuses them itself,
@@ -766,6 +767,55 @@ def test_outputs_overlapping_what_the_call_reads_raise_before_writing(rng):
     with pytest.raises(pasa.PasaError, match=r"^out: sizes \[1, 1, 2, 8\] with strides \[16, 16, 1, 1\]"):
         pasa.attention_with_kvcache(step_q, k_cache, v_cache, new_k, new_v, cache_seqlens=2, out=shared)
     np.testing.assert_array_equal(k_cache, cache_before)
+
+
+def test_index_arrays_copied_to_int32_are_still_kept_apart_from_what_the_call_writes(rng):
+    # An index array of another dtype, or a block table cut to the columns read, reaches the C++ call
+    # as an int32 copy; the caller's own array must still be refused where the call writes over it.
+    cu = np.array([0, 3, 8], np.int64)
+    q, kv = randn(rng, (8, 4, 16)), randn(rng, (8, 4, 16))
+    memory = np.zeros(8 * 4 * 16, np.float32)
+    offsets = memory[:6].view(np.int64)
+    offsets[:] = cu
+    with pytest.raises(pasa.PasaError, match="^out: its memory overlaps cu_seqlens_q's"):
+        pasa.attention(q, kv, kv, cu_seqlens_q=offsets, cu_seqlens_k=cu, max_seqlen_q=5, max_seqlen_k=5,
+                       out=memory.reshape(8, 4, 16))
+    np.testing.assert_array_equal(offsets, cu)
+    # A paged cache whose (int64) block table lies in k_cache's memory: an append would write over it.
+    k_cache, v_cache = randn(rng, (6, 4, 2, 8)), randn(rng, (6, 4, 2, 8))
+    table = k_cache.reshape(-1)[:12].view(np.int64).reshape(2, 3)
+    table[:] = [[1, 2, 3], [4, 5, 0]]
+    cache_before = k_cache.copy()
+    step_q, new = randn(rng, (2, 1, 4, 8)), randn(rng, (2, 1, 2, 8))
+    with pytest.raises(pasa.PasaError, match="^k_cache: its memory overlaps block_table's"):
+        pasa.attention_with_kvcache(step_q, k_cache, v_cache, new, new.copy(), cache_seqlens=[3, 9], block_table=table)
+    np.testing.assert_array_equal(k_cache, cache_before)
+    # (only read, the table may lie there; and an int32 table inside out=, cut to the columns read)
+    pasa.attention_with_kvcache(step_q, k_cache, v_cache, cache_seqlens=[3, 9], block_table=table)
+    out = np.zeros((2, 1, 4, 8), np.float32)
+    inside = out.reshape(-1)[:6].view(np.int32).reshape(2, 3)
+    inside[:] = [[0, 1, 2], [3, 4, 5]]
+    with pytest.raises(pasa.PasaError, match="^out: its memory overlaps block_table's"):
+        pasa.attention_with_kvcache(step_q, k_cache, v_cache, cache_seqlens=[1, 2], block_table=inside, out=out)
+    np.testing.assert_array_equal(inside, [[0, 1, 2], [3, 4, 5]])
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_serving_calls_take_a_torch_out_only_beside_torch_q(rng):
+    q = randn(rng, (4, 2, 8))
+    with pytest.raises(pasa.PasaError, match=r"^out: a torch.Tensor, but q is a numpy.ndarray"):
+        pasa.attention(q, q, q, cu_seqlens_q=[0, 4], cu_seqlens_k=[0, 4], max_seqlen_q=4, max_seqlen_k=4,
+                       out=torch.zeros(4, 2, 8))
+    step_q, cache = randn(rng, (1, 1, 2, 8)), randn(rng, (1, 4, 2, 8))
+    with pytest.raises(pasa.PasaError, match=r"^out: a torch.Tensor, but q is a numpy.ndarray"):
+        pasa.attention_with_kvcache(step_q, cache, cache.copy(), cache_seqlens=2, out=torch.zeros(1, 1, 2, 8))
+
+
+def test_a_paged_append_of_the_wrong_rank_is_named(rng):
+    cache, table = randn(rng, (2, 4, 1, 8)), np.array([[0], [1]], np.int32)
+    with pytest.raises(pasa.PasaError, match=r"^k: expected a 4-D array"):
+        pasa.attention_with_kvcache(randn(rng, (2, 1, 1, 8)), cache, cache.copy(), np.zeros(5, np.float32),
+                                    np.zeros(5, np.float32), cache_seqlens=1, block_table=table)
 
 
 def test_kvcache_output_of_another_shape_is_named_out(rng):
