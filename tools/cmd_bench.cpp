@@ -10,6 +10,7 @@
 // error stops it.
 
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -103,12 +104,15 @@ std::vector<std::string> policy_texts(const char* option, const std::vector<std:
   return texts;
 }
 
-// A list option's value given twice would time one point twice, in rows that look like two.
-template <class T>
-void refuse_repeats(const char* option, const std::vector<T>& values) {
+// A list option's value given twice would time one point twice, in rows that look like two; `shown`
+// prints a value (values equal by == may print differently: policies in other words).
+template <class T, class Shown = std::identity>
+void refuse_repeats(const char* option, const std::vector<T>& values, Shown shown = {}) {
   for (std::size_t i = 0; i < values.size(); ++i) {
     for (std::size_t j = 0; j < i; ++j) {
-      if (values[i] == values[j]) throw UsageError(text::format("{}: {} is given twice", option, values[i]));
+      if (!(values[i] == values[j])) continue;
+      const std::string a = text::format("{}", shown(values[i])), b = text::format("{}", shown(values[j]));
+      throw UsageError(text::format("{}: {} is given twice{}", option, a, a == b ? "" : " (the same as " + b + ")"));
     }
   }
 }
@@ -162,17 +166,9 @@ ParsedOptions validate(const BenchOptions& o) {
   refuse_repeats("--decode-seq", o.decode_seqs);
   refuse_repeats("--decode-cache", o.decode_caches);
   // (policies by their meaning: "pasa" and "pasa_accurate" with pasa's fields are one)
-  for (const auto& [option, list] :
-       {std::pair{"--policy", &parsed.policies}, {"--decode-policy", &parsed.decode_policies}}) {
-    for (std::size_t i = 0; i < list->size(); ++i) {
-      for (std::size_t j = 0; j < i; ++j) {
-        if ((*list)[i] == (*list)[j]) {
-          throw UsageError(text::format("{}: {} is given twice (the same policy as {})", option,
-                                        to_string((*list)[i]), to_string((*list)[j])));
-        }
-      }
-    }
-  }
+  const auto policy_text = [](const Policy& p) { return to_string(p); };
+  refuse_repeats("--policy", parsed.policies, policy_text);
+  refuse_repeats("--decode-policy", parsed.decode_policies, policy_text);
   return parsed;
 }
 
