@@ -270,7 +270,6 @@ def sdpa(
             f"(inference) or use torch's scaled_dot_product_attention for training"
         )
     flag_argument(enable_gqa, "enable_gqa")
-    # (what is plainly no flag; torch.compile traces a computed or NumPy flag as its own objects)
     # (torch takes a bool only: not 0 or 1, nor a 0-d tensor; NumPy's bool, and the symbolic bool that
     # torch.compile may trace a computed flag as, are bools too)
     if not isinstance(is_causal, (bool, np.bool_)) and type(is_causal).__name__ != "SymBool":

@@ -15,8 +15,9 @@ from typing import Any, Callable, Optional, Tuple, Union
 import numpy as np
 
 from . import _core
-from ._arrays import (_DL_CPU, _imported_torch, check_array, check_given_out, check_sign_bits, check_strided, check_writable,
-                      dlpack_device, is_ml_dtypes_bfloat16, is_torch_tensor, new_host_output, new_torch_output)
+from ._arrays import (_DL_CPU, _imported_torch, check_array, check_given_out, check_sign_bits, check_strided,
+                      check_writable, dlpack_device, is_ml_dtypes_bfloat16, is_torch_tensor, new_host_output,
+                      new_torch_output)
 from ._errors import PasaError, alignment_argument, flag_argument, real_argument
 from ._policy import PolicyLike, core_policy
 

@@ -560,7 +560,8 @@ def check_usage_errors(tmp):
                                           ("--mask", "full,causal,full", "full"), ("--dtype", "bf16,bf16", "bf16"),
                                           ("--policy", "exact, exact", "exact"),
                                           ("--policy", "pasa,pasa_accurate,pseudo_avg=acc,s=fp16,softmax=fp16,"
-                                                       "exp_base=2", "pasa_accurate,s=fp16,softmax=fp16,exp_base=2,pseudo_avg=acc"),
+                                                       "exp_base=2",
+                                           "pasa_accurate,s=fp16,softmax=fp16,exp_base=2,pseudo_avg=acc"),
                                           ("--decode-policy", "fdpp,phi=-2,fdpp,phi=-2.0", "fdpp,phi=-2"),
                                           ("--decode-cache", "paged16,dense,paged16", "paged16"))),
             (("overhead", "--calls", "0"), "--calls: 0 is outside 1..10000", "pasa overhead"),
