@@ -93,10 +93,15 @@ def check_whole_strides(x: np.ndarray, name: str) -> None:
                         f"a structured array); pass np.ascontiguousarray({name})")
 
 
+def is_dense_tensor(x: Any) -> bool:
+    """Whether x is a torch tensor of the strided layout (not sparse, not nested)."""
+    return is_torch_tensor(x) and not x.is_nested and x.layout == _torch_module.strided
+
+
 def check_strided(x: Any, name: str) -> None:
     """Raises PasaError for a torch tensor that is not dense: sparse, nested (which has no shape to
     give) or of another layout."""
-    if is_torch_tensor(x) and (x.is_nested or x.layout != _torch_module.strided):
+    if is_torch_tensor(x) and not is_dense_tensor(x):
         kind = "nested" if x.is_nested else str(x.layout).replace("torch.", "")
         raise PasaError(f"{name}: a {kind} tensor; pasa takes dense (strided) tensors")
 

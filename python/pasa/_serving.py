@@ -16,8 +16,8 @@ import numpy as np
 
 from . import _core
 from ._arrays import (_DL_CPU, _imported_torch, check_array, check_given_out, check_sign_bits, check_strided,
-                      check_writable, dlpack_device, is_ml_dtypes_bfloat16, is_torch_tensor, new_host_output,
-                      new_torch_output)
+                      check_writable, dlpack_device, is_dense_tensor, is_ml_dtypes_bfloat16, is_torch_tensor,
+                      new_host_output, new_torch_output)
 from ._errors import PasaError, alignment_argument, flag_argument, real_argument
 from ._policy import PolicyLike, core_policy
 
@@ -139,8 +139,7 @@ def _byte_span(x: Any) -> Optional[Tuple[Any, int, int]]:
     if isinstance(x, np.ndarray):
         device, address, size = "cpu", x.__array_interface__["data"][0], x.itemsize
         strides = [st // size for st in x.strides] if size else []
-    elif (is_torch_tensor(x) and not x.is_nested and x.layout == _imported_torch().strided
-          and x.device.type != "meta"):
+    elif is_dense_tensor(x) and x.device.type != "meta":
         device, address, size, strides = str(x.device), x.data_ptr(), x.element_size(), list(x.stride())
     else:
         return None
