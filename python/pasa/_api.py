@@ -252,8 +252,8 @@ def sdpa(
 ) -> Any:
     """A drop-in for ``torch.nn.functional.scaled_dot_product_attention`` (torch's semantics).
 
-    ``query`` is ``[N, H_q, L, E]`` or ``[N, L, E]``, ``key``/``value`` ``[N, H_kv, S, E]`` or
-    ``[N, S, E]``; ``is_causal`` is top-left aligned, as in torch; ``attn_mask`` is bool (True takes
+    ``query`` is ``[N, H_q, L, E]`` or ``[H_q, L, E]``, ``key``/``value`` ``[N, H_kv, S, E]`` or
+    ``[H_kv, S, E]``; ``is_causal`` is top-left aligned, as in torch; ``attn_mask`` is bool (True takes
     part) or float (added to the scores), of at least 2 dims broadcastable to ``[N, H_q, L, S]``. Works on torch
     tensors (through the ``pasa::attention`` custom op) and on NumPy arrays. ``window_size`` and
     ``softcap`` are pasa's additions (see :func:`attention`; the window is top-left aligned here).
@@ -282,7 +282,7 @@ def sdpa(
             raise PasaError(f"{name}: a nested tensor; pasa takes dense (strided) tensors")
         if not hasattr(x, "shape") or len(x.shape) not in (3, 4):
             shape = tuple(x.shape) if hasattr(x, "shape") else type(x).__name__
-            raise PasaError(f"{name}: expected a 4-D [N, H, L, E] or 3-D [N, L, E] array, "
+            raise PasaError(f"{name}: expected a 4-D [N, H, L, E] or 3-D [H, L, E] array, "
                             f"got {shape}")
     if not len(query.shape) == len(key.shape) == len(value.shape):
         raise PasaError(
@@ -304,10 +304,8 @@ def sdpa(
             raise PasaError(f"attn_mask: dtype {mask_dtype} is neither bool, float32 nor the query's "
                             f"{dtype_names[0]} (as torch's scaled_dot_product_attention requires)")
     three_d = len(query.shape) == 3
-    if three_d:
-        query, key, value = query[:, None], key[:, None], value[:, None]
-        if attn_mask is not None and len(getattr(attn_mask, "shape", ())) == 3:  # [N, L, S]: per batch
-            attn_mask = attn_mask[:, None]
+    if three_d:  # [H, L, E], as torch reads 3-D operands (its GQA groups dim -3): [1, H, L, E]
+        query, key, value = query[None], key[None], value[None]
     heads_q, heads_kv = query.shape[1], key.shape[1]
     if heads_q != heads_kv and not enable_gqa:
         raise PasaError(
@@ -317,7 +315,7 @@ def sdpa(
     result = attention(query, key, value, policy=policy, causal=bool(is_causal),
                        causal_alignment="top_left", scale=scale, layout="bhsd",
                        window_size=window_size, softcap=softcap, attn_mask=attn_mask)
-    return result[:, 0] if three_d else result
+    return result[0] if three_d else result
 
 
 def reference(

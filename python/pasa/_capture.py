@@ -340,8 +340,8 @@ def _as_bhsd_host(t: Any, name: str) -> Tuple[Any, Optional[str]]:
         t = t.float()
     if t.dim() == 2:  # (L, E): one sequence, one head
         t = t[None, None]
-    elif t.dim() == 3:
-        t = t.unsqueeze(1)
+    elif t.dim() == 3:  # (H, L, E): dim -3 is the heads, as torch's GQA reads it
+        t = t[None]
     elif t.dim() > 4:
         t = t.reshape(-1, *t.shape[-3:])
     elif t.dim() < 2:
@@ -356,7 +356,7 @@ def capture(directory: Union[str, "os.PathLike[str]"], *, model: Any = None,
 
     While active, ``torch.nn.functional.scaled_dot_product_attention`` is replaced by a wrapper that
     runs the original and saves its ``query``, ``key`` and ``value`` (detached, on the host, as
-    ``[B, H, S, D]``; 3-D operands get H = 1, 2-D ones B = H = 1) to ``directory/NAME.safetensors``
+    ``[B, H, S, D]``; 3-D operands ``[H, L, E]`` get B = 1, 2-D ones B = H = 1) to ``directory/NAME.safetensors``
     under the names ``q``, ``k``, ``v`` (what ``pasa run --qkv`` and ``pasa calibrate`` read). On exit
     the original function is restored and ``directory/index.json`` lists every call with its name, layer,
     timestep, shapes, dtype and arguments (is_causal is top-left aligned, torch's convention),

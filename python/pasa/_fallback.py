@@ -161,9 +161,10 @@ def sdpa_precheck(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: A
         return "autograd: pasa has no backward"
     if attn_mask is not None and attn_mask.device != query.device:
         return "attn_mask: on another device than the query"
-    if query.dim() == 4 and query.shape[1] != key.shape[1] and not enable_gqa:
+    # (the heads are dim -3: of [N, H, L, E], and of [H, L, E], as torch's GQA reads 3-D operands)
+    if query.shape[-3] != key.shape[-3] and not enable_gqa:
         return "enable_gqa: head counts differ without enable_gqa=True"
-    if query.dim() == 4 and key.shape[1] > 0 and query.shape[1] % key.shape[1] != 0:
+    if key.shape[-3] > 0 and query.shape[-3] % key.shape[-3] != 0:
         return "heads: H_q is not a multiple of H_kv"
     # Shapes torch broadcasts or allows and pasa does not: told here, from metadata, so that a call
     # under torch.compile falls back too (its fake output has q's shape).
@@ -172,7 +173,7 @@ def sdpa_precheck(query: Any, key: Any, value: Any, attn_mask: Any, dropout_p: A
             return f"{name}: head dim {t.shape[-1]} differs from q's {query.shape[-1]}"
     if key.shape[:-1] != value.shape[:-1]:
         return f"v: shape {tuple(value.shape)} differs from k's {tuple(key.shape)} but for the head dim"
-    if query.shape[0] != key.shape[0]:
+    if query.dim() == 4 and query.shape[0] != key.shape[0]:
         return f"k: batch {key.shape[0]} differs from q's {query.shape[0]} (pasa does not broadcast it)"
     return None
 

@@ -294,11 +294,36 @@ def test_capture_3d_bf16_and_float64(tmp_path):
         F.scaled_dot_product_attention(q64, q64, q64, scale=0.5)
         F.scaled_dot_product_attention(q2, q2, q2)
     assert cap.entries[2]["shape"]["q"] == [1, 1, 5, 16]
-    assert cap.entries[0]["shape"]["q"] == [3, 1, 5, 16] and cap.entries[0]["dtype"] == "bfloat16"
+    # (3-D operands are [H, L, E] to torch's GQA: recorded as one batch of H heads)
+    assert cap.entries[0]["shape"]["q"] == [1, 3, 5, 16] and cap.entries[0]["dtype"] == "bfloat16"
     t = pasa.load(tmp_path / "layer0.safetensors")
     assert t["q"].dtype == np.float32  # bf16 loads as float32, exactly
-    np.testing.assert_array_equal(t["q"][:, 0], q.float().numpy())
+    np.testing.assert_array_equal(t["q"][0], q.float().numpy())
     assert cap.entries[1]["converted_from"] == "float64" and cap.entries[1]["scale"] == 0.5
+
+
+def test_3d_grouped_query_calls_are_heads_as_torch_reads_them(tmp_path):
+    # torch groups dim -3 of 3-D operands: q [H_q, L, E] against k, v [H_kv, S, E]. pasa.sdpa, the
+    # patch and the capture read them so (they were taken for batches, and refused as a broadcast).
+    q, k, v = torch.randn(4, 6, 8), torch.randn(2, 7, 8), torch.randn(2, 7, 8)
+    want = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    torch.testing.assert_close(pasa.sdpa(q, k, v, enable_gqa=True), want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(pasa.PasaError, match=r"^key: 2 heads differ from query's 4; pass enable_gqa=True"):
+        pasa.sdpa(q, k, v)
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return F.scaled_dot_product_attention(x, k, v, enable_gqa=True)
+
+    model = M()
+    with torch.no_grad():
+        pasa.stats(reset=True)
+        with pasa.patch(model, strict=True):
+            torch.testing.assert_close(model(q), want, atol=1e-5, rtol=1e-5)
+        with pasa.capture(tmp_path):
+            model(q)
+    index = json.loads((tmp_path / "index.json").read_text())
+    assert index["entries"][0]["shape"] == {"q": [1, 4, 6, 8], "k": [1, 2, 7, 8], "v": [1, 2, 7, 8]}
 
 
 def test_patch_routes_sdpa_through_pasa(model, x, monkeypatch):
