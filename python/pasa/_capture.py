@@ -22,11 +22,13 @@ import json
 import math
 import os
 import re
+import sys
 import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import _core
 from ._api import sdpa
+from ._arrays import check_not_meta
 from ._errors import PasaError, flag_argument
 from ._fallback import compiling, run_or_fallback, score_mods_refusal, sdpa_precheck, warm_score_mods
 from ._io import file_path, save
@@ -187,8 +189,11 @@ class Capture:
         self._overwrite = flag_argument(overwrite, "overwrite")
         self._names: set = set()
         self._lock = threading.Lock()
+        self._first_index = 0  # the entry where call numbering restarted (reset())
+        self._in_name_fn = threading.local()  # (SDPA calls a name_fn makes are not recorded)
         self._tracker: Optional[_LayerTracker] = None
         self._active = False
+        self._claimed: Optional[str] = None
 
     def __enter__(self) -> Capture:
         torch = _require_torch("pasa.capture")
@@ -204,11 +209,17 @@ class Capture:
             os.makedirs(self.directory, exist_ok=True)
         except OSError as e:
             raise PasaError(f"directory: cannot create {self.directory}: {e.strerror or e}") from None
-        if os.path.exists(index):
-            self._remove_previous_capture(index)
+        self._claimed = _claim_directory(self.directory)
+        try:
+            if os.path.exists(index):
+                self._remove_previous_capture(index)
+        except BaseException:
+            _release_directory(self._claimed)
+            raise
         with self._lock:  # (each block is a capture of its own: this object's earlier one was removed)
             self.entries = []
             self._names = set()
+            self._first_index = 0
         self._tracker = _LayerTracker(self._model) if self._model is not None else None
         _recorder_acquire(torch.nn.functional, self)
         self._active = True
@@ -258,8 +269,16 @@ class Capture:
         except PasaError:
             if exc[0] is None:
                 raise
+        finally:
+            _release_directory(self._claimed)
             # (the error that ended the block is the one to see; the index of the calls it recorded
             # could not be written either)
+
+    def reset(self) -> None:
+        """Restarts call numbering at 0 (e.g. before each generation step), as Patch.reset does, so
+        that a patch reset at the same points names its calls as the capture did."""
+        with self._lock:
+            self._first_index = len(self.entries)
 
     def write_index(self) -> None:
         """Writes ``index.json`` (done on exit): one entry per call, in call order. The file is
@@ -289,9 +308,20 @@ class Capture:
         layer = self._tracker.current() if self._tracker else None
         if self._tracker is not None and layer is None:
             return  # (a call outside the model, a text encoder's say: a patch of it would not see it)
+        if getattr(self._in_name_fn, "active", False):
+            return  # (an SDPA call the name_fn makes: not the model's)
+        timestep = _plain_timestep(self.timestep)
+        if isinstance(timestep, float) and not math.isfinite(timestep):  # (index.json could not hold it)
+            raise PasaError(f"timestep: {timestep} is not a finite number; set a finite number or a string")
+        for param in ("query", "key", "value"):
+            check_not_meta(bound[param], param)
         with self._lock:
-            call = CallInfo(index=len(self.entries), layer=layer, timestep=_plain_timestep(self.timestep))
-            name = _check_name(self._name_fn(call), call)
+            call = CallInfo(index=len(self.entries) - self._first_index, layer=layer, timestep=timestep)
+            self._in_name_fn.active = True
+            try:
+                name = _check_name(self._name_fn(call), call)
+            finally:
+                self._in_name_fn.active = False
             if name in self._names:
                 raise PasaError(f"name_fn: name {name!r} of call {call.index} was already used in "
                                 f"this capture (include the index or a timestep in names)")
@@ -327,6 +357,27 @@ class Capture:
                 "dropout_p": float(bound.get("dropout_p", 0.0)),
                 "attn_mask": bound.get("attn_mask") is not None,
             })
+
+
+# The directories active captures write (their real paths): two captures into one would each write its
+# index over the other's, beside files of both.
+_claimed_directories: set = set()
+_claims_lock = threading.Lock()
+
+
+def _claim_directory(directory: str) -> str:
+    path = os.path.realpath(directory)
+    with _claims_lock:
+        if path in _claimed_directories:
+            raise PasaError(f"directory: {directory} is being written by another active capture; give "
+                            f"each capture a directory of its own")
+        _claimed_directories.add(path)
+    return path
+
+
+def _release_directory(path: Optional[str]) -> None:
+    with _claims_lock:
+        _claimed_directories.discard(path)
 
 
 def _as_bhsd_host(t: Any, name: str) -> Tuple[Any, Optional[str]]:
@@ -395,6 +446,18 @@ _router_lock = threading.Lock()
 _router_users = 0
 _router_original: Any = None
 _active = threading.local()
+
+
+def _forward_running(module: Any) -> bool:
+    """Whether a call of module's forward is on this thread's stack (a forward pre-hook runs before its
+    own call's forward starts, so what it finds is an outer call's)."""
+    code = getattr(getattr(type(module), "forward", None), "__code__", None)
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is code and frame.f_locals.get("self") is module:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _active_patches() -> List[Patch]:
@@ -591,9 +654,11 @@ class Patch:
 
     def _enter(self, module: Any, args: Any) -> None:
         stack = _active_patches()
-        # Already on the stack: left there by this module's forward that a KeyboardInterrupt stopped
-        # (torch runs always_call hooks on Exception only), with what was entered after it.
-        if self in stack:
+        # Already on the stack: the module's forward calls the module again (recursion, whose outer
+        # forward is running still: each level keeps its entry), or an entry left by a forward that a
+        # KeyboardInterrupt stopped (torch runs always_call hooks on Exception only), removed with
+        # what was entered after it.
+        if self in stack and not _forward_running(module):
             del stack[stack.index(self):]
         stack.append(self)
 

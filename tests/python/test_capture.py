@@ -222,6 +222,62 @@ def test_capture_and_patch_flags_are_bools(tmp_path, model, x):
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+def test_a_patched_module_calling_itself_routes_every_call():
+    # (a wrapper whose forward runs the module again, guidance-style: the inner forward's exit
+    # must not end the outer's routing)
+    class Recursive(torch.nn.Module):
+        def forward(self, x, depth=1):
+            y = self(x, depth - 1) if depth > 0 else x
+            return F.scaled_dot_product_attention(y, y, y)
+
+    model, x = Recursive(), torch.randn(1, 1, 4, 8)
+    with torch.no_grad(), pasa.patch(model, policy="sage4") as handle:
+        got = model(x)
+    y = pasa.attention(x, x, x, policy="sage4")
+    assert handle.calls == 2 and handle.fallbacks == 0
+    assert torch.equal(got, pasa.attention(y, y, y, policy="sage4"))
+
+
+def test_capture_reset_restarts_numbering_as_the_patchs(tmp_path, model, x):
+    with torch.no_grad(), pasa.capture(tmp_path) as cap:
+        for step in (0, 10):
+            cap.timestep = step
+            cap.reset()
+            model(x)
+    names = [e["name"] for e in cap.entries]
+    assert names == ["layer0_t0", "layer1_t0", "layer2_t0", "layer0_t10", "layer1_t10", "layer2_t10"], names
+
+
+def test_capture_refusals_at_the_call_and_at_entry(tmp_path):
+    q = torch.randn(1, 1, 4, 8)
+    # Two captures active on one directory would write one index over the other's.
+    with pasa.capture(tmp_path):
+        with pytest.raises(pasa.PasaError, match=r"is being written by another active capture"):
+            with pasa.capture(tmp_path / ".", overwrite=True):
+                pass
+        F.scaled_dot_product_attention(q, q, q)
+    assert len(json.loads((tmp_path / "index.json").read_text())["entries"]) == 1
+    # A name_fn that itself calls SDPA: its calls are not the model's (they used to deadlock).
+    def name_fn(call):
+        F.scaled_dot_product_attention(q, q, q)
+        return pasa.default_name(call)
+
+    with pasa.capture(tmp_path / "named", name_fn=name_fn) as cap:
+        F.scaled_dot_product_attention(q, q, q)
+    assert [e["name"] for e in cap.entries] == ["layer0"]
+    # A timestep index.json cannot hold is refused at the call, not when the block ends.
+    with pasa.capture(tmp_path / "nan") as cap:
+        cap.timestep = float("nan")
+        with pytest.raises(pasa.PasaError, match=r"^timestep: nan is not a finite number"):
+            F.scaled_dot_product_attention(q, q, q)
+        cap.timestep = 1
+        F.scaled_dot_product_attention(q, q, q)
+    assert [e["name"] for e in cap.entries] == ["layer0_t1"]
+    with pasa.capture(tmp_path / "meta"):
+        with pytest.raises(pasa.PasaError, match=r"^query: a meta tensor"):
+            F.scaled_dot_product_attention(*(q.to("meta"),) * 3)
+
+
 def test_capture_overwrite_removes_the_earlier_capture(tmp_path, model, x):
     # Four calls, then two into the same directory: the first capture's layer2 and layer3 would
     # otherwise stay beside the new index (and `pasa calibrate` would not know them for stale).
