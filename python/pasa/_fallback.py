@@ -8,6 +8,7 @@ backend) does with a call pasa cannot run. It runs torch's own SDPA instead, war
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import warnings
@@ -64,16 +65,22 @@ def _record_call() -> None:
         _calls += 1
 
 
+_NUMBERS = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|\b(?:nan|inf)\b")
+
+
 def _record_fallback(reason: str, detail: str) -> None:
     if compiling():
         return
+    # Warned once per cause: the detail without its numbers (a second cause for the same argument,
+    # another shape or stride say, is told too; the same cause at other values is not).
+    cause = _NUMBERS.sub("#", detail)
     with _lock:
         _reasons[reason] = _reasons.get(reason, 0) + 1
-        first = reason not in _warned
-        _warned.add(reason)
+        first = cause not in _warned
+        _warned.add(cause)
     if first:
         warnings.warn(f"pasa: falling back to torch's scaled_dot_product_attention ({detail}); "
-                      f"further calls for this reason fall back silently, pasa.stats() counts them",
+                      f"further calls for this cause fall back silently, pasa.stats() counts them",
                       PasaFallbackWarning, stacklevel=_caller_stacklevel())
 
 

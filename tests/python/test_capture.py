@@ -524,6 +524,27 @@ def test_patch_runs_masks_on_the_cpu(model, x):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+def test_each_cause_of_a_fallback_is_warned_once():
+    # Two causes that name the same argument (q past fp16, then q's head dim not contiguous) are two
+    # warnings; the first cause again at other values is none.
+    class Attend(torch.nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v)
+
+    model, q = Attend(), torch.randn(1, 2, 8, 16)
+    strided = torch.randn(1, 2, 16, 8).transpose(-1, -2)
+    pasa.stats(reset=True)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        with torch.no_grad(), pasa.patch(model, policy="fa16"):
+            model(q * 1e5, q, q)
+            model(q * 2e5, q, q)
+            model(strided, q, q)
+    messages = [str(w.message) for w in record if w.category is pasa.PasaFallbackWarning]
+    assert len(messages) == 2 and "head dim is not contiguous" in messages[1], messages
+    assert pasa.stats()["reasons"] == {"q": 3}
+
+
 def test_patch_falls_back_and_counts(model, x):
     pasa.stats(reset=True)
     with torch.no_grad():
