@@ -86,8 +86,10 @@ std::optional<std::uint64_t> available_memory_bytes() {
 }
 
 void require_memory(std::uint64_t bytes, const std::string& what) {
+  // (with a margin for the allocator's own pages: a request of exactly what is left fails in it)
+  constexpr std::uint64_t kAllocatorMargin = 1 << 20;
   const auto available = available_memory_bytes();
-  if (!available || bytes <= *available) return;
+  if (!available || (bytes <= *available && *available - bytes >= kAllocatorMargin)) return;
   const auto system = system_available_bytes();
   const auto room = address_space_room_bytes();
   const auto physical = physical_memory_bytes();

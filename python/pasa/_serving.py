@@ -229,11 +229,14 @@ def _run(function: Callable[..., None], device: Optional[Any], arrays: Tuple[Any
     kernels launch on the current device) with torch's current stream of that device (the capturing
     one inside torch.cuda.graph), the tensors handed over as DLPack capsules made without stream
     synchronization (pasa._torch says why); then the version counters of ``written`` (the arrays the
-    call writes) are bumped. captured_workspace: inside CUDA-graph capture, function also takes
-    workspace=(bytes -> pointer), served from torch's allocator (the graph's pool), so that the graph
-    holds no allocation nodes of its own."""
-    _launch(function, device, arrays, options, captured_workspace)
-    _count_writes(written)
+    call writes) are bumped, also when the call raises (stopped by Ctrl-C, it may have written some).
+    captured_workspace: inside CUDA-graph capture, function also takes workspace=(bytes -> pointer),
+    served from torch's allocator (the graph's pool), so that the graph holds no allocation nodes of
+    its own."""
+    try:
+        _launch(function, device, arrays, options, captured_workspace)
+    finally:
+        _count_writes(written)
 
 
 def _launch(function: Callable[..., None], device: Optional[Any], arrays: Tuple[Any, ...],

@@ -424,6 +424,22 @@ def test_written_tensors_count_the_write_for_autograd(rng):
 
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed")
+def test_a_call_that_raises_after_writing_still_counts_the_write(rng, monkeypatch):
+    # (Ctrl-C stops the emulator part-way: the append, or some of out's rows, may be in already)
+    def writes_then_stops(function, device, arrays, options, captured_workspace):
+        arrays[1][0, 0] = 1.0  # the cache's first row
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pasa._serving, "_launch", writes_then_stops)
+    k_cache, v_cache = torch.zeros(1, 4, 1, 8), torch.zeros(1, 4, 1, 8)
+    before = k_cache._version
+    with pytest.raises(KeyboardInterrupt):
+        pasa.attention_with_kvcache(torch.randn(1, 1, 1, 8), k_cache, v_cache, torch.ones(1, 1, 1, 8),
+                                    torch.ones(1, 1, 1, 8), cache_seqlens=0)
+    assert k_cache._version > before
+
+
+@pytest.mark.skipif(torch is None, reason="torch is not installed")
 def test_inference_tensors_are_written_only_inside_inference_mode(rng):
     """torch refuses in-place writes to an inference tensor outside torch.inference_mode(); pasa's
     writes (an out=, an append into the caches) go past torch's checks, so pasa refuses them itself,
