@@ -216,15 +216,39 @@ void calibrate_plan(const CalibrateOptions& opt) {
   for (const EntryFiles& e : entries) {
     ErrorMetrics m;
     say_if_masked(e);
+    // A file that cannot be read ends the command; a call pasa cannot run at all (its reference
+    // refuses it) is left out of the plan, which sends it to the default (a patch then runs torch's
+    // SDPA for it); one the fast policy refuses scores the worst.
+    std::optional<std::string> refused;
     try {
-      m = run_stage("scoring " + e.name, [&] {
-        QKV data = load_entry(e);
-        return compare(attention_output(data, fast, nullptr, e.call), reference_output(data, e.call));
-      });
+      QKV data = run_stage("reading " + e.name, [&] { return load_entry(e); });
+      std::vector<double> want;
+      try {
+        want = run_stage("the fp64 reference of " + e.name, [&] { return reference_output(data, e.call); });
+      } catch (const ResourceError&) {
+        throw;
+      } catch (const Error& err) {
+        text::print(stderr, "pasa calibrate: {}: left out of the plan: pasa cannot run this call ({})\n", e.name,
+                    err.what());
+        continue;
+      }
+      try {
+        m = run_stage("scoring " + e.name, [&] { return compare(attention_output(data, fast, nullptr, e.call), want); });
+      } catch (const ResourceError&) {
+        throw;
+      } catch (const Error& err) {
+        refused = err.what();
+      }
     } catch (const ResourceError&) {
       throw;
     } catch (const Error& err) {
       throw Error(opt.inputs + "/" + e.name + ": " + err.what());
+    }
+    if (refused) {  // (the worst score: it goes to the accurate policy first)
+      ranked.push_back({-1.0, -2.0, -HUGE_VAL, e.key});
+      scores[e.key] = -1.0;
+      text::print(text::progress_stream(), "{}: {} refuses it ({}): score -1\n", e.name, opt.fast, *refused);
+      continue;
     }
     // The report's score: CosSim * (1 - L1), each factor at least 0 (an output that points away from
     // fp64's and is off by more than its size would otherwise score as well as a good one: two

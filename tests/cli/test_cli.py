@@ -273,6 +273,28 @@ def check_calibrate_ranks_a_flipped_output_worst(tmp):
     assert accurate == [0], r.stderr
 
 
+def check_calibrate_keeps_going_past_calls_it_cannot_score(tmp):
+    # A call no policy can run (V's head dim differs from K's) is left out of the plan, said so; one the
+    # fast policy refuses (q past fp16) scores the worst and goes to the accurate policy. Neither ends
+    # the command any more.
+    rng = np.random.default_rng(3)
+    inputs = os.path.join(tmp, "unscorable")
+    os.makedirs(inputs)
+    shapes = {0: (8, 8, 1.0), 1: (8, 5, 1.0), 2: (8, 8, 1e5), 3: (8, 8, 1.0)}
+    for layer, (d, dv, q_scale) in shapes.items():
+        arrays = {"q": rng.standard_normal((1, 1, 16, d)) * q_scale, "k": rng.standard_normal((1, 1, 16, d)),
+                  "v": rng.standard_normal((1, 1, 16, dv))}
+        for n, a in arrays.items():
+            np.save(os.path.join(inputs, f"layer{layer}_{n}.npy"), a.astype(np.float32))
+    plan_path = os.path.join(tmp, "unscorable_plan.json")
+    r = pasa("calibrate", "--inputs", inputs, "--fast", "fa16", "--accurate", "exact", "--xi", "30",
+             "--out", plan_path)
+    assert "layer1: left out of the plan: pasa cannot run this call (v: shape [1, 1, 16, 5]" in r.stderr, r.stderr
+    assert "layer2: fa16 refuses it (q: value" in r.stderr and "score -1" in r.stderr, r.stderr
+    entries = {e["layer"]: e["policy"] for e in json.load(open(plan_path))["entries"]}
+    assert entries == {0: "fa16", 2: "exact", 3: "fa16"}, entries
+
+
 def write_safetensors(path, tensors):
     """A .safetensors file of float32 arrays (the format's JSON header, then the bytes)."""
     header, offset, blobs = {}, 0, []
@@ -891,6 +913,7 @@ def main():
         check_calibrate(tmp)
         check_calibrate_ranks_a_flipped_output_worst(tmp)
         check_calibrate_reads_the_capture_index(tmp)
+        check_calibrate_keeps_going_past_calls_it_cannot_score(tmp)
     check_arguments()
     check_cli_reference()
     check_bench()
