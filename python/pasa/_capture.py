@@ -575,14 +575,26 @@ def _router_release(functional: Any) -> None:
             functional.scaled_dot_product_attention = _router_original
 
 
+def _without_repeated_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    """A JSON object's pairs as a dict, or ValueError for a key given twice (which json.load would
+    take as its last value, where the C++ plan reader refuses it)."""
+    data: Dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise ValueError(f"duplicate key {key!r}")
+        data[key] = value
+    return data
+
+
 def _load_plan(plan: Any) -> Tuple[Optional[str], Dict[str, str]]:
     """(default policy, {call name: policy}) from a mapping or a JSON file, every policy checked."""
-    origin = "plan"
+    origin, text = "plan", None
     if isinstance(plan, (str, os.PathLike)):
         origin = os.fspath(plan)
         try:
             with open(origin) as f:
-                data = json.load(f)
+                text = f.read()
+            data = json.loads(text, object_pairs_hook=_without_repeated_keys)
         except (OSError, ValueError, RecursionError) as error:
             raise PasaError(f"plan: cannot read {origin}: {error}") from None
     else:
@@ -590,13 +602,18 @@ def _load_plan(plan: Any) -> Tuple[Optional[str], Dict[str, str]]:
     if not isinstance(data, Mapping):
         raise PasaError(f"plan: expected a mapping of call name -> policy (or a JSON file of one), "
                         f"got {type(data).__name__}")
-    if "entries" in data and "fast" in data:  # a plan written by `pasa calibrate`: the C++ reader's
-        try:
-            text = json.dumps(data)
-        except (TypeError, ValueError, RecursionError) as error:  # ValueError: a circular reference
-            raise PasaError(f"plan: not a pasa calibrate plan ({error})") from None
+    if "entries" in data or "fast" in data:  # a plan written by `pasa calibrate`: the C++ reader's
+        if text is None:
+            try:
+                text = json.dumps(data)
+            except (TypeError, ValueError, RecursionError) as error:  # ValueError: a circular reference
+                raise PasaError(f"plan: not a pasa calibrate plan ({error})") from None
         default, _, _, table = _core.parse_plan(text, origin)
     elif isinstance(data.get("policies"), Mapping):
+        others = sorted(str(key) for key in data if key not in ("default", "policies"))
+        if others:  # (a name beside "policies" would be dropped)
+            raise PasaError(f"plan: {origin}: {', '.join(repr(k) for k in others)} beside 'policies': give every "
+                            f"call's policy inside 'policies'")
         default, table = data.get("default"), data["policies"]
     else:
         default, table = data.get("default"), {k: v for k, v in data.items() if k != "default"}

@@ -524,6 +524,19 @@ def test_patch_runs_masks_on_the_cpu(model, x):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+def test_plan_files_are_read_as_strictly_as_the_cpp_reader_reads_them(tmp_path, model):
+    for text, match in (('{"layer0": "exact", "layer0": "sage8"}', r"duplicate key 'layer0'"),
+                        ('{"default": "exact", "policies": {"layer0": "sage8"}, "layer1": "sage8"}',
+                         r"'layer1' beside 'policies'"),
+                        ('{"fast": "exact", "accurate": "sage8", "xi": 10}', r'missing "entries"'),
+                        ('{"entries": [], "accurate": "exact", "xi": 10, "fast": "exact", "x": 1}',
+                         r"unknown key 'x'")):
+        path = tmp_path / "plan.json"
+        path.write_text(text)
+        with pytest.raises(pasa.PasaError, match=match):
+            pasa.patch(model, plan=path)
+
+
 def test_each_cause_of_a_fallback_is_warned_once():
     # Two causes that name the same argument (q past fp16, then q's head dim not contiguous) are two
     # warnings; the first cause again at other values is none.
