@@ -257,6 +257,14 @@ def check_rank4(shape: Tuple[int, ...], name: str, layout: str) -> None:
                         f"with shape {tuple(shape)}")
 
 
+def check_torch_out_beside_torch_q(out: Any, q: Any) -> None:
+    """PasaError for a torch out= beside a q of another kind: the result is a torch tensor exactly when
+    q is one (through DLPack, torch's in-place rules and autograd would not see a write into it)."""
+    if out is not None and is_torch_tensor(out) and not is_torch_tensor(q):
+        kind = f"{type(q).__module__.split('.')[0]}.{type(q).__name__}"
+        raise PasaError(f"out: a torch.Tensor, but q is a {kind}: give torch q, k and v with a torch out=")
+
+
 def allocate_outputs(q: Any, layout: str, return_lse: bool, out: Optional[Any],
                      stream: Optional[int]) -> Tuple[Any, Optional[Any], int]:
     """(out, lse, stream) for a non-torch call: NumPy outputs for host arrays, CuPy outputs and
@@ -267,9 +275,7 @@ def allocate_outputs(q: Any, layout: str, return_lse: bool, out: Optional[Any],
     if out is not None:
         check_array(out, "out")
         check_given_out(out, shape)
-        if is_torch_tensor(out):  # (through DLPack torch's in-place rules and autograd would not see it)
-            kind = f"{type(q).__module__.split('.')[0]}.{type(q).__name__}"
-            raise PasaError(f"out: a torch.Tensor, but q is a {kind}: give torch q, k and v with a torch out=")
+        check_torch_out_beside_torch_q(out, q)
     if is_cupy_array(q):
         import cupy
 

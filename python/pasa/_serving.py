@@ -16,8 +16,8 @@ import numpy as np
 
 from . import _core
 from ._arrays import (_DL_CPU, _imported_torch, check_array, check_given_out, check_sign_bits, check_strided,
-                      check_writable, dlpack_device, is_dense_tensor, is_ml_dtypes_bfloat16, is_torch_tensor,
-                      new_host_output, new_torch_output)
+                      check_torch_out_beside_torch_q, check_writable, dlpack_device, is_dense_tensor,
+                      is_ml_dtypes_bfloat16, is_torch_tensor, new_host_output, new_torch_output)
 from ._errors import PasaError, alignment_argument, flag_argument, real_argument
 from ._policy import PolicyLike, core_policy
 
@@ -164,14 +164,6 @@ def _refuse_written_indices(indices: Tuple[Tuple[str, Any], ...], written: Tuple
                                 f"disjoint)")
 
 
-def _refuse_torch_out(out: Any, q: Any) -> None:
-    """PasaError for a torch out= beside non-torch q, as the dense call refuses it: the result is a
-    torch tensor exactly when q is one."""
-    if out is not None and is_torch_tensor(out) and not is_torch_tensor(q):
-        kind = f"{type(q).__module__.split('.')[0]}.{type(q).__name__}"
-        raise PasaError(f"out: a torch.Tensor, but q is a {kind}: give torch q, k and v with a torch out=")
-
-
 def _zero_d(name: str) -> PasaError:
     hint = " (or a Python int: the same length for every sequence)" if name == "cache_seqlens" else ""
     return PasaError(f"{name}: a 0-d array, where an array over the sequences is expected{hint}")
@@ -282,7 +274,7 @@ def attention_varlen(q: Any, k: Any, v: Any, *, cu_seqlens_q: Any, cu_seqlens_k:
             raise PasaError(f"{name}: expected an int, got {value!r}")
         if not 0 <= value <= 2**31 - 1:
             raise PasaError(f"{name}: {int(value)} is outside 0..{2**31 - 1}")
-    _refuse_torch_out(out, q)
+    check_torch_out_beside_torch_q(out, q)
     _refuse_written_indices((("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)), (("out", out),))
     device = _cuda_device(q)
     place = _placer(device)
@@ -374,7 +366,7 @@ def attention_with_kvcache(
     alignment_argument(causal_alignment)
     return_softmax_lse = flag_argument(return_softmax_lse, "return_softmax_lse")
     scale = _check_scale(softmax_scale, "softmax_scale")
-    _refuse_torch_out(out, q)
+    check_torch_out_beside_torch_q(out, q)
     written = (("out", out),) + ((("k_cache", k_cache), ("v_cache", v_cache)) if k is not None else ())
     _refuse_written_indices((("cache_seqlens", cache_seqlens), ("block_table", block_table)), written)
     device = _cuda_device(q)
