@@ -666,9 +666,11 @@ void validate(const Policy& p) {
                 "q_m K^T would need PASA's shifted K'); set smooth_q=0");
   }
   // PASA forms K' from each key block's column sums, which the emulator accumulates in qk_acc: s2 keys of
-  // up to the input format's largest value. Past qk_acc's range they overflow where scores without the
-  // shift would not (pasa,qk_acc=fp16 gave 100% NaN on keys of mean 600, where fa16,qk_acc=fp16 is finite).
-  if (p.shift == Shift::pasa && p.block_kv * p.input.max_finite() > p.qk_acc.max_finite()) {
+  // up to the input format's largest value. Past the range of a qk_acc narrower than fp32's they
+  // overflow where scores without the shift would not (pasa,qk_acc=fp16 gave 100% NaN on keys of mean
+  // 600, where fa16,qk_acc=fp16 is finite); an accumulator of fp32's range holds any the GEMM does.
+  if (p.shift == Shift::pasa && p.qk_acc.max_finite() < Format::fp32().max_finite() &&
+      p.block_kv * p.input.max_finite() > p.qk_acc.max_finite()) {
     throw Error(text::format("policy field 'qk_acc': {} cannot hold PASA's column sums of a key block, s2 = {} keys "
                              "each up to {}'s {:g} ({:g}): they pass {:g} at keys of {:g}; use an accumulator "
                              "of fp32's range (fp32, bf16)",

@@ -263,6 +263,8 @@ TEST(Policy, PasaColumnSumsFitTheScoresAccumulator) {
   expect_error([] { parse_policy("pasa_accurate,qk_acc=fp16"); }, "cannot hold PASA's column sums");
   EXPECT_NO_THROW(parse_policy("pasa,qk_acc=bf16"));
   EXPECT_NO_THROW(parse_policy("fa16,qk_acc=fp16"));  // (no shift: no column sums)
+  // (fp32 inputs into an fp32 accumulator: as the scores' GEMM itself)
+  EXPECT_NO_THROW(parse_policy("pasa_accurate,input=fp32,s=fp32,softmax=fp32,sum_acc=fp32,pv_acc=fp32,o=fp32"));
 }
 
 // At the top, P = 1 times p_scale must lie within p: a saturating or integer p would clamp every weight
