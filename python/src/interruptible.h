@@ -10,6 +10,8 @@
 
 #include <nanobind/nanobind.h>
 
+#include <unistd.h>
+
 #include <optional>
 #include <utility>
 
@@ -22,10 +24,16 @@ inline bool python_signal_raised() {
   return PyErr_CheckSignals() != 0;  // the handler's exception stays set for released_call to raise
 }
 
-// Whether the calling thread (holding the GIL) is Python's main thread, the one signals reach.
+// Whether the calling thread (holding the GIL, which guards the cache) is Python's main thread, the
+// one signals reach. Looked up again in a forked child, whose main thread is the one that forked.
 inline bool on_main_thread() {
-  static const unsigned long main_thread = nanobind::cast<unsigned long>(
-      nanobind::module_::import_("threading").attr("main_thread")().attr("ident"));
+  static pid_t cached_for = -1;
+  static unsigned long main_thread = 0;
+  if (const pid_t pid = ::getpid(); pid != cached_for) {
+    main_thread = nanobind::cast<unsigned long>(
+        nanobind::module_::import_("threading").attr("main_thread")().attr("ident"));
+    cached_for = pid;
+  }
   return PyThread_get_thread_ident() == main_thread;
 }
 

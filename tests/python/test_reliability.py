@@ -170,6 +170,35 @@ def test_ctrl_c_stops_a_long_cpu_call():
     assert np.isfinite(pasa.attention(small, small, small, policy="exact")).all()  # the next call runs
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_ctrl_c_stops_a_call_in_a_child_forked_from_another_thread():
+    """A child forked from a thread other than the main one has that thread as its main thread, the
+    one signals reach: pasa looks it up again in the child (it kept the parent's, and the child's
+    calls ignored Ctrl-C)."""
+    q, k, v = random_qkv((1, 16, 16384, 128))
+    pasa.attention(q[:, :1, :64], k[:, :1, :64], v[:, :1, :64])  # (the parent's first call)
+    read_end, write_end = os.pipe()
+
+    def fork_and_wait():
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(read_end)
+                elapsed = seconds_to_stop(lambda: pasa.attention(q, k, v, policy="exact"))
+                os.write(write_end, f"{elapsed:.3f}".encode())
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+
+    forker = threading.Thread(target=fork_and_wait)
+    forker.start()
+    forker.join(timeout=120)
+    os.close(write_end)
+    reply = os.read(read_end, 64).decode()
+    os.close(read_end)
+    assert reply and float(reply) < 2.0, f"the child's call stopped after {reply or 'no reply'} s"
+
+
 def test_ctrl_c_stops_the_reference_within_a_head():
     """The fp64 reference polls for Ctrl-C between a head's rows too: one head of 16k rows takes
     about 15 s on two cores."""
