@@ -6,8 +6,12 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "commands.h"
 #include "capture_index.h"
@@ -200,6 +204,20 @@ void check_plan_output(const std::string& out, const std::string& dir, const std
   }
 }
 
+// Runs step as the stage `what`: the text of a pasa::Error it throws (a refusal of the call), or none
+// (a ResourceError ends the command).
+template <class Step>
+std::optional<std::string> refusal(const std::string& what, Step&& step) {
+  try {
+    run_stage(what, std::forward<Step>(step));
+  } catch (const ResourceError&) {
+    throw;
+  } catch (const Error& err) {
+    return err.what();
+  }
+  return std::nullopt;
+}
+
 void calibrate_plan(const CalibrateOptions& opt) {
   if (!(opt.xi >= 0 && opt.xi <= 100)) throw UsageError(text::format("--xi: {} is outside 0..100", opt.xi));
   const double xi = opt.xi + 0.0;  // (-0 given is printed and written as 0)
@@ -219,46 +237,36 @@ void calibrate_plan(const CalibrateOptions& opt) {
     // A file that cannot be read ends the command; a call pasa cannot run at all (its reference
     // refuses it) is left out of the plan, which sends it to the default (a patch then runs torch's
     // SDPA for it); one the fast policy refuses scores the worst.
-    std::optional<std::string> refused;
+    QKV data;
     try {
-      QKV data = run_stage("reading " + e.name, [&] { return load_entry(e); });
-      std::vector<double> want;
-      try {
-        want = run_stage("the fp64 reference of " + e.name, [&] { return reference_output(data, e.call); });
-      } catch (const ResourceError&) {
-        throw;
-      } catch (const Error& err) {
-        text::print(stderr, "pasa calibrate: {}: left out of the plan: pasa cannot run this call ({})\n", e.name,
-                    err.what());
-        continue;
-      }
-      try {
-        m = run_stage("scoring " + e.name, [&] { return compare(attention_output(data, fast, nullptr, e.call), want); });
-      } catch (const ResourceError&) {
-        throw;
-      } catch (const Error& err) {
-        refused = err.what();
-      }
+      data = run_stage("reading " + e.name, [&] { return load_entry(e); });
     } catch (const ResourceError&) {
       throw;
     } catch (const Error& err) {
       throw Error(opt.inputs + "/" + e.name + ": " + err.what());
     }
-    if (refused) {  // (the worst score: it goes to the accurate policy first)
-      ranked.push_back({-1.0, -2.0, -HUGE_VAL, e.key});
-      scores[e.key] = -1.0;
-      text::print(text::progress_stream(), "{}: {} refuses it ({}): score -1\n", e.name, opt.fast, *refused);
+    std::vector<double> want;
+    if (const auto why = refusal("the fp64 reference of " + e.name, [&] { want = reference_output(data, e.call); })) {
+      text::print(stderr, "pasa calibrate: {}: left out of the plan: pasa cannot run this call ({})\n", e.name, *why);
       continue;
     }
+    const auto refused = refusal("scoring " + e.name, [&] {
+      m = compare(attention_output(data, fast, nullptr, e.call), want);
+    });
     // The report's score: CosSim * (1 - L1), each factor at least 0 (an output that points away from
     // fp64's and is off by more than its size would otherwise score as well as a good one: two
-    // negative factors); a non-finite output, or metrics without a value (an fp64 output of zeros),
-    // the worst possible.
-    const bool measured = m.nan_share == 0 && std::isfinite(m.cos_sim) && std::isfinite(m.rel_l1);
+    // negative factors); a refused call, a non-finite output, or metrics without a value (an fp64
+    // output of zeros), the worst possible.
+    const bool measured = !refused && m.nan_share == 0 && std::isfinite(m.cos_sim) && std::isfinite(m.rel_l1);
     const double score = measured ? std::max(m.cos_sim, 0.0) * std::max(1.0 - m.rel_l1, 0.0) : -1.0;
     ranked.push_back({score, measured ? m.cos_sim : -2.0, measured ? -m.rel_l1 : -HUGE_VAL, e.key});
     scores[e.key] = score;
-    text::print(text::progress_stream(), "{}: CosSim {:.5f}  L1 {:.4f}  score {:.5f}\n", e.name, m.cos_sim, m.rel_l1, score);
+    if (refused) {
+      text::print(text::progress_stream(), "{}: {} refuses it ({}): score -1\n", e.name, opt.fast, *refused);
+    } else {
+      text::print(text::progress_stream(), "{}: CosSim {:.5f}  L1 {:.4f}  score {:.5f}\n", e.name, m.cos_sim, m.rel_l1,
+                  score);
+    }
   }
   std::sort(ranked.begin(), ranked.end());
   // (A relative allowance: 10% of 10 entries, 1.0000000000000002 in floating point, is one entry, and any

@@ -20,7 +20,7 @@ from ._arrays import (allocate_outputs, as_kernel_argument, check_array, check_d
                       is_ml_dtypes_bfloat16_dtype, is_torch_tensor, new_host_output)
 from ._errors import PasaError, alignment_argument, flag_argument, real_argument
 from ._policy import PolicyLike, core_policy, policy_text
-from ._score_mods import check_softcap, check_window, mask_shape, numpy_mask
+from ._score_mods import check_softcap, check_window, mask_shape, numpy_mask, unsupported_mask_dtype
 
 __all__ = ["attention", "sdpa", "reference"]
 
@@ -350,7 +350,7 @@ def reference(
         host = attn_mask.detach().cpu()
         mask_dtype = str(host.dtype).replace("torch.", "")
         if mask_dtype not in ("bool", "float16", "bfloat16", "float32", "float64"):  # (what NumPy has not)
-            raise PasaError(f"attn_mask: unsupported dtype {mask_dtype} (bool, or a float dtype for an additive mask)")
+            raise unsupported_mask_dtype(mask_dtype)
         attn_mask = (host.float() if str(host.dtype) == "torch.bfloat16" else host).numpy()
     arrays = []
     for name, x in (("q", q), ("k", k), ("v", v)):

@@ -269,10 +269,10 @@ class Capture:
         except PasaError:
             if exc[0] is None:
                 raise
-        finally:
-            _release_directory(self._claimed)
             # (the error that ended the block is the one to see; the index of the calls it recorded
             # could not be written either)
+        finally:
+            _release_directory(self._claimed)
 
     def reset(self) -> None:
         """Restarts call numbering at 0 (e.g. before each generation step), as Patch.reset does, so

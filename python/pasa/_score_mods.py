@@ -73,6 +73,11 @@ def broadcast_shape(mask_dims: Tuple[int, ...], target: Tuple[int, ...],
     return (dims[0], dims[1], target[2], target[3])
 
 
+def unsupported_mask_dtype(dtype: Any) -> PasaError:
+    """The error for a host mask of a dtype that is neither bool nor a float."""
+    return PasaError(f"attn_mask: unsupported dtype {dtype} (bool, or a float dtype for an additive mask)")
+
+
 def numpy_mask(mask: Any, target: Tuple[int, ...]) -> Tuple[Optional[np.ndarray], str]:
     """(array, kind) for a host mask: bool (True takes part) or float; kind is "boolean",
     "additive" or "none"."""
@@ -93,8 +98,7 @@ def numpy_mask(mask: Any, target: Tuple[int, ...]) -> Tuple[Optional[np.ndarray]
         finite = np.isfinite(mask)
         mask = np.where(finite, np.clip(mask, -FLOAT32_MAX, FLOAT32_MAX), mask).astype(np.float32)
     elif mask.dtype.kind != "f" and mask.dtype.name != "bfloat16":
-        raise PasaError(f"attn_mask: unsupported dtype {mask.dtype} (bool, or a float dtype for an "
-                        f"additive mask)")
+        raise unsupported_mask_dtype(mask.dtype)
     if mask.dtype.name == "bfloat16":
         mask = mask.astype(np.float32)  # exact
     return np.broadcast_to(mask.reshape(_dims4(mask.shape)), shape), "additive"
