@@ -16,11 +16,17 @@
 // the column mean of the block's fp16 K' rows (or, for pseudo_avg=k, M's row sum times the mean key)
 // as hi and lo parts, which give the kernels their rows' sums of S'.
 //
-// The unit of work is a chunk: one 64-channel atom of a stage, by one warp. The warp first copies the
-// atom's keys into shared memory of its own with every copy in flight at once (a warp of the
-// engine's producer has 24 registers, too few to keep enough loads in flight itself), then each lane
-// owns a pair of adjacent channels (the warp covers one 128-byte row of the atom at a time), so the
-// column sums need no exchange between lanes.
+// The unit of work is a chunk: one 64-channel atom of a stage, by one warp, through shared memory of
+// the warp's own (a warp of the engine's producer has 24 registers, too few to keep enough loads in
+// flight itself):
+//   1. the atom's keys are copied in with every copy in flight at once;
+//   2. each lane owns a pair of adjacent channels (4 bytes of every 128-byte row), so the column sums
+//      need no exchange between lanes and add the keys in order; it rewrites its pair of every row
+//      in place, as fp16 input (bf16 inputs), then as K';
+//   3. the K' rows go out 16 bytes a lane, a quarter-warp a row, swizzled on the way.
+// Step 3 takes a lane one 16-byte store for every four rows, where storing K' straight from step 2
+// took it a 4-byte store per row, each at a swizzled address of its own: the prepass runs on the
+// consumers' SMs, so its instructions take issue slots from them.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -69,54 +75,59 @@ PasaPrepass pasa_prepass(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16
 // Shared memory a warp stages one chunk's rows in: 128 rows of 64 channels, 128 bytes a row.
 constexpr int kPasaChunkStagingBytes = PasaStage<64>::kKeys * 128;
 
-// Two 16-bit inputs as fp16 values in floats.
-template <typename InElem>
-__device__ __forceinline__ float2 load2_as_fp16(const InElem* src) {
-  const std::uint32_t raw = *reinterpret_cast<const std::uint32_t*>(src);
-  if constexpr (std::is_same_v<InElem, __half>) return __half22float2(as_half2(raw));
-  return __half22float2(as_half2(bf16x2_to_half2(raw)));
-}
-
 // Copies rows [0, n) of `width` 16-bit channels (a multiple of 8) from `src` (rows `stride` elements
 // apart) into `staging` (128 bytes a row), all of the warp's copies in flight at once (cp.async: no
 // registers held while they are), and waits for them; the rows are then visible to the whole warp.
+// Lane l copies the 16-byte piece l % 8 of rows l / 8, l / 8 + 4, ...
 template <typename InElem>
 __device__ __forceinline__ void stage_rows(std::uint8_t* staging, const InElem* src, std::int64_t stride, int n,
                                            int width, int lane) {
-  const int pieces = width / 8;  // 16-byte pieces a row
-  for (int i = lane; i < n * 8; i += 32) {
-    const int r = i / 8, c = i % 8;
-    if (c < pieces) cp_async_16(smem_addr(staging + r * 128 + c * 16), src + r * stride + c * 8, true);
+  const int piece = lane % 8, row = lane / 8;
+  if (8 * piece < width) {
+    const InElem* from = src + row * stride + 8 * piece;
+    std::uint32_t to = smem_addr(staging + row * 128 + 16 * piece);
+#pragma unroll 1  // (unrolled, the addresses in flight would not fit the producer's registers)
+    for (int r = row; r < n; r += 4, from += 4 * stride, to += 4 * 128) cp_async_16(to, from, true);
   }
   cp_async_commit();
   cp_async_wait<0>();
   __syncwarp();
 }
 
-// One 64-channel atom of stage stage_of(chunk / kKAtoms) (a stage's index is in [B, H_kv, n_kb]
-// order), atom `chunk % kKAtoms`, by the calling warp (lane = the lane in it), through `staging`
-// (kPasaChunkStagingBytes of shared memory, the warp's own).
+// Atom `atom` (64 channels) of stage `stage` (its index in [B, H_kv, n_kb] order), by the calling
+// warp (lane = the lane in it), through `staging` (kPasaChunkStagingBytes of shared memory, the
+// warp's own).
 template <int D, typename InElem>
-__device__ __forceinline__ void prepare_pasa_chunk(const PasaPrepass& p, int chunk, int lane, std::uint8_t* staging) {
+__device__ __forceinline__ void prepare_pasa_chunk(const PasaPrepass& p, int stage, int atom, int lane,
+                                                   std::uint8_t* staging) {
   using Stage = PasaStage<D>;
   constexpr int kKeys = Stage::kKeys;
-  const int stage = p.stage_of(chunk / Stage::kKAtoms), col0 = 64 * (chunk % Stage::kKAtoms), col = col0 + 2 * lane;
+  constexpr bool kBf16 = std::is_same_v<InElem, __nv_bfloat16>;
+  const int col0 = 64 * atom;
   const int width = min(64, D - col0);  // (head dim 96: the second atom has 32 channels)
-  const bool mine = col < D;
   const int kb = stage % p.n_kb, pair = stage / p.n_kb;
   const int h = pair % p.heads_kv, b = pair / p.heads_kv;
   const int k0 = kb * kKeys;
   const int n = min(kKeys, p.seq_kv - k0);
-  const auto* staged = reinterpret_cast<const InElem*>(staging) + 2 * lane;  // this lane's pair, row 0
-  constexpr int kRow = 64;  // elements a staged row
+  std::uint8_t* out = p.tiles + static_cast<std::int64_t>(stage) * Stage::kBytes;
+  // This lane's pair of channels in staged row r: pair_at[32 r].
+  std::uint32_t* pair_at = reinterpret_cast<std::uint32_t*>(staging) + lane;
+  // Step 3's piece of a row: 16 bytes, channels col0 + 8 piece .. + 7, of rows lane / 8 + 4 i.
+  const int piece = lane % 8, first_row = lane / 8;
+  const bool piece_used = 8 * piece < width;
 
   stage_rows(staging, static_cast<const InElem*>(p.k.data) + b * p.k.stride_b + h * p.k.stride_h + k0 * p.k.stride_s + col0,
              p.k.stride_s, n, width, lane);
-  if (mine) {
-    // The column sums of the keys.
+  if (2 * lane < width) {
+    // The column sums of the keys (bf16 rounded to fp16 first, and stored so for the K' rows).
     float2 sum = make_float2(0.0f, 0.0f);
     for (int r = 0; r < n; ++r) {
-      const float2 x = load2_as_fp16(staged + r * kRow);
+      std::uint32_t raw = pair_at[32 * r];
+      if constexpr (kBf16) {
+        raw = bf16x2_to_half2(raw);
+        pair_at[32 * r] = raw;
+      }
+      const float2 x = __half22float2(as_half2(raw));
       sum.x += x.x;
       sum.y += x.y;
     }
@@ -127,16 +138,28 @@ __device__ __forceinline__ void prepare_pasa_chunk(const PasaPrepass& p, int chu
     const float2 shift = make_float2(p.off * full.x, p.off * full.y);
     const float a = p.diag - p.off;  // a' + b': exact in fp32 unless beta is within 2^-13 of 1
 
-    // K' rows (the padding key's past the end), and the sums of their fp16 values for the mean rows.
-    std::uint8_t* out = p.tiles + static_cast<std::int64_t>(stage) * Stage::kBytes;
+    // K' rows in place (the padding key's past the end), and the sums of their fp16 values for the
+    // mean rows, in row order.
+    const auto k_prime = [&](float2 x) {
+      return __floats2half2_rn(fmaf(a, x.x, shift.x), fmaf(a, x.y, shift.y));
+    };
     float2 ksum = make_float2(0.0f, 0.0f);
-    for (int r = 0; r < kKeys; ++r) {
-      const float2 x = r < n ? load2_as_fp16(staged + r * kRow) : pad;
-      const __half2 y = __floats2half2_rn(fmaf(a, x.x, shift.x), fmaf(a, x.y, shift.y));
+#pragma unroll 4
+    for (int r = 0; r < n; ++r) {
+      const __half2 y = k_prime(__half22float2(as_half2(pair_at[32 * r])));
       const float2 y_f = __half22float2(y);
       ksum.x += y_f.x;
       ksum.y += y_f.y;
-      *reinterpret_cast<__half2*>(out + swizzled_offset<128>(Stage::k_offset(r, col))) = y;
+      pair_at[32 * r] = as_u32(y);
+    }
+    if (n < kKeys) {
+      const __half2 y = k_prime(pad);
+      const float2 y_f = __half22float2(y);
+      for (int r = n; r < kKeys; ++r) {
+        ksum.x += y_f.x;
+        ksum.y += y_f.y;
+        pair_at[32 * r] = as_u32(y);
+      }
     }
     // hi = fl(mean), lo = fl((mean - hi) 2^11): the rest scaled up to hi's magnitude, so that it
     // stays a normal fp16 number (with its 11 bits) wherever hi is one. The kernels form
@@ -149,18 +172,29 @@ __device__ __forceinline__ void prepare_pasa_chunk(const PasaPrepass& p, int chu
     const __half2 lo = __floats2half2_rn((mean.x - hi_f.x) * kMeanLoScale, (mean.y - hi_f.y) * kMeanLoScale);
 #pragma unroll
     for (int r = 0; r < 8; ++r) {
-      *reinterpret_cast<__half2*>(out + swizzled_offset<128>(Stage::k_offset(kKeys + r, col))) = r % 2 ? lo : hi;
+      *reinterpret_cast<__half2*>(out + swizzled_offset<128>(Stage::k_offset(kKeys + r, col0 + 2 * lane))) = r % 2 ? lo : hi;
     }
   }
-  __syncwarp();  // the staged keys are read: the buffer is free
-  if constexpr (std::is_same_v<InElem, __nv_bfloat16>) {
+  __syncwarp();  // the K' rows are staged
+  if (piece_used) {
+#pragma unroll 4
+    for (int r = first_row; r < kKeys; r += 4) {
+      const uint4 row_piece = *reinterpret_cast<const uint4*>(staging + r * 128 + piece * 16);
+      *reinterpret_cast<uint4*>(out + swizzled_offset<128>(Stage::k_offset(r, col0 + 8 * piece))) = row_piece;
+    }
+  }
+  __syncwarp();  // the staged rows are read: the buffer is free
+  if constexpr (kBf16) {
     if (p.v_fp16 != nullptr) {  // bf16 V's rows of the atom rounded to fp16, through the same buffer
       stage_rows(staging, static_cast<const InElem*>(p.v.data) + b * p.v.stride_b + h * p.v.stride_h + k0 * p.v.stride_s + col0,
                  p.v.stride_s, n, width, lane);
-      if (mine) {
-        __half* v_out = p.v_fp16 + (static_cast<std::int64_t>(pair) * p.seq_kv + k0) * D + col;
-        for (int r = 0; r < n; ++r) {
-          *reinterpret_cast<std::uint32_t*>(v_out + r * D) = bf16x2_to_half2(*reinterpret_cast<const std::uint32_t*>(staged + r * kRow));
+      if (piece_used) {
+        __half* v_out = p.v_fp16 + (static_cast<std::int64_t>(pair) * p.seq_kv + k0) * D + col0 + 8 * piece;
+        for (int r = first_row; r < n; r += 4) {
+          uint4 row_piece = *reinterpret_cast<const uint4*>(staging + r * 128 + piece * 16);
+          row_piece = make_uint4(bf16x2_to_half2(row_piece.x), bf16x2_to_half2(row_piece.y), bf16x2_to_half2(row_piece.z),
+                                 bf16x2_to_half2(row_piece.w));
+          *reinterpret_cast<uint4*>(v_out + static_cast<std::int64_t>(r) * D) = row_piece;
         }
       }
       __syncwarp();
@@ -177,11 +211,12 @@ __device__ __forceinline__ void run_pasa_prepass(const PasaPrepass& p, int lane,
   for (;;) {
     const int chunk = __shfl_sync(0xffffffffu, lane == 0 ? static_cast<int>(atomicAdd(p.tickets, 1u)) : 0, 0);
     if (chunk >= chunks) return;
-    prepare_pasa_chunk<D, InElem>(p, chunk, lane, staging);
+    const int stage = p.stage_of(chunk / PasaStage<D>::kKAtoms);
+    prepare_pasa_chunk<D, InElem>(p, stage, chunk % PasaStage<D>::kKAtoms, lane, staging);
     fence_proxy_async_global();  // (the chunk's writes are for another CTA's async-proxy copies)
     __threadfence();
     __syncwarp();
-    if (lane == 0) add_release_gpu(p.ready + p.stage_of(chunk / PasaStage<D>::kKAtoms), 1u);
+    if (lane == 0) add_release_gpu(p.ready + stage, 1u);
   }
 }
 

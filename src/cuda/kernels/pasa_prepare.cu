@@ -22,7 +22,8 @@ __global__ void __launch_bounds__(32 * kPrepWarps) pasa_prepare_kernel(const __g
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int chunk = static_cast<int>(blockIdx.x) * kPrepWarps + warp;
   if (chunk < p.stages * PasaStage<D>::kKAtoms) {
-    prepare_pasa_chunk<D, InElem>(p, chunk, static_cast<int>(threadIdx.x) % 32, staging[warp]);
+    prepare_pasa_chunk<D, InElem>(p, p.stage_of(chunk / PasaStage<D>::kKAtoms), chunk % PasaStage<D>::kKAtoms,
+                                  static_cast<int>(threadIdx.x) % 32, staging[warp]);
   }
 }
 
