@@ -23,10 +23,9 @@
 //   2. each lane owns a pair of adjacent channels (4 bytes of every 128-byte row), so the column sums
 //      need no exchange between lanes and add the keys in order; it rewrites its pair of every row
 //      in place, as fp16 input (bf16 inputs), then as K';
-//   3. the K' rows go out 16 bytes a lane, a quarter-warp a row, swizzled on the way.
-// Step 3 takes a lane one 16-byte store for every four rows, where storing K' straight from step 2
-// took it a 4-byte store per row, each at a swizzled address of its own: the prepass runs on the
-// consumers' SMs, so its instructions take issue slots from them.
+//   3. the K' rows go out 16 bytes a lane (8 lanes a row), swizzled on the way: one store a lane
+//      for four rows, rather than a 4-byte store a row at a swizzled address of its own, since the
+//      prepass runs on the consumers' SMs and its instructions take issue slots from them.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -86,7 +85,7 @@ __device__ __forceinline__ void stage_rows(std::uint8_t* staging, const InElem* 
   if (8 * piece < width) {
     const InElem* from = src + row * stride + 8 * piece;
     std::uint32_t to = smem_addr(staging + row * 128 + 16 * piece);
-#pragma unroll 1  // (unrolled, the addresses in flight would not fit the producer's registers)
+#pragma unroll 4  // (issued in fours: the prepass kernel of its own is bound by how soon its loads are in flight)
     for (int r = row; r < n; r += 4, from += 4 * stride, to += 4 * 128) cp_async_16(to, from, true);
   }
   cp_async_commit();
@@ -112,15 +111,16 @@ __device__ __forceinline__ void prepare_pasa_chunk(const PasaPrepass& p, int sta
   std::uint8_t* out = p.tiles + static_cast<std::int64_t>(stage) * Stage::kBytes;
   // This lane's pair of channels in staged row r: pair_at[32 r].
   std::uint32_t* pair_at = reinterpret_cast<std::uint32_t*>(staging) + lane;
-  // Step 3's piece of a row: 16 bytes, channels col0 + 8 piece .. + 7, of rows lane / 8 + 4 i.
+  // The lane's piece of a row in step 3: channels col0 + 8 piece .. + 7, of rows lane / 8 + 4 i.
   const int piece = lane % 8, first_row = lane / 8;
   const bool piece_used = 8 * piece < width;
 
   stage_rows(staging, static_cast<const InElem*>(p.k.data) + b * p.k.stride_b + h * p.k.stride_h + k0 * p.k.stride_s + col0,
              p.k.stride_s, n, width, lane);
-  if (2 * lane < width) {
-    // The column sums of the keys (bf16 rounded to fp16 first, and stored so for the K' rows).
-    float2 sum = make_float2(0.0f, 0.0f);
+  const bool pair_used = 2 * lane < width;
+  // The column sums of the keys (bf16 rounded to fp16 first, and stored so for the K' rows).
+  float2 sum = make_float2(0.0f, 0.0f);
+  if (pair_used) {
     for (int r = 0; r < n; ++r) {
       std::uint32_t raw = pair_at[32 * r];
       if constexpr (kBf16) {
@@ -131,36 +131,40 @@ __device__ __forceinline__ void prepare_pasa_chunk(const PasaPrepass& p, int sta
       sum.x += x.x;
       sum.y += x.y;
     }
-    // A short block's padding key: the mean of its n keys in fp16; the sums then cover s2 rows.
-    const float n_pad = static_cast<float>(kKeys - n);
-    const float2 pad = n < kKeys ? make_float2(round_fp16(sum.x / n), round_fp16(sum.y / n)) : make_float2(0.0f, 0.0f);
-    const float2 full = make_float2(fmaf(n_pad, pad.x, sum.x), fmaf(n_pad, pad.y, sum.y));
-    const float2 shift = make_float2(p.off * full.x, p.off * full.y);
-    const float a = p.diag - p.off;  // a' + b': exact in fp32 unless beta is within 2^-13 of 1
+  }
+  // A short block's padding key: the mean of its n keys in fp16; the sums then cover s2 rows.
+  const float n_pad = static_cast<float>(kKeys - n);
+  const float2 pad = n < kKeys ? make_float2(round_fp16(sum.x / n), round_fp16(sum.y / n)) : make_float2(0.0f, 0.0f);
+  const float2 full = make_float2(fmaf(n_pad, pad.x, sum.x), fmaf(n_pad, pad.y, sum.y));
+  const float2 shift = make_float2(p.off * full.x, p.off * full.y);
+  const float a = p.diag - p.off;  // a' + b': exact in fp32 unless beta is within 2^-13 of 1
+  if (pair_used) {
+    // The padding key in the staged rows past the end (fp16, so it reads back as itself).
+    for (int r = n; r < kKeys; ++r) pair_at[32 * r] = as_u32(__floats2half2_rn(pad.x, pad.y));
+  }
 
-    // K' rows in place (the padding key's past the end), and the sums of their fp16 values for the
-    // mean rows, in row order.
-    const auto k_prime = [&](float2 x) {
-      return __floats2half2_rn(fmaf(a, x.x, shift.x), fmaf(a, x.y, shift.y));
-    };
-    float2 ksum = make_float2(0.0f, 0.0f);
+  // K' rows in place, and the sums of their fp16 values for the mean rows, in row order.
+  float2 ksum = make_float2(0.0f, 0.0f);
+  if (pair_used) {
 #pragma unroll 4
-    for (int r = 0; r < n; ++r) {
-      const __half2 y = k_prime(__half22float2(as_half2(pair_at[32 * r])));
+    for (int r = 0; r < kKeys; ++r) {
+      const float2 x = __half22float2(as_half2(pair_at[32 * r]));
+      const __half2 y = __floats2half2_rn(fmaf(a, x.x, shift.x), fmaf(a, x.y, shift.y));
       const float2 y_f = __half22float2(y);
       ksum.x += y_f.x;
       ksum.y += y_f.y;
       pair_at[32 * r] = as_u32(y);
     }
-    if (n < kKeys) {
-      const __half2 y = k_prime(pad);
-      const float2 y_f = __half22float2(y);
-      for (int r = n; r < kKeys; ++r) {
-        ksum.x += y_f.x;
-        ksum.y += y_f.y;
-        pair_at[32 * r] = as_u32(y);
-      }
+  }
+  __syncwarp();  // the K' rows are staged
+  if (piece_used) {
+#pragma unroll 4
+    for (int r = first_row; r < kKeys; r += 4) {
+      *reinterpret_cast<uint4*>(out + swizzled_offset<128>(Stage::k_offset(r, col0 + 8 * piece))) =
+          *reinterpret_cast<const uint4*>(staging + r * 128 + piece * 16);
     }
+  }
+  if (pair_used) {
     // hi = fl(mean), lo = fl((mean - hi) 2^11): the rest scaled up to hi's magnitude, so that it
     // stays a normal fp16 number (with its 11 bits) wherever hi is one. The kernels form
     // Q.hi + Q.lo 2^-11 = (the row's sum of S') / 128.
@@ -175,26 +179,17 @@ __device__ __forceinline__ void prepare_pasa_chunk(const PasaPrepass& p, int sta
       *reinterpret_cast<__half2*>(out + swizzled_offset<128>(Stage::k_offset(kKeys + r, col0 + 2 * lane))) = r % 2 ? lo : hi;
     }
   }
-  __syncwarp();  // the K' rows are staged
-  if (piece_used) {
-#pragma unroll 4
-    for (int r = first_row; r < kKeys; r += 4) {
-      const uint4 row_piece = *reinterpret_cast<const uint4*>(staging + r * 128 + piece * 16);
-      *reinterpret_cast<uint4*>(out + swizzled_offset<128>(Stage::k_offset(r, col0 + 8 * piece))) = row_piece;
-    }
-  }
   __syncwarp();  // the staged rows are read: the buffer is free
   if constexpr (kBf16) {
     if (p.v_fp16 != nullptr) {  // bf16 V's rows of the atom rounded to fp16, through the same buffer
       stage_rows(staging, static_cast<const InElem*>(p.v.data) + b * p.v.stride_b + h * p.v.stride_h + k0 * p.v.stride_s + col0,
                  p.v.stride_s, n, width, lane);
-      if (piece_used) {
-        __half* v_out = p.v_fp16 + (static_cast<std::int64_t>(pair) * p.seq_kv + k0) * D + col0 + 8 * piece;
-        for (int r = first_row; r < n; r += 4) {
-          uint4 row_piece = *reinterpret_cast<const uint4*>(staging + r * 128 + piece * 16);
-          row_piece = make_uint4(bf16x2_to_half2(row_piece.x), bf16x2_to_half2(row_piece.y), bf16x2_to_half2(row_piece.z),
-                                 bf16x2_to_half2(row_piece.w));
-          *reinterpret_cast<uint4*>(v_out + static_cast<std::int64_t>(r) * D) = row_piece;
+      // 4 bytes a lane a row: 16 bytes a lane for four rows, as for K', made the prepass kernel of its
+      // own 5% slower on bf16 inputs (bench/NOTES.md).
+      if (pair_used) {
+        __half* v_out = p.v_fp16 + (static_cast<std::int64_t>(pair) * p.seq_kv + k0) * D + col0 + 2 * lane;
+        for (int r = 0; r < n; ++r) {
+          *reinterpret_cast<std::uint32_t*>(v_out + static_cast<std::int64_t>(r) * D) = bf16x2_to_half2(pair_at[32 * r]);
         }
       }
       __syncwarp();
