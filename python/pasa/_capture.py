@@ -282,7 +282,8 @@ class Capture:
 
     def write_index(self) -> None:
         """Writes ``index.json`` (done on exit): one entry per call, in call order. The file is
-        replaced whole or not at all (a temporary file next to it, then renamed over it)."""
+        replaced whole or not at all, as :func:`pasa.save` writes (a temporary file next to it,
+        renamed over it, removed if a signal ends the process during the write)."""
         with self._lock:
             try:
                 text = json.dumps({"format": "pasa-capture-1", "pasa_version": _core.__version__,
@@ -291,18 +292,10 @@ class Capture:
                 raise PasaError(f"{self.directory}/index.json: not written: {error} (set timestep to "
                                 f"a number or a string)") from None
         path = os.path.join(self.directory, "index.json")
-        temporary = f"{path}.tmp-{os.getpid()}"
         try:
-            with open(temporary, "w") as f:
-                f.write(text + "\n")
-            os.replace(temporary, path)
-        except OSError as e:
-            try:
-                os.remove(temporary)
-            except OSError:
-                pass
-            raise PasaError(f"{path}: not written: {e.strerror or e} (the capture's tensor files "
-                            f"are in place)") from None
+            _core.save_text(os.fsencode(path), text + "\n")
+        except PasaError as e:
+            raise PasaError(f"{e} (the index is not written; the capture's tensor files are in place)") from None
 
     def _record(self, bound: Dict[str, Any]) -> None:
         layer = self._tracker.current() if self._tracker else None

@@ -16,6 +16,7 @@
 
 #include "array_views.h"
 #include "bindings.h"
+#include "io/atomic_file.h"
 #include "memory_budget.h"
 #include "pasa/error.h"
 #include "pasa/io.h"
@@ -131,6 +132,15 @@ void save_safetensors(const nb::bytes& path_arg, const std::map<std::string, Inp
   io::write_safetensors(path, tensors);
 }
 
+// Text written whole or not at all, as the C++ writes its own files (a temporary next to the file,
+// renamed over it; removed when a signal at its default action ends the process during the write):
+// the Python side's files (a capture's index).
+void save_text(const nb::bytes& path_arg, const std::string& text) {
+  const std::string path = path_bytes(path_arg);
+  nb::gil_scoped_release release;
+  io::detail::write_text_atomically(path, text);
+}
+
 }  // namespace
 
 void bind_io(nb::module_& m) {
@@ -151,6 +161,7 @@ void bind_io(nb::module_& m) {
   m.def("load_safetensors", &load_safetensors, "path"_a);
   m.def("save_npy", &save_npy, "path"_a, "array"_a);
   m.def("save_safetensors", &save_safetensors, "path"_a, "arrays"_a);
+  m.def("save_text", &save_text, "path"_a, "text"_a);
 }
 
 }  // namespace pasa::python

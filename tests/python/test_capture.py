@@ -336,7 +336,7 @@ def test_capture_index_is_strict_json_and_its_errors_are_pasa_errors(tmp_path):
             (target / "index.json").mkdir()  # (the index's rename then fails)
             raise RuntimeError("the model failed")
     assert not list(target.glob("index.json.tmp-*"))
-    with pytest.raises(pasa.PasaError, match=r"index.json: not written"):
+    with pytest.raises(pasa.PasaError, match=r"index.json: is a directory.*the index is not written"):
         with pasa.capture(tmp_path / "c"):
             (tmp_path / "c" / "index.json").mkdir()
 
