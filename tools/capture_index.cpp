@@ -31,9 +31,13 @@ CapturedCall parse_call(const Json& entry, const std::string& where) {
   }
   call.alignment = alignment == "top_left" ? CausalAlignment::top_left : CausalAlignment::bottom_right;
   const Json& scale = member(entry, "scale", where);
-  if (!scale.is_null()) {
+  // (pasa.capture writes a NaN or infinite scale as its text, strict JSON having no such numbers: the
+  // call is read as made, and refused where it is run)
+  if (scale.is_string() && (scale.as_string() == "nan" || scale.as_string() == "inf" || scale.as_string() == "-inf")) {
+    call.scale = scale.as_string() == "nan" ? std::nan("") : scale.as_string() == "inf" ? HUGE_VAL : -HUGE_VAL;
+  } else if (!scale.is_null()) {
     if (!scale.is_number() || !std::isfinite(scale.as_double())) {
-      throw Error(where + ".scale: " + scale.dump() + " is not a finite number or null");
+      throw Error(where + ".scale: " + scale.dump() + " is not a number, null, or one of \"nan\", \"inf\", \"-inf\"");
     }
     call.scale = scale.as_double();
   }

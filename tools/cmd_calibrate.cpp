@@ -13,9 +13,11 @@
 #include <utility>
 #include <vector>
 
+#include "attention_checks.h"
 #include "commands.h"
 #include "capture_index.h"
 #include "host_attention.h"
+#include "io/atomic_file.h"
 #include "pasa/attention.h"
 #include "pasa/error.h"
 #include "pasa/io.h"
@@ -118,7 +120,9 @@ bool names_captured_inputs(const std::string& file) {
 std::vector<EntryFiles> find_entries(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) throw Error("--inputs: " + dir + " is not a directory");
+  if (!fs::is_directory(dir, ec)) {
+    throw Error("--inputs: " + dir + (fs::exists(fs::symlink_status(dir, ec)) ? " is not a directory" : " does not exist"));
+  }
   std::vector<fs::path> files;
   for (fs::directory_iterator it(dir, ec), end; it != end && !ec; it.increment(ec)) files.push_back(it->path());
   if (ec) throw Error("--inputs: cannot read the directory " + dir + " (" + ec.message() + ")");
@@ -194,7 +198,7 @@ void check_plan_output(const std::string& out, const std::string& dir, const std
   // Nor a new file in the inputs' directory under a name find_entries reads as captured inputs: the
   // next calibrate of the directory would read the plan as one.
   namespace fs = std::filesystem;
-  const fs::path plan(out);
+  const fs::path plan(io::detail::resolve_output_path(out));  // (where a symbolic link leads)
   std::error_code ec;
   if (names_captured_inputs(plan.filename().string()) &&
       fs::equivalent(plan.has_parent_path() ? plan.parent_path() : fs::path("."), dir, ec)) {
@@ -285,9 +289,20 @@ void calibrate_plan(const CalibrateOptions& opt) {
 // One entry in memory at a time, its scores one row at a time into a fixed-size histogram.
 void calibrate_phi_command(const CalibrateOptions& opt) {
   const std::vector<EntryFiles> entries = find_entries(opt.inputs);
+  const Policy fdpp = preset_policy("fdpp");
   ScoreHistogram histogram;
+  std::size_t scored = 0;
   for (const EntryFiles& e : entries) {
     say_if_masked(e);
+    // (a call whose scale fdpp cannot take, as the plan leaves out one pasa cannot run: its scores
+    // would set a phi no run can use)
+    if (e.call.scale) {
+      if (const auto why = refusal("checking the scale of " + e.name, [&] { check_scale(*e.call.scale, fdpp); })) {
+        text::print(stderr, "pasa calibrate: {}: left out: fdpp cannot run this call ({})\n", e.name, *why);
+        continue;
+      }
+    }
+    ++scored;
     try {
       run_stage("reading the scores of " + e.name, [&] {
         const QKV data = load_entry(e);
@@ -300,9 +315,9 @@ void calibrate_phi_command(const CalibrateOptions& opt) {
       throw Error(opt.inputs + "/" + e.name + ": " + err.what());
     }
   }
-  const Policy fdpp = preset_policy("fdpp");
+  if (scored == 0) throw Error(opt.inputs + ": no captured call that fdpp can run, so no scores to calibrate phi from");
   const PhiCalibration c = calibrate_phi(histogram, fdpp.window_lo, fdpp.window_hi);
-  text::print("scaled scores of {} entries: 99.98% within [{:.4g}, {:.4g}]\n", entries.size(), c.lo, c.hi);
+  text::print("scaled scores of {} entries: 99.98% within [{:.4g}, {:.4g}]\n", scored, c.lo, c.hi);
   text::print("phi = {:.6g} centres them in the window {} < x - phi < {}\n", c.phi, fdpp.window_lo, fdpp.window_hi);
   text::print("policy: fdpp,phi={:.6g}\n", c.phi);
   if (c.hi - c.lo >= fdpp.window_hi - fdpp.window_lo) {

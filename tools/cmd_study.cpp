@@ -104,8 +104,7 @@ class MadeFolder {
                        "--json; give --json another name");
     }
   }
-  const bool made = !plot.empty() && !std::filesystem::exists(plot, ec);
-  if (!plot.empty()) prepare_plot_directory(plot);
+  const bool made = !plot.empty() && prepare_plot_directory(plot);
   MadeFolder folder(made ? plot : std::string());
   check_output_files({}, {{"--json", json}, {"--plot", plot.empty() ? plot : plot_results_path(kind, plot)}});
   return folder;

@@ -75,7 +75,7 @@ PythonRun run_python(std::vector<std::string> args) {
 
 }  // namespace
 
-void prepare_plot_directory(const std::string& directory) {
+bool prepare_plot_directory(const std::string& directory) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::path dir(directory);
@@ -98,9 +98,13 @@ void prepare_plot_directory(const std::string& directory) {
   if (!probe.succeeded) {
     throw ResourceError("--plot: the figures need matplotlib, which python3 cannot import (pip install matplotlib)");
   }
-  if (!exists && ::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) {
-    throw Error("--plot: cannot create " + directory + " (" + std::strerror(errno) + ")");
+  if (exists) return false;
+  if (::mkdir(dir.c_str(), 0777) == 0) return true;
+  if (errno == EEXIST && fs::is_symlink(fs::symlink_status(dir, ec))) {
+    throw Error("--plot: " + directory + " is a symbolic link to a directory that does not exist");
   }
+  if (errno != EEXIST) throw Error("--plot: cannot create " + directory + " (" + std::strerror(errno) + ")");
+  return false;  // (made by another process meanwhile)
 }
 
 std::string plot_results_path(PlotKind kind, const std::string& directory) {

@@ -13,8 +13,9 @@ enum class PlotKind { paper_study, sage_study };
 // Before a study runs: `directory` must be a writable directory, or be missing in an existing one (as
 // --json's and --out's files may be missing in an existing directory; then it is created here, its
 // last component only), and python3 must import matplotlib. Throws pasa::Error naming --plot for a bad
-// directory, and pasa::ResourceError (exit 1: the machine lacks it) when python3 or matplotlib is missing.
-void prepare_plot_directory(const std::string& directory);
+// directory (a symbolic link to a missing one included), and pasa::ResourceError (exit 1: the machine lacks
+// it) when python3 or matplotlib is missing. Returns whether it created the directory.
+bool prepare_plot_directory(const std::string& directory);
 
 // The results file the figures are drawn from, written into the directory with them (for the output
 // checks: --json must not be the same file).

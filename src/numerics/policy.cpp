@@ -686,6 +686,13 @@ void validate(const Policy& p) {
     throw Error(text::format("policy field 'phi'/'window_lo'/'window_hi': phi must be finite and "
                              "window_lo < window_hi (got {}, {}, {})", p.phi, p.window_lo, p.window_hi));
   }
+  // (x - phi is formed in the softmax format, held in fp32 by the kernels: a phi beyond either's range
+  // is inf there, and every weight 0 or NaN)
+  if (const double limit = std::min(Format::fp32().max_finite(), p.softmax.max_finite());
+      p.shift == Shift::unified && std::fabs(p.phi) > limit) {
+    throw Error(text::format("policy field 'phi': {:g} is outside [-{:g}, {:g}], the range of fp32 and of the "
+                             "softmax format {}", p.phi, limit, limit, p.softmax.name()));
+  }
   if (p.shift != Shift::unified && p.phi != Policy{}.phi) {
     throw Error("policy field 'phi': set to " + text::format("{}", p.phi) + " but shift=" + shift_name(p.shift) +
                 " ignores it (FlashDecoding++'s unified maximum: use shift=unified)");

@@ -212,6 +212,12 @@ def check_calibrate(tmp):
     inside = os.path.join(inputs, "layer99.safetensors")
     r = pasa("calibrate", "--inputs", inputs, "--fast", "sage4", "--out", inside, code=2)
     assert "has the name of captured inputs" in r.stderr and not os.path.exists(inside), r.stderr
+    link = os.path.join(tmp, "plan_link.json")  # ... through a symbolic link too
+    os.symlink(inside, link)
+    r = pasa("calibrate", "--inputs", inputs, "--fast", "sage4", "--out", link, code=2)
+    assert "has the name of captured inputs" in r.stderr and not os.path.exists(inside), r.stderr
+    r = pasa("calibrate", "--inputs", os.path.join(tmp, "missing"), "--out", plan_path, ok=False)
+    assert "missing does not exist" in r.stderr, r.stderr
     empty = os.path.join(tmp, "empty")
     os.makedirs(empty)
     r = pasa("calibrate", "--inputs", empty, "--out", plan_path, ok=False)
@@ -361,10 +367,25 @@ def check_calibrate_reads_the_capture_index(tmp):
         json.dump({"format": "pasa-capture-1", "entries": [call(0), dict(call(5), file="layer5.safetensors")]}, f)
     r = pasa("calibrate", "--inputs", inputs, "--out", os.path.join(tmp, "plan.json"), ok=False)
     assert "index.json lists layer5.safetensors, which is missing" in r.stderr, r.stderr
+    # A NaN or infinite scale, which pasa.capture writes as its text, and a finite one beyond fp32's
+    # range: the call is left out of the plan and out of --phi's scores, said so; the others count.
+    for bad in ("nan", "-inf", 1e39):
+        with open(os.path.join(inputs, "index.json"), "w") as f:
+            json.dump({"format": "pasa-capture-1", "entries": [call(0), call(1, scale=bad)]}, f)
+        r = pasa("calibrate", "--inputs", inputs, "--out", os.path.join(tmp, "plan.json"))
+        assert "layer1: left out of the plan: pasa cannot run this call (scale: " in r.stderr, r.stderr
+        assert {e["layer"] for e in json.load(open(os.path.join(tmp, "plan.json")))["entries"]} == {0}
+        r = pasa("calibrate", "--inputs", inputs, "--phi")
+        assert "layer1: left out: fdpp cannot run this call (scale: " in r.stderr, r.stderr
+        assert "scaled scores of 1 entries" in r.stdout, r.stdout
     with open(os.path.join(inputs, "index.json"), "w") as f:
-        json.dump({"format": "pasa-capture-1", "entries": [dict(call(0), scale="nan")]}, f)
+        json.dump({"format": "pasa-capture-1", "entries": [call(1, scale="nan")]}, f)
+    r = pasa("calibrate", "--inputs", inputs, "--phi", code=BAD_INPUT)
+    assert "no captured call that fdpp can run" in r.stderr, r.stderr
+    with open(os.path.join(inputs, "index.json"), "w") as f:
+        json.dump({"format": "pasa-capture-1", "entries": [dict(call(0), scale="NaN")]}, f)
     r = pasa("calibrate", "--inputs", inputs, "--out", os.path.join(tmp, "plan.json"), ok=False)
-    assert 'entries[0].scale: "nan" is not a finite number or null' in r.stderr, r.stderr
+    assert 'entries[0].scale: "NaN" is not a number, null, or one of' in r.stderr, r.stderr
     # Without index.json (a capture stopped before it wrote its index), the files are scored with
     # the defaults, and a note says so.
     os.remove(os.path.join(inputs, "index.json"))
@@ -768,6 +789,13 @@ def check_plot_setup(tmp):
         assert not os.path.exists(plots) and r.stdout == "", r.stdout
     pasa("study", *short, "--plot", plots, "--json", os.path.join(plots, "all.json"), env=fine)
     assert {"all.json", "study.json"} <= set(os.listdir(plots)), os.listdir(plots)
+    # A link to a missing directory is refused, and the user's link left as it was.
+    link = os.path.join(tmp, "plots_link")
+    os.symlink("nowhere", link)
+    for command in (("study", *short), ("study", "sage", "--seq", "32", "--heads", "1")):
+        r = pasa(*command, "--plot", link, code=BAD_INPUT, env=fine)
+        assert "symbolic link to a directory that does not exist" in r.stderr, r.stderr
+        assert os.path.islink(link) and os.readlink(link) == "nowhere"
     # A relative directory whose name begins with '-' is no option of python3's.
     strict = os.path.join(tmp, "strict_python")
     os.makedirs(strict)

@@ -190,6 +190,10 @@ TEST(Policy, ErrorsNameTheField) {
   expect_error([] { parse_policy("fdpp,phi=-1e309"); }, "'phi': -1e309 is out of range");
   EXPECT_EQ(parse_policy("pasa,beta=1e-310").beta, 1e-310);
   EXPECT_EQ(parse_policy("fdpp,phi=1e-320").phi, 1e-320);
+  // phi is subtracted in the softmax format, held in fp32: beyond either's range it is inf there.
+  expect_error([] { parse_policy("fdpp,phi=1e39"); }, "'phi': 1e+39 is outside [-3.40282e+38, 3.40282e+38]");
+  expect_error([] { parse_policy("fdpp,softmax=bf16,phi=-3.4e38"); }, "the range of fp32 and of the softmax format bf16");
+  EXPECT_EQ(parse_policy("fdpp,phi=-3.4e38").phi, -3.4e38);
   EXPECT_EQ(parse_policy("pasa,beta=1e-400").beta, 0.0);
   expect_error([] { parse_policy("exact,s2=1e-320"); }, "'s2': '1e-320' is not an integer");
   expect_error([] { parse_policy("exact,s=int8"); }, "'s': int8 is an integer format");
