@@ -312,10 +312,25 @@ def sdpa(
             f"key: {heads_kv} heads differ from query's {heads_q}; pass enable_gqa=True for "
             f"grouped-query attention (as torch requires)"
         )
-    result = attention(query, key, value, policy=policy, causal=bool(is_causal),
-                       causal_alignment="top_left", scale=scale, layout="bhsd",
-                       window_size=window_size, softcap=softcap, attn_mask=attn_mask)
+    try:
+        result = attention(query, key, value, policy=policy, causal=bool(is_causal),
+                           causal_alignment="top_left", scale=scale, layout="bhsd",
+                           window_size=window_size, softcap=softcap, attn_mask=attn_mask)
+    except PasaError as e:  # (named as this function's arguments are: query, not attention's q)
+        raise type(e)(_sdpa_argument_names(str(e))) from None
     return result[0] if three_d else result
+
+
+_SDPA_NAMES = {"q": "query", "k": "key", "v": "value"}
+
+
+def _sdpa_argument_names(message: str) -> str:
+    """``message`` with the arguments it opens with ("q: ...", "k/v: ...") named as sdpa's are."""
+    head, colon, rest = message.partition(":")
+    names = head.split("/")
+    if not colon or not all(n in _SDPA_NAMES for n in names):
+        return message
+    return "/".join(_SDPA_NAMES[n] for n in names) + colon + rest
 
 
 def reference(

@@ -215,6 +215,7 @@ class Capture:
                 self._remove_previous_capture(index)
         except BaseException:
             _release_directory(self._claimed)
+            self._claimed = None
             raise
         with self._lock:  # (each block is a capture of its own: this object's earlier one was removed)
             self.entries = []
@@ -273,6 +274,7 @@ class Capture:
             # could not be written either)
         finally:
             _release_directory(self._claimed)
+            self._claimed = None
 
     def reset(self) -> None:
         """Restarts call numbering at 0 (e.g. before each generation step), as Patch.reset does, so
@@ -283,7 +285,12 @@ class Capture:
     def write_index(self) -> None:
         """Writes ``index.json`` (done on exit): one entry per call, in call order. The file is
         replaced whole or not at all, as :func:`pasa.save` writes (a temporary file next to it,
-        renamed over it, removed if a signal ends the process during the write)."""
+        renamed over it, removed if a signal ends the process during the write). Only inside the
+        capture's block: once it ends, the directory may be another capture's."""
+        if self._claimed is None:
+            raise PasaError(f"{self.directory}/index.json: not written: the capture is not running (its "
+                            f"block writes the index at its end; after it, the directory may hold another "
+                            f"capture's calls)")
         with self._lock:
             try:
                 text = json.dumps({"format": "pasa-capture-1", "pasa_version": _core.__version__,

@@ -102,7 +102,8 @@ Field bool_field(const char* key, bool Policy::*member, const char* doc) {
 
 Field number_field(const char* key, double Policy::*member, const char* doc) {
   return Field{{key, FieldKind::number, {}, doc},
-               [member](const Policy& p) { return text::format("{}", p.*member); },
+               // (-0 printed as 0: it equals 0, and equal policies print one text)
+               [member](const Policy& p) { return text::format("{}", p.*member == 0.0 ? 0.0 : p.*member); },
                [key, member](Policy& p, const std::string& v) { p.*member = parse_number(key, v); }};
 }
 

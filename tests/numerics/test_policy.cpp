@@ -164,6 +164,8 @@ TEST(Policy, AOneSidedQuantizerOfAWideRangeIsRefused) {
 
 TEST(Policy, ErrorsNameTheField) {
   expect_error([] { parse_policy("flash"); }, "unknown policy 'flash'");
+  // A NUL in the caller's text is shown, not where the message stops (what() reads up to one).
+  expect_error([] { preset_policy(std::string("pasa\0x", 6)); }, "unknown policy 'pasa\\x00x'");
   expect_error([] { parse_policy(""); }, "empty");
   expect_error([] { parse_policy("pasa,gamma=1"); }, "unknown key 'gamma'");
   expect_error([] { parse_policy("pasa,beta"); }, "'beta' is not key=value");
@@ -194,6 +196,10 @@ TEST(Policy, ErrorsNameTheField) {
   expect_error([] { parse_policy("fdpp,phi=1e39"); }, "'phi': 1e+39 is outside [-3.40282e+38, 3.40282e+38]");
   expect_error([] { parse_policy("fdpp,softmax=bf16,phi=-3.4e38"); }, "the range of fp32 and of the softmax format bf16");
   EXPECT_EQ(parse_policy("fdpp,phi=-3.4e38").phi, -3.4e38);
+  // -0 equals 0, so it prints as 0 (left out where the preset has 0): equal policies, one text.
+  EXPECT_EQ(to_string(parse_policy("fdpp,phi=-0")), "fdpp");
+  EXPECT_EQ(to_string(parse_policy("exact,beta=-0")), "exact");
+  EXPECT_EQ(to_string(parse_policy("fdpp,window_lo=-0")), to_string(parse_policy("fdpp,window_lo=0")));
   EXPECT_EQ(parse_policy("pasa,beta=1e-400").beta, 0.0);
   expect_error([] { parse_policy("exact,s2=1e-320"); }, "'s2': '1e-320' is not an integer");
   expect_error([] { parse_policy("exact,s=int8"); }, "'s': int8 is an integer format");

@@ -248,6 +248,25 @@ def test_capture_reset_restarts_numbering_as_the_patchs(tmp_path, model, x):
     assert names == ["layer0_t0", "layer1_t0", "layer2_t0", "layer0_t10", "layer1_t10", "layer2_t10"], names
 
 
+def test_write_index_only_inside_the_block(tmp_path):
+    q = torch.randn(1, 1, 4, 8)
+    first = pasa.capture(tmp_path)
+    with pytest.raises(pasa.PasaError, match=r"index.json: not written: the capture is not running"):
+        first.write_index()
+    with first:
+        F.scaled_dot_product_attention(q, q, q)
+        first.write_index()  # (mid-block: the calls so far)
+        assert len(json.loads((tmp_path / "index.json").read_text())["entries"]) == 1
+        F.scaled_dot_product_attention(q, q, q)
+    # A later capture of the directory: the first's index no longer describes its files.
+    with pasa.capture(tmp_path, overwrite=True):
+        F.scaled_dot_product_attention(torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16))
+    with pytest.raises(pasa.PasaError, match=r"the capture is not running"):
+        first.write_index()
+    entries = json.loads((tmp_path / "index.json").read_text())["entries"]
+    assert [e["shape"]["q"] for e in entries] == [[1, 2, 8, 16]], entries
+
+
 def test_capture_refusals_at_the_call_and_at_entry(tmp_path):
     q = torch.randn(1, 1, 4, 8)
     # Two captures active on one directory would write one index over the other's.

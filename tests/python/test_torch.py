@@ -77,6 +77,15 @@ def test_sdpa_refuses_the_dtypes_torch_refuses(gen):
         pasa.sdpa(q, k, v, attn_mask=torch.zeros(3, 5, dtype=torch.float64))
 
 
+def test_sdpa_errors_name_its_own_arguments(gen):
+    q, k, v = randn(gen, 1, 2, 3, 16), randn(gen, 1, 2, 5, 16), randn(gen, 1, 2, 5, 16)
+    with pytest.raises(pasa.PasaError, match=r"^query: unsupported dtype float64"):
+        pasa.sdpa(q.double(), k.double(), v.double())
+    v[0, 0, 0, 0] = float("nan")
+    with pytest.raises(pasa.PasaError, match=r"^value: non-finite value"):
+        pasa.sdpa(q, k, v)
+
+
 def test_running_out_of_host_memory_is_a_pasa_error():
     # An output of 256 GiB: torch's allocator refuses it (named), or, where the OS overcommits, the
     # library's own check refuses the call before any work.
