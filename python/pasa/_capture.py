@@ -694,6 +694,9 @@ class Patch:
     def __deepcopy__(self, memo: Any) -> Patch:
         return self  # (a model copied with its hooks, an EMA copy say, is routed by this patch too)
 
+    def __copy__(self) -> Patch:
+        return self  # (the handle of one patch: a copy of it would route nothing, __reduce__ below)
+
     def __reduce__(self) -> Any:
         return (_saved_hooks, ())  # (a model saved whole: see _SavedHooks)
 

@@ -851,6 +851,7 @@ def test_a_model_copied_inside_a_patch_is_routed_by_it(model, x):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(twin(x), want, atol=1e-5, rtol=1e-5)  # (the patch removed: torch's)
     assert handle.calls == 3
+    assert copy.copy(handle) is handle and copy.deepcopy(handle) is handle  # (one patch, one handle)
 
 
 def test_patches_leave_nothing_routed_after_the_forward(model, x):
