@@ -31,7 +31,9 @@ def _check_options(causal: Any, causal_alignment: Any, scale: Any, layout: Any,
                    return_lse: Any) -> Optional[float]:
     flag_argument(causal, "causal")
     alignment_argument(causal_alignment)
-    if not isinstance(layout, str) or layout not in _LAYOUTS:  # (an array's `in` has no single truth)
+    if not isinstance(layout, str):  # (an array's `in` has no single truth)
+        raise PasaError(f"layout: expected 'bhsd' or 'bshd', got {type(layout).__name__}")
+    if layout not in _LAYOUTS:
         raise PasaError(f"layout: {layout!r} is not 'bhsd' ([B, H, S, D]) or 'bshd' ([B, S, H, D])")
     flag_argument(return_lse, "return_lse")
     if scale is None:
