@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <future>
 #include <vector>
 
@@ -49,14 +50,24 @@ std::uint64_t mapped_bytes() {
   return pages * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
-// How many of `wanted` more threads the process may start: the address space their stacks take
-// under a finite RLIMIT_AS (at most half of what is free).
-std::uint64_t threads_that_fit(std::uint64_t wanted) {
+// The address space a thread libgomp creates takes: its stack, a guard page and TLS, and the malloc
+// arena glibc gives a new thread that allocates (a 64 MiB reservation, up to 8 arenas a core), unless
+// MALLOC_ARENA_MAX caps the arenas.
+std::uint64_t bytes_per_thread() {
+  const std::uint64_t arena = std::getenv("MALLOC_ARENA_MAX") != nullptr ? 0 : std::uint64_t{64} << 20;
+  return thread_stack_bytes() + (std::uint64_t{64} << 10) + arena;
+}
+
+// How many of `wanted` more threads the process may start under a finite RLIMIT_AS: those whose
+// address space fits in half of what is free, less what `elsewhere` threads granted to other calling
+// threads take (counted whether or not they are running yet: a team granted is not mapped until
+// its parallel region starts).
+std::uint64_t threads_that_fit(std::uint64_t wanted, std::uint64_t elsewhere) {
   rlimit space{};
   if (getrlimit(RLIMIT_AS, &space) != 0 || space.rlim_cur == RLIM_INFINITY) return wanted;
   const std::uint64_t limit = space.rlim_cur, used = mapped_bytes();
-  const std::uint64_t per_thread = thread_stack_bytes() + (std::uint64_t{64} << 10);  // (+ guard, TLS)
-  return std::min(wanted, used >= limit ? 0 : (limit - used) / 2 / per_thread);
+  const std::uint64_t room = used >= limit ? 0 : (limit - used) / 2 / bytes_per_thread();
+  return std::min(wanted, room > elsewhere ? room - elsewhere : 0);
 }
 
 // How many of `wanted` more threads can be created now, tried where RLIMIT_NPROC is finite: it
@@ -88,21 +99,34 @@ std::uint64_t threads_that_start(std::uint64_t wanted) {
   return started.empty() ? 0 : started.size() - 1;
 }
 
+// libgomp keeps a pool of threads for each thread that starts parallel regions, for that thread's
+// life; these count them: the calling thread's own pool, and all pools' threads.
+std::atomic<std::uint64_t> pooled_threads{0};
+struct CallerPool {
+  int team = 1;          // the largest team this thread started: its pool's threads and itself
+  int budgeted_for = 1;  // the largest team asked for, which the budget cut to `team`
+  ~CallerPool() { pooled_threads -= static_cast<std::uint64_t>(team - 1); }
+};
+thread_local CallerPool caller_pool;
+std::mutex budget_mutex;  // (two callers budgeting at once would each count the other's room as free)
+
 }  // namespace
 
 int parallel_team_size() {
-  // The largest team started so far: libgomp keeps its threads, which need neither room nor a
-  // count again.
-  static std::atomic<int> pooled{1};
   const int wanted = std::max(1, omp_get_max_threads());
-  const int have = pooled.load();
-  if (wanted <= have) return wanted;
-  const std::uint64_t more = static_cast<std::uint64_t>(wanted - have);
-  const int team = have + static_cast<int>(threads_that_start(threads_that_fit(more)));
-  int seen = have;
-  while (team > seen && !pooled.compare_exchange_weak(seen, team)) {
-  }
-  return std::max(team, 1);
+  CallerPool& pool = caller_pool;
+  if (wanted <= pool.team) return wanted;  // (its pool's threads need neither room nor a count again)
+  // Cut once for a team size: cut again at each call, half of what is left each time would add up
+  // to all of it.
+  if (wanted <= pool.budgeted_for) return pool.team;
+  const std::lock_guard<std::mutex> lock(budget_mutex);
+  pool.budgeted_for = wanted;
+  const std::uint64_t more = static_cast<std::uint64_t>(wanted - pool.team);
+  const std::uint64_t elsewhere = pooled_threads.load() - static_cast<std::uint64_t>(pool.team - 1);
+  const int added = static_cast<int>(threads_that_start(threads_that_fit(more, elsewhere)));
+  pool.team += added;
+  pooled_threads += static_cast<std::uint64_t>(added);
+  return pool.team;
 }
 
 }  // namespace pasa

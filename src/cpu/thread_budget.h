@@ -8,10 +8,11 @@
 
 namespace pasa {
 
-// OpenMP's own team size, cut so that the threads it must create (those beyond the largest team
-// started before) take at most half of the address space still free with their stacks under a
-// finite RLIMIT_AS, and can be created under a finite RLIMIT_NPROC (tried); at least 1 (the
-// calling thread is no new one).
+// OpenMP's own team size, cut so that the threads it must create (those beyond the largest team the
+// calling thread started before) take, with their stacks and malloc arenas and with the threads
+// granted to other calling threads, at most half of the address space still free under a finite
+// RLIMIT_AS, and can be created under a finite RLIMIT_NPROC (tried); at least 1 (the calling thread
+// is no new one).
 int parallel_team_size();
 
 }  // namespace pasa

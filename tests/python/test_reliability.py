@@ -112,6 +112,38 @@ def test_a_new_host_output_takes_its_memory_at_once():
     assert resident() - before >= 200 << 20 and not out.any()
 
 
+def test_threads_calling_at_once_under_an_address_space_limit():
+    # libgomp keeps a team for each thread that calls in, and ends the process when it cannot create
+    # a thread; four Python threads at once under `ulimit -v`, 32 OpenMP threads each wanted, used to
+    # end it. Then the rest of the program still has room to allocate.
+    script = textwrap.dedent("""
+        import os, resource, threading, numpy as np, pasa
+        mapped = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        if mapped >= 2 << 30:
+            print("SKIP", mapped)
+            raise SystemExit(0)
+        q = [np.random.default_rng(i).standard_normal((1, 8, 256, 64)).astype(np.float16) for i in range(3)]
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + (1400 << 20),) * 2)
+        want = pasa.attention(*q)
+        got = [None] * 4
+        def call(i):
+            got[i] = pasa.attention(*q)
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        assert all(np.array_equal(g, want) for g in got)
+        np.ones(300 << 20, np.uint8)
+        print("OK")
+    """)
+    env = dict(os.environ, OMP_NUM_THREADS="32")
+    env.pop("MALLOC_ARENA_MAX", None)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr
+    if r.stdout.startswith("SKIP"):
+        pytest.skip(f"the child maps {int(r.stdout.split()[1]) >> 20} MiB before the limit is set")
+    assert r.stdout.strip() == "OK", r.stdout
+
+
 def test_oom_inside_the_emulator_does_not_abort_python(tmp_path):
     # The emulator under an address-space limit too small for its working set: a Python exception,
     # never SIGABRT. Run in a child so the limit does not touch this process.
