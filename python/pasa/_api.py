@@ -9,7 +9,9 @@ on the kernels. torch tensors go through the ``pasa::attention`` custom op (``pa
 from __future__ import annotations
 
 import contextlib
+import functools
 import numbers
+import re
 from typing import Any, Optional, Tuple, Union
 
 import numpy as np
@@ -19,6 +21,7 @@ from ._arrays import (allocate_outputs, as_kernel_argument, check_array, check_d
                       check_sign_bits, check_strided, check_writable, is_cupy_array, is_ml_dtypes_bfloat16,
                       is_ml_dtypes_bfloat16_dtype, is_torch_tensor, new_host_output)
 from ._errors import PasaError, alignment_argument, flag_argument, real_argument
+from ._fallback import compiling
 from ._policy import PolicyLike, core_policy, policy_text
 from ._score_mods import check_softcap, check_window, mask_shape, numpy_mask, unsupported_mask_dtype
 
@@ -314,12 +317,16 @@ def sdpa(
             f"key: {heads_kv} heads differ from query's {heads_q}; pass enable_gqa=True for "
             f"grouped-query attention (as torch requires)"
         )
-    try:
-        result = attention(query, key, value, policy=policy, causal=bool(is_causal),
-                           causal_alignment="top_left", scale=scale, layout="bhsd",
-                           window_size=window_size, softcap=softcap, attn_mask=attn_mask)
-    except PasaError as e:  # (named as this function's arguments are: query, not attention's q)
-        raise type(e)(_sdpa_argument_names(str(e))) from None
+    run = functools.partial(attention, query, key, value, policy=policy, causal=bool(is_causal),
+                            causal_alignment="top_left", scale=scale, layout="bhsd",
+                            window_size=window_size, softcap=softcap, attn_mask=attn_mask)
+    if compiling():  # (Dynamo cannot trace a handler of the error a traced call raises: as raised)
+        result = run()
+    else:
+        try:
+            result = run()
+        except PasaError as e:  # (named as this function's arguments are: query, not attention's q)
+            raise type(e)(_sdpa_argument_names(str(e))) from None
     return result[0] if three_d else result
 
 
@@ -327,11 +334,13 @@ _SDPA_NAMES = {"q": "query", "k": "key", "v": "value"}
 
 
 def _sdpa_argument_names(message: str) -> str:
-    """``message`` with the arguments it opens with ("q: ...", "k/v: ...") named as sdpa's are."""
+    """``message`` with the arguments it opens with ("q: ...", "k/v: ...") and the ones it compares
+    them to ("... differs from k's") named as sdpa's are."""
     head, colon, rest = message.partition(":")
     names = head.split("/")
     if not colon or not all(n in _SDPA_NAMES for n in names):
         return message
+    rest = re.sub(r"\b([qkv])'s\b", lambda m: _SDPA_NAMES[m.group(1)] + "'s", rest)
     return "/".join(_SDPA_NAMES[n] for n in names) + colon + rest
 
 

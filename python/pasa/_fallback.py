@@ -95,10 +95,15 @@ def _caller_stacklevel() -> int:
     return level
 
 
+_SHORT_NAMES = {"query": "q", "key": "k", "value": "v"}
+
+
 def _reason_of(error: PasaError) -> str:
-    """A stable key for an error: the argument it names (the text before the first colon)."""
+    """A stable key for an error: the argument it names (the text before the first colon), as the
+    prechecks name it (q, not sdpa's query)."""
     text = str(error)
-    return text.split(":", 1)[0].strip() if ":" in text else text
+    name = text.split(":", 1)[0].strip() if ":" in text else text
+    return "/".join(_SHORT_NAMES.get(n, n) for n in name.split("/"))
 
 
 def run_or_fallback(run: Callable[[], T], fallback: Callable[[], T], precheck: Optional[str],

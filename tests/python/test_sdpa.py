@@ -48,17 +48,17 @@ def test_sdpa_errors(rng):
     with pytest.raises(pasa.PasaError, match=r"^key: 2 heads differ from query's 4; pass "
                                              r"enable_gqa=True"):
         pasa.sdpa(q, k, v)
-    with pytest.raises(pasa.PasaError, match=r"^k: 3 K/V heads do not divide the 4 query heads"):
+    with pytest.raises(pasa.PasaError, match=r"^key: 3 K/V heads do not divide the 4 query heads"):
         pasa.sdpa(q, *qkv(rng, 1, 3, 3, 8, 8, 64)[1:], enable_gqa=True)
     with pytest.raises(pasa.PasaError, match=r"^query: expected a 4-D \[N, H, L, E\] or 3-D"):
         pasa.sdpa(q[0, 0], k, v)
     with pytest.raises(pasa.PasaError, match=r"^key: query, key and value must have the same rank"):
         pasa.sdpa(q, k[0], v, enable_gqa=True)
-    with pytest.raises(pasa.PasaError, match=r"^v: shape .* differs from k's"):
+    with pytest.raises(pasa.PasaError, match=r"^value: shape .* differs from key's"):
         pasa.sdpa(q, k, v[..., :32], enable_gqa=True)
     with pytest.raises(pasa.PasaError, match=r"^is_causal: expected True or False, got 'False'"):
         pasa.sdpa(q, k, v, is_causal="False", enable_gqa=True)
-    with pytest.raises(pasa.PasaError, match=r"^q: unsupported dtype float128"):
+    with pytest.raises(pasa.PasaError, match=r"^query: unsupported dtype float128"):
         pasa.sdpa(q.astype(np.longdouble), k, v, enable_gqa=True)
     with pytest.raises(pasa.PasaError, match=r"^q: unsupported dtype object"):
         pasa.attention(q.astype(object), k, v)
