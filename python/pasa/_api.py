@@ -320,7 +320,9 @@ def sdpa(
     run = functools.partial(attention, query, key, value, policy=policy, causal=bool(is_causal),
                             causal_alignment="top_left", scale=scale, layout="bhsd",
                             window_size=window_size, softcap=softcap, attn_mask=attn_mask)
-    if compiling():  # (Dynamo cannot trace a handler of the error a traced call raises: as raised)
+    # (Dynamo cannot trace a handler of the error a traced call raises: raised as it is; only torch
+    # tensors are traced, and only with them is torch imported)
+    if is_torch_tensor(query) and compiling():
         result = run()
     else:
         try:
