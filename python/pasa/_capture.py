@@ -276,6 +276,10 @@ class Capture:
             _release_directory(self._claimed)
             self._claimed = None
 
+    def __reduce__(self) -> Any:  # (copy, deepcopy and pickle)
+        raise PasaError(f"a pasa.Capture cannot be copied or pickled: it records into {self.directory}; "
+                        f"start another capture for another directory")
+
     def reset(self) -> None:
         """Restarts call numbering at 0 (e.g. before each generation step), as Patch.reset does, so
         that a patch reset at the same points names its calls as the capture did."""

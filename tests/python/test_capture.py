@@ -248,6 +248,15 @@ def test_capture_reset_restarts_numbering_as_the_patchs(tmp_path, model, x):
     assert names == ["layer0_t0", "layer1_t0", "layer2_t0", "layer0_t10", "layer1_t10", "layer2_t10"], names
 
 
+def test_a_capture_is_not_copied(tmp_path):
+    import copy
+
+    cap = pasa.capture(tmp_path)
+    for duplicate in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(pasa.PasaError, match=r"a pasa.Capture cannot be copied or pickled"):
+            duplicate(cap)
+
+
 def test_write_index_only_inside_the_block(tmp_path):
     q = torch.randn(1, 1, 4, 8)
     first = pasa.capture(tmp_path)
