@@ -20,7 +20,7 @@ from . import _core, _serving
 from ._arrays import (allocate_outputs, as_kernel_argument, check_array, check_distinct_elements, check_not_meta,
                       check_sign_bits, check_strided, check_writable, is_cupy_array, is_ml_dtypes_bfloat16,
                       is_ml_dtypes_bfloat16_dtype, is_torch_tensor, new_host_output)
-from ._errors import PasaError, alignment_argument, flag_argument, real_argument
+from ._errors import SDPA_ARGUMENT_NAMES, PasaError, alignment_argument, flag_argument, real_argument
 from ._fallback import compiling
 from ._policy import PolicyLike, core_policy, policy_text
 from ._score_mods import check_softcap, check_window, mask_shape, numpy_mask, unsupported_mask_dtype
@@ -332,18 +332,15 @@ def sdpa(
     return result[0] if three_d else result
 
 
-_SDPA_NAMES = {"q": "query", "k": "key", "v": "value"}
-
-
 def _sdpa_argument_names(message: str) -> str:
     """``message`` with the arguments it opens with ("q: ...", "k/v: ...") and the ones it compares
     them to ("... differs from k's") named as sdpa's are."""
     head, colon, rest = message.partition(":")
     names = head.split("/")
-    if not colon or not all(n in _SDPA_NAMES for n in names):
+    if not colon or not all(n in SDPA_ARGUMENT_NAMES for n in names):
         return message
-    rest = re.sub(r"\b([qkv])'s\b", lambda m: _SDPA_NAMES[m.group(1)] + "'s", rest)
-    return "/".join(_SDPA_NAMES[n] for n in names) + colon + rest
+    rest = re.sub(r"\b([qkv])'s\b", lambda m: SDPA_ARGUMENT_NAMES[m.group(1)] + "'s", rest)
+    return "/".join(SDPA_ARGUMENT_NAMES[n] for n in names) + colon + rest
 
 
 def reference(

@@ -22,6 +22,9 @@ PasaError.__doc__ = (
 
 __all__ = ["PasaError"]
 
+#: attention's operand names, and torch's scaled_dot_product_attention's for the same operands.
+SDPA_ARGUMENT_NAMES = {"q": "query", "k": "key", "v": "value"}
+
 
 def real_argument(value: Any, name: str) -> float:
     """``value`` as a finite float, or PasaError naming ``name`` (never TypeError/OverflowError)."""

@@ -14,7 +14,7 @@ import threading
 import warnings
 from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
-from ._errors import PasaError
+from ._errors import SDPA_ARGUMENT_NAMES, PasaError
 
 __all__ = ["PasaFallbackWarning", "stats", "run_or_fallback", "sdpa_precheck", "warm_score_mods",
            "score_mods_refusal"]
@@ -95,7 +95,7 @@ def _caller_stacklevel() -> int:
     return level
 
 
-_SHORT_NAMES = {"query": "q", "key": "k", "value": "v"}
+_SHORT_NAMES = {long: short for short, long in SDPA_ARGUMENT_NAMES.items()}
 
 
 def _reason_of(error: PasaError) -> str:
