@@ -149,21 +149,23 @@ TEST_P(CudaExact, AttentionMasks) {
 // The same for the pasa kernels (the sm_90a one: two warpgroups of 64 rows a CTA on the persistent
 // engine; the portable one: many CTAs of 128 rows).
 // (On the sm_90a path the bf16 cases run the prepass as a kernel of their own, which rounds V to fp16
-// for the attention kernel: K' and V fills carried across tiles and around the ring.)
+// for the attention kernel: each key block serves 3 and 2 query tiles, below the launcher's rule
+// (pasa_hopper_launch.cuh); K' and V fills carried across tiles and around the ring.)
 TEST_P(CudaPasa, PersistentTilesOfMixedLengths) {
   const auto br = CausalAlignment::bottom_right;
-  check_case({2, 36, 12, 260, 300, 64, true, br, false, DType::bf16, DType::f16}, pasa_policy());
+  check_case({2, 36, 12, 130, 300, 64, true, br, false, DType::bf16, DType::f16}, pasa_policy());
   check_case({1, 140, 4, 70, 200, 128, false, br, true, DType::f16, DType::f32}, pasa_policy());
   check_case({2, 40, 40, 200, 450, 128, false, br, true, DType::bf16, DType::bf16}, pasa_policy());
 }
 
-// (On the sm_90a path the first three run the prepass inside the attention kernel: each key block
-// serves 6, 9 and 11 query tiles, above the launcher's rule for their dtype and head dim.)
+// (On the sm_90a path these run the prepass inside the attention kernel: each key block serves 32, 9
+// and 18 query tiles (GQA groups times query blocks, causal calls counted half), at or above the
+// launcher's rule for their dtype and head dim, pasa_hopper_launch.cuh.)
 TEST_P(CudaPasa, LongSequences) {
   const auto br = CausalAlignment::bottom_right;
-  check_case({1, 2, 1, 1500, 1500, 128, true, br, false, DType::f16, DType::f16}, pasa_policy());
+  check_case({1, 8, 1, 1000, 1000, 128, true, br, false, DType::f16, DType::f16}, pasa_policy());
   check_case({1, 2, 2, 1100, 1600, 64, false, br, false, DType::bf16, DType::f16}, pasa_policy());
-  check_case({1, 4, 2, 1300, 1300, 128, true, br, true, DType::bf16, DType::bf16}, pasa_policy());
+  check_case({1, 4, 1, 1100, 1100, 128, true, br, true, DType::bf16, DType::bf16}, pasa_policy());
 }
 
 // The default policy (exact: input and p fp32) runs as exact with P in the input dtype.

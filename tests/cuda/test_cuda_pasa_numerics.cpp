@@ -315,7 +315,9 @@ TEST(CudaPasaFp16Acc, MatchesItsEmulatedTwin) {
                         Case{2, 2, 1, 257, 1025, 64, false, kBr, true, DType::bf16, DType::f16},
                         // (D 64 past 2k causal: three consumer warpgroups, 192-row tiles)
                         Case{1, 2, 1, 2500, 2500, 64, true, kBr, false, DType::f16, DType::f32},
-                        Case{1, 2, 2, 300, 2900, 64, true, kBr, false, DType::bf16, DType::f16}}) {
+                        Case{1, 2, 2, 300, 2900, 64, true, kBr, false, DType::bf16, DType::f16},
+                        // (the prepass inside the attention kernel at D 128: 18 query tiles a key block)
+                        Case{1, 4, 1, 1100, 1100, 128, true, kBr, true, DType::bf16, DType::bf16}}) {
     check_case(c, pol);
   }
   for (const std::int64_t S : {1124, 1281}) {
@@ -350,8 +352,9 @@ TEST(CudaPasaFp16Acc, MatchesItsEmulatedTwin) {
 TEST(CudaPasaFp16Acc, RoundsWhereTheEmulatorDoes) {
   REQUIRE_HOPPER_PATH();
   const Policy pol = preset_policy("pasa_fp16acc");
-  // (two and three consumer warpgroups at D 64: a short causal call, and a full one)
-  for (const Case& c : {Case{1, 4, 2, 1000, 1000, 128, false, kBr, false, DType::f16, DType::f32},
+  // (the prepass inside the attention kernel at D 128: 32 query tiles a key block; two and three
+  // consumer warpgroups at D 64: a short causal call, and a full one)
+  for (const Case& c : {Case{1, 4, 1, 1000, 1000, 128, false, kBr, false, DType::f16, DType::f32},
                         Case{1, 2, 1, 700, 700, 64, true, kBr, false, DType::bf16, DType::f32},
                         Case{1, 2, 1, 900, 900, 64, false, kBr, false, DType::f16, DType::f32}}) {
     const std::uint64_t seed = 31 + c.Sq;

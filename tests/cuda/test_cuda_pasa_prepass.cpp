@@ -5,8 +5,8 @@
 // scratch from the stream-ordered pool, so a copy taken too early would read the previous call's K'.
 // Each call must give the bits it gives alone. (The values themselves are checked against the
 // emulator by the pasa tests of test_cuda_attention.cpp and test_cuda_pasa_numerics.cpp, several
-// of them on shapes that take the in-kernel prepass.) The shape here gives each key block 16 query
-// tiles, above the launcher's rule at every dtype and head dim. Without a GPU of compute capability
+// of them on shapes that take the in-kernel prepass.) The shape here gives each key block 32 query
+// tiles, at or above the launcher's rule at every dtype and head dim (pasa_hopper_launch.cuh). Without a GPU of compute capability
 // 8.0 or newer the test is skipped.
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
@@ -76,7 +76,7 @@ TEST(CudaPasaPrepass, CallsQueuedBackToBackReadOnlyTheirOwnStages) {
   for (const DType dtype : {DType::f16, DType::bf16}) {
     for (const std::int64_t D : {64, 128}) {
       SCOPED_TRACE(std::string(dtype == DType::f16 ? "f16" : "bf16") + " D " + std::to_string(D));
-      DeviceCall c{2, 8, 2048, D, dtype};  // 256 tiles of 128 rows, each key block serving 16
+      DeviceCall c{1, 8, 4096, D, dtype};  // 256 tiles of 128 rows, each key block serving 32
       c.allocate();
       c.run(c.k_a, c.o_a);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

@@ -25,21 +25,28 @@ namespace pasa::cuda {
 namespace pasa_hopper {
 
 // Where the prepass runs inside the attention kernel: where each stage serves enough tiles (query
-// blocks times the GQA group, halved for causal calls) for the spare warps' chunks to stay ahead of
-// the consumers. A stage's cost to the spare warps against one tile's pass over it grows with its
-// work: twice for bf16 inputs (V rounded too), 4/3 at head dim 128 (two chunks a stage against
-// consumers 1.5x longer a block). The constant is fitted to this session's A/B (bench/NOTES.md,
-// twentieth session): fp16 at head dim 128 lost at 4 tiles a stage (0.91x the prepass kernel's time)
-// and gained at 8; bf16 at head dim 128 lost at 8 (0.955x) and gained at 16; bf16 at head dim 64
-// gained at 8 (1.08x).
-inline constexpr double kInKernelPrepassReusePerCost = 3.5;
+// blocks times the GQA group, halved for causal calls). Below that the spare warps' start-up (the first
+// tiles wait for their stages) costs more than a kernel of its own. The least reuse that gains was
+// measured with both placements at every point of `pasa bench` at S = 512-4096 (bench/NOTES.md,
+// fortieth session):
+// - pasa and pasa_fp16acc at D 128 keep the kernel of its own longest: the attention kernel with the
+//   prepass inside stores O without staging, and fp16's prepass kernel (K alone) is half bf16's
+//   (K and V), so it costs least where it runs apart;
+// - at D 64 both kernels stage O alike, and the prepass inside gains from 2 tiles a stage on (fp16)
+//   and 4 (bf16; 2 lost 10%);
+// - pasa_accurate's longer loop (S' and its state in fp32) hides the spare warps' work sooner: 2 at
+//   D 64, 4 at D 128.
+inline double prepass_min_reuse(const KernelRequest& c, bool accurate) {
+  const bool bf16 = c.in_type == ElemType::bf16;
+  if (c.head_dim >= 128) return accurate ? 4.0 : (bf16 ? 16.0 : 32.0);
+  return accurate || !bf16 ? 2.0 : 4.0;
+}
 
-inline bool prepass_in_kernel(const KernelRequest& c, int block_m) {
+inline bool prepass_in_kernel(const KernelRequest& c, int block_m, bool accurate) {
   const FwdParams& p = c.fwd;
   const double m_blocks = (p.seq_q + block_m - 1) / block_m;
   const double reuse = p.group * m_blocks * (p.causal ? 0.5 : 1.0);
-  const double cost = (c.in_type == ElemType::bf16 ? 2.0 : 1.0) * (c.head_dim >= 128 ? 4.0 / 3.0 : 1.0);
-  return reuse >= kInKernelPrepassReusePerCost * cost;
+  return reuse >= prepass_min_reuse(c, accurate);
 }
 
 // The (batch, K/V head) pairs whose tiles run at one time: a causal section (tile_scheduler.cuh), or
@@ -61,7 +68,7 @@ void launch_pasa_hopper(const PasaRequest& r, cudaStream_t stream) {
   static_assert(Tile::kBlockN == kPasaBlockKv);
   const int n_kb = (p.seq_kv + Tile::kBlockN - 1) / Tile::kBlockN;
   const bool bf16 = std::is_same_v<QElem, __nv_bfloat16>;  // V needs rounding to fp16 first
-  const bool in_kernel = pasa_hopper::prepass_in_kernel(c, Tile::kBlockM);
+  const bool in_kernel = pasa_hopper::prepass_in_kernel(c, Tile::kBlockM, kAccurate);
   PasaPrepass prepass = pasa_prepass(r, nullptr, nullptr, n_kb);
   const PasaHopperScratch layout = pasa_hopper_scratch(c, n_kb, in_kernel);
   StreamBuffer scratch(layout.total(), c.device, stream);
