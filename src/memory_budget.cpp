@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "memory_budget.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
+
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <sstream>
+#include <string>
 
 #include "pasa/error.h"
 
@@ -17,10 +21,31 @@ namespace {
 
 constexpr std::uint64_t kUnbounded = std::numeric_limits<std::uint64_t>::max();
 
+// A file of procfs, whole, by open and read (a C++ stream fails on procfs in some sandboxes); nullopt
+// where it cannot be read.
+std::optional<std::string> read_proc_file(const char* path) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  std::string text;
+  char chunk[4096];
+  for (;;) {
+    const ssize_t got = ::read(fd, chunk, sizeof(chunk));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      ::close(fd);
+      if (got < 0 || text.empty()) return std::nullopt;
+      return text;
+    }
+    text.append(chunk, static_cast<std::size_t>(got));
+  }
+}
+
 // MemAvailable from /proc/meminfo: what the kernel estimates can be allocated without swapping.
 // (Read line by line: some lines, HugePages_Total among them, carry no unit.)
 std::optional<std::uint64_t> system_available_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
+  const std::optional<std::string> text = read_proc_file("/proc/meminfo");
+  if (!text) return std::nullopt;
+  std::istringstream meminfo(*text);
   std::string line;
   while (std::getline(meminfo, line)) {
     std::istringstream fields(line);
@@ -31,14 +56,13 @@ std::optional<std::uint64_t> system_available_bytes() {
   return std::nullopt;
 }
 
-// RLIMIT_AS minus the address space already mapped (the first field of /proc/self/statm, in pages).
+// RLIMIT_AS minus the address space already mapped.
 std::optional<std::uint64_t> address_space_room_bytes() {
   rlimit limit{};
   if (getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return std::nullopt;
-  std::ifstream statm("/proc/self/statm");
-  std::uint64_t pages = 0;
-  if (!(statm >> pages)) return std::nullopt;
-  const std::uint64_t used = pages * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  const std::optional<std::uint64_t> mapped = mapped_address_space_bytes();
+  if (!mapped) return std::nullopt;
+  const std::uint64_t used = *mapped;
   // A process already mapped past its limit (the limit lowered after a runtime such as CUDA reserved
   // its address ranges) says nothing about what one more allocation can get: no estimate.
   if (used >= limit.rlim_cur) return std::nullopt;
@@ -56,6 +80,16 @@ std::optional<std::uint64_t> physical_memory_bytes() {
 }
 
 }  // namespace
+
+std::optional<std::uint64_t> mapped_address_space_bytes() {
+  const std::optional<std::string> statm = read_proc_file("/proc/self/statm");
+  if (!statm) return std::nullopt;
+  char* end = nullptr;
+  const unsigned long long pages = std::strtoull(statm->c_str(), &end, 10);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (end == statm->c_str() || page <= 0) return std::nullopt;
+  return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
+}
 
 std::uint64_t saturating_product(std::initializer_list<std::uint64_t> factors) {
   std::uint64_t product = 1;

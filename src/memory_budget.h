@@ -17,6 +17,10 @@ std::uint64_t saturating_product(std::initializer_list<std::uint64_t> factors);
 // The sum of the terms, or UINT64_MAX when it overflows.
 std::uint64_t saturating_sum(std::initializer_list<std::uint64_t> terms);
 
+// The address space this process has mapped (/proc/self/statm's first field, in pages), read with
+// open and read: some sandboxes' procfs fails a C++ stream there. nullopt where it cannot be read.
+std::optional<std::uint64_t> mapped_address_space_bytes();
+
 // Bytes this process can still allocate: the smallest of the system's available memory, the room left
 // under the address-space limit (ulimit -v) and the machine's physical memory, of those that can be
 // read; nullopt when none can.

@@ -11,10 +11,12 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
 #include <mutex>
 #include <future>
+#include <optional>
 #include <vector>
+
+#include "memory_budget.h"
 
 namespace pasa {
 namespace {
@@ -42,14 +44,6 @@ std::uint64_t thread_stack_bytes() {
   return std::uint64_t{8} << 20;
 }
 
-// The process's mapped address space now (/proc/self/statm's first field, in pages); 0 if unknown.
-std::uint64_t mapped_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  std::uint64_t pages = 0;
-  statm >> pages;
-  return pages * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-}
-
 // The address space a thread libgomp creates takes: its stack, a guard page and TLS, and the malloc
 // arena glibc gives a new thread that allocates (a 64 MiB reservation, up to 8 arenas a core), unless
 // MALLOC_ARENA_MAX caps the arenas.
@@ -61,12 +55,14 @@ std::uint64_t bytes_per_thread() {
 // How many of `wanted` more threads the process may start under a finite RLIMIT_AS: those whose
 // address space fits in half of what is free, less what `elsewhere` threads granted to other calling
 // threads take (counted whether or not they are running yet: a team granted is not mapped until
-// its parallel region starts).
+// its parallel region starts). None where the mapped address space cannot be read.
 std::uint64_t threads_that_fit(std::uint64_t wanted, std::uint64_t elsewhere) {
   rlimit space{};
   if (getrlimit(RLIMIT_AS, &space) != 0 || space.rlim_cur == RLIM_INFINITY) return wanted;
-  const std::uint64_t limit = space.rlim_cur, used = mapped_bytes();
-  const std::uint64_t room = used >= limit ? 0 : (limit - used) / 2 / bytes_per_thread();
+  const std::optional<std::uint64_t> used = mapped_address_space_bytes();
+  if (!used) return 0;
+  const std::uint64_t limit = space.rlim_cur;
+  const std::uint64_t room = *used >= limit ? 0 : (limit - *used) / 2 / bytes_per_thread();
   return std::min(wanted, room > elsewhere ? room - elsewhere : 0);
 }
 

@@ -4,6 +4,7 @@
 // too large for the machine's memory is refused up front with a ResourceError saying what it needs.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <initializer_list>
 #include <limits>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -180,6 +182,22 @@ TEST(MemoryBudget, TheEstimateIsAtMostPhysicalMemory) {
       static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
   EXPECT_GT(*available, 0u);
   EXPECT_LE(*available, physical);
+}
+
+// The mapped address space (what the thread and memory budgets subtract from ulimit -v) is read where
+// procfs is, and grows by a mapping made meanwhile (64 MiB of address space, never touched).
+TEST(MemoryBudget, TheMappedAddressSpaceIsReadAndFollowsMappings) {
+  if (access("/proc/self/statm", R_OK) != 0) GTEST_SKIP() << "no /proc/self/statm";
+  const std::optional<std::uint64_t> before = mapped_address_space_bytes();
+  ASSERT_TRUE(before.has_value());
+  EXPECT_GT(*before, 0u);
+  constexpr std::size_t kBytes = std::size_t{64} << 20;
+  void* region = mmap(nullptr, kBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(region, MAP_FAILED);
+  const std::optional<std::uint64_t> after = mapped_address_space_bytes();
+  munmap(region, kBytes);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_GE(*after, *before + kBytes - (std::uint64_t{1} << 20));
 }
 
 // Keys broadcast (stride 0) to a sequence far beyond memory: refused before the emulator allocates.
