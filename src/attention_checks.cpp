@@ -136,7 +136,7 @@ void check_score_mods(const AttentionArgs& a, const ProblemShape& p) {
       throw Error(text::format("attn_mask: shape [{}, {}, {}, {}] does not broadcast to [B, H_q, S_q, "
                               "S_kv] = [{}, {}, {}, {}] (its {} size must be {}{})", m.shape[0], m.shape[1],
                               m.shape[2], m.shape[3], want[0], want[1], want[2], want[3], dims[i], want[i],
-                              i < 2 ? " or 1" : ""));
+                              i < 2 && want[i] != 1 ? " or 1" : ""));
     }
     if (m.stride[i] < 0) throw Error("attn_mask: strides must be non-negative");
   }

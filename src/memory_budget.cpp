@@ -127,8 +127,12 @@ void require_memory(std::uint64_t bytes, const std::string& what) {
   const auto system = system_available_bytes();
   const auto room = address_space_room_bytes();
   const auto physical = physical_memory_bytes();
-  throw ResourceError(what + ": needs " + byte_size_text(bytes) + " of memory, only " +
-                      byte_size_text(*available) + " is available (free memory " +
+  // (the margin counted in what it needs: a request refused for the margin alone would otherwise
+  // read as needing less than is available)
+  throw ResourceError(what + ": needs " + byte_size_text(saturating_sum({bytes, kAllocatorMargin})) +
+                      " of memory, only " + byte_size_text(*available) + " is available (" +
+                      byte_size_text(bytes) + " and a margin of " + byte_size_text(kAllocatorMargin) +
+                      " for the allocator; free memory " +
                       (system ? byte_size_text(*system) : std::string("unknown")) + ", address space left " +
                       (room ? byte_size_text(*room) : std::string("unlimited")) + ", physical memory " +
                       (physical ? byte_size_text(*physical) : std::string("unknown")) + ")");

@@ -53,7 +53,9 @@ bool addresses_distinct(const StridedMemory& m) {
   std::array<std::pair<__int128, std::int64_t>, kMaxRank> dims;
   std::size_t n = 0;
   for (std::size_t i = 0; i < m.shape.size(); ++i) {
-    if (m.shape[i] > 1) dims[n++] = {std::abs(static_cast<__int128>(m.stride[i])), m.shape[i]};
+    // (|stride| by hand: std::abs has no __int128 overload in strict ISO C++ mode)
+    const __int128 stride = m.stride[i];
+    if (m.shape[i] > 1) dims[n++] = {stride < 0 ? -stride : stride, m.shape[i]};
   }
   // (an insertion sort of at most kMaxRank entries: std::sort's inlined code over the array's unused
   // tail made g++ 12 warn of out-of-bounds reads that the n <= kMaxRank bound rules out)

@@ -26,18 +26,49 @@ std::string dtype_name(DType dtype) {
   return "?";
 }
 
+namespace {
+
+// "<name> [a, b, ...]: <what>", the error of a view whose strides or count would pass int64 (a stride
+// that wrapped would make the view read other memory, and is undefined behaviour before that).
+Error too_large(const char* name, std::initializer_list<std::int64_t> sizes, const char* what) {
+  std::string text = std::string(name) + " [";
+  for (const std::int64_t n : sizes) text += (text.back() == '[' ? "" : ", ") + std::to_string(n);
+  return Error(text + "]: " + what);
+}
+
+}  // namespace
+
 TensorView bhsd_view(void* data, DType dtype, std::int64_t B, std::int64_t H, std::int64_t S,
                      std::int64_t D, Device device) {
-  return TensorView{data, dtype, {B, H, S, D}, {H * S * D, S * D, D, 1}, device};
+  std::int64_t sd = 0, hsd = 0;
+  if (__builtin_mul_overflow(S, D, &sd) || __builtin_mul_overflow(H, sd, &hsd)) {
+    throw too_large("bhsd_view", {B, H, S, D}, "its strides pass 2^63 elements");
+  }
+  return TensorView{data, dtype, {B, H, S, D}, {hsd, sd, D, 1}, device};
 }
 
 TensorView bshd_view(void* data, DType dtype, std::int64_t B, std::int64_t S, std::int64_t H,
                      std::int64_t D, Device device) {
-  return TensorView{data, dtype, {B, H, S, D}, {S * H * D, D, H * D, 1}, device};
+  std::int64_t hd = 0, shd = 0;
+  if (__builtin_mul_overflow(H, D, &hd) || __builtin_mul_overflow(S, hd, &shd)) {
+    throw too_large("bshd_view", {B, S, H, D}, "its strides pass 2^63 elements");
+  }
+  return TensorView{data, dtype, {B, H, S, D}, {shd, D, hd, 1}, device};
 }
 
 LseView lse_view(float* data, std::int64_t B, std::int64_t H, std::int64_t S, Device device) {
-  return LseView{data, {B, H, S}, {H * S, S, 1}, device};
+  std::int64_t hs = 0;
+  if (__builtin_mul_overflow(H, S, &hs)) throw too_large("lse_view", {B, H, S}, "its strides pass 2^63 elements");
+  return LseView{data, {B, H, S}, {hs, S, 1}, device};
+}
+
+std::int64_t TensorView::numel() const {
+  std::int64_t ab = 0, cd = 0, n = 0;
+  if (__builtin_mul_overflow(shape[0], shape[1], &ab) || __builtin_mul_overflow(shape[2], shape[3], &cd) ||
+      __builtin_mul_overflow(ab, cd, &n)) {
+    throw too_large("a view of shape", {shape[0], shape[1], shape[2], shape[3]}, "its element count passes 2^63");
+  }
+  return n;
 }
 
 std::int64_t HostTensor::numel() const {

@@ -228,6 +228,7 @@ void run(const StudyOptions& opt) {
   text::print("shape (B, H, S, D) = ({}, {}, {}, {}), fp16 inputs, seed {}, policies: {}\n",
               config.shape.batch, config.shape.heads, config.shape.seq, config.shape.dim, config.seed,
               text::join(config.policies, ", "));
+  std::fflush(stdout);  // (what is being computed, seen before a long run and kept if it is killed)
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   std::vector<StudyRow> rows;

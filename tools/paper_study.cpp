@@ -9,6 +9,8 @@
 #include "pasa/error.h"
 #include "pasa/metrics.h"
 #include "pasa/policy.h"
+#include "stage.h"
+#include "text/format.h"
 
 namespace pasa::cli {
 
@@ -55,6 +57,9 @@ void run_study(const std::vector<StudyCase>& cases, const StudyConfig& config,
   for (std::size_t i = 0; i < cases.size(); ++i) {
     std::vector<StudyRow> case_rows;
     const StudyCase& c = cases[i];
+    // (a case of a large --seq or --heads runs for minutes: it says so on stderr while it runs)
+    const StageHeartbeat heartbeat(text::format("case {}/{} ({} x0={:g} Am={:g})", i + 1, cases.size(), c.dist,
+                                                c.x0, c.am));
     // Each case gets its own seed so adding a case does not change the others' inputs.
     const std::uint64_t seed = config.seed + 1000003ull * i;
     QKV data = generate_case(c, config.shape, seed);

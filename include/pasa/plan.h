@@ -23,10 +23,12 @@ struct MixPlan {
   Policy policy_for(int layer, std::optional<int> timestep = std::nullopt) const;
 };
 
-// Entry names are "layer<L>" or "layer<L>_t<T>" (what `pasa.capture` writes). Throws pasa::Error
-// naming the name otherwise.
+// Entry names are "layer<L>" or "layer<L>_t<T>" (what `pasa.capture` writes), L in 0..999999 and T in
+// 0..999999999. Throws pasa::Error naming the name otherwise (its form, or the number out of range).
 std::pair<int, int> parse_entry_name(const std::string& name);
-std::string entry_name(int layer, int timestep);  // the inverse: "layer<L>", or "layer<L>_t<T>" for T >= 0
+// The inverse: "layer<L>", or "layer<L>_t<T>" for T >= 0 (T = -1: none). Throws pasa::Error for a
+// layer or timestep outside those ranges, whose name could not be read back.
+std::string entry_name(int layer, int timestep);
 
 // Plans are untrusted input, checked strictly: fast, accurate and every entry's policy must parse, xi
 // lie in 0..100, layer (0..999999) and timestep (0..999999999, or null) be JSON integers, and no

@@ -29,19 +29,20 @@ struct TensorView {
   std::int64_t heads() const { return shape[1]; }
   std::int64_t seq() const { return shape[2]; }
   std::int64_t dim() const { return shape[3]; }
-  std::int64_t numel() const { return shape[0] * shape[1] * shape[2] * shape[3]; }
+  std::int64_t numel() const;  // (pasa::Error where the count passes 2^63)
   std::int64_t offset(std::int64_t b, std::int64_t h, std::int64_t s, std::int64_t d) const {
     return b * stride[0] + h * stride[1] + s * stride[2] + d * stride[3];
   }
 };
 
-// Views over a contiguous buffer in the two common layouts.
+// Views over a contiguous buffer in the two common layouts (pasa::Error where a stride would pass 2^63
+// elements).
 TensorView bhsd_view(void* data, DType dtype, std::int64_t B, std::int64_t H, std::int64_t S,
                      std::int64_t D, Device device = Device::cpu);
 TensorView bshd_view(void* data, DType dtype, std::int64_t B, std::int64_t S, std::int64_t H,
                      std::int64_t D, Device device = Device::cpu);
 
-// The LSE output: fp32 [B, H, S_q] with element strides.
+// The LSE output: fp32 [B, H, S_q] with element strides (lse_view: pasa::Error as bhsd_view).
 struct LseView {
   float* data = nullptr;
   std::array<std::int64_t, 3> shape{0, 0, 0};

@@ -60,15 +60,27 @@ void check_policy(const std::string& text, const std::string& where) {
 }  // namespace
 
 std::pair<int, int> parse_entry_name(const std::string& name) {
-  static const std::regex pattern(R"(layer(\d{1,6})(?:_t(\d{1,9}))?)");
+  static const std::regex pattern(R"(layer(\d+)(?:_t(\d+))?)");
   std::smatch m;
   if (!std::regex_match(name, m, pattern)) {
     throw Error("entry '" + name + "': names must be layer<L> or layer<L>_t<T> (e.g. layer3_t10)");
   }
-  return {std::stoi(m[1].str()), m[2].matched ? std::stoi(m[2].str()) : -1};
+  // (the numbers' ranges apart from the form, so that a name of the right form out of range says so)
+  const auto number = [&](const std::string& digits, std::int64_t max, const char* what) {
+    if (digits.size() > 9 || std::stoll(digits) > max) {
+      throw Error("entry '" + name + "': " + what + " " + digits + " is outside 0.." + std::to_string(max));
+    }
+    return std::stoi(digits);
+  };
+  return {number(m[1].str(), kMaxLayer, "layer"), m[2].matched ? number(m[2].str(), kMaxTimestep, "timestep") : -1};
 }
 
 std::string entry_name(int layer, int timestep) {
+  if (layer < 0 || layer > kMaxLayer || timestep < -1 || timestep > kMaxTimestep) {
+    throw Error("entry name: layer " + std::to_string(layer) + " must be in 0.." + std::to_string(kMaxLayer) +
+                " and timestep " + std::to_string(timestep) + " in 0.." + std::to_string(kMaxTimestep) +
+                " (or -1: none)");
+  }
   return "layer" + std::to_string(layer) + (timestep >= 0 ? "_t" + std::to_string(timestep) : "");
 }
 

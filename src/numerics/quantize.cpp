@@ -29,6 +29,16 @@ std::size_t at(int r, int cols, int c) {
   return static_cast<std::size_t>(r) * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c);
 }
 
+// |x| for the scale's maximum; a value that is not finite has no scale that represents it (an
+// infinity gives an infinite scale and NaN codes, a NaN would be passed over by the maximum).
+double finite_magnitude(float x, int r, int c) {
+  if (!std::isfinite(x)) {
+    throw Error("quantize: the value at [" + std::to_string(r) + ", " + std::to_string(c) + "] is not finite (" +
+                std::to_string(x) + ")");
+  }
+  return std::fabs(static_cast<double>(x));
+}
+
 }  // namespace
 
 std::string granularity_name(Granularity g) {
@@ -80,7 +90,7 @@ std::vector<double> quantize_rows(std::vector<float>& values, int rows, int cols
   for (int r = 0; r < rows; ++r) {
     if (r % kRowsPerPoll == 0) poll_interrupt();
     double& m = group_max[group[r]];
-    for (int c = 0; c < cols; ++c) m = std::max(m, std::fabs(static_cast<double>(values[at(r, cols, c)])));
+    for (int c = 0; c < cols; ++c) m = std::max(m, finite_magnitude(values[at(r, cols, c)], r, c));
   }
   std::vector<double> scale(static_cast<std::size_t>(rows));
   for (int r = 0; r < rows; ++r) {
@@ -102,7 +112,7 @@ std::vector<double> quantize_columns(std::vector<float>& values, int rows, int c
   std::vector<double> scale(static_cast<std::size_t>(cols), 0.0);
   for (int r = 0; r < rows; ++r) {
     if (r % kRowsPerPoll == 0) poll_interrupt();
-    for (int c = 0; c < cols; ++c) scale[c] = std::max(scale[c], std::fabs(static_cast<double>(values[at(r, cols, c)])));
+    for (int c = 0; c < cols; ++c) scale[c] = std::max(scale[c], finite_magnitude(values[at(r, cols, c)], r, c));
   }
   for (double& s : scale) s /= qmax;
   for (int r = 0; r < rows; ++r) {

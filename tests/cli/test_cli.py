@@ -118,6 +118,9 @@ def check_beta_and_inspect():
     assert "| 0.900000 | none: M's off-diagonal entries round to 0 in e2m0" in r.stdout, r.stdout
     r = pasa("beta", "--init", "1e-300", ok=False)
     assert "| 1e-300 | none:" in r.stdout, r.stdout
+    # One just below 1 prints as given, not rounded to 1.000000, which --init refuses.
+    r = pasa("beta", "--init", "0.99999999", ok=False)
+    assert "| 0.99999999 | none:" in r.stdout, r.stdout
     # beta / (1 - beta) past the format's range is said, not printed as its rounding (nan in e4m3).
     r = pasa("beta", "--format", "e4m3", "--block", "1", "--init", "0.999")
     assert "| 511.0000 | beyond e4m3's largest value |" in r.stdout, r.stdout
@@ -929,6 +932,17 @@ def check_run_header_is_flushed(tmp):
     # A short run says nothing on stderr (the progress lines start after 10 s).
     q, k, v = save_qkv(tmp, "s")
     assert pasa("run", "--q", q, "--k", k, "--v", v).stderr == ""
+    # The same for `pasa study`: its header (shape, seed, policies) is there while its first case runs.
+    with open(os.path.join(tmp, "study.out"), "w") as out:
+        p = subprocess.Popen([PASA, "study", "--seq", "2048", "--heads", "4"], stdout=out, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while "policies" not in open(out.name).read() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        running = p.poll() is None
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=60)
+    if running:
+        assert "shape (B, H, S, D) = (1, 4, 2048, 128)" in open(out.name).read()
 
 
 def main():

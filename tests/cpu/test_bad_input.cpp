@@ -233,5 +233,18 @@ TEST(BadInput, HostTensorBytesMustFillTheShape) {
   EXPECT_EQ(to_float(from_float({1.5f, -2.0f}, {2}, DType::bf16)), (std::vector<float>{1.5f, -2.0f}));
 }
 
+// The view helpers' strides, and a view's element count, past int64: an error, not a wrapped stride.
+TEST(BadInput, ViewsWhoseStridesPassInt64) {
+  const std::int64_t big = std::int64_t{1} << 31;
+  test::expect_error([&] { bhsd_view(nullptr, DType::f32, 2, big, big, big); },
+                     "bhsd_view [2, 2147483648, 2147483648, 2147483648]: its strides pass 2^63 elements");
+  test::expect_error([&] { bshd_view(nullptr, DType::f32, 2, big, big, big); }, "bshd_view [2, ");
+  test::expect_error([] { lse_view(nullptr, 2, std::int64_t{1} << 40, std::int64_t{1} << 40); },
+                     "lse_view [2, 1099511627776, 1099511627776]: its strides pass 2^63 elements");
+  const TensorView wide = bhsd_view(nullptr, DType::f32, big, big, 4, 1);
+  test::expect_error([&] { (void)wide.numel(); }, "its element count passes 2^63");
+  EXPECT_EQ(bhsd_view(nullptr, DType::f32, 2, 3, 5, 7).numel(), 210);
+}
+
 }  // namespace
 }  // namespace pasa

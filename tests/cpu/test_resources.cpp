@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -171,6 +172,35 @@ TEST(MemoryBudget, ARequestBeyondTheMachineIsAResourceError) {
     EXPECT_NE(std::string(e.what()).find("a huge request: needs more than 16 EiB of memory, only "),
               std::string::npos) << e.what();
   }
+}
+
+// A request that fits but for the allocator's margin: what it needs counts the margin, so the text
+// never says it needs less than is available. In a child under ulimit -v, where what is available
+// holds still (the room under the limit).
+TEST(MemoryBudget, WhatARefusedRequestNeedsCountsTheAllocatorsMargin) {
+  const std::optional<std::uint64_t> mapped = mapped_address_space_bytes();
+  if (!mapped) GTEST_SKIP() << "no /proc/self/statm";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const rlimit limit{*mapped + (std::uint64_t{256} << 20), *mapped + (std::uint64_t{256} << 20)};
+    if (setrlimit(RLIMIT_AS, &limit) != 0) _exit(3);
+    const std::uint64_t available = *available_memory_bytes();
+    try {
+      require_memory(available - (std::uint64_t{1} << 19), "a close request");
+      _exit(1);
+    } catch (const ResourceError& e) {
+      const std::string text = e.what();
+      _exit(text.find(" and a margin of 1.00 MiB for the allocator") != std::string::npos &&
+                    text.find("needs " + byte_size_text(available + (std::uint64_t{1} << 19))) != std::string::npos
+                ? 0
+                : 2);
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: not refused; 2: the text; 3: setrlimit";
 }
 
 // What the budget reads never exceeds the machine's physical memory (its bound where nothing else can

@@ -20,10 +20,17 @@ TEST(Plan, EntryNames) {
   EXPECT_EQ(parse_entry_name("layer12_t40"), std::make_pair(12, 40));
   test::expect_error([] { parse_entry_name("block3"); }, "entry 'block3'");
   test::expect_error([] { parse_entry_name("layer3_x"); }, "layer<L>_t<T>");
-  for (const char* name : {"layer3", "layer12_t40", "layer0_t0"}) {
+  for (const char* name : {"layer3", "layer12_t40", "layer0_t0", "layer999999_t999999999"}) {
     const auto [layer, timestep] = parse_entry_name(name);
     EXPECT_EQ(entry_name(layer, timestep), name);
   }
+  // A name of the right form with a number out of range says which number and its range.
+  test::expect_error([] { parse_entry_name("layer1000000"); }, "layer 1000000 is outside 0..999999");
+  test::expect_error([] { parse_entry_name("layer0_t1000000000"); }, "timestep 1000000000 is outside 0..999999999");
+  test::expect_error([] { parse_entry_name("layer99999999999999999999"); }, "is outside 0..999999");
+  // entry_name refuses what parse_entry_name could not read back.
+  test::expect_error([] { entry_name(-3, -7); }, "layer -3 must be in 0..999999");
+  test::expect_error([] { entry_name(1, -2); }, "timestep -2 in 0..999999999");
 }
 
 TEST(Plan, RoundTripAndLookup) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "pasa/metrics.h"
@@ -81,6 +82,16 @@ TEST(Quantize, BadOperandsAreRefused) {
   int1.int_bits = 1;
   test::expect_error([&] { quantize_columns(four, 2, 2, int1); }, "quantize: format: integer format of 1 bits");
   EXPECT_EQ(four, std::vector<float>(4, 1.0f));
+  // A value that is not finite has no scale: refused, naming it, with nothing changed (an infinity
+  // gave an infinite scale and NaN codes; a NaN was passed over by the maximum).
+  for (const float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    std::vector<float> row{bad, 1.0f, 2.0f, 3.0f};
+    const std::vector<float> before = row;
+    test::expect_error([&] { quantize_rows(row, 1, 4, Format::int8(), Granularity::token, OperandRole::key, 16); },
+                       "quantize: the value at [0, 0] is not finite");
+    test::expect_error([&] { quantize_columns(row, 2, 2, Format::int8()); }, "the value at [0, 0] is not finite");
+    EXPECT_EQ(std::memcmp(row.data(), before.data(), sizeof(float) * 4), 0);
+  }
 }
 
 TEST(Metrics, HandCheckedValues) {
