@@ -391,10 +391,13 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, policy: str, causal: bool,
         o, lse = _planned_attention(q, k, v, policy, causal, causal_alignment, scale, layout,
                                     return_lse, window_size[0], window_size[1], softcap)
         return (o, lse) if return_lse else o
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, torch.Tensor):
-            raise PasaError(f"{name}: expected a torch.Tensor like the other inputs, got "
-                            f"{type(x).__name__}")
+    # (q's kind is the call's, as it is the output's: the argument named is the one that differs from q)
+    for name, x in (("k", k), ("v", v)):
+        if isinstance(q, torch.Tensor) and not isinstance(x, torch.Tensor):
+            raise PasaError(f"{name}: expected a torch.Tensor like q, got {type(x).__name__}")
+        if not isinstance(q, torch.Tensor) and isinstance(x, torch.Tensor):
+            raise PasaError(f"{name}: a torch.Tensor, but q is of type {type(q).__name__}: give q, k and v "
+                            f"of one kind")
     if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
         raise PasaError(f"attn_mask: expected a torch.Tensor like q, got {type(attn_mask).__name__}")
     if out is not None and not isinstance(out, torch.Tensor):

@@ -159,8 +159,13 @@ def test_errors_name_the_argument(gen):
     q, k, v = (randn(gen, 1, 2, 9, 64) for _ in range(3))
     with pytest.raises(pasa.PasaError, match=r"^q: unsupported dtype float64"):
         pasa.attention(q.double(), k, v)
-    with pytest.raises(pasa.PasaError, match=r"^k: expected a torch.Tensor like the other inputs"):
+    with pytest.raises(pasa.PasaError, match=r"^k: expected a torch.Tensor like q, got ndarray"):
         pasa.attention(q, k.numpy(), v)
+    # (q decides the call's kind: the argument named is the one that differs from q)
+    with pytest.raises(pasa.PasaError, match=r"^v: a torch.Tensor, but q is of type ndarray: give q, k and v of one kind"):
+        pasa.attention(q.numpy(), k.numpy(), v)
+    with pytest.raises(pasa.PasaError, match=r"^k: a torch.Tensor, but q is of type ndarray"):
+        pasa.attention(q.numpy(), k, v.numpy())
     with pytest.raises(pasa.PasaError, match=r"^out: shape \(1, 2, 9, 32\) differs"):
         pasa.attention(q, k, v, out=torch.empty(1, 2, 9, 32))
     with pytest.raises(pasa.PasaError, match=r"^v: non-finite value"):
