@@ -916,33 +916,31 @@ def check_cli_reference():
     assert sorted(seen) == sorted(sections), sorted(set(sections) - set(seen))
 
 
-def check_run_header_is_flushed(tmp):
-    # stdout into a file: the header is there while the attention runs (a run killed then keeps it).
-    q, k, v = save_qkv(tmp, "h", shape=(1, 4, 4096, 64))
-    with open(os.path.join(tmp, "run.out"), "w") as out:
-        p = subprocess.Popen([PASA, "run", "--q", q, "--k", k, "--v", v], stdout=out, stderr=subprocess.PIPE)
+def stdout_while_running(args, path, marker):
+    """Runs pasa with stdout into `path` until `marker` is written there, then stops it (SIGTERM): what
+    the file held, or None where the command ended first (a machine fast enough leaves nothing to see)."""
+    with open(path, "w") as out:
+        p = subprocess.Popen([PASA, *args], stdout=out, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
-        while "policy" not in open(out.name).read() and p.poll() is None and time.monotonic() < deadline:
+        while marker not in open(path).read() and p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         running = p.poll() is None
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=60)
-    if running:  # (on a machine fast enough to finish first, there is nothing to see)
-        assert "policy exact" in open(out.name).read()
+    return open(path).read() if running else None
+
+
+def check_run_header_is_flushed(tmp):
+    # stdout into a file: the header is there while the attention runs (a run killed then keeps it).
+    q, k, v = save_qkv(tmp, "h", shape=(1, 4, 4096, 64))
+    text = stdout_while_running(["run", "--q", q, "--k", k, "--v", v], os.path.join(tmp, "run.out"), "policy")
+    assert text is None or "policy exact" in text, text
     # A short run says nothing on stderr (the progress lines start after 10 s).
     q, k, v = save_qkv(tmp, "s")
     assert pasa("run", "--q", q, "--k", k, "--v", v).stderr == ""
     # The same for `pasa study`: its header (shape, seed, policies) is there while its first case runs.
-    with open(os.path.join(tmp, "study.out"), "w") as out:
-        p = subprocess.Popen([PASA, "study", "--seq", "2048", "--heads", "4"], stdout=out, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 60
-        while "policies" not in open(out.name).read() and p.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        running = p.poll() is None
-        p.send_signal(signal.SIGTERM)
-        p.wait(timeout=60)
-    if running:
-        assert "shape (B, H, S, D) = (1, 4, 2048, 128)" in open(out.name).read()
+    text = stdout_while_running(["study", "--seq", "2048", "--heads", "4"], os.path.join(tmp, "study.out"), "policies")
+    assert text is None or "shape (B, H, S, D) = (1, 4, 2048, 128)" in text, text
 
 
 def main():
