@@ -28,7 +28,7 @@ std::string granularity_name(Granularity g);
 Granularity parse_granularity(std::string_view text);  // throws pasa::Error naming the text
 
 // The group index of row `row` (0-based within the head) for the role and block size; throws
-// pasa::Error for a block size below 1.
+// pasa::Error for a block size below 1, a negative row or a granularity out of the enum.
 int quant_group(Granularity g, OperandRole role, int row, int block_rows);
 
 // Quantizes `values` ([rows, cols], row-major) in place to `format` (integers round to nearest even

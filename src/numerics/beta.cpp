@@ -31,6 +31,12 @@ BetaSolution solve_beta(double initial, const Format& format, int block, std::op
       // next is the beta that M, built from s.beta and rounded, applies (1 where M is singular): the
       // format cannot hold s.beta's M at this block size (and scale), so the iteration cannot go on.
       const double applied = 1.0 - 1.0 / (1.0 + f);
+      if (std::isnan(applied)) {  // (M's entries not finite: a scale past what the format holds in M)
+        throw Error(text::format("beta: M built from beta = {:g}{} has entries that are not finite in {}; "
+                                 "iterating from {:g}",
+                                 s.beta, scale ? text::format(" and scale {:g}", *scale) : std::string(),
+                                 format.name(), initial));
+      }
       throw Error(text::format("beta: M built from beta = {:g} and rounded to {} applies beta = {:g}, outside [0, 1) "
                                "({} cannot hold this M at s2 = {}{}; iterating from {:g})",
                                s.beta, format.name(), applied, format.name(), block,

@@ -62,6 +62,7 @@ Granularity parse_granularity(std::string_view text) {
 
 int quant_group(Granularity g, OperandRole role, int row, int block_rows) {
   if (block_rows < 1) throw Error("quantize: block size must be at least 1");
+  if (row < 0) throw Error("quantize: row " + std::to_string(row) + " is negative");
   switch (g) {
     case Granularity::tensor: return 0;
     case Granularity::block: return row / block_rows;
@@ -71,7 +72,7 @@ int quant_group(Granularity g, OperandRole role, int row, int block_rows) {
       return (row / block_rows) * kThreadRows + row % kThreadRows;
     case Granularity::token: return row;
   }
-  return row;
+  throw Error("quantize: granularity " + std::to_string(static_cast<int>(g)) + " is not one of Granularity's values");
 }
 
 std::vector<double> quantize_rows(std::vector<float>& values, int rows, int cols, const Format& format,

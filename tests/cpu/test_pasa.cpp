@@ -525,6 +525,9 @@ TEST(Beta, BadInput) {
   test::expect_error([] { solve_beta(0.9, Format::fp16(), 0); }, "block size 0");
   test::expect_error([] { solve_beta(0.9, Format::int8()); }, "not a float format");
   test::expect_error([] { solve_beta(0.9, Format::floating(5, 60)); }, "beta: format: e5m60");
+  // A scale whose M overflows the format: said so, not "applies beta = -nan".
+  test::expect_error([] { solve_beta(0.98, Format::fp16(), 128, 1e30); },
+                     "beta: M built from beta = 0.98 and scale 1e+30 has entries that are not finite in fp16");
 }
 
 TEST(Generators, SeededAndReproducible) {

@@ -78,6 +78,9 @@ TEST(Quantize, BadOperandsAreRefused) {
   test::expect_error([&] { quantize_columns(four, 4, 4, Format::int8()); }, "quantize: 4 values do not fill");
   test::expect_error([&] { quantize_columns(four, -2, -2, Format::int8()); }, "[rows, cols] = [-2, -2]");
   test::expect_error([] { quant_group(Granularity::block, OperandRole::key, 5, 0); }, "block size must be at least 1");
+  test::expect_error([] { quant_group(Granularity::token, OperandRole::key, -5, 64); }, "quantize: row -5 is negative");
+  test::expect_error([] { quant_group(static_cast<Granularity>(99), OperandRole::key, 5, 64); },
+                     "granularity 99 is not one of Granularity's values");
   Format int1 = Format::int8();
   int1.int_bits = 1;
   test::expect_error([&] { quantize_columns(four, 2, 2, int1); }, "quantize: format: integer format of 1 bits");
