@@ -5,11 +5,10 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstdlib>
-
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <sstream>
 #include <string>

@@ -36,8 +36,9 @@ int quant_group(Granularity g, OperandRole role, int row, int block_rows);
 // row (the scale of the row's group). A group whose values are all zero gets scale 0 and quantizes to
 // zeros, so dequantization gives zeros back exactly. Throws pasa::Error, before changing anything,
 // when `values` does not hold rows x cols values or holds one that is not finite, for a block size
-// below 1 or a format check_format refuses. (Run by the emulator inside a call being interrupted, Ctrl-C from Python, it stops with
-// an "interrupted" pasa::Error after quantizing part of `values`; called directly it never does.)
+// below 1 or a format check_format refuses. (Run by the emulator inside a call being interrupted,
+// Ctrl-C from Python, it stops with an "interrupted" pasa::Error after quantizing part of `values`;
+// called directly it never does.)
 std::vector<double> quantize_rows(std::vector<float>& values, int rows, int cols, const Format& format,
                                   Granularity granularity, OperandRole role, int block_rows);
 
