@@ -88,11 +88,11 @@ void check_cache_row(const TensorView& t, std::int64_t offset, const char* name,
   for (std::int64_t d = 0; d < t.dim(); ++d) {
     const double x = load_as_float(t.data, t.dtype, offset + d * t.stride[3]);
     if (!std::isfinite(x)) {
-      throw Error(text::format("{}: non-finite value at [{}, {}, {}, {}] (block, head, slot, dim; inputs "
+      throw Error(text::format("{}: non-finite value at [block, head, slot, dim] = [{}, {}, {}, {}] (inputs "
                               "must be finite, see docs/api.md)", name, block, h, slot, d));
     }
     if (!std::isfinite(input(x))) {
-      throw input_overflow_error(name, x, text::format("[{}, {}, {}, {}] (block, head, slot, dim)", block, h, slot, d),
+      throw input_overflow_error(name, x, text::format("[block, head, slot, dim] = [{}, {}, {}, {}]", block, h, slot, d),
                                  input.format());
     }
   }
@@ -328,8 +328,15 @@ KVCacheProblem check_kvcache_tensors(const KVCacheArgs& args) {
   const bool appends = args.k.data != nullptr || args.v.data != nullptr;
   check_cache_view(args.k_cache, "k_cache", appends, problem.on_gpu);
   check_cache_view(args.v_cache, "v_cache", appends, problem.on_gpu);
-  if (args.v_cache.shape != args.k_cache.shape || args.v_cache.dtype != args.k_cache.dtype) {
-    throw Error("v_cache: shape or dtype differs from k_cache's");
+  if (args.v_cache.shape != args.k_cache.shape) {
+    const auto& v = args.v_cache.shape;
+    const auto& k = args.k_cache.shape;
+    throw Error(text::format("v_cache: shape [{}, {}, {}, {}] (block, head, slot, dim) differs from k_cache's "
+                             "[{}, {}, {}, {}]", v[0], v[1], v[2], v[3], k[0], k[1], k[2], k[3]));
+  }
+  if (args.v_cache.dtype != args.k_cache.dtype) {
+    throw Error("v_cache: dtype " + dtype_name(args.v_cache.dtype) + " differs from k_cache's " +
+                dtype_name(args.k_cache.dtype));
   }
   if (args.k_cache.device != args.q.device || args.v_cache.device != args.q.device) {
     throw Error("k_cache/v_cache: on a different device than q");

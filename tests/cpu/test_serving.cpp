@@ -397,7 +397,7 @@ TEST(KVCache, BadInputIsRejectedBeforeAnythingIsWritten) {
     Cache c(2, 1, kBlocks, kBlockSize, 2, seed);
     c.set_table({3, 6}, {0, 1, 2, 3}, 2);
     store_from_double(c.v_cache.bytes.data(), DType::f16, c.v_cache.view.offset(3, 1, 1, 4), INFINITY);
-    expect_rejected_untouched(c, call(c), "v_cache: non-finite value at [3, 1, 1, 4]");
+    expect_rejected_untouched(c, call(c), "v_cache: non-finite value at [block, head, slot, dim] = [3, 1, 1, 4]");
   }
   {
     Cache c(2, 1, kBlocks, kBlockSize, 0, seed);  // a dense cache needs B rows
@@ -524,7 +524,7 @@ TEST(Serving, InputsBeyondTheInputFormatAreRefusedBeforeAnythingIsWritten) {
     a.options.policy = preset_policy("fa16");
     const auto before = o.bytes;
     expect_error([&] { attention_with_kvcache(a); },
-                 "v_cache: value 1.04858e+06 at [1, 0, 2, 5] (block, head, slot, dim) overflows fp16");
+                 "v_cache: value 1.04858e+06 at [block, head, slot, dim] = [1, 0, 2, 5] overflows fp16");
     EXPECT_TRUE(before == o.bytes);
   }
 }

@@ -73,6 +73,14 @@ def parse_case(name: str):
     return policy, mask == "causal", shards == "zigzag"
 
 
+def leave_group() -> None:
+    """Every rank waits for the others before the group is torn down: a rank that closes its gloo
+    connections while a peer is still finishing ended that peer in std::terminate ("terminate called
+    without an active exception", SIGABRT) in about 1 run in 7 under the whole suite's load."""
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def local_shard(x: torch.Tensor, rank: int, world: int, zigzag: bool) -> torch.Tensor:
     if zigzag:
         return pd.shard(x, rank, world, zigzag=True)
@@ -95,7 +103,7 @@ def worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
                 results[(name, fn.__name__)] = (o, lse)
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
-        dist.destroy_process_group()
+        leave_group()
 
 
 def run_world(world: int, tmp_path_factory):
@@ -147,7 +155,7 @@ def misuse_worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
         with open(os.path.join(out_dir, f"misuse{rank}.json"), "w") as f:
             json.dump(errors, f)
     finally:
-        dist.destroy_process_group()
+        leave_group()
 
 
 def test_ranks_that_disagree_or_refuse_raise_on_every_rank(tmp_path):

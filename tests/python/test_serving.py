@@ -313,6 +313,17 @@ def test_kvcache_and_varlen_messages_name_the_real_fault(rng):
     with pytest.raises(pasa.PasaError, match=r"^cache_seqlens: a 0-d array, where an array over the sequences"):
         pasa.attention_with_kvcache(randn(rng, (2, 1, 2, 8)), k_cache, k_cache.copy(),
                                     cache_seqlens=np.array(3, np.int32), block_table=table)
+    # (which of shape and dtype differs, with both values)
+    with pytest.raises(pasa.PasaError, match=r"^v_cache: dtype f16 differs from k_cache's f32"):
+        pasa.attention_with_kvcache(q, k_cache, k_cache.astype(np.float16), cache_seqlens=3, block_table=table[:1])
+    with pytest.raises(pasa.PasaError, match=r"^v_cache: shape \[5, 2, 4, 8\] \(block, head, slot, dim\) differs "
+                                             r"from k_cache's \[4, 2, 4, 8\]"):
+        pasa.attention_with_kvcache(q, k_cache, randn(rng, (5, 4, 2, 8)), cache_seqlens=3, block_table=table[:1])
+    # (a value's index is labelled before it is given: the C++ view's order is not the arrays')
+    poisoned = k_cache.copy()
+    poisoned[1, 2, 0, 3] = np.nan
+    with pytest.raises(pasa.PasaError, match=r"^k_cache: non-finite value at \[block, head, slot, dim\] = \[1, 0, 2, 3\]"):
+        pasa.attention_with_kvcache(q, poisoned, k_cache.copy(), cache_seqlens=8, block_table=table[:1])
     for shape in ((3, 0, 8), (3, 1, 0)):  # (out, which the caller did not pass, was named)
         with pytest.raises(pasa.PasaError, match=r"^q: shape \(3, \d, \d\) has \d heads of head dim \d; a packed"):
             pasa.attention(np.zeros(shape, np.float32), randn(rng, (3, 1, 8)), randn(rng, (3, 1, 8)),
