@@ -81,6 +81,13 @@ def test_register_names_every_preset(registered):
     mine = pasa_hf.register(policies={"mine": "fa16,s2=64"})
     assert set(registered) < set(mine) and "mine" in mine
     assert {"pasa", "mine"} <= set(transformers.AttentionInterface().valid_keys())
+    # transformers' own names are refused, and stay transformers' (they were replaced process-wide).
+    sdpa_before = transformers.AttentionInterface._global_mapping["sdpa"]
+    for name in ("sdpa", "eager", "flash_attention_2"):
+        with pytest.raises(pasa.PasaError, match=rf"^policies: '{name}' is one of transformers' own"):
+            pasa_hf.register(policies={name: "sage8"})
+    assert transformers.AttentionInterface._global_mapping["sdpa"] is sdpa_before
+    assert pasa_hf.register(policies={"mine": "exact"}) == mine  # (pasa's own names again: fine)
 
 
 @pytest.mark.parametrize("make_config", [llama_config, qwen2_config], ids=["llama", "qwen2"])

@@ -53,10 +53,22 @@ def register(policies: Optional[Mapping[str, PolicyLike]] = None, *,
 
     table: Dict[str, PolicyLike] = dict(attention_names())
     table.update({str(k): v for k, v in (policies or {}).items()})
+    # A name transformers already has ("sdpa", "eager", "flash_attention_2", ...) would be replaced for
+    # every model in the process, with no way back: refused (a name pasa registered before is pasa's).
+    builtin = set(getattr(transformers.AttentionInterface, "_global_mapping", {})) | {"eager"}
+    taken = sorted(name for name in table if name in builtin - _registered)
+    if taken:
+        raise PasaError(f"policies: {taken[0]!r} is one of transformers' own attention implementations, "
+                        f"which registering would replace for every model; give pasa a name of its own "
+                        f"(e.g. 'pasa_{taken[0]}')")
     for name, policy in table.items():
         transformers.AttentionInterface.register(name, make_attention_forward(policy, strict=strict))
         _register_mask(transformers, name)
+        _registered.add(name)
     return list(table)
+
+
+_registered: set = set()  # the names register() gave transformers in this process
 
 
 def _register_mask(transformers: Any, name: str) -> None:
