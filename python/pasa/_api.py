@@ -289,6 +289,8 @@ def sdpa(
             shape = tuple(x.shape) if hasattr(x, "shape") else type(x).__name__
             raise PasaError(f"{name}: expected a 4-D [N, H, L, E] or 3-D [H, L, E] array, "
                             f"got {shape}")
+    if is_torch_tensor(query):  # (under torch.autocast, torch's SDPA runs in the autocast dtype)
+        query, key, value, attn_mask = _torch_backend().autocast_operands(query, key, value, attn_mask)
     if not len(query.shape) == len(key.shape) == len(value.shape):
         raise PasaError(
             f"key: query, key and value must have the same rank, got {len(query.shape)}-D, "

@@ -10,7 +10,7 @@ DLPack, so one build of pasa works with every torch version (2.4 or newer for ``
 This module imports torch; ``import pasa`` imports it only when torch was already imported.
 """
 
-from typing import Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
@@ -78,6 +78,18 @@ def _check_one_device(q: Tensor, **others: Optional[Tensor]) -> None:
     for name, x in others.items():
         if x is not None and x.device != q.device:
             raise PasaError(f"{name}: on {x.device} but q is on {q.device} ({name} must be on q's device)")
+
+
+def autocast_operands(*tensors: Any) -> Tuple[Any, ...]:
+    """The operands as torch's scaled_dot_product_attention takes them under ``torch.autocast`` on
+    their device: every floating-point one (q, k, v, a float mask) cast to the autocast dtype (SDPA
+    runs in lower precision there); unchanged outside autocast. (pasa's op has no autocast rule of
+    its own, so that the drop-in's result is torch's dtype.)"""
+    device_type = tensors[0].device.type
+    if not torch.is_autocast_enabled(device_type):
+        return tensors
+    dtype = torch.get_autocast_dtype(device_type)
+    return tuple(x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in tensors)
 
 
 def _check_dtype(x: Tensor, name: str) -> None:

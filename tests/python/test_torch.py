@@ -490,3 +490,27 @@ def test_tensor_kinds_and_devices(gen, tmp_path):
     if hasattr(torch, "float8_e4m3fn"):
         with pytest.raises(pasa.PasaError, match=r"^q: unsupported dtype float8_e4m3fn"):
             pasa.attention(q.to(torch.float8_e4m3fn), k, v)
+
+
+def test_sdpa_under_autocast_runs_in_the_autocast_dtype_as_torch(gen):
+    # torch's SDPA under torch.autocast casts its floating-point operands (a float mask too) to the
+    # autocast dtype and answers in it; the drop-in and a patched model do the same.
+    q, k, v = (randn(gen, 1, 2, 9, 16) for _ in range(3))
+    mask = torch.zeros(9, 9)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        got = pasa.sdpa(q, k, v, attn_mask=mask)
+    assert want.dtype == got.dtype == torch.bfloat16
+    plain = pasa.sdpa(q.bfloat16(), k.bfloat16(), v.bfloat16(), attn_mask=mask.bfloat16())
+    assert torch.equal(got, plain)
+
+    class Attend(torch.nn.Module):
+        def forward(self, q, k, v):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    model = Attend()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), pasa.patch(model, policy="exact") as patch:
+        routed = model(q, k, v)
+    assert routed.dtype == torch.bfloat16 and patch.calls == 1 and patch.fallbacks == 0
+    # (outside autocast nothing is cast)
+    assert pasa.sdpa(q, k, v).dtype == torch.float32
