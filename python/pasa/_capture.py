@@ -144,8 +144,10 @@ class _LayerTracker:
     def _enter(self, name: str, module: Any, args: Any) -> None:
         stack = self._stack()
         # The model itself, not called from its own forward: whatever the stack holds was left by a
-        # forward that a KeyboardInterrupt stopped (torch runs always_call hooks on Exception only).
-        if name == "" and "" not in stack:
+        # forward that a KeyboardInterrupt stopped (torch runs always_call hooks on Exception only),
+        # even where that left the model's own entry (only a forward still running keeps it; not
+        # looked for while torch.compile traces, which reads no frames).
+        if name == "" and ("" not in stack or (not compiling() and not _forward_running(module))):
             stack.clear()
         stack.append(name)
 
@@ -454,11 +456,21 @@ _active = threading.local()
 
 def _forward_running(module: Any) -> bool:
     """Whether a call of module's forward is on this thread's stack (a forward pre-hook runs before its
-    own call's forward starts, so what it finds is an outer call's)."""
-    code = getattr(getattr(type(module), "forward", None), "__code__", None)
+    own call's forward starts, so what it finds is an outer call's). The forward's own code is looked
+    for, beneath the wrappers a decorator made (``@torch.no_grad()``, anything ``functools.wraps``
+    made), with the module as its first argument, whatever that is named."""
+    codes = set()
+    forward = getattr(type(module), "forward", None)
+    for _ in range(100):
+        if forward is None:
+            break
+        code = getattr(forward, "__code__", None)
+        if code is not None and code.co_argcount > 0:
+            codes.add(code)
+        forward = getattr(forward, "__wrapped__", None)
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code is code and frame.f_locals.get("self") is module:
+        if frame.f_code in codes and frame.f_locals.get(frame.f_code.co_varnames[0]) is module:
             return True
         frame = frame.f_back
     return False

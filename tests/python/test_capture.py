@@ -130,6 +130,38 @@ def test_a_capture_of_a_model_records_its_calls_only(tmp_path, model, x):
     assert routed == [str(pasa.Policy(p)) for p in ("fa16", "sage8", "pasa")]
 
 
+def test_a_capture_of_a_model_stopped_by_ctrl_c_records_no_call_outside_it(tmp_path):
+    # A KeyboardInterrupt inside a submodule (torch's hooks do not see it) left the layer stack holding
+    # the model's own entry, so the stale stack was kept: a later call outside the model was recorded
+    # as the interrupted submodule's.
+    class Block(torch.nn.Module):
+        def forward(self, y):
+            return F.scaled_dot_product_attention(y, y, y)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = Block(), Block()
+
+        def forward(self, y):
+            return self.b(self.a(y))
+
+    net, y, stop = Net(), torch.randn(1, 2, 4, 8), [True]
+
+    def interrupt_once(module, args):
+        if stop[0]:
+            stop[0] = False
+            raise KeyboardInterrupt
+
+    net.b.register_forward_pre_hook(interrupt_once)
+    with torch.no_grad(), pasa.capture(tmp_path, model=net) as cap:
+        with pytest.raises(KeyboardInterrupt):
+            net(y)
+        net(y)
+        F.scaled_dot_product_attention(y, y, y)  # outside the model: not recorded
+    assert [e["layer"] for e in cap.entries] == ["a", "a", "b"]
+
+
 def test_capture_names_by_layer_and_timestep(tmp_path, model, x):
     def name(call):
         return f"t{call.timestep:02d}/{call.layer}"
@@ -236,6 +268,18 @@ def test_a_patched_module_calling_itself_routes_every_call():
     y = pasa.attention(x, x, x, policy="sage4")
     assert handle.calls == 2 and handle.fallbacks == 0
     assert torch.equal(got, pasa.attention(y, y, y, policy="sage4"))
+    # A decorated forward (here @torch.no_grad(), a wrapper functools.wraps made) whose module argument
+    # is not named self: the outer calls' routing ended when the inner call returned (1 of 3 routed).
+    class Decorated(torch.nn.Module):
+        @torch.no_grad()
+        def forward(this, x, depth=2):  # noqa: N805
+            y = this(x, depth - 1) if depth > 0 else x
+            return F.scaled_dot_product_attention(y, y, y)
+
+    decorated = Decorated()
+    with pasa.patch(decorated, policy="sage4") as handle:
+        decorated(x)
+    assert handle.calls == 3 and handle.fallbacks == 0
 
 
 def test_capture_reset_restarts_numbering_as_the_patchs(tmp_path, model, x):
