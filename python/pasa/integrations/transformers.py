@@ -44,6 +44,9 @@ def attention_names() -> Dict[str, str]:
     return names
 
 
+_registered: set = set()  # the names register() gave transformers in this process
+
+
 def register(policies: Optional[Mapping[str, PolicyLike]] = None, *,
              strict: bool = False) -> List[str]:
     """Registers pasa's attention under the names of :func:`attention_names` and those of
@@ -66,9 +69,6 @@ def register(policies: Optional[Mapping[str, PolicyLike]] = None, *,
         _register_mask(transformers, name)
         _registered.add(name)
     return list(table)
-
-
-_registered: set = set()  # the names register() gave transformers in this process
 
 
 def _register_mask(transformers: Any, name: str) -> None:
