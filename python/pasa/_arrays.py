@@ -63,8 +63,9 @@ def check_array(x: Any, name: str, any_byte_order: bool = False, index: bool = F
     converts itself) may also be in either byte order and hold Python ints in an object array; a torch
     tensor without a lazy sign (check_sign_bits)."""
     if isinstance(x, np.ma.MaskedArray):  # (its data would be read whole, the masked entries too)
-        raise PasaError(f"{name}: a NumPy masked array, whose mask pasa would ignore; pass {name}.filled(value) "
-                        f"(or attn_mask= for masked keys)")
+        # (the file writers' name is a path, not an argument: the fix is said of the array)
+        fix = "the array's .filled(value)" if any_byte_order else f"{name}.filled(value) (or attn_mask= for masked keys)"
+        raise PasaError(f"{name}: a NumPy masked array, whose mask pasa would ignore; pass {fix}")
     if isinstance(x, np.ndarray):
         # (what DLPack cannot carry, which the extension's binding would refuse with a TypeError)
         if not (any_byte_order or index or _dlpack_dtype(x.dtype) or is_ml_dtypes_bfloat16_dtype(x.dtype)):

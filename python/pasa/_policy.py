@@ -131,7 +131,7 @@ class Policy:
             if "," in text or "=" in text:  # it would set other fields than `key`
                 raise PasaError(f"{key}: {value!r} is not one value of the field")
             values[key] = text
-        return Policy(",".join([preset] + [f"{key}={value}" for key, value in values.items()]))
+        return type(self)(",".join([preset] + [f"{key}={value}" for key, value in values.items()]))
 
     def to_dict(self) -> Dict[str, Any]:
         """``{"preset": name, key: value, ...}`` for every field (floats, ints, bools, strings and
@@ -157,10 +157,19 @@ class Policy:
                              f"{', '.join(f.key for f in _FIELDS)})")
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in self.__slots__ and not hasattr(self, name):
+        # (Policy's own slots once, at construction; a subclass's own attributes are its business)
+        if name in Policy.__slots__:
+            if not hasattr(self, name):
+                object.__setattr__(self, name, value)
+                return
+        elif name not in _KINDS and hasattr(self, "__dict__"):
             object.__setattr__(self, name, value)
             return
         raise AttributeError(f"pasa.Policy is immutable; use policy.replace({name}=...)")
+
+    def __delattr__(self, name: str) -> None:
+        # (deleting a slot would let it be set again: a text that says another policy than the fields)
+        raise AttributeError(f"pasa.Policy is immutable: {name} cannot be deleted")
 
     def __dir__(self) -> List[str]:
         return sorted(set(object.__dir__(self)) | set(_KINDS))
@@ -183,8 +192,11 @@ class Policy:
         # with different texts.
         return hash(tuple(_to_python(f.kind, self._impl.get(f.key)) for f in _FIELDS))
 
+    def __format__(self, spec: str) -> str:
+        return format(self._text, spec)  # (the text, as str gives it: f"{policy:>20}")
+
     def __reduce__(self) -> Any:
-        return (Policy, (self._text,))
+        return (type(self), (self._text,))  # (a subclass stays one; its own __init__ takes the text)
 
 
 _KINDS: Dict[str, str] = {f.key: f.kind for f in _FIELDS}

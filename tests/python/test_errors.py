@@ -80,7 +80,7 @@ def test_types_numpy_cannot_export_and_strides_in_part_elements_are_refused_by_n
             pasa.attention(args["q"], args["k"], args["v"], out=args["out"])
 
 
-def test_masked_arrays_are_refused_by_name(rng):
+def test_masked_arrays_are_refused_by_name(rng, tmp_path):
     """A NumPy masked array's mask was ignored: its masked entries took part like any other."""
     q, k, v = qkv(rng, 1, 2, 2, 8, 8, 64)
     masked = np.ma.masked_array(k, mask=np.zeros(k.shape, bool))
@@ -95,6 +95,9 @@ def test_masked_arrays_are_refused_by_name(rng):
         pasa.attention(q, k, v, attn_mask=padding)
     with raises(r"^attn_mask: a NumPy masked array"):
         pasa.reference(q, k, v, attn_mask=padding)
+    # (pasa.save names the file; the fix is said of the array, not of a path as if it were a variable)
+    with raises(r"m.npy: a NumPy masked array, whose mask pasa would ignore; pass the array's .filled\(value\)$"):
+        pasa.save(tmp_path / "m.npy", masked)
 
 
 def test_an_out_of_new_axes_is_taken(rng):

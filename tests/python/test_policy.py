@@ -125,6 +125,31 @@ def test_equality_hash_and_pickle():
     assert pickle.loads(pickle.dumps(a)) == a
     assert pasa.Policy(a) == a
 
+    # Immutable: a slot deleted could be set again, to a text that says another policy than the fields.
+    with pytest.raises(AttributeError, match="_text cannot be deleted"):
+        del a._text
+    with pytest.raises(AttributeError, match=r"immutable; use policy.replace\(s2=...\)"):
+        a.s2 = 32
+    assert str(a) == "pasa,s2=64" and f"{a:>12}" == "  pasa,s2=64"
+
+
+class Named(pasa.Policy):
+    def __init__(self, text="exact", tag=None):
+        super().__init__(text)
+        self.tag = tag
+
+
+def test_a_subclass_stays_one_and_keeps_its_own_attributes():
+    import copy
+
+    n = Named("pasa", tag="mine")
+    assert n.tag == "mine" and n == pasa.Policy("pasa")
+    for other in (pickle.loads(pickle.dumps(n)), copy.copy(n), copy.deepcopy(n), n.replace(s2=64),
+                  Named.from_dict({"preset": "pasa"}), Named.preset("pasa")):
+        assert type(other) is Named
+    with pytest.raises(AttributeError, match="immutable"):
+        n.s2 = 64  # (a field stays read-only in a subclass too)
+
 
 def test_policies_equal_by_fields_never_to_text():
     # As C++'s operator==: the fields decide, not the preset a policy was written from, and equal
