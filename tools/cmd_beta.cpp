@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <memory>
 
@@ -63,16 +62,11 @@ void run(const BetaOptions& opt) {
               opt.scale ? text::format(", scale {:g} folded into M", *opt.scale) : ", scale kept out of M");
   text::print("| initial beta | optimal beta | beta/(1-beta) ideal | beta/(1-beta) in {} |\n", format.name());
   text::print("|---|---|---|---|\n");
-  // (six decimals where they give the value back; else the fewest digits that do, so that 0.99999999
-  // is not shown as 1.000000 nor a millionth's fraction as 0.000000)
+  // (six decimals where they give the value back; else the shortest digits that do, so that
+  // 0.99999999 is not shown as 1.000000 nor a millionth's fraction as 0.000000)
   const auto initial_text = [](double b0) {
     const std::string six = text::format("{:.6f}", b0);
-    if (std::strtod(six.c_str(), nullptr) == b0) return six;
-    for (int digits = 1;; ++digits) {
-      char shortest[40];
-      std::snprintf(shortest, sizeof shortest, "%.*g", digits, b0);
-      if (digits >= 17 || std::strtod(shortest, nullptr) == b0) return std::string(shortest);
-    }
+    return std::strtod(six.c_str(), nullptr) == b0 ? six : text::format("{}", b0);
   };
   int solved = 0;
   for (const double b0 : opt.init) {

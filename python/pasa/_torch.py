@@ -404,11 +404,11 @@ def attention(q: Tensor, k: Tensor, v: Tensor, *, policy: str, causal: bool,
                                     return_lse, window_size[0], window_size[1], softcap)
         return (o, lse) if return_lse else o
     # (q's kind is the call's, as it is the output's: the argument named is the one that differs from q)
+    q_is_tensor = isinstance(q, torch.Tensor)
     for name, x in (("k", k), ("v", v)):
-        if isinstance(q, torch.Tensor) and not isinstance(x, torch.Tensor):
-            raise PasaError(f"{name}: expected a torch.Tensor like q, got {type(x).__name__}")
-        if not isinstance(q, torch.Tensor) and isinstance(x, torch.Tensor):
-            raise PasaError(f"{name}: a torch.Tensor, but q is of type {type(q).__name__}: give q, k and v "
+        if isinstance(x, torch.Tensor) != q_is_tensor:
+            raise PasaError(f"{name}: expected a torch.Tensor like q, got {type(x).__name__}" if q_is_tensor else
+                            f"{name}: a torch.Tensor, but q is of type {type(q).__name__}: give q, k and v "
                             f"of one kind")
     if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
         raise PasaError(f"attn_mask: expected a torch.Tensor like q, got {type(attn_mask).__name__}")
