@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// PASA's global pseudo-average F (Eq. 15: the mean of the blocks' local pseudo-averages so far) as
-// the reference the running maximum is kept against. In real arithmetic any reference gives the same
-// result; in fp16 it decides what overflows. Two inputs where it does, for the `pasa` preset:
+// What PASA's running maximum is kept against. In real arithmetic any reference gives the same
+// result; in fp16 it decides what overflows. Two inputs where it does, for `pasa,reference=average`,
+// whose reference is G times the global pseudo-average F (Eq. 15: the mean of the blocks' local
+// pseudo-averages so far), every term in fp16 (the preset's reference, the running maximum itself in
+// fp32, holds these scores whole):
 //   low_tail  39 key blocks of scores near 0, then one block near -72000. The average moves by 1/40
 //             of that block's shifted mean (g * 40 ~ 2500 in the preset's base-2 units), where the
 //             block's own mean would move the state by g * 1600 ~ 100000 > 65504: inf, then inf - inf
@@ -53,10 +55,12 @@ inline HeadProblem block_means_head(std::uint64_t seed, BlockMeans kind, std::in
 // once in both runs): gamma_4 of O's format relative to the output, plus half its subnormal quantum.
 // high_all: every output finite and inside the range of V (an average with non-negative weights
 // cannot leave it) up to the rounding of P, l and O in the preset's formats.
-inline void check_block_means(std::uint64_t seed, BlockMeans kind) {
-  SCOPED_TRACE(::testing::Message() << "seed " << seed << (kind == BlockMeans::low_tail ? " low_tail" : " high_all"));
-  // Key blocks of 32: a block's sum of shifted scores (32 x 1600) fits fp16 however it is accumulated.
-  const Policy pol = parse_policy("pasa,s2=32");
+// `policy`: a pasa policy with key blocks of 32 (a block's sum of shifted scores, 32 x 1600, fits fp16
+// however it is accumulated).
+inline void check_block_means(std::uint64_t seed, BlockMeans kind, const char* policy = "pasa,s2=32") {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed << (kind == BlockMeans::low_tail ? " low_tail " : " high_all ")
+                                    << policy);
+  const Policy pol = parse_policy(policy);
   const HeadProblem p = block_means_head(seed, kind, pol.block_kv);
   const HeadOutput got = run_head(p, pol);
   for (std::int64_t r = 0; r < p.seq_q; ++r) ASSERT_TRUE(std::isfinite(got.lse[r])) << "row " << r;

@@ -42,6 +42,14 @@ enum class ExpBase {
 };
 
 // Where PASA takes a key block's local pseudo-average s' (the mean of its shifted scores) from.
+// What PASA's running state is kept relative to (algorithms.md section 3).
+enum class PasaReference {
+  maximum,  // "max": the row's running maximum of its recovered scores, m' + G s' a block, in fp32 with
+            // the pseudo-averages s': the scores' large common part never meets a narrow format
+  average,  // "average": Algorithm 1's G F, F the global pseudo-average (Eq. 15), every term in
+            // `softmax`: in fp16, each block's weight moves by G times the rounding of its s'
+};
+
 enum class PseudoAverage {
   scores,       // "s": the mean of S' as rounded to `s` (Algorithm 1); it carries the mean of the
                 // rounding errors of the stored K' = M K, which the state update multiplies by G ~ 64,
@@ -83,6 +91,7 @@ struct Policy {
   Shift shift = Shift::none;       // ("shift" = none | pasa | unified)
   double beta = 0.0;               // PASA's beta in [0, 1) ("beta")
   PseudoAverage pseudo_avg = PseudoAverage::scores;  // PASA's local pseudo-average ("pseudo_avg" = s | k | acc)
+  PasaReference reference = PasaReference::maximum;  // PASA's running reference ("reference" = max | average)
 
   int block_q = 64;                // s1: query rows per block ("s1")
   int block_kv = 64;               // s2: key rows per block ("s2"); PASA's M is s2 x s2

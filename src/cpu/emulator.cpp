@@ -89,19 +89,28 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
   const int s2 = pol.block_kv;
   const int rows = static_cast<int>(t.r1 - t.r0);
   const bool pasa = pol.shift == Shift::pasa;
+  const bool pasa_average = pasa && pol.reference == PasaReference::average;  // (else relative to the max)
   const bool unified = pol.shift == Shift::unified;
   const auto& sm = R.sm;
   const double alpha_sm = sm(alpha);
-  // The reference and its moves, in the softmax format. PASA moves it by G times a difference of
+  // The reference and its moves: in the softmax format, but PASA's relative to the maximum in fp32
+  // (reference=max). Relative to the average, PASA moves it by G times a difference of
   // pseudo-averages, which passes the format's range where key blocks' means differ by more than its
-  // largest value over G (about 1000 in fp16): the state format saturates there, so the state stays
+  // largest value over G (about 1000 in fp16): PASA's state format saturates, so the state stays
   // finite (and far blocks keep the candidates within it: below).
-  const Format state_format = pasa ? saturating(pol.softmax) : pol.softmax;
+  const Format state_format =
+      pasa_average ? saturating(pol.softmax) : pasa ? saturating(Format::fp32()) : pol.softmax;
   const auto state_round = [&](double x) { return round_to(state_format, x); };
   // A score (or a mean of scores) into the softmax format, times the scale where the policy applies
   // it to the scores (scale=q and scale=k applied it before the GEMM).
   const auto scaled = [&](double v) { return pol.scale == ScalePlacement::scores ? sm(v * alpha_sm) : sm(v); };
   const double g = pasa_invariance(pol, alpha);
+  const auto gf = static_cast<float>(g);
+  // A pseudo-average, a mean of scores (unscaled where the policy scales the scores), at its rounding
+  // point: the softmax format relative to the average, fp32 relative to the maximum.
+  const auto pseudo_average = [&](double v) {
+    return pasa_average ? scaled(v) : state_round(pol.scale == ScalePlacement::scores ? v * alpha_sm : v);
+  };
   const double phi = sm(pol.phi);
   const double unit = score_unit(pol);  // an additive mask's natural units into the scores'
   // The accumulator O~ lives in the O format (two-level) or in the PV accumulator itself.
@@ -142,7 +151,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       // s' = Q (r mean K_j): one more column of the same GEMM, scaled like the scores.
       model_gemm(q, D, &kv.shift_mean[static_cast<std::size_t>(k0 / s2 * D)], 1, rows, D, 1, R.qk_acc,
                  pol.mma_k, R.qk_acc, pasa_means.data(), 1);
-      for (double& m : pasa_means) m = scaled(R.s(m));
+      for (double& m : pasa_means) m = pseudo_average(pasa_average ? R.s(m) : m);
     }
 
     for (int rr = 0; rr < rows; ++rr) {
@@ -175,9 +184,9 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       if (pasa && pol.pseudo_avg == PseudoAverage::keys) {
         mean = pasa_means[rr];
       } else if (acc_mean) {
-        mean = scaled(unrounded_mean);
-      } else if (pasa) {
-        mean = sm(block_mean());  // the mean leaves the reduction, rounded once
+        mean = pseudo_average(unrounded_mean);
+      } else if (pasa) {  // the mean leaves the reduction, rounded once (of scores scaled already)
+        mean = pasa_average ? sm(block_mean()) : state_round(block_mean());
       }
       if (mods.has_bias()) {  // the additive mask, after PASA's mean (which K' = M K fixed)
         // A finite mask value that carries a finite score past the softmax format's range (a padding
@@ -234,7 +243,13 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       // G F_new (docs/algorithms.md section 3: Eq. 15, and its departures' fourth and fifth).
       double F_new = 0.0, a = 0.0, b = 0.0;
       int averaged = st.averaged;
-      if (pasa && st.blocks > 0) {
+      if (pasa && !pasa_average) {
+        // Relative to the maximum: the block's maximum recovered, m' + G s', in fp32 (saturated) with
+        // one rounding, as the kernels take it; the reference is the larger of it and m, exactly.
+        const auto top = static_cast<float>(state_format.max_finite());
+        b = std::fmin(std::fmax(std::fmaf(gf, static_cast<float>(mean), static_cast<float>(m_blk)), -top), top);
+        a = st.m;
+      } else if (pasa && st.blocks > 0) {
         // Eq. 15's ((j - 1) F + s') / j, written as F + (s' - F) / j: the same average, but without
         // the running sum (j - 1) F, which leaves fp16 once j F > 65504 (a long row of high scores).
         // The difference saturates (means of both signs near the format's largest value).
@@ -246,7 +261,6 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         // (far above), F starts afresh at its s'. Either way the candidates stay exact, where a
         // saturated one had weighed a key e^-2000 below the row's maximum as the row's maximum. (The
         // tests in fp32, as the kernels take them: G is a float there.)
-        const float gf = static_cast<float>(g);
         const auto passes = [&](float x) { return round_to(state_format, x) >= state_format.max_finite(); };
         const bool far_below = passes(std::fmaf(gf, static_cast<float>(st.F - F_avg), static_cast<float>(st.m)));
         const bool far_above =
@@ -263,7 +277,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         a = candidate(st.m, st.F - F_new);
         b = candidate(m_blk, mean - F_new);
       } else if (pasa) {
-        F_new = mean;  // the row's first block: F = s', no move
+        F_new = mean;  // the row's first block relative to the average: F = s', no move
         averaged = 1;
       }
       double m_new, ep = 0.0, ec = 1.0;
@@ -271,7 +285,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         m_new = phi;
         ep = st.blocks == 0 ? 0.0 : 1.0;
       } else if (st.blocks == 0) {
-        m_new = state_round(m_blk);
+        m_new = pasa && !pasa_average ? b : state_round(m_blk);
       } else {
         if (!pasa) {
           a = state_round(st.m);
@@ -287,8 +301,10 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
             m_new = up - m_new <= max_move ? up : state_round(m_new + h);
           }
         }
-        ep = sm(power(pol, sm(a - m_new)));
-        ec = sm(power(pol, sm(b - m_new)));
+        // (Relative to the maximum, a difference of fp32 values in fp32.)
+        const auto difference = [&](double x) { return pasa && !pasa_average ? static_cast<float>(x - m_new) : x - m_new; };
+        ep = sm(power(pol, sm(difference(a))));
+        ec = sm(power(pol, sm(difference(b))));
       }
       // P against the running maximum (p_max=running, or one accumulator): the block's factor e_cur
       // goes into P itself.

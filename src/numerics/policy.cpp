@@ -202,6 +202,10 @@ const std::vector<Field>& fields() {
                    "PASA's local pseudo-average: s (the mean of S' as rounded), k (Q times M's row "
                    "sum times the block's mean key) or acc (the mean of S' as accumulated, before its "
                    "rounding)"),
+      choice_field("reference", &Policy::reference, {"max", "average"},
+                   "what PASA's state is relative to: max (the row's running maximum of the recovered "
+                   "scores, with the pseudo-averages, in fp32) or average (Algorithm 1's G times the "
+                   "global pseudo-average, in the softmax format)"),
       int_field("s1", &Policy::block_q, 1, kMaxBlock, "query rows per block"),
       int_field("s2", &Policy::block_kv, 1, kMaxBlock, "key rows per block (PASA's M is s2 x s2)"),
       bool_field("smooth_q", &Policy::smooth_q, "Q -= its token mean, the correction dS added to S"),
@@ -288,7 +292,7 @@ bool Policy::operator==(const Policy& other) const {
   return input == other.input && qk_acc == other.qk_acc && s == other.s && scale == other.scale &&
          softmax == other.softmax && exp_base == other.exp_base && sum_acc == other.sum_acc && p == other.p &&
          pv_acc == other.pv_acc && o == other.o && mma_k == other.mma_k && shift == other.shift &&
-         beta == other.beta && pseudo_avg == other.pseudo_avg && block_q == other.block_q &&
+         beta == other.beta && pseudo_avg == other.pseudo_avg && reference == other.reference && block_q == other.block_q &&
          block_kv == other.block_kv && smooth_q == other.smooth_q && smooth_k == other.smooth_k &&
          smooth_v == other.smooth_v && q_quant == other.q_quant && k_quant == other.k_quant &&
          q_gran == other.q_gran && k_gran == other.k_gran && v_quant == other.v_quant && p_scale == other.p_scale &&
@@ -615,6 +619,10 @@ void validate(const Policy& p) {
   if (p.shift != Shift::pasa && p.pseudo_avg != PseudoAverage::scores) {
     throw Error("policy field 'pseudo_avg': set but shift=" + shift_name(p.shift) +
                 " has no pseudo-average (use shift=pasa)");
+  }
+  if (p.shift != Shift::pasa && p.reference != PasaReference::maximum) {
+    throw Error("policy field 'reference': set but shift=" + shift_name(p.shift) +
+                " keeps its running maximum as it is (use shift=pasa)");
   }
   // Fields that only a quantizer, two-level accumulation or a softmax row sum reads are refused where
   // nothing reads them and they were set (their value is neither the default nor the preset's, so the

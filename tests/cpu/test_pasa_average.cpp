@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// PASA's global pseudo-average (Eq. 15) on inputs where using each block's own mean, or no reference
-// at all, overflows fp16 (pasa_average_checks.h explains the two inputs); the shift of keys with a
-// large bias; where the block's local pseudo-average is taken.
+// PASA's references, the running maximum (the preset's) and the global pseudo-average (Eq. 15), on
+// inputs where using each block's own mean, or no reference at all, overflows fp16
+// (pasa_average_checks.h explains the two inputs); the shift of keys with a large bias; where the
+// block's local pseudo-average is taken.
 #include <gtest/gtest.h>
 
 #include "pasa_average_checks.h"
@@ -11,11 +12,15 @@ namespace pasa {
 namespace {
 
 TEST(PasaAverage, ALowLastBlockMovesTheReferenceByItsShareOnly) {
-  for (std::uint64_t seed : test::kFixedSeeds) test::check_block_means(seed, test::BlockMeans::low_tail);
+  for (const char* policy : {"pasa,s2=32", "pasa,s2=32,reference=average"}) {
+    for (std::uint64_t seed : test::kFixedSeeds) test::check_block_means(seed, test::BlockMeans::low_tail, policy);
+  }
 }
 
 TEST(PasaAverage, ScoresBeyondFp16StayFiniteWhenEveryBlockIsHigh) {
-  for (std::uint64_t seed : test::kFixedSeeds) test::check_block_means(seed, test::BlockMeans::high_all);
+  for (const char* policy : {"pasa,s2=32", "pasa,s2=32,reference=average"}) {
+    for (std::uint64_t seed : test::kFixedSeeds) test::check_block_means(seed, test::BlockMeans::high_all, policy);
+  }
 }
 
 // The same high scores with the kernels' key blocks of 128: keys near 9000, so the column sums behind

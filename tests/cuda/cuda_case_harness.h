@@ -369,10 +369,10 @@ void check_case(const Case& c, const Policy& policy, const Policy& emulator_poli
       << "O: kernel " << r.err_kernel << " far below emulator " << r.err_emulator
       << ": the emulator is no longer a model of this kernel";
   EXPECT_TRUE(std::isfinite(r.lse_err_kernel)) << "LSE: non-finite or fully-masked rows differ";
-  // The LSE's atol adds one rounding of the softmax format at the LSE's own scale: PASA keeps m, l and
-  // F in fp16, so a case of a few rows (S_q = 1) can differ from the emulator by one fp16 ulp.
-  // PASA's LSE adds G F (about the LSE's whole size), where F has taken a few roundings of the softmax
-  // format in its running mean (the kernel's quotient is good to 2 fp32 ulp): 8 units at that scale.
+  // The LSE's atol adds one rounding of the softmax format at the LSE's own scale: a case of a few rows
+  // (S_q = 1) can differ from the emulator by one fp16 ulp of l. PASA's reference m (about the LSE's
+  // whole size) adds G times the block's pseudo-average s', which the kernel takes from the mean K'
+  // rows to about 22 bits and the emulator from the scores' sum: 8 units at that scale.
   const double lse_units = policy.shift == Shift::pasa ? 8.0 : 1.0;
   const double lse_atol = 1e-4 + lse_units * policy.softmax.epsilon() * r.lse_scale;
   EXPECT_LE(r.lse_err_kernel, 2 * r.lse_err_emulator + lse_atol)

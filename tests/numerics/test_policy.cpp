@@ -89,7 +89,8 @@ TEST(Policy, EqualityCoversEveryTextField) {
       {"sage8", "q_gran=warp"}, {"sage8", "k_gran=warp"},    {"sage8", "v_quant=e5m2"},
       {"fdpp", "shift=none"},   {"fdpp", "phi=1"},           {"fdpp", "window_lo=-9"},
       {"fdpp", "window_hi=5"},  {"sage8", "p_max=running"}, {"exact", "exp_base=2"},
-      {"exact", "rowsum=p"},    {"sage8", "mma_k=16"},     {"pasa_fp16acc", "pv_blocks=2"}};
+      {"exact", "rowsum=p"},    {"sage8", "mma_k=16"},     {"pasa_fp16acc", "pv_blocks=2"},
+      {"pasa", "reference=average"}};
   for (const auto& [preset, override] : overrides) {
     const Policy base = preset_policy(preset);
     const Policy changed = parse_policy(std::string(preset) + "," + override);
@@ -369,7 +370,7 @@ TEST(Policy, FieldTableDescribesEveryKey) {
     EXPECT_EQ(f.kind == FieldKind::choice, !f.choices.empty()) << f.key;
     rebuilt += "," + f.key + "=" + field_value(p, f.key);
   }
-  EXPECT_EQ(keys.size(), 33u);
+  EXPECT_EQ(keys.size(), 34u);
   EXPECT_EQ(parse_policy(rebuilt), p);
   EXPECT_EQ(field_value(preset_policy("fdpp"), "shift"), "unified");
   EXPECT_EQ(field_value(preset_policy("sage8"), "pv_acc"), "fp22");

@@ -26,7 +26,7 @@ def test_fields():
     assert exact.to_dict() == {
         "preset": "exact", "input": "fp32", "qk_acc": "fp32", "s": "fp32", "scale": "s",
         "softmax": "fp32", "exp_base": "e", "sum_acc": "fp32", "p": "fp32", "pv_acc": "fp32", "o": "fp32",
-        "mma_k": 0, "shift": "none", "beta": 0.0, "pseudo_avg": "s", "s1": 64, "s2": 64, "smooth_q": False, "smooth_k": False,
+        "mma_k": 0, "shift": "none", "beta": 0.0, "pseudo_avg": "s", "reference": "max", "s1": 64, "s2": 64, "smooth_q": False, "smooth_k": False,
         "smooth_v": False, "q_quant": None, "k_quant": None, "q_gran": "thread",
         "k_gran": "thread", "v_quant": None, "p_scale": 1.0, "two_level": True, "pv_blocks": 1, "p_max": "block", "rowsum": "e", "phi": 0.0,
         "window_lo": -9.7, "window_hi": 10.0, "splits": 1,
@@ -41,7 +41,7 @@ def test_fields():
 
 def test_every_preset_reads_every_field_from_the_cpp_table():
     keys = [f.key for f in pasa.Policy.fields()]
-    assert len(keys) == len(set(keys)) == 33
+    assert len(keys) == len(set(keys)) == 34
     for f in pasa.Policy.fields():
         assert f.doc and (f.kind == "choice") == bool(f.choices)
     for name in pasa.Policy.presets():

@@ -161,11 +161,6 @@ constexpr std::uint32_t kOnesHalf2 = 0x3C003C00u;
 // fl_fp16(x) as a float: the rounding points of the fp16 policies.
 __device__ __forceinline__ float round_fp16(float x) { return __half2float(__float2half_rn(x)); }
 
-// An fp16 value (as a float) past +-65504 brought back to it; NaN stays NaN. (Selects, not
-// cvt.satfinite: the portable kernels run on sm_80 too.)
-__device__ __forceinline__ float saturate_fp16(float x) { return fabsf(x) == INFINITY ? copysignf(65504.0f, x) : x; }
-// x rounded to fp16 toward +inf, saturating at 65504.
-__device__ __forceinline__ float round_fp16_up_satfinite(float x) { return saturate_fp16(__half2float(__float2half_ru(x))); }
 
 // fl16(s x) for each half of the fp16 pair x, rounded once from the exact product (the fp32 multiply
 // alone would round it first: a double rounding, one fp16 ulp off where the fp32 product lands on a

@@ -14,10 +14,12 @@
 //   fp16 pairs (the A-fragment layout of the P V MMA), so that the rounding points cost no
 //   conversions: S' - m is one HSUB2 per pair, P leaves the exponential through one F2FP per pair.
 //   The row sums (of S' for the pseudo-average, of P for l) come from the tensor cores in fp32 and
-//   are rounded once, as the emulator's sum_acc=fp32 does. The per-row scalar state (m, l, F and its dozen fp16 roundings a block) lives in one lane
-//   of the quad per row, not in all four. kFp16State = false is the pasa_accurate policy: S' stays
-//   in the fp32 accumulators (its max and the exponents' arguments in fp32: block_max_fp32,
-//   exponentiate_fp32) and the per-row state is fp32; P is still fp16. kBase2: the scores are in
+//   are rounded once, as the emulator's sum_acc=fp32 does. The state is relative to the row's running
+//   maximum of its recovered scores (reference=max): a block's m' + G s' in fp32, the pseudo-average
+//   s' in fp32. The per-row scalar state (m, l) lives in one lane of the quad per row, not in all four.
+//   kFp16State = false is the pasa_accurate policy: S' stays in the fp32 accumulators (its max and the
+//   exponents' arguments in fp32: block_max_fp32, exponentiate_fp32), and l and the rescale factors
+//   are fp32; P is still fp16. kBase2: the scores are in
 //   base-2 units (exp_base=2, alpha log2 e folded into M by the host), so each exponential is 2^x
 //   of its argument as it stands, with no multiply by log2 e; else natural units, e^x.
 // UnifiedSoftmax: FlashDecoding++'s unified max (algorithms.md section 5) for the decode kernel: every score
@@ -144,36 +146,21 @@ struct PasaSoftmax {
   __device__ __forceinline__ static float to_log2(float x) { return kBase2 ? x : x * kLog2e; }
   // e^x or 2^x (kBase2) of a state term, to fp32 accuracy, before its rounding to the state format.
   __device__ __forceinline__ static float power(float x) { return kBase2 ? exp2f(x) : expf(x); }
-  // A value of the per-row state at its rounding point: fp16 for pasa, fp32 for pasa_accurate.
+  // l, a rescale factor or its argument at its rounding point: fp16 for pasa, fp32 for pasa_accurate.
   __device__ __forceinline__ static float stat(float x) { return kFp16State ? round_fp16(x) : x; }
-  // A state value saturating at the state format's largest value (the emulator's state_format: a
-  // difference of pseudo-averages, or G times one, can pass fp16's range).
-  __device__ __forceinline__ static float stat_sat(float x) { return kFp16State ? saturate_fp16(round_fp16(x)) : x; }
-  // The state format's largest value, and the largest fp32 value that rounds below it there (65488
-  // rounds to 65472 in fp16, a tie to even; anything above it to 65504 or inf).
-  static constexpr float kStateMax = kFp16State ? 65504.0f : 0x1.fffffep+127f;
-  static constexpr float kLastNear = kFp16State ? 65488.0f : 0x1.fffffcp+127f;
-  // The headroom's largest move (pasa_headroom.h), in the state format and the scores' units.
+  // The headroom's largest move (pasa_headroom.h): its factor keeps 8 bits in l's format.
   static constexpr float kMaxMove = kFp16State ? pasa_max_move(10, -14, kBase2) : pasa_max_move(23, -126, kBase2);
-  // a + b rounded up in the state format (the headroom, which a rounding to nearest could lose).
-  __device__ __forceinline__ static float stat_up(float a, float b) {
-    return kFp16State ? round_fp16_up_satfinite(__fadd_ru(a, b)) : __fadd_ru(a, b);
-  }
   static_assert(kRows <= 4, "one row of the thread's fragments per lane of its quad");
   // The scalar state of one row: lane t of each quad keeps row t of the quad's kRows rows (rows g,
   // g + 8 of m-tile 0, then of m-tile 1), so each row's update runs once, not in all four lanes;
   // the rescale factors then go to the whole quad by shuffles. Lanes t >= kRows keep nothing.
-  float m;  // running max relative to the reference g * F (an fp16 value)
+  float m;  // the reference: the running maximum of the row's recovered scores (fp32)
   float l;  // running sum of exponentials (an fp16 value, complete row)
-  float F;  // global pseudo-average (Eq. 15)
-  float n;  // the key blocks F averages (the j - 1 of Eq. 15: a far block is left out or starts afresh)
   float e_prev, e_cur;  // the owned row's rescale factors of the last block (rescale -> add_block)
 
   __device__ __forceinline__ void init() {
     m = -INFINITY;
     l = 0.0f;
-    F = 0.0f;
-    n = 0.0f;
   }
 
   // This lane's own row among kRows per-row values (identical in all four lanes of the quad).
@@ -250,57 +237,34 @@ struct PasaSoftmax {
     }
   }
 
-  // The state update of a key block but for l: mean[r] = the row's local pseudo-average (fp16),
-  // m_blk[r] its block max (identical across the quad). ep / ec: the rescale factors of the running
+  // The state update of a key block but for l: mean[r] = the row's local pseudo-average s' (fp32),
+  // m_blk[r] its block max m' (identical across the quad). ep / ec: the rescale factors of the running
   // O~ and of this block's P V for each of the thread's rows (ep = 1, ec = 0 for a row that sees no key
   // of the block: the emulator leaves such a row's state untouched). Called by all lanes (it
   // shuffles); add_block() completes it.
-  // Branch-free: every lane computes every candidate and selects, so that the update (a chain of
-  // dependent roundings) is one basic block that the compiler can interleave with the block's
-  // exponentials instead of running it alone.
+  // Branch-free: every lane computes and selects, so that the update is one basic block that the
+  // compiler can interleave with the block's exponentials instead of running it alone.
   __device__ __forceinline__ void rescale(const float (&m_blk)[kRows], const float (&mean)[kRows], float g,
                                           float (&ep)[kRows], float (&ec)[kRows]) {
     const float mb = own(m_blk), mn = own(mean);
     const bool updates = static_cast<int>(threadIdx.x) % 4 < kRows && mb != -INFINITY;
-    // Eq. 15 without (j - 1) F, its difference saturating (means of both signs near fp16's largest),
-    // and the emulator's far blocks: where averaging the block in would carry the running maximum's
-    // candidate past the state format's range, the block is left out of F; where it would carry the
-    // block's own, F starts afresh at its s' (docs/algorithms.md). (The quotient is to 2 fp32 ulp,
-    // __fdividef, before its fp16 rounding: no division slow path.)
-    const float j = n + 1.0f;
-    const float F_avg = stat(F + stat(__fdividef(stat_sat(mn - F), j)));
-    const bool far_below = n > 0.0f && fmaf(g, F - F_avg, m) > kLastNear;
-    const bool far_above = n > 0.0f && !far_below && fmaf(g, mn - F_avg, mb) > kLastNear;
-    const float F_new = far_below ? F : far_above ? mn : F_avg;
-    const float n_new = far_below ? n : far_above ? 1.0f : j;
-    // The candidates fl(m + d_prev), fl(m' + d_cur) as stored, and the factors taken from them (each
-    // <= 1, the larger exactly 1): a rounding of m + d_prev can then never make O~ or l grow from block
-    // to block. Each at the paper's rounding points, fl(base + fl(G fl(x))); where those pass the range,
-    // base + G x in fp32, saturated. The row's first block (m = -inf) takes cur as it is, with factors
-    // 0 and 1.
-    const auto candidate = [&](float base, float x) {
-      const float c = stat(base + stat(g * stat(x)));
-      return fabsf(c) <= kStateMax ? c : stat_sat(fmaf(g, x, base));
-    };
-    const float cur = candidate(mb, mn - F_new);
+    // The block's maximum recovered, m' + G s', with one rounding, saturated; the new reference is
+    // the larger of it and m, exactly, so the larger factor is 1. The row's first block (m = -inf)
+    // takes it as it is, with factors 0 and 1.
+    const float cur = fminf(fmaxf(fmaf(g, mn, mb), -0x1.fffffep+127f), 0x1.fffffep+127f);
     const bool first = m == -INFINITY;
-    const float prev = candidate(m, F - F_new);
-    float m_new = fmaxf(prev, cur);
+    float m_new = fmaxf(m, cur);
     const float h = pasa_headroom(l, kBase2);  // (l and O~; rounded up unless that moves too far)
-    // (Both candidates are taken unconditionally and selected: written as a conditional, ptxas put
-    // the second behind a branch, which split this update's basic block off the exponentials.)
-    const float up = stat_up(m_new, h), nearest = stat_sat(m_new + h);
+    const float up = __fadd_ru(m_new, h), nearest = m_new + h;
     const float moved = up - m_new <= kMaxMove ? up : nearest;
     m_new = h == 0.0f ? m_new : moved;
     // (The arguments are selected, not the exponentials, so that each is one unconditional MUFU:
     // e^-inf = 0 and e^0 = 1 are the first block's factors.)
-    const float e_prev_next = stat(power(first ? -INFINITY : stat(prev - m_new)));
+    const float e_prev_next = stat(power(first ? -INFINITY : stat(m - m_new)));
     const float e_cur_next = stat(power(first ? 0.0f : stat(cur - m_new)));
     e_prev = updates ? e_prev_next : 1.0f;
     e_cur = updates ? e_cur_next : 0.0f;
-    m = updates ? (first ? cur : m_new) : m;
-    F = updates ? F_new : F;
-    n = updates ? n_new : n;
+    m = updates ? m_new : m;
     broadcast(e_prev, ep);
     broadcast(e_cur, ec);
   }
@@ -320,11 +284,10 @@ struct PasaSoftmax {
     l = static_cast<int>(threadIdx.x) % 4 < kRows ? l_next : l;
   }
 
-  // Final row sums and LSE = m + log(l) + g * F (the state is relative to the reference g * F; with
-  // kBase2, (m + g F) ln 2 + log(l): the LSE is in natural units), -inf for an empty row, for each of
-  // the thread's rows. Called by all lanes (it shuffles).
-  __device__ __forceinline__ void finish(float g, float (&row_l)[kRows], float (&lse)[kRows]) const {
-    const float shift = kBase2 ? (m + g * F) * kLn2 : m + g * F;
+  // Final row sums and LSE = m + log(l) (with kBase2, m ln 2 + log(l): the LSE is in natural units),
+  // -inf for an empty row, for each of the thread's rows. Called by all lanes (it shuffles).
+  __device__ __forceinline__ void finish(float (&row_l)[kRows], float (&lse)[kRows]) const {
+    const float shift = kBase2 ? m * kLn2 : m;
     const float my_lse = (m == -INFINITY || l == 0.0f) ? -INFINITY : shift + logf(l);
     broadcast(l, row_l);
     broadcast(my_lse, lse);

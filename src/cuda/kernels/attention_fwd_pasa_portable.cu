@@ -22,7 +22,7 @@
 //     of pv_tiles() n8 tiles at a time;
 //   O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16, and l likewise (pasa_accurate's factors are fp32
 //     state: each product is rounded to fp16 once from its exact value, as the emulator rounds it).
-// bf16 V is rounded to fp16 in shared memory. Epilogue: O = fl(O~ / l), LSE = m + log l + G F.
+// bf16 V is rounded to fp16 in shared memory. Epilogue: O = fl(O~ / l), LSE = m + log l.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -199,8 +199,8 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
       }
     }
     constexpr float kLo = 1.0f / kMeanLoScale;
-    const float mean[2] = {Softmax::stat(fmaf(tSrMean[1], kLo, tSrMean[0])),
-                           Softmax::stat(fmaf(tSrMean[3], kLo, tSrMean[2]))};
+    const float mean[2] = {fmaf(tSrMean[1], kLo, tSrMean[0]),
+                           fmaf(tSrMean[3], kLo, tSrMean[2])};
 
     // The block max of the masked S', PASA's update, then P as the P V A fragments.
     const bool needs_mask = block_needs_mask(p, n0, kKeys, warp_row0);
@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
 
   // Epilogue: O = fl(O~ / l) (0 for a row that saw no key), the LSE.
   float row_l[2], lse[2];
-  softmax.finish(p.pasa_g, row_l, lse);
+  softmax.finish(row_l, lse);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     float o_row[kDTiles][2];

@@ -16,10 +16,10 @@
 //   S' rounded to fp16 pairs (pasa) or kept in fp32 (pasa_accurate), masked, the block max; then per
 //     k16 step P = fl(e^(fl(S' - m))) sent at once to the tensor cores: P V into a fresh fp32 sum, and
 //     P times a matrix of ones (in the extra shared memory) for the row sums of P, with PASA's state
-//     update (F, m, the two rescale factors) interleaved among the exponentials (one basic block);
+//     update (m and the two rescale factors) interleaved among the exponentials (one basic block);
 //   the next block's S' issued behind P V, and O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16 and l
 //     while it runs.
-// Epilogue: O = fl(O~ (1 / l)), LSE = m + log l + g F.
+// Epilogue: O = fl(O~ (1 / l)), LSE = m + log l.
 //
 // pasa_fp16acc (kFp16Acc) keeps P V in the tensor cores' fp16 accumulators over kPasaPvBlocks key
 // blocks (its preset's pv_blocks): P is scaled to the running maximum, P = fl(P e_cur), once the state update
@@ -170,8 +170,8 @@ struct PasaHopperVariant : HopperVariantDefaults {
           for (int q = 0; q < kKeys / 4; ++q) pa[0][q / 4][q % 4] = pack2<__half>(acc[2 * q], acc[2 * q + 1]);
         }
         constexpr float kLo = 1.0f / kMeanLoScale;
-        const float mean[2] = {Softmax::stat(fmaf(acc[kKeys / 2 + 1], kLo, acc[kKeys / 2])),
-                               Softmax::stat(fmaf(acc[kKeys / 2 + 3], kLo, acc[kKeys / 2 + 2]))};
+        const float mean[2] = {fmaf(acc[kKeys / 2 + 1], kLo, acc[kKeys / 2]),
+                               fmaf(acc[kKeys / 2 + 3], kLo, acc[kKeys / 2 + 2])};
         ctx.k_ring.release(f);  // S' has been read: the K' slot is free
         float m_blk[2];
         [[maybe_unused]] __half2 m_use[2];
@@ -184,7 +184,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
         }
 
         ctx.v_ring.wait(f);
-        // PASA's state update (F, m, the two rescale factors) beside the exponentials, which do not
+        // PASA's state update (m and the two rescale factors) beside the exponentials, which do not
         // need it (P is taken against the block's own max).
         float ep[2], ec[2];
         softmax.rescale(m_blk, mean, p.pasa_g, ep, ec);
@@ -304,7 +304,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
       // Epilogue: O = fl(O~ (1 / l)) (0 for a row that saw no key; the emulator divides, which can
       // differ by one fp16 ulp), the LSE.
       float row_l[2], lse[2];
-      softmax.finish(p.pasa_g, row_l, lse);
+      softmax.finish(row_l, lse);
       ctx.store_rows(row_l, lse, [&](int n8, int i) { return __half22float2(o[n8][i]); },
                      OutRounding::via_fp16);
     }
