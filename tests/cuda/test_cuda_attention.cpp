@@ -473,6 +473,8 @@ TEST(CudaBadInput, UnsupportedPolicyDtypeAndBlock) {
   test::expect_error([&] { attention(p.args); }, "policy field 's2'");
   p.args.policy = parse_policy("pasa,o=fp32");
   test::expect_error([&] { attention(p.args); }, "policy field 'o'");
+  p.args.policy = parse_policy("pasa,reference=average");  // (Algorithm 1's fp16 reference: the emulator's)
+  test::expect_error([&] { attention(p.args); }, "policy field 'reference'");
   DeviceProblem f(64, 32, DType::f32);
   f.args.policy = Policy{};
   test::expect_error([&] { attention(f.args); }, "q: dtype f32");

@@ -67,14 +67,14 @@ TEST_P(CudaPasaNumerics, DiffuseLongRowsAgreeWithTheEmulator) {
   }
 }
 
-// The state update at its edges, as the emulator takes them: a reference so large (Q = K = 281, D 128:
-// shifted scores near 20000 base-2 units, fp16's step 16 there) that the headroom must be rounded up
-// to survive; and key blocks whose pseudo-averages lie about 1e5 apart (K + 800 in the second, Q =
-// 16), whose moves of the reference saturate; and key blocks of both signs near fp16's largest
-// value. Each was inf or NaN before; O must be finite and the kernel's error the emulator's.
+// Inputs at the edges of Algorithm 1's fp16 reference (reference=average, which the kernels do not
+// run; each was inf or NaN in the kernels while they kept it): a reference so large (Q = K = 281,
+// D 128: shifted scores near 20000 base-2 units, fp16's step 16 there) that the headroom had to be
+// rounded up; key blocks whose pseudo-averages lie about 1e5 apart (K + 800 in the second, Q = 16);
+// key blocks of both signs near fp16's largest value. The kernels' reference, the running maximum
+// in fp32, holds them: O must be finite and the kernel's error the emulator's.
 TEST_P(CudaPasaNumerics, StateUpdateAtTheEdgesOfFp16) {
-  // (281: a reference near 20000, fp16's step 16, the headroom rounded up; 400 and -400: past 32768,
-  // step 32, where rounding up would move it too far and it is rounded to nearest)
+  // (281: a reference near 20000; 400 and -400: past 32768, fp16's step 32)
   struct Constant {
     float q, k;
     std::int64_t keys;
@@ -150,6 +150,27 @@ TEST_P(CudaPasaNumerics, HeadDims96And256) {
         check_case(c, preset_policy(name));
       }
     }
+  }
+}
+
+// An outlier channel shared by Q and K (channel 3 at c in every token, as the CPU test
+// Pasa.AnOutlierChannelSharedByQAndKKeepsTheBlocksWeights draws it): the shift leaves (1 - beta) of
+// its score in each block's pseudo-average s', which G ~ 64 multiplies. The kernels keep s' and the
+// reference in fp32, as the emulator does; in fp16 they erred 0.5 at c = 300, 20x the emulator's.
+TEST_P(CudaPasaNumerics, AnOutlierChannelSharedByQAndK) {
+  const std::int64_t S = 256, D = 128;
+  for (const float c : {100.0f, 300.0f}) {
+    QKV data = hybrid_qkv({1, 1, S, D}, 0.0, 0.0, 21, DType::f16);
+    std::vector<float> q = to_float(data.q), k = to_float(data.k);
+    for (std::int64_t t = 0; t < S; ++t) q[static_cast<std::size_t>(t * D + 3)] = k[static_cast<std::size_t>(t * D + 3)] = c;
+    GivenInputs in{from_float(q, {1, 1, S, D}, DType::f16), from_float(k, {1, 1, S, D}, DType::f16), data.v};
+    const Case cs{1, 1, 1, S, S, D, false, kBr, false, DType::f16, DType::f32};
+    const std::string label = "outlier channel " + std::to_string(static_cast<int>(c));
+    Extra extra;
+    check_case(cs, preset_policy("pasa"), preset_policy("pasa"), std::nullopt, &extra, 1, -1.0, 1.0, &in, label.c_str());
+    HostTensor o{DType::f32, in.q.shape, std::vector<std::uint8_t>(in.q.bytes.size() * 2)};
+    AttentionArgs ref_args{in.q.view("q"), in.k.view("k"), in.v.view("v"), o.view("o")};
+    EXPECT_LT(test::relative_rmse(extra.kernel_o, reference_attention(ref_args).o), c <= 100.0f ? 5e-3 : 4e-2) << label;
   }
 }
 

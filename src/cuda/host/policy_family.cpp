@@ -150,6 +150,11 @@ Family classify_exact_or_pasa(const Policy& pol, DType in) {
                 "the CUDA pasa kernel (it takes the mean before that rounding, pseudo_avg=acc, the pasa preset's, "
                 "or from the mean key, pseudo_avg=k)");
   }
+  if (pol.reference != PasaReference::maximum) {
+    throw Error("policy field 'reference': average (Algorithm 1's reference, G times the global "
+                "pseudo-average, in the softmax format) is not supported by the CUDA pasa kernels (they keep "
+                "the state relative to the running maximum, reference=max; the CPU emulator runs both)");
+  }
   // Any beta, pseudo_avg k or acc (or s where S' is fp32: the same mean); s1 does not change the
   // result (each row's state is its own).
   const char* name = state == fp32 ? "pasa_accurate" : pv_acc == fp16 ? "pasa_fp16acc" : "pasa";
