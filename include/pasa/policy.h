@@ -74,7 +74,8 @@ struct Policy {
   Format qk_acc = Format::fp32();  // accumulator inside the Q K^T GEMM ("qk_acc")
   Format s = Format::fp32();       // S as it leaves the Q K^T GEMM ("s")
   ScalePlacement scale = ScalePlacement::scores;  // ("scale" = s | q | k)
-  Format softmax = Format::fp32(); // scaled S, max, exp, rowsum, l, m and shift terms ("softmax")
+  Format softmax = Format::fp32(); // scaled S, max, exp, rowsum, l, m and shift terms ("softmax";
+                                   // PASA's m and shift terms with reference=average only)
   ExpBase exp_base = ExpBase::e;   // the softmax's units and exponential: e^x or 2^x ("exp_base" = e | 2)
   Format sum_acc = Format::fp32(); // accumulator of the softmax's row sums (of the exponentials with
                                    // rowsum=e, and PASA's sum of a block's S'): fp32 sums in fp32 and
