@@ -239,8 +239,10 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         l_blk = R.sum(l_blk + x[c]);
       }
       l_blk = sm(l_blk);
-      // PASA: F's update and the candidates a = fl(m + d_prev), b = fl(m' + d_cur) for the reference
-      // G F_new (docs/algorithms.md section 3: Eq. 15, and its departures' fourth and fifth).
+      // PASA: the candidates a (the running reference's) and b (the block's) for the new reference:
+      // relative to the maximum, m and the block's recovered maximum; relative to the average, F's
+      // update and a = fl(m + d_prev), b = fl(m' + d_cur) for G F_new (docs/algorithms.md section 3:
+      // Eq. 15, and its departures' fourth and fifth).
       double F_new = 0.0, a = 0.0, b = 0.0;
       int averaged = st.averaged;
       if (pasa && !pasa_average) {
@@ -260,7 +262,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         // drifted down over several), the block is left out of F; where the block's own maximum would
         // (far above), F starts afresh at its s'. Either way the candidates stay exact, where a
         // saturated one had weighed a key e^-2000 below the row's maximum as the row's maximum. (The
-        // tests in fp32, as the kernels take them: G is a float there.)
+        // tests in fp32: G is a float.)
         const auto passes = [&](float x) { return round_to(state_format, x) >= state_format.max_finite(); };
         const bool far_below = passes(std::fmaf(gf, static_cast<float>(st.F - F_avg), static_cast<float>(st.m)));
         const bool far_above =
