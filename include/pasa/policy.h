@@ -132,7 +132,8 @@ struct Policy {
 
 // The presets: "exact" (FA(FP32), every point fp32), "fa16_fp32" (FA(FP16-FP32): S leaves the GEMM
 // in fp16), "fa16" (FA(FP16): fully fp16 but fp32 matrix-engine accumulators), "pasa" (Algorithm 1,
-// fp16 throughout, beta 0.984497, s1 = s2 = 128, base-2 scores; reductions accumulate in fp32 as a
+// fp16 throughout but for its running reference, the row's maximum with the pseudo-averages in fp32
+// (reference=max), beta 0.984497, s1 = s2 = 128, base-2 scores; reductions accumulate in fp32 as a
 // GEMM does), "pasa_accurate" (pasa with S' and every softmax statistic in fp32, pseudo_avg=k and
 // natural units: the block's pseudo-average and the running state taken before anything is rounded;
 // P and O~ stay fp16), "pasa_fp16acc" (pasa with P V in fp16 accumulators as wgmma sums them, four key
