@@ -12,6 +12,7 @@
 
 #include "pasa/attention.h"
 #include "pasa/error.h"
+#include "pasa/generators.h"
 #include "storage_convert.h"
 
 namespace pasa::test {
@@ -72,6 +73,17 @@ inline std::vector<double> read_bhsd(const TensorView& t) {
         for (std::int64_t d = 0; d < t.shape[3]; ++d)
           out.push_back(load_as_float(t.data, t.dtype, t.offset(b, h, s, d)));
   return out;
+}
+
+// Q, K, V ~ N(0, 1) in fp16 ([1, 1, S, D], hybrid_qkv's draw) with channel 3 of Q and K at c in every
+// token: an outlier channel shared by Q and K, as LLMs have.
+inline QKV outlier_channel_qkv(std::int64_t S, std::int64_t D, float c, std::uint64_t seed) {
+  QKV data = hybrid_qkv({1, 1, S, D}, 0.0, 0.0, seed, DType::f16);
+  std::vector<float> q = to_float(data.q), k = to_float(data.k);
+  for (std::int64_t t = 0; t < S; ++t) q[static_cast<std::size_t>(t * D + 3)] = k[static_cast<std::size_t>(t * D + 3)] = c;
+  data.q = from_float(q, {1, 1, S, D}, DType::f16);
+  data.k = from_float(k, {1, 1, S, D}, DType::f16);
+  return data;
 }
 
 // ||x - ref|| / ||ref|| (Eq. 19); NaN if x holds a non-finite value.

@@ -89,7 +89,8 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
   const int s2 = pol.block_kv;
   const int rows = static_cast<int>(t.r1 - t.r0);
   const bool pasa = pol.shift == Shift::pasa;
-  const bool pasa_average = pasa && pol.reference == PasaReference::average;  // (else relative to the max)
+  const bool pasa_average = pasa && pol.reference == PasaReference::average;
+  const bool pasa_max = pasa && !pasa_average;
   const bool unified = pol.shift == Shift::unified;
   const auto& sm = R.sm;
   const double alpha_sm = sm(alpha);
@@ -101,16 +102,16 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
   const Format state_format =
       pasa_average ? saturating(pol.softmax) : pasa ? saturating(Format::fp32()) : pol.softmax;
   const auto state_round = [&](double x) { return round_to(state_format, x); };
-  // A score (or a mean of scores) into the softmax format, times the scale where the policy applies
-  // it to the scores (scale=q and scale=k applied it before the GEMM).
-  const auto scaled = [&](double v) { return pol.scale == ScalePlacement::scores ? sm(v * alpha_sm) : sm(v); };
+  const auto state_top = static_cast<float>(state_format.max_finite());
+  // A score (or a mean of scores) times the scale where the policy applies it to the scores (scale=q
+  // and scale=k applied it before the GEMM); `scaled` rounds it to the softmax format.
+  const auto with_scale = [&](double v) { return pol.scale == ScalePlacement::scores ? v * alpha_sm : v; };
+  const auto scaled = [&](double v) { return sm(with_scale(v)); };
   const double g = pasa_invariance(pol, alpha);
   const auto gf = static_cast<float>(g);
-  // A pseudo-average, a mean of scores (unscaled where the policy scales the scores), at its rounding
-  // point: the softmax format relative to the average, fp32 relative to the maximum.
-  const auto pseudo_average = [&](double v) {
-    return pasa_average ? scaled(v) : state_round(pol.scale == ScalePlacement::scores ? v * alpha_sm : v);
-  };
+  // A pseudo-average (of scaled scores) at its rounding point: the softmax format relative to the
+  // average, fp32 relative to the maximum.
+  const auto round_average = [&](double v) { return pasa_average ? sm(v) : state_round(v); };
   const double phi = sm(pol.phi);
   const double unit = score_unit(pol);  // an additive mask's natural units into the scores'
   // The accumulator O~ lives in the O format (two-level) or in the PV accumulator itself.
@@ -151,7 +152,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       // s' = Q (r mean K_j): one more column of the same GEMM, scaled like the scores.
       model_gemm(q, D, &kv.shift_mean[static_cast<std::size_t>(k0 / s2 * D)], 1, rows, D, 1, R.qk_acc,
                  pol.mma_k, R.qk_acc, pasa_means.data(), 1);
-      for (double& m : pasa_means) m = pseudo_average(pasa_average ? R.s(m) : m);
+      for (double& m : pasa_means) m = round_average(with_scale(pasa_average ? R.s(m) : m));
     }
 
     for (int rr = 0; rr < rows; ++rr) {
@@ -184,9 +185,9 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       if (pasa && pol.pseudo_avg == PseudoAverage::keys) {
         mean = pasa_means[rr];
       } else if (acc_mean) {
-        mean = pseudo_average(unrounded_mean);
+        mean = round_average(with_scale(unrounded_mean));
       } else if (pasa) {  // the mean leaves the reduction, rounded once (of scores scaled already)
-        mean = pasa_average ? sm(block_mean()) : state_round(block_mean());
+        mean = round_average(block_mean());
       }
       if (mods.has_bias()) {  // the additive mask, after PASA's mean (which K' = M K fixed)
         // A finite mask value that carries a finite score past the softmax format's range (a padding
@@ -245,11 +246,10 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       // Eq. 15, and its departures' fourth and fifth).
       double F_new = 0.0, a = 0.0, b = 0.0;
       int averaged = st.averaged;
-      if (pasa && !pasa_average) {
+      if (pasa_max) {
         // Relative to the maximum: the block's maximum recovered, m' + G s', in fp32 (saturated) with
         // one rounding, as the kernels take it; the reference is the larger of it and m, exactly.
-        const auto top = static_cast<float>(state_format.max_finite());
-        b = std::fmin(std::fmax(std::fmaf(gf, static_cast<float>(mean), static_cast<float>(m_blk)), -top), top);
+        b = std::fmin(std::fmax(std::fmaf(gf, static_cast<float>(mean), static_cast<float>(m_blk)), -state_top), state_top);
         a = st.m;
       } else if (pasa && st.blocks > 0) {
         // Eq. 15's ((j - 1) F + s') / j, written as F + (s' - F) / j: the same average, but without
@@ -287,7 +287,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         m_new = phi;
         ep = st.blocks == 0 ? 0.0 : 1.0;
       } else if (st.blocks == 0) {
-        m_new = pasa && !pasa_average ? b : state_round(m_blk);
+        m_new = pasa_max ? b : state_round(m_blk);
       } else {
         if (!pasa) {
           a = state_round(st.m);
@@ -304,7 +304,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
           }
         }
         // (Relative to the maximum, a difference of fp32 values in fp32.)
-        const auto difference = [&](double x) { return pasa && !pasa_average ? static_cast<float>(x - m_new) : x - m_new; };
+        const auto difference = [&](double x) { return pasa_max ? static_cast<float>(x - m_new) : x - m_new; };
         ep = sm(power(pol, sm(difference(a))));
         ec = sm(power(pol, sm(difference(b))));
       }

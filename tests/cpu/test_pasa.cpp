@@ -397,12 +397,7 @@ TEST(Pasa, AnOutlierChannelSharedByQAndKKeepsTheBlocksWeights) {
   const std::int64_t S = 256, D = 128;
   for (const float c : {30.0f, 100.0f, 300.0f}) {
     SCOPED_TRACE(::testing::Message() << "channel value " << c);
-    QKV data = hybrid_qkv({1, 1, S, D}, 0.0, 0.0, 21, DType::f16);
-    const std::vector<double> q64 = test::read_bhsd(data.q.view("q")), k64 = test::read_bhsd(data.k.view("k"));
-    std::vector<float> q(q64.begin(), q64.end()), k(k64.begin(), k64.end());
-    for (std::int64_t t = 0; t < S; ++t) q[static_cast<std::size_t>(t * D + 3)] = k[static_cast<std::size_t>(t * D + 3)] = c;
-    data.q = from_float(q, {1, 1, S, D}, DType::f16);
-    data.k = from_float(k, {1, 1, S, D}, DType::f16);
+    QKV data = test::outlier_channel_qkv(S, D, c, 21);
     const ReferenceResult ref = reference_of(data);
     const double accurate = compare(run_policy(data, preset_policy("pasa_accurate")).o, ref.o).rel_rmse;
     const auto error_of = [&](const char* name) {

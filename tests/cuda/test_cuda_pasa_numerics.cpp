@@ -160,10 +160,8 @@ TEST_P(CudaPasaNumerics, HeadDims96And256) {
 TEST_P(CudaPasaNumerics, AnOutlierChannelSharedByQAndK) {
   const std::int64_t S = 256, D = 128;
   for (const float c : {100.0f, 300.0f}) {
-    QKV data = hybrid_qkv({1, 1, S, D}, 0.0, 0.0, 21, DType::f16);
-    std::vector<float> q = to_float(data.q), k = to_float(data.k);
-    for (std::int64_t t = 0; t < S; ++t) q[static_cast<std::size_t>(t * D + 3)] = k[static_cast<std::size_t>(t * D + 3)] = c;
-    GivenInputs in{from_float(q, {1, 1, S, D}, DType::f16), from_float(k, {1, 1, S, D}, DType::f16), data.v};
+    const QKV data = test::outlier_channel_qkv(S, D, c, 21);
+    GivenInputs in{data.q, data.k, data.v};
     const Case cs{1, 1, 1, S, S, D, false, kBr, false, DType::f16, DType::f32};
     const std::string label = "outlier channel " + std::to_string(static_cast<int>(c));
     Extra extra;

@@ -28,6 +28,7 @@
 
 #include <cuda_fp16.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 
@@ -251,7 +252,7 @@ struct PasaSoftmax {
     // The block's maximum recovered, m' + G s', with one rounding, saturated; the new reference is
     // the larger of it and m, exactly, so the larger factor is 1. The row's first block (m = -inf)
     // takes it as it is, with factors 0 and 1.
-    const float cur = fminf(fmaxf(fmaf(g, mn, mb), -0x1.fffffep+127f), 0x1.fffffep+127f);
+    const float cur = fminf(fmaxf(fmaf(g, mn, mb), -FLT_MAX), FLT_MAX);
     const bool first = m == -INFINITY;
     float m_new = fmaxf(m, cur);
     const float h = pasa_headroom(l, kBase2);  // (l and O~; rounded up unless that moves too far)
