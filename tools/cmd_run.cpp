@@ -95,7 +95,12 @@ void run(const RunOptions& opt) {
     AttentionArgs problem = args;
     problem.o = args.q;  // (o's shape and dtype: check_attention_problem reads no memory)
     problem.lse = LseView{};
-    check_attention_problem(problem);
+    try {
+      check_attention_problem(problem);
+    } catch (const Error& e) {  // (its errors name q, k and v: with --qkv, tensors of that file)
+      if (opt.qkv.empty()) throw;
+      throw Error(text::format("--qkv {}: {}", opt.qkv, e.what()));
+    }
   }
   // O in the inputs' dtype, or where they differ in one that holds each of them (V wider than Q gave
   // an fp16 O of inf where the result passes 65504).

@@ -684,6 +684,10 @@ def check_shape_errors_name_their_source(tmp):
     write_safetensors(path, {"q": np.ones((2, 5, 8)), "k": np.ones((1, 2, 5, 8)), "v": np.ones((1, 2, 5, 8))})
     r = pasa("run", "--qkv", path, code=2)
     assert f"--qkv {path}: tensor 'q': expected a rank-4 tensor" in r.stderr, r.stderr
+    # Tensors of --qkv that do not form a problem together: the error names the file.
+    write_safetensors(path, {"q": np.ones((1, 2, 5, 8)), "k": np.ones((1, 2, 5, 8)), "v": np.ones((1, 2, 6, 8))})
+    r = pasa("run", "--qkv", path, code=2)
+    assert f"--qkv {path}: v: shape [1, 2, 6, 8] differs from k's [1, 2, 5, 8]" in r.stderr, r.stderr
     q, k = os.path.join(tmp, "q8.npy"), os.path.join(tmp, "k16.npy")
     np.save(q, np.ones((1, 2, 5, 8), np.float32))
     np.save(k, np.ones((1, 2, 7, 16), np.float32))
