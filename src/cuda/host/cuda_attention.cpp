@@ -6,7 +6,7 @@
 // run only fills the kernels' arguments and launches on the caller's stream.
 //
 // The kernel: a policy is classified into a family by its fields (exact, pasa, sage8, fdpp), then a
-// table of kernel specs (kKernelSpecs) is tried in order, each saying whether it runs the family,
+// table of kernel specs (kernel_specs.h) is tried in order, each saying whether it runs the family,
 // shape and device, and why not; the first that accepts runs, and when none does the error lists
 // every spec's reason. Two paths: on an sm_90 GPU in a build with sm_90a kernels, the Hopper kernels
 // (wgmma, TMA: exact, pasa, sage8 at head dims 64 and 128); everywhere else, or when asked
@@ -21,22 +21,21 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <iterator>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 
 #include "cuda/arch/cuda_check.h"
 #include "cuda/host/decode_params.h"
+#include "cuda/host/device_info.h"
 #include "cuda/host/device_pool.h"
 #include "cuda/host/kernel_params.h"
+#include "cuda/host/kernel_specs.h"
 #include "cuda/host/operand_checks.h"
 #include "cuda/host/plan_on_cache.h"
 #include "cuda/host/policy_family.h"
@@ -65,94 +64,6 @@ ElemType elem_type(DType d) {
     case DType::bf16: return ElemType::bf16;
   }
   throw Error("unknown dtype");
-}
-
-// What the dispatch reads of a device, queried once per device for the life of the process.
-struct DeviceInfo {
-  int major, minor, sm_count, l2_bytes;
-  int max_smem;  // bytes of shared memory a CTA may opt in to (at most PASA_CUDA_SMEM_LIMIT)
-};
-
-// PASA_CUDA_SMEM_LIMIT as the process found it: unset or empty for none, else the most bytes of
-// shared memory a CTA may take in the decode and portable kernels' tile choices, so that a GPU with
-// more takes the choices of one with less (a 99 KiB device's on an H100, say). Read once, as
-// PASA_CUDA_PATH is.
-int smem_limit_from_env() {
-  static const int limit = [] {
-    const char* v = std::getenv("PASA_CUDA_SMEM_LIMIT");
-    if (v == nullptr || *v == '\0') return std::numeric_limits<int>::max();
-    char* end = nullptr;
-    errno = 0;
-    const long bytes = std::strtol(v, &end, 10);
-    if (*end != '\0' || errno != 0 || bytes < 1 || bytes > std::numeric_limits<int>::max()) {
-      throw Error(std::string("PASA_CUDA_SMEM_LIMIT: '") + v + "' is not a positive number of bytes");
-    }
-    return static_cast<int>(bytes);
-  }();
-  return limit;
-}
-
-const DeviceInfo& device_info(int device) {
-  constexpr int kMaxDevices = 64;
-  static std::once_flag once[kMaxDevices];
-  static DeviceInfo info[kMaxDevices];
-  if (device < 0 || device >= kMaxDevices) {
-    throw Error("CUDA device " + std::to_string(device) + ": pasa supports device ordinals below 64");
-  }
-  std::call_once(once[device], [device] {  // an exception leaves the flag unset: the next call retries
-    DeviceInfo d{};
-    check_cuda(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device),
-               "cudaDeviceGetAttribute");
-    check_cuda(cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, device),
-               "cudaDeviceGetAttribute");
-    check_cuda(cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, device),
-               "cudaDeviceGetAttribute(multiprocessor count)");
-    check_cuda(cudaDeviceGetAttribute(&d.l2_bytes, cudaDevAttrL2CacheSize, device),
-               "cudaDeviceGetAttribute(L2 cache size)");
-    check_cuda(cudaDeviceGetAttribute(&d.max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-               "cudaDeviceGetAttribute(shared memory per block)");
-    d.max_smem = std::min(d.max_smem, smem_limit_from_env());
-    info[device] = d;
-  });
-  return info[device];
-}
-
-std::string sm_name(const DeviceInfo& d) { return "sm_" + std::to_string(d.major) + std::to_string(d.minor); }
-
-// "CUDA device 0 (NVIDIA A100-SXM4-80GB, sm_80)": for errors only (the name is not cached).
-std::string device_text(int device, const DeviceInfo& d) {
-  cudaDeviceProp prop{};
-  const std::string name =
-      cudaGetDeviceProperties(&prop, device) == cudaSuccess ? std::string(prop.name) + ", " : std::string();
-  cudaGetLastError();
-  return "CUDA device " + std::to_string(device) + " (" + name + sm_name(d) + ")";
-}
-
-// The current device, which must have compute capability 8.0 or newer (the portable kernels' mma.sync,
-// ldmatrix and cp.async).
-int check_device() {
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  const DeviceInfo& d = device_info(device);
-  if (d.major < 8) {
-    throw Error(device_text(device, d) + " has compute capability " + std::to_string(d.major) + "." +
-                std::to_string(d.minor) + "; the pasa kernels need 8.0 or newer (Ampere, Ada, Hopper, "
-                "Blackwell)");
-  }
-  return device;
-}
-
-// PASA_CUDA_PATH as the process found it on its first plan: unset, "" or "auto" (the device decides)
-// or "portable" (the portable kernels on every GPU). Read once: a plan's choice must not change under
-// a running process.
-bool portable_path_from_env() {
-  static const std::string value = [] {
-    const char* v = std::getenv("PASA_CUDA_PATH");
-    return std::string(v == nullptr ? "" : v);
-  }();
-  if (value.empty() || value == "auto") return false;
-  if (value == "portable") return true;
-  throw Error("PASA_CUDA_PATH: '" + value + "' is not a CUDA kernel path (auto or portable)");
 }
 
 // The attention mask's fields of the kernel's arguments: its element type, its strides with 0 on a
@@ -186,148 +97,6 @@ void fill_stats(AttentionStats* stats, const ProblemShape& ps, long long recompu
   if (stats == nullptr) return;
   stats->rows = ps.batch * ps.heads_q * ps.seq_q;
   stats->recomputed_rows = recomputed;
-}
-
-// The kernels a plan chooses from.
-enum class Kernel { decode, exact_hopper, pasa_hopper, sage8_hopper, exact_portable, pasa_portable };
-
-// What the kernel specs judge: the problem as planned so far.
-struct Candidate {
-  Family family;
-  const ProblemShape& shape;
-  double alpha;  // the softmax scale
-  bool window;   // a sliding window (AttentionArgs::window_left / window_right)
-  bool softcap;  // a logit softcap
-  bool mask;     // an attention mask
-  bool pasa_fp16_accumulator;  // the pasa_fp16acc policy (P V in fp16 accumulators)
-  const DeviceInfo& device;
-  std::string hopper_refusal;  // why the sm_90a kernels cannot run here; empty when they can
-};
-
-template <std::size_t N>
-bool contains(const int (&dims)[N], std::int64_t d) {
-  return std::find(std::begin(dims), std::end(dims), d) != std::end(dims);
-}
-
-std::string head_dim_refusal(std::int64_t dim, const char* supported) {
-  return "head dim " + std::to_string(dim) + " (it takes " + supported + ")";
-}
-
-std::string smem_refusal(int bytes, const DeviceInfo& d) {
-  if (bytes <= d.max_smem) return {};
-  return "needs " + std::to_string(bytes) + " bytes of shared memory per CTA, the " + sm_name(d) + " device grants " +
-         std::to_string(d.max_smem) + (d.max_smem == smem_limit_from_env() ? " (PASA_CUDA_SMEM_LIMIT)" : "");
-}
-
-std::string accepts_decode(const Candidate& c) {
-  if (c.family != Family::exact && c.family != Family::fdpp) return "runs the exact and fdpp policies";
-  if (c.shape.seq_q > cuda::kDecodeMaxSeqQ) {
-    const std::string takes = "takes S_q <= " + std::to_string(cuda::kDecodeMaxSeqQ) + " (q has S_q = " +
-                              std::to_string(c.shape.seq_q) + ")";
-    return c.family == Family::fdpp
-               ? "policies in fdpp's formats (fdpp, fdpp,shift=none, fa16_fp32) run on the CUDA decode path "
-                 "only, which " + takes
-               : takes;
-  }
-  if (!contains(cuda::kDecodeHeadDims, c.shape.dim)) return head_dim_refusal(c.shape.dim, "64, 96, 128 or 256");
-  const int dim = static_cast<int>(c.shape.dim);
-  const int m_tiles = cuda::decode_m_tiles(dim, c.shape.group() * c.shape.seq_q);
-  return smem_refusal(cuda::decode_tile_for(dim, m_tiles, c.device.max_smem).smem_bytes(m_tiles), c.device);
-}
-
-// The sm_90a kernels of one family (the architecture is the spec's own check).
-std::string accepts_hopper(const Candidate& c, Family family, const char* policies) {
-  if (c.family != family) return std::string("runs ") + policies;
-  if (!contains(cuda::kHopperHeadDims, c.shape.dim)) return head_dim_refusal(c.shape.dim, "64 or 128");
-  return {};
-}
-
-std::string accepts_exact_hopper(const Candidate& c) {
-  if (c.family == Family::exact && c.alpha < 0.0) {
-    return "a negative softmax scale (the portable kernel flips Q as it loads it; TMA copies Q as it is)";
-  }
-  return accepts_hopper(c, Family::exact, "the exact policy");
-}
-std::string accepts_pasa_hopper(const Candidate& c) {
-  return accepts_hopper(c, Family::pasa, "the pasa, pasa_accurate and pasa_fp16acc policies");
-}
-std::string accepts_sage8_hopper(const Candidate& c) {
-  if (c.family == Family::sage8 && c.alpha < 0.0) {
-    return "a negative softmax scale (it takes the score maxima before the scale, which must be positive)";
-  }
-  return accepts_hopper(c, Family::sage8, "the sage8 and sage_fp8 policies");
-}
-
-std::string accepts_exact_portable(const Candidate& c) {
-  if (c.family != Family::exact) return "runs the exact policy";
-  // Every portable head dim is checked before the specs; the tile's shared memory is not.
-  switch (c.shape.dim) {
-    case 64: return smem_refusal(cuda::exact_tile(64).smem_bytes(), c.device);
-    case 96: return smem_refusal(cuda::exact_tile(96).smem_bytes(), c.device);
-    case 128: return smem_refusal(cuda::exact_tile(128).smem_bytes(), c.device);
-    case 256: return smem_refusal(cuda::exact_tile(256).smem_bytes(), c.device);
-  }
-  return head_dim_refusal(c.shape.dim, "64, 96, 128 or 256");
-}
-
-std::string accepts_pasa_portable(const Candidate& c) {
-  if (c.family != Family::pasa) return "runs the pasa and pasa_accurate policies";
-  if (c.pasa_fp16_accumulator) {
-    return "runs pasa and pasa_accurate, not pasa_fp16acc (its P V in fp16 accumulators is wgmma's, sm_90a)";
-  }
-  if (!contains(cuda::kPortableHeadDims, c.shape.dim)) return head_dim_refusal(c.shape.dim, "64, 96, 128 or 256");
-  return smem_refusal(cuda::PasaPortableTile{static_cast<int>(c.shape.dim)}.smem_bytes(), c.device);
-}
-
-// What a kernel's instructions need. sm80: the portable kernels, compiled for every architecture of
-// the build (check_device refuses devices below 8.0 before any spec is asked). sm90a: wgmma and TMA,
-// compiled for the 90a entries only, and taken only on the Hopper path (hopper_refusal).
-enum class Arch { sm80, sm90a };
-
-// A kernel the dispatch can choose: accepts() returns empty when the kernel runs the candidate's
-// family and shape, else why it does not; the architecture is checked after it. Tried in order; the
-// plan takes the first that accepts.
-struct KernelSpec {
-  Kernel kernel;
-  const char* name;
-  Arch arch;
-  std::string (*accepts)(const Candidate&);
-  bool score_mods;  // runs a sliding window, a logit softcap and an attention mask
-};
-
-constexpr KernelSpec kKernelSpecs[] = {
-    {Kernel::decode, "decode (split-KV)", Arch::sm80, accepts_decode, false},
-    {Kernel::exact_hopper, "exact (sm_90a)", Arch::sm90a, accepts_exact_hopper, true},
-    {Kernel::pasa_hopper, "pasa (sm_90a)", Arch::sm90a, accepts_pasa_hopper, false},
-    {Kernel::sage8_hopper, "sage8, sage_fp8 (sm_90a)", Arch::sm90a, accepts_sage8_hopper, false},
-    {Kernel::exact_portable, "exact (portable)", Arch::sm80, accepts_exact_portable, true},
-    {Kernel::pasa_portable, "pasa (portable)", Arch::sm80, accepts_pasa_portable, false},
-};
-
-// Why `spec` does not run the candidate; empty when it does.
-std::string refusal(const KernelSpec& spec, const Candidate& c) {
-  std::string why = spec.accepts(c);
-  if (why.empty() && (c.window || c.softcap || c.mask) && !spec.score_mods) {
-    why = "has no sliding window, softcap or attention mask (the exact policy's prefill kernels have them)";
-  }
-  if (why.empty() && spec.arch == Arch::sm90a) why = c.hopper_refusal;
-  return why;
-}
-
-// Why the sm_90a kernels cannot run on `d` for this request; empty when they can.
-std::string hopper_refusal(const DeviceInfo& d, bool portable_requested) {
-  if (d.major != 9 || d.minor != 0) {
-    return "needs sm_90a, the device is " + sm_name(d) + " (the portable path supports exact, pasa and fdpp)";
-  }
-  if (PASA_HOPPER_KERNELS == 0) {
-    return "needs sm_90a kernels, and pasa was built without them (no 90a in its CUDA architectures; "
-           "the portable path supports exact, pasa and fdpp)";
-  }
-  if (portable_requested) {
-    return "needs sm_90a, and the portable path was asked for (AttentionArgs::cuda_path or "
-           "PASA_CUDA_PATH=portable), which supports exact, pasa and fdpp";
-  }
-  return {};
 }
 
 }  // namespace
@@ -419,7 +188,7 @@ CudaPlan make_plan(const AttentionArgs& args, const ProblemShape& ps, bool decod
                             hopper_refusal(info, args.cuda_path == CudaPath::portable || portable_path_from_env())};
   plan.portable = !candidate.hopper_refusal.empty();
   std::string refusals;
-  for (const KernelSpec& spec : kKernelSpecs) {
+  for (const KernelSpec& spec : kernel_specs()) {
     if (decode_only && spec.kernel != Kernel::decode) continue;
     const std::string why = refusal(spec, candidate);
     if (why.empty()) {
