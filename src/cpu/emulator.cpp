@@ -249,7 +249,15 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       if (pasa_max) {
         // Relative to the maximum: the block's maximum recovered, m' + G s', in fp32 (saturated) with
         // one rounding, as the kernels take it; the reference is the larger of it and m, exactly.
-        b = std::fmin(std::fmax(std::fmaf(gf, static_cast<float>(mean), static_cast<float>(m_blk)), -state_top), state_top);
+        // A block whose every visible score an additive mask saturated (a padding mask of finfo.min)
+        // is below every other block, as those keys are in exact attention: its recovered maximum is
+        // the state's lowest value, not m' + G s', whose pseudo-average still counts the keys' own
+        // scores (large ones put the padding above the visible keys). A row of such blocks alone
+        // weighs all their keys alike, as fp32 does.
+        const bool saturated = m_blk <= -sm.format().max_finite();
+        b = saturated ? -state_top
+                      : std::fmin(std::fmax(std::fmaf(gf, static_cast<float>(mean), static_cast<float>(m_blk)), -state_top),
+                                  state_top);
         a = st.m;
       } else if (pasa && st.blocks > 0) {
         // Eq. 15's ((j - 1) F + s') / j, written as F + (s' - F) / j: the same average, but without

@@ -279,7 +279,44 @@ TEST(ScoreMods, PaddingMasksOfTheFormatsMinimumKeepRowsFinite) {
       for (std::int64_t i = 0; i < Sq * D; ++i) ASSERT_TRUE(std::isfinite(got[i])) << "row " << i / D;
       const std::vector<double> kept(got.begin() + 4 * D, got.end()), want(ref.o.begin() + 4 * D, ref.o.end());
       EXPECT_LT(test::relative_rmse(kept, want), 16 * std::ldexp(1.0, -11));
+      if (fill == -65504.0) continue;  // (in fp64 the scores still order those keys)
+      // Rows 0..3: every key at finfo.min, which the reference's scores do not pass: V's average.
+      const std::vector<double> masked(got.begin(), got.begin() + 4 * D), uniform(ref.o.begin(), ref.o.begin() + 4 * D);
+      EXPECT_LT(test::relative_rmse(masked, uniform), 16 * std::ldexp(1.0, -11));
     }
+  }
+}
+
+TEST(ScoreMods, AKeyBlockPaddedWithTheFormatsMinimumStaysBelowTheVisibleKeys) {
+  // A whole key block of padding in the float convention (0 visible, finfo.min padded) whose keys score
+  // high. PASA's S' of those keys saturate at -65504; the block's recovered maximum m' + G s' added
+  // its pseudo-average back, which counts those keys, and put the padding above the visible keys:
+  // every row took the padding's V (relative RMSE 20, LSE off by 4500).
+  std::mt19937_64 rng(test::kFixedSeeds[2]);
+  const std::int64_t Sq = 8, Skv = 256, visible = 128, D = 64;
+  Problem p = make_problem(rng, 1, 1, 1, Sq, Skv, D);
+  for (std::int64_t i = 0; i < Sq * D; ++i) {  // (queries of mean 1: the padding's scores near 6000 x 64)
+    store_from_double(p.q.bytes.data(), DType::f32, i, 1.0 + 0.5 * load_as_float(p.q.bytes.data(), DType::f32, i));
+  }
+  for (std::int64_t c = visible; c < Skv; ++c)
+    for (std::int64_t d = 0; d < D; ++d) {
+      store_from_double(p.k.bytes.data(), DType::f32, c * D + d, 6000.0);
+      store_from_double(p.v.bytes.data(), DType::f32, c * D + d, 5.0);
+    }
+  std::vector<float> mask(static_cast<std::size_t>(Sq * Skv), 0.0f);
+  for (std::int64_t r = 0; r < Sq; ++r)
+    for (std::int64_t c = visible; c < Skv; ++c) mask[static_cast<std::size_t>(r * Skv + c)] = -3.4028234663852886e38f;
+  bind(p);
+  p.args.mask = MaskView{mask.data(), MaskKind::additive, DType::f32, {1, 1, Sq, Skv}, {0, 0, Skv, 1}};
+  std::vector<float> lse(static_cast<std::size_t>(Sq));
+  p.args.lse = lse_view(lse.data(), 1, 1, Sq);
+  const ReferenceResult ref = reference_attention(p.args);
+  for (const char* policy : {"pasa", "pasa_fp16acc", "pasa_accurate"}) {
+    SCOPED_TRACE(policy);
+    p.args.policy = parse_policy(policy);
+    attention(p.args);
+    EXPECT_LT(test::relative_rmse(test::read_bhsd(p.o.view), ref.o), 5e-3);
+    for (std::int64_t r = 0; r < Sq; ++r) EXPECT_NEAR(lse[r], ref.lse[r], 0.05) << "row " << r;
   }
 }
 
