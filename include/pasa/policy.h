@@ -41,7 +41,6 @@ enum class ExpBase {
   two,  // "2": scores times log2(e), 2^x
 };
 
-// Where PASA takes a key block's local pseudo-average s' (the mean of its shifted scores) from.
 // What PASA's running state is kept relative to (algorithms.md section 3).
 enum class PasaReference {
   maximum,  // "max": the row's running maximum of its recovered scores, m' + G s' a block, in fp32 with
@@ -50,6 +49,7 @@ enum class PasaReference {
             // `softmax`: in fp16, each block's weight moves by G times the rounding of its s'
 };
 
+// Where PASA takes a key block's local pseudo-average s' (the mean of its shifted scores) from.
 enum class PseudoAverage {
   scores,       // "s": the mean of S' as rounded to `s` (Algorithm 1); it carries the mean of the
                 // rounding errors of the stored K' = M K, which the state update multiplies by G ~ 64,
@@ -154,7 +154,7 @@ std::vector<std::string> preset_names();
 inline constexpr double kPaperBeta = 0.984497;
 
 // The fields of the text form, in printing order: the one description of a policy's fields that the
-// parser, the printer, the CLI's help and the Python package read.
+// parser, the printer and the Python package read.
 enum class FieldKind {
   format,     // a number format name ("fp16", "e4m3", "e5m10", ...)
   quantizer,  // a number format, or "none"

@@ -23,7 +23,7 @@ stream after them). :func:`allgather_attention` gathers all of K/V first: less l
 rings, memory for the whole K/V on every rank.
 
 Partial outputs are merged in float32 by their LSE. Every policy's LSE is the log of its full
-normalizer, shift included (PASA's running mean, the unified max of ``fdpp``), so the merge is the
+normalizer, shift included (PASA's running reference, the unified max of ``fdpp``), so the merge is the
 same for every policy and adds only float32 roundings. Importing this module imports torch.
 """
 

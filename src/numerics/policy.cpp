@@ -181,7 +181,8 @@ const std::vector<Field>& fields() {
       choice_field("scale", &Policy::scale, {"s", "q", "k"},
                    "where the softmax scale multiplies in: s (the scores), q (Q before the GEMM), k (K, "
                    "or PASA's shifting matrix M)"),
-      format_field("softmax", &Policy::softmax, "scaled S, max, exp, rowsum and shift terms"),
+      format_field("softmax", &Policy::softmax, "scaled S, max, exp, rowsum and shift terms (PASA's reference and pseudo-averages only with "
+                   "reference=average: with max they are fp32)"),
       choice_field("exp_base", &Policy::exp_base, {"e", "2"},
                    "the softmax's units and exponential: e (natural units, e^x) or 2 (scores times "
                    "log2(e), 2^x, as a GPU's exponential unit computes it)"),
@@ -459,8 +460,8 @@ Policy preset_policy(std::string_view name) {
       // multiplied by G ~ 64, makes the block offsets wrong by several units.
       p.pseudo_avg = PseudoAverage::accumulator;
       // Base-2 scores: a GPU takes each fp16 exponential as 2^x of S' - m without a multiply by
-      // log2 e. On the study's inputs this is no less accurate (the rounding points are the same, and
-      // M's rounded entries land nearer alpha log2 e). pasa_accurate keeps natural units: at d = 128
+      // log2 e. The rounding points are the same; on the study's inputs the errors are 1.07-1.08x
+      // natural units' (geometric means, docs/algorithms.md). pasa_accurate keeps natural units: at d = 128
       // its error is dominated by how M's entries round, and they round nearer alpha than alpha log2 e
       // (a relative scale error of 1e-5 against 4e-4; docs/algorithms.md).
       p.exp_base = ExpBase::two;
@@ -609,8 +610,8 @@ void validate(const Policy& p) {
                 " has no infinity, which masking and the running max need");
   }
   if (!(p.beta >= 0.0 && p.beta < 1.0)) {
-    throw Error(text::format("policy field 'beta': {} is outside [0, 1) (beta = 1 makes the shifting "
-                             "matrix singular)", p.beta));
+    throw Error(text::format("policy field 'beta': {} is outside [0, 1){}", p.beta,
+                             p.beta == 1.0 ? " (beta = 1 makes the shifting matrix singular)" : ""));
   }
   if (p.shift != Shift::pasa && p.beta != 0.0) {
     throw Error("policy field 'beta': set to " + text::format("{}", p.beta) + " but shift=" +

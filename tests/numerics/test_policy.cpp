@@ -172,7 +172,13 @@ TEST(Policy, ErrorsNameTheField) {
   expect_error([] { parse_policy("pasa,beta"); }, "'beta' is not key=value");
   expect_error([] { parse_policy(std::string_view("exact\0pasa", 10)); }, "control character 0x00 at byte 5");
   EXPECT_EQ(parse_policy("pasa,\n s2=64\t"), parse_policy("pasa,s2=64"));  // white space is trimmed
-  expect_error([] { parse_policy("pasa,beta=1"); }, "'beta': 1 is outside [0, 1)");
+  expect_error([] { parse_policy("pasa,beta=1"); }, "'beta': 1 is outside [0, 1) (beta = 1 makes the shifting matrix singular)");
+  try {  // (the singular matrix is beta = 1's reason only)
+    parse_policy("pasa,beta=-0.5");
+    ADD_FAILURE() << "beta = -0.5 was taken";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "policy field 'beta': -0.5 is outside [0, 1)");
+  }
   expect_error([] { parse_policy("pasa,beta=-0.1"); }, "'beta'");
   expect_error([] { parse_policy("pasa,beta=abc"); }, "'beta': 'abc' is not a number");
   expect_error([] { parse_policy("exact,beta=0.5"); }, "shift=none ignores it");
