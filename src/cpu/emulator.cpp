@@ -189,6 +189,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       } else if (pasa) {  // the mean leaves the reduction, rounded once (of scores scaled already)
         mean = round_average(block_mean());
       }
+      int mask_saturated = 0;  // visible keys that the mask took below the format's range
       if (mods.has_bias()) {  // the additive mask, after PASA's mean (which K' = M K fixed)
         // A finite mask value that carries a finite score past the softmax format's range (a padding
         // mask of finfo(fp32).min, or finfo(fp16).min in base 2, under an fp16 softmax) saturates to
@@ -199,7 +200,9 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
           if (!visible(rr, k0 + c)) continue;
           const double sum = x[c] + mods.bias(t.b, t.h, t.r0 + rr, k0 + c) * unit;
           const double biased = sm(sum);
-          x[c] = std::isfinite(biased) || !std::isfinite(x[c]) ? biased : std::copysign(top, sum);
+          const bool saturates = !std::isfinite(biased) && std::isfinite(x[c]);
+          mask_saturated += saturates && sum < 0.0;
+          x[c] = saturates ? std::copysign(top, sum) : biased;
         }
       }
       // Masking is tracked apart from the values: a score that overflowed to -inf is not a masked key.
@@ -253,8 +256,8 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         // is below every other block, as those keys are in exact attention: its recovered maximum is
         // the state's lowest value, not m' + G s', whose pseudo-average still counts the keys' own
         // scores (large ones put the padding above the visible keys). A row of such blocks alone
-        // weighs all their keys alike, as fp32 does.
-        const bool saturated = m_blk <= -sm.format().max_finite();
+        // weighs all their keys alike, as fp32 does (the headroom below keeps l and O~ in range).
+        const bool saturated = mask_saturated == n_visible;
         b = saturated ? -state_top
                       : std::fmin(std::fmax(std::fmaf(gf, static_cast<float>(mean), static_cast<float>(m_blk)), -state_top),
                                   state_top);
@@ -302,9 +305,10 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
           b = state_round(m_blk);
         }
         m_new = std::max(a, b);
+        float h = 0.0f;
         if (pasa) {  // headroom for l and O~ (pasa_headroom.h): rounded up, unless that moves too far
           const bool base2 = pol.exp_base == ExpBase::two;
-          const float h = pasa_headroom(static_cast<float>(st.l), base2);
+          h = pasa_headroom(static_cast<float>(st.l), base2);
           if (h != 0.0f) {
             const double up = round_up_to(state_format, m_new + h);
             const float max_move = pasa_max_move(pol.softmax.man_bits, pol.softmax.min_exponent(), base2);
@@ -315,6 +319,14 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         const auto difference = [&](double x) { return pasa_max ? static_cast<float>(x - m_new) : x - m_new; };
         ep = sm(power(pol, sm(difference(a))));
         ec = sm(power(pol, sm(difference(b))));
+        if (pasa_max && h != 0.0f && m_new == -state_top) {
+          // The reference at the saturated blocks' floor cannot move (fp32's step there is 2^104): the
+          // headroom scales l and O~ by its move instead. A later visible block's factor, 0, discards
+          // them; a row of such blocks alone divides it out (its LSE is the floor's either way).
+          const double move = sm(power(pol, -h));
+          ep = sm(ep * move);
+          ec = sm(ec * move);
+        }
       }
       // P against the running maximum (p_max=running, or one accumulator): the block's factor e_cur
       // goes into P itself.

@@ -181,7 +181,7 @@ const std::vector<Field>& fields() {
       choice_field("scale", &Policy::scale, {"s", "q", "k"},
                    "where the softmax scale multiplies in: s (the scores), q (Q before the GEMM), k (K, "
                    "or PASA's shifting matrix M)"),
-      format_field("softmax", &Policy::softmax, "scaled S, max, exp, rowsum and shift terms (PASA's reference and pseudo-averages only with "
+      format_field("softmax", &Policy::softmax, "scaled S, max, exp, rowsum and shift terms (PASA's m and shift terms only with "
                    "reference=average: with max they are fp32)"),
       choice_field("exp_base", &Policy::exp_base, {"e", "2"},
                    "the softmax's units and exponential: e (natural units, e^x) or 2 (scores times "

@@ -415,9 +415,10 @@ TEST(Pasa, AnOutlierChannelSharedByQAndKKeepsTheBlocksWeights) {
 TEST(Pasa, LseHasNoBiasFromTheFoldedScale) {
   // With alpha = 1/sqrt(128) folded into M, the stored M's invariance is G = 64.41, not
   // beta / (1 - beta) = 63.5; the LSE adds G times the global pseudo-average (~70 here), so using
-  // 63.5 biased every row's LSE by ~64. What remains is the fp16 rounding of the pseudo-averages
-  // (times G) and of m and l, which averages out over rows: the mean error must be far below one
-  // fp16 ulp of the pseudo-average times G (2^-4 * 64 = 4); pasa_accurate's far below its fp32 twin.
+  // 63.5 biased every row's LSE by ~64. What remains is the rounding of S' and l (and, with
+  // reference=average, of the fp16 pseudo-averages times G and of m), which averages out over rows:
+  // the mean error must be far below one fp16 ulp of the pseudo-average times G (2^-4 * 64 = 4);
+  // pasa_accurate's far below its fp32 twin.
   const std::uint64_t seed = 5;
   QKV data = weight_sensitive_qkv({1, 2, 512, 128}, seed);
   const ReferenceResult ref = reference_of(data);

@@ -320,6 +320,34 @@ TEST(ScoreMods, AKeyBlockPaddedWithTheFormatsMinimumStaysBelowTheVisibleKeys) {
   }
 }
 
+TEST(ScoreMods, LongPaddingOfTheFormatsMinimumKeepsLAndOInRange) {
+  // Left padding of finfo.min before a row's visible keys, and a row padded whole: the padded blocks
+  // sit at the state's lowest reference, where fp32 cannot move it, and their keys (each P = 1) grew
+  // l and O~ past fp16: NaN once the visible keys' factor 0 met O~ = inf, inf for the padded row.
+  std::mt19937_64 rng(test::kFixedSeeds[3]);
+  const std::int64_t Sq = 2, Skv = 9000, visible = 100, D = 64;
+  Problem p = make_problem(rng, 1, 1, 1, Sq, Skv, D);
+  for (std::int64_t i = 0; i < Skv * D; ++i) {  // V near 20: O~ passes 65504 after about 3300 keys
+    store_from_double(p.v.bytes.data(), DType::f32, i, 20.0 + 0.5 * load_as_float(p.v.bytes.data(), DType::f32, i));
+  }
+  std::vector<float> mask(static_cast<std::size_t>(Sq * Skv), -3.4028234663852886e38f);
+  for (std::int64_t c = Skv - visible; c < Skv; ++c) mask[static_cast<std::size_t>(c)] = 0.0f;  // row 0's tail
+  bind(p);
+  p.args.mask = MaskView{mask.data(), MaskKind::additive, DType::f32, {1, 1, Sq, Skv}, {0, 0, Skv, 1}};
+  const ReferenceResult ref = reference_attention(p.args);  // row 0: its tail; row 1: V's average
+  for (const char* policy : {"pasa", "pasa_fp16acc"}) {
+    SCOPED_TRACE(policy);
+    p.args.policy = parse_policy(policy);
+    attention(p.args);
+    const std::vector<double> got = test::read_bhsd(p.o.view);
+    for (std::int64_t r = 0; r < Sq; ++r) {
+      const std::vector<double> row(got.begin() + r * D, got.begin() + (r + 1) * D);
+      const std::vector<double> want(ref.o.begin() + r * D, ref.o.begin() + (r + 1) * D);
+      EXPECT_LT(test::relative_rmse(row, want), 4e-3) << "row " << r;
+    }
+  }
+}
+
 // Garbage where a boolean or -inf mask hides keys from every row (a padded batch's padding) leaves the
 // quantized and shifted policies as accurate as on the visible keys alone: their statistics (smooth K,
 // the quantizers' scales, PASA's block pseudo-averages) leave those keys out. Before, values of 1000

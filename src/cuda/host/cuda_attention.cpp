@@ -54,8 +54,20 @@
 namespace pasa {
 namespace {
 
+using cuda::accepts_decode;
+using cuda::Candidate;
 using cuda::check_cuda;
+using cuda::check_device;
+using cuda::device_info;
+using cuda::device_text;
+using cuda::DeviceInfo;
 using cuda::ElemType;
+using cuda::hopper_refusal;
+using cuda::Kernel;
+using cuda::kernel_specs;
+using cuda::KernelSpec;
+using cuda::portable_path_from_env;
+using cuda::refusal;
 
 ElemType elem_type(DType d) {
   switch (d) {

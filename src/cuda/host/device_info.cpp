@@ -13,9 +13,7 @@
 #include "cuda/arch/cuda_check.h"
 #include "pasa/error.h"
 
-namespace pasa {
-
-using cuda::check_cuda;
+namespace pasa::cuda {
 
 int smem_limit_from_env() {
   static const int limit = [] {
@@ -89,4 +87,4 @@ bool portable_path_from_env() {
   throw Error("PASA_CUDA_PATH: '" + value + "' is not a CUDA kernel path (auto or portable)");
 }
 
-}  // namespace pasa
+}  // namespace pasa::cuda

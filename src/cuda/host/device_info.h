@@ -6,7 +6,7 @@
 
 #include <string>
 
-namespace pasa {
+namespace pasa::cuda {
 
 struct DeviceInfo {
   int major, minor, sm_count, l2_bytes;
@@ -34,4 +34,4 @@ int check_device();
 // on every GPU: true); anything else is a pasa::Error.
 bool portable_path_from_env();
 
-}  // namespace pasa
+}  // namespace pasa::cuda

@@ -15,7 +15,7 @@
 #error "PASA_HOPPER_KERNELS must be defined (0 or 1): CMakeLists.txt sets it"
 #endif
 
-namespace pasa {
+namespace pasa::cuda {
 namespace {
 
 template <std::size_t N>
@@ -130,4 +130,4 @@ std::string hopper_refusal(const DeviceInfo& d, bool portable_requested) {
   return {};
 }
 
-}  // namespace pasa
+}  // namespace pasa::cuda

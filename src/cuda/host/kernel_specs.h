@@ -11,7 +11,7 @@
 #include "cuda/host/device_info.h"
 #include "cuda/host/policy_family.h"
 
-namespace pasa {
+namespace pasa::cuda {
 
 // The kernels a plan chooses from.
 enum class Kernel { decode, exact_hopper, pasa_hopper, sage8_hopper, exact_portable, pasa_portable };
@@ -57,4 +57,4 @@ std::string hopper_refusal(const DeviceInfo& d, bool portable_requested);
 // Why the split-KV decode kernel does not run the candidate's family and shape; empty when it does.
 std::string accepts_decode(const Candidate& c);
 
-}  // namespace pasa
+}  // namespace pasa::cuda
