@@ -162,7 +162,7 @@ void add_run_command(Command& app) {
   const Option* q = cmd->add_option("--q", opt->q, "query tensor file (.npy, or .safetensors with one tensor)");
   const Option* k = cmd->add_option("--k", opt->k, "key tensor file");
   const Option* v = cmd->add_option("--v", opt->v, "value tensor file");
-  cmd->add_option("--qkv", opt->qkv, "one .safetensors file holding tensors named q, k and v")
+  cmd->add_option("--qkv", opt->qkv, "one .safetensors file holding tensors named q, k and v (not with --q, --k, --v)")
       ->excludes(q)
       ->excludes(k)
       ->excludes(v);

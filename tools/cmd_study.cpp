@@ -287,7 +287,7 @@ void add_study_command(Command& app) {
   cmd->add_option("--plot", opt->plot,
                   "write PNG figures in the style of Figures 9 and 10 to this directory (made if missing "
                   "in an existing one; needs python3 with matplotlib)");
-  cmd->add_option("--policy", opt->policies, "policies to compare (repeatable; default: the five presets above)");
+  cmd->add_option("--policy", opt->policies, "a policy to compare (repeat the option for more: a comma here separates a policy's overrides; default: the five presets above)");
   cmd->add_option("--seed", opt->seed, "random seed of the inputs")->capture_default_str();
   cmd->add_option("--seq", opt->seq, "sequence length")->capture_default_str();
   cmd->add_option("--heads", opt->heads, "number of heads (default 2, or 16 with --full)");
