@@ -54,6 +54,8 @@ struct RowState {
   int averaged = 0;            // of those, the blocks F averages (the j - 1 of Eq. 15; see below)
   bool left_window = false;    // unified max: some x - phi left (window_lo, window_hi)
   bool overflowed = false;     // a block whose visible scores all overflowed to -inf (it added nothing)
+  double floor_moves = 0.0;    // PASA (reference=max) at the mask-saturated blocks' floor: the headroom's
+                               // moves there, which the floor cannot hold (the reference is the floor + this)
 };
 
 // The result of one query block over one key range: per-row state and the unnormalised O~.
@@ -252,12 +254,13 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       if (pasa_max) {
         // Relative to the maximum: the block's maximum recovered, m' + G s', in fp32 (saturated) with
         // one rounding, as the kernels take it; the reference is the larger of it and m, exactly.
-        // A block whose every visible score an additive mask saturated (a padding mask of finfo.min)
-        // is below every other block, as those keys are in exact attention: its recovered maximum is
-        // the state's lowest value, not m' + G s', whose pseudo-average still counts the keys' own
-        // scores (large ones put the padding above the visible keys). A row of such blocks alone
-        // weighs all their keys alike, as fp32 does (the headroom below keeps l and O~ in range).
-        const bool saturated = mask_saturated == n_visible;
+        // A block that an additive mask took below the format's range (a padding mask of finfo.min:
+        // every visible score saturated, or overflowed before the mask) is below every other block,
+        // as those keys are in exact attention: its recovered maximum is the state's lowest value, not
+        // m' + G s', whose pseudo-average still counts the keys' own scores (large ones put the padding
+        // above the visible keys). A row of such blocks alone weighs all their keys alike, as fp32
+        // does (the headroom below keeps l and O~ in range).
+        const bool saturated = mask_saturated > 0 && m_blk <= -sm.format().max_finite();
         b = saturated ? -state_top
                       : std::fmin(std::fmax(std::fmaf(gf, static_cast<float>(mean), static_cast<float>(m_blk)), -state_top),
                                   state_top);
@@ -293,7 +296,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         F_new = mean;  // the row's first block relative to the average: F = s', no move
         averaged = 1;
       }
-      double m_new, ep = 0.0, ec = 1.0;
+      double m_new, ep = 0.0, ec = 1.0, floor_moves = 0.0;
       if (unified) {
         m_new = phi;
         ep = st.blocks == 0 ? 0.0 : 1.0;
@@ -319,13 +322,15 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         const auto difference = [&](double x) { return pasa_max ? static_cast<float>(x - m_new) : x - m_new; };
         ep = sm(power(pol, sm(difference(a))));
         ec = sm(power(pol, sm(difference(b))));
-        if (pasa_max && h != 0.0f && m_new == -state_top) {
-          // The reference at the saturated blocks' floor cannot move (fp32's step there is 2^104): the
-          // headroom scales l and O~ by its move instead. A later visible block's factor, 0, discards
-          // them; a row of such blocks alone divides it out (its LSE is the floor's either way).
-          const double move = sm(power(pol, -h));
-          ep = sm(ep * move);
-          ec = sm(ec * move);
+        if (pasa_max && m_new == -state_top) {
+          // At the saturated blocks' floor (a and b both there) the reference cannot move: fp32's step
+          // there is 2^104. The row keeps the headroom's moves apart instead, as if the reference were
+          // the floor plus them: l and O~ scale by this block's move, the block by all of them. A later
+          // visible block's factor, 0, discards them; a row of such blocks alone divides them out (its
+          // LSE is the floor's either way).
+          floor_moves = st.floor_moves + h;
+          ep = sm(power(pol, -h));
+          ec = sm(power(pol, -floor_moves));
         }
       }
       // P against the running maximum (p_max=running, or one accumulator): the block's factor e_cur
@@ -350,6 +355,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       }
       st.l = sm(sm(ep * st.l) + l_add);
       st.m = m_new;
+      st.floor_moves = floor_moves;
       st.F = F_new;
       st.averaged = averaged;
       st.blocks += 1;

@@ -298,9 +298,9 @@ TEST(ScoreMods, AKeyBlockPaddedWithTheFormatsMinimumStaysBelowTheVisibleKeys) {
   for (std::int64_t i = 0; i < Sq * D; ++i) {  // (queries of mean 1: the padding's scores near 6000 x 64)
     store_from_double(p.q.bytes.data(), DType::f32, i, 1.0 + 0.5 * load_as_float(p.q.bytes.data(), DType::f32, i));
   }
-  for (std::int64_t c = visible; c < Skv; ++c)
+  for (std::int64_t c = visible; c < Skv; ++c)  // (one key of 0 among them: its S' overflows to -inf)
     for (std::int64_t d = 0; d < D; ++d) {
-      store_from_double(p.k.bytes.data(), DType::f32, c * D + d, 6000.0);
+      store_from_double(p.k.bytes.data(), DType::f32, c * D + d, c == visible ? 0.0 : 6000.0);
       store_from_double(p.v.bytes.data(), DType::f32, c * D + d, 5.0);
     }
   std::vector<float> mask(static_cast<std::size_t>(Sq * Skv), 0.0f);
@@ -323,12 +323,14 @@ TEST(ScoreMods, AKeyBlockPaddedWithTheFormatsMinimumStaysBelowTheVisibleKeys) {
 TEST(ScoreMods, LongPaddingOfTheFormatsMinimumKeepsLAndOInRange) {
   // Left padding of finfo.min before a row's visible keys, and a row padded whole: the padded blocks
   // sit at the state's lowest reference, where fp32 cannot move it, and their keys (each P = 1) grew
-  // l and O~ past fp16: NaN once the visible keys' factor 0 met O~ = inf, inf for the padded row.
+  // l and O~ past fp16: NaN once the visible keys' factor 0 met O~ = inf, inf for the padded row. The
+  // headroom's moves there are kept apart, so that every padded block weighs alike (V varies, so a
+  // block weighed wrong shows).
   std::mt19937_64 rng(test::kFixedSeeds[3]);
   const std::int64_t Sq = 2, Skv = 9000, visible = 100, D = 64;
   Problem p = make_problem(rng, 1, 1, 1, Sq, Skv, D);
-  for (std::int64_t i = 0; i < Skv * D; ++i) {  // V near 20: O~ passes 65504 after about 3300 keys
-    store_from_double(p.v.bytes.data(), DType::f32, i, 20.0 + 0.5 * load_as_float(p.v.bytes.data(), DType::f32, i));
+  for (std::int64_t i = 0; i < Skv * D; ++i) {  // V of mean 20: O~ passes 65504 after about 3300 keys
+    store_from_double(p.v.bytes.data(), DType::f32, i, 20.0 + 20.0 * load_as_float(p.v.bytes.data(), DType::f32, i));
   }
   std::vector<float> mask(static_cast<std::size_t>(Sq * Skv), -3.4028234663852886e38f);
   for (std::int64_t c = Skv - visible; c < Skv; ++c) mask[static_cast<std::size_t>(c)] = 0.0f;  // row 0's tail
@@ -345,6 +347,18 @@ TEST(ScoreMods, LongPaddingOfTheFormatsMinimumKeepsLAndOInRange) {
       const std::vector<double> want(ref.o.begin() + r * D, ref.o.begin() + (r + 1) * D);
       EXPECT_LT(test::relative_rmse(row, want), 4e-3) << "row " << r;
     }
+  }
+  // A row padded whole over V ~ N(0, 1), where a block weighed wrong moves the average most.
+  Problem all = make_problem(rng, 1, 1, 1, 1, 4096, D);
+  std::vector<float> all_mask(4096, -3.4028234663852886e38f);
+  bind(all);
+  all.args.mask = MaskView{all_mask.data(), MaskKind::additive, DType::f32, {1, 1, 1, 4096}, {0, 0, 4096, 1}};
+  const ReferenceResult average = reference_attention(all.args);
+  for (const char* policy : {"pasa", "pasa_fp16acc", "pasa_accurate"}) {
+    SCOPED_TRACE(policy);
+    all.args.policy = parse_policy(policy);
+    attention(all.args);
+    EXPECT_LT(test::relative_rmse(test::read_bhsd(all.o.view), average.o), 4e-3);
   }
 }
 
