@@ -287,6 +287,24 @@ TEST(ScoreMods, PaddingMasksOfTheFormatsMinimumKeepRowsFinite) {
   }
 }
 
+// p's call with an fp32 additive mask [1, 1, Sq, Skv], one row of values per query row.
+void bind_float_mask(Problem& p, const std::vector<float>& mask) {
+  const std::int64_t Sq = p.q.view.shape[2], Skv = p.k.view.shape[2];
+  bind(p);
+  p.args.mask = MaskView{mask.data(), MaskKind::additive, DType::f32, {1, 1, Sq, Skv}, {0, 0, Skv, 1}};
+}
+
+// p's call under each PASA preset; `check` gets each one's O (as read_bhsd reads it).
+template <typename F>
+void for_each_pasa_preset(Problem& p, F check) {
+  for (const char* policy : {"pasa", "pasa_fp16acc", "pasa_accurate"}) {
+    SCOPED_TRACE(policy);
+    p.args.policy = parse_policy(policy);
+    attention(p.args);
+    check(test::read_bhsd(p.o.view));
+  }
+}
+
 TEST(ScoreMods, AKeyBlockPaddedWithTheFormatsMinimumStaysBelowTheVisibleKeys) {
   // A whole key block of padding in the float convention (0 visible, finfo.min padded) whose keys score
   // high. PASA's S' of those keys saturate at -65504; the block's recovered maximum m' + G s' added
@@ -306,18 +324,14 @@ TEST(ScoreMods, AKeyBlockPaddedWithTheFormatsMinimumStaysBelowTheVisibleKeys) {
   std::vector<float> mask(static_cast<std::size_t>(Sq * Skv), 0.0f);
   for (std::int64_t r = 0; r < Sq; ++r)
     for (std::int64_t c = visible; c < Skv; ++c) mask[static_cast<std::size_t>(r * Skv + c)] = -3.4028234663852886e38f;
-  bind(p);
-  p.args.mask = MaskView{mask.data(), MaskKind::additive, DType::f32, {1, 1, Sq, Skv}, {0, 0, Skv, 1}};
+  bind_float_mask(p, mask);
   std::vector<float> lse(static_cast<std::size_t>(Sq));
   p.args.lse = lse_view(lse.data(), 1, 1, Sq);
   const ReferenceResult ref = reference_attention(p.args);
-  for (const char* policy : {"pasa", "pasa_fp16acc", "pasa_accurate"}) {
-    SCOPED_TRACE(policy);
-    p.args.policy = parse_policy(policy);
-    attention(p.args);
-    EXPECT_LT(test::relative_rmse(test::read_bhsd(p.o.view), ref.o), 5e-3);
+  for_each_pasa_preset(p, [&](const std::vector<double>& o) {
+    EXPECT_LT(test::relative_rmse(o, ref.o), 5e-3);
     for (std::int64_t r = 0; r < Sq; ++r) EXPECT_NEAR(lse[r], ref.lse[r], 0.05) << "row " << r;
-  }
+  });
 }
 
 TEST(ScoreMods, LongPaddingOfTheFormatsMinimumKeepsLAndOInRange) {
@@ -334,32 +348,21 @@ TEST(ScoreMods, LongPaddingOfTheFormatsMinimumKeepsLAndOInRange) {
   }
   std::vector<float> mask(static_cast<std::size_t>(Sq * Skv), -3.4028234663852886e38f);
   for (std::int64_t c = Skv - visible; c < Skv; ++c) mask[static_cast<std::size_t>(c)] = 0.0f;  // row 0's tail
-  bind(p);
-  p.args.mask = MaskView{mask.data(), MaskKind::additive, DType::f32, {1, 1, Sq, Skv}, {0, 0, Skv, 1}};
+  bind_float_mask(p, mask);
   const ReferenceResult ref = reference_attention(p.args);  // row 0: its tail; row 1: V's average
-  for (const char* policy : {"pasa", "pasa_fp16acc", "pasa_accurate"}) {
-    SCOPED_TRACE(policy);
-    p.args.policy = parse_policy(policy);
-    attention(p.args);
-    const std::vector<double> got = test::read_bhsd(p.o.view);
+  for_each_pasa_preset(p, [&](const std::vector<double>& o) {
     for (std::int64_t r = 0; r < Sq; ++r) {
-      const std::vector<double> row(got.begin() + r * D, got.begin() + (r + 1) * D);
+      const std::vector<double> row(o.begin() + r * D, o.begin() + (r + 1) * D);
       const std::vector<double> want(ref.o.begin() + r * D, ref.o.begin() + (r + 1) * D);
       EXPECT_LT(test::relative_rmse(row, want), 4e-3) << "row " << r;
     }
-  }
+  });
   // A row padded whole over V ~ N(0, 1), where a block weighed wrong moves the average most.
   Problem all = make_problem(rng, 1, 1, 1, 1, 4096, D);
-  std::vector<float> all_mask(4096, -3.4028234663852886e38f);
-  bind(all);
-  all.args.mask = MaskView{all_mask.data(), MaskKind::additive, DType::f32, {1, 1, 1, 4096}, {0, 0, 4096, 1}};
+  const std::vector<float> all_mask(4096, -3.4028234663852886e38f);
+  bind_float_mask(all, all_mask);
   const ReferenceResult average = reference_attention(all.args);
-  for (const char* policy : {"pasa", "pasa_fp16acc", "pasa_accurate"}) {
-    SCOPED_TRACE(policy);
-    all.args.policy = parse_policy(policy);
-    attention(all.args);
-    EXPECT_LT(test::relative_rmse(test::read_bhsd(all.o.view), average.o), 4e-3);
-  }
+  for_each_pasa_preset(all, [&](const std::vector<double>& o) { EXPECT_LT(test::relative_rmse(o, average.o), 4e-3); });
 }
 
 // Garbage where a boolean or -inf mask hides keys from every row (a padded batch's padding) leaves the
