@@ -105,6 +105,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       pasa_average ? saturating(pol.softmax) : pasa ? saturating(Format::fp32()) : pol.softmax;
   const auto state_round = [&](double x) { return round_to(state_format, x); };
   const auto state_top = static_cast<float>(state_format.max_finite());
+  const double sm_top = sm.format().max_finite();
   // A score (or a mean of scores) times the scale where the policy applies it to the scores (scale=q
   // and scale=k applied it before the GEMM); `scaled` rounds it to the softmax format.
   const auto with_scale = [&](double v) { return pol.scale == ScalePlacement::scores ? v * alpha_sm : v; };
@@ -197,14 +198,13 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         // mask of finfo(fp32).min, or finfo(fp16).min in base 2, under an fp16 softmax) saturates to
         // the format's largest value: overflowing to -inf, a key block masked whole made its rows NaN
         // (e^(-inf - (-inf))) although the row's other blocks held visible keys.
-        const double top = sm.format().max_finite();
         for (int c = 0; c < n; ++c) {
           if (!visible(rr, k0 + c)) continue;
           const double sum = x[c] + mods.bias(t.b, t.h, t.r0 + rr, k0 + c) * unit;
           const double biased = sm(sum);
           const bool saturates = !std::isfinite(biased) && std::isfinite(x[c]);
           mask_saturated += saturates && sum < 0.0;
-          x[c] = saturates ? std::copysign(top, sum) : biased;
+          x[c] = saturates ? std::copysign(sm_top, sum) : biased;
         }
       }
       // Masking is tracked apart from the values: a score that overflowed to -inf is not a masked key.
@@ -260,7 +260,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         // m' + G s', whose pseudo-average still counts the keys' own scores (large ones put the padding
         // above the visible keys). A row of such blocks alone weighs all their keys alike, as fp32
         // does (the headroom below keeps l and O~ in range).
-        const bool saturated = mask_saturated > 0 && m_blk <= -sm.format().max_finite();
+        const bool saturated = mask_saturated > 0 && m_blk <= -sm_top;
         b = saturated ? -state_top
                       : std::fmin(std::fmax(std::fmaf(gf, static_cast<float>(mean), static_cast<float>(m_blk)), -state_top),
                                   state_top);

@@ -249,6 +249,13 @@ TEST(ScoreMods, SoftcapSeesTheScoresSmoothKTookItsMeanFrom) {
   }
 }
 
+// p's call with an fp32 additive mask [1, 1, Sq, Skv], one row of values per query row.
+void bind_float_mask(Problem& p, const std::vector<float>& mask) {
+  const std::int64_t Sq = p.q.view.shape[2], Skv = p.k.view.shape[2];
+  bind(p);
+  p.args.mask = MaskView{mask.data(), MaskKind::additive, DType::f32, {1, 1, Sq, Skv}, {0, 0, Skv, 1}};
+}
+
 TEST(ScoreMods, PaddingMasksOfTheFormatsMinimumKeepRowsFinite) {
   // Frameworks pad with finite masks of finfo(dtype).min. Under an fp16 softmax (fa16, pasa; and
   // fp32's minimum in base 2 under exp_base=2) the score plus such a value left the format's range:
@@ -266,12 +273,7 @@ TEST(ScoreMods, PaddingMasksOfTheFormatsMinimumKeepRowsFinite) {
       for (std::int64_t r = 0; r < Sq; ++r)
         for (std::int64_t c = 0; c < Skv; ++c)
           if (r < 4 || c >= 100) mask[static_cast<std::size_t>(r * Skv + c)] = static_cast<float>(fill);
-      bind(p);
-      p.args.mask.kind = MaskKind::additive;
-      p.args.mask.data = mask.data();
-      p.args.mask.dtype = DType::f32;
-      p.args.mask.shape = {1, 1, Sq, Skv};
-      p.args.mask.stride = {0, 0, Skv, 1};
+      bind_float_mask(p, mask);
       p.args.policy = parse_policy(policy);
       attention(p.args);
       const ReferenceResult ref = reference_attention(p.args);
@@ -285,13 +287,6 @@ TEST(ScoreMods, PaddingMasksOfTheFormatsMinimumKeepRowsFinite) {
       EXPECT_LT(test::relative_rmse(masked, uniform), 16 * std::ldexp(1.0, -11));
     }
   }
-}
-
-// p's call with an fp32 additive mask [1, 1, Sq, Skv], one row of values per query row.
-void bind_float_mask(Problem& p, const std::vector<float>& mask) {
-  const std::int64_t Sq = p.q.view.shape[2], Skv = p.k.view.shape[2];
-  bind(p);
-  p.args.mask = MaskView{mask.data(), MaskKind::additive, DType::f32, {1, 1, Sq, Skv}, {0, 0, Skv, 1}};
 }
 
 // p's call under each PASA preset; `check` gets each one's O (as read_bhsd reads it).

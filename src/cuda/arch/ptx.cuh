@@ -161,7 +161,6 @@ constexpr std::uint32_t kOnesHalf2 = 0x3C003C00u;
 // fl_fp16(x) as a float: the rounding points of the fp16 policies.
 __device__ __forceinline__ float round_fp16(float x) { return __half2float(__float2half_rn(x)); }
 
-
 // fl16(s x) for each half of the fp16 pair x, rounded once from the exact product (the fp32 multiply
 // alone would round it first: a double rounding, one fp16 ulp off where the fp32 product lands on a
 // midpoint). The product is rounded to fp32 toward zero and its last bit set when that dropped
