@@ -4,7 +4,8 @@
 # so) and the Python package's tests, with the package installed into the project's .venv. The torch
 # tests (the custom op, pasa.sdpa against torch, torch.compile, capture and patch, the transformers
 # and diffusers integrations) run where torch is installed there: PASA_TEST_TORCH=1 installs it from
-# PyPI first (about 5 GB with the CUDA libraries its wheel brings); without it they skip, and say so.
+# PyPI first (scripts/install-torch.sh: about 5 GB with the CUDA libraries its wheel brings); without
+# it they skip, and say so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
@@ -18,7 +19,7 @@ if [ -f pyproject.toml ] && [ -d tests/python ]; then
   # CPU build of the extension: the kernels were already compiled (and linked) by the CMake build above.
   PASA_ENABLE_CUDA=OFF .venv/bin/python -m pip install -q --no-build-isolation .
   if [ "${PASA_TEST_TORCH:-0}" = 1 ]; then
-    .venv/bin/python -m pip install -q torch
+    bash scripts/install-torch.sh
   fi
   .venv/bin/python -m pytest -q -rs tests/python
 fi

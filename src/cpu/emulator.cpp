@@ -56,6 +56,7 @@ struct RowState {
   bool overflowed = false;     // a block whose visible scores all overflowed to -inf (it added nothing)
   double floor_moves = 0.0;    // PASA (reference=max) at the mask-saturated blocks' floor: the headroom's
                                // moves there, which the floor cannot hold (the reference is the floor + this)
+  float v = 0.0f;              // PASA: the largest |V| of the key blocks the row has seen (the headroom's O~ rule)
 };
 
 // The result of one query block over one key range: per-row state and the unnormalised O~.
@@ -158,6 +159,12 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       for (double& m : pasa_means) m = round_average(with_scale(pasa_average ? R.s(m) : m));
     }
 
+    // PASA: the block's largest |V| (its keys, every channel), for the headroom and P V's shift
+    // (numerics/pasa_headroom.h).
+    float v_block = 0.0f;
+    if (pasa) {
+      for (std::int64_t i = k0 * D; i < (k0 + n) * D; ++i) v_block = std::fmax(v_block, std::fabs(kv.v[static_cast<std::size_t>(i)]));
+    }
     for (int rr = 0; rr < rows; ++rr) {
       double* x = &scores[static_cast<std::size_t>(rr) * cols];
       const double dq = pq.q_scale[t.r0 + rr];
@@ -297,30 +304,39 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         averaged = 1;
       }
       double m_new, ep = 0.0, ec = 1.0, floor_moves = 0.0;
+      const float v_row = std::fmax(st.v, v_block);
       if (unified) {
         m_new = phi;
         ep = st.blocks == 0 ? 0.0 : 1.0;
-      } else if (st.blocks == 0) {
-        m_new = pasa_max ? b : state_round(m_blk);
-      } else {
-        if (!pasa) {
+      } else if (!pasa) {
+        if (st.blocks == 0) {
+          m_new = state_round(m_blk);
+        } else {
           a = state_round(st.m);
           b = state_round(m_blk);
+          m_new = std::max(a, b);
+          ep = sm(power(pol, sm(a - m_new)));
+          ec = sm(power(pol, sm(b - m_new)));
+        }
+      } else {
+        // The row's first block takes its own candidate as the reference (factors 0 and 1), then, like
+        // every later block, the headroom (pasa_headroom.h): rounded up, unless that moves too far.
+        const bool first = st.blocks == 0;
+        if (first) {
+          a = kNegInf;
+          if (!pasa_max) b = state_round(m_blk);
         }
         m_new = std::max(a, b);
-        float h = 0.0f;
-        if (pasa) {  // headroom for l and O~ (pasa_headroom.h): rounded up, unless that moves too far
-          const bool base2 = pol.exp_base == ExpBase::two;
-          h = pasa_headroom(static_cast<float>(st.l), base2);
-          if (h != 0.0f) {
-            const double up = round_up_to(state_format, m_new + h);
-            const float max_move = pasa_max_move(pol.softmax.man_bits, pol.softmax.min_exponent(), base2);
-            m_new = up - m_new <= max_move ? up : state_round(m_new + h);
-          }
-        }
+        const bool base2 = pol.exp_base == ExpBase::two;
         // (Relative to the maximum, a difference of fp32 values in fp32.)
         const auto difference = [&](double x) { return pasa_max ? static_cast<float>(x - m_new) : x - m_new; };
-        ep = sm(power(pol, sm(difference(a))));
+        const float h = pasa_headroom(static_cast<float>(st.l), v_row, static_cast<float>(difference(b)), s2, base2);
+        if (h != 0.0f) {
+          const double up = round_up_to(state_format, m_new + h);
+          const float max_move = pasa_max_move(pol.softmax.man_bits, pol.softmax.min_exponent(), base2);
+          m_new = up - m_new <= max_move ? up : state_round(m_new + h);
+        }
+        ep = first ? 0.0 : sm(power(pol, sm(difference(a))));
         ec = sm(power(pol, sm(difference(b))));
         if (pasa_max && m_new == -state_top) {
           // At the saturated blocks' floor (a and b both there) the reference cannot move: fp32's step
@@ -329,7 +345,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
           // visible block's factor, 0, discards them; a row of such blocks alone divides them out (its
           // LSE is the floor's either way).
           floor_moves = st.floor_moves + h;
-          ep = sm(power(pol, -h));
+          ep = first ? 0.0 : sm(power(pol, -h));
           ec = sm(power(pol, -floor_moves));
         }
       }
@@ -356,6 +372,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       st.l = sm(sm(ep * st.l) + l_add);
       st.m = m_new;
       st.floor_moves = floor_moves;
+      st.v = v_row;
       st.F = F_new;
       st.averaged = averaged;
       st.blocks += 1;
@@ -383,12 +400,16 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         }
       }
     } else if (pol.two_level) {
-      model_gemm(p_op.data(), n, v, D, rows, n, D, R.pv_acc, pol.mma_k, R.o, pv.data(), D);
+      // The block's P V rounded to the O format at 2^-shift times its value, its factor times 2^shift
+      // (PASA's block of large V: pasa_pv_shift; exact powers of two otherwise 1).
+      const int shift = pasa ? pasa_pv_shift(v_block, s2) : 0;
+      const double down = std::ldexp(1.0, -shift), up = std::ldexp(1.0, shift);
+      model_gemm(p_op.data(), n, v, D, rows, n, D, R.pv_acc, pol.mma_k, R.pv_acc, pv.data(), D);
       for (int rr = 0; rr < rows; ++rr) {
         if (!active[rr]) continue;
         double* o = &out.acc[static_cast<std::size_t>(rr) * D];
         const double* add = &pv[static_cast<std::size_t>(rr) * D];
-        for (int d = 0; d < D; ++d) o[d] = R.o(R.o(e_prev[rr] * o[d]) + R.o(e_cur[rr] * add[d]));
+        for (int d = 0; d < D; ++d) o[d] = R.o(R.o(e_prev[rr] * o[d]) + R.o(e_cur[rr] * up * R.o(add[d] * down)));
       }
     } else {
       for (int rr = 0; rr < rows; ++rr) {

@@ -1,17 +1,25 @@
 // SPDX-License-Identifier: Apache-2.0
 // PASA's headroom for its fp16 running sums (docs/algorithms.md section 3). The state keeps l and O~
 // relative to a reference m; a diffuse row (many keys of similar weight) adds up to one a key to l and
-// |V| a key to O~, so that in fp16 l overflows past 65504 keys and O~ past 65504 / |V| (4096 keys at
-// V = 16). Once l reaches 2^kPasaHeadroomLog2 the state update moves the reference up by
-// k = floor(log2 l) - kPasaHeadroomDrop (base-2 units; k ln 2 in natural ones): the rescale factors of
-// the old state and of the new block then carry 2^-k, which brings l back to [32, 64) and O~ with it;
-// the LSE (m + log l) does not move. So l stays below 2^10 + 128 and O~ below 1152 |V| (in range for
-// |V| < 56 whatever the length), and a new block's factor, about 2^-k in all over the row, stays a
-// normal fp16 number up to about 2^14 * 48 keys. Below the threshold nothing changes. The new
-// reference is rounded up in the state's format, so that at least k is kept where its step is
-// coarser than k (a reference past 2048 in fp16), unless that moves it further than pasa_max_move:
-// then it is rounded to nearest, and where that loses k (fp16's step is 32 past 32768) the row keeps
-// no headroom. The emulator and the pasa kernels (online_softmax.cuh) both call these.
+// up to |V| a key to O~, so that in fp16 l overflows past 65504 keys and O~ past 65504 / |V| of them
+// (4096 keys at V = 16, 2 at V = 40000). Before each key block the state update may move the reference
+// up by k (base-2 units; k ln 2 in natural ones): the rescale factors of the old state and of the new
+// block then carry 2^-k, which scales l and O~ down alike; the LSE (m + log l) does not move. Two rules
+// set k, the larger wins:
+// - l: once l reaches 2^kPasaHeadroomLog2, k = floor(log2 l) - kPasaHeadroomDrop, which brings l back
+//   to [32, 64), so l stays below 2^10 + 128;
+// - O~: |O~| <= l v, v the largest |V| of the row's key blocks so far, and the block adds at most
+//   block_kv weights of at most its maximum's factor 2^below; where that bound, (l + block_kv
+//   2^ceil(below)) v, reaches 2^kPasaOutputLog2, k = floor(log2 bound) - (kPasaOutputLog2 - 1), which
+//   brings it back to [2^14, 2^15): O~ stays below half of fp16's largest value whatever V holds.
+//   Below |V| = 25 the l rule alone acts, as before this rule.
+// A new block's factor, about 2^-k in all over the row, stays a normal fp16 number up to about
+// 2^14 * 48 keys. The new reference is rounded up in the state's format, so that at least k is kept
+// where its step is coarser than k (a reference past 2048 in fp16), unless that moves it further than
+// pasa_max_move: then it is rounded to nearest, and where that loses k (fp16's step is 32 past 32768)
+// the row keeps no headroom. A block's own P V (taken against its own maximum, before its factor) is
+// rounded to fp16 at 2^-pasa_pv_shift times its value, and its factor carries the 2^shift back. The
+// emulator and the pasa kernels (online_softmax.cuh) both call these.
 #pragma once
 
 #include <climits>
@@ -32,22 +40,52 @@ constexpr float kPasaHeadroomThreshold = 1024.0f;  // 2^kPasaHeadroomLog2
 constexpr int kPasaHeadroomDrop = 5;               // l comes back to [2^5, 2^6)
 static_assert(kPasaHeadroomThreshold == static_cast<float>(1 << kPasaHeadroomLog2));
 
-// What the state update adds to its reference for the running sum l (a float value): 0 below the
-// threshold, else k = floor(log2 l) - kPasaHeadroomDrop, in base-2 units or as k ln 2 (a float
-// product, the same on the host and the GPU) in natural ones.
-// Written with selects only, so that a kernel's state update around it stays one basic block. ilogb
-// of an l >= 2^10 read from its exponent bits: l is then normal or inf (ilogb(inf) = INT_MAX).
-PASA_HOST_DEVICE inline float pasa_headroom(float l, bool base2) {
+constexpr int kPasaOutputLog2 = 15;  // the O~ rule's bound on |O~|: 2^15, half of fp16's range
+
+// The exponent of x >= 1 (normal or inf; INT_MAX for inf), read from its bits: the same on the host and
+// the GPU, and a select, not a branch.
+PASA_HOST_DEVICE inline int pasa_exponent(float x) {
   std::uint32_t bits;
-  std::memcpy(&bits, &l, sizeof bits);
+  std::memcpy(&bits, &x, sizeof bits);
   const int biased = static_cast<int>(bits >> 23 & 0xffu);
-  const int k = (biased == 0xff ? INT_MAX : biased - 127) - kPasaHeadroomDrop;
-  const float h = base2 ? static_cast<float>(k) : static_cast<float>(k) * 0.6931471805599453f;
-  return l >= kPasaHeadroomThreshold ? h : 0.0f;
+  return biased == 0xff ? INT_MAX : biased - 127;
+}
+
+// 2^e for an integer e in [-126, 127], exactly (the same on the host and the GPU).
+PASA_HOST_DEVICE inline float pasa_power_of_two(int e) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(e + 127) << 23;
+  float x;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+// What the state update adds to its reference before a key block (both rules above): 0 where neither
+// acts, else k in base-2 units or as k ln 2 (a float product, the same on the host and the GPU) in
+// natural ones. l: the running sum (a float value); v: the largest |V| of the row's blocks, this one
+// included; below: the block's recovered maximum minus the reference it would take without a move
+// (<= 0; 0 for the row's first block), in the state's units. Written with selects only, so that a
+// kernel's state update around it stays one basic block.
+PASA_HOST_DEVICE inline float pasa_headroom(float l, float v, float below, int block_kv, bool base2) {
+  const int k_l = l >= kPasaHeadroomThreshold ? pasa_exponent(l) - kPasaHeadroomDrop : 0;
+  const float reach_log2 = ceilf(base2 ? below : below * 1.4426950408889634f);
+  const float reach = reach_log2 < -126.0f ? 0.0f : static_cast<float>(block_kv) * pasa_power_of_two(static_cast<int>(reach_log2));
+  const float bound = (l + reach) * v;
+  const int k_o = bound >= static_cast<float>(1 << kPasaOutputLog2) ? pasa_exponent(bound) - (kPasaOutputLog2 - 1) : 0;
+  const int k = k_l > k_o ? k_l : k_o;
+  return base2 ? static_cast<float>(k) : static_cast<float>(k) * 0.6931471805599453f;
+}
+
+// The shift of a block's P V before its rounding to fp16: s where block_kv weights of at most 1 times
+// the block's largest |V| (v_block) reach 2^kPasaOutputLog2 (P V is then rounded at 2^-s times its
+// value, below 2^15, and the block's factor takes 2^s), else 0. At most 9 for finite fp16 V.
+PASA_HOST_DEVICE inline int pasa_pv_shift(float v_block, int block_kv) {
+  const float bound = static_cast<float>(block_kv) * v_block;
+  const int s = bound >= static_cast<float>(1 << kPasaOutputLog2) ? pasa_exponent(bound) - (kPasaOutputLog2 - 1) : 0;
+  return s < 100 ? s : 100;  // (V of inf: a shift that keeps 2^-s a normal float)
 }
 
 // The largest row sum l the headroom lets a row reach: below the threshold before a block, plus that
-// block's at most block_kv weights of at most 1 each (O~ likewise stays below it times max |V|).
+// block's at most block_kv weights of at most 1 each.
 PASA_HOST_DEVICE constexpr float pasa_largest_row_sum(int block_kv) {
   return kPasaHeadroomThreshold + static_cast<float>(block_kv);
 }

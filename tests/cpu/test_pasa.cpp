@@ -226,6 +226,56 @@ TEST(Pasa, DiffuseLongRowsKeepLAndOInFp16Range) {
   }
 }
 
+TEST(Pasa, LargeValuesKeepOInFp16Range) {
+  // O~ sums P V in fp16 (every pasa preset), and a block's P V is rounded to fp16 before its factor:
+  // where the keys near the row's maximum times |V| passed 65504 (2 keys of V = 40000, 66 of 1000, 700
+  // of 100, or one block of 128 keys of 1000), O came out inf where exact attention gives V. The
+  // headroom's O~ rule and P V's shift (numerics/pasa_headroom.h) keep both in range.
+  struct Case {
+    std::int64_t keys;
+    double v;
+  };
+  for (const Case c : {Case{2, 40000.0}, Case{3, 30000.0}, Case{66, 1000.0}, Case{700, 100.0}, Case{128, 1000.0},
+                       Case{129, 60000.0}, Case{5000, 65504.0}, Case{300, 30.0}}) {
+    QKV data = diffuse_row_qkv(c.keys, c.v);
+    for (const char* name : {"pasa", "pasa_accurate", "pasa_fp16acc"}) {
+      SCOPED_TRACE(::testing::Message() << name << " keys " << c.keys << " v " << c.v);
+      const PolicyRun run = run_policy(data, preset_policy(name));
+      for (double o : run.o) ASSERT_NEAR(o, c.v, 2e-3 * c.v);
+      for (float l : run.lse) ASSERT_NEAR(l, std::log(static_cast<double>(c.keys)), 1e-2);
+    }
+  }
+}
+
+TEST(Pasa, LargeValuesBesideSmallOnesKeepTheSmallOnesAccurate) {
+  // Q, K and V uniform in [-1, 1] over 1000 keys, but for one channel of V at 20000 (O~ passed fp16's
+  // range there): the O~ rule moves the reference far enough for that channel, and the other channels
+  // keep pasa's accuracy. (Every value of V offset by 3000 likewise: O comes out right as a whole.)
+  const Shape4 shape{1, 2, 64, 128};
+  for (const double offset : {0.0, 3000.0}) {
+    QKV data = uniform_qkv({1, 2, 1000, 128}, 0.0, 1.0, 11);
+    data.q = uniform_qkv(shape, 0.0, 1.0, 12).q;
+    std::vector<float> v = to_float(data.v);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = offset != 0.0 ? v[i] + static_cast<float>(offset) : (i % 128 == 5 ? 20000.0f : v[i]);
+    data.v = from_float(v, data.v.shape, DType::f16);
+    const ReferenceResult ref = reference_of(data);
+    for (const char* name : {"pasa", "pasa_accurate", "pasa_fp16acc"}) {
+      SCOPED_TRACE(::testing::Message() << name << " offset " << offset);
+      const PolicyRun run = run_policy(data, preset_policy(name));
+      ASSERT_EQ(non_finite_share(run.o), 0.0);
+      EXPECT_LT(compare(run.o, ref.o).rel_rmse, 2e-3);
+      if (offset != 0.0) continue;
+      std::vector<double> small, small_ref;
+      for (std::size_t i = 0; i < run.o.size(); ++i) {
+        if (i % 128 == 5) continue;
+        small.push_back(run.o[i]);
+        small_ref.push_back(ref.o[i]);
+      }
+      EXPECT_LT(compare(small, small_ref).rel_rmse, 2.5e-3);  // (1.0x-1.8x pasa's error without the outlier)
+    }
+  }
+}
+
 // pasa_fp16acc sums P V in an fp16 accumulator over four key blocks. Over a whole diffuse row it would
 // stagnate: 70000 keys of weight about 0.015 (once the headroom has moved the reference), 16 a step,
 // fall under half an ulp of the accumulator near 1000 (O = 0.47 for 1). The emulator models it, and the

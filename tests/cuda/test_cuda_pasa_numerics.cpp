@@ -67,6 +67,43 @@ TEST_P(CudaPasaNumerics, DiffuseLongRowsAgreeWithTheEmulator) {
   }
 }
 
+// Large V: O~ in fp16 passed 65504 where the keys near a row's maximum times |V| did (2 keys of V =
+// 40000, 700 of 100, a block of 128 of 1000, one channel of 20000 beside values in [-1, 1]), and gave
+// O = inf where exact attention is finite. The headroom's O~ rule and P V's shift
+// (numerics/pasa_headroom.h) keep O finite; the kernels take them at the emulator's points, from the
+// prepass's largest |V| of each block (bf16 V rounded to fp16 first), causal or not.
+TEST_P(CudaPasaNumerics, LargeValuesAgreeWithTheEmulator) {
+  struct Large {
+    std::int64_t keys, D;
+    float v;
+    DType in;
+    bool causal;
+  };
+  std::vector<const char*> names{"pasa", "pasa_accurate"};
+  if (GetParam() == CudaPath::automatic && have_hopper_path()) names.push_back("pasa_fp16acc");
+  for (const char* name : names) {
+    for (const Large& l : {Large{2, 128, 40000.0f, DType::f16, false}, Large{700, 64, 100.0f, DType::f16, false},
+                           Large{128, 128, 1000.0f, DType::bf16, false}, Large{3000, 64, 60000.0f, DType::f16, false},
+                           Large{1000, 128, 20000.0f, DType::f16, true}, Large{1000, 64, 20000.0f, DType::bf16, false}}) {
+      const std::int64_t S = 64;
+      const Case c{1, 2, 1, S, l.keys, l.D, l.causal, kBr, false, l.in, DType::f32};
+      // Q and K uniform in [-1, 1] (small scores: diffuse rows); V in [-1, 1] with one channel of
+      // l.v, or (few keys) l.v everywhere.
+      const QKV base = uniform_qkv({1, 2, std::max(S, l.keys), l.D}, 0.0, 1.0, 31);
+      std::vector<float> q = to_float(base.q), k = to_float(base.k), v = to_float(base.v);
+      q.resize(static_cast<std::size_t>(2 * S * l.D));
+      k.resize(static_cast<std::size_t>(l.keys * l.D));
+      v.resize(k.size());
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = l.keys < 1000 || i % l.D == 5 ? l.v : v[i];
+      const GivenInputs in{from_float(q, {1, 2, S, l.D}, l.in), from_float(k, {1, 1, l.keys, l.D}, l.in),
+                           from_float(v, {1, 1, l.keys, l.D}, l.in)};
+      Extra extra;
+      check_case(c, preset_policy(name), preset_policy(name), std::nullopt, &extra, 1, -1.0, 1.0, &in, "large v");
+      EXPECT_EQ(non_finite(extra.kernel_o), 0u);
+    }
+  }
+}
+
 // Inputs at the edges of Algorithm 1's fp16 reference (reference=average, which the kernels do not
 // run; each was inf or NaN in the kernels while they kept it): a reference so large (Q = K = 281,
 // D 128: shifted scores near 20000 base-2 units, fp16's step 16 there) that the headroom had to be

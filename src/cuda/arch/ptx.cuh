@@ -197,6 +197,14 @@ __device__ __forceinline__ std::uint32_t load_acquire_gpu(const std::uint32_t* f
   return value;
 }
 
+// A relaxed load at the GPU's scope: coherent with other SMs' writes (never a stale L1 line), for a
+// value whose writes an earlier acquire or barrier already ordered before it.
+__device__ __forceinline__ float load_relaxed_gpu(const float* at) {
+  float value;
+  asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];\n" : "=f"(value) : "l"(at) : "memory");
+  return value;
+}
+
 // Orders this thread's view of global memory (what it wrote, or acquired from other threads) before
 // the async-proxy reads it issues next (bulk copies, TMA).
 __device__ __forceinline__ void fence_proxy_async_global() {

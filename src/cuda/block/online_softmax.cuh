@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "cuda/arch/ptx.cuh"
+#include "cuda/host/kernel_params.h"  // kPasaBlockKv
 #include "numerics/pasa_headroom.h"
 
 namespace pasa::cuda {
@@ -157,11 +158,13 @@ struct PasaSoftmax {
   // the rescale factors then go to the whole quad by shuffles. Lanes t >= kRows keep nothing.
   float m;  // the reference: the running maximum of the row's recovered scores (fp32)
   float l;  // running sum of exponentials (an fp16 value, complete row)
+  float v;  // the largest |V| of the key blocks the row has seen (the headroom's O~ rule)
   float e_prev, e_cur;  // the owned row's rescale factors of the last block (rescale -> add_block)
 
   __device__ __forceinline__ void init() {
     m = -INFINITY;
     l = 0.0f;
+    v = 0.0f;
   }
 
   // This lane's own row among kRows per-row values (identical in all four lanes of the quad).
@@ -239,33 +242,37 @@ struct PasaSoftmax {
   }
 
   // The state update of a key block but for l: mean[r] = the row's local pseudo-average s' (fp32),
-  // m_blk[r] its block max m' (identical across the quad). ep / ec: the rescale factors of the running
+  // m_blk[r] its block max m' (identical across the quad), v_blk the block's largest |V| (the same in
+  // every thread: the prepass's slots, pasa_stage.cuh). ep / ec: the rescale factors of the running
   // O~ and of this block's P V for each of the thread's rows (ep = 1, ec = 0 for a row that sees no key
   // of the block: the emulator leaves such a row's state untouched). Called by all lanes (it
   // shuffles); add_block() completes it.
   // Branch-free: every lane computes and selects, so that the update is one basic block that the
   // compiler can interleave with the block's exponentials instead of running it alone.
-  __device__ __forceinline__ void rescale(const float (&m_blk)[kRows], const float (&mean)[kRows], float g,
+  __device__ __forceinline__ void rescale(const float (&m_blk)[kRows], const float (&mean)[kRows], float g, float v_blk,
                                           float (&ep)[kRows], float (&ec)[kRows]) {
     const float mb = own(m_blk), mn = own(mean);
     const bool updates = static_cast<int>(threadIdx.x) % 4 < kRows && mb != -INFINITY;
     // The block's maximum recovered, m' + G s', with one rounding, saturated; the new reference is
     // the larger of it and m, exactly, so the larger factor is 1. The row's first block (m = -inf)
-    // takes it as it is, with factors 0 and 1.
+    // takes it as it is, with factors 0 and 1. Then the headroom for l and O~, rounded up unless that
+    // moves too far.
     const float cur = fminf(fmaxf(fmaf(g, mn, mb), -FLT_MAX), FLT_MAX);
     const bool first = m == -INFINITY;
     float m_new = fmaxf(m, cur);
-    const float h = pasa_headroom(l, kBase2);  // (l and O~; rounded up unless that moves too far)
+    const float v_next = fmaxf(v, v_blk);
+    const float h = pasa_headroom(l, v_next, cur - m_new, kPasaBlockKv, kBase2);
     const float up = __fadd_ru(m_new, h), nearest = m_new + h;
     const float moved = up - m_new <= kMaxMove ? up : nearest;
     m_new = h == 0.0f ? m_new : moved;
-    // (The arguments are selected, not the exponentials, so that each is one unconditional MUFU:
-    // e^-inf = 0 and e^0 = 1 are the first block's factors.)
+    // (The argument is selected, not the exponential, so that each is one unconditional MUFU: e^-inf =
+    // 0 is the first block's factor of the empty state.)
     const float e_prev_next = stat(power(first ? -INFINITY : stat(m - m_new)));
-    const float e_cur_next = stat(power(first ? 0.0f : stat(cur - m_new)));
+    const float e_cur_next = stat(power(stat(cur - m_new)));
     e_prev = updates ? e_prev_next : 1.0f;
     e_cur = updates ? e_cur_next : 0.0f;
     m = updates ? m_new : m;
+    v = updates ? v_next : v;
     broadcast(e_prev, ep);
     broadcast(e_cur, ec);
   }

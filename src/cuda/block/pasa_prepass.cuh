@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // PASA's pre-processing (Algorithm 1, step 1) of one key block, a 64-channel chunk a warp: the stage of
-// pasa_stage.cuh that the pasa kernels read as their K slot, and for bf16 inputs the block's V rows
-// rounded to fp16. The portable path runs it as a kernel of its own before the attention kernel
+// pasa_stage.cuh that the pasa kernels read as their K slot, the largest |V| of the chunk's channels
+// (the stage's slots), and for bf16 inputs the block's V rows rounded to fp16. The portable path runs it as a kernel of its own before the attention kernel
 // (pasa_prepare.cu); the sm_90a engine runs it on its producer warpgroup's spare warps during the
 // attention kernel itself (hopper_pasa_mainloop.cuh), where the prepass's memory traffic hides under
 // the consumers' GEMMs instead of taking a kernel of its own before them, wherever each key block
@@ -51,10 +51,23 @@ struct PasaPrepass {
   float mean_key_factor;  // pseudo_avg=k: the mean rows are this (M's row sum) times the mean key;
                           // 0: they are the mean of the stored K' rows (pseudo_avg=s)
   std::uint8_t* tiles;
+  float* v_max;    // [stages][kPasaVMaxSlots]: each atom's largest |V| (after the stages in `tiles`)
   __half* v_fp16;  // bf16 inputs: V in fp16, [B, H_kv, S_kv, D]; null: not written
   std::uint32_t* ready;    // [stages]: the stage's chunks written so far (in-kernel prepass; null: none)
   std::uint32_t* tickets;  // the next chunk to draw (in-kernel prepass)
   int section_pairs = 1;   // chunks go key block by key block across this many (batch, K/V head) pairs
+
+  // The largest |V| of stage `stage`'s keys over its kAtoms atoms. The prepass may have written it in
+  // this kernel, from another SM (the caller's wait on the stage orders it after those writes): read
+  // at the GPU's scope, past the L1 cache.
+  template <int kAtoms>
+  __device__ __forceinline__ float v_max_of(int stage) const {
+    const float* slots = v_max + static_cast<std::int64_t>(stage) * kPasaVMaxSlots;
+    float v = 0.0f;
+#pragma unroll
+    for (int a = 0; a < kAtoms; ++a) v = fmaxf(v, load_relaxed_gpu(slots + a));
+    return v;
+  }
 
   // The stage of chunk number `c / kKAtoms` in the order the chunks are drawn: sections of
   // section_pairs pairs, each key block by key block (the first block of every pair of the section,
@@ -68,7 +81,8 @@ struct PasaPrepass {
   }
 };
 
-// The prepass of `r` writing into `tiles` and `v_fp16` (null: V not written), without readiness words.
+// The prepass of `r` writing into `tiles` (the stages, then their largest-|V| slots) and `v_fp16` (null:
+// V not written), without readiness words.
 PasaPrepass pasa_prepass(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb);
 
 // Shared memory a warp stages one chunk's rows in: 128 rows of 64 channels, 128 bytes a row.
@@ -180,21 +194,27 @@ __device__ __forceinline__ void prepare_pasa_chunk(const PasaPrepass& p, int sta
     }
   }
   __syncwarp();  // the staged rows are read: the buffer is free
-  if constexpr (kBf16) {
-    if (p.v_fp16 != nullptr) {  // bf16 V's rows of the atom rounded to fp16, through the same buffer
-      stage_rows(staging, static_cast<const InElem*>(p.v.data) + b * p.v.stride_b + h * p.v.stride_h + k0 * p.v.stride_s + col0,
-                 p.v.stride_s, n, width, lane);
-      // 4 bytes a lane a row: 16 bytes a lane for four rows, as for K', made the prepass kernel of its
-      // own 5% slower on bf16 inputs (bench/NOTES.md).
-      if (pair_used) {
-        __half* v_out = p.v_fp16 + (static_cast<std::int64_t>(pair) * p.seq_kv + k0) * D + col0 + 2 * lane;
-        for (int r = 0; r < n; ++r) {
-          *reinterpret_cast<std::uint32_t*>(v_out + static_cast<std::int64_t>(r) * D) = bf16x2_to_half2(pair_at[32 * r]);
-        }
-      }
-      __syncwarp();
+  // V's rows of the atom, through the same buffer: their largest |V| in fp16 (bf16 rounded first) for
+  // the stage's slot, and for bf16 inputs where asked the rows in fp16. (4 bytes a lane a row: 16 bytes
+  // a lane for four rows, as for K', made the prepass kernel of its own 5% slower on bf16 inputs,
+  // bench/NOTES.md.)
+  stage_rows(staging, static_cast<const InElem*>(p.v.data) + b * p.v.stride_b + h * p.v.stride_h + k0 * p.v.stride_s + col0,
+             p.v.stride_s, n, width, lane);
+  __half2 v_abs = __float2half2_rn(0.0f);
+  if (pair_used) {
+    const bool write_v = kBf16 && p.v_fp16 != nullptr;
+    __half* v_out = write_v ? p.v_fp16 + (static_cast<std::int64_t>(pair) * p.seq_kv + k0) * D + col0 + 2 * lane : nullptr;
+    for (int r = 0; r < n; ++r) {
+      std::uint32_t raw = pair_at[32 * r];
+      if constexpr (kBf16) raw = bf16x2_to_half2(raw);
+      if (write_v) *reinterpret_cast<std::uint32_t*>(v_out + static_cast<std::int64_t>(r) * D) = raw;
+      v_abs = __hmax2(v_abs, __habs2(as_half2(raw)));
     }
   }
+  // (non-negative floats order as their bits do)
+  const float v_max = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(fmaxf(__low2float(v_abs), __high2float(v_abs)))));
+  if (lane == 0) p.v_max[static_cast<std::int64_t>(stage) * kPasaVMaxSlots + atom] = v_max;
+  __syncwarp();
 }
 
 // In-kernel prepass: the calling warp draws chunks until none is left, writing each and then

@@ -13,6 +13,10 @@
 // column mean of the block's fp16 K' (sum over its keys / 128) split as hi, lo, hi, lo, ... (fp16 hi,
 // and fp16 lo = the rest times kMeanLoScale), so that the same wgmma (N = 136) also gives every
 // thread its rows' sum of S' over the block, which PASA's local pseudo-average needs.
+//
+// After the stages, the largest |V| of each stage's keys (fp16 V; every channel), for the headroom's O~
+// rule and P V's shift (numerics/pasa_headroom.h): kPasaVMaxSlots floats a stage, one a 64-channel
+// atom (each written by the warp that prepares the atom; the kernels take the largest of them).
 #pragma once
 
 #include <cstddef>
@@ -25,6 +29,9 @@ namespace pasa::cuda {
 
 // The mean rows' lo part is scaled by 2^11 (fp16's precision) so that it stays normal.
 constexpr float kMeanLoScale = 2048.0f;
+
+// A stage's largest-|V| slots: one for each of up to 4 atoms (head dim 256).
+constexpr int kPasaVMaxSlots = 4;
 
 template <int D>
 struct PasaStage {
@@ -45,7 +52,8 @@ struct PasaStage {
   }
 };
 
-// The bytes of the stages of n_kb key blocks of every (batch, K/V head) at a head dim of PasaStage's.
+// The bytes of the stages of n_kb key blocks of every (batch, K/V head) at a head dim of PasaStage's,
+// with their largest-|V| slots after them.
 std::size_t pasa_tile_bytes(int batch, int heads_kv, int n_kb, int head_dim);
 
 // What one call of the sm_90a pasa kernel takes from pasa's pool (launch_pasa), in this order: the K'
@@ -58,8 +66,9 @@ struct PasaHopperScratch {
 PasaHopperScratch pasa_hopper_scratch(const KernelRequest& c, int n_kb, bool prepass_in_kernel);
 
 // The prepass as a kernel of its own (pasa_prepare.cu): those stages into `tiles` ([B, H_kv, n_kb] stages of
-// PasaStage<head_dim>::kBytes), and for bf16 inputs V rounded to fp16 into `v_fp16` ([B, H_kv, S_kv,
-// D], contiguous; unused for fp16 inputs, and not written where null), on `stream`.
+// PasaStage<head_dim>::kBytes, then their largest-|V| slots), and for bf16 inputs V rounded to fp16 into
+// `v_fp16` ([B, H_kv, S_kv, D], contiguous; unused for fp16 inputs, and not written where null), on
+// `stream`.
 void launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb, void* stream);
 
 }  // namespace pasa::cuda

@@ -21,7 +21,9 @@
 //   P times a fragment of ones: the row sums of P; P V into fresh fp32 accumulators (pv_acc), a pass
 //     of pv_tiles() n8 tiles at a time;
 //   O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16, and l likewise (pasa_accurate's factors are fp32
-//     state: each product is rounded to fp16 once from its exact value, as the emulator rounds it).
+//     state: each product is rounded to fp16 once from its exact value, as the emulator rounds it;
+//     a block of large V: fl(P V) at a power of two below it, pasa_headroom.h).
+// Each block's largest |V| (the prepass's slots) goes into the headroom's O~ rule.
 // bf16 V is rounded to fp16 in shared memory. Epilogue: O = fl(O~ / l), LSE = m + log l.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -37,6 +39,7 @@
 #include "cuda/block/epilogue.cuh"
 #include "cuda/block/fwd_mask.cuh"
 #include "cuda/block/online_softmax.cuh"
+#include "cuda/block/pasa_prepass.cuh"
 #include "cuda/block/pasa_stage.cuh"
 #include "cuda/host/device_pool.h"
 #include "cuda/host/kernel_params.h"
@@ -73,7 +76,7 @@ __device__ __forceinline__ void load_stage_async(__half* smem, const std::uint8_
 template <int D, typename QElem, bool kAccurate>
 __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
     attention_fwd_pasa_portable_kernel(const __grid_constant__ FwdParams p,
-                                       const std::uint8_t* __restrict__ k_tiles) {
+                                       const std::uint8_t* __restrict__ k_tiles, const float* __restrict__ v_max) {
   constexpr PasaPortableTile kT{D};
   constexpr int kThreads = kT.threads();
   constexpr int kBlockM = kT.block_m();
@@ -114,7 +117,8 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
     return;
   }
   const int heads_kv = p.heads_q / p.group;
-  const std::uint8_t* gK = k_tiles + (static_cast<std::int64_t>(b) * heads_kv + h_kv) * n_kb * Stage::kBytes;
+  const std::int64_t stage0 = (static_cast<std::int64_t>(b) * heads_kv + h_kv) * n_kb;
+  const std::uint8_t* gK = k_tiles + stage0 * Stage::kBytes;
   const QElem* gV = static_cast<const QElem*>(p.v.data) + b * p.v.stride_b + h_kv * p.v.stride_h;
   // Issues the copy of block j's phase t (K'_j's slice t, or V_j's slice t - kSlices) into its slot.
   const auto load_phase = [&](int j, int t) {
@@ -182,6 +186,11 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
 
   for (int j = 0; j < n_blocks; ++j) {
     const int n0 = j * kKeys;
+    // The block's largest |V| (the prepass's slots, written by the kernel before this one), read while
+    // S' is computed.
+    float v_blk = 0.0f;
+#pragma unroll
+    for (int a = 0; a < Stage::kKAtoms; ++a) v_blk = fmaxf(v_blk, v_max[(stage0 + j) * kPasaVMaxSlots + a]);
     // S' = Q K'_j^T, and against the mean rows: column 2t is Q . hi, 2t + 1 is Q . lo (every t).
     float tSrS[1][kNTiles][4] = {};
     float tSrMean[4] = {};
@@ -216,7 +225,7 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
       Softmax::block_max(tOrP, m_blk, m_use);
     }
     float ep[2], ec[2];
-    softmax.rescale(m_blk, mean, p.pasa_g, ep, ec);
+    softmax.rescale(m_blk, mean, p.pasa_g, v_blk, ep, ec);
 #pragma unroll
     for (int kc = 0; kc < kNChunks; ++kc) {
       if constexpr (kAccurate) {
@@ -232,6 +241,7 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
     const float row_psum[2] = {psum[0], psum[2]};
     softmax.add_block(row_psum);
 
+    const int shift = pasa_pv_shift(v_blk, kKeys);  // (the same in every thread: a uniform branch)
     // P V_j slice by slice, pass by pass into fresh fp32 sums, each added into O~.
 #pragma unroll
     for (int s = 0; s < kSlices; ++s) {
@@ -242,23 +252,31 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
         float tOrPV[1][kPvTiles][4] = {};
         warp_pv<1, kNChunks, kPvTiles, PaddedRows<kStride>, __half>(tOrPV, tOrP, smem_addr(slot(kSlices + s)) + lane_v +
                                                                          pass * kPvTiles * 8 * 2);
+        // O~ = fl(fl(ep O~) + fl(ec fl(P V))) for the pass's tiles. A block of large V (shift > 0,
+        // pasa_headroom.h) rounds P V at 2^-shift times its value, and its factor carries the 2^shift.
+        const auto fold = [&](auto shifted) {
+          constexpr bool kShifted = decltype(shifted)::value;
+          const float down = kShifted ? pasa_power_of_two(-shift) : 1.0f;
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          if constexpr (kAccurate) {
+          for (int i = 0; i < 2; ++i) {
+            const float ec_up = kShifted ? ec[i] * pasa_power_of_two(shift) : ec[i];
+            const __half2 ep2 = __float2half2_rn(ep[i]), ec2 = __float2half2_rn(ec_up);  // pasa: fp16 values, exact
 #pragma unroll
             for (int n = 0; n < kPvTiles; ++n) {
-              const __half2 pv = __floats2half2_rn(tOrPV[0][n][2 * i], tOrPV[0][n][2 * i + 1]);
-              tOrO[c0 + n][i] = rescale_add_half2_once(ep[i], tOrO[c0 + n][i], ec[i], pv);
-            }
-          } else {
-            const __half2 ep2 = __float2half2_rn(ep[i]), ec2 = __float2half2_rn(ec[i]);  // fp16 values: exact
-#pragma unroll
-            for (int n = 0; n < kPvTiles; ++n) {
-              const __half2 pv = __floats2half2_rn(tOrPV[0][n][2 * i], tOrPV[0][n][2 * i + 1]);
-              // (mul.rn: ptxas would otherwise fuse a product into the add, one rounding fewer)
-              tOrO[c0 + n][i] = __hadd2(__hmul2_rn(ep2, tOrO[c0 + n][i]), __hmul2_rn(ec2, pv));
+              const float* sum = &tOrPV[0][n][2 * i];
+              const __half2 block = kShifted ? __floats2half2_rn(sum[0] * down, sum[1] * down) : __floats2half2_rn(sum[0], sum[1]);
+              if constexpr (kAccurate) {
+                tOrO[c0 + n][i] = rescale_add_half2_once(ep[i], tOrO[c0 + n][i], ec_up, block);
+              } else {  // (mul.rn: ptxas would otherwise fuse a product into the add, one rounding fewer)
+                tOrO[c0 + n][i] = __hadd2(__hmul2_rn(ep2, tOrO[c0 + n][i]), __hmul2_rn(ec2, block));
+              }
             }
           }
+        };
+        if (shift != 0) {
+          fold(std::true_type{});
+        } else {
+          fold(std::false_type{});
         }
       }
     }
@@ -289,13 +307,14 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
   StreamBuffer tiles(pasa_scratch_bytes(c, false), c.device, stream);
   auto* k_tiles = static_cast<std::uint8_t*>(tiles.get());
   launch_pasa_tiles(r, k_tiles, nullptr, n_kb, stream);
+  const float* v_max = pasa_prepass(r, k_tiles, nullptr, n_kb).v_max;
   auto* kernel = attention_fwd_pasa_portable_kernel<D, QElem, kAccurate>;
   static OncePerDevice configured;
   configured([&] {
     set_shared_memory(kernel, kT.smem_bytes(), true, "cudaFuncSetAttribute(attention_fwd_pasa_portable_kernel)");
   });
   const dim3 grid((p.seq_q + kT.block_m() - 1) / kT.block_m(), p.heads_q, c.batch);
-  kernel<<<grid, kT.threads(), kT.smem_bytes(), stream>>>(p, k_tiles);
+  kernel<<<grid, kT.threads(), kT.smem_bytes(), stream>>>(p, k_tiles, v_max);
   check_launch("attention_fwd_pasa_portable_kernel launch");
 }
 

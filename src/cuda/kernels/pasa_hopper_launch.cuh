@@ -69,13 +69,12 @@ void launch_pasa_hopper(const PasaRequest& r, cudaStream_t stream) {
   const int n_kb = (p.seq_kv + Tile::kBlockN - 1) / Tile::kBlockN;
   const bool bf16 = std::is_same_v<QElem, __nv_bfloat16>;  // V needs rounding to fp16 first
   const bool in_kernel = pasa_hopper::prepass_in_kernel(c, Tile::kBlockM, kAccurate);
-  PasaPrepass prepass = pasa_prepass(r, nullptr, nullptr, n_kb);
+  pasa_prepass(r, nullptr, nullptr, n_kb);  // (its checks, before the allocation)
   const PasaHopperScratch layout = pasa_hopper_scratch(c, n_kb, in_kernel);
   StreamBuffer scratch(layout.total(), c.device, stream);
   auto* tiles = static_cast<std::uint8_t*>(scratch.get());
   void* v_fp16 = bf16 ? tiles + layout.tile_bytes : nullptr;
-  prepass.tiles = tiles;
-  prepass.v_fp16 = static_cast<__half*>(v_fp16);
+  PasaPrepass prepass = pasa_prepass(r, tiles, v_fp16, n_kb);
   const TileScheduler schedule = hopper_schedule<Tile>(c);
   if (in_kernel) {
     prepass.ready = reinterpret_cast<std::uint32_t*>(tiles + layout.tile_bytes + layout.v_bytes);

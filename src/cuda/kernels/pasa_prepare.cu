@@ -37,10 +37,18 @@ void launch_prepare(const PasaPrepass& p, cudaStream_t stream) {
 
 }  // namespace
 
-std::size_t pasa_tile_bytes(int batch, int heads_kv, int n_kb, int head_dim) {
+namespace {
+
+std::size_t pasa_stage_bytes(int head_dim) {
   std::size_t stage = 0;
   dispatch_head_dim<64, 96, 128, 256>(head_dim, "pasa prepass", [&]<int D>() { stage = PasaStage<D>::kBytes; });
-  return static_cast<std::size_t>(batch) * heads_kv * n_kb * stage;
+  return stage;
+}
+
+}  // namespace
+
+std::size_t pasa_tile_bytes(int batch, int heads_kv, int n_kb, int head_dim) {
+  return static_cast<std::size_t>(batch) * heads_kv * n_kb * (pasa_stage_bytes(head_dim) + kPasaVMaxSlots * sizeof(float));
 }
 
 PasaHopperScratch pasa_hopper_scratch(const KernelRequest& c, int n_kb, bool prepass_in_kernel) {
@@ -60,8 +68,10 @@ PasaPrepass pasa_prepass(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16
   if (c.in_type != ElemType::f16 && c.in_type != ElemType::bf16) throw Error("pasa prepass: k/v must be f16 or bf16");
   const long long stages = static_cast<long long>(c.batch) * c.heads_kv * n_kb;
   if (stages * PasaStage<256>::kKAtoms > (1LL << 31) - 1) throw Error("pasa prepass: more than 2^29 key blocks");
-  return {c.fwd.k,         c.fwd.v, c.heads_kv, c.fwd.seq_kv, n_kb,   static_cast<int>(stages), r.diag, r.off,
-          r.mean_key_factor, tiles,   static_cast<__half*>(v_fp16), nullptr, nullptr};
+  // (the stages start on the pool's alignment and are whole KiB, so the slots are 16-byte aligned)
+  float* v_max = tiles == nullptr ? nullptr : reinterpret_cast<float*>(tiles + stages * pasa_stage_bytes(c.head_dim));
+  return {c.fwd.k, c.fwd.v, c.heads_kv, c.fwd.seq_kv, n_kb, static_cast<int>(stages), r.diag, r.off, r.mean_key_factor,
+          tiles,   v_max,   static_cast<__half*>(v_fp16), nullptr, nullptr};
 }
 
 void launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb, void* stream) {
