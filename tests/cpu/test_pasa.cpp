@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <utility>
 #include <vector>
 
@@ -206,24 +207,31 @@ QKV diffuse_row_qkv(std::int64_t keys, double v, std::int64_t D = 64) {
           from_float(std::vector<float>(k.size(), static_cast<float>(v)), {1, 1, keys, D}, DType::f16)};
 }
 
+struct DiffuseRow {
+  std::int64_t keys;
+  double v;
+};
+
+// Each case's diffuse_row_qkv under every PASA preset: O within rel_tol of v, the LSE within 0.01 of
+// ln keys.
+void expect_diffuse_rows_right(std::initializer_list<DiffuseRow> cases, double rel_tol) {
+  for (const DiffuseRow& c : cases) {
+    QKV data = diffuse_row_qkv(c.keys, c.v);
+    for (const char* name : {"pasa", "pasa_accurate", "pasa_fp16acc"}) {
+      SCOPED_TRACE(::testing::Message() << name << " keys " << c.keys << " v " << c.v);
+      const PolicyRun run = run_policy(data, preset_policy(name));
+      for (double o : run.o) ASSERT_NEAR(o, c.v, rel_tol * c.v);
+      for (float l : run.lse) ASSERT_NEAR(l, std::log(static_cast<double>(c.keys)), 1e-2);
+    }
+  }
+}
+
 TEST(Pasa, DiffuseLongRowsKeepLAndOInFp16Range) {
   // A row that weighs many keys alike adds about one a key to l and |V| a key to O~, both fp16 in
   // pasa (O~ in pasa_accurate too): V = 16 over 8192 keys took O~ past 65504 (O = inf where the exact
   // answer is 16), 70000 keys took l there (O = 0 and LSE = +inf). The state update's headroom
   // (numerics/pasa_headroom.h) keeps both in range; O and the LSE come out right.
-  struct Case {
-    std::int64_t keys;
-    double v;
-  };
-  for (const Case c : {Case{8192, 16.0}, Case{70000, 1.0}, Case{3000, 16.0}, Case{20000, 48.0}}) {
-    QKV data = diffuse_row_qkv(c.keys, c.v);
-    for (const char* name : {"pasa", "pasa_accurate", "pasa_fp16acc"}) {
-      SCOPED_TRACE(::testing::Message() << name << " keys " << c.keys << " v " << c.v);
-      const PolicyRun run = run_policy(data, preset_policy(name));
-      for (double o : run.o) ASSERT_NEAR(o, c.v, 1e-2 * c.v);
-      for (float l : run.lse) ASSERT_NEAR(l, std::log(static_cast<double>(c.keys)), 1e-2);
-    }
-  }
+  expect_diffuse_rows_right({{8192, 16.0}, {70000, 1.0}, {3000, 16.0}, {20000, 48.0}}, 1e-2);
 }
 
 TEST(Pasa, LargeValuesKeepOInFp16Range) {
@@ -231,20 +239,9 @@ TEST(Pasa, LargeValuesKeepOInFp16Range) {
   // where the keys near the row's maximum times |V| passed 65504 (2 keys of V = 40000, 66 of 1000, 700
   // of 100, or one block of 128 keys of 1000), O came out inf where exact attention gives V. The
   // headroom's O~ rule and P V's shift (numerics/pasa_headroom.h) keep both in range.
-  struct Case {
-    std::int64_t keys;
-    double v;
-  };
-  for (const Case c : {Case{2, 40000.0}, Case{3, 30000.0}, Case{66, 1000.0}, Case{700, 100.0}, Case{128, 1000.0},
-                       Case{129, 60000.0}, Case{5000, 65504.0}, Case{300, 30.0}}) {
-    QKV data = diffuse_row_qkv(c.keys, c.v);
-    for (const char* name : {"pasa", "pasa_accurate", "pasa_fp16acc"}) {
-      SCOPED_TRACE(::testing::Message() << name << " keys " << c.keys << " v " << c.v);
-      const PolicyRun run = run_policy(data, preset_policy(name));
-      for (double o : run.o) ASSERT_NEAR(o, c.v, 2e-3 * c.v);
-      for (float l : run.lse) ASSERT_NEAR(l, std::log(static_cast<double>(c.keys)), 1e-2);
-    }
-  }
+  expect_diffuse_rows_right({{2, 40000.0}, {3, 30000.0}, {66, 1000.0}, {700, 100.0}, {128, 1000.0}, {129, 60000.0},
+                             {5000, 65504.0}, {300, 30.0}},
+                            2e-3);
 }
 
 TEST(Pasa, LargeValuesBesideSmallOnesKeepTheSmallOnesAccurate) {
