@@ -330,7 +330,11 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         const bool base2 = pol.exp_base == ExpBase::two;
         // (Relative to the maximum, a difference of fp32 values in fp32.)
         const auto difference = [&](double x) { return pasa_max ? static_cast<float>(x - m_new) : x - m_new; };
-        const float h = pasa_headroom(static_cast<float>(st.l), v_row, static_cast<float>(difference(b)), s2, base2);
+        // The block's maximum below the reference; at the saturated blocks' floor (below) the reference
+        // is the floor plus the moves kept apart.
+        const bool at_floor = pasa_max && m_new == -state_top;
+        const auto below = static_cast<float>(at_floor ? -st.floor_moves : difference(b));
+        const float h = pasa_headroom(static_cast<float>(st.l), v_row, below, s2, base2);
         if (h != 0.0f) {
           const double up = round_up_to(state_format, m_new + h);
           const float max_move = pasa_max_move(pol.softmax.man_bits, pol.softmax.min_exponent(), base2);
@@ -338,7 +342,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         }
         ep = first ? 0.0 : sm(power(pol, sm(difference(a))));
         ec = sm(power(pol, sm(difference(b))));
-        if (pasa_max && m_new == -state_top) {
+        if (at_floor) {
           // At the saturated blocks' floor (a and b both there) the reference cannot move: fp32's step
           // there is 2^104. The row keeps the headroom's moves apart instead, as if the reference were
           // the floor plus them: l and O~ scale by this block's move, the block by all of them. A later
@@ -457,6 +461,15 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
                const Rounders& R) {
   const int D = static_cast<int>(ps.dim);
   std::vector<double> o(static_cast<std::size_t>(D), 0.0);
+  // O~ / l in the O format. Exact attention's O, a convex combination of V's rows, cannot pass V's
+  // largest magnitude, but O~ / l can by its error (V at fp16's largest value); a finite quotient
+  // therefore saturates at the format's largest value where rounding would give inf (an O~ that
+  // overflowed stays inf, a NaN NaN).
+  const Format o_saturating = saturating(R.o.format());
+  const auto divide = [&](double num, double den) {
+    const double q = num / den;
+    return std::isfinite(q) ? round_to(o_saturating, q) : R.o(q);
+  };
   double lse = kNegInf;
   int with_keys = 0;
   bool overflowed = false;
@@ -473,7 +486,7 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
     const double l = add_partials(parts, rr, R, o);
     const RowState& st = parts.front().state[rr];
     const double m = pol.shift == Shift::unified ? R.sm(pol.phi) : st.m;
-    for (int d = 0; d < D; ++d) o[d] = R.o(o[d] / l);
+    for (int d = 0; d < D; ++d) o[d] = divide(o[d], l);
     lse = row_lse(pol, m, l, g, st.F);
   } else {
     // Exact merge (algorithms.md section 1) of the normalised partials, in fp64.
@@ -490,10 +503,10 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
       const double w = std::exp(part_lse[i] - top);
       weight_sum += w;
       for (int d = 0; d < D; ++d) {
-        o[d] += w * R.o(parts[i].acc[static_cast<std::size_t>(rr) * D + d] / parts[i].state[rr].l);
+        o[d] += w * divide(parts[i].acc[static_cast<std::size_t>(rr) * D + d], parts[i].state[rr].l);
       }
     }
-    for (int d = 0; d < D; ++d) o[d] = R.o(o[d] / weight_sum);
+    for (int d = 0; d < D; ++d) o[d] = divide(o[d], weight_sum);
     lse = top + std::log(weight_sum);
   }
   const std::int64_t r = t.r0 + rr;

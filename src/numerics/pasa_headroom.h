@@ -11,7 +11,8 @@
 // - O~: |O~| <= l v, v the largest |V| of the row's key blocks so far, and the block adds at most
 //   block_kv weights of at most its maximum's factor 2^below; where that bound, (l + block_kv
 //   2^ceil(below)) v, reaches 2^kPasaOutputLog2, k = floor(log2 bound) - (kPasaOutputLog2 - 1), which
-//   brings it back to [2^14, 2^15): O~ stays below half of fp16's largest value whatever V holds.
+//   brings it back to [2^14, 2^15): O~ stays below half of fp16's largest value whatever finite V
+//   holds.
 //   Below |V| = 25 the l rule alone acts, as before this rule.
 // A new block's factor, about 2^-k in all over the row, stays a normal fp16 number up to about
 // 2^14 * 48 keys. The new reference is rounded up in the state's format, so that at least k is kept
@@ -40,7 +41,8 @@ constexpr float kPasaHeadroomThreshold = 1024.0f;  // 2^kPasaHeadroomLog2
 constexpr int kPasaHeadroomDrop = 5;               // l comes back to [2^5, 2^6)
 static_assert(kPasaHeadroomThreshold == static_cast<float>(1 << kPasaHeadroomLog2));
 
-constexpr int kPasaOutputLog2 = 15;  // the O~ rule's bound on |O~|: 2^15, half of fp16's range
+constexpr int kPasaOutputLog2 = 15;        // the O~ rule's bound on |O~|: 2^15, half of fp16's range
+constexpr float kPasaLargestV = 65504.0f;  // fp16's largest value: the largest |V| the rules take
 
 // The exponent of x >= 1 (normal or inf; INT_MAX for inf), read from its bits: the same on the host and
 // the GPU, and a select, not a branch.
@@ -62,26 +64,29 @@ PASA_HOST_DEVICE inline float pasa_power_of_two(int e) {
 // What the state update adds to its reference before a key block (both rules above): 0 where neither
 // acts, else k in base-2 units or as k ln 2 (a float product, the same on the host and the GPU) in
 // natural ones. l: the running sum (a float value); v: the largest |V| of the row's blocks, this one
-// included; below: the block's recovered maximum minus the reference it would take without a move
-// (<= 0; 0 for the row's first block), in the state's units. Written with selects only, so that a
-// kernel's state update around it stays one basic block.
+// included (taken as at most kPasaLargestV: an inf or NaN V, past PASA's fp16 input, spoils its own
+// channel, not the row); below: the block's recovered maximum minus the reference it would take
+// without a move (<= 0; 0 for the row's first block), in the state's units. Written with selects
+// only, so that a kernel's state update around it stays one basic block.
 PASA_HOST_DEVICE inline float pasa_headroom(float l, float v, float below, int block_kv, bool base2) {
   const int k_l = l >= kPasaHeadroomThreshold ? pasa_exponent(l) - kPasaHeadroomDrop : 0;
   const float reach_log2 = ceilf(base2 ? below : below * 1.4426950408889634f);
-  const float reach = reach_log2 < -126.0f ? 0.0f : static_cast<float>(block_kv) * pasa_power_of_two(static_cast<int>(reach_log2));
-  const float bound = (l + reach) * v;
+  // (a NaN below, which no caller gives, reaches nothing rather than casting NaN to int)
+  const float reach = !(reach_log2 >= -126.0f) ? 0.0f
+                                               : static_cast<float>(block_kv) * pasa_power_of_two(static_cast<int>(reach_log2));
+  const float bound = (l + reach) * (v <= kPasaLargestV ? v : kPasaLargestV);
   const int k_o = bound >= static_cast<float>(1 << kPasaOutputLog2) ? pasa_exponent(bound) - (kPasaOutputLog2 - 1) : 0;
   const int k = k_l > k_o ? k_l : k_o;
   return base2 ? static_cast<float>(k) : static_cast<float>(k) * 0.6931471805599453f;
 }
 
 // The shift of a block's P V before its rounding to fp16: s where block_kv weights of at most 1 times
-// the block's largest |V| (v_block) reach 2^kPasaOutputLog2 (P V is then rounded at 2^-s times its
-// value, below 2^15, and the block's factor takes 2^s), else 0. At most 9 for finite fp16 V.
+// the block's largest |V| (v_block, taken as at most kPasaLargestV) reach 2^kPasaOutputLog2 (P V is
+// then rounded at 2^-s times its value, below 2^15, and the block's factor takes 2^s), else 0. At
+// most 8 for blocks of 128 keys.
 PASA_HOST_DEVICE inline int pasa_pv_shift(float v_block, int block_kv) {
-  const float bound = static_cast<float>(block_kv) * v_block;
-  const int s = bound >= static_cast<float>(1 << kPasaOutputLog2) ? pasa_exponent(bound) - (kPasaOutputLog2 - 1) : 0;
-  return s < 100 ? s : 100;  // (V of inf: a shift that keeps 2^-s a normal float)
+  const float bound = static_cast<float>(block_kv) * (v_block <= kPasaLargestV ? v_block : kPasaLargestV);
+  return bound >= static_cast<float>(1 << kPasaOutputLog2) ? pasa_exponent(bound) - (kPasaOutputLog2 - 1) : 0;
 }
 
 // The largest row sum l the headroom lets a row reach: below the threshold before a block, plus that

@@ -15,6 +15,7 @@
 #include "pasa/format.h"
 #include "pasa/generators.h"
 #include "pasa/metrics.h"
+#include "numerics/pasa_headroom.h"
 #include "pasa/policy.h"
 #include "storage_convert.h"
 #include "test_util.h"
@@ -240,8 +241,45 @@ TEST(Pasa, LargeValuesKeepOInFp16Range) {
   // of 100, or one block of 128 keys of 1000), O came out inf where exact attention gives V. The
   // headroom's O~ rule and P V's shift (numerics/pasa_headroom.h) keep both in range.
   expect_diffuse_rows_right({{2, 40000.0}, {3, 30000.0}, {66, 1000.0}, {700, 100.0}, {128, 1000.0}, {129, 60000.0},
-                             {5000, 65504.0}, {300, 30.0}},
+                             {5000, 65504.0}, {1000, 30.0}},
                             2e-3);
+}
+
+TEST(Pasa, HeadroomRulesAtTheirEdges) {
+  // The l rule alone below |V| = 25; the O~ rule past it, by the power of two that brings its bound
+  // to [2^14, 2^15); base 2 and natural units alike.
+  EXPECT_EQ(pasa_headroom(1000.0f, 25.0f, 0.0f, 128, true), 0.0f);
+  EXPECT_EQ(pasa_headroom(1000.0f, 30.0f, 0.0f, 128, true), 1.0f);      // 1128 x 30 = 33840
+  EXPECT_EQ(pasa_headroom(1100.0f, 1.0f, 0.0f, 128, true), 5.0f);       // the l rule
+  EXPECT_EQ(pasa_headroom(0.0f, 40000.0f, 0.0f, 128, true), 8.0f);      // 128 x 40000 = 2^22.3
+  EXPECT_EQ(pasa_headroom(0.0f, 40000.0f, -9.5f, 128, true), 0.0f);     // 2^-9 x 128 x 40000 < 2^15
+  EXPECT_FLOAT_EQ(pasa_headroom(0.0f, 40000.0f, 0.0f, 128, false), 8.0f * 0.6931471805599453f);
+  // An inf or NaN V (past PASA's fp16 input) counts as fp16's largest value, and moves the reference
+  // as far as that, not to the end of fp32's range (which would wipe the row's l and O~).
+  const float largest = pasa_headroom(0.0f, 65504.0f, 0.0f, 128, true);
+  EXPECT_EQ(largest, 8.0f);
+  EXPECT_EQ(pasa_headroom(0.0f, INFINITY, 0.0f, 128, true), largest);
+  EXPECT_EQ(pasa_headroom(0.0f, NAN, 0.0f, 128, true), largest);
+  EXPECT_EQ(pasa_headroom(0.0f, 40000.0f, NAN, 128, true), 0.0f);  // a NaN below reaches nothing
+  // P V's shift: 0 below 128 x 256 = 2^15, at most 8.
+  EXPECT_EQ(pasa_pv_shift(255.9f, 128), 0);
+  EXPECT_EQ(pasa_pv_shift(256.0f, 128), 1);
+  EXPECT_EQ(pasa_pv_shift(65504.0f, 128), 8);
+  EXPECT_EQ(pasa_pv_shift(INFINITY, 128), 8);
+}
+
+TEST(Pasa, ValuesAtFp16sLargestGiveItBack) {
+  // V = 65504 everywhere: exact attention's O is 65504, and O~ / l, off by PASA's error (about 1e-3),
+  // rounded past fp16's range to inf. The final division saturates a finite quotient at the format's
+  // largest value (O, a convex combination of V, cannot pass it).
+  QKV data = uniform_qkv({1, 1, 128, 64}, 0.0, 1.0, 5);
+  data.q = uniform_qkv({1, 1, 16, 64}, 0.0, 1.0, 6).q;
+  data.v = from_float(std::vector<float>(static_cast<std::size_t>(128 * 64), 65504.0f), {1, 1, 128, 64}, DType::f16);
+  for (const char* name : {"pasa", "pasa_accurate", "pasa_fp16acc", "pasa,exp_base=e"}) {
+    SCOPED_TRACE(name);
+    const PolicyRun run = run_policy(data, parse_policy(name));
+    for (double o : run.o) ASSERT_NEAR(o, 65504.0, 65504.0 * 2e-3);
+  }
 }
 
 TEST(Pasa, LargeValuesBesideSmallOnesKeepTheSmallOnesAccurate) {

@@ -360,6 +360,40 @@ TEST(ScoreMods, LongPaddingOfTheFormatsMinimumKeepsLAndOInRange) {
   for_each_pasa_preset(all, [&](const std::vector<double>& o) { EXPECT_LT(test::relative_rmse(o, average.o), 4e-3); });
 }
 
+TEST(ScoreMods, PaddingOfTheFormatsMinimumOverLargeValues) {
+  // Rows of finfo.min padding over V of 1000 to 60000, where the O~ rule (numerics/pasa_headroom.h)
+  // moves the reference: at the floor, where the reference cannot move, the moves are kept apart, and
+  // each padded block's maximum is below the floor plus them (taken at the floor itself, each block
+  // moved the row by the whole rule again, its factor fell to 0 and O = 0 / 0). Q = K = 0, so every
+  // key weighs alike: O is V's average. Also a padded prefix before visible keys, whole and in splits
+  // (a split of padding alone ended with l = 0 there, and the merge gave NaN).
+  struct Padded {
+    std::int64_t keys, visible;
+    float v;
+    const char* policy_suffix;
+  };
+  for (const Padded& c : {Padded{1024, 0, 60000.0f, ""}, Padded{768, 0, 60000.0f, ""}, Padded{2560, 0, 1000.0f, ""},
+                          Padded{5000, 1000, 1000.0f, ",splits=2"}, Padded{5000, 1000, 1000.0f, ",splits=3"}}) {
+    SCOPED_TRACE(::testing::Message() << c.keys << " keys, " << c.visible << " visible, v " << c.v << c.policy_suffix);
+    std::mt19937_64 rng(test::kFixedSeeds[4]);
+    Problem p = make_problem(rng, 1, 1, 1, 1, c.keys, 64);
+    for (std::int64_t i = 0; i < c.keys * 64; ++i) {
+      store_from_double(p.q.bytes.data(), DType::f32, i % 64, 0.0);
+      store_from_double(p.k.bytes.data(), DType::f32, i, 0.0);
+      store_from_double(p.v.bytes.data(), DType::f32, i, c.v);
+    }
+    std::vector<float> mask(static_cast<std::size_t>(c.keys), -3.4028234663852886e38f);
+    for (std::int64_t k = c.keys - c.visible; k < c.keys; ++k) mask[static_cast<std::size_t>(k)] = 0.0f;
+    bind_float_mask(p, mask);
+    for (const char* preset : {"pasa", "pasa_fp16acc", "pasa_accurate"}) {
+      SCOPED_TRACE(preset);
+      p.args.policy = parse_policy(std::string(preset) + c.policy_suffix);
+      attention(p.args);
+      for (const double o : test::read_bhsd(p.o.view)) ASSERT_NEAR(o, c.v, 5e-3 * c.v);
+    }
+  }
+}
+
 // Garbage where a boolean or -inf mask hides keys from every row (a padded batch's padding) leaves the
 // quantized and shifted policies as accurate as on the visible keys alone: their statistics (smooth K,
 // the quantizers' scales, PASA's block pseudo-averages) leave those keys out. Before, values of 1000

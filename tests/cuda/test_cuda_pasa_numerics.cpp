@@ -69,12 +69,17 @@ TEST_P(CudaPasaNumerics, DiffuseLongRowsAgreeWithTheEmulator) {
 
 // Large V: O~ in fp16 passed 65504 where the keys near a row's maximum times |V| did (2 keys of V =
 // 40000, 700 of 100, a block of 128 of 1000, one channel of 20000 beside values in [-1, 1]), and gave
-// O = inf where exact attention is finite. The headroom's O~ rule and P V's shift
-// (numerics/pasa_headroom.h) keep O finite; the kernels take them at the emulator's points, from the
-// prepass's largest |V| of each block (bf16 V rounded to fp16 first), causal or not.
+// O = inf where exact attention is finite; V at fp16's largest value gave inf in the last rounding.
+// The headroom's O~ rule and P V's shift (numerics/pasa_headroom.h) keep O~ in range, and the
+// epilogue saturates a finite O at 65504; the kernels take them at the emulator's points, from the
+// prepass's largest |V| of each block (bf16 V rounded to fp16 first), causal or not, over GQA's K/V
+// heads and with the prepass inside the attention kernel (4 heads of 1100 query rows a key block at
+// D 128).
+// Beside the error against fp64, the channels other than the large one must agree with the
+// emulator's (the large channel would hide them from a relative error of the whole).
 TEST_P(CudaPasaNumerics, LargeValuesAgreeWithTheEmulator) {
   struct Large {
-    std::int64_t keys, D;
+    std::int64_t B, Hq, Hkv, Sq, keys, D;
     float v;
     DType in;
     bool causal;
@@ -82,24 +87,44 @@ TEST_P(CudaPasaNumerics, LargeValuesAgreeWithTheEmulator) {
   std::vector<const char*> names{"pasa", "pasa_accurate"};
   if (GetParam() == CudaPath::automatic && have_hopper_path()) names.push_back("pasa_fp16acc");
   for (const char* name : names) {
-    for (const Large& l : {Large{2, 128, 40000.0f, DType::f16, false}, Large{700, 64, 100.0f, DType::f16, false},
-                           Large{128, 128, 1000.0f, DType::bf16, false}, Large{3000, 64, 60000.0f, DType::f16, false},
-                           Large{1000, 128, 20000.0f, DType::f16, true}, Large{1000, 64, 20000.0f, DType::bf16, false}}) {
-      const std::int64_t S = 64;
-      const Case c{1, 2, 1, S, l.keys, l.D, l.causal, kBr, false, l.in, DType::f32};
+    for (const Large& l : {Large{1, 2, 1, 64, 2, 128, 40000.0f, DType::f16, false},
+                           Large{1, 2, 1, 64, 700, 64, 100.0f, DType::f16, false},
+                           Large{1, 2, 1, 64, 128, 128, 1000.0f, DType::bf16, false},
+                           Large{1, 2, 1, 64, 128, 64, 65504.0f, DType::f16, false},
+                           Large{1, 2, 1, 64, 3000, 64, 60000.0f, DType::f16, false},
+                           Large{2, 4, 2, 64, 1000, 128, 20000.0f, DType::f16, true},
+                           Large{1, 2, 1, 64, 1000, 64, 20000.0f, DType::bf16, false},
+                           Large{1, 4, 1, 1100, 1100, 128, 20000.0f, DType::f16, false}}) {
+      const Case c{l.B, l.Hq, l.Hkv, l.Sq, l.keys, l.D, l.causal, kBr, false, l.in, DType::f32};
       // Q and K uniform in [-1, 1] (small scores: diffuse rows); V in [-1, 1] with one channel of
-      // l.v, or (few keys) l.v everywhere.
-      const QKV base = uniform_qkv({1, 2, std::max(S, l.keys), l.D}, 0.0, 1.0, 31);
+      // l.v, or (fewer than 1000 keys) l.v everywhere.
+      const std::int64_t rows = std::max(l.Sq, l.keys);
+      const QKV base = uniform_qkv({l.B, l.Hq, rows, l.D}, 0.0, 1.0, 31);
       std::vector<float> q = to_float(base.q), k = to_float(base.k), v = to_float(base.v);
-      q.resize(static_cast<std::size_t>(2 * S * l.D));
-      k.resize(static_cast<std::size_t>(l.keys * l.D));
-      v.resize(k.size());
+      const auto take = [&](const std::vector<float>& x, std::int64_t heads, std::int64_t n) {  // [B, heads, n, D]
+        std::vector<float> out;
+        for (std::int64_t bh = 0; bh < l.B * heads; ++bh) {
+          const auto from = x.begin() + bh * rows * l.D;
+          out.insert(out.end(), from, from + n * l.D);
+        }
+        return out;
+      };
+      q = take(q, l.Hq, l.Sq);
+      k = take(k, l.Hkv, l.keys);
+      v = take(v, l.Hkv, l.keys);
       for (std::size_t i = 0; i < v.size(); ++i) v[i] = l.keys < 1000 || i % l.D == 5 ? l.v : v[i];
-      const GivenInputs in{from_float(q, {1, 2, S, l.D}, l.in), from_float(k, {1, 1, l.keys, l.D}, l.in),
-                           from_float(v, {1, 1, l.keys, l.D}, l.in)};
+      const GivenInputs in{from_float(q, {l.B, l.Hq, l.Sq, l.D}, l.in), from_float(k, {l.B, l.Hkv, l.keys, l.D}, l.in),
+                           from_float(v, {l.B, l.Hkv, l.keys, l.D}, l.in)};
       Extra extra;
       check_case(c, preset_policy(name), preset_policy(name), std::nullopt, &extra, 1, -1.0, 1.0, &in, "large v");
       EXPECT_EQ(non_finite(extra.kernel_o), 0u);
+      std::vector<double> kernel_small, emulator_small;
+      for (std::size_t i = 0; i < extra.kernel_o.size(); ++i) {
+        if (static_cast<std::int64_t>(i) % l.D == 5) continue;
+        kernel_small.push_back(extra.kernel_o[i]);
+        emulator_small.push_back(extra.emulator_o[i]);
+      }
+      EXPECT_LT(test::relative_rmse(kernel_small, emulator_small), 1e-3) << "the channels beside the large one";
     }
   }
 }

@@ -160,6 +160,11 @@ constexpr std::uint32_t kOnesHalf2 = 0x3C003C00u;
 
 // fl_fp16(x) as a float: the rounding points of the fp16 policies.
 __device__ __forceinline__ float round_fp16(float x) { return __half2float(__float2half_rn(x)); }
+// round_fp16 with a finite x past fp16's range saturated at its largest value, +-65504 (inf and NaN kept).
+__device__ __forceinline__ float round_fp16_satfinite(float x) {
+  const bool past = fabsf(x) > 65504.0f && fabsf(x) != INFINITY;
+  return round_fp16(past ? copysignf(65504.0f, x) : x);
+}
 
 // fl16(s x) for each half of the fp16 pair x, rounded once from the exact product (the fp32 multiply
 // alone would round it first: a double rounding, one fp16 ulp off where the fp32 product lands on a

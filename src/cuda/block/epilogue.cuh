@@ -19,7 +19,10 @@ namespace pasa::cuda {
 // How an epilogue takes a value of O to the output type.
 enum class OutRounding {
   direct,    // rounded once, to the output type
-  via_fp16,  // rounded to fp16 first (pasa: O is an fp16 value)
+  // rounded to fp16 first (pasa: O is an fp16 value), a finite value past fp16's range saturated at
+  // its largest (O~ / l can pass V's largest magnitude by its error, where exact attention's O, a
+  // convex combination of V, cannot; the emulator saturates alike)
+  via_fp16,
   // rounded once, and saturated at a 16-bit output type's largest finite value, NaN kept (a quantized
   // V: its values, and so their convex combination O, can pass V's largest magnitude by the
   // quantization error, where exact attention's cannot, and rounding would give inf; the emulator
@@ -49,7 +52,7 @@ __device__ __forceinline__ std::uint32_t pack_output(float lo, float hi, bool sa
 }
 
 __device__ __forceinline__ float output_value(float x, OutRounding rounding) {
-  return rounding == OutRounding::via_fp16 ? round_fp16(x) : x;
+  return rounding == OutRounding::via_fp16 ? round_fp16_satfinite(x) : x;
 }
 
 // Two adjacent elements of one output row (the pointer is aligned to two elements); `saturate`: as

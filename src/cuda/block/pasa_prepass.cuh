@@ -58,8 +58,9 @@ struct PasaPrepass {
   int section_pairs = 1;   // chunks go key block by key block across this many (batch, K/V head) pairs
 
   // The largest |V| of stage `stage`'s keys over its kAtoms atoms. The prepass may have written it in
-  // this kernel, from another SM (the caller's wait on the stage orders it after those writes): read
-  // at the GPU's scope, past the L1 cache.
+  // this kernel, from another SM: the caller reads it once the stage's K' tile has landed in shared
+  // memory, which the producer copied only after it saw the stage published (wait_pasa_stage), and
+  // the prepass fenced these writes before publishing; read at the GPU's scope, past the L1 cache.
   template <int kAtoms>
   __device__ __forceinline__ float v_max_of(int stage) const {
     const float* slots = v_max + static_cast<std::int64_t>(stage) * kPasaVMaxSlots;

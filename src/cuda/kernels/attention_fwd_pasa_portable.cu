@@ -282,7 +282,8 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
     }
   }
 
-  // Epilogue: O = fl(O~ / l) (0 for a row that saw no key), the LSE.
+  // Epilogue: O = fl(O~ / l) (0 for a row that saw no key; saturated at fp16's largest value, as
+  // OutRounding::via_fp16 says), the LSE.
   float row_l[2], lse[2];
   softmax.finish(row_l, lse);
 #pragma unroll
@@ -291,8 +292,8 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
 #pragma unroll
     for (int n = 0; n < kDTiles; ++n) {
       const float2 o = __half22float2(tOrO[n][i]);
-      o_row[n][0] = lse[i] == -INFINITY ? 0.0f : round_fp16(__fdiv_rn(o.x, row_l[i]));
-      o_row[n][1] = lse[i] == -INFINITY ? 0.0f : round_fp16(__fdiv_rn(o.y, row_l[i]));
+      o_row[n][0] = lse[i] == -INFINITY ? 0.0f : round_fp16_satfinite(__fdiv_rn(o.x, row_l[i]));
+      o_row[n][1] = lse[i] == -INFINITY ? 0.0f : round_fp16_satfinite(__fdiv_rn(o.y, row_l[i]));
     }
     store_output_row(p, b, h, row + 8 * i, o_row, lse[i]);
   }

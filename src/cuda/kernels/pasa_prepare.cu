@@ -48,7 +48,9 @@ std::size_t pasa_stage_bytes(int head_dim) {
 }  // namespace
 
 std::size_t pasa_tile_bytes(int batch, int heads_kv, int n_kb, int head_dim) {
-  return static_cast<std::size_t>(batch) * heads_kv * n_kb * (pasa_stage_bytes(head_dim) + kPasaVMaxSlots * sizeof(float));
+  const std::size_t stages = static_cast<std::size_t>(batch) * heads_kv * n_kb;
+  // (whole KiB, so that what follows, bf16 V's fp16 copy, starts as aligned as the stages)
+  return (stages * (pasa_stage_bytes(head_dim) + kPasaVMaxSlots * sizeof(float)) + 1023) / 1024 * 1024;
 }
 
 PasaHopperScratch pasa_hopper_scratch(const KernelRequest& c, int n_kb, bool prepass_in_kernel) {
