@@ -163,7 +163,9 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
     // (numerics/pasa_headroom.h).
     float v_block = 0.0f;
     if (pasa) {
-      for (std::int64_t i = k0 * D; i < (k0 + n) * D; ++i) v_block = std::fmax(v_block, std::fabs(kv.v[static_cast<std::size_t>(i)]));
+      for (std::int64_t i = k0 * D; i < (k0 + n) * D; ++i) {
+        v_block = std::fmax(v_block, std::fabs(kv.v[static_cast<std::size_t>(i)]));
+      }
     }
     for (int rr = 0; rr < rows; ++rr) {
       double* x = &scores[static_cast<std::size_t>(rr) * cols];

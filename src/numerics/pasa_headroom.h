@@ -72,8 +72,8 @@ PASA_HOST_DEVICE inline float pasa_headroom(float l, float v, float below, int b
   const int k_l = l >= kPasaHeadroomThreshold ? pasa_exponent(l) - kPasaHeadroomDrop : 0;
   const float reach_log2 = ceilf(base2 ? below : below * 1.4426950408889634f);
   // (a NaN below, which no caller gives, reaches nothing rather than casting NaN to int)
-  const float reach = !(reach_log2 >= -126.0f) ? 0.0f
-                                               : static_cast<float>(block_kv) * pasa_power_of_two(static_cast<int>(reach_log2));
+  const float reach =
+      !(reach_log2 >= -126.0f) ? 0.0f : static_cast<float>(block_kv) * pasa_power_of_two(static_cast<int>(reach_log2));
   const float bound = (l + reach) * (v <= kPasaLargestV ? v : kPasaLargestV);
   const int k_o = bound >= static_cast<float>(1 << kPasaOutputLog2) ? pasa_exponent(bound) - (kPasaOutputLog2 - 1) : 0;
   const int k = k_l > k_o ? k_l : k_o;

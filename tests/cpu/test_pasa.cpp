@@ -291,7 +291,9 @@ TEST(Pasa, LargeValuesBesideSmallOnesKeepTheSmallOnesAccurate) {
     QKV data = uniform_qkv({1, 2, 1000, 128}, 0.0, 1.0, 11);
     data.q = uniform_qkv(shape, 0.0, 1.0, 12).q;
     std::vector<float> v = to_float(data.v);
-    for (std::size_t i = 0; i < v.size(); ++i) v[i] = offset != 0.0 ? v[i] + static_cast<float>(offset) : (i % 128 == 5 ? 20000.0f : v[i]);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      v[i] = offset != 0.0 ? v[i] + static_cast<float>(offset) : (i % 128 == 5 ? 20000.0f : v[i]);
+    }
     data.v = from_float(v, data.v.shape, DType::f16);
     const ReferenceResult ref = reference_of(data);
     for (const char* name : {"pasa", "pasa_accurate", "pasa_fp16acc"}) {

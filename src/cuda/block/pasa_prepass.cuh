@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // PASA's pre-processing (Algorithm 1, step 1) of one key block, a 64-channel chunk a warp: the stage of
 // pasa_stage.cuh that the pasa kernels read as their K slot, the largest |V| of the chunk's channels
-// (the stage's slots), and for bf16 inputs the block's V rows rounded to fp16. The portable path runs it as a kernel of its own before the attention kernel
-// (pasa_prepare.cu); the sm_90a engine runs it on its producer warpgroup's spare warps during the
-// attention kernel itself (hopper_pasa_mainloop.cuh), where the prepass's memory traffic hides under
-// the consumers' GEMMs instead of taking a kernel of its own before them, wherever each key block
-// serves enough query tiles for those warps to keep ahead (attention_fwd_pasa.cu).
+// (the stage's slots), and for bf16 inputs the block's V rows rounded to fp16. The portable path runs
+// it as a kernel of its own before the attention kernel (pasa_prepare.cu); the sm_90a engine runs it
+// on its producer warpgroup's spare warps during the attention kernel itself
+// (hopper_pasa_mainloop.cuh), where the prepass's memory traffic hides under the consumers' GEMMs
+// instead of taking a kernel of its own before them, wherever each key block serves enough query tiles
+// for those warps to keep ahead (attention_fwd_pasa.cu).
 //
 // K'_j = M K_j with M = (I - beta/s2 J) alpha stored in fp16 (diagonal a', off-diagonal -b'): row r
 // is (a' + b') k_r - b' colsum, one column sum per block in fp32 (the keys in order, as the emulator
@@ -212,8 +213,9 @@ __device__ __forceinline__ void prepare_pasa_chunk(const PasaPrepass& p, int sta
       v_abs = __hmax2(v_abs, __habs2(as_half2(raw)));
     }
   }
+  const float mine = fmaxf(__low2float(v_abs), __high2float(v_abs));
   // (non-negative floats order as their bits do)
-  const float v_max = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(fmaxf(__low2float(v_abs), __high2float(v_abs)))));
+  const float v_max = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(mine)));
   if (lane == 0) p.v_max[static_cast<std::int64_t>(stage) * kPasaVMaxSlots + atom] = v_max;
   __syncwarp();
 }

@@ -264,7 +264,8 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
 #pragma unroll
             for (int n = 0; n < kPvTiles; ++n) {
               const float* sum = &tOrPV[0][n][2 * i];
-              const __half2 block = kShifted ? __floats2half2_rn(sum[0] * down, sum[1] * down) : __floats2half2_rn(sum[0], sum[1]);
+              const __half2 block = kShifted ? __floats2half2_rn(sum[0] * down, sum[1] * down)
+                                             : __floats2half2_rn(sum[0], sum[1]);
               if constexpr (kAccurate) {
                 tOrO[c0 + n][i] = rescale_add_half2_once(ep[i], tOrO[c0 + n][i], ec_up, block);
               } else {  // (mul.rn: ptxas would otherwise fuse a product into the add, one rounding fewer)
