@@ -491,25 +491,34 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
     for (int d = 0; d < D; ++d) o[d] = divide(o[d], l);
     lse = row_lse(pol, m, l, g, st.F);
   } else {
-    // Exact merge (algorithms.md section 1) of the normalised partials, in fp64.
-    double top = kNegInf;
-    std::vector<double> part_lse;
+    // Exact merge (algorithms.md section 1) of the normalised partials, in fp64. Each part weighs
+    // e^(its reference - the largest) times its l, which is e^(its LSE - the largest LSE), with log l
+    // (and PASA's moves kept apart at the floor) out of the sum with the reference: a reference near
+    // the format's lowest value (a row padded whole with finfo.min) absorbs them, and the parts of such
+    // a row then weighed alike whatever their number of keys.
+    const auto reference = [&](const RowState& st) {
+      return st.blocks == 0 ? kNegInf : (st.m + g * st.F) / score_unit(pol);
+    };
+    const auto moves = [&](const RowState& st) { return st.floor_moves / score_unit(pol); };
+    const RowState* top = nullptr;  // the part of the largest reference, then the most moves
     for (const Partial& p : parts) {
       const RowState& st = p.state[rr];
-      part_lse.push_back(st.blocks == 0 ? kNegInf : row_lse(pol, st.m, st.l, g, st.F));
-      top = std::max(top, part_lse.back());
-    }
-    double weight_sum = 0.0;
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-      if (parts[i].state[rr].blocks == 0) continue;
-      const double w = std::exp(part_lse[i] - top);
-      weight_sum += w;
-      for (int d = 0; d < D; ++d) {
-        o[d] += w * divide(parts[i].acc[static_cast<std::size_t>(rr) * D + d], parts[i].state[rr].l);
+      if (st.blocks == 0) continue;
+      if (top == nullptr || reference(st) > reference(*top) ||
+          (reference(st) == reference(*top) && moves(st) > moves(*top))) {
+        top = &st;
       }
     }
+    double weight_sum = 0.0;
+    for (const Partial& p : parts) {
+      const RowState& st = p.state[rr];
+      if (st.blocks == 0) continue;
+      const double w = std::exp((reference(st) - reference(*top)) + (moves(st) - moves(*top))) * st.l;
+      weight_sum += w;
+      for (int d = 0; d < D; ++d) o[d] += w * divide(p.acc[static_cast<std::size_t>(rr) * D + d], st.l);
+    }
     for (int d = 0; d < D; ++d) o[d] = divide(o[d], weight_sum);
-    lse = top + std::log(weight_sum);
+    lse = reference(*top) + moves(*top) + std::log(weight_sum);
   }
   const std::int64_t r = t.r0 + rr;
   for (int d = 0; d < D; ++d) {

@@ -394,6 +394,29 @@ TEST(ScoreMods, PaddingOfTheFormatsMinimumOverLargeValues) {
   }
 }
 
+TEST(ScoreMods, SplitsOfARowPaddedWholeWeighTheirKeys) {
+  // A row padded whole with finfo.min under splits: each split's LSE is about -3.4e38, where fp64
+  // cannot hold the log of its number of keys, and the merge by LSE weighed the splits alike. V is
+  // +950 on the last 250 of 500 keys and -950 on the first 250, so weighing splits of 256 and 244 keys
+  // alike moves O by 22 from exact attention's 0 (every key alike). The merge now weighs each split
+  // by its l beside its reference (and, under PASA, its moves kept apart at the floor).
+  std::mt19937_64 rng(test::kFixedSeeds[2]);
+  const std::int64_t Sq = 4, Skv = 500, D = 64;
+  Problem p = make_problem(rng, 1, 1, 1, Sq, Skv, D);
+  for (std::int64_t i = 0; i < Skv * D; ++i) {
+    store_from_double(p.v.bytes.data(), DType::f32, i, i / D < 250 ? -950.0 : 950.0);
+  }
+  const std::vector<float> mask(static_cast<std::size_t>(Sq * Skv), -3.4028234663852886e38f);
+  bind_float_mask(p, mask);
+  for (const char* policy : {"exact,splits=2", "exact,splits=3", "fa16_fp32,splits=2", "pasa,splits=2",
+                             "pasa_fp16acc,splits=3", "pasa_accurate,splits=2"}) {
+    SCOPED_TRACE(policy);
+    p.args.policy = parse_policy(policy);
+    attention(p.args);
+    for (const double o : test::read_bhsd(p.o.view)) ASSERT_NEAR(o, 0.0, 2.0);  // (fp16 O~ sums of +-950)
+  }
+}
+
 // Garbage where a boolean or -inf mask hides keys from every row (a padded batch's padding) leaves the
 // quantized and shifted policies as accurate as on the visible keys alone: their statistics (smooth K,
 // the quantizers' scales, PASA's block pseudo-averages) leave those keys out. Before, values of 1000
