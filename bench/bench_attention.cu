@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "cuda/host/device_fill.h"
-#include "cuda/block/pasa_stage.cuh"
+#include "cuda/block/pasa_prepass.cuh"
 #include "decode_variants.h"
 #include "fwd_variants.h"
 #include "pasa/attention.h"

@@ -160,13 +160,8 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
     }
 
     // PASA: the block's largest |V| (its keys, every channel), for the headroom and P V's shift
-    // (numerics/pasa_headroom.h).
-    float v_block = 0.0f;
-    if (pasa) {
-      for (std::int64_t i = k0 * D; i < (k0 + n) * D; ++i) {
-        v_block = std::fmax(v_block, std::fabs(kv.v[static_cast<std::size_t>(i)]));
-      }
-    }
+    // (numerics/pasa_headroom.h). (Split boundaries fall on key blocks.)
+    const float v_block = pasa ? kv.v_block_max[static_cast<std::size_t>(k0 / s2)] : 0.0f;
     for (int rr = 0; rr < rows; ++rr) {
       double* x = &scores[static_cast<std::size_t>(rr) * cols];
       const double dq = pq.q_scale[t.r0 + rr];

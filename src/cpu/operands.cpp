@@ -128,7 +128,7 @@ std::uint64_t emulator_memory_bytes(const ProblemShape& ps, const Policy& pol) {
   const std::uint64_t D = u(ps.dim), s1 = u(pol.block_q), s2 = u(pol.block_kv);
   // K as gathered, kt, k_used (a quantizer's copy) and v in fp32 and k_scale in fp64 per key, and for
   // PASA one block more (its padded last block, whose per-block shift means are counted with it); the
-  // per-channel vectors are negligible.
+  // per-channel and per-block vectors are negligible.
   const std::uint64_t padding = pol.shift == Shift::pasa ? s2 : 0;
   const std::uint64_t per_kv_head = saturating_product({u(ps.seq_kv) + padding, 4 * 4 * D + 8});
   // q in fp32 and q_scale, lse_offset in fp64 per query; ds in fp64 per key.
@@ -258,6 +258,14 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
   if (pol.v_quant) {
     out.v_scale = quantize_columns(out.v, static_cast<int>(S), D, *pol.v_quant);
     multiply(out.v_scale, v_divisor);
+  }
+  if (pol.shift == Shift::pasa) {  // (numerics/pasa_headroom.h)
+    out.v_block_max.assign(static_cast<std::size_t>((S + s2 - 1) / s2), 0.0f);
+    for (std::int64_t c = 0; c < S; ++c) {
+      if (c % kRowsPerPoll == 0) poll_interrupt();
+      float& largest = out.v_block_max[static_cast<std::size_t>(c / s2)];
+      for (int d = 0; d < D; ++d) largest = std::fmax(largest, std::fabs(out.v[static_cast<std::size_t>(c * D + d)]));
+    }
   }
   return out;
 }

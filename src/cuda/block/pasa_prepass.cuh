@@ -87,6 +87,12 @@ struct PasaPrepass {
 // V not written), without readiness words.
 PasaPrepass pasa_prepass(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb);
 
+// The prepass as a kernel of its own (pasa_prepare.cu): the stages of pasa_stage.cuh into `tiles`
+// ([B, H_kv, n_kb] stages of PasaStage<head_dim>::kBytes, then their largest-|V| slots), and for bf16
+// inputs V rounded to fp16 into `v_fp16` ([B, H_kv, S_kv, D], contiguous; unused for fp16 inputs, and
+// not written where null), on `stream`. Returns where it writes them.
+PasaPrepass launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb, void* stream);
+
 // Shared memory a warp stages one chunk's rows in: 128 rows of 64 channels, 128 bytes a row.
 constexpr int kPasaChunkStagingBytes = PasaStage<64>::kKeys * 128;
 

@@ -65,10 +65,4 @@ struct PasaHopperScratch {
 };
 PasaHopperScratch pasa_hopper_scratch(const KernelRequest& c, int n_kb, bool prepass_in_kernel);
 
-// The prepass as a kernel of its own (pasa_prepare.cu): those stages into `tiles` ([B, H_kv, n_kb] stages of
-// PasaStage<head_dim>::kBytes, then their largest-|V| slots), and for bf16 inputs V rounded to fp16 into
-// `v_fp16` ([B, H_kv, S_kv, D], contiguous; unused for fp16 inputs, and not written where null), on
-// `stream`.
-void launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb, void* stream);
-
 }  // namespace pasa::cuda

@@ -308,8 +308,7 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
   const int n_kb = (p.seq_kv + kPasaBlockKv - 1) / kPasaBlockKv;
   StreamBuffer tiles(pasa_scratch_bytes(c, false), c.device, stream);
   auto* k_tiles = static_cast<std::uint8_t*>(tiles.get());
-  launch_pasa_tiles(r, k_tiles, nullptr, n_kb, stream);
-  const float* v_max = pasa_prepass(r, k_tiles, nullptr, n_kb).v_max;
+  const float* v_max = launch_pasa_tiles(r, k_tiles, nullptr, n_kb, stream).v_max;
   auto* kernel = attention_fwd_pasa_portable_kernel<D, QElem, kAccurate>;
   static OncePerDevice configured;
   configured([&] {

@@ -76,13 +76,14 @@ PasaPrepass pasa_prepass(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16
           tiles,   v_max,   static_cast<__half*>(v_fp16), nullptr, nullptr};
 }
 
-void launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb, void* stream) {
+PasaPrepass launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   const PasaPrepass p = pasa_prepass(r, tiles, v_fp16, n_kb);
   dispatch_16bit(r.call.in_type, "pasa prepass", [&]<typename InElem>() {
     dispatch_head_dim<64, 96, 128, 256>(r.call.head_dim, "pasa prepass",
                                         [&]<int D>() { launch_prepare<D, InElem>(p, s); });
   });
+  return p;
 }
 
 }  // namespace pasa::cuda
