@@ -159,9 +159,16 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       for (double& m : pasa_means) m = round_average(with_scale(pasa_average ? R.s(m) : m));
     }
 
-    // PASA: the block's largest |V| (its keys, every channel), for the headroom and P V's shift
-    // (numerics/pasa_headroom.h). (Split boundaries fall on key blocks.)
+    // PASA: the block's largest |V| (its keys, every channel), for the headroom and the shift of its
+    // exponentials (numerics/pasa_headroom.h). (Split boundaries fall on key blocks.)
     const float v_block = pasa ? kv.v_block_max[static_cast<std::size_t>(k0 / s2)] : 0.0f;
+    // P against the running maximum (p_max=running, or one accumulator): the block's factor e_cur
+    // goes into P itself. Else a block of large V has its exponentials at 2^-shift times their value
+    // (pasa_pv_shift), so that its P V stays in fp16's range, and its factor takes the 2^shift (exact
+    // powers of two; 1 otherwise).
+    const bool p_running = !pol.two_level || pol.p_running_max;
+    const int shift = pasa && !p_running ? pasa_pv_shift(v_block, s2) : 0;
+    const double p_down = std::ldexp(1.0, -shift), factor_up = std::ldexp(1.0, shift);
     for (int rr = 0; rr < rows; ++rr) {
       double* x = &scores[static_cast<std::size_t>(rr) * cols];
       const double dq = pq.q_scale[t.r0 + rr];
@@ -245,7 +252,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
           x[c] = 0.0;  // reused below as this key's exponential
           continue;
         }
-        x[c] = sm(power(pol, sm(x[c] - m_blk)));
+        x[c] = sm(sm(power(pol, sm(x[c] - m_blk))) * p_down);
         l_blk = R.sum(l_blk + x[c]);
       }
       l_blk = sm(l_blk);
@@ -338,7 +345,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
           m_new = up - m_new <= max_move ? up : state_round(m_new + h);
         }
         ep = first ? 0.0 : sm(power(pol, sm(difference(a))));
-        ec = sm(power(pol, sm(difference(b))));
+        ec = sm(power(pol, sm(difference(b))) * factor_up);
         if (at_floor) {
           // At the saturated blocks' floor (a and b both there) the reference cannot move: fp32's step
           // there is 2^104. The row keeps the headroom's moves apart instead, as if the reference were
@@ -347,12 +354,9 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
           // LSE is the floor's either way).
           floor_moves = st.floor_moves + h;
           ep = first ? 0.0 : sm(power(pol, -h));
-          ec = sm(power(pol, -floor_moves));
+          ec = sm(power(pol, -floor_moves) * factor_up);
         }
       }
-      // P against the running maximum (p_max=running, or one accumulator): the block's factor e_cur
-      // goes into P itself.
-      const bool p_running = !pol.two_level || pol.p_running_max;
       e_prev[rr] = ep;
       e_cur[rr] = p_running ? 1.0 : ec;
       // One accumulator across blocks sees P relative to the new maximum (e_cur folded in), as
@@ -401,16 +405,12 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         }
       }
     } else if (pol.two_level) {
-      // The block's P V rounded to the O format at 2^-shift times its value, its factor times 2^shift
-      // (PASA's block of large V: pasa_pv_shift; exact powers of two otherwise 1).
-      const int shift = pasa ? pasa_pv_shift(v_block, s2) : 0;
-      const double down = std::ldexp(1.0, -shift), up = std::ldexp(1.0, shift);
       model_gemm(p_op.data(), n, v, D, rows, n, D, R.pv_acc, pol.mma_k, R.pv_acc, pv.data(), D);
       for (int rr = 0; rr < rows; ++rr) {
         if (!active[rr]) continue;
         double* o = &out.acc[static_cast<std::size_t>(rr) * D];
         const double* add = &pv[static_cast<std::size_t>(rr) * D];
-        for (int d = 0; d < D; ++d) o[d] = R.o(R.o(e_prev[rr] * o[d]) + R.o(e_cur[rr] * up * R.o(add[d] * down)));
+        for (int d = 0; d < D; ++d) o[d] = R.o(R.o(e_prev[rr] * o[d]) + R.o(e_cur[rr] * R.o(add[d])));
       }
     } else {
       for (int rr = 0; rr < rows; ++rr) {

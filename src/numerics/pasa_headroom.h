@@ -18,9 +18,11 @@
 // 2^14 * 48 keys. The new reference is rounded up in the state's format, so that at least k is kept
 // where its step is coarser than k (a reference past 2048 in fp16), unless that moves it further than
 // pasa_max_move: then it is rounded to nearest, and where that loses k (fp16's step is 32 past 32768)
-// the row keeps no headroom. A block's own P V (taken against its own maximum, before its factor) is
-// rounded to fp16 at 2^-pasa_pv_shift times its value, and its factor carries the 2^shift back. The
-// emulator and the pasa kernels (online_softmax.cuh) both call these.
+// the row keeps no headroom. A block whose P is taken against its own maximum m' and whose P V could
+// pass 2^15 (pasa_pv_shift > 0) takes its exponentials against fl(m' + shift) instead: P, and its P V
+// before the rounding to fp16, are 2^-shift times as large (up to P's own rounding), and the block's
+// factor takes the move back, as rounded (fl(m' + shift) - m'), for l and O~ alike. The emulator and
+// the pasa kernels (online_softmax.cuh) both call these.
 #pragma once
 
 #include <climits>
@@ -61,9 +63,14 @@ PASA_HOST_DEVICE inline float pasa_power_of_two(int e) {
   return x;
 }
 
+// k base-2 units in the state's units: k itself, or k ln 2 (a float product, the same on the host and
+// the GPU) in natural ones.
+PASA_HOST_DEVICE constexpr float pasa_units(int k, bool base2) {
+  return base2 ? static_cast<float>(k) : static_cast<float>(k) * 0.6931471805599453f;
+}
+
 // What the state update adds to its reference before a key block (both rules above): 0 where neither
-// acts, else k in base-2 units or as k ln 2 (a float product, the same on the host and the GPU) in
-// natural ones. l: the running sum (a float value); v: the largest |V| of the row's blocks, this one
+// acts, else k base-2 units (pasa_units). l: the running sum (a float value); v: the largest |V| of the row's blocks, this one
 // included (taken as at most kPasaLargestV: an inf or NaN V, past PASA's fp16 input, spoils its own
 // channel, not the row); below: the block's recovered maximum minus the reference it would take
 // without a move (<= 0; 0 for the row's first block), in the state's units. Written with selects
@@ -77,13 +84,12 @@ PASA_HOST_DEVICE inline float pasa_headroom(float l, float v, float below, int b
   const float bound = (l + reach) * (v <= kPasaLargestV ? v : kPasaLargestV);
   const int k_o = bound >= static_cast<float>(1 << kPasaOutputLog2) ? pasa_exponent(bound) - (kPasaOutputLog2 - 1) : 0;
   const int k = k_l > k_o ? k_l : k_o;
-  return base2 ? static_cast<float>(k) : static_cast<float>(k) * 0.6931471805599453f;
+  return pasa_units(k, base2);
 }
 
-// The shift of a block's P V before its rounding to fp16: s where block_kv weights of at most 1 times
-// the block's largest |V| (v_block, taken as at most kPasaLargestV) reach 2^kPasaOutputLog2 (P V is
-// then rounded at 2^-s times its value, below 2^15, and the block's factor takes 2^s), else 0. At
-// most 8 for blocks of 128 keys.
+// The shift of a block's exponentials (base-2 units): s where block_kv weights of at most 1 times the
+// block's largest |V| (v_block, taken as at most kPasaLargestV) reach 2^kPasaOutputLog2 (its P V,
+// taken at 2^-s times its value, then stays below 2^15), else 0. At most 8 for blocks of 128 keys.
 PASA_HOST_DEVICE inline int pasa_pv_shift(float v_block, int block_kv) {
   const float bound = static_cast<float>(block_kv) * (v_block <= kPasaLargestV ? v_block : kPasaLargestV);
   return bound >= static_cast<float>(1 << kPasaOutputLog2) ? pasa_exponent(bound) - (kPasaOutputLog2 - 1) : 0;
@@ -102,8 +108,7 @@ PASA_HOST_DEVICE constexpr float pasa_largest_row_sum(int block_kv) {
 // where |m| >= 32768 made both factors 0 and wiped l and O~).
 constexpr int kPasaMoveBits = 8;
 PASA_HOST_DEVICE constexpr float pasa_max_move(int man_bits, int min_exponent, bool base2) {
-  const int bits = man_bits - min_exponent - kPasaMoveBits;
-  return base2 ? static_cast<float>(bits) : static_cast<float>(bits) * 0.6931471805599453f;
+  return pasa_units(man_bits - min_exponent - kPasaMoveBits, base2);
 }
 
 }  // namespace pasa
