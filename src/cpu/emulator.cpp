@@ -56,7 +56,7 @@ struct RowState {
   bool overflowed = false;     // a block whose visible scores all overflowed to -inf (it added nothing)
   double floor_moves = 0.0;    // PASA (reference=max) at the mask-saturated blocks' floor: the headroom's
                                // moves there, which the floor cannot hold (the reference is the floor + this)
-  float v = 0.0f;              // PASA: the largest |V| of the key blocks the row has seen (the headroom's O~ rule)
+  float w = 0.0f;              // PASA: the bound on |O~| of the headroom's O~ rule (pasa_output_bound)
 };
 
 // The result of one query block over one key range: per-row state and the unnormalised O~.
@@ -308,7 +308,6 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         averaged = 1;
       }
       double m_new, ep = 0.0, ec = 1.0, floor_moves = 0.0;
-      const float v_row = std::fmax(st.v, v_block);
       if (unified) {
         m_new = phi;
         ep = st.blocks == 0 ? 0.0 : 1.0;
@@ -338,7 +337,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         // is the floor plus the moves kept apart.
         const bool at_floor = pasa_max && m_new == -state_top;
         const auto below = static_cast<float>(at_floor ? -st.floor_moves : difference(b));
-        const float h = pasa_headroom(static_cast<float>(st.l), v_row, below, s2, base2);
+        const float h = pasa_headroom(static_cast<float>(st.l), st.w, v_block, below, s2, base2);
         if (h != 0.0f) {
           const double up = round_up_to(state_format, m_new + h);
           const float max_move = pasa_max_move(pol.softmax.man_bits, pol.softmax.min_exponent(), base2);
@@ -377,7 +376,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       st.l = sm(sm(ep * st.l) + l_add);
       st.m = m_new;
       st.floor_moves = floor_moves;
-      st.v = v_row;
+      if (pasa) st.w = pasa_output_bound(st.w, static_cast<float>(ep), static_cast<float>(l_add), v_block);
       st.F = F_new;
       st.averaged = averaged;
       st.blocks += 1;

@@ -8,21 +8,21 @@
 // set k, the larger wins:
 // - l: once l reaches 2^kPasaHeadroomLog2, k = floor(log2 l) - kPasaHeadroomDrop, which brings l back
 //   to [32, 64), so l stays below 2^10 + 128;
-// - O~: |O~| <= l v, v the largest |V| of the row's key blocks so far, and the block adds at most
-//   block_kv weights of at most its maximum's factor 2^below; where that bound, (l + block_kv
-//   2^ceil(below)) v, reaches 2^kPasaOutputLog2, k = floor(log2 bound) - (kPasaOutputLog2 - 1), which
-//   brings it back to [2^14, 2^15): O~ stays below half of fp16's largest value whatever finite V
-//   holds.
-//   Below |V| = 25 the l rule alone acts, as before this rule.
+// - O~: the state keeps w, a bound on |O~|: each block adds its share of l times its largest |V|
+//   (pasa_output_bound), and w scales with O~. The next block adds at most block_kv weights of at most
+//   its maximum's factor 2^below times its own largest |V|; where that bound, w + block_kv
+//   2^ceil(below) v_block, reaches 2^kPasaOutputLog2, k = floor(log2 bound) - (kPasaOutputLog2 - 1),
+//   which brings it back to [2^14, 2^15): O~ stays below half of fp16's largest value whatever finite
+//   V holds, and a block of large V far below the row's maximum, whose weight is small, moves nothing.
+//   Below |V| = 25 the l rule alone acts.
 // A new block's factor, about 2^-k in all over the row, stays a normal fp16 number up to about
 // 2^14 * 48 keys. The new reference is rounded up in the state's format, so that at least k is kept
 // where its step is coarser than k (a reference past 2048 in fp16), unless that moves it further than
 // pasa_max_move: then it is rounded to nearest, and where that loses k (fp16's step is 32 past 32768)
-// the row keeps no headroom. A block whose P is taken against its own maximum m' and whose P V could
-// pass 2^15 (pasa_pv_shift > 0) takes its exponentials against fl(m' + shift) instead: P, and its P V
-// before the rounding to fp16, are 2^-shift times as large (up to P's own rounding), and the block's
-// factor takes the move back, as rounded (fl(m' + shift) - m'), for l and O~ alike. The emulator and
-// the pasa kernels (online_softmax.cuh) both call these.
+// the row keeps no headroom. A block whose P is taken against its own maximum and whose P V could
+// pass 2^15 (pasa_pv_shift > 0) has its exponentials at 2^-shift times their value, so that its P V
+// stays below 2^15 before its rounding to fp16, and its factor takes the 2^shift, for l and O~ alike.
+// The emulator and the pasa kernels (online_softmax.cuh) both call these.
 #pragma once
 
 #include <climits>
@@ -69,19 +69,30 @@ PASA_HOST_DEVICE constexpr float pasa_units(int k, bool base2) {
   return base2 ? static_cast<float>(k) : static_cast<float>(k) * 0.6931471805599453f;
 }
 
+// A block's largest |V| as the rules take it: at most kPasaLargestV (an inf or NaN V, past PASA's fp16
+// input, spoils its own channel, not the row).
+PASA_HOST_DEVICE inline float pasa_clamped_v(float v_block) { return v_block <= kPasaLargestV ? v_block : kPasaLargestV; }
+
+// The bound w on |O~| after a block: the old one times the factor ep of the old state, plus the block's
+// share of l (l_add: what the block added to l, its factor included) times its largest |V|. In fp32,
+// the same on the host and the GPU (not a rounding point of the algorithm: the rules keep a margin of
+// two).
+PASA_HOST_DEVICE inline float pasa_output_bound(float w, float ep, float l_add, float v_block) {
+  return fmaf(ep, w, l_add * pasa_clamped_v(v_block));
+}
+
 // What the state update adds to its reference before a key block (both rules above): 0 where neither
-// acts, else k base-2 units (pasa_units). l: the running sum (a float value); v: the largest |V| of the row's blocks, this one
-// included (taken as at most kPasaLargestV: an inf or NaN V, past PASA's fp16 input, spoils its own
-// channel, not the row); below: the block's recovered maximum minus the reference it would take
-// without a move (<= 0; 0 for the row's first block), in the state's units. Written with selects
-// only, so that a kernel's state update around it stays one basic block.
-PASA_HOST_DEVICE inline float pasa_headroom(float l, float v, float below, int block_kv, bool base2) {
+// acts, else k base-2 units (pasa_units). l: the running sum (a float value); w: the bound on |O~|
+// (pasa_output_bound); v_block: the block's largest |V|; below: the block's recovered maximum minus the
+// reference it would take without a move (<= 0; 0 for the row's first block), in the state's units.
+// Written with selects only, so that a kernel's state update around it stays one basic block.
+PASA_HOST_DEVICE inline float pasa_headroom(float l, float w, float v_block, float below, int block_kv, bool base2) {
   const int k_l = l >= kPasaHeadroomThreshold ? pasa_exponent(l) - kPasaHeadroomDrop : 0;
   const float reach_log2 = ceilf(base2 ? below : below * 1.4426950408889634f);
   // (a NaN below, which no caller gives, reaches nothing rather than casting NaN to int)
   const float reach =
       !(reach_log2 >= -126.0f) ? 0.0f : static_cast<float>(block_kv) * pasa_power_of_two(static_cast<int>(reach_log2));
-  const float bound = (l + reach) * (v <= kPasaLargestV ? v : kPasaLargestV);
+  const float bound = fmaf(reach, pasa_clamped_v(v_block), w);
   const int k_o = bound >= static_cast<float>(1 << kPasaOutputLog2) ? pasa_exponent(bound) - (kPasaOutputLog2 - 1) : 0;
   const int k = k_l > k_o ? k_l : k_o;
   return pasa_units(k, base2);
@@ -91,7 +102,7 @@ PASA_HOST_DEVICE inline float pasa_headroom(float l, float v, float below, int b
 // block's largest |V| (v_block, taken as at most kPasaLargestV) reach 2^kPasaOutputLog2 (its P V,
 // taken at 2^-s times its value, then stays below 2^15), else 0. At most 8 for blocks of 128 keys.
 PASA_HOST_DEVICE inline int pasa_pv_shift(float v_block, int block_kv) {
-  const float bound = static_cast<float>(block_kv) * (v_block <= kPasaLargestV ? v_block : kPasaLargestV);
+  const float bound = static_cast<float>(block_kv) * pasa_clamped_v(v_block);
   return bound >= static_cast<float>(1 << kPasaOutputLog2) ? pasa_exponent(bound) - (kPasaOutputLog2 - 1) : 0;
 }
 

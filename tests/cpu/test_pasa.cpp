@@ -246,26 +246,64 @@ TEST(Pasa, LargeValuesKeepOInFp16Range) {
 }
 
 TEST(Pasa, HeadroomRulesAtTheirEdges) {
-  // The l rule alone below |V| = 25; the O~ rule past it, by the power of two that brings its bound
-  // to [2^14, 2^15); base 2 and natural units alike.
-  EXPECT_EQ(pasa_headroom(1000.0f, 25.0f, 0.0f, 128, true), 0.0f);
-  EXPECT_EQ(pasa_headroom(1000.0f, 30.0f, 0.0f, 128, true), 1.0f);      // 1128 x 30 = 33840
-  EXPECT_EQ(pasa_headroom(1100.0f, 1.0f, 0.0f, 128, true), 5.0f);       // the l rule
-  EXPECT_EQ(pasa_headroom(0.0f, 40000.0f, 0.0f, 128, true), 8.0f);      // 128 x 40000 = 2^22.3
-  EXPECT_EQ(pasa_headroom(0.0f, 40000.0f, -9.5f, 128, true), 0.0f);     // 2^-9 x 128 x 40000 < 2^15
-  EXPECT_FLOAT_EQ(pasa_headroom(0.0f, 40000.0f, 0.0f, 128, false), 8.0f * 0.6931471805599453f);
+  // pasa_headroom(l, w, v_block, below, ...): the l rule alone below |V| = 25; the O~ rule past it, by
+  // the power of two that brings its bound, w + 128 2^ceil(below) v_block, to [2^14, 2^15); base 2
+  // and natural units alike.
+  EXPECT_EQ(pasa_headroom(1000.0f, 25000.0f, 25.0f, 0.0f, 128, true), 0.0f);
+  EXPECT_EQ(pasa_headroom(1000.0f, 30000.0f, 30.0f, 0.0f, 128, true), 1.0f);  // 30000 + 128 x 30 = 33840
+  EXPECT_EQ(pasa_headroom(1100.0f, 1100.0f, 1.0f, 0.0f, 128, true), 5.0f);    // the l rule
+  EXPECT_EQ(pasa_headroom(0.0f, 0.0f, 40000.0f, 0.0f, 128, true), 8.0f);      // 128 x 40000 = 2^22.3
+  EXPECT_EQ(pasa_headroom(0.0f, 0.0f, 40000.0f, -9.5f, 128, true), 0.0f);     // 2^-9 x 128 x 40000 < 2^15
+  EXPECT_FLOAT_EQ(pasa_headroom(0.0f, 0.0f, 40000.0f, 0.0f, 128, false), 8.0f * 0.6931471805599453f);
+  // A block of large V far below the reference moves nothing where the row's own values are small
+  // (w = l x 1e-3): the bound weighs each block's |V| by its weight, not by the whole l.
+  EXPECT_EQ(pasa_headroom(1000.0f, 1.0f, 60000.0f, -20.0f, 128, true), 0.0f);
+  // The bound after a block: the old one under the factor ep, plus the block's share of l times its |V|.
+  EXPECT_EQ(pasa_output_bound(1000.0f, 0.5f, 2.0f, 100.0f), 700.0f);
   // An inf or NaN V (past PASA's fp16 input) counts as fp16's largest value, and moves the reference
   // as far as that, not to the end of fp32's range (which would wipe the row's l and O~).
-  const float largest = pasa_headroom(0.0f, 65504.0f, 0.0f, 128, true);
+  const float largest = pasa_headroom(0.0f, 0.0f, 65504.0f, 0.0f, 128, true);
   EXPECT_EQ(largest, 8.0f);
-  EXPECT_EQ(pasa_headroom(0.0f, INFINITY, 0.0f, 128, true), largest);
-  EXPECT_EQ(pasa_headroom(0.0f, NAN, 0.0f, 128, true), largest);
-  EXPECT_EQ(pasa_headroom(0.0f, 40000.0f, NAN, 128, true), 0.0f);  // a NaN below reaches nothing
-  // P V's shift: 0 below 128 x 256 = 2^15, at most 8.
+  EXPECT_EQ(pasa_headroom(0.0f, 0.0f, INFINITY, 0.0f, 128, true), largest);
+  EXPECT_EQ(pasa_headroom(0.0f, 0.0f, NAN, 0.0f, 128, true), largest);
+  EXPECT_EQ(pasa_output_bound(0.0f, 0.0f, 1.0f, INFINITY), 65504.0f);
+  EXPECT_EQ(pasa_headroom(0.0f, 0.0f, 40000.0f, NAN, 128, true), 0.0f);  // a NaN below reaches nothing
+  // The shift of a block's exponentials: 0 below 128 x 256 = 2^15, at most 8.
   EXPECT_EQ(pasa_pv_shift(255.9f, 128), 0);
   EXPECT_EQ(pasa_pv_shift(256.0f, 128), 1);
   EXPECT_EQ(pasa_pv_shift(65504.0f, 128), 8);
   EXPECT_EQ(pasa_pv_shift(INFINITY, 128), 8);
+}
+
+TEST(Pasa, LargeValuesFarBelowTheMaximumCostTheOthersNothing) {
+  // V of about 1e-3 over 1024 keys but for the first key block, of V = 60000 and scores about 45 below
+  // the rest (weights near 1e-20, nothing in exact attention's O): each row of O~ is bounded by every
+  // block's |V| weighed by that block's share of l, so the far block does not move the reference for
+  // the later ones, and the small values keep the error they have without it. (A bound of l times the
+  // row's largest |V| moved it by 11 and cost them 5-28x that error.)
+  QKV data = uniform_qkv({1, 2, 1024, 128}, 0.0, 1.0, 21);
+  std::vector<float> q = to_float(data.q), k = to_float(data.k), v = to_float(data.v);
+  for (float& x : q) x = std::fabs(x);
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    if (i / 128 % 1024 < 128) k[i] = -8.0f;  // (rows of 128 channels; the first 128 keys of each head)
+  }
+  for (float& x : v) x *= 1e-3f;
+  data.q = from_float(q, data.q.shape, DType::f16);
+  data.k = from_float(k, data.k.shape, DType::f16);
+  const auto error = [&](const char* name, float far_v) {
+    std::vector<float> v_far = v;
+    for (std::size_t i = 0; i < v_far.size(); ++i) {
+      if (i / 128 % 1024 < 128) v_far[i] = far_v;
+    }
+    data.v = from_float(v_far, data.v.shape, DType::f16);
+    const PolicyRun run = run_policy(data, preset_policy(name));
+    return compare(run.o, reference_of(data).o).rel_rmse;
+  };
+  for (const char* name : {"pasa", "pasa_accurate", "pasa_fp16acc"}) {
+    SCOPED_TRACE(name);
+    const double without = error(name, 1e-3f), with = error(name, 60000.0f);
+    EXPECT_LT(with, 1.5 * without + 1e-4) << "without the far block's large V: " << without;
+  }
 }
 
 TEST(Pasa, ValuesAtFp16sLargestGiveItBack) {

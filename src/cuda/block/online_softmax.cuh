@@ -158,13 +158,14 @@ struct PasaSoftmax {
   // the rescale factors then go to the whole quad by shuffles. Lanes t >= kRows keep nothing.
   float m;  // the reference: the running maximum of the row's recovered scores (fp32)
   float l;  // running sum of exponentials (an fp16 value, complete row)
-  float v;  // the largest |V| of the key blocks the row has seen (the headroom's O~ rule)
+  float w;  // the bound on |O~| of the headroom's O~ rule (pasa_output_bound)
   float e_prev, e_cur;  // the owned row's rescale factors of the last block (rescale -> add_block)
+  float v_cur;          // the last block's largest |V| (rescale -> add_block)
 
   __device__ __forceinline__ void init() {
     m = -INFINITY;
     l = 0.0f;
-    v = 0.0f;
+    w = 0.0f;
   }
 
   // This lane's own row among kRows per-row values (identical in all four lanes of the quad).
@@ -276,8 +277,7 @@ struct PasaSoftmax {
     const float cur = fminf(fmaxf(fmaf(g, mn, mb), -FLT_MAX), FLT_MAX);
     const bool first = m == -INFINITY;
     float m_new = fmaxf(m, cur);
-    const float v_next = fmaxf(v, v_blk);
-    const float h = pasa_headroom(l, v_next, cur - m_new, kPasaBlockKv, kBase2);
+    const float h = pasa_headroom(l, w, v_blk, cur - m_new, kPasaBlockKv, kBase2);
     const float up = __fadd_ru(m_new, h), nearest = m_new + h;
     const float moved = up - m_new <= kMaxMove ? up : nearest;
     m_new = h == 0.0f ? m_new : moved;
@@ -288,24 +288,26 @@ struct PasaSoftmax {
     e_prev = updates ? e_prev_next : 1.0f;
     e_cur = updates ? e_cur_next : 0.0f;
     m = updates ? m_new : m;
-    v = updates ? v_next : v;
+    v_cur = v_blk;
     broadcast(e_prev, ep);
     broadcast(e_cur, ec);
   }
 
-  // l = fl(fl(ep l) + fl(ec fl(psum))) with the factors of the last rescale(); psum[r] = the fp32 row
-  // sum of the block's P (identical across the quad). (A row that saw no key: l unchanged.)
-  __device__ __forceinline__ void add_block(const float (&psum)[kRows]) {
-    const float ps = own(psum);
-    const float l_next = stat(stat(e_prev * l) + stat(e_cur * stat(ps)));
-    l = static_cast<int>(threadIdx.x) % 4 < kRows ? l_next : l;
-  }
+  // l = fl(fl(ep l) + fl(ec fl(psum))) with the factors of the last rescale(), and the bound w;
+  // psum[r] = the fp32 row sum of the block's P (identical across the quad). (A row that saw no key:
+  // ep = 1 and ec = 0 leave both unchanged.)
+  __device__ __forceinline__ void add_block(const float (&psum)[kRows]) { add_to_l(stat(e_cur * stat(own(psum)))); }
 
-  // l = fl(fl(ep l) + fl(psum)) for a block whose P was taken against the running maximum (its factor
-  // e_cur already in P: pasa_fp16acc).
-  __device__ __forceinline__ void add_running_block(const float (&psum)[kRows]) {
-    const float l_next = stat(stat(e_prev * l) + stat(own(psum)));
-    l = static_cast<int>(threadIdx.x) % 4 < kRows ? l_next : l;
+  // The same for a block whose P was taken against the running maximum (its factor e_cur already in
+  // P: pasa_fp16acc): l = fl(fl(ep l) + fl(psum)).
+  __device__ __forceinline__ void add_running_block(const float (&psum)[kRows]) { add_to_l(stat(own(psum))); }
+
+  __device__ __forceinline__ void add_to_l(float l_add) {
+    const bool owner = static_cast<int>(threadIdx.x) % 4 < kRows;
+    const float l_next = stat(stat(e_prev * l) + l_add);
+    const float w_next = pasa_output_bound(w, e_prev, l_add, v_cur);
+    l = owner ? l_next : l;
+    w = owner ? w_next : w;
   }
 
   // Final row sums and LSE = m + log(l) (with kBase2, m ln 2 + log(l): the LSE is in natural units),
