@@ -83,6 +83,7 @@ TEST_P(CudaPasaNumerics, LargeValuesAgreeWithTheEmulator) {
     float v;
     DType in;
     bool causal;
+    bool far = false;  // the first key block alone of V = v, its scores about 45 below the rest's
   };
   std::vector<const char*> names{"pasa", "pasa_accurate"};
   if (GetParam() == CudaPath::automatic && have_hopper_path()) names.push_back("pasa_fp16acc");
@@ -94,10 +95,12 @@ TEST_P(CudaPasaNumerics, LargeValuesAgreeWithTheEmulator) {
                            Large{1, 2, 1, 64, 3000, 64, 60000.0f, DType::f16, false},
                            Large{2, 4, 2, 64, 1000, 128, 20000.0f, DType::f16, true},
                            Large{1, 2, 1, 64, 1000, 64, 20000.0f, DType::bf16, false},
-                           Large{1, 4, 1, 1100, 1100, 128, 20000.0f, DType::f16, false}}) {
+                           Large{1, 4, 1, 1100, 1100, 128, 20000.0f, DType::f16, false},
+                           Large{1, 2, 1, 64, 1024, 128, 60000.0f, DType::f16, false, true},
+                           Large{1, 2, 1, 200, 1024, 64, 60000.0f, DType::bf16, true, true}}) {
       const Case c{l.B, l.Hq, l.Hkv, l.Sq, l.keys, l.D, l.causal, kBr, false, l.in, DType::f32};
       // Q and K uniform in [-1, 1] (small scores: diffuse rows); V in [-1, 1] with one channel of
-      // l.v, or (fewer than 1000 keys) l.v everywhere.
+      // l.v, or (fewer than 1000 keys) l.v everywhere, or (far) in the first key block only, far below.
       const std::int64_t rows = std::max(l.Sq, l.keys);
       const QKV base = uniform_qkv({l.B, l.Hq, rows, l.D}, 0.0, 1.0, 31);
       std::vector<float> q = to_float(base.q), k = to_float(base.k), v = to_float(base.v);
@@ -112,7 +115,18 @@ TEST_P(CudaPasaNumerics, LargeValuesAgreeWithTheEmulator) {
       q = take(q, l.Hq, l.Sq);
       k = take(k, l.Hkv, l.keys);
       v = take(v, l.Hkv, l.keys);
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = l.keys < 1000 || i % l.D == 5 ? l.v : v[i];
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const bool first_block = static_cast<std::int64_t>(i) / l.D % l.keys < 128;
+        if (l.far) {  // (Q >= 0 and K = -8: scores about -45; the other values 1e-3 times as large)
+          k[i] = first_block ? -8.0f : k[i];
+          v[i] = first_block ? l.v : v[i] * 1e-3f;
+        } else {
+          v[i] = l.keys < 1000 || i % l.D == 5 ? l.v : v[i];
+        }
+      }
+      if (l.far) {
+        for (float& x : q) x = std::fabs(x);
+      }
       const GivenInputs in{from_float(q, {l.B, l.Hq, l.Sq, l.D}, l.in), from_float(k, {l.B, l.Hkv, l.keys, l.D}, l.in),
                            from_float(v, {l.B, l.Hkv, l.keys, l.D}, l.in)};
       Extra extra;
