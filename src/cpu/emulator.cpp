@@ -54,7 +54,7 @@ struct RowState {
   int averaged = 0;            // of those, the blocks F averages (the j - 1 of Eq. 15; see below)
   bool left_window = false;    // unified max: some x - phi left (window_lo, window_hi)
   bool overflowed = false;     // a block whose visible scores all overflowed to -inf (it added nothing)
-  double floor_moves = 0.0;    // PASA (reference=max) at the mask-saturated blocks' floor: the headroom's
+  double floor_moves = 0.0;    // PASA at the state format's floor (mask-saturated blocks): the headroom's
                                // moves there, which the floor cannot hold (the reference is the floor + this)
   float w = 0.0f;              // PASA: the bound on |O~| of the headroom's O~ rule (pasa_output_bound)
 };
@@ -333,9 +333,10 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         const bool base2 = pol.exp_base == ExpBase::two;
         // (Relative to the maximum, a difference of fp32 values in fp32.)
         const auto difference = [&](double x) { return pasa_max ? static_cast<float>(x - m_new) : x - m_new; };
-        // The block's maximum below the reference; at the saturated blocks' floor (below) the reference
-        // is the floor plus the moves kept apart.
-        const bool at_floor = pasa_max && m_new == -state_top;
+        // The block's maximum below the reference; at the state format's floor (the saturated blocks',
+        // below; relative to the average, fp16's lowest value, where its step of 32 would round the
+        // moves away) the reference is the floor plus the moves kept apart.
+        const bool at_floor = m_new == -state_top;
         const auto below = static_cast<float>(at_floor ? -st.floor_moves : difference(b));
         const float h = pasa_headroom(static_cast<float>(st.l), st.w, v_block, below, s2, base2);
         if (h != 0.0f) {
@@ -346,8 +347,8 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         ep = first ? 0.0 : sm(power(pol, sm(difference(a))));
         ec = sm(power(pol, sm(difference(b))) * factor_up);
         if (at_floor) {
-          // At the saturated blocks' floor (a and b both there) the reference cannot move: fp32's step
-          // there is 2^104. The row keeps the headroom's moves apart instead, as if the reference were
+          // At the floor (a and b both there) the reference cannot move: fp32's step there is 2^104,
+          // fp16's 32. The row keeps the headroom's moves apart instead, as if the reference were
           // the floor plus them: l and O~ scale by this block's move, the block by all of them. A later
           // visible block's factor, 0, discards them; a row of such blocks alone divides them out (its
           // LSE is the floor's either way).

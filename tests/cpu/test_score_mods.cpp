@@ -366,7 +366,9 @@ TEST(ScoreMods, PaddingOfTheFormatsMinimumOverLargeValues) {
   // each padded block's maximum is below the floor plus them (taken at the floor itself, each block
   // moved the row by the whole rule again, its factor fell to 0 and O = 0 / 0). Q = K = 0, so every
   // key weighs alike: O is V's average. Also a padded prefix before visible keys, whole and in splits
-  // (a split of padding alone ended with l = 0 there, and the merge gave NaN).
+  // (a split of padding alone ended with l = 0 there, and the merge gave NaN). Algorithm 1's fp16
+  // reference (reference=average) sits at the same floor, fp16's lowest value, where its step of 32
+  // rounded every move away: inf or NaN in all five cases until it kept its moves apart too.
   struct Padded {
     std::int64_t keys, visible;
     float v;
@@ -385,7 +387,8 @@ TEST(ScoreMods, PaddingOfTheFormatsMinimumOverLargeValues) {
     std::vector<float> mask(static_cast<std::size_t>(c.keys), -3.4028234663852886e38f);
     for (std::int64_t k = c.keys - c.visible; k < c.keys; ++k) mask[static_cast<std::size_t>(k)] = 0.0f;
     bind_float_mask(p, mask);
-    for (const char* preset : {"pasa", "pasa_fp16acc", "pasa_accurate"}) {
+    for (const char* preset :
+         {"pasa", "pasa_fp16acc", "pasa_accurate", "pasa,reference=average", "pasa_accurate,reference=average"}) {
       SCOPED_TRACE(preset);
       p.args.policy = parse_policy(std::string(preset) + c.policy_suffix);
       attention(p.args);
