@@ -37,6 +37,7 @@
 #include "interrupt.h"
 #include "numerics/pasa_headroom.h"
 #include "numerics/pasa_shift.h"
+#include "numerics/scaled_p.h"
 #include "pasa/format.h"
 #include "storage_convert.h"
 
@@ -160,15 +161,20 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
     }
 
     // PASA: the block's largest |V| (its keys, every channel), for the headroom and the shift of its
-    // exponentials (numerics/pasa_headroom.h). (Split boundaries fall on key blocks.)
-    const float v_block = pasa ? kv.v_block_max[static_cast<std::size_t>(k0 / s2)] : 0.0f;
+    // exponentials (numerics/pasa_headroom.h), times P's scale, which O~ carries too. (Split boundaries
+    // fall on key blocks.)
+    const float v_block = pasa ? kv.v_block_max[static_cast<std::size_t>(k0 / s2)] * static_cast<float>(pol.p_scale) : 0.0f;
     // P against the running maximum (p_max=running, or one accumulator): the block's factor e_cur
     // goes into P itself. Else a block of large V has its exponentials at 2^-shift times their value
-    // (pasa_pv_shift), so that its P V stays in fp16's range, and its factor takes the 2^shift (exact
-    // powers of two; 1 otherwise).
+    // (pasa_pv_shift), so that its P V stays in the O format's range, and its factor takes the 2^shift
+    // (exact powers of two; 1 otherwise), as the kernels do. Where P's format would hold the scaled
+    // 2^-shift below its normal range (e4m3, int8: emulator-only policies), the block's P V takes the
+    // shift instead, rounded at 2^-shift times its value, and O~'s factor alone takes 2^shift.
     const bool p_running = !pol.two_level || pol.p_running_max;
     const int shift = pasa && !p_running ? pasa_pv_shift(v_block, s2) : 0;
-    const double p_down = std::ldexp(1.0, -shift), factor_up = std::ldexp(1.0, shift);
+    const bool shift_p = shift == 0 || !scaled_p_below_normal(pol, std::ldexp(1.0, -shift));
+    const double p_down = shift_p ? std::ldexp(1.0, -shift) : 1.0, factor_up = shift_p ? std::ldexp(1.0, shift) : 1.0;
+    const double pv_down = shift_p ? 1.0 : std::ldexp(1.0, -shift), o_up = shift_p ? 1.0 : std::ldexp(1.0, shift);
     for (int rr = 0; rr < rows; ++rr) {
       double* x = &scores[static_cast<std::size_t>(rr) * cols];
       const double dq = pq.q_scale[t.r0 + rr];
@@ -410,7 +416,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         if (!active[rr]) continue;
         double* o = &out.acc[static_cast<std::size_t>(rr) * D];
         const double* add = &pv[static_cast<std::size_t>(rr) * D];
-        for (int d = 0; d < D; ++d) o[d] = R.o(R.o(e_prev[rr] * o[d]) + R.o(e_cur[rr] * R.o(add[d])));
+        for (int d = 0; d < D; ++d) o[d] = R.o(R.o(e_prev[rr] * o[d]) + R.o(e_cur[rr] * o_up * R.o(add[d] * pv_down)));
       }
     } else {
       for (int rr = 0; rr < rows; ++rr) {

@@ -11,6 +11,7 @@
 #include "cpu/score_mods.h"
 #include "interrupt.h"
 #include "memory_budget.h"
+#include "numerics/pasa_headroom.h"
 #include "numerics/pasa_shift.h"
 
 namespace pasa {
@@ -266,6 +267,7 @@ PreparedKV prepare_kv(const AttentionArgs& args, const ProblemShape& ps, std::in
       float& largest = out.v_block_max[static_cast<std::size_t>(c / s2)];
       for (int d = 0; d < D; ++d) largest = std::fmax(largest, std::fabs(out.v[static_cast<std::size_t>(c * D + d)]));
     }
+    for (float& largest : out.v_block_max) largest = pasa_clamped_v(largest);
   }
   return out;
 }

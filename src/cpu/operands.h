@@ -33,7 +33,7 @@ struct PreparedKV {
   double k_used_scale = 1.0;      // 2 where smooth K's differences are stored halved (smoothed_divisor)
   std::vector<double> k_mean;     // [D]: subtracted by smooth K (zeros otherwise)
   std::vector<float> v;           // [S_kv][D], smoothed and quantized when asked
-  std::vector<float> v_block_max; // PASA: per key block of s2 keys, the largest |v| (the headroom's O~ rule)
+  std::vector<float> v_block_max; // PASA: per key block of s2 keys, the largest |v| (pasa_clamped_v: the headroom's O~ rule)
   std::vector<double> v_scale;    // [D]: per-channel dequantization scale (1 when not quantized)
   std::vector<double> v_mean;     // [D]: subtracted by smooth V, added back to O (zeros otherwise)
 };

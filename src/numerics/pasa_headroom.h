@@ -69,8 +69,9 @@ PASA_HOST_DEVICE constexpr float pasa_units(int k, bool base2) {
   return base2 ? static_cast<float>(k) : static_cast<float>(k) * 0.6931471805599453f;
 }
 
-// A block's largest |V| as the rules take it: at most kPasaLargestV (an inf or NaN V, past PASA's fp16
-// input, spoils its own channel, not the row).
+// A block's largest |V| as the rules below take it: at most kPasaLargestV (an inf or NaN V, past
+// PASA's fp16 input, spoils its own channel, not the row). Their callers clamp it where they read it,
+// and scale it by P's scale where P carries one (the emulator's p_scale: O~ then carries it too).
 PASA_HOST_DEVICE inline float pasa_clamped_v(float v_block) { return v_block <= kPasaLargestV ? v_block : kPasaLargestV; }
 
 // The bound w on |O~| after a block: the old one times the factor ep of the old state, plus the block's
@@ -78,12 +79,12 @@ PASA_HOST_DEVICE inline float pasa_clamped_v(float v_block) { return v_block <= 
 // the same on the host and the GPU (not a rounding point of the algorithm: the rules keep a margin of
 // two).
 PASA_HOST_DEVICE inline float pasa_output_bound(float w, float ep, float l_add, float v_block) {
-  return fmaf(ep, w, l_add * pasa_clamped_v(v_block));
+  return fmaf(ep, w, l_add * v_block);
 }
 
 // What the state update adds to its reference before a key block (both rules above): 0 where neither
 // acts, else k base-2 units (pasa_units). l: the running sum (a float value); w: the bound on |O~|
-// (pasa_output_bound); v_block: the block's largest |V|; below: the block's recovered maximum minus the
+// (pasa_output_bound); v_block: the block's largest |V| (pasa_clamped_v); below: the block's recovered maximum minus the
 // reference it would take without a move (<= 0; 0 for the row's first block), in the state's units.
 // Written with selects only, so that a kernel's state update around it stays one basic block.
 PASA_HOST_DEVICE inline float pasa_headroom(float l, float w, float v_block, float below, int block_kv, bool base2) {
@@ -92,17 +93,17 @@ PASA_HOST_DEVICE inline float pasa_headroom(float l, float w, float v_block, flo
   // (a NaN below, which no caller gives, reaches nothing rather than casting NaN to int)
   const float reach =
       !(reach_log2 >= -126.0f) ? 0.0f : static_cast<float>(block_kv) * pasa_power_of_two(static_cast<int>(reach_log2));
-  const float bound = fmaf(reach, pasa_clamped_v(v_block), w);
+  const float bound = fmaf(reach, v_block, w);
   const int k_o = bound >= static_cast<float>(1 << kPasaOutputLog2) ? pasa_exponent(bound) - (kPasaOutputLog2 - 1) : 0;
   const int k = k_l > k_o ? k_l : k_o;
   return pasa_units(k, base2);
 }
 
 // The shift of a block's exponentials (base-2 units): s where block_kv weights of at most 1 times the
-// block's largest |V| (v_block, taken as at most kPasaLargestV) reach 2^kPasaOutputLog2 (its P V,
-// taken at 2^-s times its value, then stays below 2^15), else 0. At most 8 for blocks of 128 keys.
+// block's largest |V| (v_block) reach 2^kPasaOutputLog2 (its P V, taken at 2^-s times its value, then
+// stays below 2^15), else 0. At most 8 for blocks of 128 keys of |V| <= kPasaLargestV.
 PASA_HOST_DEVICE inline int pasa_pv_shift(float v_block, int block_kv) {
-  const float bound = static_cast<float>(block_kv) * pasa_clamped_v(v_block);
+  const float bound = static_cast<float>(block_kv) * v_block;
   return bound >= static_cast<float>(1 << kPasaOutputLog2) ? pasa_exponent(bound) - (kPasaOutputLog2 - 1) : 0;
 }
 

@@ -39,6 +39,7 @@
 #include "cuda/arch/wgmma.cuh"
 #include "cuda/block/pasa_stage.cuh"
 #include "cuda/host/kernel_params.h"
+#include "numerics/pasa_headroom.h"
 
 namespace pasa::cuda {
 
@@ -58,17 +59,18 @@ struct PasaPrepass {
   std::uint32_t* tickets;  // the next chunk to draw (in-kernel prepass)
   int section_pairs = 1;   // chunks go key block by key block across this many (batch, K/V head) pairs
 
-  // The largest |V| of stage `stage`'s keys over its kAtoms atoms. The prepass may have written it in
-  // this kernel, from another SM: the caller reads it once the stage's K' tile has landed in shared
-  // memory, which the producer copied only after it saw the stage published (wait_pasa_stage), and
-  // the prepass fenced these writes before publishing; read at the GPU's scope, past the L1 cache.
+  // The largest |V| of stage `stage`'s keys over its kAtoms atoms, as the headroom's rules take it
+  // (pasa_clamped_v). The prepass may have written it in this kernel, from another SM: the caller
+  // reads it once the stage's K' tile has landed in shared memory, which the producer copied only
+  // after it saw the stage published (wait_pasa_stage), and the prepass fenced these writes before
+  // publishing; read at the GPU's scope, past the L1 cache.
   template <int kAtoms>
   __device__ __forceinline__ float v_max_of(int stage) const {
     const float* slots = v_max + static_cast<std::int64_t>(stage) * kPasaVMaxSlots;
     float v = 0.0f;
 #pragma unroll
     for (int a = 0; a < kAtoms; ++a) v = fmaxf(v, load_relaxed_gpu(slots + a));
-    return v;
+    return pasa_clamped_v(v);
   }
 
   // The stage of chunk number `c / kKAtoms` in the order the chunks are drawn: sections of

@@ -17,13 +17,13 @@
 //   S' = Q K'^T with fp32 accumulators (the policies' qk_acc), 16 n8 tiles of scores, and a 17th
 //     against the mean rows: each row's mean of S' as hi + lo 2^-11 (about 22 bits);
 //   S' rounded to fp16 pairs (pasa) or kept in fp32 (pasa_accurate), masked, the block max, PASA's state
-//     update (the two rescale factors), P = fl(e^(fl(S' - m))) as the A fragments of P V;
+//     update (the two rescale factors), P = fl(e^(fl(S' - m))) as the A fragments of P V (a block
+//     of large V: P times 2^-shift and ec times 2^shift, pasa_headroom.h);
 //   P times a fragment of ones: the row sums of P; P V into fresh fp32 accumulators (pv_acc), a pass
 //     of pv_tiles() n8 tiles at a time;
 //   O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16, and l likewise (pasa_accurate's factors are fp32
-//     state: each product is rounded to fp16 once from its exact value, as the emulator rounds it;
-//     a block of large V: fl(P V) at a power of two below it, pasa_headroom.h).
-// Each block's largest |V| (the prepass's slots) goes into the headroom's O~ rule.
+//     state: each product is rounded to fp16 once from its exact value, as the emulator rounds it).
+// Each block's largest |V| (the prepass's slots) goes into the headroom's O~ rule and the shift.
 // bf16 V is rounded to fp16 in shared memory. Epilogue: O = fl(O~ / l), LSE = m + log l.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -191,6 +191,7 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
     float v_blk = 0.0f;
 #pragma unroll
     for (int a = 0; a < Stage::kKAtoms; ++a) v_blk = fmaxf(v_blk, v_max[(stage0 + j) * kPasaVMaxSlots + a]);
+    v_blk = pasa_clamped_v(v_blk);
     // S' = Q K'_j^T, and against the mean rows: column 2t is Q . hi, 2t + 1 is Q . lo (every t).
     float tSrS[1][kNTiles][4] = {};
     float tSrMean[4] = {};
@@ -224,15 +225,15 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
       if (needs_mask) apply_mask(tOrP, p, n0, row);
       Softmax::block_max(tOrP, m_blk, m_use);
     }
-    const int shift = pasa_pv_shift(v_blk, kKeys);  // a block of large V's (online_softmax.cuh)
+    const int p_shift = pasa_pv_shift(v_blk, kKeys);  // a block of large V's (online_softmax.cuh)
     float ep[2], ec[2];
-    softmax.rescale(m_blk, mean, p.pasa_g, v_blk, shift, ep, ec);
+    softmax.rescale(m_blk, mean, p.pasa_g, v_blk, p_shift, ep, ec);
 #pragma unroll
     for (int kc = 0; kc < kNChunks; ++kc) {
       if constexpr (kAccurate) {
-        Softmax::exponentiate_fp32(tOrP[0][kc], tSrS, m_blk, 0, kc, static_cast<float>(shift));
+        Softmax::exponentiate_fp32(tOrP[0][kc], tSrS, m_blk, 0, kc, static_cast<float>(p_shift));
       } else {
-        Softmax::exponentiate_chunk(tOrP[0][kc], m_use, 0, shift);
+        Softmax::exponentiate_chunk(tOrP[0][kc], m_use, 0, p_shift);
       }
     }
     // The row sums of P (P times ones: every column the row's sum).

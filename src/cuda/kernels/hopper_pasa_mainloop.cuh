@@ -14,12 +14,13 @@
 //   S' = Q K'^T by one m64n136k16 wgmma chain: the 128 scores, and in the 8 extra columns each row's
 //     sum of S' over the block (for the local pseudo-average, from the mean rows: about 22 bits);
 //   S' rounded to fp16 pairs (pasa) or kept in fp32 (pasa_accurate), masked, the block max; then per
-//     k16 step P = fl(e^(fl(S' - m))) sent at once to the tensor cores: P V into a fresh fp32 sum, and
+//     k16 step P = fl(e^(fl(S' - m))) (a block of large V: times 2^-shift, pasa_headroom.h) sent at
+//     once to the tensor cores: P V into a fresh fp32 sum, and
 //     P times a matrix of ones (in the extra shared memory) for the row sums of P, with PASA's state
 //     update (m and the two rescale factors) interleaved among the exponentials (one basic block);
 //   the next block's S' issued behind P V, and O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16 and l
-//     while it runs (a block of large V: fl(P V) at a power of two below it, pasa_headroom.h).
-// Each block's largest |V| (the prepass's slots) goes into the headroom's O~ rule.
+//     while it runs (a block of large V: ec times 2^shift).
+// Each block's largest |V| (the prepass's slots) goes into the headroom's O~ rule and the shift.
 // Epilogue: O = fl(O~ (1 / l)), LSE = m + log l.
 //
 // pasa_fp16acc (kFp16Acc) keeps P V in the tensor cores' fp16 accumulators over kPasaPvBlocks key
@@ -182,7 +183,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
         ctx.k_ring.release(f);  // S' has been read: the K' slot is free
         // The shift of a block of large V's exponentials (online_softmax.cuh; pasa_fp16acc takes P
         // against the running maximum, whose headroom bounds its P V).
-        const int shift = kFp16Acc ? 0 : pasa_pv_shift(v_here, kKeys);
+        const int p_shift = kFp16Acc ? 0 : pasa_pv_shift(v_here, kKeys);
         float m_blk[2];
         [[maybe_unused]] __half2 m_use[2];
         if constexpr (kAccurate) {
@@ -197,7 +198,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
         // PASA's state update (m and the two rescale factors) beside the exponentials, which do not
         // need it (P is taken against the block's own max).
         float ep[2], ec[2];
-        softmax.rescale(m_blk, mean, p.pasa_g, v_here, shift, ep, ec);
+        softmax.rescale(m_blk, mean, p.pasa_g, v_here, p_shift, ep, ec);
         if constexpr (kFp16Acc) {
           // Every exponential first (they need no factor), then P = fl(P e_cur) against the running
           // maximum, and O~ and the accumulator rescaled, before P V adds onto them.
@@ -228,9 +229,9 @@ struct PasaHopperVariant : HopperVariantDefaults {
 #pragma unroll
           for (int kc = 0; kc < kPSteps; ++kc) {
             if constexpr (kAccurate) {
-              Softmax::exponentiate_fp32(pa[0][kc], s32, m_blk, 0, kc, static_cast<float>(shift));
+              Softmax::exponentiate_fp32(pa[0][kc], s32, m_blk, 0, kc, static_cast<float>(p_shift));
             } else {
-              Softmax::exponentiate_chunk(pa[0][kc], m_use, 0, shift);
+              Softmax::exponentiate_chunk(pa[0][kc], m_use, 0, p_shift);
             }
             wgmma_fence();
             hopper::mma_pv<__half, D>(pv, pa[0][kc], ctx.v_desc(f, kc), kc > 0);
