@@ -37,7 +37,6 @@
 #include "interrupt.h"
 #include "numerics/pasa_headroom.h"
 #include "numerics/pasa_shift.h"
-#include "numerics/scaled_p.h"
 #include "pasa/format.h"
 #include "storage_convert.h"
 
@@ -160,21 +159,18 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       for (double& m : pasa_means) m = round_average(with_scale(pasa_average ? R.s(m) : m));
     }
 
-    // PASA: the block's largest |V| (its keys, every channel), for the headroom and the shift of its
-    // exponentials (numerics/pasa_headroom.h), times P's scale, which O~ carries too. (Split boundaries
-    // fall on key blocks.)
-    const float v_block = pasa ? kv.v_block_max[static_cast<std::size_t>(k0 / s2)] * static_cast<float>(pol.p_scale) : 0.0f;
+    // PASA: the block's largest |V| (its keys, every channel), for the headroom and P V's shift
+    // (numerics/pasa_headroom.h), times P's scale, which O~ carries too. (Split boundaries fall on key
+    // blocks.)
+    const float v_block =
+        pasa ? kv.v_block_max[static_cast<std::size_t>(k0 / s2)] * static_cast<float>(pol.p_scale) : 0.0f;
     // P against the running maximum (p_max=running, or one accumulator): the block's factor e_cur
-    // goes into P itself. Else a block of large V has its exponentials at 2^-shift times their value
-    // (pasa_pv_shift), so that its P V stays in the O format's range, and its factor takes the 2^shift
-    // (exact powers of two; 1 otherwise), as the kernels do. Where P's format would hold the scaled
-    // 2^-shift below its normal range (e4m3, int8: emulator-only policies), the block's P V takes the
-    // shift instead, rounded at 2^-shift times its value, and O~'s factor alone takes 2^shift.
+    // goes into P itself, whose headroom bounds its P V. Else a block of large V (pasa_pv_shift) has its
+    // P V rounded to the O format at 2^-shift times its value, and O~'s factor takes the 2^shift
+    // (exact powers of two; 1 otherwise), as the kernels do.
     const bool p_running = !pol.two_level || pol.p_running_max;
     const int shift = pasa && !p_running ? pasa_pv_shift(v_block, s2) : 0;
-    const bool shift_p = shift == 0 || !scaled_p_below_normal(pol, std::ldexp(1.0, -shift));
-    const double p_down = shift_p ? std::ldexp(1.0, -shift) : 1.0, factor_up = shift_p ? std::ldexp(1.0, shift) : 1.0;
-    const double pv_down = shift_p ? 1.0 : std::ldexp(1.0, -shift), o_up = shift_p ? 1.0 : std::ldexp(1.0, shift);
+    const double pv_down = std::ldexp(1.0, -shift), o_up = std::ldexp(1.0, shift);
     for (int rr = 0; rr < rows; ++rr) {
       double* x = &scores[static_cast<std::size_t>(rr) * cols];
       const double dq = pq.q_scale[t.r0 + rr];
@@ -258,7 +254,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
           x[c] = 0.0;  // reused below as this key's exponential
           continue;
         }
-        x[c] = sm(sm(power(pol, sm(x[c] - m_blk))) * p_down);
+        x[c] = sm(power(pol, sm(x[c] - m_blk)));
         l_blk = R.sum(l_blk + x[c]);
       }
       l_blk = sm(l_blk);
@@ -351,7 +347,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
           m_new = up - m_new <= max_move ? up : state_round(m_new + h);
         }
         ep = first ? 0.0 : sm(power(pol, sm(difference(a))));
-        ec = sm(power(pol, sm(difference(b))) * factor_up);
+        ec = sm(power(pol, sm(difference(b))));
         if (at_floor) {
           // At the floor (a and b both there) the reference cannot move: fp32's step there is 2^104,
           // fp16's 32. The row keeps the headroom's moves apart instead, as if the reference were
@@ -360,7 +356,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
           // LSE is the floor's either way).
           floor_moves = st.floor_moves + h;
           ep = first ? 0.0 : sm(power(pol, -h));
-          ec = sm(power(pol, -floor_moves) * factor_up);
+          ec = sm(power(pol, -floor_moves));
         }
       }
       e_prev[rr] = ep;

@@ -20,9 +20,9 @@
 // where its step is coarser than k (a reference past 2048 in fp16), unless that moves it further than
 // pasa_max_move: then it is rounded to nearest, and where that loses k (fp16's step is 32 past 32768)
 // the row keeps no headroom. A block whose P is taken against its own maximum and whose P V could
-// pass 2^15 (pasa_pv_shift > 0) has its exponentials at 2^-shift times their value, so that its P V
-// stays below 2^15 before its rounding to fp16, and its factor takes the 2^shift, for l and O~ alike.
-// The emulator and the pasa kernels (online_softmax.cuh) both call these.
+// pass 2^15 (pasa_pv_shift > 0) has its P V rounded to fp16 at 2^-shift times its value, and O~'s
+// factor for it takes the 2^shift back (P itself, and l, are untouched: its small weights keep their
+// bits). The emulator and the pasa kernels (online_softmax.cuh) both call these.
 #pragma once
 
 #include <climits>
@@ -99,9 +99,10 @@ PASA_HOST_DEVICE inline float pasa_headroom(float l, float w, float v_block, flo
   return pasa_units(k, base2);
 }
 
-// The shift of a block's exponentials (base-2 units): s where block_kv weights of at most 1 times the
-// block's largest |V| (v_block) reach 2^kPasaOutputLog2 (its P V, taken at 2^-s times its value, then
-// stays below 2^15), else 0. At most 8 for blocks of 128 keys of |V| <= kPasaLargestV.
+// The shift of a block's P V before its rounding to fp16: s where block_kv weights of at most 1 times
+// the block's largest |V| (v_block) reach 2^kPasaOutputLog2 (P V is then rounded at 2^-s times its
+// value, below 2^15, and O~'s factor for the block takes 2^s), else 0. At most 8 for blocks of 128
+// keys of |V| <= kPasaLargestV.
 PASA_HOST_DEVICE inline int pasa_pv_shift(float v_block, int block_kv) {
   const float bound = static_cast<float>(block_kv) * v_block;
   return bound >= static_cast<float>(1 << kPasaOutputLog2) ? pasa_exponent(bound) - (kPasaOutputLog2 - 1) : 0;

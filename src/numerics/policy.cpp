@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "numerics/pasa_headroom.h"
-#include "numerics/scaled_p.h"
 #include "pasa/error.h"
 #include "text/format.h"
 
@@ -562,17 +561,6 @@ std::string to_string(const Policy& policy) {
   return out;
 }
 
-std::optional<ScaledPCarrier> scaled_p_below_normal(const Policy& p, double weight) {
-  const double scaled = round_to(p.p, round_to(Format::fp32(), weight * p.p_scale));
-  const std::pair<const char*, Format> carriers[] = {{"p", p.p}, {"pv_acc", p.pv_acc}, {"o", p.o}, {"softmax", p.softmax}};
-  for (int i = 0; i < (p.rowsum == RowSum::p ? 4 : 3); ++i) {
-    const auto& [key, f] = carriers[i];
-    const double smallest = f.is_integer() ? 1.0 : f.min_normal();
-    if (scaled < smallest) return ScaledPCarrier{key, f, scaled, smallest};
-  }
-  return std::nullopt;
-}
-
 void validate(const Policy& p) {
   // Fields set in C++ rather than parsed: the preset (what the policy prints from), and every format
   // and choice, must be one the text form has.
@@ -747,22 +735,27 @@ void validate(const Policy& p) {
                              "finite in fp32 and within p = {}, unclamped)", p.p_scale, p_scale_max, p.p.name()));
   }
   // At the other end, P = 1 (the weight of the row's maximum, which every row with a key has) times
-  // p_scale must be a normal number of p, and of the formats that carry the scaled P V until O~ is
-  // divided by p_scale (scaled_p.h): below, every weight underflows (O = 0, or NaN where l sums P as
-  // rounded) or keeps only a subnormal's few bits, while the reference is finite. An integer p needs
-  // P = 1 to reach 1.
-  if (const auto below = scaled_p_below_normal(p, 1.0)) {
-    throw Error(text::format("policy field 'p_scale': {} is too small: P = 1 (the weight of a row's maximum) "
-                             "times it is {} in {} (p), below {:g}, {}'s smallest {} value ({}), so the "
-                             "weights would underflow or lose their precision; use p_scale >= {:g}",
-                             p.p_scale, below->scaled, p.p.name(), below->smallest, below->format.name(),
-                             below->format.is_integer() ? "nonzero" : "normal", below->key, below->smallest));
-  }
+  // p_scale must be a normal number of p, and of pv_acc and o, which carry the scaled P V until O~ is
+  // divided by p_scale: below, every weight underflows (O = 0, or NaN where l sums P as rounded) or
+  // keeps only a subnormal's few bits, while the reference is finite. An integer p needs P = 1 to
+  // reach 1.
   const double scaled_one = round_to(p.p, round_to(Format::fp32(), p.p_scale));
-  // (An array, not a vector: validate runs on every call.)
+  // The formats that carry the scaled P: p, pv_acc and o, and with rowsum=p `softmax`, where a block's
+  // sum of the scaled P is rounded before it is divided by p_scale. (An array, not a vector: validate
+  // runs on every call.)
   const std::pair<const char*, Format> carrier_list[] = {
       {"p", p.p}, {"pv_acc", p.pv_acc}, {"o", p.o}, {"softmax", p.softmax}};
   const std::span<const std::pair<const char*, Format>> carriers(carrier_list, p.rowsum == RowSum::p ? 4 : 3);
+  for (auto [key, f] : carriers) {
+    const double smallest = f.is_integer() ? 1.0 : f.min_normal();
+    if (scaled_one < smallest) {
+      throw Error(text::format("policy field 'p_scale': {} is too small: P = 1 (the weight of a row's maximum) "
+                               "times it is {} in {} (p), below {:g}, {}'s smallest {} value ({}), so the "
+                               "weights would underflow or lose their precision; use p_scale >= {:g}",
+                               p.p_scale, scaled_one, p.p.name(), smallest, f.name(),
+                               f.is_integer() ? "nonzero" : "normal", key, smallest));
+    }
+  }
   // A key block of weight-1 keys sums to s2 times the scaled P = 1: with rowsum=p that sum is carried in
   // pv_acc and rounded to `softmax` (past either's largest value l is inf, O = 0 and the LSE inf:
   // sage8,softmax=fp16,s2=256 from 147 keys), and against V's values of magnitude 1 (normal inputs)

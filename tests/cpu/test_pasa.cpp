@@ -239,8 +239,7 @@ TEST(Pasa, LargeValuesKeepOInFp16Range) {
   // O~ sums P V in fp16 (every pasa preset), and a block's P V is rounded to fp16 before its factor:
   // where the keys near the row's maximum times |V| passed 65504 (2 keys of V = 40000, 66 of 1000, 700
   // of 100, or one block of 128 keys of 1000), O came out inf where exact attention gives V. The
-  // headroom's O~ rule and the shift of a block's exponentials (numerics/pasa_headroom.h) keep both in
-  // range.
+  // headroom's O~ rule and P V's shift (numerics/pasa_headroom.h) keep both in range.
   expect_diffuse_rows_right({{2, 40000.0}, {3, 30000.0}, {66, 1000.0}, {700, 100.0}, {128, 1000.0}, {129, 60000.0},
                              {5000, 65504.0}, {1000, 30.0}},
                             2e-3);
@@ -248,10 +247,10 @@ TEST(Pasa, LargeValuesKeepOInFp16Range) {
 
 TEST(Pasa, LargeValuesUnderNarrowOrScaledWeights) {
   // The emulator's other P formats under PASA's large-V rules (Q, K uniform in [-1, 1], V in
-  // [-60000, 60000] or [-1000, 1000]): e4m3 P holds 2^-8 below its normal range, so a block of large V
-  // takes its shift in its P V instead of its weights (taken in the weights, they lost their bits:
-  // 0.27 where e4m3 P gives 0.025); and P times p_scale is what O~ carries, so the O~ rule weighs V by
-  // p_scale too (int8 P at 127, e4m3 at 64 gave NaN from V = 1000).
+  // [-60000, 60000] or [-1000, 1000]): P times p_scale is what O~ carries, so the O~ rule weighs V by
+  // p_scale too (int8 P at 127, e4m3 at 64 gave NaN from V = 1000); and a block's shift goes into its
+  // P V, not its weights, which e4m3 holds only down to 2^-6 (shifted weights gave 0.28 where e4m3 P
+  // gives 0.026).
   struct Narrow {
     const char* policy;
     double v, tol;
@@ -266,6 +265,32 @@ TEST(Pasa, LargeValuesUnderNarrowOrScaledWeights) {
     const PolicyRun run = run_policy(data, parse_policy(c.policy));
     ASSERT_EQ(non_finite_share(run.o), 0.0);
     EXPECT_LT(compare(run.o, reference_of(data).o).rel_rmse, c.tol);
+  }
+}
+
+TEST(Pasa, ABlockOfLargeValuesKeepsItsSmallWeights) {
+  // One key block: key 0 at score 0 with V = 0 (an attention sink), the other 127 keys gap below it
+  // with V of 30000-60000, so that exact attention's O is their small weights times their large
+  // values. The block's P V passes fp16's range and takes its shift after the GEMM; P itself keeps
+  // its weights near 2^-17 (taking the shift in P put them among fp16's subnormals, or at 0: relative
+  // RMSE 0.5 at a gap of 11.5, 1.0 at 12.5).
+  for (const double gap : {10.0, 11.5, 12.5}) {
+    QKV data = uniform_qkv({1, 1, 128, 64}, 0.0, 1.0, 29);
+    std::vector<float> q(static_cast<std::size_t>(128 * 64), 0.0f), k = q, v = to_float(data.v);
+    for (std::size_t i = 0; i < q.size(); ++i) {
+      const std::size_t key = i / 64, channel = i % 64;
+      q[i] = channel == 0 ? 8.0f : 0.0f;  // score = k[key][0] (softmax scale 1/8)
+      k[i] = channel == 0 && key > 0 ? static_cast<float>(-gap) : 0.0f;
+      v[i] = key == 0 ? 0.0f : 45000.0f + 15000.0f * v[i];
+    }
+    data.q = from_float(q, data.q.shape, DType::f16);
+    data.k = from_float(k, data.k.shape, DType::f16);
+    data.v = from_float(v, data.v.shape, DType::f16);
+    const ReferenceResult ref = reference_of(data);
+    for (const char* name : {"pasa", "pasa_accurate"}) {
+      SCOPED_TRACE(::testing::Message() << name << " gap " << gap);
+      EXPECT_LT(compare(run_policy(data, preset_policy(name)).o, ref.o).rel_rmse, 2e-2);
+    }
   }
 }
 
@@ -291,7 +316,7 @@ TEST(Pasa, HeadroomRulesAtTheirEdges) {
   EXPECT_EQ(pasa_clamped_v(1000.0f), 1000.0f);
   EXPECT_EQ(pasa_headroom(0.0f, 0.0f, pasa_clamped_v(INFINITY), 0.0f, 128, true), 8.0f);
   EXPECT_EQ(pasa_headroom(0.0f, 0.0f, 40000.0f, NAN, 128, true), 0.0f);  // a NaN below reaches nothing
-  // The shift of a block's exponentials: 0 below 128 x 256 = 2^15, 8 at fp16's largest V.
+  // P V's shift: 0 below 128 x 256 = 2^15, 8 at fp16's largest V.
   EXPECT_EQ(pasa_pv_shift(255.9f, 128), 0);
   EXPECT_EQ(pasa_pv_shift(256.0f, 128), 1);
   EXPECT_EQ(pasa_pv_shift(65504.0f, 128), 8);

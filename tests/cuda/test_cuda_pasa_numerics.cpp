@@ -70,7 +70,7 @@ TEST_P(CudaPasaNumerics, DiffuseLongRowsAgreeWithTheEmulator) {
 // Large V: O~ in fp16 passed 65504 where the keys near a row's maximum times |V| did (2 keys of V =
 // 40000, 700 of 100, a block of 128 of 1000, one channel of 20000 beside values in [-1, 1]), and gave
 // O = inf where exact attention is finite; V at fp16's largest value gave inf in the last rounding.
-// The headroom's O~ rule and the shift of a block's exponentials (numerics/pasa_headroom.h) keep O~ in range, and the
+// The headroom's O~ rule and P V's shift (numerics/pasa_headroom.h) keep O~ in range, and the
 // epilogue saturates a finite O at 65504; the kernels take them at the emulator's points, from the
 // prepass's largest |V| of each block (bf16 V rounded to fp16 first), causal or not, over GQA's K/V
 // heads and with the prepass inside the attention kernel (4 heads of 1100 query rows a key block at

@@ -218,23 +218,17 @@ struct PasaSoftmax {
       for (int i = 0; i < 2; ++i) m_blk[2 * mt + i] = row_max(s, mt, i);
   }
 
-  // The exponentials below take `p_shift` (base-2 units, the same in every thread): a key block of large
-  // V (pasa_pv_shift > 0, pasa_headroom.h) has its P at 2^-p_shift times its value, so that its P V stays
-  // below 2^15, and rescale() puts the 2^p_shift into the block's factor. 0 leaves P as it was, so that
-  // no branch is needed. (fp32 S' takes it in the exponent's argument, where it fuses into the
-  // product by log2 e; fp16 S' as a product of the fp16 P, exact but where it makes P subnormal.)
-
-  // P = fl16(e^(S' - m) 2^-p_shift) from fp32 S' for k16 chunk kc of m-tile mt, as the P V A fragment w
-  // (the chunk's n8 tiles 2 kc and 2 kc + 1). m_blk = -inf (a row that sees no key): its P is 0.
+  // P = fl16(e^(S' - m)) from fp32 S' for k16 chunk kc of m-tile mt, as the P V A fragment w (the
+  // chunk's n8 tiles 2 kc and 2 kc + 1). m_blk = -inf (a row that sees no key): its P is 0.
   template <int kNTiles>
   __device__ __forceinline__ static void exponentiate_fp32(std::uint32_t (&w)[4], const float (&s)[kMTiles][kNTiles][4],
-                                                           const float (&m_blk)[kRows], int mt, int kc, float p_shift) {
+                                                           const float (&m_blk)[kRows], int mt, int kc) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int i = e % 2;
       const float m = m_blk[2 * mt + i] == -INFINITY ? 0.0f : m_blk[2 * mt + i];
       const float* x = &s[mt][2 * kc + e / 2][2 * i];
-      w[e] = pack2<__half>(fast_exp2(to_log2(x[0] - m) - p_shift), fast_exp2(to_log2(x[1] - m) - p_shift));
+      w[e] = pack2<__half>(fast_exp2(to_log2(x[0] - m)), fast_exp2(to_log2(x[1] - m)));
     }
   }
 
@@ -248,31 +242,20 @@ struct PasaSoftmax {
     }
   }
 
-  // P = fl(fl(e^(fl(S' - m))) 2^-p_shift) (kBase2: 2^), the same in place.
-  __device__ __forceinline__ static void exponentiate_chunk(std::uint32_t (&w)[4], const __half2 (&m_use)[kRows],
-                                                            int mt, int p_shift) {
-    exponentiate_chunk(w, m_use, mt);
-    const __half2 down = __float2half2_rn(pasa_power_of_two(-p_shift));  // exact
-#pragma unroll
-    for (int e = 0; e < 4; ++e) w[e] = as_u32(__hmul2_rn(as_half2(w[e]), down));
-  }
-
   // The state update of a key block but for l and w: mean[r] = the row's local pseudo-average s' (fp32),
   // m_blk[r] its block max m' (identical across the quad), v_blk the block's largest |V| (the same in
-  // every thread: the prepass's slots, pasa_stage.cuh), p_shift that of its exponentials (0 where P is
-  // taken against the running maximum). ep / ec: the rescale factors of the running
+  // every thread: the prepass's slots, pasa_stage.cuh). ep / ec: the rescale factors of the running
   // O~ and of this block's P V for each of the thread's rows (ep = 1, ec = 0 for a row that sees no key
   // of the block: the emulator leaves such a row's state untouched). Called by all lanes (it
   // shuffles); add_block() completes it.
   // Branch-free: every lane computes and selects, so that the update is one basic block that the
   // compiler can interleave with the block's exponentials instead of running it alone.
   __device__ __forceinline__ void rescale(const float (&m_blk)[kRows], const float (&mean)[kRows], float g, float v_blk,
-                                          int p_shift, float (&ep)[kRows], float (&ec)[kRows]) {
+                                          float (&ep)[kRows], float (&ec)[kRows]) {
     const float mb = own(m_blk), mn = own(mean);
     const bool updates = static_cast<int>(threadIdx.x) % 4 < kRows && mb != -INFINITY;
     // The block's maximum recovered, m' + G s', with one rounding, saturated; the new reference is
-    // the larger of it and m, exactly, so the larger factor is 1 (a shifted block's times 2^p_shift,
-    // which the headroom's O~ rule then moves by at least as much). The row's first block (m = -inf)
+    // the larger of it and m, exactly, so the larger factor is 1. The row's first block (m = -inf)
     // takes it as it is, with factors 0 and 1. Then the headroom for l and O~, rounded up unless that
     // moves too far.
     const float cur = fminf(fmaxf(fmaf(g, mn, mb), -FLT_MAX), FLT_MAX);
@@ -285,7 +268,7 @@ struct PasaSoftmax {
     // (The argument is selected, not the exponential, so that each is one unconditional MUFU: e^-inf =
     // 0 is the first block's factor of the empty state.)
     const float e_prev_next = stat(power(first ? -INFINITY : stat(m - m_new)));
-    const float e_cur_next = stat(power(stat(cur - m_new)) * pasa_power_of_two(p_shift));
+    const float e_cur_next = stat(power(stat(cur - m_new)));
     e_prev = updates ? e_prev_next : 1.0f;
     e_cur = updates ? e_cur_next : 0.0f;
     m = updates ? m_new : m;

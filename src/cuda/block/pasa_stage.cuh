@@ -15,7 +15,7 @@
 // thread its rows' sum of S' over the block, which PASA's local pseudo-average needs.
 //
 // After the stages, the largest |V| of each stage's keys (fp16 V; every channel), for the headroom's O~
-// rule and the shift of a block's exponentials (numerics/pasa_headroom.h): kPasaVMaxSlots floats a stage, one a 64-channel
+// rule and P V's shift (numerics/pasa_headroom.h): kPasaVMaxSlots floats a stage, one a 64-channel
 // atom (each written by the warp that prepares the atom; the kernels take the largest of them).
 #pragma once
 

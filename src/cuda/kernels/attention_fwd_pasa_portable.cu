@@ -17,13 +17,13 @@
 //   S' = Q K'^T with fp32 accumulators (the policies' qk_acc), 16 n8 tiles of scores, and a 17th
 //     against the mean rows: each row's mean of S' as hi + lo 2^-11 (about 22 bits);
 //   S' rounded to fp16 pairs (pasa) or kept in fp32 (pasa_accurate), masked, the block max, PASA's state
-//     update (the two rescale factors), P = fl(e^(fl(S' - m))) as the A fragments of P V (a block
-//     of large V: P times 2^-shift and ec times 2^shift, pasa_headroom.h);
+//     update (the two rescale factors), P = fl(e^(fl(S' - m))) as the A fragments of P V;
 //   P times a fragment of ones: the row sums of P; P V into fresh fp32 accumulators (pv_acc), a pass
 //     of pv_tiles() n8 tiles at a time;
 //   O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16, and l likewise (pasa_accurate's factors are fp32
-//     state: each product is rounded to fp16 once from its exact value, as the emulator rounds it).
-// Each block's largest |V| (the prepass's slots) goes into the headroom's O~ rule and the shift.
+//     state: each product is rounded to fp16 once from its exact value, as the emulator rounds it;
+//     a block of large V: fl(P V) at a power of two below it, pasa_headroom.h).
+// Each block's largest |V| (the prepass's slots) goes into the headroom's O~ rule.
 // bf16 V is rounded to fp16 in shared memory. Epilogue: O = fl(O~ / l), LSE = m + log l.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -225,15 +225,14 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
       if (needs_mask) apply_mask(tOrP, p, n0, row);
       Softmax::block_max(tOrP, m_blk, m_use);
     }
-    const int p_shift = pasa_pv_shift(v_blk, kKeys);  // a block of large V's (online_softmax.cuh)
     float ep[2], ec[2];
-    softmax.rescale(m_blk, mean, p.pasa_g, v_blk, p_shift, ep, ec);
+    softmax.rescale(m_blk, mean, p.pasa_g, v_blk, ep, ec);
 #pragma unroll
     for (int kc = 0; kc < kNChunks; ++kc) {
       if constexpr (kAccurate) {
-        Softmax::exponentiate_fp32(tOrP[0][kc], tSrS, m_blk, 0, kc, static_cast<float>(p_shift));
+        Softmax::exponentiate_fp32(tOrP[0][kc], tSrS, m_blk, 0, kc);
       } else {
-        Softmax::exponentiate_chunk(tOrP[0][kc], m_use, 0, p_shift);
+        Softmax::exponentiate_chunk(tOrP[0][kc], m_use, 0);
       }
     }
     // The row sums of P (P times ones: every column the row's sum).
@@ -243,6 +242,7 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
     const float row_psum[2] = {psum[0], psum[2]};
     softmax.add_block(row_psum);
 
+    const int shift = pasa_pv_shift(v_blk, kKeys);  // (the same in every thread: a uniform branch)
     // P V_j slice by slice, pass by pass into fresh fp32 sums, each added into O~.
 #pragma unroll
     for (int s = 0; s < kSlices; ++s) {
@@ -253,19 +253,32 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
         float tOrPV[1][kPvTiles][4] = {};
         warp_pv<1, kNChunks, kPvTiles, PaddedRows<kStride>, __half>(tOrPV, tOrP, smem_addr(slot(kSlices + s)) + lane_v +
                                                                          pass * kPvTiles * 8 * 2);
-        // O~ = fl(fl(ep O~) + fl(ec fl(P V))) for the pass's tiles.
+        // O~ = fl(fl(ep O~) + fl(ec fl(P V))) for the pass's tiles. A block of large V (shift > 0,
+        // pasa_headroom.h) rounds P V at 2^-shift times its value, and its factor carries the 2^shift.
+        const auto fold = [&](auto shifted) {
+          constexpr bool kShifted = decltype(shifted)::value;
+          const float down = kShifted ? pasa_power_of_two(-shift) : 1.0f;
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const __half2 ep2 = __float2half2_rn(ep[i]), ec2 = __float2half2_rn(ec[i]);  // pasa: fp16 values, exact
+          for (int i = 0; i < 2; ++i) {
+            const float ec_up = kShifted ? ec[i] * pasa_power_of_two(shift) : ec[i];
+            const __half2 ep2 = __float2half2_rn(ep[i]), ec2 = __float2half2_rn(ec_up);  // pasa: fp16 values, exact
 #pragma unroll
-          for (int n = 0; n < kPvTiles; ++n) {
-            const __half2 block = __floats2half2_rn(tOrPV[0][n][2 * i], tOrPV[0][n][2 * i + 1]);
-            if constexpr (kAccurate) {
-              tOrO[c0 + n][i] = rescale_add_half2_once(ep[i], tOrO[c0 + n][i], ec[i], block);
-            } else {  // (mul.rn: ptxas would otherwise fuse a product into the add, one rounding fewer)
-              tOrO[c0 + n][i] = __hadd2(__hmul2_rn(ep2, tOrO[c0 + n][i]), __hmul2_rn(ec2, block));
+            for (int n = 0; n < kPvTiles; ++n) {
+              const float* sum = &tOrPV[0][n][2 * i];
+              const __half2 block = kShifted ? __floats2half2_rn(sum[0] * down, sum[1] * down)
+                                             : __floats2half2_rn(sum[0], sum[1]);
+              if constexpr (kAccurate) {
+                tOrO[c0 + n][i] = rescale_add_half2_once(ep[i], tOrO[c0 + n][i], ec_up, block);
+              } else {  // (mul.rn: ptxas would otherwise fuse a product into the add, one rounding fewer)
+                tOrO[c0 + n][i] = __hadd2(__hmul2_rn(ep2, tOrO[c0 + n][i]), __hmul2_rn(ec2, block));
+              }
             }
           }
+        };
+        if (shift != 0) {
+          fold(std::true_type{});
+        } else {
+          fold(std::false_type{});
         }
       }
     }

@@ -14,13 +14,12 @@
 //   S' = Q K'^T by one m64n136k16 wgmma chain: the 128 scores, and in the 8 extra columns each row's
 //     sum of S' over the block (for the local pseudo-average, from the mean rows: about 22 bits);
 //   S' rounded to fp16 pairs (pasa) or kept in fp32 (pasa_accurate), masked, the block max; then per
-//     k16 step P = fl(e^(fl(S' - m))) (a block of large V: times 2^-shift, pasa_headroom.h) sent at
-//     once to the tensor cores: P V into a fresh fp32 sum, and
+//     k16 step P = fl(e^(fl(S' - m))) sent at once to the tensor cores: P V into a fresh fp32 sum, and
 //     P times a matrix of ones (in the extra shared memory) for the row sums of P, with PASA's state
 //     update (m and the two rescale factors) interleaved among the exponentials (one basic block);
 //   the next block's S' issued behind P V, and O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16 and l
-//     while it runs (a block of large V: ec times 2^shift).
-// Each block's largest |V| (the prepass's slots) goes into the headroom's O~ rule and the shift.
+//     while it runs (a block of large V: fl(P V) at a power of two below it, pasa_headroom.h).
+// Each block's largest |V| (the prepass's slots) goes into the headroom's O~ rule.
 // Epilogue: O = fl(O~ (1 / l)), LSE = m + log l.
 //
 // pasa_fp16acc (kFp16Acc) keeps P V in the tensor cores' fp16 accumulators over kPasaPvBlocks key
@@ -171,6 +170,8 @@ struct PasaHopperVariant : HopperVariantDefaults {
         constexpr bool kHasNext = decltype(has_next)::value;
         const int f = fill + kb, key0 = (ctx.kb_first + kb) * kKeys;
         const float v_here = v_blk;
+        // (the same in every thread: a uniform branch below)
+        [[maybe_unused]] const int shift = kFp16Acc ? 0 : pasa_pv_shift(v_here, kKeys);
         // (pasa_accurate: S' stays in acc, seen as the mma C layout's [1][kKeys / 8][4] tiles.)
         [[maybe_unused]] auto& s32 = *reinterpret_cast<float (*)[1][kKeys / 8][4]>(acc);
         if constexpr (!kAccurate) {
@@ -181,9 +182,6 @@ struct PasaHopperVariant : HopperVariantDefaults {
         const float mean[2] = {fmaf(acc[kKeys / 2 + 1], kLo, acc[kKeys / 2]),
                                fmaf(acc[kKeys / 2 + 3], kLo, acc[kKeys / 2 + 2])};
         ctx.k_ring.release(f);  // S' has been read: the K' slot is free
-        // The shift of a block of large V's exponentials (online_softmax.cuh; pasa_fp16acc takes P
-        // against the running maximum, whose headroom bounds its P V).
-        const int p_shift = kFp16Acc ? 0 : pasa_pv_shift(v_here, kKeys);
         float m_blk[2];
         [[maybe_unused]] __half2 m_use[2];
         if constexpr (kAccurate) {
@@ -198,7 +196,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
         // PASA's state update (m and the two rescale factors) beside the exponentials, which do not
         // need it (P is taken against the block's own max).
         float ep[2], ec[2];
-        softmax.rescale(m_blk, mean, p.pasa_g, v_here, p_shift, ep, ec);
+        softmax.rescale(m_blk, mean, p.pasa_g, v_here, ep, ec);
         if constexpr (kFp16Acc) {
           // Every exponential first (they need no factor), then P = fl(P e_cur) against the running
           // maximum, and O~ and the accumulator rescaled, before P V adds onto them.
@@ -229,9 +227,9 @@ struct PasaHopperVariant : HopperVariantDefaults {
 #pragma unroll
           for (int kc = 0; kc < kPSteps; ++kc) {
             if constexpr (kAccurate) {
-              Softmax::exponentiate_fp32(pa[0][kc], s32, m_blk, 0, kc, static_cast<float>(p_shift));
+              Softmax::exponentiate_fp32(pa[0][kc], s32, m_blk, 0, kc);
             } else {
-              Softmax::exponentiate_chunk(pa[0][kc], m_use, 0, p_shift);
+              Softmax::exponentiate_chunk(pa[0][kc], m_use, 0);
             }
             wgmma_fence();
             hopper::mma_pv<__half, D>(pv, pa[0][kc], ctx.v_desc(f, kc), kc > 0);
@@ -267,17 +265,24 @@ struct PasaHopperVariant : HopperVariantDefaults {
           // O~ = fl(fl(ep O~) + fl(ec fl(P V))): pasa's factors are fp16 values (its state is fp16), so
           // the products are fp16 multiplies; pasa_accurate's are fp32, so a product is rounded to fp16
           // once from its exact value, as the emulator rounds it (rescale_add_half2_once: only the one
-          // whose factor is not 1 where one is).
+          // whose factor is not 1 where one is). A block of large V (shift > 0, pasa_headroom.h) rounds
+          // P V at 2^-shift times its value, and its factor carries the 2^shift.
           const __half2 ep2[2] = {__float2half2_rn(ep[0]), __float2half2_rn(ep[1])};
-          const __half2 ec2[2] = {__float2half2_rn(ec[0]), __float2half2_rn(ec[1])};
-          auto update_o = [&](auto keep_o) {
+          auto update_o = [&](auto keep_o, auto shifted) {
+            constexpr bool kShifted = decltype(shifted)::value;
+            const float down = kShifted ? pasa_power_of_two(-shift) : 1.0f;
+            const float ec_up[2] = {kShifted ? ec[0] * pasa_power_of_two(shift) : ec[0],
+                                    kShifted ? ec[1] * pasa_power_of_two(shift) : ec[1]};
+            const __half2 ec2[2] = {__float2half2_rn(ec_up[0]), __float2half2_rn(ec_up[1])};
 #pragma unroll
             for (int n = 0; n < kDT; ++n)
 #pragma unroll
               for (int i = 0; i < 2; ++i) {
-                const __half2 block = __floats2half2_rn(pv[4 * n + 2 * i], pv[4 * n + 2 * i + 1]);
+                const float* sum = &pv[4 * n + 2 * i];
+                const __half2 block = kShifted ? __floats2half2_rn(sum[0] * down, sum[1] * down)
+                                               : __floats2half2_rn(sum[0], sum[1]);
                 if constexpr (kAccurate) {
-                  o[n][i] = rescale_add_half2_once(ep[i], o[n][i], ec[i], block);
+                  o[n][i] = rescale_add_half2_once(ep[i], o[n][i], ec_up[i], block);
                 } else if constexpr (decltype(keep_o)::value) {  // fl(1 O~) = O~
                   o[n][i] = __hadd2(o[n][i], __hmul2_rn(ec2[i], block));
                 } else {  // (mul.rn: ptxas would otherwise fuse a product into the add, one rounding fewer)
@@ -288,10 +293,12 @@ struct PasaHopperVariant : HopperVariantDefaults {
           // pasa at D 128: once a row's reference settles, most blocks leave it (ep = 1), and where that
           // holds for all 16 rows of the warp the product by ep is skipped (D 64 measured no gain: its
           // O~ update is half as long, and the branch splits the block the scheduler interleaves).
-          if (!kAccurate && D >= 128 && __all_sync(0xffffffffu, ep[0] == 1.0f && ep[1] == 1.0f)) {
-            update_o(std::true_type{});
+          if (shift != 0) {
+            update_o(std::false_type{}, std::true_type{});
+          } else if (!kAccurate && D >= 128 && __all_sync(0xffffffffu, ep[0] == 1.0f && ep[1] == 1.0f)) {
+            update_o(std::true_type{}, std::false_type{});
           } else {
-            update_o(std::false_type{});
+            update_o(std::false_type{}, std::false_type{});
           }
         }
         if constexpr (kHasNext) {
