@@ -84,9 +84,10 @@ PASA_HOST_DEVICE inline float pasa_output_bound(float w, float ep, float l_add, 
 
 // What the state update adds to its reference before a key block (both rules above): 0 where neither
 // acts, else k base-2 units (pasa_units). l: the running sum (a float value); w: the bound on |O~|
-// (pasa_output_bound); v_block: the block's largest |V| (pasa_clamped_v); below: the block's recovered maximum minus the
-// reference it would take without a move (<= 0; 0 for the row's first block), in the state's units.
-// Written with selects only, so that a kernel's state update around it stays one basic block.
+// (pasa_output_bound); v_block: the block's largest |V| (pasa_clamped_v); below: the block's
+// recovered maximum minus the reference it would take without a move (<= 0; 0 for the row's first
+// block), in the state's units. Written with selects only, so that a kernel's state update around it
+// stays one basic block.
 PASA_HOST_DEVICE inline float pasa_headroom(float l, float w, float v_block, float below, int block_kv, bool base2) {
   const int k_l = l >= kPasaHeadroomThreshold ? pasa_exponent(l) - kPasaHeadroomDrop : 0;
   const float reach_log2 = ceilf(base2 ? below : below * 1.4426950408889634f);
