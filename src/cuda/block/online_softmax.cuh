@@ -304,6 +304,23 @@ struct PasaSoftmax {
   }
 };
 
+// A key block's P V as pasa's O~ update takes it (pasa_headroom.h): each fp32 sum rounded to fp16, at
+// 2^-shift times its value for a block of large V (kShifted: pasa_pv_shift > 0, the same in every
+// thread), whose factor then takes the 2^shift back. kShifted = false is the plain update, with no
+// product by 1.
+template <bool kShifted>
+struct PvShift {
+  float down, up;
+  __device__ __forceinline__ explicit PvShift(int shift)
+      : down(kShifted ? pasa_power_of_two(-shift) : 1.0f), up(kShifted ? pasa_power_of_two(shift) : 1.0f) {}
+  // fl16 of the pair sum[0], sum[1] (at 2^-shift).
+  __device__ __forceinline__ __half2 pair(const float* sum) const {
+    return kShifted ? __floats2half2_rn(sum[0] * down, sum[1] * down) : __floats2half2_rn(sum[0], sum[1]);
+  }
+  // The block's factor ec (times 2^shift).
+  __device__ __forceinline__ float factor(float ec) const { return kShifted ? ec * up : ec; }
+};
+
 // ---------------------------------------------------------------------------------------------
 // unified max (FlashDecoding++, algorithms.md section 5)
 

@@ -46,6 +46,16 @@ namespace pasa::cuda {
 // The prepass of one call: its inputs, M's entries, where the stages (and bf16 V in fp16) go, and
 // for the in-kernel prepass the readiness word of each stage and the counter the warps draw chunks
 // from (both zeroed before the kernel).
+// The largest |V| of a stage's keys from its kAtoms slots (`load` reads one), as the headroom's rules
+// take it (pasa_clamped_v).
+template <int kAtoms, class Load>
+__device__ __forceinline__ float pasa_stage_v_max(const float* slots, Load load) {
+  float v = 0.0f;
+#pragma unroll
+  for (int a = 0; a < kAtoms; ++a) v = fmaxf(v, load(slots + a));
+  return pasa_clamped_v(v);
+}
+
 struct PasaPrepass {
   Operand k, v;
   int heads_kv, seq_kv, n_kb, stages;  // stages = batch x heads_kv x n_kb, in that order
@@ -66,11 +76,8 @@ struct PasaPrepass {
   // publishing; read at the GPU's scope, past the L1 cache.
   template <int kAtoms>
   __device__ __forceinline__ float v_max_of(int stage) const {
-    const float* slots = v_max + static_cast<std::int64_t>(stage) * kPasaVMaxSlots;
-    float v = 0.0f;
-#pragma unroll
-    for (int a = 0; a < kAtoms; ++a) v = fmaxf(v, load_relaxed_gpu(slots + a));
-    return pasa_clamped_v(v);
+    return pasa_stage_v_max<kAtoms>(v_max + static_cast<std::int64_t>(stage) * kPasaVMaxSlots,
+                                    [](const float* at) { return load_relaxed_gpu(at); });
   }
 
   // The stage of chunk number `c / kKAtoms` in the order the chunks are drawn: sections of

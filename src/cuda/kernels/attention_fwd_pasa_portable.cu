@@ -188,10 +188,8 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
     const int n0 = j * kKeys;
     // The block's largest |V| (the prepass's slots, written by the kernel before this one), read while
     // S' is computed.
-    float v_blk = 0.0f;
-#pragma unroll
-    for (int a = 0; a < Stage::kKAtoms; ++a) v_blk = fmaxf(v_blk, v_max[(stage0 + j) * kPasaVMaxSlots + a]);
-    v_blk = pasa_clamped_v(v_blk);
+    const float v_blk =
+        pasa_stage_v_max<Stage::kKAtoms>(v_max + (stage0 + j) * kPasaVMaxSlots, [](const float* at) { return *at; });
     // S' = Q K'_j^T, and against the mean rows: column 2t is Q . hi, 2t + 1 is Q . lo (every t).
     float tSrS[1][kNTiles][4] = {};
     float tSrMean[4] = {};
@@ -256,17 +254,14 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
         // O~ = fl(fl(ep O~) + fl(ec fl(P V))) for the pass's tiles. A block of large V (shift > 0,
         // pasa_headroom.h) rounds P V at 2^-shift times its value, and its factor carries the 2^shift.
         const auto fold = [&](auto shifted) {
-          constexpr bool kShifted = decltype(shifted)::value;
-          const float down = kShifted ? pasa_power_of_two(-shift) : 1.0f;
+          const PvShift<decltype(shifted)::value> pv_shift(shift);
 #pragma unroll
           for (int i = 0; i < 2; ++i) {
-            const float ec_up = kShifted ? ec[i] * pasa_power_of_two(shift) : ec[i];
+            const float ec_up = pv_shift.factor(ec[i]);
             const __half2 ep2 = __float2half2_rn(ep[i]), ec2 = __float2half2_rn(ec_up);  // pasa: fp16 values, exact
 #pragma unroll
             for (int n = 0; n < kPvTiles; ++n) {
-              const float* sum = &tOrPV[0][n][2 * i];
-              const __half2 block = kShifted ? __floats2half2_rn(sum[0] * down, sum[1] * down)
-                                             : __floats2half2_rn(sum[0], sum[1]);
+              const __half2 block = pv_shift.pair(&tOrPV[0][n][2 * i]);
               if constexpr (kAccurate) {
                 tOrO[c0 + n][i] = rescale_add_half2_once(ep[i], tOrO[c0 + n][i], ec_up, block);
               } else {  // (mul.rn: ptxas would otherwise fuse a product into the add, one rounding fewer)

@@ -269,18 +269,14 @@ struct PasaHopperVariant : HopperVariantDefaults {
           // P V at 2^-shift times its value, and its factor carries the 2^shift.
           const __half2 ep2[2] = {__float2half2_rn(ep[0]), __float2half2_rn(ep[1])};
           auto update_o = [&](auto keep_o, auto shifted) {
-            constexpr bool kShifted = decltype(shifted)::value;
-            const float down = kShifted ? pasa_power_of_two(-shift) : 1.0f;
-            const float ec_up[2] = {kShifted ? ec[0] * pasa_power_of_two(shift) : ec[0],
-                                    kShifted ? ec[1] * pasa_power_of_two(shift) : ec[1]};
+            const PvShift<decltype(shifted)::value> pv_shift(shift);
+            const float ec_up[2] = {pv_shift.factor(ec[0]), pv_shift.factor(ec[1])};
             const __half2 ec2[2] = {__float2half2_rn(ec_up[0]), __float2half2_rn(ec_up[1])};
 #pragma unroll
             for (int n = 0; n < kDT; ++n)
 #pragma unroll
               for (int i = 0; i < 2; ++i) {
-                const float* sum = &pv[4 * n + 2 * i];
-                const __half2 block = kShifted ? __floats2half2_rn(sum[0] * down, sum[1] * down)
-                                               : __floats2half2_rn(sum[0], sum[1]);
+                const __half2 block = pv_shift.pair(&pv[4 * n + 2 * i]);
                 if constexpr (kAccurate) {
                   o[n][i] = rescale_add_half2_once(ep[i], o[n][i], ec_up[i], block);
                 } else if constexpr (decltype(keep_o)::value) {  // fl(1 O~) = O~
