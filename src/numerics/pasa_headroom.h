@@ -25,7 +25,6 @@
 // bits). The emulator and the pasa kernels (online_softmax.cuh) both call these.
 #pragma once
 
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -46,13 +45,13 @@ static_assert(kPasaHeadroomThreshold == static_cast<float>(1 << kPasaHeadroomLog
 constexpr int kPasaOutputLog2 = 15;        // the O~ rule's bound on |O~|: 2^15, half of fp16's range
 constexpr float kPasaLargestV = 65504.0f;  // fp16's largest value: the largest |V| the rules take
 
-// The exponent of x >= 1 (normal or inf; INT_MAX for inf), read from its bits: the same on the host and
-// the GPU, and a select, not a branch.
+// The exponent of a finite x >= 0 (normal; -127 for 0 or a subnormal; an inf, which no caller gives,
+// reads as 128), read from its bits: the same on the host and the GPU, and no select (every caller's
+// argument is a sum of non-negative finite terms, |V| clamped to kPasaLargestV).
 PASA_HOST_DEVICE inline int pasa_exponent(float x) {
   std::uint32_t bits;
   std::memcpy(&bits, &x, sizeof bits);
-  const int biased = static_cast<int>(bits >> 23 & 0xffu);
-  return biased == 0xff ? INT_MAX : biased - 127;
+  return static_cast<int>(bits >> 23) - 127;
 }
 
 // 2^e for an integer e in [-126, 127], exactly (the same on the host and the GPU).
@@ -70,8 +69,9 @@ PASA_HOST_DEVICE constexpr float pasa_units(int k, bool base2) {
 }
 
 // A block's largest |V| as the rules below take it: at most kPasaLargestV (an inf or NaN V, past
-// PASA's fp16 input, spoils its own channel, not the row). Their callers clamp it where they read it,
-// and scale it by P's scale where P carries one (the emulator's p_scale: O~ then carries it too).
+// PASA's fp16 input, spoils its own channel, not the row). Clamped where it is found (the emulator's
+// operands, the kernels' prepass), then scaled by P's scale where P carries one (the emulator's
+// p_scale: O~ then carries it too).
 PASA_HOST_DEVICE inline float pasa_clamped_v(float v_block) { return v_block <= kPasaLargestV ? v_block : kPasaLargestV; }
 
 // The bound w on |O~| after a block: the old one times the factor ep of the old state, plus the block's
@@ -90,23 +90,25 @@ PASA_HOST_DEVICE inline float pasa_output_bound(float w, float ep, float l_add, 
 // stays one basic block.
 PASA_HOST_DEVICE inline float pasa_headroom(float l, float w, float v_block, float below, int block_kv, bool base2) {
   const int k_l = l >= kPasaHeadroomThreshold ? pasa_exponent(l) - kPasaHeadroomDrop : 0;
-  const float reach_log2 = ceilf(base2 ? below : below * 1.4426950408889634f);
-  // (a NaN below, which no caller gives, reaches nothing rather than casting NaN to int)
-  const float reach =
-      !(reach_log2 >= -126.0f) ? 0.0f : static_cast<float>(block_kv) * pasa_power_of_two(static_cast<int>(reach_log2));
-  const float bound = fmaf(reach, v_block, w);
-  const int k_o = bound >= static_cast<float>(1 << kPasaOutputLog2) ? pasa_exponent(bound) - (kPasaOutputLog2 - 1) : 0;
-  const int k = k_l > k_o ? k_l : k_o;
+  const float below_log2 = base2 ? below : below * 1.4426950408889634f;
+  // 2^ceil(below_log2) where that is a normal float (ceil >= -126), else nothing; a NaN below, which
+  // no caller gives, reaches nothing rather than casting NaN to int.
+  const float reach = !(below_log2 > -127.0f)
+                          ? 0.0f
+                          : static_cast<float>(block_kv) * pasa_power_of_two(static_cast<int>(ceilf(below_log2)));
+  // (bound >= 2^kPasaOutputLog2 exactly where its exponent minus (kPasaOutputLog2 - 1) is positive)
+  const int k_o = pasa_exponent(fmaf(reach, v_block, w)) - (kPasaOutputLog2 - 1);
+  const int k = k_l > k_o ? k_l : k_o;  // (k_l >= 0)
   return pasa_units(k, base2);
 }
 
 // The shift of a block's P V before its rounding to fp16: s where block_kv weights of at most 1 times
-// the block's largest |V| (v_block) reach 2^kPasaOutputLog2 (P V is then rounded at 2^-s times its
+// the block's largest |V| (v_block, pasa_clamped_v) reach 2^kPasaOutputLog2 (P V is then rounded at 2^-s times its
 // value, below 2^15, and O~'s factor for the block takes 2^s), else 0. At most 8 for blocks of 128
 // keys of |V| <= kPasaLargestV.
 PASA_HOST_DEVICE inline int pasa_pv_shift(float v_block, int block_kv) {
-  const float bound = static_cast<float>(block_kv) * v_block;
-  return bound >= static_cast<float>(1 << kPasaOutputLog2) ? pasa_exponent(bound) - (kPasaOutputLog2 - 1) : 0;
+  const int shift = pasa_exponent(static_cast<float>(block_kv) * v_block) - (kPasaOutputLog2 - 1);
+  return shift > 0 ? shift : 0;
 }
 
 // The largest row sum l the headroom lets a row reach: below the threshold before a block, plus that

@@ -43,19 +43,19 @@
 
 namespace pasa::cuda {
 
+// The largest |V| of a stage's keys from its kAtoms slots (`load` reads one; each slot already as the
+// headroom's rules take it, pasa_clamped_v).
+template <int kAtoms, class Load>
+__device__ __forceinline__ float pasa_stage_v_max(const float* slots, Load load) {
+  float v = load(slots);
+#pragma unroll
+  for (int a = 1; a < kAtoms; ++a) v = fmaxf(v, load(slots + a));
+  return v;
+}
+
 // The prepass of one call: its inputs, M's entries, where the stages (and bf16 V in fp16) go, and
 // for the in-kernel prepass the readiness word of each stage and the counter the warps draw chunks
 // from (both zeroed before the kernel).
-// The largest |V| of a stage's keys from its kAtoms slots (`load` reads one), as the headroom's rules
-// take it (pasa_clamped_v).
-template <int kAtoms, class Load>
-__device__ __forceinline__ float pasa_stage_v_max(const float* slots, Load load) {
-  float v = 0.0f;
-#pragma unroll
-  for (int a = 0; a < kAtoms; ++a) v = fmaxf(v, load(slots + a));
-  return pasa_clamped_v(v);
-}
-
 struct PasaPrepass {
   Operand k, v;
   int heads_kv, seq_kv, n_kb, stages;  // stages = batch x heads_kv x n_kb, in that order
@@ -63,7 +63,8 @@ struct PasaPrepass {
   float mean_key_factor;  // pseudo_avg=k: the mean rows are this (M's row sum) times the mean key;
                           // 0: they are the mean of the stored K' rows (pseudo_avg=s)
   std::uint8_t* tiles;
-  float* v_max;    // [stages][kPasaVMaxSlots]: each atom's largest |V| (after the stages in `tiles`)
+  float* v_max;    // [stages][kPasaVMaxSlots]: each atom's largest |V|, clamped (pasa_clamped_v; after
+                   // the stages in `tiles`)
   __half* v_fp16;  // bf16 inputs: V in fp16, [B, H_kv, S_kv, D]; null: not written
   std::uint32_t* ready;    // [stages]: the stage's chunks written so far (in-kernel prepass; null: none)
   std::uint32_t* tickets;  // the next chunk to draw (in-kernel prepass)
@@ -71,7 +72,7 @@ struct PasaPrepass {
 
   // The largest |V| of stage `stage`'s keys over its kAtoms atoms, as the headroom's rules take it
   // (pasa_clamped_v). The prepass may have written it in this kernel, from another SM: the caller
-  // reads it once the stage's K' tile has landed in shared memory, which the producer copied only
+  // reads it after its wait on the K ring for the stage's tile, whose arrival the producer made only
   // after it saw the stage published (wait_pasa_stage), and the prepass fenced these writes before
   // publishing; read at the GPU's scope, past the L1 cache.
   template <int kAtoms>
@@ -229,9 +230,9 @@ __device__ __forceinline__ void prepare_pasa_chunk(const PasaPrepass& p, int sta
     }
   }
   const float mine = fmaxf(__low2float(v_abs), __high2float(v_abs));
-  // (non-negative floats order as their bits do)
+  // (non-negative floats order as their bits do; a NaN, all of the chunk's V, comes out clamped)
   const float v_max = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(mine)));
-  if (lane == 0) p.v_max[static_cast<std::int64_t>(stage) * kPasaVMaxSlots + atom] = v_max;
+  if (lane == 0) p.v_max[static_cast<std::int64_t>(stage) * kPasaVMaxSlots + atom] = pasa_clamped_v(v_max);
   __syncwarp();
 }
 

@@ -29,12 +29,14 @@
 // of the K and V slots). What a policy brings, as a Variant type:
 //   Tile<D>            the CTA shape (HopperTile: consumers, slot sizes, ring depth, extra shared
 //                      memory);
+//   wait_key_block(...)  what the producer waits for before it announces a key block's copies
+//                      (default: nothing; pasa: the block's prepass stage, written in this kernel);
 //   load_k(...)        how the producer fills a K slot (TMA of K, or a bulk copy of a prepass tile);
 //   load_v(...)        likewise a V slot (HopperVariantDefaults: TMA of V);
 //   prepare_smem(...)  what the consumers write into the extra shared memory once (default: nothing);
 //   spare_producer_warp(...)  what the producer warpgroup's three other warps do, with the extra
 //                      shared memory at hand (default: nothing; pasa: its prepass, whose stages
-//                      load_k then waits for);
+//                      wait_key_block waits for);
 //   Mainloop<Tile>     one tile's key blocks (GEMM order, softmax and its rounding points, the
 //                      epilogue with the LSE), on the context's rings.
 // The exact policy's are in hopper_exact_mainloop.cuh, pasa's in hopper_pasa_mainloop.cuh, sage8's
@@ -275,9 +277,12 @@ struct HopperConsumer {
   }
 };
 
-// What a variant inherits unless it brings its own: V by TMA from V as given, and no shared memory of
-// its own to prepare.
+// What a variant inherits unless it brings its own: nothing to wait for before a key block, V by TMA
+// from V as given, and no shared memory of its own to prepare.
 struct HopperVariantDefaults {
+  template <class Tile>
+  __device__ __forceinline__ static void wait_key_block(const HopperParams&, int /*b*/, int /*h_kv*/, int /*j*/,
+                                                        int /*n_kb_all*/) {}
   template <class Tile>
   __device__ __forceinline__ static void load_v(const HopperParams& m, std::uint32_t slot, std::uint32_t bar, int b,
                                                 int h_kv, int j, int /*n_kb_all*/) {
@@ -370,6 +375,9 @@ __global__ void __launch_bounds__(Variant::template Tile<D>::kThreads, 1)
         tma_load_4d(base + Tile::kQOffset + box * Tile::kQBoxBytes, &m.q_map, 64 * box, r0, tile.h, tile.b, q_bar);
       }
       for (int j = kb_first; j < kb_end; ++j, ++fill) {
+        // Before the K ring's arrival: the consumers' wait on it then orders what the producer has
+        // seen (a prepass stage published) before their reads.
+        Variant::template wait_key_block<Tile>(m, tile.b, h_kv, j, n_kb_all);
         const std::uint32_t k_bar = k_ring.acquire(fill, Tile::kKBytes);
         Variant::template load_k<Tile>(m, base + Tile::kKOffset + k_ring.slot(fill) * Tile::kKBytes, k_bar, tile.b,
                                        h_kv, j, n_kb_all);

@@ -92,13 +92,23 @@ struct PasaHopperVariant : HopperVariantDefaults {
   using Tile = HopperTile<D, D == 64 ? kConsumers64 : 2, kExtraBytes, PasaStage<D>::kKBytes, 2 * 128 * D, 2,
                           D == 64 ? OStage::own : (kMayPrepass ? OStage::none : OStage::in_extra)>;
 
+  // The prepass stage of key block j of (b, h_kv).
+  __device__ __forceinline__ static int stage_of(const HopperParams& m, int b, int h_kv, int j, int n_kb_all) {
+    return (b * m.heads_kv + h_kv) * n_kb_all + j;
+  }
+
+  // The key block's stage (its K' tile, largest |V| and, for bf16 inputs, fp16 V rows), where this
+  // kernel's spare warps write it.
+  template <class Tile>
+  __device__ __forceinline__ static void wait_key_block(const HopperParams& m, int b, int h_kv, int j, int n_kb_all) {
+    if (kMayPrepass && m.pasa.ready != nullptr) wait_pasa_stage<Tile::kHeadDim>(m.pasa, stage_of(m, b, h_kv, j, n_kb_all));
+  }
+
   template <class Tile>
   __device__ __forceinline__ static void load_k(const HopperParams& m, std::uint32_t slot, std::uint32_t bar, int b,
                                                 int h_kv, int j, int n_kb_all) {
-    const int stage = (b * m.heads_kv + h_kv) * n_kb_all + j;
-    // (which covers bf16 V's fp16 rows too: load_v comes next)
-    if (kMayPrepass && m.pasa.ready != nullptr) wait_pasa_stage<Tile::kHeadDim>(m.pasa, stage);
-    bulk_copy_to_shared(slot, m.k_tiles + static_cast<std::int64_t>(stage) * Tile::kKBytes, Tile::kKBytes, bar);
+    const std::int64_t stage = stage_of(m, b, h_kv, j, n_kb_all);
+    bulk_copy_to_shared(slot, m.k_tiles + stage * Tile::kKBytes, Tile::kKBytes, bar);
   }
 
   template <class Tile>
