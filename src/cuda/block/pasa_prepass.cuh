@@ -93,15 +93,17 @@ struct PasaPrepass {
   }
 };
 
-// The prepass of `r` writing into `tiles` (the stages, then their largest-|V| slots) and `v_fp16` (null:
-// V not written), without readiness words.
+// What the prepass refuses of a call of n_kb key blocks (throws pasa::Error): checked before its
+// scratch is allocated.
+void check_pasa_prepass(const KernelRequest& c, int n_kb);
+
+// The prepass of `r` (checked) writing into `tiles` (the stages of pasa_stage.cuh, [B, H_kv, n_kb] of
+// PasaStage<head_dim>::kBytes, then their largest-|V| slots) and for bf16 inputs V rounded to fp16 into
+// `v_fp16` ([B, H_kv, S_kv, D], contiguous; null: V not written), without readiness words.
 PasaPrepass pasa_prepass(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb);
 
-// The prepass as a kernel of its own (pasa_prepare.cu): the stages of pasa_stage.cuh into `tiles`
-// ([B, H_kv, n_kb] stages of PasaStage<head_dim>::kBytes, then their largest-|V| slots), and for bf16
-// inputs V rounded to fp16 into `v_fp16` ([B, H_kv, S_kv, D], contiguous; unused for fp16 inputs, and
-// not written where null), on `stream`. Returns where it writes them.
-PasaPrepass launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb, void* stream);
+// The prepass `p` of the call `c` as a kernel of its own (pasa_prepare.cu), on `stream`.
+void launch_pasa_tiles(const PasaPrepass& p, const KernelRequest& c, void* stream);
 
 // Shared memory a warp stages one chunk's rows in: 128 rows of 64 channels, 128 bytes a row.
 constexpr int kPasaChunkStagingBytes = PasaStage<64>::kKeys * 128;

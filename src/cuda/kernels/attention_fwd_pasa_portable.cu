@@ -302,9 +302,12 @@ void launch_typed(const PasaRequest& r, cudaStream_t stream) {
   const KernelRequest& c = r.call;
   const FwdParams& p = c.fwd;
   const int n_kb = (p.seq_kv + kPasaBlockKv - 1) / kPasaBlockKv;
+  check_pasa_prepass(c, n_kb);
   StreamBuffer tiles(pasa_scratch_bytes(c, false), c.device, stream);
   auto* k_tiles = static_cast<std::uint8_t*>(tiles.get());
-  const float* v_max = launch_pasa_tiles(r, k_tiles, nullptr, n_kb, stream).v_max;
+  const PasaPrepass prepass = pasa_prepass(r, k_tiles, nullptr, n_kb);
+  launch_pasa_tiles(prepass, c, stream);
+  const float* v_max = prepass.v_max;
   auto* kernel = attention_fwd_pasa_portable_kernel<D, QElem, kAccurate>;
   static OncePerDevice configured;
   configured([&] {

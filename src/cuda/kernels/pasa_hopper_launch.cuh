@@ -69,7 +69,7 @@ void launch_pasa_hopper(const PasaRequest& r, cudaStream_t stream) {
   const int n_kb = (p.seq_kv + Tile::kBlockN - 1) / Tile::kBlockN;
   const bool bf16 = std::is_same_v<QElem, __nv_bfloat16>;  // V needs rounding to fp16 first
   const bool in_kernel = pasa_hopper::prepass_in_kernel(c, Tile::kBlockM, kAccurate);
-  pasa_prepass(r, nullptr, nullptr, n_kb);  // (its checks, before the allocation)
+  check_pasa_prepass(c, n_kb);
   const PasaHopperScratch layout = pasa_hopper_scratch(c, n_kb, in_kernel);
   StreamBuffer scratch(layout.total(), c.device, stream);
   auto* tiles = static_cast<std::uint8_t*>(scratch.get());
@@ -96,7 +96,7 @@ void launch_pasa_hopper(const PasaRequest& r, cudaStream_t stream) {
   if (in_kernel) {
     check_cuda(cudaMemsetAsync(prepass.ready, 0, layout.sync_bytes, stream), "cudaMemsetAsync (pasa prepass)");
   } else {
-    launch_pasa_tiles(r, tiles, v_fp16, n_kb, stream);
+    launch_pasa_tiles(prepass, c, stream);
   }
   if constexpr (D == 128) {
     // (a kernel of its own without the prepass: its idle staging buffers then hold the output stages)

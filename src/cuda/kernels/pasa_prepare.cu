@@ -65,25 +65,26 @@ std::size_t pasa_scratch_bytes(const KernelRequest& c, bool hopper) {
   return hopper ? pasa_hopper_scratch(c, n_kb, true).total() : pasa_tile_bytes(c.batch, c.heads_kv, n_kb, c.head_dim);
 }
 
-PasaPrepass pasa_prepass(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb) {
-  const KernelRequest& c = r.call;
+void check_pasa_prepass(const KernelRequest& c, int n_kb) {
   if (c.in_type != ElemType::f16 && c.in_type != ElemType::bf16) throw Error("pasa prepass: k/v must be f16 or bf16");
   const long long stages = static_cast<long long>(c.batch) * c.heads_kv * n_kb;
   if (stages * PasaStage<256>::kKAtoms > (1LL << 31) - 1) throw Error("pasa prepass: more than 2^29 key blocks");
+}
+
+PasaPrepass pasa_prepass(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb) {
+  const KernelRequest& c = r.call;
+  const long long stages = static_cast<long long>(c.batch) * c.heads_kv * n_kb;
   // (the stages start on the pool's alignment and are whole KiB, so the slots are 16-byte aligned)
-  float* v_max = tiles == nullptr ? nullptr : reinterpret_cast<float*>(tiles + stages * pasa_stage_bytes(c.head_dim));
+  float* v_max = reinterpret_cast<float*>(tiles + stages * pasa_stage_bytes(c.head_dim));
   return {c.fwd.k, c.fwd.v, c.heads_kv, c.fwd.seq_kv, n_kb, static_cast<int>(stages), r.diag, r.off, r.mean_key_factor,
           tiles,   v_max,   static_cast<__half*>(v_fp16), nullptr, nullptr};
 }
 
-PasaPrepass launch_pasa_tiles(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb, void* stream) {
+void launch_pasa_tiles(const PasaPrepass& p, const KernelRequest& c, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
-  const PasaPrepass p = pasa_prepass(r, tiles, v_fp16, n_kb);
-  dispatch_16bit(r.call.in_type, "pasa prepass", [&]<typename InElem>() {
-    dispatch_head_dim<64, 96, 128, 256>(r.call.head_dim, "pasa prepass",
-                                        [&]<int D>() { launch_prepare<D, InElem>(p, s); });
+  dispatch_16bit(c.in_type, "pasa prepass", [&]<typename InElem>() {
+    dispatch_head_dim<64, 96, 128, 256>(c.head_dim, "pasa prepass", [&]<int D>() { launch_prepare<D, InElem>(p, s); });
   });
-  return p;
 }
 
 }  // namespace pasa::cuda
