@@ -138,7 +138,7 @@ ParsedOptions validate(const BenchOptions& o) {
     }
   }
   for (const int s : o.decode_seqs) {
-    if (s < 1) throw UsageError("--decode-seq must be positive");
+    if (s < 1) throw UsageError(text::format("--decode-seq: {} is not a positive length", s));
   }
   ParsedOptions parsed;
   for (const std::string& p : policy_texts("--policy", o.policies)) {
@@ -317,7 +317,7 @@ void add_bench_command(Command& app) {
   cmd->add_option("--decode-batch", opt->decode_batch, "decode batch")->capture_default_str()->excludes(no_decode);
   cmd->add_option("--decode-cache", opt->decode_caches,
                   "where decode reads K and V: tensors (pasa::attention), dense or paged<N> (a full KV cache "
-                  "through attention_with_kvcache's plan; paged: N-position blocks, shuffled)")
+                  "through attention_with_kvcache's plan; paged: N-position blocks, N a power of two, shuffled)")
       ->delimiter(',')
       ->capture_default_str()
       ->excludes(no_decode);

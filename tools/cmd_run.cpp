@@ -159,9 +159,9 @@ void add_run_command(Command& app) {
   Command* cmd = app.add_subcommand(
       "run", "Run attention on Q/K/V from .npy/.safetensors files ([B, H, S, D]) on the CPU under a "
              "precision policy; --check compares with the fp64 reference.");
-  const Option* q = cmd->add_option("--q", opt->q, "query tensor file (.npy, or .safetensors with one tensor)");
-  const Option* k = cmd->add_option("--k", opt->k, "key tensor file");
-  const Option* v = cmd->add_option("--v", opt->v, "value tensor file");
+  const Option* q = cmd->add_option("--q", opt->q, "query tensor file: .npy, or .safetensors (its tensor named q, else its only one)");
+  const Option* k = cmd->add_option("--k", opt->k, "key tensor file (as --q: a tensor named k)");
+  const Option* v = cmd->add_option("--v", opt->v, "value tensor file (as --q: a tensor named v)");
   cmd->add_option("--qkv", opt->qkv, "one .safetensors file holding tensors named q, k and v (not with --q, --k, --v)")
       ->excludes(q)
       ->excludes(k)
@@ -184,8 +184,8 @@ void add_run_command(Command& app) {
   cmd->add_option("--lse", opt->lse,
                   "write the LSE here (fp32 [B, H, S_q]): .npy, or .safetensors (one tensor named lse)");
   cmd->add_flag("--check", opt->check,
-                "compare with the fp64 reference: relative RMSE, max abs error, the share of O that is "
-                "not finite (after the outputs are written)");
+                "compare with the fp64 reference: relative RMSE, max abs error, CosSim, relative L1 and "
+                "the share of O that is not finite (after the outputs are written)");
   cmd->callback([opt] { run(*opt); });
 }
 

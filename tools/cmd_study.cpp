@@ -286,8 +286,9 @@ void add_study_command(Command& app) {
   cmd->add_option("--json", opt->json, "also write the results as JSON to this file");
   cmd->add_option("--plot", opt->plot,
                   "write PNG figures in the style of Figures 9 and 10 to this directory (made if missing "
-                  "in an existing one; needs python3 with matplotlib)");
-  cmd->add_option("--policy", opt->policies, "a policy to compare (repeat the option for more: a comma here separates a policy's overrides; default: the five presets above)");
+                  "in an existing one; needs python3 with matplotlib): the runs with the paper's V only, "
+                  "whose rows it also writes there as study.json (--json writes both V laws)");
+  cmd->add_option("--policy", opt->policies, "a policy to compare (repeat the option for more: a comma separates a policy's overrides) (default: the five presets above)");
   cmd->add_option("--seed", opt->seed, "random seed of the inputs")->capture_default_str();
   cmd->add_option("--seq", opt->seq, "sequence length")->capture_default_str();
   cmd->add_option("--heads", opt->heads, "number of heads (default 2, or 16 with --full)");
@@ -311,7 +312,8 @@ void add_study_command(Command& app) {
                        "to this directory (made if missing in an existing one; needs python3 with "
                        "matplotlib)");
   sage_cmd->callback([sage, sage_json, sage_plot] {
-    if (sage->heads < 1 || sage->seq < 1) throw UsageError("--heads and --seq must be positive");
+    if (sage->heads < 1) throw UsageError(text::format("--heads: {} is not a positive count", sage->heads));
+    if (sage->seq < 1) throw UsageError(text::format("--seq: {} is not a positive length", sage->seq));
     const MadeFolder plot_folder = check_study_outputs(*sage_json, *sage_plot, PlotKind::sage_study);
     const text::Json document = study_document(
         "sage", text::Json::object({{"batch", 1}, {"heads", sage->heads}, {"seq", sage->seq}, {"dim", 128}}),
@@ -330,7 +332,8 @@ void add_study_command(Command& app) {
   decode_cmd->add_option("--seed", decode->seed, "random seed")->capture_default_str();
   decode_cmd->add_option("--json", *decode_json, "also write the results as JSON");
   decode_cmd->callback([decode, decode_json] {
-    if (decode->batch < 1 || decode->seq_kv < 1) throw UsageError("--batch and --seq-kv must be positive");
+    if (decode->batch < 1) throw UsageError(text::format("--batch: {} is not a positive count", decode->batch));
+    if (decode->seq_kv < 1) throw UsageError(text::format("--seq-kv: {} is not a positive length", decode->seq_kv));
     check_output_files({}, {{"--json", *decode_json}});
     const DecodeStudyConfig& c = *decode;
     write_json(*decode_json,

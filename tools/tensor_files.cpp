@@ -19,6 +19,7 @@ HostTensor load_tensor_file(const std::string& path, const std::string& name) {
     throw Error(path + ": holds " + std::to_string(tensors.size()) + " tensors and none named '" + name +
                 "'");
   }
+  if (std::filesystem::is_directory(path)) throw Error(path + ": is a directory, not a tensor file (.npy or .safetensors)");
   throw Error(path + ": unknown file type (expected .npy or .safetensors)");
 }
 

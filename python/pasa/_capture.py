@@ -50,10 +50,14 @@ NameFn = Callable[[CallInfo], str]
 
 
 def default_name(call: CallInfo) -> str:
-    """``layer<index>``, or ``layer<index>_t<timestep>`` when a timestep is set: the default name."""
+    """``layer<index>``, or ``layer<index>_t<timestep>`` when a timestep is set (a whole float as an
+    int, as a capture records it): the default name."""
     if call.timestep is None:
         return f"layer{call.index}"
-    return f"layer{call.index}_t{call.timestep}"
+    timestep = call.timestep
+    if isinstance(timestep, float) and timestep.is_integer():
+        timestep = int(timestep)
+    return f"layer{call.index}_t{timestep}"
 
 
 # A name's timestep suffix (default_name's "_t<timestep>", the timestep a number: 7, -1, 999.0, 1e-05),

@@ -127,6 +127,7 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
   std::vector<float> p_op(static_cast<std::size_t>(rows) * s2);  // P as the GEMM operand
   const std::vector<float> ones(pol.rowsum == RowSum::p ? static_cast<std::size_t>(s2) : 0, 1.0f);  // rowsum=p
   std::vector<double> pv(static_cast<std::size_t>(rows) * D);
+  std::vector<float> v_shifted;  // PASA: a block of large V at 2^-shift times its value (below)
   // pv_blocks > 1: the P V of the blocks since pv_acc last went into O (rescaled with O).
   std::vector<double> pending(pol.two_level && pol.pv_blocks > 1 ? static_cast<std::size_t>(rows) * D : 0, 0.0);
   std::vector<double> e_prev(rows), e_cur(rows);
@@ -166,8 +167,8 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         pasa ? kv.v_block_max[static_cast<std::size_t>(k0 / s2)] * static_cast<float>(pol.p_scale) : 0.0f;
     // P against the running maximum (p_max=running, or one accumulator): the block's factor e_cur
     // goes into P itself, whose headroom bounds its P V. Else a block of large V (pasa_pv_shift) has its
-    // P V rounded to the O format at 2^-shift times its value, and O~'s factor takes the 2^shift
-    // (exact powers of two; 1 otherwise), as the kernels do.
+    // P V computed and rounded to the O format at 2^-shift times its value, and O~'s factor takes the
+    // 2^shift (exact powers of two; 1 otherwise), as the kernels do.
     const bool p_running = !pol.two_level || pol.p_running_max;
     const int shift = pasa && !p_running ? pasa_pv_shift(v_block, s2) : 0;
     const double pv_down = std::ldexp(1.0, -shift), o_up = std::ldexp(1.0, shift);
@@ -258,6 +259,22 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         l_blk = R.sum(l_blk + x[c]);
       }
       l_blk = sm(l_blk);
+      // P as the P V GEMM takes it, and its row sum as l takes it (times the block's factor ec after,
+      // unless P carries it already: p_running, where ec comes in here).
+      float* p = &p_op[static_cast<std::size_t>(rr) * n];
+      const auto weigh = [&](double ec) {
+        for (int c = 0; c < n; ++c) {
+          const double e = p_running ? sm(x[c] * ec) : x[c];
+          p[c] = static_cast<float>(R.p(e * pol.p_scale));
+        }
+        if (pol.rowsum != RowSum::p) return l_blk;
+        double p_sum = 0.0;  // P as rounded, summed as the P V GEMM sums a column of ones
+        model_gemm(p, n, ones.data(), 1, 1, n, 1, R.pv_acc, pol.mma_k, R.sm, &p_sum, 1);
+        return sm(p_sum / pol.p_scale);
+      };
+      // P against the block's own maximum needs no factor: P and its row sum come first, and PASA's
+      // headroom weighs the block by that sum (pasa_headroom.h), as the kernels do after the P V GEMM.
+      double l_row = p_running ? 0.0 : weigh(1.0);
       // PASA: the candidates a (the running reference's) and b (the block's) for the new reference:
       // relative to the maximum, m and the block's recovered maximum; relative to the average, F's
       // update and a = fl(m + d_prev), b = fl(m' + d_cur) for G F_new (docs/algorithms.md section 3:
@@ -340,7 +357,8 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         // moves away) the reference is the floor plus the moves kept apart.
         const bool at_floor = m_new == -state_top;
         const auto below = static_cast<float>(at_floor ? -st.floor_moves : difference(b));
-        const float h = pasa_headroom(static_cast<float>(st.l), st.w, v_block, below, s2, base2);
+        const float weight = p_running ? static_cast<float>(s2) : static_cast<float>(l_row);
+        const float h = pasa_headroom(static_cast<float>(st.l), st.w, v_block, below, weight, base2);
         if (h != 0.0f) {
           const double up = round_up_to(state_format, m_new + h);
           const float max_move = pasa_max_move(pol.softmax.man_bits, pol.softmax.min_exponent(), base2);
@@ -364,18 +382,8 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
       // One accumulator across blocks sees P relative to the new maximum (e_cur folded in), as
       // FlashAttention-2 computes it; two-level accumulation rescales the block's P V instead, unless
       // p_max=running asks for P against the running maximum there too.
-      float* p = &p_op[static_cast<std::size_t>(rr) * n];
-      for (int c = 0; c < n; ++c) {
-        const double e = p_running ? sm(x[c] * ec) : x[c];
-        p[c] = static_cast<float>(R.p(e * pol.p_scale));
-      }
-      double l_add = sm(ec * l_blk);
-      if (pol.rowsum == RowSum::p) {  // P as rounded, summed as the P V GEMM sums a column of ones
-        double p_sum = 0.0;
-        model_gemm(p, n, ones.data(), 1, 1, n, 1, R.pv_acc, pol.mma_k, R.sm, &p_sum, 1);
-        const double l_p = sm(p_sum / pol.p_scale);
-        l_add = p_running ? l_p : sm(ec * l_p);
-      }
+      if (p_running) l_row = weigh(ec);
+      const double l_add = p_running && pol.rowsum == RowSum::p ? l_row : sm(ec * l_row);
       st.l = sm(sm(ep * st.l) + l_add);
       st.m = m_new;
       st.floor_moves = floor_moves;
@@ -407,12 +415,20 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         }
       }
     } else if (pol.two_level) {
+      // A shifted block's V at 2^-shift times its value (exact), so that P V is at that scale in
+      // pv_acc itself, whatever its format: the same sums as the kernels' fp32 P V times 2^-shift, and
+      // finite in a narrower pv_acc too.
+      if (shift > 0) {
+        v_shifted.assign(v, v + static_cast<std::ptrdiff_t>(n) * D);
+        for (float& x : v_shifted) x = static_cast<float>(x * pv_down);
+        v = v_shifted.data();
+      }
       model_gemm(p_op.data(), n, v, D, rows, n, D, R.pv_acc, pol.mma_k, R.pv_acc, pv.data(), D);
       for (int rr = 0; rr < rows; ++rr) {
         if (!active[rr]) continue;
         double* o = &out.acc[static_cast<std::size_t>(rr) * D];
         const double* add = &pv[static_cast<std::size_t>(rr) * D];
-        for (int d = 0; d < D; ++d) o[d] = R.o(R.o(e_prev[rr] * o[d]) + R.o(e_cur[rr] * o_up * R.o(add[d] * pv_down)));
+        for (int d = 0; d < D; ++d) o[d] = R.o(R.o(e_prev[rr] * o[d]) + R.o(e_cur[rr] * o_up * R.o(add[d])));
       }
     } else {
       for (int rr = 0; rr < rows; ++rr) {
@@ -460,10 +476,12 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
                const Rounders& R) {
   const int D = static_cast<int>(ps.dim);
   std::vector<double> o(static_cast<std::size_t>(D), 0.0);
-  // O~ / l in the O format. Exact attention's O, a convex combination of V's rows, cannot pass V's
-  // largest magnitude, but O~ / l can by its error (V at fp16's largest value); a finite quotient
-  // therefore saturates at the format's largest value where rounding would give inf (an O~ that
-  // overflowed stays inf, a NaN NaN).
+  // O~ / (l p_scale) in the O format, one rounding: O~ carries P's static factor, which the quotient
+  // divides out with l (rounded to the O format before that division, O~ / l passed it where O does
+  // not: `pasa,p=int8,p_scale=127` gave 516 for V = 1000). Exact attention's O, a convex combination
+  // of V's rows, cannot pass V's largest magnitude, but the quotient can by its error (V at fp16's
+  // largest value); a finite quotient therefore saturates at the format's largest value where
+  // rounding would give inf (an O~ that overflowed stays inf, a NaN NaN).
   const Format o_saturating = saturating(R.o.format());
   const auto divide = [&](double num, double den) {
     const double q = num / den;
@@ -485,7 +503,7 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
     const double l = add_partials(parts, rr, R, o);
     const RowState& st = parts.front().state[rr];
     const double m = pol.shift == Shift::unified ? R.sm(pol.phi) : st.m;
-    for (int d = 0; d < D; ++d) o[d] = divide(o[d], l);
+    for (int d = 0; d < D; ++d) o[d] = divide(o[d], l * pol.p_scale);
     lse = row_lse(pol, m, l, g, st.F);
   } else {
     // Exact merge (algorithms.md section 1) of the normalised partials, in fp64. Each part weighs
@@ -512,7 +530,7 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
       if (st.blocks == 0) continue;
       const double w = std::exp((reference(st) - reference(*top)) + (moves(st) - moves(*top))) * st.l;
       weight_sum += w;
-      for (int d = 0; d < D; ++d) o[d] += w * divide(p.acc[static_cast<std::size_t>(rr) * D + d], st.l);
+      for (int d = 0; d < D; ++d) o[d] += w * divide(p.acc[static_cast<std::size_t>(rr) * D + d], st.l * pol.p_scale);
     }
     for (int d = 0; d < D; ++d) o[d] = divide(o[d], weight_sum);
     lse = reference(*top) + moves(*top) + std::log(weight_sum);
@@ -520,8 +538,8 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
   const std::int64_t r = t.r0 + rr;
   for (int d = 0; d < D; ++d) {
     double value = o[d];
-    if (with_keys > 0) {  // undo P's static factor, V's quantization scale and V's smoothing
-      value = R.o(R.o(R.o(value / pol.p_scale) * kv.v_scale[d]) + kv.v_mean[d]);
+    if (with_keys > 0) {  // undo V's quantization scale and V's smoothing
+      value = R.o(R.o(value * kv.v_scale[d]) + kv.v_mean[d]);
     }
     // Exact attention's O, a convex combination of V's rows, cannot pass V's largest magnitude, but a
     // quantized V's values can, by its quantization error: O saturates at a 16-bit output's largest

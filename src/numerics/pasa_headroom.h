@@ -9,12 +9,14 @@
 // - l: once l reaches 2^kPasaHeadroomLog2, k = floor(log2 l) - kPasaHeadroomDrop, which brings l back
 //   to [32, 64), so l stays below 2^10 + 128;
 // - O~: the state keeps w, a bound on |O~|: each block adds its share of l times its largest |V|
-//   (pasa_output_bound), and w scales with O~. The next block adds at most block_kv weights of at most
-//   its maximum's factor 2^below times its own largest |V|; where that bound, w + block_kv
-//   2^ceil(below) v_block, reaches 2^kPasaOutputLog2, k = floor(log2 bound) - (kPasaOutputLog2 - 1),
-//   which brings it back to [2^14, 2^15): O~ stays below half of fp16's largest value whatever finite
-//   V holds, and a block of large V far below the row's maximum, whose weight is small, moves nothing.
-//   Below |V| = 25 the l rule alone acts.
+//   (pasa_output_bound), and w scales with O~. The next block adds weights that sum to at most its
+//   weight W (relative to its own maximum: its row sum of P where the update knows it, P taken against
+//   the block's maximum; else its key count, block_kv) times its maximum's factor 2^below, times its
+//   own largest |V|; where that bound, w + W 2^ceil(below) v_block, reaches 2^kPasaOutputLog2,
+//   k = floor(log2 bound) - (kPasaOutputLog2 - 1), which brings it back to [2^14, 2^15): O~ stays below
+//   half of fp16's largest value whatever finite V holds, and a block of large V far below the row's
+//   maximum (far below the block's own maximum too, where W is its row sum), whose weight is small,
+//   moves nothing. Below |V| = 25 the l rule alone acts.
 // A new block's factor, about 2^-k in all over the row, stays a normal fp16 number up to about
 // 2^14 * 48 keys. The new reference is rounded up in the state's format, so that at least k is kept
 // where its step is coarser than k (a reference past 2048 in fp16), unless that moves it further than
@@ -82,20 +84,19 @@ PASA_HOST_DEVICE inline float pasa_output_bound(float w, float ep, float l_add, 
   return fmaf(ep, w, l_add * v_block);
 }
 
-// What the state update adds to its reference before a key block (both rules above): 0 where neither
+// What the state update adds to its reference for a key block (both rules above): 0 where neither
 // acts, else k base-2 units (pasa_units). l: the running sum (a float value); w: the bound on |O~|
 // (pasa_output_bound); v_block: the block's largest |V| (pasa_clamped_v); below: the block's
 // recovered maximum minus the reference it would take without a move (<= 0; 0 for the row's first
-// block), in the state's units. Written with selects only, so that a kernel's state update around it
-// stays one basic block.
-PASA_HOST_DEVICE inline float pasa_headroom(float l, float w, float v_block, float below, int block_kv, bool base2) {
+// block), in the state's units; weight: W above (a row sum of P as l takes it, or block_kv). Written
+// with selects only, so that a kernel's state update around it stays one basic block.
+PASA_HOST_DEVICE inline float pasa_headroom(float l, float w, float v_block, float below, float weight, bool base2) {
   const int k_l = l >= kPasaHeadroomThreshold ? pasa_exponent(l) - kPasaHeadroomDrop : 0;
   const float below_log2 = base2 ? below : below * 1.4426950408889634f;
   // 2^ceil(below_log2) where that is a normal float (ceil >= -126), else nothing; a NaN below, which
   // no caller gives, reaches nothing rather than casting NaN to int.
-  const float reach = !(below_log2 > -127.0f)
-                          ? 0.0f
-                          : static_cast<float>(block_kv) * pasa_power_of_two(static_cast<int>(ceilf(below_log2)));
+  const float reach =
+      !(below_log2 > -127.0f) ? 0.0f : weight * pasa_power_of_two(static_cast<int>(ceilf(below_log2)));
   // (bound >= 2^kPasaOutputLog2 exactly where its exponent minus (kPasaOutputLog2 - 1) is positive)
   const int k_o = pasa_exponent(fmaf(reach, v_block, w)) - (kPasaOutputLog2 - 1);
   const int k = k_l > k_o ? k_l : k_o;  // (k_l >= 0)

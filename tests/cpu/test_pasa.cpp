@@ -255,16 +255,24 @@ TEST(Pasa, LargeValuesUnderNarrowOrScaledWeights) {
     const char* policy;
     double v, tol;
   };
+  // V is drawn in [-v, v], and again in [v / 2, v], where O itself is large: O~ / l carries p_scale,
+  // so it is divided out with l (divided out after, O~ / l saturated at fp16's largest value: 516 for
+  // V = 1000 under int8 P at 127); and pv_acc=fp16 sums a shifted block's P V at its shift, since the
+  // block's P V at its full value passes fp16 (inf from V = 512).
   for (const Narrow& c : {Narrow{"pasa,p=e4m3", 60000.0, 0.05}, Narrow{"pasa,p=int8,p_scale=127", 1000.0, 0.05},
-                          Narrow{"pasa,p=e4m3,p_scale=64", 1000.0, 0.05}, Narrow{"pasa_accurate,p=e4m3", 60000.0, 0.05}}) {
-    SCOPED_TRACE(c.policy);
-    QKV data = uniform_qkv({1, 2, 1000, 64}, 0.0, 1.0, 23);
-    std::vector<float> v = to_float(data.v);
-    for (float& x : v) x *= static_cast<float>(c.v);
-    data.v = from_float(v, data.v.shape, DType::f16);
-    const PolicyRun run = run_policy(data, parse_policy(c.policy));
-    ASSERT_EQ(non_finite_share(run.o), 0.0);
-    EXPECT_LT(compare(run.o, reference_of(data).o).rel_rmse, c.tol);
+                          Narrow{"pasa,p=e4m3,p_scale=64", 1000.0, 0.05}, Narrow{"pasa_accurate,p=e4m3", 60000.0, 0.05},
+                          Narrow{"pasa,p_scale=511", 1000.0, 0.01}, Narrow{"pasa,pv_acc=fp16", 60000.0, 0.01},
+                          Narrow{"pasa_accurate,pv_acc=fp16", 60000.0, 0.01}}) {
+    for (const bool positive : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << c.policy << (positive ? " V in [v/2, v]" : " V in [-v, v]"));
+      QKV data = uniform_qkv({1, 2, 1000, 64}, 0.0, 1.0, 23);
+      std::vector<float> v = to_float(data.v);
+      for (float& x : v) x = static_cast<float>(c.v * (positive ? 0.75 + 0.25 * x : x));
+      data.v = from_float(v, data.v.shape, DType::f16);
+      const PolicyRun run = run_policy(data, parse_policy(c.policy));
+      ASSERT_EQ(non_finite_share(run.o), 0.0);
+      EXPECT_LT(compare(run.o, reference_of(data).o).rel_rmse, c.tol);
+    }
   }
 }
 
@@ -294,10 +302,38 @@ TEST(Pasa, ABlockOfLargeValuesKeepsItsSmallWeights) {
   }
 }
 
+TEST(Pasa, ABlockOfLargeValuesFarBelowItsOwnMaximumLeavesTheNextBlocks) {
+  // Block 0: an attention sink (score 0, V = 0) and 127 keys 30 below it with V = 60000; block 1: 128
+  // keys `gap` below the sink with V = 60000, which make exact attention's O (47 at a gap of 12). The
+  // O~ rule weighs block 0 by its row sum of P (about 1), not by its 128 keys at the sink's weight:
+  // counting those moved the reference up by 8, and block 1's factor, 2^-25 at a gap of 12, was 0 in
+  // fp16 (O = 0, relative RMSE 1, under pasa and reference=average). Now the move is 1, and what is
+  // left is the fp16 factor's own precision near 2^-18 (pasa 2.8e-2, reference=average 4.7e-2,
+  // pasa_accurate 7.4e-3).
+  for (const double gap : {11.0, 12.0, 13.0}) {
+    QKV data = uniform_qkv({1, 1, 256, 64}, 0.0, 1.0, 31);
+    std::vector<float> q(static_cast<std::size_t>(256 * 64), 0.0f), k = q, v = q;
+    for (std::size_t i = 0; i < q.size(); ++i) {
+      const std::size_t key = i / 64, channel = i % 64;
+      q[i] = channel == 0 ? 8.0f : 0.0f;  // score = k[key][0] (softmax scale 1/8)
+      if (channel == 0 && key > 0) k[i] = static_cast<float>(key < 128 ? -30.0 : -gap);
+      v[i] = key == 0 ? 0.0f : 60000.0f;
+    }
+    data.q = from_float(q, data.q.shape, DType::f16);
+    data.k = from_float(k, data.k.shape, DType::f16);
+    data.v = from_float(v, data.v.shape, DType::f16);
+    const ReferenceResult ref = reference_of(data);
+    for (const char* name : {"pasa", "pasa_accurate", "pasa,reference=average"}) {
+      SCOPED_TRACE(::testing::Message() << name << " gap " << gap);
+      EXPECT_LT(compare(run_policy(data, parse_policy(name)).o, ref.o).rel_rmse, 5e-2);
+    }
+  }
+}
+
 TEST(Pasa, HeadroomRulesAtTheirEdges) {
-  // pasa_headroom(l, w, v_block, below, ...): the l rule alone below |V| = 25; the O~ rule past it, by
-  // the power of two that brings its bound, w + 128 2^ceil(below) v_block, to [2^14, 2^15); base 2
-  // and natural units alike.
+  // pasa_headroom(l, w, v_block, below, weight, ...): the l rule alone below |V| = 25; the O~ rule past
+  // it, by the power of two that brings its bound, w + weight 2^ceil(below) v_block, to [2^14, 2^15);
+  // base 2 and natural units alike.
   EXPECT_EQ(pasa_headroom(1000.0f, 25000.0f, 25.0f, 0.0f, 128, true), 0.0f);
   EXPECT_EQ(pasa_headroom(1000.0f, 30000.0f, 30.0f, 0.0f, 128, true), 1.0f);  // 30000 + 128 x 30 = 33840
   EXPECT_EQ(pasa_headroom(1100.0f, 1100.0f, 1.0f, 0.0f, 128, true), 5.0f);    // the l rule
@@ -307,6 +343,9 @@ TEST(Pasa, HeadroomRulesAtTheirEdges) {
   // A block of large V far below the reference moves nothing where the row's own values are small
   // (w = l x 1e-3): the bound weighs each block's |V| by its weight, not by the whole l.
   EXPECT_EQ(pasa_headroom(1000.0f, 1.0f, 60000.0f, -20.0f, 128, true), 0.0f);
+  // A block whose weights add up to little (its row sum of P) moves only as far as they reach.
+  EXPECT_EQ(pasa_headroom(0.0f, 0.0f, 60000.0f, 0.0f, 1.0f, true), 1.0f);  // 60000 = 2^15.9
+  EXPECT_EQ(pasa_headroom(0.0f, 0.0f, 30000.0f, 0.0f, 1.0f, true), 0.0f);
   // The bound after a block: the old one under the factor ep, plus the block's share of l times its |V|.
   EXPECT_EQ(pasa_output_bound(1000.0f, 0.5f, 2.0f, 100.0f), 700.0f);
   // An inf or NaN V (past PASA's fp16 input) counts as fp16's largest value, and moves the reference

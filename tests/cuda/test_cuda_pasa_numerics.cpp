@@ -85,6 +85,7 @@ TEST_P(CudaPasaNumerics, LargeValuesAgreeWithTheEmulator) {
     bool causal;
     bool far = false;   // the first key block alone of V = v, its scores about 45 below the rest's
     bool sink = false;  // one key of V = 0 at score 0, the others 11.5 below it with V near v
+    bool sink_far = false;  // with sink: the sink's block's other keys 30 below it, the next block's 12
   };
   std::vector<const char*> names{"pasa", "pasa_accurate"};
   if (GetParam() == CudaPath::automatic && have_hopper_path()) names.push_back("pasa_fp16acc");
@@ -99,12 +100,14 @@ TEST_P(CudaPasaNumerics, LargeValuesAgreeWithTheEmulator) {
                            Large{1, 4, 1, 1100, 1100, 128, 20000.0f, DType::f16, false},
                            Large{1, 2, 1, 64, 1024, 128, 60000.0f, DType::f16, false, true},
                            Large{1, 2, 1, 200, 1024, 64, 60000.0f, DType::bf16, true, true},
-                           Large{1, 2, 1, 64, 128, 64, 45000.0f, DType::f16, false, false, true}}) {
+                           Large{1, 2, 1, 64, 128, 64, 45000.0f, DType::f16, false, false, true},
+                           Large{1, 2, 1, 64, 256, 64, 45000.0f, DType::f16, false, false, true, true}}) {
       const Case c{l.B, l.Hq, l.Hkv, l.Sq, l.keys, l.D, l.causal, kBr, false, l.in, DType::f32};
       // Q and K uniform in [-1, 1] (small scores: diffuse rows); V in [-1, 1] with one channel of
       // l.v, or (fewer than 1000 keys) l.v everywhere, or (far) in the first key block only, far below,
       // or (sink) on keys whose small weights carry O (the block's P must keep them: its shift goes
-      // into P V).
+      // into P V; sink_far: the O~ rule weighs the sink's block by its row sum of P, so that the next
+      // block, which carries O, keeps its factor).
       const std::int64_t rows = std::max(l.Sq, l.keys);
       const QKV base = uniform_qkv({l.B, l.Hq, rows, l.D}, 0.0, 1.0, 31);
       std::vector<float> q = to_float(base.q), k = to_float(base.k), v = to_float(base.v);
@@ -122,7 +125,8 @@ TEST_P(CudaPasaNumerics, LargeValuesAgreeWithTheEmulator) {
       for (std::size_t i = 0; i < v.size(); ++i) {
         const std::int64_t key = static_cast<std::int64_t>(i) / l.D % l.keys;
         if (l.sink) {  // (score = K[key][0] under Q = 8 e_0 and D 64's softmax scale 1/8)
-          k[i] = i % l.D == 0 && key > 0 ? -11.5f : 0.0f;
+          const float below = !l.sink_far ? 11.5f : key < 128 ? 30.0f : 12.0f;
+          k[i] = i % l.D == 0 && key > 0 ? -below : 0.0f;
           v[i] = key == 0 ? 0.0f : l.v + 15000.0f * v[i];
         } else if (l.far) {  // (Q >= 0 and K = -8: scores about -45; the other values 1e-3 times as large)
           k[i] = key < 128 ? -8.0f : k[i];

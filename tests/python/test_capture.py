@@ -190,6 +190,13 @@ def test_capture_names_by_layer_and_timestep(tmp_path, model, x):
             F.scaled_dot_product_attention(x[:, None], x[:, None], x[:, None])
 
 
+def test_default_name_writes_a_whole_timestep_as_pasa_calibrate_reads_it():
+    assert pasa.default_name(pasa.CallInfo(3, "blocks.3.attn", 999.0)) == "layer3_t999"
+    assert pasa.default_name(pasa.CallInfo(3, "", np.float64(7.0))) == "layer3_t7"
+    assert pasa.default_name(pasa.CallInfo(0, "", 0.5)) == "layer0_t0.5"
+    assert pasa.default_name(pasa.CallInfo(2, "", None)) == "layer2"
+
+
 def test_capture_restores_on_error_and_rejects_duplicates(tmp_path, model, x):
     original = F.scaled_dot_product_attention
     with pytest.raises(pasa.PasaError, match=r"name_fn: name 'same' of call 1 was already used"):

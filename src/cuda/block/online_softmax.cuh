@@ -244,14 +244,16 @@ struct PasaSoftmax {
 
   // The state update of a key block but for l and w: mean[r] = the row's local pseudo-average s' (fp32),
   // m_blk[r] its block max m' (identical across the quad), v_blk the block's largest |V| (the same in
-  // every thread: the prepass's slots, pasa_stage.cuh). ep / ec: the rescale factors of the running
+  // every thread: the prepass's slots, pasa_stage.cuh), weight the owned row's bound on the sum of the
+  // block's weights against its own maximum (row_weight() of its row sums of P, where they are known
+  // before the update; else kPasaBlockKv: pasa_headroom.h). ep / ec: the rescale factors of the running
   // O~ and of this block's P V for each of the thread's rows (ep = 1, ec = 0 for a row that sees no key
   // of the block: the emulator leaves such a row's state untouched). Called by all lanes (it
   // shuffles); add_block() completes it.
   // Branch-free: every lane computes and selects, so that the update is one basic block that the
-  // compiler can interleave with the block's exponentials instead of running it alone.
+  // compiler can interleave with the work around it instead of running it alone.
   __device__ __forceinline__ void rescale(const float (&m_blk)[kRows], const float (&mean)[kRows], float g, float v_blk,
-                                          float (&ep)[kRows], float (&ec)[kRows]) {
+                                          float weight, float (&ep)[kRows], float (&ec)[kRows]) {
     const float mb = own(m_blk), mn = own(mean);
     const bool updates = static_cast<int>(threadIdx.x) % 4 < kRows && mb != -INFINITY;
     // The block's maximum recovered, m' + G s', with one rounding, saturated; the new reference is
@@ -261,7 +263,7 @@ struct PasaSoftmax {
     const float cur = fminf(fmaxf(fmaf(g, mn, mb), -FLT_MAX), FLT_MAX);
     const bool first = m == -INFINITY;
     float m_new = fmaxf(m, cur);
-    const float h = pasa_headroom(l, w, v_blk, cur - m_new, kPasaBlockKv, kBase2);
+    const float h = pasa_headroom(l, w, v_blk, cur - m_new, weight, kBase2);
     const float up = __fadd_ru(m_new, h), nearest = m_new + h;
     const float moved = up - m_new <= kMaxMove ? up : nearest;
     m_new = h == 0.0f ? m_new : moved;
@@ -277,10 +279,13 @@ struct PasaSoftmax {
     broadcast(e_cur, ec);
   }
 
-  // l = fl(fl(ep l) + fl(ec fl(psum))) with the factors of the last rescale(), and the bound w;
-  // psum[r] = the fp32 row sum of the block's P (identical across the quad). (A row that saw no key:
-  // ep = 1 and ec = 0 leave both unchanged.)
-  __device__ __forceinline__ void add_block(const float (&psum)[kRows]) { add_to_state(stat(e_cur * stat(own(psum)))); }
+  // The owned row's sum of the block's P as l takes it, fl(psum) (psum[r] = the fp32 row sum of the
+  // block's P against its own maximum, identical across the quad): rescale()'s weight.
+  __device__ __forceinline__ static float row_weight(const float (&psum)[kRows]) { return stat(own(psum)); }
+
+  // l = fl(fl(ep l) + fl(ec fl(psum))) with the factors of the last rescale(), and the bound w. (A row
+  // that saw no key: ep = 1 and ec = 0 leave both unchanged.)
+  __device__ __forceinline__ void add_block(const float (&psum)[kRows]) { add_to_state(stat(e_cur * row_weight(psum))); }
 
   // The same for a block whose P was taken against the running maximum (its factor e_cur already in
   // P: pasa_fp16acc): l = fl(fl(ep l) + fl(psum)).

@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
     const float mean[2] = {fmaf(tSrMean[1], kLo, tSrMean[0]),
                            fmaf(tSrMean[3], kLo, tSrMean[2])};
 
-    // The block max of the masked S', PASA's update, then P as the P V A fragments.
+    // The block max of the masked S', then P as the P V A fragments.
     const bool needs_mask = block_needs_mask(p, n0, kKeys, warp_row0);
     std::uint32_t tOrP[1][kNChunks][4];
     float m_blk[2];
@@ -223,8 +223,6 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
       if (needs_mask) apply_mask(tOrP, p, n0, row);
       Softmax::block_max(tOrP, m_blk, m_use);
     }
-    float ep[2], ec[2];
-    softmax.rescale(m_blk, mean, p.pasa_g, v_blk, ep, ec);
 #pragma unroll
     for (int kc = 0; kc < kNChunks; ++kc) {
       if constexpr (kAccurate) {
@@ -238,6 +236,9 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
 #pragma unroll
     for (int kc = 0; kc < kNChunks; ++kc) mma_16816<__half>(psum, tOrP[0][kc], kOnesHalf2, kOnesHalf2);
     const float row_psum[2] = {psum[0], psum[2]};
+    // PASA's update, its O~ rule weighing the block by its row sum of P (pasa_headroom.h).
+    float ep[2], ec[2];
+    softmax.rescale(m_blk, mean, p.pasa_g, v_blk, Softmax::row_weight(row_psum), ep, ec);
     softmax.add_block(row_psum);
 
     const int shift = pasa_pv_shift(v_blk, kKeys);  // (the same in every thread: a uniform branch)

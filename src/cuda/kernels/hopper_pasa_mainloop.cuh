@@ -15,16 +15,16 @@
 //     sum of S' over the block (for the local pseudo-average, from the mean rows: about 22 bits);
 //   S' rounded to fp16 pairs (pasa) or kept in fp32 (pasa_accurate), masked, the block max; then per
 //     k16 step P = fl(e^(fl(S' - m))) sent at once to the tensor cores: P V into a fresh fp32 sum, and
-//     P times a matrix of ones (in the extra shared memory) for the row sums of P, with PASA's state
-//     update (m and the two rescale factors) interleaved among the exponentials (one basic block);
-//   the next block's S' issued behind P V, and O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16 and l
-//     while it runs (a block of large V: fl(P V) at a power of two below it, pasa_headroom.h).
-// Each block's largest |V| (the prepass's slots) goes into the headroom's O~ rule.
+//     P times a matrix of ones (in the extra shared memory) for the row sums of P;
+//   the next block's S' issued behind P V, and while it runs PASA's state update (m and the two
+//     rescale factors: its headroom's O~ rule weighs the block by those row sums and its largest |V|,
+//     the prepass's slots), l, and O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16 (a block of large V:
+//     fl(P V) at a power of two below it, pasa_headroom.h).
 // Epilogue: O = fl(O~ (1 / l)), LSE = m + log l.
 //
 // pasa_fp16acc (kFp16Acc) keeps P V in the tensor cores' fp16 accumulators over kPasaPvBlocks key
 // blocks (its preset's pv_blocks): P is scaled to the running maximum, P = fl(P e_cur), once the state update
-// beside the exponentials has its factors; O~ and the accumulator are rescaled by e_prev (where a row
+// beside the exponentials has its factors (its O~ rule weighs a block by its key count); O~ and the accumulator are rescaled by e_prev (where a row
 // of the warp moved); P V and the row sums of P go into fp16 accumulators; and every kPasaPvBlocks-th block
 // (by its index from the first key) and the tile's last, O~ = fl(O~ + acc) and the accumulator starts
 // again at 0. No fp32 P V and no O~ update for the other blocks.
@@ -203,11 +203,11 @@ struct PasaHopperVariant : HopperVariantDefaults {
         }
 
         ctx.v_ring.wait(f);
-        // PASA's state update (m and the two rescale factors) beside the exponentials, which do not
-        // need it (P is taken against the block's own max).
         float ep[2], ec[2];
-        softmax.rescale(m_blk, mean, p.pasa_g, v_here, ep, ec);
         if constexpr (kFp16Acc) {
+          // PASA's state update (m and the two rescale factors) beside the exponentials, whose P it
+          // scales: its O~ rule weighs the block by its key count (pasa_headroom.h).
+          softmax.rescale(m_blk, mean, p.pasa_g, v_here, static_cast<float>(kKeys), ep, ec);
           // Every exponential first (they need no factor), then P = fl(P e_cur) against the running
           // maximum, and O~ and the accumulator rescaled, before P V adds onto them.
 #pragma unroll
@@ -270,7 +270,11 @@ struct PasaHopperVariant : HopperVariantDefaults {
               }
           }
         } else {
+          // PASA's state update (m and the two rescale factors), its O~ rule weighing the block by its
+          // row sums of P (pasa_headroom.h), which P against the block's own maximum does not need
+          // before here.
           const float psum[2] = {psum_acc[0], psum_acc[2]};
+          softmax.rescale(m_blk, mean, p.pasa_g, v_here, Softmax::row_weight(psum), ep, ec);
           softmax.add_block(psum);
           // O~ = fl(fl(ep O~) + fl(ec fl(P V))): pasa's factors are fp16 values (its state is fp16), so
           // the products are fp16 multiplies; pasa_accurate's are fp32, so a product is rounded to fp16
