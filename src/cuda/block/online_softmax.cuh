@@ -242,25 +242,30 @@ struct PasaSoftmax {
     }
   }
 
-  // The state update of a key block but for l and w: mean[r] = the row's local pseudo-average s' (fp32),
-  // m_blk[r] its block max m' (identical across the quad), v_blk the block's largest |V| (the same in
-  // every thread: the prepass's slots, pasa_stage.cuh), weight the owned row's bound on the sum of the
-  // block's weights against its own maximum (row_weight() of its row sums of P, where they are known
-  // before the update; else kPasaBlockKv: pasa_headroom.h). ep / ec: the rescale factors of the running
-  // O~ and of this block's P V for each of the thread's rows (ep = 1, ec = 0 for a row that sees no key
-  // of the block: the emulator leaves such a row's state untouched). Called by all lanes (it
-  // shuffles); add_block() completes it.
+  // The owned row's candidate for the new reference from a key block: its maximum recovered,
+  // m' + G s', with one rounding, saturated; -inf for a row that sees no key of the block. mean[r] =
+  // the row's local pseudo-average s' (fp32), m_blk[r] its block max m' (identical across the quad).
+  // (Taken apart from rescale() so that an update after the block's P V keeps one value live across
+  // it, not the four it comes from.)
+  __device__ __forceinline__ static float candidate(const float (&m_blk)[kRows], const float (&mean)[kRows], float g) {
+    const float mb = own(m_blk), mn = own(mean);
+    return mb == -INFINITY ? -INFINITY : fminf(fmaxf(fmaf(g, mn, mb), -FLT_MAX), FLT_MAX);
+  }
+
+  // The state update of a key block but for l and w: cur = the owned row's candidate(), v_blk the
+  // block's largest |V| (the same in every thread: the prepass's slots, pasa_stage.cuh), weight the
+  // owned row's bound on the sum of the block's weights against its own maximum (row_weight() of its
+  // row sums of P, where they are known before the update; else kPasaBlockKv: pasa_headroom.h).
+  // ep / ec: the rescale factors of the running O~ and of this block's P V for each of the thread's
+  // rows (ep = 1, ec = 0 for a row that sees no key of the block: the emulator leaves such a row's
+  // state untouched). Called by all lanes (it shuffles); add_block() completes it.
   // Branch-free: every lane computes and selects, so that the update is one basic block that the
   // compiler can interleave with the work around it instead of running it alone.
-  __device__ __forceinline__ void rescale(const float (&m_blk)[kRows], const float (&mean)[kRows], float g, float v_blk,
-                                          float weight, float (&ep)[kRows], float (&ec)[kRows]) {
-    const float mb = own(m_blk), mn = own(mean);
-    const bool updates = static_cast<int>(threadIdx.x) % 4 < kRows && mb != -INFINITY;
-    // The block's maximum recovered, m' + G s', with one rounding, saturated; the new reference is
-    // the larger of it and m, exactly, so the larger factor is 1. The row's first block (m = -inf)
-    // takes it as it is, with factors 0 and 1. Then the headroom for l and O~, rounded up unless that
-    // moves too far.
-    const float cur = fminf(fmaxf(fmaf(g, mn, mb), -FLT_MAX), FLT_MAX);
+  __device__ __forceinline__ void rescale(float cur, float v_blk, float weight, float (&ep)[kRows], float (&ec)[kRows]) {
+    const bool updates = static_cast<int>(threadIdx.x) % 4 < kRows && cur != -INFINITY;
+    // The new reference is the larger of the candidate and m, exactly, so the larger factor is 1. The
+    // row's first block (m = -inf) takes the candidate as it is, with factors 0 and 1. Then the
+    // headroom for l and O~, rounded up unless that moves too far.
     const bool first = m == -INFINITY;
     float m_new = fmaxf(m, cur);
     const float h = pasa_headroom(l, w, v_blk, cur - m_new, weight, kBase2);

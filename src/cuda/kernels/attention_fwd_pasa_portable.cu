@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(PasaPortableTile{D}.threads(), 1)
     const float row_psum[2] = {psum[0], psum[2]};
     // PASA's update, its O~ rule weighing the block by its row sum of P (pasa_headroom.h).
     float ep[2], ec[2];
-    softmax.rescale(m_blk, mean, p.pasa_g, v_blk, Softmax::row_weight(row_psum), ep, ec);
+    softmax.rescale(Softmax::candidate(m_blk, mean, p.pasa_g), v_blk, Softmax::row_weight(row_psum), ep, ec);
     softmax.add_block(row_psum);
 
     const int shift = pasa_pv_shift(v_blk, kKeys);  // (the same in every thread: a uniform branch)

@@ -203,11 +203,12 @@ struct PasaHopperVariant : HopperVariantDefaults {
         }
 
         ctx.v_ring.wait(f);
+        [[maybe_unused]] const float cur = Softmax::candidate(m_blk, mean, p.pasa_g);
         float ep[2], ec[2];
         if constexpr (kFp16Acc) {
           // PASA's state update (m and the two rescale factors) beside the exponentials, whose P it
           // scales: its O~ rule weighs the block by its key count (pasa_headroom.h).
-          softmax.rescale(m_blk, mean, p.pasa_g, v_here, static_cast<float>(kKeys), ep, ec);
+          softmax.rescale(cur, v_here, static_cast<float>(kKeys), ep, ec);
           // Every exponential first (they need no factor), then P = fl(P e_cur) against the running
           // maximum, and O~ and the accumulator rescaled, before P V adds onto them.
 #pragma unroll
@@ -274,7 +275,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
           // row sums of P (pasa_headroom.h), which P against the block's own maximum does not need
           // before here.
           const float psum[2] = {psum_acc[0], psum_acc[2]};
-          softmax.rescale(m_blk, mean, p.pasa_g, v_here, Softmax::row_weight(psum), ep, ec);
+          softmax.rescale(cur, v_here, Softmax::row_weight(psum), ep, ec);
           softmax.add_block(psum);
           // O~ = fl(fl(ep O~) + fl(ec fl(P V))): pasa's factors are fp16 values (its state is fp16), so
           // the products are fp16 multiplies; pasa_accurate's are fp32, so a product is rounded to fp16
