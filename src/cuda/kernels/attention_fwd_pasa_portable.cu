@@ -16,14 +16,14 @@
 //   K'_j (the prepass's stage) by cp.async into padded rows, its 128-byte swizzle undone on the way;
 //   S' = Q K'^T with fp32 accumulators (the policies' qk_acc), 16 n8 tiles of scores, and a 17th
 //     against the mean rows: each row's mean of S' as hi + lo 2^-11 (about 22 bits);
-//   S' rounded to fp16 pairs (pasa) or kept in fp32 (pasa_accurate), masked, the block max, PASA's state
-//     update (the two rescale factors), P = fl(e^(fl(S' - m))) as the A fragments of P V;
-//   P times a fragment of ones: the row sums of P; P V into fresh fp32 accumulators (pv_acc), a pass
-//     of pv_tiles() n8 tiles at a time;
+//   S' rounded to fp16 pairs (pasa) or kept in fp32 (pasa_accurate), masked, the block max,
+//     P = fl(e^(fl(S' - m))) as the A fragments of P V;
+//   P times a fragment of ones: the row sums of P, then PASA's state update (the two rescale factors;
+//     its headroom's O~ rule weighs the block by those sums and its largest |V|, the prepass's slots);
+//   P V into fresh fp32 accumulators (pv_acc), a pass of pv_tiles() n8 tiles at a time;
 //   O~ = fl(fl(ep O~) + fl(ec fl(P V))) in fp16, and l likewise (pasa_accurate's factors are fp32
 //     state: each product is rounded to fp16 once from its exact value, as the emulator rounds it;
 //     a block of large V: fl(P V) at a power of two below it, pasa_headroom.h).
-// Each block's largest |V| (the prepass's slots) goes into the headroom's O~ rule.
 // bf16 V is rounded to fp16 in shared memory. Epilogue: O = fl(O~ / l), LSE = m + log l.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

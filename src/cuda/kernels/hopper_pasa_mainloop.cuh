@@ -23,11 +23,12 @@
 // Epilogue: O = fl(O~ (1 / l)), LSE = m + log l.
 //
 // pasa_fp16acc (kFp16Acc) keeps P V in the tensor cores' fp16 accumulators over kPasaPvBlocks key
-// blocks (its preset's pv_blocks): P is scaled to the running maximum, P = fl(P e_cur), once the state update
-// beside the exponentials has its factors (its O~ rule weighs a block by its key count); O~ and the accumulator are rescaled by e_prev (where a row
-// of the warp moved); P V and the row sums of P go into fp16 accumulators; and every kPasaPvBlocks-th block
-// (by its index from the first key) and the tile's last, O~ = fl(O~ + acc) and the accumulator starts
-// again at 0. No fp32 P V and no O~ update for the other blocks.
+// blocks (its preset's pv_blocks): P is scaled to the running maximum, P = fl(P e_cur), once the state
+// update beside the exponentials has its factors (its O~ rule weighs a block by its key count); O~ and
+// the accumulator are rescaled by e_prev (where a row of the warp moved); P V and the row sums of P go
+// into fp16 accumulators; and every kPasaPvBlocks-th block (by its index from the first key) and the
+// tile's last, O~ = fl(O~ + acc) and the accumulator starts again at 0. No fp32 P V and no O~ update
+// for the other blocks.
 #pragma once
 
 #include <cuda_bf16.h>
