@@ -726,6 +726,9 @@ def check_output_rules(tmp):
         assert list(header) == [name] and header[name]["shape"] == shape, header
     r = pasa("run", *qkv, "--out", os.path.join(tmp, "o.pt"), code=BAD_INPUT)
     assert "--out:" in r.stderr and "unknown file type .pt" in r.stderr, r.stderr
+    # An input that is a directory is named so, not as an unknown file type.
+    r = pasa("run", "--q", tmp, *qkv[2:], code=BAD_INPUT)
+    assert f"{tmp}: is a directory, not a tensor file" in r.stderr, r.stderr
     # Places where no file can be created are refused before the work (root passes access() there).
     for place in ("/proc/pasa_x.npy", "/proc/version", "/sys/pasa_x.npy"):
         if os.path.isdir(os.path.dirname(place)):
