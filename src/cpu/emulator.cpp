@@ -542,10 +542,9 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
       value = R.o(R.o(value * kv.v_scale[d]) + kv.v_mean[d]);
     }
     // Exact attention's O, a convex combination of V's rows, cannot pass V's largest magnitude, but a
-    // quantized V's values can, by its quantization error, and a finite O in a wider O format by its
-    // rounding (`o=bf16` holds V = 65504 as 65536): O saturates at a 16-bit output's largest finite
-    // value (the value nearest exact attention's) where rounding would give inf.
-    if (args.o.dtype != DType::f32 && (pol.v_quant || std::isfinite(value))) {  // (NaN stays NaN)
+    // quantized V's values can, by its quantization error: O saturates at a 16-bit output's largest
+    // finite value (the value nearest exact attention's) where rounding would give inf.
+    if (pol.v_quant && args.o.dtype != DType::f32) {  // (NaN stays NaN)
       value = round_to(saturating(args.o.dtype == DType::f16 ? Format::fp16() : Format::bf16()), value);
     }
     store_from_double(args.o.data, args.o.dtype, args.o.offset(t.b, t.h, r, d), value);
