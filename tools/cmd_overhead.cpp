@@ -122,7 +122,7 @@ void add_overhead_command(Command& app) {
                   "threads, so busy cores slow it many times); given sizes apply on either device.");
   cmd->add_option("--device", opt->device, "auto (the GPU when there is one), cuda or cpu")->capture_default_str();
   cmd->add_option("--policy", opt->policy, "policy text")->capture_default_str();
-  cmd->add_option("--dtype", opt->dtype, "GPU input dtype: bf16 or fp16; refused where the CPU emulator is timed (--device cpu, or auto without a usable GPU), which takes fp32");
+  cmd->add_option("--dtype", opt->dtype, "GPU input dtype: bf16 or fp16; refused where the CPU emulator is timed (--device cpu, or auto without a usable GPU), which takes fp32 (default bf16)");
   cmd->add_option("--batch", opt->batch, "B")->capture_default_str();
   cmd->add_option("--heads-q", opt->heads_q, sizes("query heads", kGpuShape.heads_q, kCpuShape.heads_q));
   cmd->add_option("--heads-kv", opt->heads_kv, sizes("K/V heads", kGpuShape.heads_kv, kCpuShape.heads_kv));

@@ -273,7 +273,8 @@ Partial run_key_range(const AttentionArgs& args, const Policy& pol, const Proble
         return sm(p_sum / pol.p_scale);
       };
       // P against the block's own maximum needs no factor: P and its row sum come first, and PASA's
-      // headroom weighs the block by that sum (pasa_headroom.h), as the kernels do after the P V GEMM.
+      // headroom weighs the block by that sum (pasa_headroom.h), as the kernels do after the GEMM that
+      // gives them the row sums of P.
       double l_row = p_running ? 0.0 : weigh(1.0);
       // PASA: the candidates a (the running reference's) and b (the block's) for the new reference:
       // relative to the maximum, m and the block's recovered maximum; relative to the average, F's
@@ -477,8 +478,8 @@ void write_row(const AttentionArgs& args, const Policy& pol, double g, const Pro
   const int D = static_cast<int>(ps.dim);
   std::vector<double> o(static_cast<std::size_t>(D), 0.0);
   // O~ / (l p_scale) in the O format, one rounding: O~ carries P's static factor, which the quotient
-  // divides out with l (rounded to the O format before that division, O~ / l passed it where O does
-  // not: `pasa,p=int8,p_scale=127` gave 516 for V = 1000). Exact attention's O, a convex combination
+  // divides out with l (O~ / l rounded to the O format first can pass its range where O does not:
+  // `pasa,p=int8,p_scale=127` gave 516 for V = 1000 that way). Exact attention's O, a convex combination
   // of V's rows, cannot pass V's largest magnitude, but the quotient can by its error (V at fp16's
   // largest value); a finite quotient therefore saturates at the format's largest value where
   // rounding would give inf (an O~ that overflowed stays inf, a NaN NaN).

@@ -47,9 +47,10 @@ static_assert(kPasaHeadroomThreshold == static_cast<float>(1 << kPasaHeadroomLog
 constexpr int kPasaOutputLog2 = 15;        // the O~ rule's bound on |O~|: 2^15, half of fp16's range
 constexpr float kPasaLargestV = 65504.0f;  // fp16's largest value: the largest |V| the rules take
 
-// The exponent of a finite x >= 0 (normal; -127 for 0 or a subnormal; an inf, which no caller gives,
-// reads as 128), read from its bits: the same on the host and the GPU, and no select (every caller's
-// argument is a sum of non-negative finite terms, |V| clamped to kPasaLargestV).
+// The exponent of a finite x >= 0 (normal; -127 for 0 or a subnormal; an inf reads as 128), read from
+// its bits: the same on the host and the GPU, and no select. Every caller's argument is a sum of
+// non-negative terms, |V| clamped to kPasaLargestV; only a row sum of P over a block whose S'
+// overflowed is NaN (it reads as 128 or more, host and GPU apart), and that row is NaN either way.
 PASA_HOST_DEVICE inline int pasa_exponent(float x) {
   std::uint32_t bits;
   std::memcpy(&bits, &x, sizeof bits);

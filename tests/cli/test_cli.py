@@ -925,7 +925,11 @@ def check_cli_reference():
                 help_default = desc.rsplit("[default: ", 1)[1][:-1]
                 assert default == help_default, f"pasa {path} {left}: docs/cli.md {default!r}, --help {help_default!r}"
                 desc = desc.rsplit(" [default: ", 1)[0]
-            desc = re.sub(r"\s*\(default:? .*\)$", "", desc)
+            in_text = re.search(r"\s*\(default:? (.*)\)$", desc)
+            if in_text:
+                assert default.replace("`", "") == in_text.group(1), \
+                    f"pasa {path} {left}: docs/cli.md {default!r}, --help (default {in_text.group(1)})"
+                desc = desc[:in_text.start()]
             assert meaning == desc, f"pasa {path} {left}: docs/cli.md {meaning!r}, --help {desc!r}"
     assert sorted(seen) == sorted(sections), sorted(set(sections) - set(seen))
 

@@ -136,7 +136,11 @@ TEST_P(CudaPasaNumerics, LargeValuesAgreeWithTheEmulator) {
         }
       }
       for (std::size_t i = 0; i < q.size(); ++i) {
-        q[i] = l.sink ? (i % l.D == 0 ? 8.0f : 0.0f) : l.far ? std::fabs(q[i]) : q[i];
+        // (sink_far: each row its own scale of the scores, 0.85-1.15, so that rows g and g + 8 of an
+        // mma tile differ, and a row sum of P taken from the wrong row would show)
+        const std::int64_t row = static_cast<std::int64_t>(i) / l.D % l.Sq;
+        const float sink_q = l.sink_far ? 8.0f * (0.85f + 0.05f * static_cast<float>(row % 7)) : 8.0f;
+        q[i] = l.sink ? (i % l.D == 0 ? sink_q : 0.0f) : l.far ? std::fabs(q[i]) : q[i];
       }
       const GivenInputs in{from_float(q, {l.B, l.Hq, l.Sq, l.D}, l.in), from_float(k, {l.B, l.Hkv, l.keys, l.D}, l.in),
                            from_float(v, {l.B, l.Hkv, l.keys, l.D}, l.in)};

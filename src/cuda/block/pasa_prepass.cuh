@@ -97,7 +97,7 @@ struct PasaPrepass {
 // scratch is allocated.
 void check_pasa_prepass(const KernelRequest& c, int n_kb);
 
-// The prepass of `r` (checked) writing into `tiles` (the stages of pasa_stage.cuh, [B, H_kv, n_kb] of
+// The prepass of `r` (after check_pasa_prepass) writing into `tiles` (the stages of pasa_stage.cuh, [B, H_kv, n_kb] of
 // PasaStage<head_dim>::kBytes, then their largest-|V| slots) and for bf16 inputs V rounded to fp16 into
 // `v_fp16` ([B, H_kv, S_kv, D], contiguous; null: V not written), without readiness words.
 PasaPrepass pasa_prepass(const PasaRequest& r, std::uint8_t* tiles, void* v_fp16, int n_kb);
@@ -232,7 +232,8 @@ __device__ __forceinline__ void prepare_pasa_chunk(const PasaPrepass& p, int sta
     }
   }
   const float mine = fmaxf(__low2float(v_abs), __high2float(v_abs));
-  // (non-negative floats order as their bits do; a NaN, all of the chunk's V, comes out clamped)
+  // (non-negative floats order as their bits do; a NaN V is skipped by the max, as the emulator's
+  // fmax skips it)
   const float v_max = __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(mine)));
   if (lane == 0) p.v_max[static_cast<std::int64_t>(stage) * kPasaVMaxSlots + atom] = pasa_clamped_v(v_max);
   __syncwarp();
