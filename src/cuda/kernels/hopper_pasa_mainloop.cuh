@@ -160,7 +160,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
       const std::uint64_t ones_desc = plain_desc(ctx.extra());
       // The largest |V| of each key block (the prepass's slots, pasa_stage.cuh), read once its stage is
       // in (the K ring's wait) and a block ahead of its use: v_blk is the next block's to run.
-      const int stage0 = (ctx.tile.b * ctx.m.heads_kv + ctx.tile.h / p.group) * ctx.m.pasa.n_kb + ctx.kb_first;
+      const int stage0 = stage_of(ctx.m, ctx.tile.b, ctx.tile.h / p.group, ctx.kb_first, ctx.m.pasa.n_kb);
       const auto v_max_of = [&](int kb) { return ctx.m.pasa.template v_max_of<PasaStage<D>::kKAtoms>(stage0 + kb); };
       float v_blk = 0.0f;
       if constexpr (std::is_same_v<QElem, __nv_bfloat16>) round_q_rows_to_fp16(ctx);
@@ -181,8 +181,6 @@ struct PasaHopperVariant : HopperVariantDefaults {
         constexpr bool kHasNext = decltype(has_next)::value;
         const int f = fill + kb, key0 = (ctx.kb_first + kb) * kKeys;
         const float v_here = v_blk;
-        // (the same in every thread: a uniform branch below)
-        [[maybe_unused]] const int shift = kFp16Acc ? 0 : pasa_pv_shift(v_here, kKeys);
         // (pasa_accurate: S' stays in acc, seen as the mma C layout's [1][kKeys / 8][4] tiles.)
         [[maybe_unused]] auto& s32 = *reinterpret_cast<float (*)[1][kKeys / 8][4]>(acc);
         if constexpr (!kAccurate) {
@@ -277,6 +275,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
           // before here.
           const float psum[2] = {psum_acc[0], psum_acc[2]};
           softmax.rescale(cur, v_here, Softmax::row_weight(psum), ep, ec);
+          const int shift = pasa_pv_shift(v_here, kKeys);  // (the same in every thread: a uniform branch below)
           softmax.add_block(psum);
           // O~ = fl(fl(ep O~) + fl(ec fl(P V))): pasa's factors are fp16 values (its state is fp16), so
           // the products are fp16 multiplies; pasa_accurate's are fp32, so a product is rounded to fp16
