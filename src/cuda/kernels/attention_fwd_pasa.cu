@@ -11,8 +11,17 @@ void launch_pasa(const PasaRequest& r, void* stream) {
     launch_pasa_fp16acc(r, stream);
     return;
   }
+  const auto s = static_cast<cudaStream_t>(stream);
+  const FwdParams& p = r.call.fwd;
+  const bool two_consumers64 = p.causal && p.seq_q <= 2048 && p.seq_kv <= 2048;
   dispatch_pasa<64, 128>(r, "pasa kernel", [&]<typename QElem, int D, bool kAccurate>() {
-    launch_pasa_hopper<QElem, D, kAccurate, false>(r, static_cast<cudaStream_t>(stream));
+    if constexpr (D == 64 && !kAccurate) {
+      if (!two_consumers64) {
+        launch_pasa_hopper<QElem, D, false, false, 3>(r, s);
+        return;
+      }
+    }
+    launch_pasa_hopper<QElem, D, kAccurate, false>(r, s);
   });
 }
 

@@ -76,7 +76,7 @@ __device__ __forceinline__ void round_q_rows_to_fp16(const HopperConsumer<Tile>&
 template <typename QElem, bool kAccurate, bool kMayPrepass = true, bool kFp16Acc = false, int kConsumers64 = 2>
 struct PasaHopperVariant : HopperVariantDefaults {
   static_assert(!(kAccurate && kFp16Acc), "pasa_fp16acc keeps pasa's fp16 state");
-  static_assert(kConsumers64 == 2 || (kConsumers64 == 3 && kFp16Acc), "three warpgroups: pasa_fp16acc only");
+  static_assert(kConsumers64 == 2 || (kConsumers64 == 3 && !kAccurate), "three warpgroups: pasa and pasa_fp16acc");
   static constexpr int kOnesBytes = 1024;  // the all-ones fp16 B tile of the P row sums
   static constexpr int kSpareWarps = 3;    // the producer warpgroup's warps that run the prepass
   static constexpr int kStagingBytes = kSpareWarps * kPasaChunkStagingBytes;
@@ -137,6 +137,11 @@ struct PasaHopperVariant : HopperVariantDefaults {
     static constexpr int kSAcc = (kKeys + 8) / 2;  // S' accumulators a thread: 32 pairs, then the sums
     static_assert(Tile::kKBytes == PasaStage<D>::kKBytes, "a K slot is one prepass stage");
     using Softmax = PasaSoftmax<1, !kAccurate, pasa_base2(kAccurate)>;
+    // pasa's three warpgroups (160 registers a thread) issue each block's S' at the block's start and
+    // wait for it there, instead of behind the previous block's P V: with the next S' (68) in flight
+    // beside P V's sums, P and O~, ptxas runs short of registers and serializes every wgmma. The
+    // other warpgroups' GEMMs fill the tensor cores meanwhile. (pasa_fp16acc's fp16 sums leave room.)
+    static constexpr bool kQkAtBlockStart = Tile::kConsumers == 3 && !kFp16Acc;
 
     __device__ __forceinline__ void run_tile(HopperConsumer<Tile>& ctx) {
       const FwdParams& p = ctx.p;
@@ -176,10 +181,38 @@ struct PasaHopperVariant : HopperVariantDefaults {
       // block's S' issued behind P V, so the tensor cores go on while l and O~ take in this block's P V.
       // (Two instantiations, so that no wgmma is issued under a run-time condition, which makes ptxas
       // serialize them.)
+      // kQkAtBlockStart: a block's fl(P V) pairs (at its shift) and its fp16 factors ep and ec (times
+      // the 2^shift), held from the block's end to the next block's start, where its O~ update
+      // O~ = fl(fl(ep O~) + fl(ec fl(P V))) runs under that block's S' (at first the identity).
+      [[maybe_unused]] __half2 held[kDT][2], held_ep[2], held_ec[2];
+      auto fold_held = [&] {
+#pragma unroll
+        for (int n = 0; n < kDT; ++n)
+#pragma unroll
+          for (int i = 0; i < 2; ++i) o[n][i] = __hadd2(__hmul2_rn(held_ep[i], o[n][i]), __hmul2_rn(held_ec[i], held[n][i]));
+      };
+      if constexpr (kQkAtBlockStart) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          held_ep[i] = __float2half2_rn(1.0f);
+          held_ec[i] = __float2half2_rn(0.0f);
+        }
+#pragma unroll
+        for (int n = 0; n < kDT; ++n) held[n][0] = held[n][1] = __float2half2_rn(0.0f);
+      }
       const PartialBlocks partial(p, ctx.row_lo);
       auto run_block = [&](int kb, auto has_next) {
         constexpr bool kHasNext = decltype(has_next)::value;
         const int f = fill + kb, key0 = (ctx.kb_first + kb) * kKeys;
+        if constexpr (kQkAtBlockStart) {
+          ctx.k_ring.wait(f);
+          issue_qk(f);
+          fold_held();  // the previous block's O~ update, under this S'
+          v_blk = v_max_of(kb);
+          wgmma_wait<0>();
+          wgmma_pin(acc);
+          if (kb + 1 == n_kb) ctx.q_ring.release(ctx.q_fill);  // the tile's last Q K'^T
+        }
         const float v_here = v_blk;
         // (pasa_accurate: S' stays in acc, seen as the mma C layout's [1][kKeys / 8][4] tiles.)
         [[maybe_unused]] auto& s32 = *reinterpret_cast<float (*)[1][kKeys / 8][4]>(acc);
@@ -277,6 +310,25 @@ struct PasaHopperVariant : HopperVariantDefaults {
           softmax.rescale(cur, v_here, Softmax::row_weight(psum), ep, ec);
           const int shift = pasa_pv_shift(v_here, kKeys);  // (the same in every thread: a uniform branch below)
           softmax.add_block(psum);
+          if constexpr (kQkAtBlockStart) {  // held for the next block's start (fold_held)
+            auto hold = [&](auto shifted) {
+              const PvShift<decltype(shifted)::value> pv_shift(shift);
+#pragma unroll
+              for (int i = 0; i < 2; ++i) {
+                held_ep[i] = __float2half2_rn(ep[i]);
+                held_ec[i] = __float2half2_rn(pv_shift.factor(ec[i]));
+              }
+#pragma unroll
+              for (int n = 0; n < kDT; ++n)
+#pragma unroll
+                for (int i = 0; i < 2; ++i) held[n][i] = pv_shift.pair(&pv[4 * n + 2 * i]);
+            };
+            if (shift != 0) {
+              hold(std::true_type{});
+            } else {
+              hold(std::false_type{});
+            }
+          } else {
           // O~ = fl(fl(ep O~) + fl(ec fl(P V))): pasa's factors are fp16 values (its state is fp16), so
           // the products are fp16 multiplies; pasa_accurate's are fp32, so a product is rounded to fp16
           // once from its exact value, as the emulator rounds it (rescale_add_half2_once: only the one
@@ -311,6 +363,7 @@ struct PasaHopperVariant : HopperVariantDefaults {
           } else {
             update_o(std::false_type{}, std::false_type{});
           }
+          }
         }
         if constexpr (kHasNext) {
           wgmma_wait<0>();  // the next block's S'
@@ -319,18 +372,24 @@ struct PasaHopperVariant : HopperVariantDefaults {
         }
       };
 
-      if (n_kb > 0) {
-        ctx.k_ring.wait(fill);
-        issue_qk(fill);
-        v_blk = v_max_of(0);
-        wgmma_wait<0>();
-        wgmma_pin(acc);
-        if (n_kb == 1) ctx.q_ring.release(ctx.q_fill);
+      if constexpr (kQkAtBlockStart) {
+        if (n_kb == 0) ctx.q_ring.release(ctx.q_fill);
+        for (int kb = 0; kb < n_kb; ++kb) run_block(kb, std::false_type{});
+        fold_held();  // the last block's
       } else {
-        ctx.q_ring.release(ctx.q_fill);
+        if (n_kb > 0) {
+          ctx.k_ring.wait(fill);
+          issue_qk(fill);
+          v_blk = v_max_of(0);
+          wgmma_wait<0>();
+          wgmma_pin(acc);
+          if (n_kb == 1) ctx.q_ring.release(ctx.q_fill);
+        } else {
+          ctx.q_ring.release(ctx.q_fill);
+        }
+        for (int kb = 0; kb + 1 < n_kb; ++kb) run_block(kb, std::true_type{});
+        if (n_kb > 0) run_block(n_kb - 1, std::false_type{});
       }
-      for (int kb = 0; kb + 1 < n_kb; ++kb) run_block(kb, std::true_type{});
-      if (n_kb > 0) run_block(n_kb - 1, std::false_type{});
 
       // Epilogue: O = fl(O~ (1 / l)) (0 for a row that saw no key; the emulator divides, which can
       // differ by one fp16 ulp), the LSE.
