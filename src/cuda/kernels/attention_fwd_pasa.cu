@@ -12,11 +12,10 @@ void launch_pasa(const PasaRequest& r, void* stream) {
     return;
   }
   const auto s = static_cast<cudaStream_t>(stream);
-  const FwdParams& p = r.call.fwd;
-  const bool two_consumers64 = p.causal && p.seq_q <= 2048 && p.seq_kv <= 2048;
+  const bool three64 = pasa_hopper::three_consumers64(r.call.fwd);
   dispatch_pasa<64, 128>(r, "pasa kernel", [&]<typename QElem, int D, bool kAccurate>() {
     if constexpr (D == 64 && !kAccurate) {
-      if (!two_consumers64) {
+      if (three64) {
         launch_pasa_hopper<QElem, D, false, false, 3>(r, s);
         return;
       }

@@ -84,8 +84,8 @@ struct PasaHopperVariant : HopperVariantDefaults {
   static constexpr int kExtraBytes = kOnesBytes + kStagingBytes;
 
   // Two consumer warpgroups at both head dims: S' (68), P (32), P V (D / 2) and O~ (D / 4) registers.
-  // pasa_fp16acc's D 64 consumers (S' 68, P 32, the fp16 accumulator 16, O~ 16) also fit three
-  // warpgroups' 160 registers: 192 query rows share each K' and V tile (the launcher chooses).
+  // At D 64, pasa's and pasa_fp16acc's consumers also fit three warpgroups' 160 registers (pasa with
+  // kQkAtBlockStart): 192 query rows share each K' and V tile (the launcher chooses).
   // At D 128 the output stages would not fit beside the rest (214 KiB): they take the idle staging
   // buffers of a kernel without the prepass, and a kernel with it stores directly (compiled with both
   // paths, its direct stores measured 0.88-0.95x at 4k and 16k, bench/NOTES.md).
@@ -177,10 +177,6 @@ struct PasaHopperVariant : HopperVariantDefaults {
         wgmma_commit();
       };
 
-      // Block kb with its S' in acc: the softmax, PASA's state update and P V, then (kHasNext) the next
-      // block's S' issued behind P V, so the tensor cores go on while l and O~ take in this block's P V.
-      // (Two instantiations, so that no wgmma is issued under a run-time condition, which makes ptxas
-      // serialize them.)
       // kQkAtBlockStart: a block's fl(P V) pairs (at its shift) and its fp16 factors ep and ec (times
       // the 2^shift), held from the block's end to the next block's start, where its O~ update
       // O~ = fl(fl(ep O~) + fl(ec fl(P V))) runs under that block's S' (at first the identity).
@@ -200,6 +196,10 @@ struct PasaHopperVariant : HopperVariantDefaults {
 #pragma unroll
         for (int n = 0; n < kDT; ++n) held[n][0] = held[n][1] = __float2half2_rn(0.0f);
       }
+      // Block kb with its S' in acc: the softmax, PASA's state update and P V, then (kHasNext) the next
+      // block's S' issued behind P V, so the tensor cores go on while l and O~ take in this block's P V.
+      // (Two instantiations, so that no wgmma is issued under a run-time condition, which makes ptxas
+      // serialize them.)
       const PartialBlocks partial(p, ctx.row_lo);
       auto run_block = [&](int kb, auto has_next) {
         constexpr bool kHasNext = decltype(has_next)::value;
@@ -329,40 +329,40 @@ struct PasaHopperVariant : HopperVariantDefaults {
               hold(std::false_type{});
             }
           } else {
-          // O~ = fl(fl(ep O~) + fl(ec fl(P V))): pasa's factors are fp16 values (its state is fp16), so
-          // the products are fp16 multiplies; pasa_accurate's are fp32, so a product is rounded to fp16
-          // once from its exact value, as the emulator rounds it (rescale_add_half2_once: only the one
-          // whose factor is not 1 where one is). A block of large V (shift > 0, pasa_headroom.h) rounds
-          // P V at 2^-shift times its value, and its factor carries the 2^shift.
-          const __half2 ep2[2] = {__float2half2_rn(ep[0]), __float2half2_rn(ep[1])};
-          auto update_o = [&](auto keep_o, auto shifted) {
-            const PvShift<decltype(shifted)::value> pv_shift(shift);
-            const float ec_up[2] = {pv_shift.factor(ec[0]), pv_shift.factor(ec[1])};
-            const __half2 ec2[2] = {__float2half2_rn(ec_up[0]), __float2half2_rn(ec_up[1])};
+            // O~ = fl(fl(ep O~) + fl(ec fl(P V))): pasa's factors are fp16 values (its state is fp16), so
+            // the products are fp16 multiplies; pasa_accurate's are fp32, so a product is rounded to fp16
+            // once from its exact value, as the emulator rounds it (rescale_add_half2_once: only the one
+            // whose factor is not 1 where one is). A block of large V (shift > 0, pasa_headroom.h) rounds
+            // P V at 2^-shift times its value, and its factor carries the 2^shift.
+            const __half2 ep2[2] = {__float2half2_rn(ep[0]), __float2half2_rn(ep[1])};
+            auto update_o = [&](auto keep_o, auto shifted) {
+              const PvShift<decltype(shifted)::value> pv_shift(shift);
+              const float ec_up[2] = {pv_shift.factor(ec[0]), pv_shift.factor(ec[1])};
+              const __half2 ec2[2] = {__float2half2_rn(ec_up[0]), __float2half2_rn(ec_up[1])};
 #pragma unroll
-            for (int n = 0; n < kDT; ++n)
+              for (int n = 0; n < kDT; ++n)
 #pragma unroll
-              for (int i = 0; i < 2; ++i) {
-                const __half2 block = pv_shift.pair(&pv[4 * n + 2 * i]);
-                if constexpr (kAccurate) {
-                  o[n][i] = rescale_add_half2_once(ep[i], o[n][i], ec_up[i], block);
-                } else if constexpr (decltype(keep_o)::value) {  // fl(1 O~) = O~
-                  o[n][i] = __hadd2(o[n][i], __hmul2_rn(ec2[i], block));
-                } else {  // (mul.rn: ptxas would otherwise fuse a product into the add, one rounding fewer)
-                  o[n][i] = __hadd2(__hmul2_rn(ep2[i], o[n][i]), __hmul2_rn(ec2[i], block));
+                for (int i = 0; i < 2; ++i) {
+                  const __half2 block = pv_shift.pair(&pv[4 * n + 2 * i]);
+                  if constexpr (kAccurate) {
+                    o[n][i] = rescale_add_half2_once(ep[i], o[n][i], ec_up[i], block);
+                  } else if constexpr (decltype(keep_o)::value) {  // fl(1 O~) = O~
+                    o[n][i] = __hadd2(o[n][i], __hmul2_rn(ec2[i], block));
+                  } else {  // (mul.rn: ptxas would otherwise fuse a product into the add, one rounding fewer)
+                    o[n][i] = __hadd2(__hmul2_rn(ep2[i], o[n][i]), __hmul2_rn(ec2[i], block));
+                  }
                 }
-              }
-          };
-          // pasa at D 128: once a row's reference settles, most blocks leave it (ep = 1), and where that
-          // holds for all 16 rows of the warp the product by ep is skipped (D 64 measured no gain: its
-          // O~ update is half as long, and the branch splits the block the scheduler interleaves).
-          if (shift != 0) {
-            update_o(std::false_type{}, std::true_type{});
-          } else if (!kAccurate && D >= 128 && __all_sync(0xffffffffu, ep[0] == 1.0f && ep[1] == 1.0f)) {
-            update_o(std::true_type{}, std::false_type{});
-          } else {
-            update_o(std::false_type{}, std::false_type{});
-          }
+            };
+            // pasa at D 128: once a row's reference settles, most blocks leave it (ep = 1), and where that
+            // holds for all 16 rows of the warp the product by ep is skipped (D 64 measured no gain: its
+            // O~ update is half as long, and the branch splits the block the scheduler interleaves).
+            if (shift != 0) {
+              update_o(std::false_type{}, std::true_type{});
+            } else if (!kAccurate && D >= 128 && __all_sync(0xffffffffu, ep[0] == 1.0f && ep[1] == 1.0f)) {
+              update_o(std::true_type{}, std::false_type{});
+            } else {
+              update_o(std::false_type{}, std::false_type{});
+            }
           }
         }
         if constexpr (kHasNext) {

@@ -42,6 +42,12 @@ inline double prepass_min_reuse(const KernelRequest& c, bool accurate) {
   return accurate || !bf16 ? 2.0 : 4.0;
 }
 
+// pasa's and pasa_fp16acc's D 64 kernels on three consumer warpgroups (192-row tiles): measured
+// 1.09-1.17x two at 4k and 16k full, 1.01-1.10x causal, 1.00-1.07x at 1k full (pasa_fp16acc; pasa
+// 1.01-1.16x, bench/NOTES.md); but 0.89-0.93x at 1k causal, where more of a 192-row tile lies past the
+// diagonal. Causal calls up to 2k keep two (2k itself not measured: the crossover lies between 1k and 4k).
+inline bool three_consumers64(const FwdParams& p) { return !(p.causal && p.seq_q <= 2048 && p.seq_kv <= 2048); }
+
 inline bool prepass_in_kernel(const KernelRequest& c, int block_m, bool accurate) {
   const FwdParams& p = c.fwd;
   const double m_blocks = (p.seq_q + block_m - 1) / block_m;
