@@ -177,25 +177,6 @@ struct PasaHopperVariant : HopperVariantDefaults {
         wgmma_commit();
       };
 
-      // kQkAtBlockStart: a block's fl(P V) pairs (at its shift) and its fp16 factors ep and ec (times
-      // the 2^shift), held from the block's end to the next block's start, where its O~ update
-      // O~ = fl(fl(ep O~) + fl(ec fl(P V))) runs under that block's S' (at first the identity).
-      [[maybe_unused]] __half2 held[kDT][2], held_ep[2], held_ec[2];
-      auto fold_held = [&] {
-#pragma unroll
-        for (int n = 0; n < kDT; ++n)
-#pragma unroll
-          for (int i = 0; i < 2; ++i) o[n][i] = __hadd2(__hmul2_rn(held_ep[i], o[n][i]), __hmul2_rn(held_ec[i], held[n][i]));
-      };
-      if constexpr (kQkAtBlockStart) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          held_ep[i] = __float2half2_rn(1.0f);
-          held_ec[i] = __float2half2_rn(0.0f);
-        }
-#pragma unroll
-        for (int n = 0; n < kDT; ++n) held[n][0] = held[n][1] = __float2half2_rn(0.0f);
-      }
       // Block kb with its S' in acc: the softmax, PASA's state update and P V, then (kHasNext) the next
       // block's S' issued behind P V, so the tensor cores go on while l and O~ take in this block's P V.
       // (Two instantiations, so that no wgmma is issued under a run-time condition, which makes ptxas
@@ -207,7 +188,6 @@ struct PasaHopperVariant : HopperVariantDefaults {
         if constexpr (kQkAtBlockStart) {
           ctx.k_ring.wait(f);
           issue_qk(f);
-          fold_held();  // the previous block's O~ update, under this S'
           v_blk = v_max_of(kb);
           wgmma_wait<0>();
           wgmma_pin(acc);
@@ -310,59 +290,39 @@ struct PasaHopperVariant : HopperVariantDefaults {
           softmax.rescale(cur, v_here, Softmax::row_weight(psum), ep, ec);
           const int shift = pasa_pv_shift(v_here, kKeys);  // (the same in every thread: a uniform branch below)
           softmax.add_block(psum);
-          if constexpr (kQkAtBlockStart) {  // held for the next block's start (fold_held)
-            auto hold = [&](auto shifted) {
-              const PvShift<decltype(shifted)::value> pv_shift(shift);
+          // O~ = fl(fl(ep O~) + fl(ec fl(P V))): pasa's factors are fp16 values (its state is fp16), so
+          // the products are fp16 multiplies; pasa_accurate's are fp32, so a product is rounded to fp16
+          // once from its exact value, as the emulator rounds it (rescale_add_half2_once: only the one
+          // whose factor is not 1 where one is). A block of large V (shift > 0, pasa_headroom.h) rounds
+          // P V at 2^-shift times its value, and its factor carries the 2^shift.
+          const __half2 ep2[2] = {__float2half2_rn(ep[0]), __float2half2_rn(ep[1])};
+          auto update_o = [&](auto keep_o, auto shifted) {
+            const PvShift<decltype(shifted)::value> pv_shift(shift);
+            const float ec_up[2] = {pv_shift.factor(ec[0]), pv_shift.factor(ec[1])};
+            const __half2 ec2[2] = {__float2half2_rn(ec_up[0]), __float2half2_rn(ec_up[1])};
+#pragma unroll
+            for (int n = 0; n < kDT; ++n)
 #pragma unroll
               for (int i = 0; i < 2; ++i) {
-                held_ep[i] = __float2half2_rn(ep[i]);
-                held_ec[i] = __float2half2_rn(pv_shift.factor(ec[i]));
-              }
-#pragma unroll
-              for (int n = 0; n < kDT; ++n)
-#pragma unroll
-                for (int i = 0; i < 2; ++i) held[n][i] = pv_shift.pair(&pv[4 * n + 2 * i]);
-            };
-            if (shift != 0) {
-              hold(std::true_type{});
-            } else {
-              hold(std::false_type{});
-            }
-          } else {
-            // O~ = fl(fl(ep O~) + fl(ec fl(P V))): pasa's factors are fp16 values (its state is fp16), so
-            // the products are fp16 multiplies; pasa_accurate's are fp32, so a product is rounded to fp16
-            // once from its exact value, as the emulator rounds it (rescale_add_half2_once: only the one
-            // whose factor is not 1 where one is). A block of large V (shift > 0, pasa_headroom.h) rounds
-            // P V at 2^-shift times its value, and its factor carries the 2^shift.
-            const __half2 ep2[2] = {__float2half2_rn(ep[0]), __float2half2_rn(ep[1])};
-            auto update_o = [&](auto keep_o, auto shifted) {
-              const PvShift<decltype(shifted)::value> pv_shift(shift);
-              const float ec_up[2] = {pv_shift.factor(ec[0]), pv_shift.factor(ec[1])};
-              const __half2 ec2[2] = {__float2half2_rn(ec_up[0]), __float2half2_rn(ec_up[1])};
-#pragma unroll
-              for (int n = 0; n < kDT; ++n)
-#pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                  const __half2 block = pv_shift.pair(&pv[4 * n + 2 * i]);
-                  if constexpr (kAccurate) {
-                    o[n][i] = rescale_add_half2_once(ep[i], o[n][i], ec_up[i], block);
-                  } else if constexpr (decltype(keep_o)::value) {  // fl(1 O~) = O~
-                    o[n][i] = __hadd2(o[n][i], __hmul2_rn(ec2[i], block));
-                  } else {  // (mul.rn: ptxas would otherwise fuse a product into the add, one rounding fewer)
-                    o[n][i] = __hadd2(__hmul2_rn(ep2[i], o[n][i]), __hmul2_rn(ec2[i], block));
-                  }
+                const __half2 block = pv_shift.pair(&pv[4 * n + 2 * i]);
+                if constexpr (kAccurate) {
+                  o[n][i] = rescale_add_half2_once(ep[i], o[n][i], ec_up[i], block);
+                } else if constexpr (decltype(keep_o)::value) {  // fl(1 O~) = O~
+                  o[n][i] = __hadd2(o[n][i], __hmul2_rn(ec2[i], block));
+                } else {  // (mul.rn: ptxas would otherwise fuse a product into the add, one rounding fewer)
+                  o[n][i] = __hadd2(__hmul2_rn(ep2[i], o[n][i]), __hmul2_rn(ec2[i], block));
                 }
-            };
-            // pasa at D 128: once a row's reference settles, most blocks leave it (ep = 1), and where that
-            // holds for all 16 rows of the warp the product by ep is skipped (D 64 measured no gain: its
-            // O~ update is half as long, and the branch splits the block the scheduler interleaves).
-            if (shift != 0) {
-              update_o(std::false_type{}, std::true_type{});
-            } else if (!kAccurate && D >= 128 && __all_sync(0xffffffffu, ep[0] == 1.0f && ep[1] == 1.0f)) {
-              update_o(std::true_type{}, std::false_type{});
-            } else {
-              update_o(std::false_type{}, std::false_type{});
-            }
+              }
+          };
+          // pasa at D 128: once a row's reference settles, most blocks leave it (ep = 1), and where that
+          // holds for all 16 rows of the warp the product by ep is skipped (D 64 measured no gain: its
+          // O~ update is half as long, and the branch splits the block the scheduler interleaves).
+          if (shift != 0) {
+            update_o(std::false_type{}, std::true_type{});
+          } else if (!kAccurate && D >= 128 && __all_sync(0xffffffffu, ep[0] == 1.0f && ep[1] == 1.0f)) {
+            update_o(std::true_type{}, std::false_type{});
+          } else {
+            update_o(std::false_type{}, std::false_type{});
           }
         }
         if constexpr (kHasNext) {
@@ -375,7 +335,6 @@ struct PasaHopperVariant : HopperVariantDefaults {
       if constexpr (kQkAtBlockStart) {
         if (n_kb == 0) ctx.q_ring.release(ctx.q_fill);
         for (int kb = 0; kb < n_kb; ++kb) run_block(kb, std::false_type{});
-        fold_held();  // the last block's
       } else {
         if (n_kb > 0) {
           ctx.k_ring.wait(fill);
